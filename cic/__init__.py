@@ -1,0 +1,27 @@
+"""CIC: certified abstention for LLM answers.
+
+From calibration (score, error) pairs, learn the largest uncertainty threshold whose error rate among
+accepted answers is certified <= alpha with probability >= 1 - delta, or report that alpha is unattainable.
+This package root imports numpy and scipy only, so `from cic import calibrate` is cheap in any process.
+"""
+
+from cic.calibration import CalibrationResult, calibrate, quantile_grid, uniform_grid
+from cic.gate import Gate
+from cic.protocol import evaluate_splits, split_masks, split_outcomes
+from cic.simulation import PowerRisk, SimulationResult, simulate
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CalibrationResult",
+    "Gate",
+    "PowerRisk",
+    "SimulationResult",
+    "calibrate",
+    "evaluate_splits",
+    "quantile_grid",
+    "simulate",
+    "split_masks",
+    "split_outcomes",
+    "uniform_grid",
+]

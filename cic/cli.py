@@ -1,0 +1,220 @@
+"""The `cic` command line: calibrate and evaluate precomputed (score, error) tables, check validity."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="CIC: certified abstention thresholds for LLM answers.")
+console = Console(width=None if sys.stdout.isatty() else 140)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _friendly_errors(func: F) -> F:
+    """Turn input errors (ValueError) into a one-line message and exit status 2, not a traceback."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except ValueError as exc:
+            err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _floats(text: str, name: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{name} = {text!r}: expected comma-separated numbers, e.g. 0.05,0.1") from None
+
+
+def _names(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _grid(grid: str | None, pilot: Path | None, grid_size: int | None, score_col: str) -> Any:
+    """--grid LOW:HIGH:K (uniform) or --pilot FILE --grid-size K (quantiles of a separate pilot sample)."""
+    from cic.calibration import quantile_grid, uniform_grid
+    from cic.tables import read_table
+
+    if grid is not None and pilot is not None:
+        raise ValueError("give either --grid LOW:HIGH:K or --pilot FILE, not both")
+    if grid is not None:
+        parts = grid.split(":")
+        if len(parts) != 3:
+            raise ValueError(f"--grid = {grid!r}: expected LOW:HIGH:K, e.g. 0:2.3:50")
+        try:
+            return uniform_grid(float(parts[0]), float(parts[1]), int(parts[2]))
+        except ValueError as exc:
+            raise ValueError(f"--grid = {grid!r}: {exc}") from None
+    if pilot is not None:
+        if grid_size is None:
+            raise ValueError("--pilot needs --grid-size K (number of quantile thresholds)")
+        frame = read_table(pilot)
+        if score_col not in frame.columns:
+            raise ValueError(f"column {score_col!r} not found in {str(pilot)!r}")
+        return quantile_grid(frame.get_column(score_col).to_numpy(), grid_size)
+    return None
+
+
+def _load(file: Path, score_col: str, error_col: str, correct_col: str | None) -> tuple[Any, Any]:
+    from cic.tables import read_table, score_error_arrays
+
+    return score_error_arrays(read_table(file), score_col=score_col, error_col=error_col,
+                              correct_col=correct_col, source=repr(str(file)))
+
+
+ScoreCol = Annotated[str, typer.Option("--score-col", help="Column with the uncertainty score (lower = surer).")]
+ErrorCol = Annotated[str, typer.Option("--error-col", help="Column with 1 where the answer is wrong.")]
+CorrectCol = Annotated[str | None, typer.Option("--correct-col",
+                                                help="Use a column with 1 where the answer is right instead.")]
+Delta = Annotated[float, typer.Option("--delta", help="Allowed probability that the guarantee fails.")]
+Search = Annotated[str, typer.Option("--search", help="paper | bonferroni | fixed_sequence")]
+GridOpt = Annotated[str | None, typer.Option("--grid", help="Uniform grid LOW:HIGH:K fixed in advance.")]
+PilotOpt = Annotated[Path | None, typer.Option("--pilot", help="Pilot file whose score quantiles form the grid.")]
+GridSize = Annotated[int | None, typer.Option("--grid-size", help="Number of pilot quantiles.")]
+NMin = Annotated[int | None, typer.Option("--n-min", help="fixed_sequence: first test at this accepted count.")]
+Start = Annotated[float | None, typer.Option("--start", help="fixed_sequence: first threshold tested.")]
+
+
+@app.command()
+@_friendly_errors
+def calibrate(
+    file: Annotated[Path, typer.Argument(help="Parquet or CSV table of calibration items.")],
+    alpha: Annotated[float, typer.Option("--alpha", help="Target error rate among accepted answers.")],
+    score_col: ScoreCol = "score",
+    error_col: ErrorCol = "error",
+    correct_col: CorrectCol = None,
+    delta: Delta = 0.05,
+    bound: Annotated[str, typer.Option("--bound", help="cp | hoeffding | hoeffding_kl | bentkus | "
+                                                       "hoeffding_bentkus")] = "cp",
+    search: Search = "paper",
+    grid: GridOpt = None,
+    pilot: PilotOpt = None,
+    grid_size: GridSize = None,
+    n_min: NMin = None,
+    start: Start = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the result as JSON here.")] = None,
+    gate_out: Annotated[Path | None, typer.Option("--gate", help="Write the serving gate JSON here.")] = None,
+    show_table: Annotated[bool, typer.Option("--table", help="Print every candidate threshold.")] = False,
+) -> None:
+    """Certify the largest threshold whose error rate among accepted answers is <= ALPHA."""
+    from cic.calibration import calibrate as run_calibration
+
+    scores, errors = _load(file, score_col, error_col, correct_col)
+    result = run_calibration(scores, errors, alpha=alpha, delta=delta, bound=bound, search=search,
+                             grid=_grid(grid, pilot, grid_size, score_col), n_min=n_min, start=start)
+    console.print(result.summary(), highlight=False)
+    console.print(f"guarantee: {result.guarantee}", style="dim", highlight=False)
+    if show_table:
+        console.print(result.table())
+    if json_out is not None:
+        json_out.write_text(result.to_json(include_table=show_table) + "\n")
+        console.print(f"result written to {json_out}", style="dim")
+    if gate_out is not None:
+        gate_out.write_text(result.gate().to_json() + "\n")
+        console.print(f"gate written to {gate_out}", style="dim")
+
+
+def _fmt(value: float | None, spec: str = ".3f") -> str:
+    return "—" if value is None else format(value, spec)
+
+
+@app.command()
+@_friendly_errors
+def evaluate(
+    file: Annotated[Path, typer.Argument(help="Parquet or CSV table of labelled items.")],
+    score_col: ScoreCol = "score",
+    error_col: ErrorCol = "error",
+    correct_col: CorrectCol = None,
+    alphas: Annotated[str, typer.Option("--alphas", help="Comma-separated risk levels.")] =
+    "0.05,0.10,0.15,0.20,0.25",
+    bounds: Annotated[str, typer.Option("--bounds", help="Comma-separated bounds.")] = "hoeffding,cp",
+    search: Annotated[str, typer.Option("--search", help="Comma-separated searches.")] = "paper",
+    delta: Delta = 0.05,
+    n_splits: Annotated[int, typer.Option("--n-splits", help="Random calibration/test splits.")] = 100,
+    cal_fraction: Annotated[float, typer.Option("--cal-fraction", help="Share of items used to calibrate.")]
+    = 0.5,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    grid: GridOpt = None,
+    pilot: PilotOpt = None,
+    grid_size: GridSize = None,
+    n_min: NMin = None,
+    start: Start = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Also write the table (.csv or .parquet).")] = None,
+) -> None:
+    """The paper's protocol: FDR, coverage and fails over repeated calibration/test splits."""
+    from cic.protocol import evaluate_splits
+
+    scores, errors = _load(file, score_col, error_col, correct_col)
+    frame = evaluate_splits(scores, errors, alphas=_floats(alphas, "--alphas"), bounds=_names(bounds),
+                            search=_names(search), delta=delta, n_splits=n_splits, cal_fraction=cal_fraction,
+                            seed=seed, grid=_grid(grid, pilot, grid_size, score_col), n_min=n_min, start=start)
+    table = Table(title=f"{file.name}: {n_splits} splits, cal_fraction {cal_fraction:g}, delta {delta:g}, "
+                        f"base error rate {frame['base_error_rate'][0]:.3f}")
+    for col in ("alpha", "bound", "search", "FDR (mean ± std)", "test FDR > α", "coverage", "correct cov.",
+                "fails", "threshold"):
+        table.add_column(col, justify="right" if col not in ("bound", "search") else "left")
+    for row in frame.iter_rows(named=True):
+        fdr = "—" if row["fdr_mean"] is None else f"{row['fdr_mean']:.3f} ± {row['fdr_std']:.3f}"
+        table.add_row(f"{row['alpha']:g}", row["bound"], row["search"], fdr, _fmt(row["fdr_above_alpha"], ".2f"),
+                      f"{row['coverage_mean']:.3f} ± {row['coverage_std']:.3f}",
+                      _fmt(row["correct_coverage_mean"]), str(row["fails"]), _fmt(row["threshold_mean"], ".4g"))
+    console.print(table)
+    if out is not None:
+        suffix = out.suffix.lower()
+        if suffix == ".csv":
+            frame.write_csv(out)
+        elif suffix in (".parquet", ".pq"):
+            frame.write_parquet(out)
+        else:
+            raise ValueError(f"--out = {str(out)!r}: use a .csv or .parquet file name")
+        console.print(f"table written to {out}", style="dim")
+
+
+@app.command()
+@_friendly_errors
+def simulate(
+    n: Annotated[int, typer.Option("--n", help="Calibration set size.")] = 1000,
+    alpha: Annotated[float, typer.Option("--alpha")] = 0.1,
+    delta: Delta = 0.05,
+    bound: Annotated[str, typer.Option("--bound")] = "cp",
+    search: Search = "paper",
+    grid: GridOpt = None,
+    n_min: NMin = None,
+    start: Start = None,
+    trials: Annotated[int, typer.Option("--trials", help="Monte-Carlo calibration sets.")] = 2000,
+    low: Annotated[float, typer.Option("--low", help="P(error | score = 0).")] = 0.0,
+    high: Annotated[float, typer.Option("--high", help="P(error | score = 1).")] = 0.4,
+    power: Annotated[float, typer.Option("--power", help="Shape of P(error | score).")] = 1.0,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+) -> None:
+    """Monte-Carlo validity: how often the certified threshold's true risk exceeds ALPHA."""
+    from cic.simulation import PowerRisk
+    from cic.simulation import simulate as run_simulation
+
+    result = run_simulation(PowerRisk(low, high, power), n=n, alpha=alpha, delta=delta, bound=bound,
+                            search=search, n_trials=trials, seed=seed, grid=_grid(grid, None, None, "score"),
+                            n_min=n_min, start=start)
+    console.print(result.summary(), highlight=False)
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

@@ -1,0 +1,1 @@
+"""Prefect flows: the CIC pipeline end to end, calibration, scheduled recalibration."""

@@ -1,0 +1,1 @@
+"""Prefect tasks: thin wrappers that call cic and move data."""
