@@ -1,0 +1,123 @@
+"""Table layouts shared by every stage: loaders, generation, scoring, labelling, calibration and the store.
+
+Each table is a polars schema plus its natural key. Stages hand each other polars DataFrames with exactly
+these columns (`conform` checks and orders them); the DuckDB store creates its tables from the same
+definitions, so a column is added in one place. `run_key` identifies one generation run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """A table: its columns in order (polars dtypes) and the columns of its natural key."""
+
+    name: str
+    columns: dict[str, pl.DataType]
+    key: tuple[str, ...]
+
+    @property
+    def schema(self) -> pl.Schema:
+        return pl.Schema(self.columns)
+
+
+QUESTIONS = TableSpec("questions", {
+    "dataset": pl.String(), "split": pl.String(), "question_id": pl.String(), "question": pl.String(),
+    "choices": pl.List(pl.String()),         # null for open-ended datasets
+    "choice_labels": pl.List(pl.String()),   # e.g. ["A", "B", "C", "D", "E"]; null for open-ended
+    "answer": pl.String(),                   # gold option label (multiple choice) or gold answer text
+    "aliases": pl.List(pl.String()),         # other accepted answers; empty list when none
+}, ("dataset", "split", "question_id"))
+
+RUNS = TableSpec("runs", {
+    "run_key": pl.String(), "model": pl.String(), "dataset": pl.String(), "split": pl.String(),
+    "prompt_id": pl.String(),
+    "generation_config": pl.String(),        # canonical JSON of everything that shaped the generations
+    "created_at": pl.Datetime("us", "UTC"),
+}, ("run_key",))
+
+GENERATIONS = TableSpec("generations", {
+    "run_key": pl.String(), "question_id": pl.String(),
+    "sample_index": pl.Int32(),              # 0 = the most likely (greedy) answer, 1..K = samples
+    "text": pl.String(),
+    "n_tokens": pl.Int32(),
+    "logprob_sum": pl.Float64(),             # sum of token log-probabilities up to the first EOS
+    "logprob_mean": pl.Float64(),            # logprob_sum / n_tokens (null when n_tokens = 0)
+    "is_greedy": pl.Boolean(),
+    "option_probs": pl.List(pl.Float64()),   # multiple choice: probability of each option; else null
+    "flags": pl.List(pl.String()),           # e.g. ["empty"], ["prompt_truncated"]; empty list when clean
+}, ("run_key", "question_id", "sample_index"))
+
+SCORES = TableSpec("scores", {
+    "run_key": pl.String(), "question_id": pl.String(),
+    "estimator": pl.String(),                # e.g. "semantic_entropy[embedding:0.9]"
+    "value": pl.Float64(),                   # higher = more uncertain
+}, ("run_key", "question_id", "estimator"))
+
+LABELS = TableSpec("labels", {
+    "run_key": pl.String(), "question_id": pl.String(),
+    "criterion": pl.String(),                # e.g. "option_match", "similarity[0.6]"
+    "aligned": pl.Boolean(),                 # the answer counts as correct (error = not aligned)
+    "value": pl.Float64(),                   # the similarity / match value behind the decision
+}, ("run_key", "question_id", "criterion"))
+
+CALIBRATIONS = TableSpec("calibrations", {
+    "calibration_id": pl.String(),
+    "model": pl.String(), "dataset": pl.String(), "estimator": pl.String(), "criterion": pl.String(),
+    "alpha": pl.Float64(), "delta": pl.Float64(), "bound": pl.String(), "search": pl.String(),
+    "threshold": pl.Float64(),               # null: alpha unattainable
+    "bound_value": pl.Float64(), "n_accepted": pl.Int64(), "n_errors": pl.Int64(), "n_cal": pl.Int64(),
+    "data_fingerprint": pl.String(),         # hash of the (question_id, score, error) rows used
+    "result_json": pl.String(),              # CalibrationResult.to_json()
+    "created_at": pl.Datetime("us", "UTC"),
+}, ("calibration_id",))
+
+EVALUATIONS = TableSpec("evaluations", {
+    "evaluation_id": pl.String(),
+    "model": pl.String(), "dataset": pl.String(), "estimator": pl.String(), "criterion": pl.String(),
+    "alpha": pl.Float64(), "bound": pl.String(), "search": pl.String(), "delta": pl.Float64(),
+    "n_splits": pl.Int64(), "cal_fraction": pl.Float64(), "seed": pl.Int64(),
+    "fdr_mean": pl.Float64(), "fdr_std": pl.Float64(), "fdr_above_alpha": pl.Float64(),
+    "coverage_mean": pl.Float64(), "coverage_std": pl.Float64(),
+    "correct_coverage_mean": pl.Float64(), "correct_coverage_std": pl.Float64(),
+    "fails": pl.Int64(), "base_error_rate": pl.Float64(), "threshold_mean": pl.Float64(),
+    "threshold_std": pl.Float64(), "n_cal": pl.Int64(), "n_test": pl.Int64(),
+    "data_fingerprint": pl.String(),
+    "created_at": pl.Datetime("us", "UTC"),
+}, ("evaluation_id", "alpha", "bound", "search"))
+
+TABLES: dict[str, TableSpec] = {t.name: t for t in (QUESTIONS, RUNS, GENERATIONS, SCORES, LABELS, CALIBRATIONS,
+                                                     EVALUATIONS)}
+
+
+def conform(frame: pl.DataFrame, spec: TableSpec) -> pl.DataFrame:
+    """Select and cast `frame` to the table's columns, in order; a missing column is an error naming it."""
+    missing = [c for c in spec.columns if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{spec.name} rows lack column(s) {', '.join(missing)}; "
+                         f"expected {', '.join(spec.columns)}")
+    return frame.select([pl.col(c).cast(t) for c, t in spec.columns.items()])
+
+
+def canonical_json(value: Mapping[str, Any]) -> str:
+    """JSON with sorted keys and no whitespace: equal configs give equal strings (and hashes)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def stable_hash(*parts: str, length: int = 16) -> str:
+    """A short, stable hex digest of the parts (sha256)."""
+    digest = hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()
+    return digest[:length]
+
+
+def run_key(model: str, dataset: str, split: str, prompt_id: str, generation_config: Mapping[str, Any]) -> str:
+    """The natural key of one generation run: a hash of (model spec, dataset, split, prompt id, config)."""
+    return stable_hash(model, dataset, split, prompt_id, canonical_json(generation_config))
