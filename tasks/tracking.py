@@ -1,0 +1,121 @@
+"""MLflow logging through `MlflowClient` with explicit run ids (the fluent API is thread-local).
+
+One experiment per dataset; a parent run per (model, dataset, estimator, criterion) and a nested run per
+(alpha, bound, search). Every parent carries a `cic.log_key` tag — a hash of everything that shaped its
+numbers — so logging the same work twice finds the finished run and writes nothing (no duplicates on
+reruns, and `cic log` can fill in whatever a tracking outage left out).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param, RunStatus
+
+log = logging.getLogger("cic.tracking")
+
+PARENT_RUN_TAG = "mlflow.parentRunId"
+LOG_KEY_TAG = "cic.log_key"
+PARENT_LOG_KEY_TAG = "cic.parent_log_key"
+
+
+@dataclass(frozen=True)
+class ChildRun:
+    """One nested run: its name, params, metrics and small text artifacts (file name -> content)."""
+
+    name: str
+    params: Mapping[str, Any]
+    metrics: Mapping[str, float | None]
+    tags: Mapping[str, str] = field(default_factory=dict)
+    texts: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GroupLog:
+    """Everything logged for one (model, dataset, estimator, criterion) group."""
+
+    experiment: str
+    run_name: str
+    log_key: str
+    tags: Mapping[str, str]
+    params: Mapping[str, Any]
+    metrics: Mapping[str, float | None] = field(default_factory=dict)
+    artifacts: Sequence[Path] = ()
+    children: Sequence[ChildRun] = ()
+
+
+def experiment_id(client: MlflowClient, name: str, artifact_location: str | None = None) -> str:
+    """The id of experiment `name`, created on first use (restored if it was deleted)."""
+    found = client.get_experiment_by_name(name)
+    if found is None:
+        return client.create_experiment(name, artifact_location=artifact_location)
+    if found.lifecycle_stage == "deleted":
+        client.restore_experiment(found.experiment_id)
+    return found.experiment_id
+
+
+def find_logged(client: MlflowClient, experiment: str, log_key: str) -> str | None:
+    """The run id of a finished parent run with this log key, if one exists."""
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return None
+    runs = client.search_runs([found.experiment_id], filter_string=f"tags.`{LOG_KEY_TAG}` = '{log_key}'",
+                              max_results=10)
+    done = RunStatus.to_string(RunStatus.FINISHED)
+    finished = [r.info.run_id for r in runs if r.info.status == done]
+    if len(finished) < len(runs):  # a crash mid-logging left a partial group: remove it, never duplicate
+        children = client.search_runs([found.experiment_id],
+                                      filter_string=f"tags.`{PARENT_LOG_KEY_TAG}` = '{log_key}'", max_results=5000)
+        stale = {r.info.run_id for r in runs if r.info.run_id not in finished}
+        for run in children:
+            if run.data.tags.get(PARENT_RUN_TAG) in stale:
+                client.delete_run(run.info.run_id)
+        for run_id in stale:
+            client.delete_run(run_id)
+    return finished[0] if finished else None
+
+
+def _params(values: Mapping[str, Any]) -> list[Param]:
+    return [Param(k, v if isinstance(v, str) else json.dumps(v, default=str)[:6000]) for k, v in values.items()]
+
+
+def _metrics(values: Mapping[str, float | None], timestamp: int) -> list[Metric]:
+    return [Metric(k, float(v), timestamp, 0) for k, v in values.items()
+            if v is not None and math.isfinite(float(v))]
+
+
+def log_group(client: MlflowClient, group: GroupLog, *, artifact_location: str | None = None) -> tuple[str, bool]:
+    """Log a group (parent + nested runs) unless already logged; returns (parent run id, newly logged)."""
+    existing = find_logged(client, group.experiment, group.log_key)
+    if existing is not None:
+        return existing, False
+    exp_id = experiment_id(client, group.experiment, artifact_location)
+    parent = client.create_run(exp_id, run_name=group.run_name, tags={**group.tags, LOG_KEY_TAG: group.log_key})
+    run_id = parent.info.run_id
+    try:
+        now = parent.info.start_time
+        client.log_batch(run_id, metrics=_metrics(group.metrics, now), params=_params(group.params))
+        for path in group.artifacts:
+            if path.is_dir():
+                client.log_artifacts(run_id, str(path), artifact_path=path.name)
+            else:
+                client.log_artifact(run_id, str(path))
+        for child in group.children:
+            sub = client.create_run(exp_id, run_name=child.name, tags={
+                **group.tags, **child.tags, PARENT_RUN_TAG: run_id, PARENT_LOG_KEY_TAG: group.log_key})
+            client.log_batch(sub.info.run_id, metrics=_metrics(child.metrics, now), params=_params(child.params))
+            for name, text in child.texts.items():
+                client.log_text(sub.info.run_id, text, name)
+            client.set_terminated(sub.info.run_id, "FINISHED")
+    except Exception:
+        client.set_terminated(run_id, "FAILED")
+        raise
+    client.set_terminated(run_id, "FINISHED")
+    return run_id, True
