@@ -88,6 +88,12 @@ PilotOpt = Annotated[Path | None, typer.Option("--pilot", help="Pilot file whose
 GridSize = Annotated[int | None, typer.Option("--grid-size", help="Number of pilot quantiles.")]
 NMin = Annotated[int | None, typer.Option("--n-min", help="fixed_sequence: first test at this accepted count.")]
 Start = Annotated[float | None, typer.Option("--start", help="fixed_sequence: first threshold tested.")]
+Alphas = Annotated[str, typer.Option("--alphas", help="Comma-separated risk levels.")]
+Bounds = Annotated[str, typer.Option("--bounds", help="Comma-separated bounds.")]
+Searches = Annotated[str, typer.Option("--search", help="Comma-separated searches.")]
+NSplits = Annotated[int, typer.Option("--n-splits", help="Random calibration/test splits.")]
+CalFraction = Annotated[float, typer.Option("--cal-fraction", help="Share of items used to calibrate.")]
+Seed = Annotated[int, typer.Option("--seed")]
 
 
 @app.command()
@@ -140,15 +146,13 @@ def evaluate(
     score_col: ScoreCol = "score",
     error_col: ErrorCol = "error",
     correct_col: CorrectCol = None,
-    alphas: Annotated[str, typer.Option("--alphas", help="Comma-separated risk levels.")] =
-    "0.05,0.10,0.15,0.20,0.25",
-    bounds: Annotated[str, typer.Option("--bounds", help="Comma-separated bounds.")] = "hoeffding,cp",
-    search: Annotated[str, typer.Option("--search", help="Comma-separated searches.")] = "paper",
+    alphas: Alphas = "0.05,0.10,0.15,0.20,0.25",
+    bounds: Bounds = "hoeffding,cp",
+    search: Searches = "paper",
     delta: Delta = 0.05,
-    n_splits: Annotated[int, typer.Option("--n-splits", help="Random calibration/test splits.")] = 100,
-    cal_fraction: Annotated[float, typer.Option("--cal-fraction", help="Share of items used to calibrate.")]
-    = 0.5,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
+    n_splits: NSplits = 100,
+    cal_fraction: CalFraction = 0.5,
+    seed: Seed = 0,
     grid: GridOpt = None,
     pilot: PilotOpt = None,
     grid_size: GridSize = None,
@@ -261,15 +265,13 @@ def report(
     score_col: ScoreCol = "score",
     error_col: ErrorCol = "error",
     correct_col: CorrectCol = None,
-    alphas: Annotated[str, typer.Option("--alphas", help="Comma-separated risk levels.")] =
-    "0.05,0.10,0.15,0.20,0.25",
-    bounds: Annotated[str, typer.Option("--bounds", help="Comma-separated bounds.")] = "hoeffding,cp",
-    search: Annotated[str, typer.Option("--search", help="Comma-separated searches.")] = "paper",
+    alphas: Alphas = "0.05,0.10,0.15,0.20,0.25",
+    bounds: Bounds = "hoeffding,cp",
+    search: Searches = "paper",
     delta: Delta = 0.05,
-    n_splits: Annotated[int, typer.Option("--n-splits", help="Random calibration/test splits.")] = 100,
-    cal_fraction: Annotated[float, typer.Option("--cal-fraction", help="Share of items used to calibrate.")]
-    = 0.5,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
+    n_splits: NSplits = 100,
+    cal_fraction: CalFraction = 0.5,
+    seed: Seed = 0,
     grid: GridOpt = None,
     fractions: Annotated[str, typer.Option("--fractions", help="Calibration fractions of the split-ratio study "
                                                                "('' skips it).")] = "0.5,0.4,0.3,0.2,0.1",
@@ -316,14 +318,14 @@ def validity(
     out: Annotated[Path, typer.Option("--out", help="Directory for the table and the plot.")] = Path("validity"),
     trials: Annotated[int, typer.Option("--trials", help="Monte-Carlo calibration sets per row.")] = 2000,
     ns: Annotated[str, typer.Option("--ns", help="Comma-separated calibration set sizes.")] = "200,1000,5000",
-    alphas: Annotated[str, typer.Option("--alphas", help="Comma-separated risk levels.")] = "0.1,0.2",
+    alphas: Alphas = "0.1,0.2",
     searches: Annotated[str, typer.Option("--searches")] = "paper,bonferroni,fixed_sequence",
     bounds: Annotated[str, typer.Option("--bounds")] = "hoeffding,cp",
     scenarios: Annotated[str, typer.Option("--scenarios", help="crossing (R = 2αt), flat (R = 1.2α).")]
     = "crossing,flat",
     delta: Delta = 0.05,
     grid_size: Annotated[int, typer.Option("--grid-size", help="Bonferroni grid points over [0.05, 1].")] = 20,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
+    seed: Seed = 0,
     no_figure: Annotated[bool, typer.Option("--no-figure", help="Table only.")] = False,
 ) -> None:
     """Monte-Carlo validity of every search and bound: violation rates with exact CIs against delta."""

@@ -116,24 +116,45 @@ def evaluate_groups(frame: pl.DataFrame, config: ReportConfig = ReportConfig()) 
     return pl.concat(parts)
 
 
-def sensitivity_study(frame: pl.DataFrame, config: ReportConfig = ReportConfig()) -> pl.DataFrame:
-    """The split-ratio study (paper Figure 2): the protocol at each calibration fraction, first search only."""
+def sensitivity_study(frame: pl.DataFrame, config: ReportConfig = ReportConfig(),
+                      results: pl.DataFrame | None = None) -> pl.DataFrame:
+    """The split-ratio study (paper Figure 2): the protocol at each calibration fraction, first search only.
+
+    `results` (from `evaluate_groups` with the same config) supplies the fraction it already ran.
+    """
     import polars as pl
 
     frame = check_long_frame(frame)
     parts = []
     search = config.searches[0]
+    reusable = results is not None and set(config.sensitivity_alphas) <= set(config.alphas)
     for key, scores, errors in iter_groups(frame):
         for fraction in config.sensitivity_fractions:
-            table = evaluate_splits(scores, errors, alphas=config.sensitivity_alphas, bounds=config.bounds,
-                                    search=search, delta=config.delta, n_splits=config.n_splits,
-                                    cal_fraction=fraction, seed=config.seed, **config.search_kwargs(search))
+            if reusable and fraction == config.cal_fraction:
+                table = _rows_of(results, key).filter(pl.col("search") == search,
+                                                      pl.col("alpha").is_in(list(config.sensitivity_alphas)))
+                table = table.drop(*GROUP_KEYS, "cal_fraction", "seed")
+            else:
+                table = evaluate_splits(scores, errors, alphas=config.sensitivity_alphas, bounds=config.bounds,
+                                        search=search, delta=config.delta, n_splits=config.n_splits,
+                                        cal_fraction=fraction, seed=config.seed, **config.search_kwargs(search))
             parts.append(_with_keys(key, table).with_columns(cal_fraction=pl.lit(fraction)))
     return pl.concat(parts)
 
 
-def baselines_study(frame: pl.DataFrame, config: ReportConfig = ReportConfig()) -> pl.DataFrame:
-    """CIC and the baselines on the same splits, per group and alpha (`cic.baselines.compare_methods`)."""
+def _rows_of(results: pl.DataFrame, key: dict[str, str]) -> pl.DataFrame:
+    """The rows of one group."""
+    import polars as pl
+
+    return results.filter(*(pl.col(k) == v for k, v in key.items()))
+
+
+def baselines_study(frame: pl.DataFrame, config: ReportConfig = ReportConfig(),
+                    results: pl.DataFrame | None = None) -> pl.DataFrame:
+    """CIC and the baselines on the same splits, per group and alpha (`cic.baselines.compare_methods`).
+
+    `results` (from `evaluate_groups` with the same config) supplies the CIC rows it already holds.
+    """
     import polars as pl
 
     frame = check_long_frame(frame)
@@ -143,7 +164,8 @@ def baselines_study(frame: pl.DataFrame, config: ReportConfig = ReportConfig()) 
         table = _baselines.compare_methods(scores, errors, alphas=config.alphas, methods=config.baselines,
                                            cic_searches=cic_searches, delta=config.delta,
                                            bound=config.baseline_bound, n_splits=config.n_splits,
-                                           cal_fraction=config.cal_fraction, seed=config.seed)
+                                           cal_fraction=config.cal_fraction, seed=config.seed,
+                                           known=None if results is None else _rows_of(results, key))
         parts.append(_with_keys(key, table))
     return pl.concat(parts)
 
@@ -238,12 +260,12 @@ def write_report(frame: pl.DataFrame, out_dir: str | Path, config: ReportConfig 
         _write(tables / f"{metric}.md", rt.paper_table_markdown(results, metric), files.tables, out)
         _write(tables / f"{metric}.tex", rt.paper_table_latex(results, metric), files.tables, out)
 
-    sensitivity = sensitivity_study(frame, config) if config.sensitivity_fractions else None
+    sensitivity = sensitivity_study(frame, config, results) if config.sensitivity_fractions else None
     if sensitivity is not None:
         sensitivity.write_csv(tables / "sensitivity.csv")
         files.tables.append(Path("tables/sensitivity.csv"))
         _write(tables / "sensitivity.md", rt.sensitivity_markdown(sensitivity), files.tables, out)
-    comparison = baselines_study(frame, config) if config.baselines else None
+    comparison = baselines_study(frame, config, results) if config.baselines else None
     if comparison is not None:
         comparison.write_csv(tables / "baselines.csv")
         files.tables.append(Path("tables/baselines.csv"))
@@ -298,6 +320,12 @@ def _index(frame: pl.DataFrame, config: ReportConfig, results: pl.DataFrame, fil
         lines.append(f"- {described.get(stem, stem)}: {links}")
     if files.figures:
         lines += ["", "## Figures", ""]
+        captions = {"fdr_vs_alpha": "Empirical test FDR against α (dashed: y = α)",
+                    "sensitivity": "Split-ratio sensitivity: alignment 1 − FDR against calibration:test (paper "
+                                   "Figure 2)",
+                    "prr": "Prediction rejection ratio per estimator"}
         for p in files.figures:
-            lines += [f"### {p.stem.replace('_', ' ')}", "", f"![{p.stem}]({p.as_posix()})", ""]
+            caption = captions.get(p.stem, f"Risk–coverage with certified thresholds: "
+                                           f"{p.stem.removeprefix('risk_coverage_')}")
+            lines += [f"### {caption}", "", f"![{p.stem}]({p.as_posix()})", ""]
     return "\n".join(lines).rstrip() + "\n"

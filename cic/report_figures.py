@@ -21,24 +21,38 @@ DPI = 100
 
 
 def _figure(n_panels: int, *, panel_size: tuple[float, float] = (3.6, 2.8), max_cols: int = 4,
-            top_in: float = 0.6) -> tuple[Figure, list[Any]]:
+            top_in: float = 0.6, min_width: float = 0.0, labels: tuple[str, str] | None = None
+            ) -> tuple[Figure, list[Any]]:
     """A grid of panels with fixed margins in inches (matplotlib's automatic layouts cost seconds on big grids).
 
-    `top_in` leaves room above the panels for a title and a shared legend.
+    `top_in` leaves room above the panels for a title and a shared legend; `min_width` (inches) keeps that
+    text inside a figure of few panels, which then sit centred. With `labels` (x, y) the panels share their
+    axes and only the outer ones carry tick labels and axis labels (less text to draw, easier to compare).
     """
     from matplotlib.figure import Figure
 
     cols = max(1, min(max_cols, n_panels))
     rows = math.ceil(n_panels / cols)
     left, right, bottom, gap_w, gap_h = 0.65, 0.15, 0.5, 0.65, 0.75
-    width = left + right + cols * panel_size[0] + (cols - 1) * gap_w
+    natural = left + right + cols * panel_size[0] + (cols - 1) * gap_w
+    width = max(natural, min_width)
+    left, right = left + (width - natural) / 2, right + (width - natural) / 2
     height = top_in + bottom + rows * panel_size[1] + (rows - 1) * gap_h
     fig = Figure(figsize=(width, height))
     fig.subplots_adjust(left=left / width, right=1 - right / width, bottom=bottom / height, top=1 - top_in / height,
                         wspace=gap_w / panel_size[0], hspace=gap_h / panel_size[1])
-    axes = fig.subplots(rows, cols, squeeze=False).ravel().tolist()
+    shared = labels is not None
+    axes = fig.subplots(rows, cols, squeeze=False, sharex=shared, sharey=shared).ravel().tolist()
     for ax in axes[n_panels:]:
         ax.set_visible(False)
+    if labels is not None:
+        for i, ax in enumerate(axes[:n_panels]):
+            bottom_of_column = i + cols >= n_panels
+            ax.tick_params(labelbottom=bottom_of_column, labelleft=i % cols == 0)
+            if bottom_of_column:
+                ax.set_xlabel(labels[0])
+            if i % cols == 0:
+                ax.set_ylabel(labels[1])
     return fig, axes[:n_panels]
 
 
@@ -46,8 +60,13 @@ def _shared_legend(fig: Figure, handles: list[Any], labels: list[str], title: st
     """One legend for every panel, centred under the figure title."""
     if title:
         fig.suptitle(title, fontsize=10, y=1 - 0.12 / fig.get_figheight())
-    fig.legend(handles, labels, loc="upper center", ncols=min(len(labels), 6), fontsize=7, frameon=False,
+    fig.legend(handles, labels, loc="upper center", ncols=min(len(labels), 7), fontsize=7, frameon=False,
                bbox_to_anchor=(0.5, 1 - 0.32 / fig.get_figheight()))
+
+
+def _title(ax: Any, text: str, size: int = 9) -> None:
+    """A panel title at a fixed height (matplotlib's automatic title placement measures every tick label)."""
+    ax.set_title(text, fontsize=size, y=1.0)
 
 
 def _save(fig: Figure, path: Path) -> Path:
@@ -70,7 +89,8 @@ def risk_coverage_figure(panels: Sequence[CurvePanel], path: Path, title: str) -
     """Selective risk against coverage, with each alpha's certified threshold marked (× where unattainable)."""
     from matplotlib.lines import Line2D
 
-    fig, axes = _figure(len(panels), top_in=0.9)
+    fig, axes = _figure(len(panels), top_in=0.9, min_width=9.0,
+                        labels=("coverage (accepted share)", "error rate among accepted"))
     alphas = [alpha for alpha, _ in panels[0].marks] if panels else []
     colors = dict(zip(alphas, _palette(len(alphas)), strict=True))
     for ax, panel in zip(axes, panels, strict=True):
@@ -82,15 +102,13 @@ def risk_coverage_figure(panels: Sequence[CurvePanel], path: Path, title: str) -
                 ax.plot([0.0], [alpha], marker="x", color=colors[alpha], ms=7, ls="none")
             else:
                 ax.plot([point[0]], [point[1]], marker="o", color=colors[alpha], ms=6, ls="none")
-        ax.set_title(panel.title, fontsize=9)
-        ax.set_xlabel("coverage (accepted share)")
-        ax.set_ylabel("error rate among accepted")
+        _title(ax, panel.title)
         ax.set_xlim(0, 1.02)
         ax.set_ylim(bottom=0)
     handles = [Line2D([], [], color="0.3", lw=1.2)] + [
         Line2D([], [], color=colors[a], marker="o", ls=":", lw=0.6) for a in alphas] + [
         Line2D([], [], color="0.3", marker="x", ls="none")]
-    labels = ["empirical risk"] + [f"certified at α = {a:g}" for a in alphas] + ["× α unattainable"]
+    labels = ["empirical risk"] + [f"certified, α = {a:g}" for a in alphas] + ["unattainable"]
     _shared_legend(fig, handles, labels, title)
     return _save(fig, path)
 
@@ -113,7 +131,7 @@ def fdr_vs_alpha_figure(results: pl.DataFrame, path: Path) -> Path:
                 ax.errorbar([r["alpha"] for r in rows], [r["fdr_mean"] for r in rows],
                             yerr=[r["fdr_std"] for r in rows], marker="o", ms=3, lw=1, capsize=2, color=color,
                             label=" / ".join(group))
-        ax.set_title(f"{bound_label(bound)} (search {', '.join(sorted(set(sub['search'])))})", fontsize=9)
+        _title(ax, f"{bound_label(bound)} (search {', '.join(sorted(set(sub['search'])))})")
         ax.set_xlabel("target risk level α")
         ax.set_ylabel("test FDR (mean ± std)")
         ax.set_xlim(0, top * 1.05)
@@ -131,7 +149,8 @@ def sensitivity_figure(frame: pl.DataFrame, path: Path) -> Path:
 
     keys = varying_keys(frame)
     panels = list(dict.fromkeys((tuple(r[k] for k in keys), r["alpha"]) for r in frame.iter_rows(named=True)))
-    fig, axes = _figure(len(panels), panel_size=(3.8, 3.0), max_cols=3, top_in=0.9)
+    fig, axes = _figure(len(panels), panel_size=(3.8, 3.0), max_cols=3, top_in=0.9, min_width=6.5,
+                        labels=("calibration : test split ratio", "alignment proportion (1 − FDR)"))
     fractions = sorted(set(frame.get_column("cal_fraction").to_list()), reverse=True)
     bounds = list(dict.fromkeys(frame.get_column("bound").to_list()))
     colors = dict(zip(bounds, _palette(len(bounds)), strict=True))
@@ -146,9 +165,7 @@ def sensitivity_figure(frame: pl.DataFrame, path: Path) -> Path:
                             color=colors[bound])
         ax.axhline(1 - alpha, color="k", ls="--", lw=1)
         ax.set_xticks(range(len(fractions)), [ratio_label(f) for f in fractions])
-        ax.set_xlabel("calibration : test split ratio")
-        ax.set_ylabel("alignment proportion (1 − FDR)")
-        ax.set_title(f"{' / '.join(group)}, target {1 - alpha:.2f}", fontsize=9)
+        _title(ax, f"{' / '.join(group)}, target {1 - alpha:.2f}")
     handles = [Line2D([], [], color=colors[b], marker="o") for b in bounds] + [Line2D([], [], color="k", ls="--")]
     labels = [bound_label(b) for b in bounds] + ["target 1 − α"]
     _shared_legend(fig, handles, labels, "Sensitivity to the calibration:test split ratio (mean ± std over splits)")
@@ -178,7 +195,7 @@ def prr_figure(frame: pl.DataFrame, path: Path) -> Path:
     ax.set_xticks(range(len(groups)), [" / ".join(g) if g else "all" for g in groups], rotation=20, ha="right",
                   fontsize=8)
     ax.set_ylabel("PRR (1 = perfect, 0 = random)")
-    ax.set_title("Prediction rejection ratio per estimator", fontsize=10)
+    _title(ax, "Prediction rejection ratio per estimator", 10)
     ax.legend(fontsize=7)
     return _save(fig, path)
 
@@ -189,7 +206,7 @@ def validity_figure(frame: pl.DataFrame, path: Path) -> Path:
     from matplotlib.ticker import NullLocator
 
     panels = list(dict.fromkeys((r["scenario"], r["alpha"]) for r in frame.iter_rows(named=True)))
-    fig, axes = _figure(len(panels), panel_size=(4.0, 3.0), max_cols=2, top_in=1.0)
+    fig, axes = _figure(len(panels), panel_size=(4.0, 3.0), max_cols=2, top_in=1.0, min_width=9.0)
     series = list(dict.fromkeys((r["search"], r["bound"]) for r in frame.iter_rows(named=True)))
     colors = _palette(len(series))
     delta = float(frame.get_column("delta")[0])
@@ -211,7 +228,7 @@ def validity_figure(frame: pl.DataFrame, path: Path) -> Path:
         ax.set_xticks(ns, [str(n) for n in ns])
         ax.set_xlabel("calibration set size n")
         ax.set_ylabel("P(R(t̂) > α)")
-        ax.set_title(f"{scenario}, α = {alpha:g}", fontsize=9)
+        _title(ax, f"{scenario}, α = {alpha:g}")
     handles = [Line2D([], [], color=c, marker="o", ms=3) for c in colors] + [Line2D([], [], color="k", ls="--")]
     labels = [f"{search}/{bound}" for search, bound in series] + [f"δ = {delta:g}"]
     _shared_legend(fig, handles, labels, "Violation rate P(R(t̂) > α) with exact 95% intervals")

@@ -56,27 +56,13 @@ def ratio_label(cal_fraction: float) -> str:
     return f"{f.numerator}:{f.denominator - f.numerator}"
 
 
+_LATEX = {**{ch: "\\" + ch for ch in "&%$#_{}"}, "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+          "\\": r"\textbackslash{}", "α": r"$\alpha$", "δ": r"$\delta$", "±": r"$\pm$"}
+
+
 def latex_escape(text: str) -> str:
-    """Escape LaTeX special characters in a label."""
-    out = []
-    for ch in str(text):
-        if ch in "&%$#_{}":
-            out.append("\\" + ch)
-        elif ch == "~":
-            out.append(r"\textasciitilde{}")
-        elif ch == "^":
-            out.append(r"\textasciicircum{}")
-        elif ch == "\\":
-            out.append(r"\textbackslash{}")
-        elif ch == "α":
-            out.append(r"$\alpha$")
-        elif ch == "δ":
-            out.append(r"$\delta$")
-        elif ch == "±":
-            out.append(r"$\pm$")
-        else:
-            out.append(ch)
-    return "".join(out)
+    """Escape LaTeX special characters in a label (and write α, δ, ± in math mode)."""
+    return "".join(_LATEX.get(ch, ch) for ch in str(text))
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -93,10 +79,6 @@ def varying_keys(frame: pl.DataFrame, keys: Sequence[str] = GROUP_KEYS) -> list[
     """The group columns that take more than one value (all of `keys[:1]` when none does)."""
     varying = [k for k in keys if frame.get_column(k).n_unique() > 1]
     return varying or list(keys[:1])
-
-
-def group_label(row: dict[str, Any], keys: Sequence[str]) -> str:
-    return " / ".join(str(row[k]) for k in keys)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -263,18 +245,20 @@ def sensitivity_markdown(frame: pl.DataFrame) -> str:
 def baselines_markdown(frame: pl.DataFrame) -> str:
     """The baselines table: per group, alpha and method, what each method delivers and what it claims."""
     keys = varying_keys(frame)
-    headers = ["group", "α", "method", "guarantee", "FDR (mean ± std)", "splits with test FDR > α", "coverage",
-               "correct cov.", "fails"]
+    headers = ["group", "α", "method", "guarantee", "FDR (mean ± std)", "E[FDP]", "splits with test FDR > α",
+               "coverage", "correct cov.", "fails"]
     rows = []
     for r in frame.with_columns(_g=_group_expr(keys)).iter_rows(named=True):
         fdr = DASH if r["fdr_mean"] is None else f"{r['fdr_mean']:.3f} ± {r['fdr_std']:.3f}"
-        rows.append([r["_g"], f"{r['alpha']:g}", r["label"], r["guarantee"], fdr, fmt(r["fdr_above_alpha"], ".2f"),
+        rows.append([r["_g"], f"{r['alpha']:g}", r["label"], r["guarantee"], fdr, f"{r['fdp_mean']:.3f}",
+                     fmt(r["fdr_above_alpha"], ".2f"),
                      f"{r['coverage_mean']:.3f}", fmt(r["correct_coverage_mean"]), f"{r['fails']}/{r['n_splits']}"])
     claims = frame.unique("label", maintain_order=True)
     notes = "\n".join(f"- **{r['label']}** ({r['guarantee']}): {r['claim']}" for r in claims.iter_rows(named=True))
     return (f"{markdown_table(headers, rows)}\n\nWhat each method claims:\n\n{notes}\n\n"
-            "\"splits with test FDR > α\" is over the splits that selected something; a finite test set scatters "
-            "around the true risk, so even a valid method shows some.\n")
+            "FDR (mean ± std) and \"splits with test FDR > α\" are over the splits that selected something (a "
+            "finite test set scatters around the true risk, so even a valid method shows some); E[FDP] averages "
+            "over all splits with 0 where nothing was accepted — the quantity the expectation guarantees bound.\n")
 
 
 def prr_markdown(frame: pl.DataFrame) -> str:

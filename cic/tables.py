@@ -1,4 +1,7 @@
-"""Read precomputed (score, error) tables from Parquet or CSV files, with errors that name file, column and row."""
+"""Read precomputed (score, error) tables from Parquet or CSV files and check long multi-group score frames.
+
+Errors name the file, column, row and value.
+"""
 
 from __future__ import annotations
 

@@ -133,3 +133,15 @@ def test_compare_methods_puts_cic_on_the_same_splits() -> None:
 def test_bad_arguments_name_the_field(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
         B.baseline_outcomes(SCORES, ERRORS, **kwargs)
+
+
+def test_fdp_mean_counts_empty_selections_as_zero() -> None:
+    scores, errors = make_table(np.random.default_rng(7), 600, decimals=3, base=0.05)
+    table = B.compare_methods(scores, errors, alphas=[0.08], n_splits=15, seed=2)
+    outcomes = B.baseline_outcomes(scores, errors, alphas=[0.08], n_splits=15, seed=2)
+    for method in B.METHODS:
+        per_split = outcomes.filter(method=method)["fdr"].fill_null(0.0).to_numpy()
+        assert table.filter(method=method)["fdp_mean"][0] == pytest.approx(per_split.mean())
+    outcomes = cic.split_outcomes(scores, errors, alphas=[0.08], bounds="cp", n_splits=15, seed=2)
+    assert table.filter(method="cic_paper")["fdp_mean"][0] == pytest.approx(
+        outcomes["fdr"].fill_null(0.0).mean())

@@ -13,7 +13,14 @@ import pytest
 
 import cic
 from cic import bounds
-from cic.report import ReportConfig, evaluate_groups, prr_study, sensitivity_study, write_report
+from cic.report import (
+    ReportConfig,
+    baselines_study,
+    evaluate_groups,
+    prr_study,
+    sensitivity_study,
+    write_report,
+)
 from cic.report_tables import paper_table_latex, paper_table_markdown, ratio_label
 from cic.tables import check_long_frame
 
@@ -249,3 +256,24 @@ def test_write_report_refuses_a_file_as_directory(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="exists and is not a directory"):
         write_report(_hand_frame(), target, **FAST)
     assert target.read_text() == "x"
+
+
+def test_reusing_the_main_results_changes_nothing() -> None:
+    rng = np.random.default_rng(9)
+    s = rng.random(500)
+    frame = _group("m", "d", s, (rng.random(500) < 0.35 * s).astype(int))
+    config = ReportConfig(n_splits=6, sensitivity_fractions=(0.5, 0.3), sensitivity_alphas=(0.1, 0.2))
+    results = evaluate_groups(frame, config)
+    assert sensitivity_study(frame, config, results).equals(sensitivity_study(frame, config))
+    assert baselines_study(frame, config, results).equals(baselines_study(frame, config))
+
+
+def test_committed_example_report_is_current(tmp_path: Path) -> None:
+    """infra/examples/report (shown in the README) is what `cic report` writes today for the demo table."""
+    from cic.tables import read_long_table
+
+    root = Path(__file__).resolve().parents[1] / "infra" / "examples"
+    frame = read_long_table(root / "scores_demo.csv", labels={"model": "demo-model", "dataset": "demo"})
+    write_report(frame, tmp_path, figures=False)
+    for fresh in sorted((tmp_path / "tables").iterdir()):
+        assert fresh.read_text() == (root / "report" / "tables" / fresh.name).read_text(), fresh.name
