@@ -10,7 +10,7 @@ protocol (`cic.evaluate_splits`), the split-ratio sensitivity study, the baselin
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -243,6 +243,10 @@ def write_report(frame: pl.DataFrame, out_dir: str | Path, config: ReportConfig 
     """
     from cic import report_tables as rt
 
+    unknown = sorted(set(overrides) - {f.name for f in fields(ReportConfig)})
+    if unknown:
+        raise ValueError(f"unknown report setting(s) {', '.join(unknown)}; settings are: "
+                         f"{', '.join(f.name for f in fields(ReportConfig))}")
     config = replace(config or ReportConfig(), **overrides)
     frame = check_long_frame(frame)
     out = Path(out_dir)

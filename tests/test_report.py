@@ -221,6 +221,8 @@ def test_bad_config_is_refused() -> None:
         ReportConfig(alphas=(0.1, 2))
     with pytest.raises(ValueError, match="baseline = 'x'"):
         ReportConfig(baselines=("x",))
+    with pytest.raises(ValueError, match="unknown report setting"):
+        write_report(_hand_frame(), "unused", n_split=3)
 
 
 def test_write_report_writes_every_table_figure_and_an_index_that_links_them(tmp_path: Path) -> None:
