@@ -88,6 +88,12 @@ PilotOpt = Annotated[Path | None, typer.Option("--pilot", help="Pilot file whose
 GridSize = Annotated[int | None, typer.Option("--grid-size", help="Number of pilot quantiles.")]
 NMin = Annotated[int | None, typer.Option("--n-min", help="fixed_sequence: first test at this accepted count.")]
 Start = Annotated[float | None, typer.Option("--start", help="fixed_sequence: first threshold tested.")]
+Alphas = Annotated[str, typer.Option("--alphas", help="Comma-separated risk levels.")]
+Bounds = Annotated[str, typer.Option("--bounds", help="Comma-separated bounds.")]
+Searches = Annotated[str, typer.Option("--search", help="Comma-separated searches.")]
+NSplits = Annotated[int, typer.Option("--n-splits", help="Random calibration/test splits.")]
+CalFraction = Annotated[float, typer.Option("--cal-fraction", help="Share of items used to calibrate.")]
+Seed = Annotated[int, typer.Option("--seed")]
 
 
 @app.command()
@@ -140,15 +146,13 @@ def evaluate(
     score_col: ScoreCol = "score",
     error_col: ErrorCol = "error",
     correct_col: CorrectCol = None,
-    alphas: Annotated[str, typer.Option("--alphas", help="Comma-separated risk levels.")] =
-    "0.05,0.10,0.15,0.20,0.25",
-    bounds: Annotated[str, typer.Option("--bounds", help="Comma-separated bounds.")] = "hoeffding,cp",
-    search: Annotated[str, typer.Option("--search", help="Comma-separated searches.")] = "paper",
+    alphas: Alphas = "0.05,0.10,0.15,0.20,0.25",
+    bounds: Bounds = "hoeffding,cp",
+    search: Searches = "paper",
     delta: Delta = 0.05,
-    n_splits: Annotated[int, typer.Option("--n-splits", help="Random calibration/test splits.")] = 100,
-    cal_fraction: Annotated[float, typer.Option("--cal-fraction", help="Share of items used to calibrate.")]
-    = 0.5,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
+    n_splits: NSplits = 100,
+    cal_fraction: CalFraction = 0.5,
+    seed: Seed = 0,
     grid: GridOpt = None,
     pilot: PilotOpt = None,
     grid_size: GridSize = None,
@@ -210,6 +214,136 @@ def simulate(
                             search=search, n_trials=trials, seed=seed, grid=_grid(grid, None, None, "score"),
                             n_min=n_min, start=start)
     console.print(result.summary(), highlight=False)
+
+
+def _ints(text: str, name: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{name} = {text!r}: expected comma-separated integers, e.g. 200,1000") from None
+
+
+def _per_file(values: list[str] | None, n_files: int, name: str) -> list[str | None]:
+    """A label given once applies to every file; given once per file, in file order."""
+    if not values:
+        return [None] * n_files
+    if len(values) == 1:
+        return values * n_files
+    if len(values) != n_files:
+        raise ValueError(f"--{name} was given {len(values)} times for {n_files} files: give it once (all files) "
+                         "or once per file")
+    return list(values)
+
+
+def _mlflow_client(run_id: str) -> Any:
+    """A tracking client for an existing run (MLFLOW_TRACKING_URI), checked before any work is done."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    try:
+        client.get_run(run_id)
+    except MlflowException as exc:
+        raise ValueError(f"--mlflow-run-id = {run_id!r}: {exc.message}") from None
+    return client
+
+
+LabelOpt = Annotated[list[str] | None, typer.Option(help="Label for files without this column: once for all files "
+                                                         "or once per file.")]
+
+
+@app.command()
+@_friendly_errors
+def report(
+    files: Annotated[list[Path], typer.Argument(help="Parquet or CSV score tables: long layout (model, dataset, "
+                                                     "estimator, criterion, score, error) or one group per file.")],
+    out: Annotated[Path, typer.Option("--out", help="Directory to write the report into.")] = Path("report"),
+    model: LabelOpt = None,
+    dataset: LabelOpt = None,
+    estimator: LabelOpt = None,
+    criterion: LabelOpt = None,
+    score_col: ScoreCol = "score",
+    error_col: ErrorCol = "error",
+    correct_col: CorrectCol = None,
+    alphas: Alphas = "0.05,0.10,0.15,0.20,0.25",
+    bounds: Bounds = "hoeffding,cp",
+    search: Searches = "paper",
+    delta: Delta = 0.05,
+    n_splits: NSplits = 100,
+    cal_fraction: CalFraction = 0.5,
+    seed: Seed = 0,
+    grid: GridOpt = None,
+    fractions: Annotated[str, typer.Option("--fractions", help="Calibration fractions of the split-ratio study "
+                                                               "('' skips it).")] = "0.5,0.4,0.3,0.2,0.1",
+    sensitivity_alphas: Annotated[str, typer.Option("--sensitivity-alphas", help="Risk levels of the split-ratio "
+                                                                                "study.")] = "0.1",
+    baselines: Annotated[str, typer.Option("--baselines", help="Comma-separated baselines ('' skips them): naive, "
+                                                               "coin_binary, conformal_alignment, lec.")]
+    = "naive,coin_binary,conformal_alignment,lec",
+    baseline_bound: Annotated[str, typer.Option("--baseline-bound", help="Bound of CIC and COIN in the baselines "
+                                                                         "table.")] = "cp",
+    no_figures: Annotated[bool, typer.Option("--no-figures", help="Tables only.")] = False,
+    mlflow_run_id: Annotated[str | None, typer.Option("--mlflow-run-id", help="Log the report directory as "
+                                                                             "artifacts of this MLflow run.")] = None,
+) -> None:
+    """Paper-style report: FDR / power tables, split-ratio study, baselines, figures, written to --out."""
+    import polars as pl
+
+    from cic.report import ReportConfig, write_report
+    from cic.tables import read_long_table
+
+    client = _mlflow_client(mlflow_run_id) if mlflow_run_id else None
+    labels = {name: _per_file(values, len(files), name) for name, values in
+              (("model", model), ("dataset", dataset), ("estimator", estimator), ("criterion", criterion))}
+    frames = [read_long_table(path, labels={k: v[i] for k, v in labels.items()}, score_col=score_col,
+                              error_col=error_col, correct_col=correct_col) for i, path in enumerate(files)]
+    config = ReportConfig(
+        alphas=tuple(_floats(alphas, "--alphas")), bounds=tuple(_names(bounds)), searches=tuple(_names(search)),
+        delta=delta, n_splits=n_splits, cal_fraction=cal_fraction, seed=seed,
+        grid=None if grid is None else tuple(_grid(grid, None, None, score_col)),
+        sensitivity_fractions=tuple(_floats(fractions, "--fractions")),
+        sensitivity_alphas=tuple(_floats(sensitivity_alphas, "--sensitivity-alphas")),
+        baselines=tuple(_names(baselines)), baseline_bound=baseline_bound, figures=not no_figures)
+    written = write_report(pl.concat(frames), out, config)
+    console.print(f"report written to {out}/ ({len(written.tables)} tables, {len(written.figures)} figures); "
+                  f"start at {out / 'README.md'}", highlight=False)
+    if client is not None:
+        client.log_artifacts(mlflow_run_id, str(out), artifact_path="report")
+        console.print(f"logged as artifacts 'report/' of MLflow run {mlflow_run_id}", highlight=False)
+
+
+@app.command()
+@_friendly_errors
+def validity(
+    out: Annotated[Path, typer.Option("--out", help="Directory for the table and the plot.")] = Path("validity"),
+    trials: Annotated[int, typer.Option("--trials", help="Monte-Carlo calibration sets per row.")] = 2000,
+    ns: Annotated[str, typer.Option("--ns", help="Comma-separated calibration set sizes.")] = "200,1000,5000",
+    alphas: Alphas = "0.1,0.2",
+    searches: Annotated[str, typer.Option("--searches")] = "paper,bonferroni,fixed_sequence",
+    bounds: Annotated[str, typer.Option("--bounds")] = "hoeffding,cp",
+    scenarios: Annotated[str, typer.Option("--scenarios", help="crossing (R = 2αt), flat (R = 1.2α).")]
+    = "crossing,flat",
+    delta: Delta = 0.05,
+    grid_size: Annotated[int, typer.Option("--grid-size", help="Bonferroni grid points over [0.05, 1].")] = 20,
+    seed: Seed = 0,
+    no_figure: Annotated[bool, typer.Option("--no-figure", help="Table only.")] = False,
+) -> None:
+    """Monte-Carlo validity of every search and bound: violation rates with exact CIs against delta."""
+    from cic.validity import write_validity
+
+    table, _ = write_validity(out, figure=not no_figure, scenarios=_names(scenarios), ns=_ints(ns, "--ns"),
+                              alphas=_floats(alphas, "--alphas"), searches=_names(searches), bounds=_names(bounds),
+                              delta=delta, n_trials=trials, seed=seed, grid_size=grid_size)
+    shown = Table(title=f"P(R(t̂) > α) over {trials} calibration sets, δ = {delta:g}")
+    for col in ("scenario", "n", "α", "search", "bound", "violation rate [95% CI]", "vs δ", "fails"):
+        shown.add_column(col, justify="left" if col in ("scenario", "search", "bound", "vs δ") else "right")
+    for r in table.iter_rows(named=True):
+        shown.add_row(r["scenario"], str(r["n"]), f"{r['alpha']:g}", r["search"], r["bound"],
+                      f"{r['violation_rate']:.4f} [{r['ci_low']:.4f}, {r['ci_high']:.4f}]",
+                      r["verdict"].replace("delta", "δ"), str(r["fails"]))
+    console.print(shown)
+    console.print(f"written to {out}/ (README.md, validity.md, validity.csv"
+                  f"{'' if no_figure else ', validity.png'})", highlight=False)
 
 
 def main() -> None:  # pragma: no cover - console entry point

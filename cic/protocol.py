@@ -80,11 +80,85 @@ def _candidates(sorted_scores: np.ndarray, search: str, grid: np.ndarray | None,
     return _Candidates(values, run_end, always)
 
 
-def _gather(cum: np.ndarray, pos: np.ndarray) -> np.ndarray:
+def gather(cum: np.ndarray, pos: np.ndarray) -> np.ndarray:
     """cum[:, pos] with 0 where pos = -1 (nothing at or below the threshold)."""
     out = cum[:, np.maximum(pos, 0)]
     out[:, pos < 0] = 0
     return out
+
+
+@dataclass(frozen=True)
+class SplitBlock:
+    """Cumulative counts over the sorted items for a block of splits (one row per split).
+
+    cum_n / cum_fd: calibration items / calibration errors at sorted positions <= j; cum_tn / cum_tfd: the
+    same for the test part; test_correct: correct test items per split. `first` is the block's first split.
+    """
+
+    first: int
+    cal: np.ndarray
+    cum_n: np.ndarray
+    cum_fd: np.ndarray
+    cum_tn: np.ndarray
+    cum_tfd: np.ndarray
+    test_correct: np.ndarray
+
+
+@dataclass(frozen=True)
+class SortedSplits:
+    """The data sorted once by score, with every split's calibration mask (from `split_masks`) in that order.
+
+    Shared by the protocol and the baselines (`cic.baselines`), so every method sees exactly the same splits.
+    """
+
+    scores: np.ndarray  # ascending
+    errors: np.ndarray  # bool, in the same order
+    masks: np.ndarray  # (n_splits, n_items) calibration masks over the sorted order
+    n_cal: int
+    n_test: int
+
+    @classmethod
+    def build(cls, scores: np.ndarray, errors: np.ndarray, n_splits: int, cal_fraction: float,
+              seed: int) -> SortedSplits:
+        masks = split_masks(scores.shape[0], n_splits, cal_fraction, seed)
+        n_cal = int(masks[0].sum())
+        order = np.argsort(scores, kind="stable")
+        return cls(scores[order], errors[order].astype(bool), masks[:, order], n_cal, scores.shape[0] - n_cal)
+
+    @property
+    def n_splits(self) -> int:
+        return int(self.masks.shape[0])
+
+    def unique_positions(self) -> np.ndarray:
+        """The last sorted position of each distinct score: where a threshold at that score stops accepting."""
+        return np.flatnonzero(np.append(self.scores[1:] != self.scores[:-1], True))
+
+    def run_ends(self) -> np.ndarray:
+        """For each sorted position, the last position holding the same score (a threshold accepts ties)."""
+        ends = self.unique_positions()
+        return np.repeat(ends, np.diff(np.concatenate([[-1], ends])))
+
+    def blocks(self) -> Iterator[SplitBlock]:
+        """Cumulative counts for blocks of splits, each block below `_BLOCK_CELLS` (split x item) cells."""
+        n_items = self.scores.shape[0]
+        all_n = np.arange(1, n_items + 1)
+        all_fd = np.cumsum(self.errors)
+        block = max(1, _BLOCK_CELLS // n_items)
+        for b0 in range(0, self.n_splits, block):
+            cal = self.masks[b0:b0 + block]
+            cum_n = np.cumsum(cal, axis=1, dtype=np.int64)
+            cum_fd = np.cumsum(cal & self.errors, axis=1, dtype=np.int64)
+            cum_tn, cum_tfd = all_n - cum_n, all_fd - cum_fd
+            yield SplitBlock(b0, cal, cum_n, cum_fd, cum_tn, cum_tfd, self.n_test - cum_tfd[:, -1])
+
+
+def test_measures(found: np.ndarray, accepted: np.ndarray, wrong: np.ndarray, test_correct: np.ndarray,
+                  n_test: int) -> dict[str, np.ndarray]:
+    """Per split: test FDR (NaN on a fail; 0 when nothing was accepted), coverage and correct coverage."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        fdr = np.where(accepted > 0, wrong / np.maximum(accepted, 1), 0.0)
+        correct_cov = np.where(test_correct > 0, (accepted - wrong) / np.maximum(test_correct, 1), np.nan)
+    return {"fdr": np.where(found, fdr, np.nan), "coverage": accepted / n_test, "correct_coverage": correct_cov}
 
 
 def _as_names(value: Any, name: str) -> list[str]:
@@ -109,31 +183,17 @@ def _iter_outcomes(scores: Any, errors: Any, *, alphas: Sequence[float], bounds:
     for name in search_list:
         if name not in SEARCH_NAMES:  # pragma: no cover - check_search_args already refused it
             raise ValueError(f"search = {name!r}: unknown")
-    masks = split_masks(s.shape[0], n_splits, cal_fraction, seed)
-    n_items, n_cal = s.shape[0], int(masks[0].sum())
-    n_test = n_items - n_cal
+    data = SortedSplits.build(s, e, n_splits, cal_fraction, seed)
+    cands = {name: _candidates(data.scores, name, checked[name][0], checked[name][2]) for name in search_list}
 
-    order = np.argsort(s, kind="stable")
-    s_sorted, e_sorted = s[order], e[order].astype(bool)
-    masks = masks[:, order]
-    all_n = np.arange(1, n_items + 1)
-    all_fd = np.cumsum(e_sorted)
-    cands = {name: _candidates(s_sorted, name, checked[name][0], checked[name][2]) for name in search_list}
-
-    block = max(1, _BLOCK_CELLS // n_items)
     results: dict[tuple[float, str, str], list[dict[str, np.ndarray]]] = {}
-    for b0 in range(0, n_splits, block):
-        cal = masks[b0:b0 + block]
-        cum_n = np.cumsum(cal, axis=1, dtype=np.int64)
-        cum_fd = np.cumsum(cal & e_sorted, axis=1, dtype=np.int64)
-        cum_tn, cum_tfd = all_n - cum_n, all_fd - cum_fd
-        test_correct = n_test - cum_tfd[:, -1]
+    for blk in data.blocks():
         for name in search_list:
             c = cands[name]
-            n, fd = _gather(cum_n, c.pos), _gather(cum_fd, c.pos)
+            n, fd = gather(blk.cum_n, c.pos), gather(blk.cum_fd, c.pos)
             prev = np.concatenate([np.zeros((n.shape[0], 1), dtype=np.int64), n[:, :-1]], axis=1)
             valid = c.always_valid[None, :] | (n > prev)
-            t_acc, t_fd = _gather(cum_tn, c.pos), _gather(cum_tfd, c.pos)
+            t_acc, t_fd = gather(blk.cum_tn, c.pos), gather(blk.cum_tfd, c.pos)
             k = c.values.shape[0]
             for bound in bound_list:
                 for alpha in alpha_list:
@@ -154,27 +214,21 @@ def _iter_outcomes(scores: Any, errors: Any, *, alphas: Sequence[float], bounds:
                     safe = np.maximum(idx, 0)
                     acc = np.where(found, t_acc[rows, safe], 0)
                     wrong = np.where(found, t_fd[rows, safe], 0)
-                    with np.errstate(invalid="ignore", divide="ignore"):
-                        fdr = np.where(acc > 0, wrong / np.maximum(acc, 1), 0.0)
-                        correct_cov = np.where(test_correct > 0, (acc - wrong) / np.maximum(test_correct, 1),
-                                               np.nan)
                     results.setdefault((alpha, bound, name), []).append({
                         "found": found,
                         "threshold": np.where(found, c.values[safe], np.nan),
                         "cal_accepted": np.where(found, n[rows, safe], 0),
                         "cal_errors": np.where(found, fd[rows, safe], 0),
                         "test_accepted": acc, "test_errors": wrong,
-                        "fdr": np.where(found, fdr, np.nan),
-                        "coverage": acc / n_test,
-                        "correct_coverage": correct_cov,
+                        **test_measures(found, acc, wrong, blk.test_correct, data.n_test),
                     })
     for name in search_list:
         for bound in bound_list:
             for alpha in alpha_list:
                 parts = results[(alpha, bound, name)]
                 merged = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
-                merged["n_cal"] = np.full(n_splits, n_cal)
-                merged["n_test"] = np.full(n_splits, n_test)
+                merged["n_cal"] = np.full(n_splits, data.n_cal)
+                merged["n_test"] = np.full(n_splits, data.n_test)
                 merged["base_error_rate"] = np.full(n_splits, e.mean())
                 yield alpha, bound, name, merged
 
@@ -206,6 +260,24 @@ def _std(x: np.ndarray) -> float | None:
     return float(x.std()) if x.size else None
 
 
+def summarize_splits(out: dict[str, np.ndarray], alpha: float) -> dict[str, Any]:
+    """Aggregate per-split outcomes (found, fdr, coverage, correct_coverage) the way the paper's table does.
+
+    FDR statistics are over the splits that found a threshold; coverage over all splits (a fail accepts
+    nothing); fdr_above_alpha is the share of found splits whose test FDR exceeds alpha.
+    """
+    found = out["found"]
+    fdr = out["fdr"][found]
+    return {
+        "fdr_mean": _mean(fdr), "fdr_std": _std(fdr),
+        "fdr_above_alpha": float((fdr > alpha).mean()) if fdr.size else None,
+        "coverage_mean": float(out["coverage"].mean()), "coverage_std": float(out["coverage"].std()),
+        "correct_coverage_mean": _mean(out["correct_coverage"]),
+        "correct_coverage_std": _std(out["correct_coverage"]),
+        "fails": int((~found).sum()), "n_splits": int(found.shape[0]),
+    }
+
+
 def evaluate_splits(scores: Any, errors: Any, *, alphas: Sequence[float] = DEFAULT_ALPHAS,
                     bounds: Sequence[str] | str = ("hoeffding", "cp"), search: Sequence[str] | str = "paper",
                     delta: float = 0.05, n_splits: int = 100, cal_fraction: float = 0.5, seed: int = 0,
@@ -225,20 +297,12 @@ def evaluate_splits(scores: Any, errors: Any, *, alphas: Sequence[float] = DEFAU
     for alpha, bound, name, out in _iter_outcomes(scores, errors, alphas=alphas, bounds=bounds, search=search,
                                                   delta=delta, n_splits=n_splits, cal_fraction=cal_fraction,
                                                   seed=seed, grid=grid, n_min=n_min, start=start):
-        found = out["found"]
-        fdr = out["fdr"][found]
-        rows.append({
-            "alpha": alpha, "bound": bound, "search": name, "delta": float(delta),
-            "fdr_mean": _mean(fdr), "fdr_std": _std(fdr),
-            "fdr_above_alpha": float((fdr > alpha).mean()) if fdr.size else None,
-            "coverage_mean": float(out["coverage"].mean()), "coverage_std": float(out["coverage"].std()),
-            "correct_coverage_mean": _mean(out["correct_coverage"]),
-            "correct_coverage_std": _std(out["correct_coverage"]),
-            "fails": int((~found).sum()), "n_splits": int(found.shape[0]),
-            "base_error_rate": float(out["base_error_rate"][0]),
-            "threshold_mean": _mean(out["threshold"][found]), "threshold_std": _std(out["threshold"][found]),
-            "n_cal": int(out["n_cal"][0]), "n_test": int(out["n_test"][0]),
-        })
+        rows.append({"alpha": alpha, "bound": bound, "search": name, "delta": float(delta),
+                     **summarize_splits(out, alpha),
+                     "base_error_rate": float(out["base_error_rate"][0]),
+                     "threshold_mean": _mean(out["threshold"][out["found"]]),
+                     "threshold_std": _std(out["threshold"][out["found"]]),
+                     "n_cal": int(out["n_cal"][0]), "n_test": int(out["n_test"][0])})
     return pl.DataFrame(rows, schema={
         "alpha": pl.Float64, "bound": pl.String, "search": pl.String, "delta": pl.Float64,
         "fdr_mean": pl.Float64, "fdr_std": pl.Float64, "fdr_above_alpha": pl.Float64,

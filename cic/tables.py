@@ -1,4 +1,7 @@
-"""Read precomputed (score, error) tables from Parquet or CSV files, with errors that name file, column and row."""
+"""Read precomputed (score, error) tables from Parquet or CSV files and check long multi-group score frames.
+
+Errors name the file, column, row and value.
+"""
 
 from __future__ import annotations
 
@@ -56,3 +59,72 @@ def score_error_arrays(frame: pl.DataFrame, *, score_col: str = "score", error_c
     else:
         raise ValueError("give error_col (1 = wrong answer) or correct_col (1 = right answer)")
     return scores, errors.astype(np.int8)
+
+
+#: The columns that name one (score, error) table inside a long frame of several.
+GROUP_KEYS: tuple[str, ...] = ("model", "dataset", "estimator", "criterion")
+
+
+def check_long_frame(frame: pl.DataFrame, source: str = "table") -> pl.DataFrame:
+    """Validate a long (score, error) frame with several groups; return its columns in order, error as Int8.
+
+    Columns: model, dataset, estimator, criterion (strings naming the group), score (finite), error (0/1,
+    1 = wrong), question_id optional (unique within a group when present). Errors name column, row, value.
+    """
+    import polars as pl
+
+    needed = (*GROUP_KEYS, "score", "error")
+    missing = [c for c in needed if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{source} lacks column(s) {', '.join(missing)}; a long score table needs "
+                         f"{', '.join(needed)} (question_id optional); columns are: {', '.join(frame.columns)}")
+    if frame.height == 0:
+        raise ValueError(f"{source} has no rows")
+    keep = [*needed, *(["question_id"] if "question_id" in frame.columns else [])]
+    for name in keep:
+        _column(frame, name, source)  # names the first missing value
+    scores = as_scores(frame.get_column("score").to_numpy(), f"column 'score' in {source}")
+    errors = as_errors(frame.get_column("error").to_numpy(), f"column 'error' in {source}")
+    out = frame.select([pl.col(k).cast(pl.String) for k in keep if k not in ("score", "error")]).with_columns(
+        score=pl.Series(scores), error=pl.Series(errors, dtype=pl.Int8))
+    out = out.select(keep)
+    if "question_id" in keep:
+        dup = out.filter(pl.struct(*GROUP_KEYS, "question_id").is_duplicated())
+        if dup.height:
+            row = dup.row(0, named=True)
+            raise ValueError(f"{source}: question_id {row['question_id']!r} appears more than once for model "
+                             f"{row['model']!r}, dataset {row['dataset']!r}, estimator {row['estimator']!r}, "
+                             f"criterion {row['criterion']!r}")
+    return out
+
+
+def read_long_table(path: str | Path, *, labels: dict[str, str | None] | None = None, score_col: str = "score",
+                    error_col: str | None = "error", correct_col: str | None = None) -> pl.DataFrame:
+    """One file as a long score frame (see `check_long_frame`).
+
+    Group columns come from the file or from `labels` (e.g. {"model": "qwen-3b"}), never both: a label for a
+    column the file already has is refused, so nothing is silently overwritten. Without either, estimator
+    defaults to the score column's name and criterion to the error (or correct) column's name.
+    """
+    import polars as pl
+
+    frame = read_table(path)
+    source = repr(str(path))
+    scores, errors = score_error_arrays(frame, score_col=score_col, error_col=error_col, correct_col=correct_col,
+                                        source=source)
+    defaults = {"estimator": score_col, "criterion": correct_col if correct_col is not None else error_col}
+    columns: dict[str, pl.Series] = {}
+    for key in GROUP_KEYS:
+        given = (labels or {}).get(key)
+        if key in frame.columns and given is not None:
+            raise ValueError(f"{source} already has a column {key!r}; drop the --{key} label or the column")
+        if key in frame.columns:
+            columns[key] = frame.get_column(key).cast(pl.String)
+        elif given is not None or defaults.get(key) is not None:
+            columns[key] = pl.Series(key, [given if given is not None else defaults[key]] * frame.height)
+        else:
+            raise ValueError(f"{source} has no column {key!r}: label it with --{key} NAME (or add the column)")
+    if "question_id" in frame.columns:
+        columns["question_id"] = frame.get_column("question_id").cast(pl.String)
+    long = pl.DataFrame({**columns, "score": scores, "error": errors})
+    return check_long_frame(long, source)
