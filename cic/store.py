@@ -42,6 +42,7 @@ _SIMPLE_TYPES: tuple[tuple[pl.DataType, str], ...] = (
     (pl.Int32(), "INTEGER"), (pl.Int64(), "BIGINT"), (pl.UInt32(), "UINTEGER"), (pl.UInt64(), "UBIGINT"),
     (pl.Float32(), "FLOAT"), (pl.Float64(), "DOUBLE"), (pl.Date(), "DATE"),
 )
+_SQL_TYPE_NAMES = {"TIMESTAMP WITH TIME ZONE": "TIMESTAMPTZ"}  # information_schema spelling -> ours
 _batch_names = itertools.count()
 
 
@@ -123,6 +124,12 @@ def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
         if "not a valid DuckDB database" in message:
             raise NotADuckDBFileError(f"db = {str(path)!r} is not a DuckDB database: {message}") from None
         raise StoreError(f"db = {str(path)!r} cannot be opened: {message}") from None
+    except duckdb.ConnectionException as exc:
+        if "different configuration" in str(exc):
+            mode = "read-write" if read_only else "read-only"
+            raise StoreError(f"db = {str(path)!r} is already open {mode} in this process; use that Store (or "
+                             "close it) instead of opening the file again in another mode") from None
+        raise StoreError(f"db = {str(path)!r} cannot be opened: {exc}") from None
     con.execute("SET TimeZone = 'UTC'")
     return con
 
@@ -155,6 +162,10 @@ def rebuild_table(con: duckdb.DuckDBPyConnection, spec: schema.TableSpec) -> Non
     if not stored:
         con.execute(create_table_sql(spec))
         return
+    extra = [c for c in stored if c not in spec.columns]
+    if extra:
+        raise StoreError(f"table {spec.name!r} has column(s) {', '.join(extra)} that cic.schema does not know; "
+                         "rename or drop them (nothing was changed)")
     for column in spec.key:
         if column not in stored:
             raise StoreError(f"table {spec.name!r} lacks key column {column!r}; it cannot be migrated automatically")
@@ -194,6 +205,17 @@ def _stored_version(con: duckdb.DuckDBPyConnection) -> int | None:
     return 0 if tables & set(schema.TABLES) else None
 
 
+def _check_types(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """Every stored column has the type cic.schema gives it (a changed type needs a numbered migration)."""
+    for spec in schema.TABLES.values():
+        stored = _stored_columns(con, spec.name)
+        for column, dtype in spec.columns.items():
+            found = _SQL_TYPE_NAMES.get(stored.get(column, ""), stored.get(column))
+            if found is not None and found != duckdb_type(dtype):
+                raise StoreError(f"db = {str(path)!r}: column {spec.name}.{column} is {found} in the file but "
+                                 f"{duckdb_type(dtype)} in cic.schema; a migration is needed (cic.store.MIGRATIONS)")
+
+
 def _add_missing(con: duckdb.DuckDBPyConnection) -> None:
     """Create tables and add nullable columns that cic.schema has and the file lacks."""
     for spec in schema.TABLES.values():
@@ -219,6 +241,7 @@ def _prepare(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -> int
                                            for spec in schema.TABLES.values()):
             raise StoreError(f"db = {str(path)!r} has an older layout (schema version {version}); open it once "
                              "without read_only to migrate it")
+        _check_types(con, path)
         return version
     con.begin()
     try:
@@ -228,6 +251,7 @@ def _prepare(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -> int
         for step in range(start + 1, SCHEMA_VERSION + 1):
             MIGRATIONS[step](con)
         _add_missing(con)
+        _check_types(con, path)
         if version != SCHEMA_VERSION:
             con.execute("INSERT INTO schema_version VALUES (?, ?) ON CONFLICT DO NOTHING",
                         [SCHEMA_VERSION, datetime.now(UTC)])

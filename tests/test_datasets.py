@@ -191,17 +191,19 @@ def test_bad_sources_give_clear_errors(tmp_path: Path) -> None:
     (tmp_path / "nothing").mkdir()
     with pytest.raises(DatasetSourceError, match="holds no"):
         load_questions("trivia_qa", tmp_path / "nothing")
+    with pytest.raises(DatasetSourceError, match="no such file or directory"):
+        load_questions("trivia_qa", "typo/path.jsonl")
     with pytest.raises(DatasetSourceError, match="validation rows only"):
         load_questions("trivia_qa", "sample", split="train")
 
 
-def test_hub_unreachable_is_a_clear_error_with_the_offline_alternatives() -> None:
+def test_hub_unreachable_is_a_clear_error_with_the_offline_alternatives(tmp_path: Path) -> None:
     """The real `datasets.load_dataset` path, with the hub switched off (what a machine without internet sees)."""
     code = ("from cic.data import load_questions\n"
             "try:\n    load_questions('commonsense_qa', 'hub')\n"
             "except ValueError as exc:\n    print('ERROR', exc)\n")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT),
-           "HF_HOME": "/nonexistent-cic-test-cache"}
+           "HF_HOME": str(tmp_path / "hf-home")}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
     assert "ERROR cannot load hub dataset 'tau/commonsense_qa' split 'validation'" in proc.stdout
@@ -209,12 +211,12 @@ def test_hub_unreachable_is_a_clear_error_with_the_offline_alternatives() -> Non
 
 
 @pytest.mark.slow
-def test_hub_id_source_fails_clearly_without_network() -> None:
+def test_hub_id_source_fails_clearly_without_network(tmp_path: Path) -> None:
     """A hub id given as source goes to the network for real; on this offline machine it must fail clearly."""
     code = ("from cic.data import load_questions\n"
             "try:\n    load_questions('trivia_qa', 'mandarjoshi/trivia_qa')\n"
             "except ValueError as exc:\n    print('ERROR', exc)\n")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HOME": "/nonexistent-cic-test-cache"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HOME": str(tmp_path / "hf-home")}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
     if "ERROR" not in proc.stdout:

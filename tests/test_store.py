@@ -236,6 +236,16 @@ def test_migration_from_an_unversioned_older_file(db: Path) -> None:
         assert store.schema_version == SCHEMA_VERSION
 
 
+def test_a_column_whose_type_changed_needs_a_migration(db: Path) -> None:
+    Store.open(db).close()
+    con = duckdb.connect(str(db))
+    con.execute("ALTER TABLE scores ALTER value TYPE VARCHAR")
+    con.close()
+    for read_only in (False, True):
+        with pytest.raises(StoreError, match="scores.value is VARCHAR in the file but DOUBLE in cic.schema"):
+            Store.open(db, read_only=read_only)
+
+
 def test_a_column_added_to_the_schema_is_added_on_open(db: Path) -> None:
     with Store.open(db) as store:
         store.upsert("labels", labels_frame("r", ["a"], [True]))
@@ -261,6 +271,12 @@ def test_newer_files_and_bad_migrations_leave_the_file_alone(db: Path) -> None:
     con.execute("INSERT INTO scores VALUES (NULL, 'a', 'se', 0.5)")
     con.close()
     with pytest.raises(StoreError, match="1 row\\(s\\) with a null 'run_key'"):
+        Store.open(other)
+    con = duckdb.connect(str(other))
+    con.execute("UPDATE scores SET run_key = 'r'")
+    con.execute("ALTER TABLE scores ADD COLUMN notes VARCHAR")
+    con.close()
+    with pytest.raises(StoreError, match="has column\\(s\\) notes that cic.schema does not know"):
         Store.open(other)
     con = duckdb.connect(str(other), read_only=True)
     tables = {t for (t,) in con.sql("SELECT table_name FROM information_schema.tables").fetchall()}
@@ -334,6 +350,9 @@ def test_opening_errors_for_missing_paths(tmp_path: Path) -> None:
         Store.open(tmp_path / "no" / "such" / "x.duckdb")
     with pytest.raises(NotADuckDBFileError, match="is a directory"):
         Store.open(tmp_path)
+    with Store.open(tmp_path / "x.duckdb"), pytest.raises(StoreError, match="already open read-write in this "
+                                                                          "process; use that Store"):
+        Store.open(tmp_path / "x.duckdb", read_only=True)
 
 
 # ----------------------------------------------------------------------------------------------------------

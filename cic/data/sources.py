@@ -72,7 +72,8 @@ def read_records(spec: DatasetSpec, source: str | Path | None, split: str) -> Re
     text = str(source)
     if path.suffix.lower() in FILE_SUFFIXES or not _HUB_ID.match(text):
         raise DatasetSourceError(f"source = {text!r}: no such file or directory")
-    return read_hub(text, spec.hub_config if text == spec.hub_id else None, split)
+    return read_hub(text, spec.hub_config if text == spec.hub_id else None, split,
+                    hint=f" (there is no local file or directory {text!r} either)")
 
 
 def read_path(path: Path, *, split: str | None = None, config: str | None = None) -> Records:
@@ -138,7 +139,7 @@ def _read_directory(path: Path, split: str | None, config: str | None) -> Record
     return records
 
 
-def read_hub(hub_id: str, config: str | None, split: str) -> Records:
+def read_hub(hub_id: str, config: str | None, split: str, hint: str = "") -> Records:
     """Records from the Hugging Face hub (needs internet or a warm local cache)."""
     try:
         import datasets
@@ -149,7 +150,7 @@ def read_hub(hub_id: str, config: str | None, split: str) -> Records:
         data = datasets.load_dataset(hub_id, config, split=split)
     except Exception as exc:  # network, auth, unknown dataset or split: all mean "cannot load from the hub"
         raise DatasetSourceError(
-            f"cannot load {where}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}. "
+            f"cannot load {where}{hint}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}. "
             "Without internet, use the bundled sample (source 'sample') or a local JSONL/Parquet copy in the "
             "hub's column layout (a file or a directory of Parquet shards).") from None
     records = Records(where)
