@@ -20,6 +20,8 @@ from cic.data.sources import read_records
 if TYPE_CHECKING:
     import polars as pl
 
+_PARSED_FIELDS = set(schema.QUESTIONS.columns) - {"dataset", "split"}
+
 
 def load_questions(dataset: str, source: str | Path | None = None, *, split: str = "validation",
                    limit: int | None = None, seed: int | None = None,
@@ -45,9 +47,12 @@ def load_questions(dataset: str, source: str | Path | None = None, *, split: str
             ident = record.get("question_id", record.get("id"))
             named = f" (id {ident!r})" if ident is not None else ""
             raise ValueError(f"{dataset}: {location}{named}: {exc}") from None
+    if set(rows[0]) != _PARSED_FIELDS:
+        raise ValueError(f"{dataset}: the record parser returned fields {sorted(rows[0])}; expected "
+                         f"{sorted(_PARSED_FIELDS)}")
     _check_unique_ids(rows, records.locations, dataset)
     keep = _subsample(len(rows), limit, seed)
-    frame = pl.DataFrame([rows[i] for i in keep], schema={c: schema.QUESTIONS.columns[c] for c in rows[0]})
+    frame = pl.DataFrame([rows[i] for i in keep], schema={c: schema.QUESTIONS.columns[c] for c in _PARSED_FIELDS})
     frame = frame.with_columns(pl.lit(spec.name).alias("dataset"), pl.lit(split).alias("split"))
     return schema.conform(frame, schema.QUESTIONS)
 
