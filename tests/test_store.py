@@ -29,6 +29,7 @@ from cic.store import (
 
 ROOT = Path(__file__).resolve().parents[1]
 INJECTION = "x'); DROP TABLE scores; --"
+OLD_SCORES_TABLE = "CREATE TABLE scores (run_key VARCHAR, question_id VARCHAR, estimator VARCHAR, value DOUBLE)"
 
 
 def example_rows(spec: schema.TableSpec, n: int, seed: int = 0) -> pl.DataFrame:
@@ -74,6 +75,16 @@ def generations_frame(run_key: str, question_ids: list[str], samples: int) -> pl
              "logprob_sum": -1.5, "logprob_mean": -0.5, "is_greedy": s == 0, "option_probs": None, "flags": []}
             for q in question_ids for s in range(samples)]
     return pl.DataFrame(rows, schema=schema.GENERATIONS.schema)
+
+
+def raw_sql(path: Path, *statements: str, params: list | None = None) -> None:
+    """Change a database file behind the store's back (to build older or damaged files)."""
+    con = duckdb.connect(str(path))
+    try:
+        for statement in statements:
+            con.execute(statement, params)
+    finally:
+        con.close()
 
 
 @pytest.fixture
@@ -217,13 +228,11 @@ def test_resume_writes_each_key_exactly_once(db: Path) -> None:
 
 def test_migration_from_an_unversioned_older_file(db: Path) -> None:
     """Version 0: tables made by hand (no keys, a duplicate row, generations without the newer columns)."""
-    con = duckdb.connect(str(db))
-    con.execute("CREATE TABLE scores (run_key VARCHAR, question_id VARCHAR, estimator VARCHAR, value DOUBLE)")
-    con.execute("INSERT INTO scores VALUES ('r', 'a', 'se', 0.5), ('r', 'a', 'se', 0.5), ('r', 'b', 'se', 1.5)")
-    con.execute("CREATE TABLE generations (run_key VARCHAR, question_id VARCHAR, sample_index INTEGER, text VARCHAR,"
-                " n_tokens INTEGER, logprob_sum DOUBLE, logprob_mean DOUBLE, is_greedy BOOLEAN)")
-    con.execute("INSERT INTO generations VALUES ('r', 'a', 0, 'Paris', 1, -0.1, -0.1, true)")
-    con.close()
+    raw_sql(db, OLD_SCORES_TABLE,
+            "INSERT INTO scores VALUES ('r', 'a', 'se', 0.5), ('r', 'a', 'se', 0.5), ('r', 'b', 'se', 1.5)",
+            "CREATE TABLE generations (run_key VARCHAR, question_id VARCHAR, sample_index INTEGER, text VARCHAR,"
+            " n_tokens INTEGER, logprob_sum DOUBLE, logprob_mean DOUBLE, is_greedy BOOLEAN)",
+            "INSERT INTO generations VALUES ('r', 'a', 0, 'Paris', 1, -0.1, -0.1, true)")
     with Store.open(db) as store:
         assert store.schema_version == SCHEMA_VERSION
         assert store.read("scores").rows() == [("r", "a", "se", 0.5), ("r", "b", "se", 1.5)]
@@ -238,9 +247,7 @@ def test_migration_from_an_unversioned_older_file(db: Path) -> None:
 
 def test_a_column_whose_type_changed_needs_a_migration(db: Path) -> None:
     Store.open(db).close()
-    con = duckdb.connect(str(db))
-    con.execute("ALTER TABLE scores ALTER value TYPE VARCHAR")
-    con.close()
+    raw_sql(db, "ALTER TABLE scores ALTER value TYPE VARCHAR")
     for read_only in (False, True):
         with pytest.raises(StoreError, match="scores.value is VARCHAR in the file but DOUBLE in cic.schema"):
             Store.open(db, read_only=read_only)
@@ -249,9 +256,7 @@ def test_a_column_whose_type_changed_needs_a_migration(db: Path) -> None:
 def test_a_column_added_to_the_schema_is_added_on_open(db: Path) -> None:
     with Store.open(db) as store:
         store.upsert("labels", labels_frame("r", ["a"], [True]))
-    con = duckdb.connect(str(db))
-    con.execute("ALTER TABLE labels DROP COLUMN value")  # a file written before `value` existed
-    con.close()
+    raw_sql(db, "ALTER TABLE labels DROP COLUMN value")  # a file written before `value` existed
     with pytest.raises(StoreError, match="older layout"):
         Store.open(db, read_only=True)
     with Store.open(db) as store:
@@ -260,22 +265,14 @@ def test_a_column_added_to_the_schema_is_added_on_open(db: Path) -> None:
 
 def test_newer_files_and_bad_migrations_leave_the_file_alone(db: Path) -> None:
     Store.open(db).close()
-    con = duckdb.connect(str(db))
-    con.execute("INSERT INTO schema_version VALUES (?, now())", [SCHEMA_VERSION + 1])
-    con.close()
+    raw_sql(db, "INSERT INTO schema_version VALUES (?, now())", params=[SCHEMA_VERSION + 1])
     with pytest.raises(StoreError, match=f"schema version {SCHEMA_VERSION + 1}, newer than this cic"):
         Store.open(db)
     other = db.with_name("old.duckdb")
-    con = duckdb.connect(str(other))
-    con.execute("CREATE TABLE scores (run_key VARCHAR, question_id VARCHAR, estimator VARCHAR, value DOUBLE)")
-    con.execute("INSERT INTO scores VALUES (NULL, 'a', 'se', 0.5)")
-    con.close()
+    raw_sql(other, OLD_SCORES_TABLE, "INSERT INTO scores VALUES (NULL, 'a', 'se', 0.5)")
     with pytest.raises(StoreError, match="1 row\\(s\\) with a null 'run_key'"):
         Store.open(other)
-    con = duckdb.connect(str(other))
-    con.execute("UPDATE scores SET run_key = 'r'")
-    con.execute("ALTER TABLE scores ADD COLUMN notes VARCHAR")
-    con.close()
+    raw_sql(other, "UPDATE scores SET run_key = 'r'", "ALTER TABLE scores ADD COLUMN notes VARCHAR")
     with pytest.raises(StoreError, match="has column\\(s\\) notes that cic.schema does not know"):
         Store.open(other)
     con = duckdb.connect(str(other), read_only=True)
