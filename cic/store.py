@@ -476,6 +476,12 @@ class Store:
             self._con.unregister(name)
         return [q for (q,) in done]
 
+    def sql(self, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Rows of a parameterised read query (for pipeline stages that need a grouped or joined read)."""
+        if not query.lstrip().upper().startswith(("SELECT", "WITH")):
+            raise ValueError(f"query = {query[:60]!r}: only SELECT / WITH reads are allowed here")
+        return self._con.sql(query, params=list(params)).fetchall()
+
     def find_runs(self, model: str, dataset: str, **equals: Any) -> pl.DataFrame:
         """Runs of a model on a dataset (optionally also by split, prompt_id, run_key)."""
         return self.read("runs", model=model, dataset=dataset, **equals)

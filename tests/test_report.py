@@ -237,7 +237,8 @@ def test_write_report_writes_every_table_figure_and_an_index_that_links_them(tmp
     for name in ("README.md", "tables/fdr.md", "tables/fdr.tex", "tables/coverage.md", "tables/coverage.tex",
                  "tables/correct_coverage.md", "tables/results.csv", "tables/sensitivity.md", "tables/sensitivity.csv",
                  "tables/baselines.md", "tables/baselines.csv", "tables/prr.md", "tables/prr.csv",
-                 "figures/fdr_vs_alpha.png", "figures/sensitivity.png", "figures/prr.png",
+                 "figures/fdr_vs_alpha.png", "figures/coverage_vs_alpha.png", "figures/sensitivity.png",
+                 "figures/prr.png",
                  "figures/risk_coverage_se_match.png"):
         assert name in names
         assert (out / name).stat().st_size > 0

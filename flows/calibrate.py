@@ -1,0 +1,38 @@
+"""Ad hoc calibration from what DuckDB already holds: new alphas, delta, bounds or searches, no regeneration."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from prefect import flow
+
+from cic.config import load_config
+from cic.store import Store
+from cic.stored_calibration import stored_run_keys
+from flows.pipeline import DEMO_CONFIG, with_overrides
+from tasks.calibrate import calibrate_runs
+from tasks.log import log_results
+
+
+@flow(name="cic-calibrate", log_prints=True)
+def calibrate_flow(config_path: str = DEMO_CONFIG, db: str | None = None, tracking: str | None = None,
+                   alphas: Sequence[float] | None = None, delta: float | None = None,
+                   bounds: Sequence[str] | None = None, searches: Sequence[str] | None = None,
+                   log_to_mlflow: bool = True) -> dict[str, Any]:
+    """Calibrate + split protocol for every stored run of the config's models and datasets, then log."""
+    from cic.config import CalibrationConfig
+
+    config = with_overrides(load_config(config_path), db, None, tracking, None)
+    changes = {k: v for k, v in (("alphas", alphas), ("delta", delta), ("bounds", bounds), ("searches", searches))
+               if v is not None}
+    calibration = CalibrationConfig.model_validate({**config.calibration.model_dump(), **changes})
+    with Store.open(config.storage.db) as store:
+        run_keys = stored_run_keys(store, [m.name for m in config.models], [d.name for d in config.datasets])
+    stats = calibrate_runs(config.storage.db, run_keys, calibration)
+    logged = None
+    if log_to_mlflow:
+        logged = log_results(config.storage.db, tracking=config.mlflow.tracking_uri,
+                             experiment_prefix=config.mlflow.experiment_prefix, report_dir=config.storage.report_dir,
+                             run_keys=run_keys)
+    return {"run_keys": run_keys, "calibrate": stats, "log": logged}

@@ -1,0 +1,128 @@
+"""The main job: for every model × dataset, generate → score → label → store, then calibrate, evaluate, log.
+
+    questions ──► answer (Ray actors, one per model replica) ──► DuckDB ──► calibrate + split protocol ──► MLflow
+
+Work already in DuckDB is not redone: each run's unfinished questions are computed from the store
+(`cic.resume`), so a rerun adds nothing and a killed run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prefect import flow
+
+from cic.answering import AnswererSettings
+from cic.config import PipelineConfig, load_config
+from cic.resume import missing_work
+from cic.store import Store
+from tasks.answer import AnswerStats, RunJob, answer_questions
+from tasks.calibrate import CalibrateStats, calibrate_runs
+from tasks.log import LogStats, log_results, tracking_uri
+from tasks.questions import load_and_store_questions
+
+log = logging.getLogger("cic.pipeline")
+DEMO_CONFIG = str(Path(__file__).resolve().parent.parent / "infra" / "configs" / "demo.yaml")
+
+
+@dataclass
+class PipelineSummary:
+    """What one pipeline run did, stage by stage."""
+
+    db: str
+    tracking_uri: str
+    report_dir: str
+    run_keys: list[str] = field(default_factory=list)
+    answer: list[AnswerStats] = field(default_factory=list)
+    calibrate: CalibrateStats | None = None
+    log: LogStats | None = None
+    log_error: str | None = None
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def answerer_settings(config: PipelineConfig, model_index: int) -> AnswererSettings:
+    """What a worker of model `model_index` needs to build itself."""
+    model, unc = config.models[model_index], config.uncertainty
+    return AnswererSettings(
+        model_spec=model.spec, generation=config.generation.generation_config(), estimators=unc.estimators,
+        equivalence=unc.equivalence, embedding_model=unc.embedding_model, embedding_threshold=unc.embedding_threshold,
+        nli_model=unc.nli_model, nli_variant=unc.nli_variant, dtype=model.dtype, device=model.device,
+        trust_remote_code=model.trust_remote_code, cache_dir=config.storage.model_cache)
+
+
+def with_overrides(config: PipelineConfig, db: str | None, ray_address: str | None, tracking: str | None,
+                   report_dir: str | None) -> PipelineConfig:
+    """Command-line / deployment overrides of the config's service settings."""
+    storage = config.storage.model_copy(update={k: v for k, v in (("db", db), ("report_dir", report_dir)) if v})
+    ray = config.ray.model_copy(update={"address": ray_address} if ray_address else {})
+    mlflow = config.mlflow.model_copy(update={"tracking_uri": tracking} if tracking else {})
+    return config.model_copy(update={"storage": storage, "ray": ray, "mlflow": mlflow})
+
+
+@flow(name="cic-pipeline", log_prints=True)
+def pipeline(config_path: str = DEMO_CONFIG, db: str | None = None, ray_address: str | None = None,
+             tracking: str | None = None, report_dir: str | None = None, log_to_mlflow: bool = True) -> dict[str, Any]:
+    """Run the whole job for the config; returns a summary (also the flow run's result)."""
+    import time
+
+    from cic.alignment import default_criteria
+
+    from cic.data import DATASETS
+
+    config = with_overrides(load_config(config_path), db, ray_address, tracking, report_dir)
+    db_path = config.storage.db
+    summary = PipelineSummary(db=db_path, tracking_uri=tracking_uri(config.mlflow.tracking_uri),
+                              report_dir=config.storage.report_dir)
+    started = time.perf_counter()
+    questions = {d.name: load_and_store_questions(db_path, d) for d in config.datasets}
+    summary.stage_seconds["questions"] = time.perf_counter() - started
+
+    gen = config.generation
+    for index, model in enumerate(config.models):
+        settings = answerer_settings(config, index)
+        runs = []
+        with Store.open(db_path) as store:
+            for dataset in config.datasets:
+                frame = questions[dataset.name]
+                prompt_id = DATASETS.prompt_for(dataset.name).prompt_id
+                is_mc = frame.get_column("choices").is_not_null().any()
+                criteria = tuple(dataset.criteria or default_criteria(bool(is_mc)))
+                key = store.register_run(model.name, dataset.name, dataset.split, prompt_id, {
+                    "model_spec": model.spec, **settings.generation.shaping(),
+                    "estimators": list(config.uncertainty.estimators), "equivalence": config.uncertainty.equivalence,
+                    "embedding_model": config.uncertainty.embedding_model,
+                    "embedding_threshold": config.uncertainty.embedding_threshold,
+                    "nli_model": config.uncertainty.nli_model, "nli_variant": config.uncertainty.nli_variant})
+                summary.run_keys.append(key)
+                work = missing_work(store, key, frame.get_column("question_id").to_list(), n_samples=gen.n_samples,
+                                    n_estimators=len(config.uncertainty.estimators), criteria=criteria)
+                runs.append(RunJob(key, dataset.name, prompt_id, criteria, frame, work))
+        stage = time.perf_counter()
+        summary.answer.append(answer_questions(
+            db_path, model.name, settings, runs, replicas=model.replicas, questions_per_batch=gen.questions_per_batch,
+            ray_address=config.ray.address, prefer_gpu=config.ray.prefer_gpu, num_cpus=config.ray.num_cpus,
+            ready_timeout_s=config.ray.ready_timeout_s))
+        summary.stage_seconds[f"answer {model.name}"] = time.perf_counter() - stage
+
+    stage = time.perf_counter()
+    summary.calibrate = calibrate_runs(db_path, summary.run_keys, config.calibration)
+    summary.stage_seconds["calibrate"] = time.perf_counter() - stage
+    if log_to_mlflow:
+        stage = time.perf_counter()
+        try:
+            summary.log = log_results(db_path, tracking=config.mlflow.tracking_uri,
+                                      experiment_prefix=config.mlflow.experiment_prefix,
+                                      report_dir=config.storage.report_dir, run_keys=summary.run_keys)
+        except Exception as exc:  # the results are safe in DuckDB; `cic log` fills MLflow in later
+            summary.log_error = f"{type(exc).__name__}: {exc}"
+            log.warning("MLflow logging failed (%s); results are stored in %s, run `cic log` to log them",
+                        summary.log_error, db_path)
+        summary.stage_seconds["log"] = time.perf_counter() - stage
+    summary.stage_seconds["total"] = time.perf_counter() - started
+    return summary.as_dict()

@@ -1,0 +1,48 @@
+"""The Ray actor that holds one model replica and answers batches of questions (Arrow in, Arrow out).
+
+It wraps `cic.answering.Answerer`; torch uses as many threads as the actor was given CPUs, so two CPU
+actors on a two-core node do not fight over cores. It never writes DuckDB: the flow does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+
+from cic.answering import Answerer, AnswererSettings
+
+
+def _threads_for_this_actor() -> int:
+    """CPUs Ray assigned to this actor (at least one)."""
+    assigned = ray.get_runtime_context().get_assigned_resources()
+    return max(1, int(assigned.get("CPU", 1)))
+
+
+class AnswerWorker:
+    """One model replica: `process(job)` generates, scores and labels a batch of questions."""
+
+    def __init__(self, settings: AnswererSettings) -> None:
+        import torch
+
+        if ray.is_initialized() and ray.get_runtime_context().worker.mode == ray.WORKER_MODE:
+            torch.set_num_threads(_threads_for_this_actor())
+        self.answerer = Answerer(settings)
+
+    def ready(self) -> dict[str, Any]:
+        return self.answerer.ready()
+
+    def process(self, job: dict[str, Any]) -> dict[str, Any]:
+        """`job`: batch_id, run_key, criteria, prompt_id, questions (Arrow) and stored generations (Arrow or
+        None). Returns the batch id, the three tables as Arrow and timing stats."""
+        import polars as pl
+
+        questions = pl.from_arrow(job["questions"])
+        stored = pl.from_arrow(job["generations"]) if job.get("generations") is not None else None
+        batch = self.answerer.process(questions, run_key=job["run_key"], criteria=job["criteria"],
+                                      generations=stored, prompt_id=job.get("prompt_id"))
+        return {"batch_id": job["batch_id"], "generations": batch.generations.to_arrow(),
+                "scores": batch.scores.to_arrow(), "labels": batch.labels.to_arrow(), "stats": batch.stats}
+
+
+RayAnswerWorker = ray.remote(AnswerWorker)

@@ -1,0 +1,159 @@
+"""Prefect task: log what the store holds to MLflow, skipping groups already logged (`cic log` reuses it).
+
+Everything logged comes from DuckDB (runs, calibrations, evaluations and the pairs themselves), so a flow
+whose tracking server was down loses nothing: the next flow run or `cic log` logs the missing groups, and
+the `cic.log_key` tag (a hash of the evaluation id and the gate ids) keeps reruns from duplicating runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from mlflow import MlflowClient
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from cic import progress, schema
+from cic.report import ReportConfig, write_report
+from cic.store import Store
+from tasks.tracking import ChildRun, GroupLog, log_group
+
+log = logging.getLogger("cic.pipeline")
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+CHILD_METRICS = ("fdr_mean", "fdr_std", "fdr_above_alpha", "coverage_mean", "coverage_std", "correct_coverage_mean",
+                 "fails", "base_error_rate", "threshold_mean")
+
+
+def tracking_uri(explicit: str | None = None) -> str:
+    """The tracking URI: explicit, else $MLFLOW_TRACKING_URI, else a local SQLite file."""
+    return explicit or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+@dataclass
+class LogStats:
+    """What a logging pass did."""
+
+    logged: int = 0
+    already: int = 0
+    run_ids: list[str] = field(default_factory=list)
+    report_dirs: list[str] = field(default_factory=list)
+
+
+def log_units(store: Store, run_keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """The loggable units: one per stored evaluation with the pipeline gates of the same data."""
+    rows = store.sql(
+        "SELECT c.run_key, e.evaluation_id, e.model, e.dataset, e.estimator, e.criterion, e.data_fingerprint "
+        "FROM (SELECT DISTINCT evaluation_id, model, dataset, estimator, criterion, data_fingerprint "
+        "      FROM evaluations) e "
+        "JOIN (SELECT DISTINCT run_key, model, dataset, estimator, criterion, data_fingerprint FROM calibrations "
+        "      WHERE kind = 'pipeline' OR kind IS NULL) c "
+        "USING (model, dataset, estimator, criterion, data_fingerprint) ORDER BY 1, 3, 4, 5, 6, 2")
+    names = ("run_key", "evaluation_id", "model", "dataset", "estimator", "criterion", "data_fingerprint")
+    units = [dict(zip(names, r, strict=True)) for r in rows]
+    return [u for u in units if run_keys is None or u["run_key"] in set(run_keys)]
+
+
+def _child_runs(calibrations: pl.DataFrame, evaluations: pl.DataFrame) -> list[ChildRun]:
+    children = []
+    for gate in calibrations.sort("search", "bound", "alpha").iter_rows(named=True):
+        match = evaluations.filter(alpha=gate["alpha"], bound=gate["bound"], search=gate["search"])
+        split = match.row(0, named=True) if match.height else {}
+        result = json.loads(gate["result_json"])
+        unattainable = gate["threshold"] is None
+        from cic.calibration import CalibrationResult
+
+        gate_json = CalibrationResult.from_json(gate["result_json"]).gate().to_json()
+        children.append(ChildRun(
+            name=f"alpha={gate['alpha']:g} {gate['bound']} {gate['search']}",
+            params={"alpha": gate["alpha"], "bound": gate["bound"], "search": gate["search"],
+                    "delta": gate["delta"], "calibration_id": gate["calibration_id"],
+                    "n_candidates": result.get("n_candidates")},
+            metrics={"threshold": gate["threshold"], "bound_value": gate["bound_value"],
+                     "n_accepted": gate["n_accepted"], "n_errors": gate["n_errors"], "n_cal": gate["n_cal"],
+                     "feasible": 0.0 if unattainable else 1.0, **{m: split.get(m) for m in CHILD_METRICS}},
+            tags={"cic.alpha": f"{gate['alpha']:g}", "cic.bound": gate["bound"], "cic.search": gate["search"],
+                  "cic.alpha_unattainable": str(unattainable).lower()},
+            texts={"gate.json": gate_json}))
+    return children
+
+
+def build_group(store: Store, unit: dict[str, Any], experiment_prefix: str, report_root: Path) -> GroupLog:
+    """Parent run params/metrics/artifacts and nested runs for one unit, from the store."""
+    run = store.read("runs", run_key=unit["run_key"]).row(0, named=True)
+    calibrations = store.read("calibrations", run_key=unit["run_key"], estimator=unit["estimator"],
+                              criterion=unit["criterion"], data_fingerprint=unit["data_fingerprint"])
+    calibrations = calibrations.filter(pl.col("kind").fill_null("pipeline") == "pipeline")
+    evaluations = store.read("evaluations", evaluation_id=unit["evaluation_id"])
+    first = evaluations.row(0, named=True)
+    pairs = store.calibration_frame(unit["model"], unit["dataset"], unit["estimator"], unit["criterion"],
+                                    run_key=unit["run_key"], allow_partial=True)
+    slug = schema.stable_hash(unit["evaluation_id"], *calibrations.get_column("calibration_id").sort().to_list())
+    out = report_root / f"{unit['model']}__{unit['dataset']}__{unit['estimator']}__{unit['criterion']}__{slug[:10]}"
+    frame = pairs.select(pl.lit(unit["model"]).alias("model"), pl.lit(unit["dataset"]).alias("dataset"),
+                         pl.lit(unit["estimator"]).alias("estimator"), pl.lit(unit["criterion"]).alias("criterion"),
+                         "score", "error")
+    searches = tuple(dict.fromkeys(evaluations.get_column("search").to_list()))
+    config = ReportConfig(alphas=tuple(sorted(set(evaluations.get_column("alpha").to_list()))),
+                          bounds=tuple(dict.fromkeys(evaluations.get_column("bound").to_list())),
+                          searches=tuple(s for s in searches if s != "bonferroni") or ("paper",),
+                          delta=first["delta"], n_splits=first["n_splits"], cal_fraction=first["cal_fraction"],
+                          seed=first["seed"], sensitivity_fractions=(), baselines=())
+    write_report(frame, out, config)
+    evaluations.write_csv(out / "tables" / "evaluations.csv")
+    params = {"model": unit["model"], "dataset": unit["dataset"], "split": run["split"],
+              "prompt_id": run["prompt_id"], "estimator": unit["estimator"], "criterion": unit["criterion"],
+              "run_key": unit["run_key"], "data_fingerprint": unit["data_fingerprint"],
+              "generation_config": run["generation_config"], "delta": first["delta"], "n_splits": first["n_splits"],
+              "cal_fraction": first["cal_fraction"], "seed": first["seed"], "n_questions": pairs.height,
+              "alphas": sorted(set(evaluations.get_column("alpha").to_list())),
+              "bounds": sorted(set(evaluations.get_column("bound").to_list())), "searches": list(searches)}
+    tags = {"cic.model": unit["model"], "cic.dataset": unit["dataset"], "cic.estimator": unit["estimator"],
+            "cic.criterion": unit["criterion"], "cic.run_key": unit["run_key"], "cic.kind": "pipeline",
+            "cic.data_fingerprint": unit["data_fingerprint"]}
+    return GroupLog(
+        experiment=f"{experiment_prefix}-{unit['dataset']}",
+        run_name=f"{unit['model']} · {unit['estimator']} · {unit['criterion']}",
+        log_key=slug, tags=tags, params=params,
+        metrics={"base_error_rate": first["base_error_rate"], "n_questions": float(pairs.height)},
+        artifacts=[out / "README.md", out / "tables", out / "figures"],
+        children=_child_runs(calibrations, evaluations))
+
+
+@task(name="log", retries=2, retry_delay_seconds=[5, 30], cache_policy=NO_CACHE)
+def log_results(db: str, *, tracking: str | None = None, experiment_prefix: str = "cic",
+                report_dir: str = "cic-reports", run_keys: Sequence[str] | None = None) -> LogStats:
+    """Log every stored unit not yet in MLflow (parent per group, nested run per alpha × bound × search)."""
+    client = MlflowClient(tracking_uri=tracking_uri(tracking))
+    stats = LogStats()
+    root = Path(report_dir)
+    with Store.open(db, read_only=False) as store:
+        units = log_units(store, run_keys)
+        for i, unit in enumerate(units, 1):
+            group_key = schema.stable_hash(unit["evaluation_id"], *sorted(
+                c for (c,) in store.sql("SELECT calibration_id FROM calibrations WHERE run_key = ? AND estimator = ? "
+                                        "AND criterion = ? AND data_fingerprint = ? AND coalesce(kind, 'pipeline') = "
+                                        "'pipeline'", [unit["run_key"], unit["estimator"], unit["criterion"],
+                                                       unit["data_fingerprint"]])))
+            from tasks.tracking import find_logged
+
+            existing = find_logged(client, f"{experiment_prefix}-{unit['dataset']}", group_key)
+            if existing is not None:
+                stats.already += 1
+                stats.run_ids.append(existing)
+            else:
+                group = build_group(store, unit, experiment_prefix, root)
+                run_id, new = log_group(client, group)
+                stats.logged += int(new)
+                stats.already += int(not new)
+                stats.run_ids.append(run_id)
+                stats.report_dirs.append(str(group.artifacts[0].parent))
+            progress.report("log", i, len(units))
+    log.info("MLflow: %d group(s) logged, %d already there", stats.logged, stats.already)
+    return stats
