@@ -1,9 +1,28 @@
-"""Shared fixtures: reproducible random (score, error) tables with ties and a known structure."""
+"""Shared fixtures: isolated Prefect state per session; reproducible random (score, error) tables."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+
 import numpy as np
 import pytest
+
+# Every test session gets its own Prefect state (ephemeral API database, settings) and never talks to a
+# server a developer may have configured; set before anything imports prefect.
+_PREFECT_HOME = tempfile.mkdtemp(prefix="cic-test-prefect-")
+os.environ["PREFECT_HOME"] = _PREFECT_HOME
+os.environ.pop("PREFECT_API_URL", None)
+os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "90"
+os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+os.environ["DO_NOT_TRACK"] = "true"
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "1"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    shutil.rmtree(_PREFECT_HOME, ignore_errors=True)
 
 
 def make_table(rng: np.random.Generator, n: int, *, decimals: int | None = 2, slope: float = 0.5,
