@@ -70,13 +70,38 @@ def _grid(grid: str | None, pilot: Path | None, grid_size: int | None, score_col
     return None
 
 
-def _load(file: Path, score_col: str, error_col: str, correct_col: str | None) -> tuple[Any, Any]:
+def _load(file: Path, score_col: str, error_col: str, correct_col: str | None,
+          stored: dict[str, str | None] | None = None) -> tuple[Any, Any]:
+    """(scores, errors) from a Parquet/CSV table, or from a pipeline DuckDB file (FILE ending in .duckdb)."""
     from cic.tables import read_table, score_error_arrays
 
+    if file.suffix == ".duckdb":
+        return _load_stored(file, stored or {})
     return score_error_arrays(read_table(file), score_col=score_col, error_col=error_col,
                               correct_col=correct_col, source=repr(str(file)))
 
 
+def _load_stored(db: Path, stored: dict[str, str | None]) -> tuple[Any, Any]:
+    """The (score, error) pairs of one stored group: --model, --dataset, --estimator, --criterion name it."""
+    from cic.store import Store
+
+    missing = [f"--{k.replace('_', '-')}" for k in ("model", "dataset", "estimator", "criterion") if not stored.get(k)]
+    if missing:
+        raise ValueError(f"{str(db)!r} is a DuckDB store: name the group with {', '.join(missing)}")
+    if not db.exists():
+        raise ValueError(f"FILE = {str(db)!r}: no such file")
+    with Store.open(db, read_only=True) as store:
+        pairs = store.calibration_frame(stored["model"], stored["dataset"], stored["estimator"],
+                                        stored["criterion"], run_key=stored.get("run_key"), allow_partial=True)
+    return pairs.get_column("score").to_numpy(), pairs.get_column("error").to_numpy()
+
+
+ModelOpt = Annotated[str | None, typer.Option("--model", help="Stored results (FILE.duckdb): the model name.")]
+DatasetOpt = Annotated[str | None, typer.Option("--dataset", help="Stored results: the dataset name.")]
+EstimatorOpt = Annotated[str | None, typer.Option("--estimator", help="Stored results: the estimator, e.g. "
+                                                                      "'semantic_entropy[embedding:0.9]'.")]
+CriterionOpt = Annotated[str | None, typer.Option("--criterion", help="Stored results: e.g. 'similarity[0.6]'.")]
+RunKeyOpt = Annotated[str | None, typer.Option("--run-key", help="Stored results: choose among several runs.")]
 ScoreCol = Annotated[str, typer.Option("--score-col", help="Column with the uncertainty score (lower = surer).")]
 ErrorCol = Annotated[str, typer.Option("--error-col", help="Column with 1 where the answer is wrong.")]
 CorrectCol = Annotated[str | None, typer.Option("--correct-col",
@@ -99,7 +124,8 @@ Seed = Annotated[int, typer.Option("--seed")]
 @app.command()
 @_friendly_errors
 def calibrate(
-    file: Annotated[Path, typer.Argument(help="Parquet or CSV table of calibration items.")],
+    file: Annotated[Path, typer.Argument(help="Parquet or CSV table of calibration items, or a pipeline "
+                                              "DuckDB file (with --model/--dataset/--estimator/--criterion).")],
     alpha: Annotated[float, typer.Option("--alpha", help="Target error rate among accepted answers.")],
     score_col: ScoreCol = "score",
     error_col: ErrorCol = "error",
@@ -116,11 +142,17 @@ def calibrate(
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the result as JSON here.")] = None,
     gate_out: Annotated[Path | None, typer.Option("--gate", help="Write the serving gate JSON here.")] = None,
     show_table: Annotated[bool, typer.Option("--table", help="Print every candidate threshold.")] = False,
+    model: ModelOpt = None,
+    dataset: DatasetOpt = None,
+    estimator: EstimatorOpt = None,
+    criterion: CriterionOpt = None,
+    run_key: RunKeyOpt = None,
 ) -> None:
     """Certify the largest threshold whose error rate among accepted answers is <= ALPHA."""
     from cic.calibration import calibrate as run_calibration
 
-    scores, errors = _load(file, score_col, error_col, correct_col)
+    scores, errors = _load(file, score_col, error_col, correct_col, {
+        "model": model, "dataset": dataset, "estimator": estimator, "criterion": criterion, "run_key": run_key})
     result = run_calibration(scores, errors, alpha=alpha, delta=delta, bound=bound, search=search,
                              grid=_grid(grid, pilot, grid_size, score_col), n_min=n_min, start=start)
     console.print(result.summary(), highlight=False)
@@ -142,7 +174,8 @@ def _fmt(value: float | None, spec: str = ".3f") -> str:
 @app.command()
 @_friendly_errors
 def evaluate(
-    file: Annotated[Path, typer.Argument(help="Parquet or CSV table of labelled items.")],
+    file: Annotated[Path, typer.Argument(help="Parquet or CSV table of labelled items, or a pipeline DuckDB "
+                                              "file (with --model/--dataset/--estimator/--criterion).")],
     score_col: ScoreCol = "score",
     error_col: ErrorCol = "error",
     correct_col: CorrectCol = None,
@@ -159,11 +192,17 @@ def evaluate(
     n_min: NMin = None,
     start: Start = None,
     out: Annotated[Path | None, typer.Option("--out", help="Also write the table (.csv or .parquet).")] = None,
+    model: ModelOpt = None,
+    dataset: DatasetOpt = None,
+    estimator: EstimatorOpt = None,
+    criterion: CriterionOpt = None,
+    run_key: RunKeyOpt = None,
 ) -> None:
     """The paper's protocol: FDR, coverage and fails over repeated calibration/test splits."""
     from cic.protocol import evaluate_splits
 
-    scores, errors = _load(file, score_col, error_col, correct_col)
+    scores, errors = _load(file, score_col, error_col, correct_col, {
+        "model": model, "dataset": dataset, "estimator": estimator, "criterion": criterion, "run_key": run_key})
     frame = evaluate_splits(scores, errors, alphas=_floats(alphas, "--alphas"), bounds=_names(bounds),
                             search=_names(search), delta=delta, n_splits=n_splits, cal_fraction=cal_fraction,
                             seed=seed, grid=_grid(grid, pilot, grid_size, score_col), n_min=n_min, start=start)

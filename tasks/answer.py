@@ -94,7 +94,8 @@ def answer_questions(db: str, model: str, settings: AnswererSettings, runs: list
     cluster = ray_workers.connect(ray_address, num_cpus=num_cpus)
     n_actors = max(1, min(replicas, len(jobs)))
     pool = ray_workers.WorkerPool(RayAnswerWorker, (settings,), n_actors=n_actors, cluster_gpus=cluster.gpus,
-                                  prefer_gpu=prefer_gpu, ready_timeout_s=ready_timeout_s)
+                                  prefer_gpu=prefer_gpu, ready_timeout_s=ready_timeout_s,
+                                  cpus_per_actor=max(1.0, float(cluster.cpus // n_actors)))
     stats.actors, stats.options = n_actors, pool.options
     stats.load_s = time.perf_counter() - started
     done = 0

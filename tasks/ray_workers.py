@@ -92,12 +92,12 @@ class WorkerPool:
 
     def __init__(self, actor_cls: Any, init_args: Sequence[Any], *, n_actors: int, cluster_gpus: float,
                  prefer_gpu: bool = True, ready_timeout_s: float = 600.0, max_retries: int = 2,
-                 backoff_s: float = 2.0) -> None:
+                 backoff_s: float = 2.0, cpus_per_actor: float = 1.0) -> None:
         if n_actors < 1:
             raise ValueError(f"n_actors = {n_actors!r}: need at least one worker")
         self._cls, self._args = actor_cls, tuple(init_args)
         self._max_retries, self._backoff_s, self._timeout = max_retries, backoff_s, ready_timeout_s
-        self._options = actor_options(cluster_gpus, prefer_gpu=prefer_gpu)
+        self._options = actor_options(cluster_gpus, prefer_gpu=prefer_gpu, cpus_per_actor=cpus_per_actor)
         self.actors: list[Any] = []
         for _ in range(n_actors):
             actor, self._options = place_actor(actor_cls, *self._args, options=self._options,

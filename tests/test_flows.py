@@ -122,3 +122,15 @@ def test_recalibrate_cli_exits_nonzero_on_alerts_when_asked(setup: tuple[Path, P
     result = CliRunner().invoke(app, ["recalibrate", "--config", str(config), "--window", "200", "--fail-on-alert"])
     assert result.exit_code == 1, result.output
     assert "unattainable" in result.output
+
+
+def test_cic_calibrate_and_evaluate_read_a_stored_group(setup: tuple[Path, Path, MlflowClient]) -> None:
+    _, db, _ = setup
+    group = ["--model", "m", "--dataset", "d", "--estimator", "predictive_entropy", "--criterion", "similarity[0.6]"]
+    result = CliRunner().invoke(app, ["calibrate", str(db), "--alpha", "0.3", *group])
+    assert result.exit_code == 0, result.output
+    assert "answer when score <=" in result.output.replace("≤", "<=")
+    result = CliRunner().invoke(app, ["evaluate", str(db), "--n-splits", "5", *group])
+    assert result.exit_code == 0 and "cp" in result.output
+    result = CliRunner().invoke(app, ["calibrate", str(db), "--alpha", "0.3", "--model", "m"])
+    assert result.exit_code == 2 and "--estimator, --criterion" in " ".join(result.output.split())
