@@ -37,6 +37,13 @@ class DatasetConfig(_Strict):
     seed: int = 0
     criteria: tuple[str, ...] = Field(default=(), description="empty: the dataset's default criterion")
 
+    @field_validator("criteria")
+    @classmethod
+    def _known_criteria(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from cic.alignment import parse_criterion
+
+        return tuple(parse_criterion(c).label for c in value)
+
 
 class GenerationSettings(_Strict):
     """Sampling settings (`cic.generation.GenerationConfig`): one most-likely answer plus n_samples samples.

@@ -38,3 +38,6 @@ def make_table(rng: np.random.Generator, n: int, *, decimals: int | None = 2, sl
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(12345)
+
+
+pytest_plugins = ["tests.model_fixtures"]
