@@ -147,6 +147,9 @@ def load_causal_lm(spec: ModelSpec | str, *, cache_dir: str | Path | None = None
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # per-tensor bars are noise in pipeline logs and CLI output
     spec = spec if isinstance(spec, ModelSpec) else ModelSpec(spec)
     resolved = resolve_source(spec.spec)
     location = str(converted_gguf(resolved.path, cache_dir)) if resolved.kind == "gguf" else resolved.path

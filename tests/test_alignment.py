@@ -39,7 +39,8 @@ def test_parse_and_defaults() -> None:
 def test_squad_normalisation_f1_and_rouge() -> None:
     assert normalize_answer("The  Beatles!") == "beatles"
     assert token_f1("William Shakespeare", "Shakespeare") == pytest.approx(2 / 3)
-    assert rouge_l("a b c d", "a c d") == pytest.approx(2 * 0.75 * 1 / 1.75)
+    assert rouge_l("x b c d", "x c d") == pytest.approx(2 * 0.75 * 1 / 1.75)
+    assert rouge_l("a b c d", "a c d") == pytest.approx(0.8)  # the article "a" is dropped first
 
 
 def test_lexical_criteria_and_option_match() -> None:

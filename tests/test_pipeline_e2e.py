@@ -34,7 +34,7 @@ def write_config(path: Path, tmp: Path, *, datasets: list[dict[str, Any]], per_b
         "name": "e2e", "models": [{"name": "smollm2", "spec": MODEL}], "datasets": datasets,
         "generation": {"n_samples": K, "max_new_tokens": 12, "seed": 0, "questions_per_batch": per_batch},
         "uncertainty": {"estimators": ESTIMATORS},
-        "calibration": {"alphas": [0.3, 0.6], "bounds": ["hoeffding", "cp"], "n_splits": 10},
+        "calibration": {"alphas": [0.5, 0.9], "bounds": ["hoeffding", "cp"], "n_splits": 10},
         "mlflow": {"experiment_prefix": "cic-e2e"}, "ray": {"num_cpus": 2},
         "storage": {"db": str(tmp / "cic.duckdb"), "report_dir": str(tmp / "reports"), "model_cache": cache}}))
     return path
@@ -89,7 +89,13 @@ def test_mlflow_has_parents_children_metrics_and_artifacts(demo_run: tuple[Path,
     assert {"figures/fdr_vs_alpha.png", "figures/coverage_vs_alpha.png"} <= figures
     mine = [r for r in children if r.data.tags["mlflow.parentRunId"] == parent.info.run_id]
     assert all({"coverage_mean", "fails", "n_accepted", "feasible"} <= set(r.data.metrics) for r in mine)
-    assert any("fdr_mean" in r.data.metrics for r in children)  # null (every split failed) is not logged
+    with Store.open(summary["db"]) as store:
+        fdr = {(r["estimator"], r["criterion"], r["alpha"], r["bound"]): r["fdr_mean"]
+               for r in store.read("evaluations").iter_rows(named=True)}
+    for r in children:  # logged exactly where some split found a threshold (null FDR is not a metric)
+        key = (r.data.tags["cic.estimator"], r.data.tags["cic.criterion"], float(r.data.params["alpha"]),
+               r.data.params["bound"])
+        assert ("fdr_mean" in r.data.metrics) == (fdr[key] is not None)
     assert [a.path for a in client.list_artifacts(mine[0].info.run_id)] == ["gate.json"]
 
 
@@ -109,10 +115,13 @@ def test_rerun_adds_no_rows_and_no_mlflow_runs(demo_run: tuple[Path, dict[str, A
 KILLABLE = """
 import sys
 from cic import progress
-progress.subscribe(lambda stage, done, total: print(f"PROGRESS|{stage}|{done}|{total}", flush=True))
+def show(stage, done, total):  # not print(): the flow's log_prints sends prints to Prefect's logger
+    sys.stdout.write(f"PROGRESS|{stage}|{done}|{total}\\n")
+    sys.stdout.flush()
+progress.subscribe(show)
 from flows.pipeline import pipeline
 pipeline(config_path=sys.argv[1], log_to_mlflow=False)
-print("FINISHED", flush=True)
+sys.stdout.write("FINISHED\\n")
 """
 
 
@@ -162,3 +171,19 @@ def test_sigkill_mid_generation_then_rerun_completes_with_one_row_per_key(tmp_pa
     # the questions stored before the kill were not regenerated
     kept = generations.join(stored, on=["run_key", "question_id", "sample_index"], suffix="_before")
     assert kept.height == stored.height and (kept["text"] == kept["text_before"]).all()
+
+
+def test_cic_ask_uses_the_stored_gate(demo_run: tuple[Path, dict[str, Any], MlflowClient]) -> None:
+    from typer.testing import CliRunner
+
+    from cic.cli import app
+
+    config, summary, _ = demo_run
+    result = CliRunner().invoke(app, ["ask", "What is the capital of France?", "--config", str(config),
+                                      "--dataset", "trivia_qa", "--alpha", "0.9", "--bound", "cp"])
+    assert result.exit_code == 0, result.output
+    assert ("ANSWER" in result.output) != ("ABSTAIN" in result.output)
+    text = " ".join(result.output.split())
+    assert "score semantic_entropy[embedding:0.9] = " in text and "threshold = " in text
+    missing = CliRunner().invoke(app, ["ask", "Who?", "--config", str(config), "--alpha", "0.42"])
+    assert missing.exit_code == 2 and "no stored gate" in missing.output
