@@ -146,7 +146,6 @@ def load_causal_lm(spec: ModelSpec | str, *, cache_dir: str | Path | None = None
     """Load model and tokenizer for generation (eval mode, left padding, a pad token)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # per-tensor bars are noise in pipeline logs and CLI output
