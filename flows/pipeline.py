@@ -72,7 +72,6 @@ def pipeline(config_path: str = DEMO_CONFIG, db: str | None = None, ray_address:
     import time
 
     from cic.alignment import default_criteria
-
     from cic.data import DATASETS
 
     config = with_overrides(load_config(config_path), db, ray_address, tracking, report_dir)
