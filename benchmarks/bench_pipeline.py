@@ -86,7 +86,7 @@ def main() -> None:
     print(f"generation + scoring throughput on {args.questions} TriviaQA questions (model load excluded):")
     print(f"  1 actor : {one:6.2f} questions/s")
     print(f"  2 actors: {two:6.2f} questions/s   ratio 2/1 = {two / one if one else float('nan'):.2f}x "
-          "(2 cores: torch in one actor already uses both, so expect ~1x here; actors scale across GPUs/nodes)")
+          "(one actor runs torch on every CPU of the node; two split them, one each)")
 
 
 if __name__ == "__main__":
