@@ -45,11 +45,11 @@ def demo(config: Path, work: Path) -> float:
 
 def throughput(config: Path, work: Path, n_questions: int, replicas: int) -> float:
     """Questions/s of the answer stage (model load excluded) with `replicas` actors on fresh storage."""
+    from cic.answering import answerer_settings
     from cic.config import load_config
     from cic.data import DATASETS, load_questions
     from cic.resume import RunWork
     from cic.store import Store
-    from flows.pipeline import answerer_settings
     from tasks.answer import RunJob, answer_questions
 
     cfg = load_config(config)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import polars as pl
 
+    from cic.config import PipelineConfig
     from cic.generation import GenerationConfig
 
 
@@ -43,6 +44,16 @@ class AnswerBatch:
     scores: pl.DataFrame
     labels: pl.DataFrame
     stats: dict[str, float] = field(default_factory=dict)
+
+
+def answerer_settings(config: PipelineConfig, model_index: int) -> AnswererSettings:
+    """What a worker of the config's model number `model_index` needs to build itself."""
+    model, unc = config.models[model_index], config.uncertainty
+    return AnswererSettings(
+        model_spec=model.spec, generation=config.generation.generation_config(), estimators=unc.estimators,
+        equivalence=unc.equivalence, embedding_model=unc.embedding_model, embedding_threshold=unc.embedding_threshold,
+        nli_model=unc.nli_model, nli_variant=unc.nli_variant, dtype=model.dtype, device=model.device,
+        trust_remote_code=model.trust_remote_code, cache_dir=config.storage.model_cache)
 
 
 class Answerer:

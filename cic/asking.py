@@ -57,10 +57,11 @@ def ask_question(question: str, *, config_path: str | Path, db: str | None, mode
                  choices: Sequence[str] | None, estimator: str, criterion: str | None, alpha: float, bound: str,
                  search: str) -> Reply:
     """Generate the answer and its samples with the config's model, score it, apply the stored gate."""
-    from cic.answering import Answerer
+    from dataclasses import replace
+
+    from cic.answering import Answerer, answerer_settings
     from cic.config import load_config
     from cic.gate import Gate
-    from flows.pipeline import answerer_settings
 
     config = load_config(config_path)
     names = [m.name for m in config.models]
@@ -71,7 +72,7 @@ def ask_question(question: str, *, config_path: str | Path, db: str | None, mode
                            criterion=criterion, alpha=alpha, bound=bound, search=search)
     settings = answerer_settings(config, index)
     base = gate_row["estimator"].split("[")[0]
-    answerer = Answerer(settings.__class__(**{**settings.__dict__, "estimators": (base,)}))
+    answerer = Answerer(replace(settings, estimators=(base,)))
     questions = question_row(question, dataset, choices)
     generations = answerer.generate(questions, run_key="ask")
     scores = answerer.scorer.score(generations, run_key="ask").filter(estimator=gate_row["estimator"])

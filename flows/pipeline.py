@@ -15,7 +15,7 @@ from typing import Any
 
 from prefect import flow
 
-from cic.answering import AnswererSettings
+from cic.answering import answerer_settings
 from cic.config import PipelineConfig, load_config
 from cic.resume import missing_work
 from cic.store import Store
@@ -44,16 +44,6 @@ class PipelineSummary:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def answerer_settings(config: PipelineConfig, model_index: int) -> AnswererSettings:
-    """What a worker of model `model_index` needs to build itself."""
-    model, unc = config.models[model_index], config.uncertainty
-    return AnswererSettings(
-        model_spec=model.spec, generation=config.generation.generation_config(), estimators=unc.estimators,
-        equivalence=unc.equivalence, embedding_model=unc.embedding_model, embedding_threshold=unc.embedding_threshold,
-        nli_model=unc.nli_model, nli_variant=unc.nli_variant, dtype=model.dtype, device=model.device,
-        trust_remote_code=model.trust_remote_code, cache_dir=config.storage.model_cache)
 
 
 def with_overrides(config: PipelineConfig, db: str | None, ray_address: str | None, tracking: str | None,

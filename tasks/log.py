@@ -21,9 +21,10 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from cic import progress, schema
+from cic.calibration import CalibrationResult
 from cic.report import ReportConfig, write_report
 from cic.store import Store
-from tasks.tracking import ChildRun, GroupLog, log_group
+from tasks.tracking import ChildRun, GroupLog, find_logged, log_group
 
 log = logging.getLogger("cic.pipeline")
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
@@ -67,8 +68,6 @@ def _child_runs(calibrations: pl.DataFrame, evaluations: pl.DataFrame) -> list[C
         split = match.row(0, named=True) if match.height else {}
         result = json.loads(gate["result_json"])
         unattainable = gate["threshold"] is None
-        from cic.calibration import CalibrationResult
-
         gate_json = CalibrationResult.from_json(gate["result_json"]).gate().to_json()
         children.append(ChildRun(
             name=f"alpha={gate['alpha']:g} {gate['bound']} {gate['search']}",
@@ -141,8 +140,6 @@ def log_results(db: str, *, tracking: str | None = None, experiment_prefix: str 
                                         "AND criterion = ? AND data_fingerprint = ? AND coalesce(kind, 'pipeline') = "
                                         "'pipeline'", [unit["run_key"], unit["estimator"], unit["criterion"],
                                                        unit["data_fingerprint"]])))
-            from tasks.tracking import find_logged
-
             existing = find_logged(client, f"{experiment_prefix}-{unit['dataset']}", group_key)
             if existing is not None:
                 stats.already += 1
