@@ -179,14 +179,13 @@ class AnswerGenerator:
         pad = self.loaded.tokenizer.pad_token_id
         for step in range(cfg.max_new_tokens):
             log_probs = torch.log_softmax(logits, dim=-1)
-            greedy_rows = [r for r in range(rows) if r % n_rows == 0]
             chosen = torch.empty(rows, dtype=torch.long)
             sample_probs = filter_logits(logits, cfg.temperature, cfg.top_k, cfg.top_p).cpu()
             ml_probs = (filter_logits(logits, cfg.most_likely_temperature, 0, 1.0).cpu()
                         if cfg.most_likely_temperature > 0 else None)
             argmax = logits.argmax(-1).cpu()
             for r in range(rows):
-                if r in greedy_rows:
+                if r % n_rows == 0:  # the most-likely row of its question
                     chosen[r] = (argmax[r] if ml_probs is None
                                  else torch.multinomial(ml_probs[r], 1, generator=generators[r])[0])
                 else:
@@ -253,7 +252,6 @@ class AnswerGenerator:
         return schema.conform(pl.DataFrame(records, schema=schema.GENERATIONS.schema), schema.GENERATIONS)
 
     def _record(self, run_key: str, question_id: str, sample_index: int, row: dict, truncated: bool) -> dict:
-        visible = [t for t in row["tokens"] if t not in self.special_ids]
         text = self._text(row["tokens"])
         flags = []
         if not text:
@@ -265,7 +263,7 @@ class AnswerGenerator:
         n = len(row["tokens"])
         total = float(sum(row["logprobs"]))
         return {"run_key": run_key, "question_id": str(question_id), "sample_index": sample_index, "text": text,
-                "n_tokens": n if visible or n else 0, "logprob_sum": total, "logprob_mean": total / n if n else None,
+                "n_tokens": n, "logprob_sum": total, "logprob_mean": total / n if n else None,
                 "is_greedy": sample_index == 0, "option_probs": None, "flags": flags}
 
     # -- multiple choice -------------------------------------------------------------------------------------
