@@ -29,10 +29,10 @@ def main() -> None:
     import torch
 
     from cic.data import build_prompt, load_questions
-    from cic.embeddings import SentenceEmbedder
-    from cic.generation import AnswerGenerator, GenerationConfig, generate_for_questions
-    from cic.models import OFFLINE_DEFAULT_MODEL, load_causal_lm
-    from cic.uncertainty import EmbeddingEquivalence, cluster_answers
+    from cic.llm.embeddings import SentenceEmbedder
+    from cic.llm.generation import AnswerGenerator, GenerationConfig, generate_for_questions
+    from cic.llm.models import OFFLINE_DEFAULT_MODEL, load_causal_lm
+    from cic.llm.uncertainty import EmbeddingEquivalence, cluster_answers
 
     loaded = load_causal_lm(OFFLINE_DEFAULT_MODEL)
     questions = load_questions("trivia_qa", limit=args.questions, seed=0)

@@ -1,6 +1,6 @@
 """The demo main job end to end, then generation throughput with 1 and 2 Ray actors in the same run.
 
-    .venv/bin/python benchmarks/bench_pipeline.py [--config infra/configs/demo.yaml] [--questions 30]
+    .venv/bin/python benchmarks/bench_pipeline.py [--config demo] [--questions 30]
 
 Prints the wall time of every stage of `cic run` on the demo config (fresh DuckDB and MLflow in a temp
 dir; the converted-model cache is reused, as after install), checks the 5-minute target, then answers the
@@ -45,11 +45,10 @@ def demo(config: Path, work: Path) -> float:
 
 def throughput(config: Path, work: Path, n_questions: int, replicas: int) -> float:
     """Questions/s of the answer stage (model load excluded) with `replicas` actors on fresh storage."""
-    from cic.answering import answerer_settings
-    from cic.config import load_config
     from cic.data import DATASETS, load_questions
-    from cic.resume import RunWork
+    from cic.pipeline.config import load_config
     from cic.store import Store
+    from cic.store.resume import RunWork
     from tasks.answer import RunJob, answer_questions
 
     cfg = load_config(config)
@@ -60,14 +59,14 @@ def throughput(config: Path, work: Path, n_questions: int, replicas: int) -> flo
     ids = questions.get_column("question_id").to_list()
     job = RunJob(f"bench-{replicas}", "trivia_qa", DATASETS.prompt_for("trivia_qa").prompt_id, ("similarity[0.6]",),
                  questions, RunWork(f"bench-{replicas}", ids, []))
-    stats = answer_questions.fn(db, "bench", answerer_settings(cfg, 0), [job], replicas=replicas,
+    stats = answer_questions.fn(db, "bench", cfg.answerer_settings(0), [job], replicas=replicas,
                                 questions_per_batch=max(1, n_questions // (2 * replicas)), num_cpus=2)
     return stats.questions_per_s
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--config", type=Path, default=ROOT / "infra" / "configs" / "demo.yaml")
+    parser.add_argument("--config", default="demo")
     parser.add_argument("--questions", type=int, default=30)
     parser.add_argument("--skip-demo", action="store_true")
     args = parser.parse_args()

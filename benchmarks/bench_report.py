@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_report.py [--quick]
 
 Input: 7 models x 2 datasets, synthetic score tables of 2,000 items each (14 groups, one estimator).
-1. `cic.report.write_report`: 5 alphas x 2 bounds x 100 splits per group, plus the split-ratio study
+1. `cic.reports.report.write_report`: 5 alphas x 2 bounds x 100 splits per group, plus the split-ratio study
    (5 fractions), the baselines table, PRR and every figure — wall time (target <= 10 s on the 2-core box).
 2. The paper tables alone (`evaluate_groups`, 14,000 calibrations over the splits) against the same tables
    computed the plain way: a loop over groups, splits, alphas and bounds calling `cic.calibrate` on each
@@ -26,7 +26,7 @@ import polars as pl
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import cic  # noqa: E402
-from cic.report import ReportConfig, evaluate_groups, write_report  # noqa: E402
+from cic.reports.report import ReportConfig, evaluate_groups, write_report  # noqa: E402
 
 MODELS = ("qwen2.5-3b", "qwen2.5-7b", "qwen2.5-14b", "openchat-3.5", "vicuna-7b", "vicuna-13b", "llama-3.1-8b")
 DATASETS = ("commonsenseqa", "triviaqa")

@@ -24,7 +24,7 @@ import polars as pl
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cic import schema  # noqa: E402
-from cic.store import Store, create_table_sql  # noqa: E402
+from cic.store.database import Store, create_table_sql  # noqa: E402
 
 
 def score_rows(n: int, seed: int = 0) -> pl.DataFrame:

@@ -5,10 +5,10 @@ accepted answers is certified <= alpha with probability >= 1 - delta, or report 
 This package root imports numpy and scipy only, so `from cic import calibrate` is cheap in any process.
 """
 
-from cic.calibration import CalibrationResult, calibrate, quantile_grid, uniform_grid
-from cic.gate import Gate
-from cic.protocol import evaluate_splits, split_masks, split_outcomes
-from cic.simulation import PowerRisk, SimulationResult, simulate
+from cic.stats.calibration import CalibrationResult, calibrate, quantile_grid, uniform_grid
+from cic.stats.gate import Gate
+from cic.stats.protocol import evaluate_splits, split_masks, split_outcomes
+from cic.stats.simulation import PowerRisk, SimulationResult, simulate
 
 __version__ = "0.1.0"
 

@@ -7,9 +7,9 @@ from typing import Any
 
 from prefect import flow
 
-from cic.config import load_config
+from cic.pipeline.config import load_config
+from cic.pipeline.stored_calibration import stored_run_keys
 from cic.store import Store
-from cic.stored_calibration import stored_run_keys
 from flows.pipeline import DEMO_CONFIG, with_overrides
 from tasks.calibrate import calibrate_runs
 from tasks.log import log_results
@@ -21,7 +21,7 @@ def calibrate_flow(config_path: str = DEMO_CONFIG, db: str | None = None, tracki
                    bounds: Sequence[str] | None = None, searches: Sequence[str] | None = None,
                    log_to_mlflow: bool = True) -> dict[str, Any]:
     """Calibrate + split protocol for every stored run of the config's models and datasets, then log."""
-    from cic.config import CalibrationConfig
+    from cic.pipeline.config import CalibrationConfig
 
     config = with_overrides(load_config(config_path), db, None, tracking, None)
     changes = {k: v for k, v in (("alphas", alphas), ("delta", delta), ("bounds", bounds), ("searches", searches))

@@ -3,29 +3,27 @@
     questions ──► answer (Ray actors, one per model replica) ──► DuckDB ──► calibrate + split protocol ──► MLflow
 
 Work already in DuckDB is not redone: each run's unfinished questions are computed from the store
-(`cic.resume`), so a rerun adds nothing and a killed run resumes where it stopped.
+(`cic.store.resume`), so a rerun adds nothing and a killed run resumes where it stopped.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from prefect import flow
 
-from cic.answering import answerer_settings
-from cic.config import PipelineConfig, load_config
-from cic.resume import missing_work
+from cic.pipeline.config import PipelineConfig, load_config
 from cic.store import Store
+from cic.store.resume import missing_work
 from tasks.answer import AnswerStats, RunJob, answer_questions
 from tasks.calibrate import CalibrateStats, calibrate_runs
 from tasks.log import LogStats, log_results, tracking_uri
 from tasks.questions import load_and_store_questions
 
 log = logging.getLogger("cic.pipeline")
-DEMO_CONFIG = str(Path(__file__).resolve().parent.parent / "infra" / "configs" / "demo.yaml")
+DEMO_CONFIG = "demo"  # the config shipped in cic/pipeline/configs/demo.yaml
 
 
 @dataclass
@@ -61,8 +59,8 @@ def pipeline(config_path: str = DEMO_CONFIG, db: str | None = None, ray_address:
     """Run the whole job for the config; returns a summary (also the flow run's result)."""
     import time
 
-    from cic.alignment import default_criteria
     from cic.data import DATASETS
+    from cic.llm.alignment import default_criteria
 
     config = with_overrides(load_config(config_path), db, ray_address, tracking, report_dir)
     db_path = config.storage.db
@@ -74,7 +72,7 @@ def pipeline(config_path: str = DEMO_CONFIG, db: str | None = None, ray_address:
 
     gen = config.generation
     for index, model in enumerate(config.models):
-        settings = answerer_settings(config, index)
+        settings = config.answerer_settings(index)
         runs = []
         with Store.open(db_path) as store:
             for dataset in config.datasets:

@@ -9,9 +9,9 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 
-from cic.config import load_config
+from cic.pipeline.config import load_config
+from cic.pipeline.stored_calibration import stored_run_keys
 from cic.store import Store
-from cic.stored_calibration import stored_run_keys
 from flows.pipeline import DEMO_CONFIG, with_overrides
 from tasks.recalibrate import log_recalibrations, recalibrate_runs
 

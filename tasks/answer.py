@@ -2,7 +2,7 @@
 
 Workers return Arrow batches; this task (in the flow's process, the only DuckDB writer) stores a batch's
 generations, scores and labels in one transaction, so a crash or kill loses at most the batches in flight
-and a rerun picks up exactly what is missing (`cic.resume`).
+and a rerun picks up exactly what is missing (`cic.store.resume`).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any
 import polars as pl
 from prefect import task
 
-from cic import progress
-from cic.answering import AnswererSettings
-from cic.resume import RunWork, stored_generations
+from cic.llm.answering import AnswererSettings
+from cic.pipeline import progress
 from cic.store import Store
+from cic.store.resume import RunWork, stored_generations
 from tasks import ray_workers
 from tasks.answer_worker import RayAnswerWorker
 

@@ -1,6 +1,6 @@
 """The Ray actor that holds one model replica and answers batches of questions (Arrow in, Arrow out).
 
-It wraps `cic.answering.Answerer`; torch uses as many threads as the actor was given CPUs, so two CPU
+It wraps `cic.llm.answering.Answerer`; torch uses as many threads as the actor was given CPUs, so two CPU
 actors on a two-core node do not fight over cores. It never writes DuckDB: the flow does.
 """
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import ray
 
-from cic.answering import Answerer, AnswererSettings
+from cic.llm.answering import Answerer, AnswererSettings
 
 
 def _threads_for_this_actor() -> int:

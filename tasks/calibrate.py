@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from cic import progress
-from cic.config import CalibrationConfig
+from cic.pipeline import progress
+from cic.pipeline.config import CalibrationConfig
+from cic.pipeline.stored_calibration import calibration_rows, evaluation_rows, groups_of_run, iter_group_pairs
 from cic.store import Store
-from cic.stored_calibration import calibration_rows, evaluation_rows, groups_of_run, iter_group_pairs
 
 log = logging.getLogger("cic.pipeline")
 

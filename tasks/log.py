@@ -20,9 +20,10 @@ from mlflow import MlflowClient
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from cic import progress, schema
-from cic.calibration import CalibrationResult
-from cic.report import ReportConfig, write_report
+from cic import schema
+from cic.pipeline import progress
+from cic.reports.report import ReportConfig, write_report
+from cic.stats.calibration import CalibrationResult
 from cic.store import Store
 from tasks.tracking import ChildRun, GroupLog, find_logged, log_group
 

@@ -6,8 +6,8 @@ import polars as pl
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from cic.config import DatasetConfig
 from cic.data import load_questions
+from cic.pipeline.config import DatasetConfig
 from cic.store import Store
 
 

@@ -11,11 +11,11 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from cic import schema
-from cic.calibration import CalibrationResult
-from cic.config import CalibrationConfig
-from cic.recalibration import Recalibration, recalibrate_group
+from cic.pipeline.config import CalibrationConfig
+from cic.pipeline.recalibration import Recalibration, recalibrate_group
+from cic.pipeline.stored_calibration import groups_of_run
+from cic.stats.calibration import CalibrationResult
 from cic.store import Store
-from cic.stored_calibration import groups_of_run
 from tasks.log import tracking_uri
 from tasks.tracking import ChildRun, GroupLog, log_group
 

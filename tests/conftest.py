@@ -25,19 +25,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     shutil.rmtree(_PREFECT_HOME, ignore_errors=True)
 
 
-def make_table(rng: np.random.Generator, n: int, *, decimals: int | None = 2, slope: float = 0.5,
-               base: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
-    """Scores in [0, 1] (rounded so ties occur) whose error probability grows with the score."""
-    scores = rng.random(n)
-    if decimals is not None:
-        scores = np.round(scores, decimals)
-    errors = (rng.random(n) < np.clip(base + slope * scores, 0, 1)).astype(np.int8)
-    return scores, errors
-
-
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(12345)
 
 
-pytest_plugins = ["tests.model_fixtures"]
+pytest_plugins = ["tests.support.model_fixtures"]

@@ -1,0 +1,162 @@
+"""What every `cic` command shares: consoles, the error wrapper, option types and small parsers."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+console = Console(width=None if sys.stdout.isatty() else 140)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def friendly_errors(func: F) -> F:
+    """Turn input errors (ValueError) into a one-line message and exit status 2, not a traceback."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except ValueError as exc:
+            err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def parse_floats(text: str, name: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{name} = {text!r}: expected comma-separated numbers, e.g. 0.05,0.1") from None
+
+
+def parse_names(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def parse_grid(grid: str | None, pilot: Path | None, grid_size: int | None, score_col: str) -> Any:
+    """--grid LOW:HIGH:K (uniform) or --pilot FILE --grid-size K (quantiles of a separate pilot sample)."""
+    from cic.stats.calibration import quantile_grid, uniform_grid
+    from cic.store.score_files import read_table
+
+    if grid is not None and pilot is not None:
+        raise ValueError("give either --grid LOW:HIGH:K or --pilot FILE, not both")
+    if grid is not None:
+        parts = grid.split(":")
+        if len(parts) != 3:
+            raise ValueError(f"--grid = {grid!r}: expected LOW:HIGH:K, e.g. 0:2.3:50")
+        try:
+            return uniform_grid(float(parts[0]), float(parts[1]), int(parts[2]))
+        except ValueError as exc:
+            raise ValueError(f"--grid = {grid!r}: {exc}") from None
+    if pilot is not None:
+        if grid_size is None:
+            raise ValueError("--pilot needs --grid-size K (number of quantile thresholds)")
+        frame = read_table(pilot)
+        if score_col not in frame.columns:
+            raise ValueError(f"column {score_col!r} not found in {str(pilot)!r}")
+        return quantile_grid(frame.get_column(score_col).to_numpy(), grid_size)
+    return None
+
+
+def load_pairs(file: Path, score_col: str, error_col: str, correct_col: str | None,
+          stored: dict[str, str | None] | None = None) -> tuple[Any, Any]:
+    """(scores, errors) from a Parquet/CSV table, or from a pipeline DuckDB file (FILE ending in .duckdb)."""
+    from cic.store.score_files import read_table, score_error_arrays
+
+    if file.suffix == ".duckdb":
+        return load_stored_pairs(file, stored or {})
+    return score_error_arrays(read_table(file), score_col=score_col, error_col=error_col,
+                              correct_col=correct_col, source=repr(str(file)))
+
+
+def load_stored_pairs(db: Path, stored: dict[str, str | None]) -> tuple[Any, Any]:
+    """The (score, error) pairs of one stored group: --model, --dataset, --estimator, --criterion name it."""
+    from cic.store import Store
+
+    missing = [f"--{k.replace('_', '-')}" for k in ("model", "dataset", "estimator", "criterion") if not stored.get(k)]
+    if missing:
+        raise ValueError(f"{str(db)!r} is a DuckDB store: name the group with {', '.join(missing)}")
+    if not db.exists():
+        raise ValueError(f"FILE = {str(db)!r}: no such file")
+    with Store.open(db, read_only=True) as store:
+        pairs = store.calibration_frame(stored["model"], stored["dataset"], stored["estimator"],
+                                        stored["criterion"], run_key=stored.get("run_key"), allow_partial=True)
+    return pairs.get_column("score").to_numpy(), pairs.get_column("error").to_numpy()
+
+
+ModelOpt = Annotated[str | None, typer.Option("--model", help="Stored results (FILE.duckdb): the model name.")]
+DatasetOpt = Annotated[str | None, typer.Option("--dataset", help="Stored results: the dataset name.")]
+EstimatorOpt = Annotated[str | None, typer.Option("--estimator", help="Stored results: the estimator, e.g. "
+                                                                      "'semantic_entropy[embedding:0.9]'.")]
+CriterionOpt = Annotated[str | None, typer.Option("--criterion", help="Stored results: e.g. 'similarity[0.6]'.")]
+RunKeyOpt = Annotated[str | None, typer.Option("--run-key", help="Stored results: choose among several runs.")]
+ScoreCol = Annotated[str, typer.Option("--score-col", help="Column with the uncertainty score (lower = surer).")]
+ErrorCol = Annotated[str, typer.Option("--error-col", help="Column with 1 where the answer is wrong.")]
+CorrectCol = Annotated[str | None, typer.Option("--correct-col",
+                                                help="Use a column with 1 where the answer is right instead.")]
+Delta = Annotated[float, typer.Option("--delta", help="Allowed probability that the guarantee fails.")]
+Search = Annotated[str, typer.Option("--search", help="paper | bonferroni | fixed_sequence")]
+GridOpt = Annotated[str | None, typer.Option("--grid", help="Uniform grid LOW:HIGH:K fixed in advance.")]
+PilotOpt = Annotated[Path | None, typer.Option("--pilot", help="Pilot file whose score quantiles form the grid.")]
+GridSize = Annotated[int | None, typer.Option("--grid-size", help="Number of pilot quantiles.")]
+NMin = Annotated[int | None, typer.Option("--n-min", help="fixed_sequence: first test at this accepted count.")]
+Start = Annotated[float | None, typer.Option("--start", help="fixed_sequence: first threshold tested.")]
+Alphas = Annotated[str, typer.Option("--alphas", help="Comma-separated risk levels.")]
+Bounds = Annotated[str, typer.Option("--bounds", help="Comma-separated bounds.")]
+Searches = Annotated[str, typer.Option("--search", help="Comma-separated searches.")]
+NSplits = Annotated[int, typer.Option("--n-splits", help="Random calibration/test splits.")]
+CalFraction = Annotated[float, typer.Option("--cal-fraction", help="Share of items used to calibrate.")]
+Seed = Annotated[int, typer.Option("--seed")]
+
+
+def fmt(value: float | None, spec: str = ".3f") -> str:
+    return "—" if value is None else format(value, spec)
+
+
+
+def parse_ints(text: str, name: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{name} = {text!r}: expected comma-separated integers, e.g. 200,1000") from None
+
+
+def per_file(values: list[str] | None, n_files: int, name: str) -> list[str | None]:
+    """A label given once applies to every file; given once per file, in file order."""
+    if not values:
+        return [None] * n_files
+    if len(values) == 1:
+        return values * n_files
+    if len(values) != n_files:
+        raise ValueError(f"--{name} was given {len(values)} times for {n_files} files: give it once (all files) "
+                         "or once per file")
+    return list(values)
+
+
+def mlflow_client(run_id: str) -> Any:
+    """A tracking client for an existing run (MLFLOW_TRACKING_URI), checked before any work is done."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    try:
+        client.get_run(run_id)
+    except MlflowException as exc:
+        raise ValueError(f"--mlflow-run-id = {run_id!r}: {exc.message}") from None
+    return client
+
+
+LabelOpt = Annotated[list[str] | None, typer.Option(help="Label for files without this column: once for all files "
+                                                         "or once per file.")]
+
+
+DbOpt = Annotated[Path, typer.Option("--db", help="DuckDB file of the store.")]

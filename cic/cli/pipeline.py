@@ -1,0 +1,198 @@
+"""CLI commands of the pipeline: `cic run`, `cic recalibrate`, `cic log`, `cic ask`.
+
+Embedded defaults (DuckDB file, MLflow SQLite, Prefect's ephemeral API, Ray in-process) unless a flag or
+the environment names a real service: --db, MLFLOW_TRACKING_URI / --tracking-uri, PREFECT_API_URL,
+--ray-address / RAY_ADDRESS.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from cic.cli.common import console, err_console, fmt, friendly_errors
+
+ConfigOpt = Annotated[str, typer.Option("--config", help="Pipeline YAML (models, datasets, estimators, ...), or the "
+                                       "name of a shipped config: demo, paper, example.")]
+DbOpt = Annotated[str | None, typer.Option("--db", help="DuckDB file (default: the config's, ./cic.duckdb).")]
+TrackingOpt = Annotated[str | None, typer.Option(
+    "--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db).")]
+
+
+def prefect_defaults() -> None:
+    """Settings that make Prefect's local ephemeral API quiet and patient (unless already set)."""
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("DO_NOT_TRACK", "true")
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+
+
+class StageBars:
+    """Rich progress bars, one per pipeline stage, fed by `cic.pipeline.progress`."""
+
+    def __init__(self) -> None:
+        self.progress = Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=console, transient=False)
+        self.tasks: dict[str, Any] = {}
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if stage not in self.tasks:
+            self.tasks[stage] = self.progress.add_task(stage, total=max(total, 1))
+        self.progress.update(self.tasks[stage], completed=done if total else 1, total=max(total, 1))
+
+    def __enter__(self) -> StageBars:
+        from cic.pipeline import progress
+
+        self.progress.start()
+        self._unsubscribe = progress.subscribe(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._unsubscribe()
+        self.progress.stop()
+
+
+def results_table(db: str, run_keys: list[str], estimator: str | None) -> Table:
+    """FDR / coverage / fails per alpha and bound for one estimator per (model, dataset, criterion)."""
+    import polars as pl
+
+    from cic.store import Store
+
+    with Store.open(db) as store:
+        evaluations = store.read("evaluations")
+        runs = store.read("runs", run_key=run_keys) if run_keys else store.read("runs")
+    evaluations = evaluations.join(runs.select("model", "dataset").unique(), on=["model", "dataset"])
+    names = evaluations.get_column("estimator").unique().sort().to_list()
+    wanted = estimator or "semantic_entropy"
+    chosen = [n for n in names if n == wanted or n.split("[")[0] == wanted] or names[:1]
+    shown = evaluations.filter(pl.col("estimator").is_in(chosen)).sort("model", "dataset", "criterion", "alpha",
+                                                                        "bound", "search", "created_at")
+    shown = shown.unique(subset=["model", "dataset", "estimator", "criterion", "alpha", "bound", "search"],
+                         keep="last", maintain_order=True)
+    table = Table(title=escape(f"split protocol ({', '.join(chosen) or 'no estimator'}): test FDR, coverage, fails"))
+    for column in ("model", "dataset", "criterion", "search", "bound", "α", "FDR mean ± std", "coverage",
+                   "fails / splits", "base error"):
+        table.add_column(column, justify="right" if column[0] in "αFcfb" else "left")
+    for r in shown.iter_rows(named=True):
+        fdr = "—" if r["fdr_mean"] is None else f"{r['fdr_mean']:.3f} ± {r['fdr_std']:.3f}"
+        table.add_row(r["model"], r["dataset"], escape(r["criterion"]), r["search"], r["bound"], f"{r['alpha']:g}",
+                      fdr, fmt(r["coverage_mean"]), f"{r['fails']}/{r['n_splits']}", fmt(r["base_error_rate"]))
+    return table
+
+
+@friendly_errors
+def run(
+    config: ConfigOpt = "demo",
+    db: DbOpt = None,
+    ray_address: Annotated[str | None, typer.Option("--ray-address", help="Join this Ray cluster "
+                                                    "(default: $RAY_ADDRESS, else Ray in-process).")] = None,
+    tracking_uri: TrackingOpt = None,
+    report_dir: Annotated[str | None, typer.Option("--report-dir", help="Where tables and plots go.")] = None,
+    estimator: Annotated[str | None, typer.Option("--show-estimator", help="Estimator of the final table.")] = None,
+    no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="Skip MLflow logging (`cic log` later).")] = False,
+) -> None:
+    """The main job: generate → score → label → DuckDB → calibrate → split protocol → MLflow."""
+    prefect_defaults()
+    from flows.pipeline import pipeline
+
+    with StageBars():
+        summary = pipeline(config_path=str(config), db=db, ray_address=ray_address, tracking=tracking_uri,
+                           report_dir=report_dir, log_to_mlflow=not no_mlflow)
+    console.print(results_table(summary["db"], summary["run_keys"], estimator))
+    timing = ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in summary["stage_seconds"].items())
+    console.print(f"stages: {timing}", highlight=False)
+    console.print(f"DuckDB: {summary['db']}", highlight=False)
+    if summary["log"]:
+        console.print(f"MLflow ({summary['tracking_uri']}): {summary['log']['logged']} group(s) logged, "
+                      f"{summary['log']['already']} already there", highlight=False)
+        console.print(f"tables and plots: {summary['report_dir']}/ (also attached to the MLflow runs)",
+                      highlight=False)
+    if summary["log_error"]:
+        err_console.print(f"[bold yellow]MLflow logging failed:[/] {summary['log_error']} — results are in "
+                          f"{summary['db']}; run `cic log` to log them", highlight=False)
+
+
+@friendly_errors
+def recalibrate(
+    config: ConfigOpt = "demo",
+    db: DbOpt = None,
+    tracking_uri: TrackingOpt = None,
+    window: Annotated[int | None, typer.Option("--window", help="Newest labelled questions to use.")] = None,
+    fail_on_alert: Annotated[bool, typer.Option("--fail-on-alert", help="Exit 1 when a gate is unattainable "
+                                                "or the score distribution shifted.")] = False,
+) -> None:
+    """Recalibrate every stored run on its newest window and compare with the previous gates."""
+    prefect_defaults()
+    from flows.recalibrate import recalibrate_flow
+
+    result = recalibrate_flow(config_path=str(config), db=db, tracking=tracking_uri, window=window)
+    table = Table(title=f"recalibration: {result['gates']} gate(s)")
+    for column in ("model", "dataset", "estimator", "criterion", "α", "bound", "search", "threshold", "previous"):
+        table.add_column(column)
+    for r in result["thresholds"]:
+        table.add_row(r["model"], r["dataset"], escape(r["estimator"]), escape(r["criterion"]), f"{r['alpha']:g}",
+                      r["bound"], r["search"],
+                      "[red]unattainable" if r["threshold"] is None else fmt(r["threshold"], ".4g"),
+                      fmt(r["previous_threshold"], ".4g"))
+    console.print(table)
+    for alert in result["alerts"]:
+        err_console.print(f"[bold red]ALERT[/] {alert['model']}/{alert['dataset']} {escape(alert['estimator'])} × "
+                          f"{escape(alert['criterion'])} α={alert['alpha']:g} {alert['bound']}: {alert['alert']}",
+                          highlight=False)
+    if fail_on_alert and result["alerts"]:
+        raise typer.Exit(1)
+
+
+@friendly_errors
+def log_command(
+    db: Annotated[str, typer.Option("--db", help="DuckDB file.")] = "cic.duckdb",
+    tracking_uri: TrackingOpt = None,
+    experiment_prefix: Annotated[str, typer.Option("--experiment-prefix")] = "cic",
+    report_dir: Annotated[str, typer.Option("--report-dir")] = "cic-reports",
+) -> None:
+    """Log to MLflow every stored result not logged yet (after a tracking-server outage, say)."""
+    prefect_defaults()
+    from tasks.log import log_results
+
+    if not Path(db).exists():
+        raise ValueError(f"db = {db!r}: no such file")
+    stats = log_results.fn(db, tracking=tracking_uri, experiment_prefix=experiment_prefix, report_dir=report_dir)
+    console.print(f"{stats.logged} group(s) logged, {stats.already} already in MLflow", highlight=False)
+
+
+@friendly_errors
+def ask(
+    question: Annotated[str, typer.Argument(help="The question to answer (or abstain on).")],
+    config: ConfigOpt = "demo",
+    db: DbOpt = None,
+    model: Annotated[str | None, typer.Option("--model", help="Model name from the config (default: first).")] = None,
+    dataset: Annotated[str, typer.Option("--dataset", help="Whose prompt and gate to use.")] = "trivia_qa",
+    choices: Annotated[list[str] | None, typer.Option("--choice", help="An option (multiple choice; repeat).")] = None,
+    estimator: Annotated[str, typer.Option("--estimator")] = "semantic_entropy",
+    criterion: Annotated[str | None, typer.Option("--criterion", help="Default: the dataset's.")] = None,
+    alpha: Annotated[float, typer.Option("--alpha")] = 0.25,
+    bound: Annotated[str, typer.Option("--bound")] = "cp",
+    search: Annotated[str, typer.Option("--search")] = "paper",
+) -> None:
+    """Answer with the stored gate, or abstain; shows the uncertainty score and the certified threshold."""
+    from cic.pipeline.asking import ask_question
+
+    reply = ask_question(question, config_path=config, db=db, model=model, dataset=dataset, choices=choices,
+                         estimator=estimator, criterion=criterion, alpha=alpha, bound=bound, search=search)
+    verdict = "[bold green]ANSWER[/]" if reply.decision == "answer" else "[bold yellow]ABSTAIN[/]"
+    console.print(f"{verdict}  {escape(repr(reply.answer))}" if reply.decision == "answer" else verdict,
+                  highlight=False)
+    console.print(f"score {escape(reply.estimator)} = {reply.score + 0.0:.4g}; threshold = "
+                  f"{'none (alpha unattainable)' if reply.threshold is None else format(reply.threshold, '.4g')} "
+                  f"(α = {alpha:g}, {bound}, {search}, gate {reply.calibration_id[:12]})", highlight=False)
+    if reply.decision == "abstain":
+        console.print(f"most likely answer (withheld): {escape(repr(reply.answer))}", style="dim", highlight=False)
+
+
+COMMANDS = {"run": run, "recalibrate": recalibrate, "log": log_command, "ask": ask}

@@ -1,0 +1,268 @@
+"""Statistics commands on precomputed (score, error) tables: calibrate, evaluate, simulate, report, validity."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from cic.cli.common import (
+    Alphas,
+    Bounds,
+    CalFraction,
+    CorrectCol,
+    CriterionOpt,
+    DatasetOpt,
+    Delta,
+    ErrorCol,
+    EstimatorOpt,
+    GridOpt,
+    GridSize,
+    LabelOpt,
+    ModelOpt,
+    NMin,
+    NSplits,
+    PilotOpt,
+    RunKeyOpt,
+    ScoreCol,
+    Search,
+    Searches,
+    Seed,
+    Start,
+    console,
+    fmt,
+    friendly_errors,
+    load_pairs,
+    mlflow_client,
+    parse_floats,
+    parse_grid,
+    parse_ints,
+    parse_names,
+    per_file,
+)
+
+
+@friendly_errors
+def calibrate(
+    file: Annotated[Path, typer.Argument(help="Parquet or CSV table of calibration items, or a pipeline "
+                                              "DuckDB file (with --model/--dataset/--estimator/--criterion).")],
+    alpha: Annotated[float, typer.Option("--alpha", help="Target error rate among accepted answers.")],
+    score_col: ScoreCol = "score",
+    error_col: ErrorCol = "error",
+    correct_col: CorrectCol = None,
+    delta: Delta = 0.05,
+    bound: Annotated[str, typer.Option("--bound", help="cp | hoeffding | hoeffding_kl | bentkus | "
+                                                       "hoeffding_bentkus")] = "cp",
+    search: Search = "paper",
+    grid: GridOpt = None,
+    pilot: PilotOpt = None,
+    grid_size: GridSize = None,
+    n_min: NMin = None,
+    start: Start = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the result as JSON here.")] = None,
+    gate_out: Annotated[Path | None, typer.Option("--gate", help="Write the serving gate JSON here.")] = None,
+    show_table: Annotated[bool, typer.Option("--table", help="Print every candidate threshold.")] = False,
+    model: ModelOpt = None,
+    dataset: DatasetOpt = None,
+    estimator: EstimatorOpt = None,
+    criterion: CriterionOpt = None,
+    run_key: RunKeyOpt = None,
+) -> None:
+    """Certify the largest threshold whose error rate among accepted answers is <= ALPHA."""
+    from cic.stats.calibration import calibrate as run_calibration
+
+    scores, errors = load_pairs(file, score_col, error_col, correct_col, {
+        "model": model, "dataset": dataset, "estimator": estimator, "criterion": criterion, "run_key": run_key})
+    result = run_calibration(scores, errors, alpha=alpha, delta=delta, bound=bound, search=search,
+                             grid=parse_grid(grid, pilot, grid_size, score_col), n_min=n_min, start=start)
+    console.print(result.summary(), highlight=False)
+    console.print(f"guarantee: {result.guarantee}", style="dim", highlight=False)
+    if show_table:
+        console.print(result.table())
+    if json_out is not None:
+        json_out.write_text(result.to_json(include_table=show_table) + "\n")
+        console.print(f"result written to {json_out}", style="dim")
+    if gate_out is not None:
+        gate_out.write_text(result.gate().to_json() + "\n")
+        console.print(f"gate written to {gate_out}", style="dim")
+
+
+@friendly_errors
+def evaluate(
+    file: Annotated[Path, typer.Argument(help="Parquet or CSV table of labelled items, or a pipeline DuckDB "
+                                              "file (with --model/--dataset/--estimator/--criterion).")],
+    score_col: ScoreCol = "score",
+    error_col: ErrorCol = "error",
+    correct_col: CorrectCol = None,
+    alphas: Alphas = "0.05,0.10,0.15,0.20,0.25",
+    bounds: Bounds = "hoeffding,cp",
+    search: Searches = "paper",
+    delta: Delta = 0.05,
+    n_splits: NSplits = 100,
+    cal_fraction: CalFraction = 0.5,
+    seed: Seed = 0,
+    grid: GridOpt = None,
+    pilot: PilotOpt = None,
+    grid_size: GridSize = None,
+    n_min: NMin = None,
+    start: Start = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Also write the table (.csv or .parquet).")] = None,
+    model: ModelOpt = None,
+    dataset: DatasetOpt = None,
+    estimator: EstimatorOpt = None,
+    criterion: CriterionOpt = None,
+    run_key: RunKeyOpt = None,
+) -> None:
+    """The paper's protocol: FDR, coverage and fails over repeated calibration/test splits."""
+    from cic.stats.protocol import evaluate_splits
+
+    scores, errors = load_pairs(file, score_col, error_col, correct_col, {
+        "model": model, "dataset": dataset, "estimator": estimator, "criterion": criterion, "run_key": run_key})
+    frame = evaluate_splits(scores, errors, alphas=parse_floats(alphas, "--alphas"), bounds=parse_names(bounds),
+                            search=parse_names(search), delta=delta, n_splits=n_splits, cal_fraction=cal_fraction,
+                            seed=seed, grid=parse_grid(grid, pilot, grid_size, score_col), n_min=n_min, start=start)
+    table = Table(title=f"{file.name}: {n_splits} splits, cal_fraction {cal_fraction:g}, delta {delta:g}, "
+                        f"base error rate {frame['base_error_rate'][0]:.3f}")
+    for col in ("alpha", "bound", "search", "FDR (mean ± std)", "test FDR > α", "coverage", "correct cov.",
+                "fails", "threshold"):
+        table.add_column(col, justify="right" if col not in ("bound", "search") else "left")
+    for row in frame.iter_rows(named=True):
+        fdr = "—" if row["fdr_mean"] is None else f"{row['fdr_mean']:.3f} ± {row['fdr_std']:.3f}"
+        table.add_row(f"{row['alpha']:g}", row["bound"], row["search"], fdr, fmt(row["fdr_above_alpha"], ".2f"),
+                      f"{row['coverage_mean']:.3f} ± {row['coverage_std']:.3f}",
+                      fmt(row["correct_coverage_mean"]), str(row["fails"]), fmt(row["threshold_mean"], ".4g"))
+    console.print(table)
+    if out is not None:
+        suffix = out.suffix.lower()
+        if suffix == ".csv":
+            frame.write_csv(out)
+        elif suffix in (".parquet", ".pq"):
+            frame.write_parquet(out)
+        else:
+            raise ValueError(f"--out = {str(out)!r}: use a .csv or .parquet file name")
+        console.print(f"table written to {out}", style="dim")
+
+
+@friendly_errors
+def simulate(
+    n: Annotated[int, typer.Option("--n", help="Calibration set size.")] = 1000,
+    alpha: Annotated[float, typer.Option("--alpha")] = 0.1,
+    delta: Delta = 0.05,
+    bound: Annotated[str, typer.Option("--bound")] = "cp",
+    search: Search = "paper",
+    grid: GridOpt = None,
+    n_min: NMin = None,
+    start: Start = None,
+    trials: Annotated[int, typer.Option("--trials", help="Monte-Carlo calibration sets.")] = 2000,
+    low: Annotated[float, typer.Option("--low", help="P(error | score = 0).")] = 0.0,
+    high: Annotated[float, typer.Option("--high", help="P(error | score = 1).")] = 0.4,
+    power: Annotated[float, typer.Option("--power", help="Shape of P(error | score).")] = 1.0,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+) -> None:
+    """Monte-Carlo validity: how often the certified threshold's true risk exceeds ALPHA."""
+    from cic.stats.simulation import PowerRisk
+    from cic.stats.simulation import simulate as run_simulation
+
+    result = run_simulation(PowerRisk(low, high, power), n=n, alpha=alpha, delta=delta, bound=bound,
+                            search=search, n_trials=trials, seed=seed, grid=parse_grid(grid, None, None, "score"),
+                            n_min=n_min, start=start)
+    console.print(result.summary(), highlight=False)
+
+
+@friendly_errors
+def report(
+    files: Annotated[list[Path], typer.Argument(help="Parquet or CSV score tables: long layout (model, dataset, "
+                                                     "estimator, criterion, score, error) or one group per file.")],
+    out: Annotated[Path, typer.Option("--out", help="Directory to write the report into.")] = Path("report"),
+    model: LabelOpt = None,
+    dataset: LabelOpt = None,
+    estimator: LabelOpt = None,
+    criterion: LabelOpt = None,
+    score_col: ScoreCol = "score",
+    error_col: ErrorCol = "error",
+    correct_col: CorrectCol = None,
+    alphas: Alphas = "0.05,0.10,0.15,0.20,0.25",
+    bounds: Bounds = "hoeffding,cp",
+    search: Searches = "paper",
+    delta: Delta = 0.05,
+    n_splits: NSplits = 100,
+    cal_fraction: CalFraction = 0.5,
+    seed: Seed = 0,
+    grid: GridOpt = None,
+    fractions: Annotated[str, typer.Option("--fractions", help="Calibration fractions of the split-ratio study "
+                                                               "('' skips it).")] = "0.5,0.4,0.3,0.2,0.1",
+    sensitivity_alphas: Annotated[str, typer.Option("--sensitivity-alphas", help="Risk levels of the split-ratio "
+                                                                                "study.")] = "0.1",
+    baselines: Annotated[str, typer.Option("--baselines", help="Comma-separated baselines ('' skips them): naive, "
+                                                               "coin_binary, conformal_alignment, lec.")]
+    = "naive,coin_binary,conformal_alignment,lec",
+    baseline_bound: Annotated[str, typer.Option("--baseline-bound", help="Bound of CIC and COIN in the baselines "
+                                                                         "table.")] = "cp",
+    no_figures: Annotated[bool, typer.Option("--no-figures", help="Tables only.")] = False,
+    mlflow_run_id: Annotated[str | None, typer.Option("--mlflow-run-id", help="Log the report directory as "
+                                                                             "artifacts of this MLflow run.")] = None,
+) -> None:
+    """Paper-style report: FDR / power tables, split-ratio study, baselines, figures, written to --out."""
+    import polars as pl
+
+    from cic.reports.report import ReportConfig, write_report
+    from cic.store.score_files import read_long_table
+
+    client = mlflow_client(mlflow_run_id) if mlflow_run_id else None
+    labels = {name: per_file(values, len(files), name) for name, values in
+              (("model", model), ("dataset", dataset), ("estimator", estimator), ("criterion", criterion))}
+    frames = [read_long_table(path, labels={k: v[i] for k, v in labels.items()}, score_col=score_col,
+                              error_col=error_col, correct_col=correct_col) for i, path in enumerate(files)]
+    config = ReportConfig(
+        alphas=tuple(parse_floats(alphas, "--alphas")), bounds=tuple(parse_names(bounds)),
+        searches=tuple(parse_names(search)),
+        delta=delta, n_splits=n_splits, cal_fraction=cal_fraction, seed=seed,
+        grid=None if grid is None else tuple(parse_grid(grid, None, None, score_col)),
+        sensitivity_fractions=tuple(parse_floats(fractions, "--fractions")),
+        sensitivity_alphas=tuple(parse_floats(sensitivity_alphas, "--sensitivity-alphas")),
+        baselines=tuple(parse_names(baselines)), baseline_bound=baseline_bound, figures=not no_figures)
+    written = write_report(pl.concat(frames), out, config)
+    console.print(f"report written to {out}/ ({len(written.tables)} tables, {len(written.figures)} figures); "
+                  f"start at {out / 'README.md'}", highlight=False)
+    if client is not None:
+        client.log_artifacts(mlflow_run_id, str(out), artifact_path="report")
+        console.print(f"logged as artifacts 'report/' of MLflow run {mlflow_run_id}", highlight=False)
+
+@friendly_errors
+def validity(
+    out: Annotated[Path, typer.Option("--out", help="Directory for the table and the plot.")] = Path("validity"),
+    trials: Annotated[int, typer.Option("--trials", help="Monte-Carlo calibration sets per row.")] = 2000,
+    ns: Annotated[str, typer.Option("--ns", help="Comma-separated calibration set sizes.")] = "200,1000,5000",
+    alphas: Alphas = "0.1,0.2",
+    searches: Annotated[str, typer.Option("--searches")] = "paper,bonferroni,fixed_sequence",
+    bounds: Annotated[str, typer.Option("--bounds")] = "hoeffding,cp",
+    scenarios: Annotated[str, typer.Option("--scenarios", help="crossing (R = 2αt), flat (R = 1.2α).")]
+    = "crossing,flat",
+    delta: Delta = 0.05,
+    grid_size: Annotated[int, typer.Option("--grid-size", help="Bonferroni grid points over [0.05, 1].")] = 20,
+    seed: Seed = 0,
+    no_figure: Annotated[bool, typer.Option("--no-figure", help="Table only.")] = False,
+) -> None:
+    """Monte-Carlo validity of every search and bound: violation rates with exact CIs against delta."""
+    from cic.reports.validity import write_validity
+
+    table, _ = write_validity(out, figure=not no_figure, scenarios=parse_names(scenarios), ns=parse_ints(ns, "--ns"),
+                              alphas=parse_floats(alphas, "--alphas"), searches=parse_names(searches),
+                              bounds=parse_names(bounds),
+                              delta=delta, n_trials=trials, seed=seed, grid_size=grid_size)
+    shown = Table(title=f"P(R(t̂) > α) over {trials} calibration sets, δ = {delta:g}")
+    for col in ("scenario", "n", "α", "search", "bound", "violation rate [95% CI]", "vs δ", "fails"):
+        shown.add_column(col, justify="left" if col in ("scenario", "search", "bound", "vs δ") else "right")
+    for r in table.iter_rows(named=True):
+        shown.add_row(r["scenario"], str(r["n"]), f"{r['alpha']:g}", r["search"], r["bound"],
+                      f"{r['violation_rate']:.4f} [{r['ci_low']:.4f}, {r['ci_high']:.4f}]",
+                      r["verdict"].replace("delta", "δ"), str(r["fails"]))
+    console.print(shown)
+    console.print(f"written to {out}/ (README.md, validity.md, validity.csv"
+                  f"{'' if no_figure else ', validity.png'})", highlight=False)
+
+
+COMMANDS = {"calibrate": calibrate, "evaluate": evaluate, "simulate": simulate, "report": report,
+            "validity": validity}

@@ -1,0 +1,113 @@
+"""Store and dataset commands: datasets (list, load, store), export and import of stored tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from cic.cli.common import DbOpt, console, friendly_errors
+
+
+@friendly_errors
+def datasets(
+    name: Annotated[str | None, typer.Argument(help="Dataset to load; omit to list the registry.")] = None,
+    source: Annotated[str | None, typer.Option("--source", help="'sample' (default), 'hub', a hub id, or a "
+                                                               "JSONL/Parquet file or directory.")] = None,
+    split: Annotated[str, typer.Option("--split")] = "validation",
+    limit: Annotated[int | None, typer.Option("--limit", help="Keep this many questions.")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="With --limit: a seeded random subset.")] = None,
+    db: Annotated[Path | None, typer.Option("--db", help="Also store the questions in this DuckDB file.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Also write the questions to this .parquet.")] = None,
+    show_prompt: Annotated[bool, typer.Option("--prompt", help="Print the prompt of the first question.")] = False,
+) -> None:
+    """List the registered datasets, or load one and show, store (--db) or save (--out) its questions."""
+    from cic.data import DATASETS, build_prompt, load_questions
+
+    if name is None:
+        table = Table(title="registered datasets")
+        for col in ("name", "prompt", "hub", "offline sample", "description"):
+            table.add_column(col)
+        for spec in DATASETS:
+            hub = f"{spec.hub_id} ({spec.hub_config})" if spec.hub_config else (spec.hub_id or "—")
+            table.add_row(spec.name, spec.prompt.prompt_id, hub, spec.sample or spec.default_source or "—",
+                          spec.description)
+        console.print(table)
+        return
+    questions = load_questions(name, source, split=split, limit=limit, seed=seed)
+    if out is not None:
+        if out.suffix.lower() not in (".parquet", ".pq"):
+            raise ValueError(f"--out = {str(out)!r}: give a .parquet file name")
+        questions.write_parquet(out)
+        console.print(f"questions written to {out}", style="dim")
+    if db is not None:
+        from cic.store import Store
+
+        with Store.open(db) as store:
+            store.upsert("questions", questions)
+            total = store.count("questions", dataset=name, split=split)
+        console.print(f"{questions.height} questions stored in {db} ({total} {name}/{split} questions in total)")
+    console.print(f"{name} ({split}): {questions.height} questions", highlight=False)
+    with_answers = questions.select("question_id", "question", "answer").head(5)
+    console.print(with_answers)
+    if show_prompt and questions.height:
+        console.print(build_prompt(questions.row(0, named=True)), highlight=False, markup=False)
+
+
+def _filters(where: list[str], table: str) -> dict[str, Any]:
+    """--where column=value options as typed equality filters for Store.read."""
+    import polars as pl
+
+    from cic.schema import TABLES
+
+    if table not in TABLES:
+        raise ValueError(f"table = {table!r}: unknown; tables are {', '.join(TABLES)}")
+    filters: dict[str, Any] = {}
+    for item in where:
+        column, sep, text = item.partition("=")
+        if not sep or column not in TABLES[table].columns:
+            raise ValueError(f"--where {item!r}: expected COLUMN=VALUE with a column of {table}: "
+                             f"{', '.join(TABLES[table].columns)}")
+        try:
+            filters[column] = pl.Series([text]).cast(TABLES[table].columns[column]).item()
+        except Exception:  # polars raises several types for a failed cast
+            raise ValueError(f"--where {item!r}: {text!r} is not a valid {TABLES[table].columns[column]}") from None
+    return filters
+
+@friendly_errors
+def export(
+    table: Annotated[str, typer.Argument(help="Table: questions, runs, generations, scores, labels, "
+                                              "calibrations or evaluations.")],
+    out: Annotated[Path, typer.Argument(help="Parquet file to write.")],
+    db: DbOpt = Path("cic.duckdb"),
+    where: Annotated[list[str] | None, typer.Option("--where", help="Keep rows with COLUMN=VALUE (repeatable).")]
+    = None,
+) -> None:
+    """Write a stored table to Parquet (read it back anywhere, or `cic import` it into another store)."""
+    from cic.store import Store
+
+    filters = _filters(where or [], table)
+    with Store.open(db, read_only=True) as store:
+        rows = store.export(table, out, **filters)
+    console.print(f"{rows} {table} rows written to {out}")
+
+
+@friendly_errors
+def import_table(
+    file: Annotated[Path, typer.Argument(help="Parquet file written by `cic export` (or with a table's columns).")],
+    db: DbOpt = Path("cic.duckdb"),
+    table: Annotated[str | None, typer.Option("--table", help="Target table when the file does not name it.")]
+    = None,
+) -> None:
+    """Upsert a Parquet table into the store (idempotent: importing twice changes nothing)."""
+    from cic.store import Store
+
+    with Store.open(db) as store:
+        name, rows = store.import_(file, table)
+        total = store.count(name)
+    console.print(f"{rows} {name} rows imported into {db} ({total} in the table)")
+
+
+COMMANDS = {"datasets": datasets, "export": export, "import": import_table}

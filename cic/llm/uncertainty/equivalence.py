@@ -1,0 +1,151 @@
+"""Semantic equivalence of answers, and clustering answers into meaning classes with few model calls.
+
+Exact and normalised-string duplicates are merged before any model is asked; every new distinct answer is
+then compared with one representative per existing cluster (in one batched call), so the number of
+comparisons is at most K × clusters instead of K² all pairs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from cic.llm.text import normalize_answer
+
+NLI_VARIANTS = ("strict", "no_contradiction")
+
+
+class Equivalence(Protocol):
+    name: str
+    n_calls: int
+
+    def equivalent(self, answer: str, representatives: Sequence[str]) -> np.ndarray:
+        """Boolean per representative: does `answer` mean the same?"""
+        ...
+
+
+class ExactEquivalence:
+    """Equal after SQuAD normalisation (no model)."""
+
+    name = "exact"
+
+    def __init__(self) -> None:
+        self.n_calls = 0
+
+    def equivalent(self, answer: str, representatives: Sequence[str]) -> np.ndarray:
+        key = normalize_answer(answer)
+        return np.array([normalize_answer(r) == key for r in representatives], dtype=bool)
+
+
+class EmbeddingEquivalence:
+    """Cosine similarity of sentence embeddings ≥ threshold (the offline default, MiniLM)."""
+
+    def __init__(self, embedder: Any, threshold: float = 0.9) -> None:
+        if not 0 < threshold <= 1:
+            raise ValueError(f"embedding_threshold = {threshold!r}: must lie in (0, 1]")
+        self.embedder, self.threshold = embedder, float(threshold)
+        self.name = f"embedding:{self.threshold:g}"
+        self.n_calls = 0
+
+    def equivalent(self, answer: str, representatives: Sequence[str]) -> np.ndarray:
+        if not representatives:
+            return np.zeros(0, dtype=bool)
+        self.n_calls += len(representatives)
+        vectors = self.embedder.encode([answer, *representatives])
+        return vectors[1:] @ vectors[0] >= self.threshold
+
+
+def entailment_decision(forward: np.ndarray, backward: np.ndarray, *, entail: int, contradict: int,
+                        variant: str) -> np.ndarray:
+    """Bidirectional decision from NLI logits [n, labels] of (a ⇒ b) and (b ⇒ a).
+
+    strict: both directions' arg-max is entailment (Kuhn et al., 2023). no_contradiction: neither direction's
+    arg-max is contradiction (the looser variant of Farquhar et al., 2024).
+    """
+    if variant == "strict":
+        return (forward.argmax(-1) == entail) & (backward.argmax(-1) == entail)
+    if variant == "no_contradiction":
+        return (forward.argmax(-1) != contradict) & (backward.argmax(-1) != contradict)
+    raise ValueError(f"nli_variant = {variant!r}: choose from {', '.join(NLI_VARIANTS)}")
+
+
+class NliEquivalence:
+    """Bidirectional entailment with any MNLI-style sequence classifier (hub id, local dir or pkg: spec)."""
+
+    def __init__(self, model: str, *, variant: str = "strict", device: str | None = None, batch_size: int = 32,
+                 question: str | None = None) -> None:
+        if variant not in NLI_VARIANTS:
+            raise ValueError(f"nli_variant = {variant!r}: choose from {', '.join(NLI_VARIANTS)}")
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        from cic.llm.paths import is_package_spec, resolve_package_path
+
+        location = str(resolve_package_path(model)) if is_package_spec(model) else model
+        self.tokenizer = AutoTokenizer.from_pretrained(location)
+        self.model = AutoModelForSequenceClassification.from_pretrained(location).to(device or "cpu").eval()
+        labels = {str(v).lower(): int(k) for k, v in self.model.config.id2label.items()}
+        if "entailment" not in labels or "contradiction" not in labels:
+            raise ValueError(f"nli_model {model!r}: id2label {self.model.config.id2label} lacks 'entailment' and "
+                             "'contradiction' (is it an MNLI classifier?)")
+        self.entail, self.contradict = labels["entailment"], labels["contradiction"]
+        self.variant, self.batch_size, self.device = variant, batch_size, device or "cpu"
+        self.name = f"nli-{variant}:{model.rstrip('/').split('/')[-1]}"
+        self.n_calls = 0
+        self._torch = torch
+
+    def _logits(self, premises: list[str], hypotheses: list[str]) -> np.ndarray:
+        out = []
+        for start in range(0, len(premises), self.batch_size):
+            batch = self.tokenizer(premises[start:start + self.batch_size], hypotheses[start:start + self.batch_size],
+                                   padding=True, truncation=True, return_tensors="pt").to(self.device)
+            with self._torch.inference_mode():
+                out.append(self.model(**batch).logits.float().cpu().numpy())
+        return np.concatenate(out)
+
+    def equivalent(self, answer: str, representatives: Sequence[str]) -> np.ndarray:
+        if not representatives:
+            return np.zeros(0, dtype=bool)
+        reps = list(representatives)
+        self.n_calls += len(reps)
+        logits = self._logits([answer] * len(reps) + reps, reps + [answer] * len(reps))
+        return entailment_decision(logits[:len(reps)], logits[len(reps):], entail=self.entail,
+                                   contradict=self.contradict, variant=self.variant)
+
+
+def make_equivalence(kind: str, *, embedder: Any = None, threshold: float = 0.9, nli_model: str | None = None,
+                     variant: str = "strict") -> Any:
+    """"exact", "embedding" (needs embedder) or "nli" (needs nli_model)."""
+    if kind == "exact":
+        return ExactEquivalence()
+    if kind == "embedding":
+        if embedder is None:
+            raise ValueError("equivalence 'embedding' needs a sentence embedder")
+        return EmbeddingEquivalence(embedder, threshold)
+    if kind == "nli":
+        if not nli_model:
+            raise ValueError("equivalence 'nli' needs nli_model (hub id or local path of an MNLI classifier)")
+        return NliEquivalence(nli_model, variant=variant)
+    raise ValueError(f"equivalence = {kind!r}: choose from exact, embedding, nli")
+
+
+def cluster_answers(texts: Sequence[str], equivalence: Any) -> np.ndarray:
+    """Cluster ids (0, 1, ... in first-seen order) grouping answers that mean the same."""
+    ids = np.empty(len(texts), dtype=np.int64)
+    by_key: dict[str, int] = {}
+    representatives: list[str] = []
+    for i, text in enumerate(texts):
+        key = normalize_answer(text)
+        if key in by_key:  # duplicate after normalisation: no model call
+            ids[i] = by_key[key]
+            continue
+        same = equivalence.equivalent(text, representatives) if representatives else np.zeros(0, dtype=bool)
+        hit = int(np.argmax(same)) if same.any() else -1
+        if hit < 0:
+            hit = len(representatives)
+            representatives.append(text)
+        by_key[key] = hit
+        ids[i] = hit
+    return ids

@@ -1,0 +1,136 @@
+"""Uncertainty estimators (higher = more uncertain), each a cheap function of a question's shared statistics.
+
+K is the number of samples; p_c the share of samples in meaning class c; ℓ_i the log-probability of sample i
+(sum over its tokens) and ℓ̄_i its per-token mean; W the [K, K] similarity matrix, D its degree matrix and
+L = I − D^{-1/2} W D^{-1/2} the normalised graph Laplacian with eigenvalues λ_k.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from cic.llm.text import rouge_l
+from cic.llm.uncertainty.statistics import QuestionStats
+
+
+def _entropy(p: np.ndarray) -> float:
+    p = p[p > 0]
+    return float(-(p * np.log(p)).sum())
+
+
+def semantic_entropy(s: QuestionStats) -> float:
+    """Discrete semantic entropy: SE = −Σ_c p_c log p_c, p_c = |{i : i ∈ c}| / K (Farquhar et al., 2024)."""
+    counts = np.bincount(s.clusters)
+    return _entropy(counts / counts.sum())
+
+
+def semantic_entropy_weighted(s: QuestionStats) -> float:
+    """Likelihood-weighted semantic entropy: p_c = Σ_{i∈c} exp(ℓ̄_i) / Σ_i exp(ℓ̄_i), SE = −Σ_c p_c log p_c
+    (length-normalised sequence likelihoods, Kuhn et al., 2023)."""
+    w = np.exp(s.logprob_mean - np.max(s.logprob_mean))
+    mass = np.bincount(s.clusters, weights=w)
+    return _entropy(mass / mass.sum())
+
+
+def num_semantic_sets(s: QuestionStats) -> float:
+    """Number of meaning classes among the K samples (Lin et al., 2023)."""
+    return float(len(np.unique(s.clusters)))
+
+
+def predictive_entropy(s: QuestionStats) -> float:
+    """Monte-Carlo predictive entropy: PE = −(1/K) Σ_i ℓ_i."""
+    return float(-np.mean(s.logprob_sum))
+
+
+def predictive_entropy_normalized(s: QuestionStats) -> float:
+    """Length-normalised predictive entropy: −(1/K) Σ_i ℓ̄_i (Malinin & Gales, 2021)."""
+    return float(-np.mean(s.logprob_mean))
+
+
+def lexical_similarity(s: QuestionStats) -> float | None:
+    """Negated mean pairwise ROUGE-L among the samples: −(2 / K(K−1)) Σ_{i<j} ROUGE-L(a_i, a_j).
+    Not defined for option letters (null)."""
+    if s.is_multiple_choice or len(s.texts) < 2:
+        return None
+    pairs = [rouge_l(a, b) for i, a in enumerate(s.texts) for b in s.texts[i + 1:]]
+    return -float(np.mean(pairs))
+
+
+def eigv(s: QuestionStats) -> float:
+    """EigV = Σ_k max(0, 1 − λ_k) (Lin et al., 2023): about the number of clusters in the similarity graph."""
+    values, _ = s.laplacian_eigen
+    return float(np.clip(1.0 - values, 0.0, None).sum())
+
+
+def deg(s: QuestionStats) -> float:
+    """Deg = 1 − Σ_ij W_ij / K² (= trace(K·I − D) / K², Lin et al., 2023)."""
+    w = s.similarity
+    return float(1.0 - w.sum() / len(w) ** 2)
+
+
+def ecc(s: QuestionStats) -> float:
+    """Ecc = ‖[v'_1, …, v'_K]‖₂ (Lin et al., 2023): v_j are the rows of the eigenvectors of L whose eigenvalues
+    are < 1 (at least the smallest), v'_j = v_j − mean_j v_j; the spread of the samples in spectral space."""
+    values, vectors = s.laplacian_eigen
+    k = max(1, int((values < 1.0 - 1e-9).sum()))
+    embedded = vectors[:, :k]
+    centred = embedded - embedded.mean(axis=0, keepdims=True)
+    return float(np.linalg.norm(centred))
+
+
+def option_entropy(s: QuestionStats) -> float | None:
+    """Entropy of the option distribution: −Σ_o p_o log p_o (multiple choice only)."""
+    return None if s.option_probs is None else _entropy(np.asarray(s.option_probs, dtype=np.float64))
+
+
+def one_minus_max_prob(s: QuestionStats) -> float | None:
+    """1 − max_o p_o over the options (multiple choice only)."""
+    return None if s.option_probs is None else float(1.0 - np.max(s.option_probs))
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """A named estimator and whether its value depends on the equivalence (then its stored name says which)."""
+
+    name: str
+    compute: Callable[[QuestionStats], float | None]
+    uses_equivalence: bool
+
+
+ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (
+    Estimator("semantic_entropy", semantic_entropy, True),
+    Estimator("semantic_entropy_weighted", semantic_entropy_weighted, True),
+    Estimator("num_semantic_sets", num_semantic_sets, True),
+    Estimator("predictive_entropy", predictive_entropy, False),
+    Estimator("predictive_entropy_normalized", predictive_entropy_normalized, False),
+    Estimator("lexical_similarity", lexical_similarity, False),
+    Estimator("eigv", eigv, True),
+    Estimator("deg", deg, True),
+    Estimator("ecc", ecc, True),
+    Estimator("option_entropy", option_entropy, False),
+    Estimator("one_minus_max_prob", one_minus_max_prob, False),
+)}
+
+
+def list_estimators() -> list[str]:
+    """Every estimator name."""
+    return list(ESTIMATORS)
+
+
+def get_estimator(name: str) -> Estimator:
+    if name not in ESTIMATORS:
+        raise ValueError(f"estimator = {name!r}: unknown; choose from {', '.join(ESTIMATORS)}")
+    return ESTIMATORS[name]
+
+
+def stored_name(name: str, equivalence_name: str) -> str:
+    """The name a score is stored under: "<name>[<equivalence>]" when the equivalence shapes it."""
+    return f"{name}[{equivalence_name}]" if get_estimator(name).uses_equivalence else name
+
+
+def finite_or_none(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else float(value)

@@ -1,0 +1,52 @@
+"""Score generations: build each question's shared statistics once, then run every requested estimator."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from cic import schema
+from cic.llm.uncertainty.estimators import finite_or_none, get_estimator, stored_name
+from cic.llm.uncertainty.statistics import QuestionStats
+
+
+class UncertaintyScorer:
+    """SCORES rows (one per question × estimator; null where an estimator does not apply)."""
+
+    def __init__(self, equivalence: Any, estimators: Sequence[str], *, embedder: Any = None) -> None:
+        self.estimators = [get_estimator(name) for name in estimators]
+        if not self.estimators:
+            raise ValueError("estimators is empty: name at least one")
+        self.equivalence = equivalence
+        self.embedder = embedder
+
+    def stored_names(self) -> list[str]:
+        """The estimator names as they appear in the scores table."""
+        return [stored_name(e.name, self.equivalence.name) for e in self.estimators]
+
+    def question_stats(self, rows: pl.DataFrame) -> QuestionStats:
+        """Statistics of one question's generation rows (samples = sample_index ≥ 1, or the greedy alone)."""
+        samples = rows.filter(pl.col("sample_index") >= 1).sort("sample_index")
+        if samples.height == 0:
+            samples = rows
+        probs = rows.get_column("option_probs")[0]
+        return QuestionStats(
+            question_id=str(rows.get_column("question_id")[0]), texts=samples.get_column("text").to_list(),
+            logprob_sum=samples.get_column("logprob_sum").fill_null(0.0).to_numpy(),
+            logprob_mean=samples.get_column("logprob_mean").fill_null(0.0).to_numpy(),
+            option_probs=None if probs is None else np.asarray(probs.to_list() if hasattr(probs, "to_list")
+                                                               else probs, dtype=np.float64),
+            equivalence=self.equivalence, embedder=self.embedder)
+
+    def score(self, generations: pl.DataFrame, *, run_key: str) -> pl.DataFrame:
+        records = []
+        names = self.stored_names()
+        for (question_id,), rows in generations.group_by("question_id", maintain_order=True):
+            stats = self.question_stats(rows)
+            for estimator, name in zip(self.estimators, names, strict=True):
+                records.append({"run_key": run_key, "question_id": str(question_id), "estimator": name,
+                                "value": finite_or_none(estimator.compute(stats))})
+        return schema.conform(pl.DataFrame(records, schema=schema.SCORES.schema), schema.SCORES)

@@ -1,0 +1,68 @@
+"""The shared, expensive statistics of one question (LM-Polygraph's "stat calculators"): computed once, read
+by every estimator. Samples are the K sampled answers (sample_index ≥ 1), as in Kuhn et al. (2023)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from cic.llm.uncertainty.equivalence import cluster_answers
+
+
+@dataclass
+class QuestionStats:
+    """One question's generations and the statistics estimators need (computed lazily, once)."""
+
+    question_id: str
+    texts: list[str]                     # the K samples
+    logprob_sum: np.ndarray
+    logprob_mean: np.ndarray
+    option_probs: np.ndarray | None      # multiple choice only
+    equivalence: Any
+    embedder: Any = None
+    _cache: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_multiple_choice(self) -> bool:
+        return self.option_probs is not None
+
+    @property
+    def clusters(self) -> np.ndarray:
+        """Meaning classes of the samples (letters are compared exactly for multiple choice)."""
+        if "clusters" not in self._cache:
+            if self.is_multiple_choice:
+                _, ids = np.unique(np.array(self.texts, dtype=object), return_inverse=True)
+                self._cache["clusters"] = ids.astype(np.int64)
+            else:
+                self._cache["clusters"] = cluster_answers(self.texts, self.equivalence)
+        return self._cache["clusters"]
+
+    @property
+    def similarity(self) -> np.ndarray:
+        """Symmetric [K, K] similarity in [0, 1] for the graph estimators: clipped cosine of embeddings with
+        embedding equivalence, else the 0/1 same-cluster adjacency."""
+        if "similarity" not in self._cache:
+            from cic.llm.uncertainty.equivalence import EmbeddingEquivalence
+
+            if isinstance(self.equivalence, EmbeddingEquivalence) and not self.is_multiple_choice:
+                vectors = self.equivalence.embedder.encode(self.texts)
+                sim = np.clip(vectors @ vectors.T, 0.0, 1.0).astype(np.float64)
+                np.fill_diagonal(sim, 1.0)
+            else:
+                c = self.clusters
+                sim = (c[:, None] == c[None, :]).astype(np.float64)
+            self._cache["similarity"] = sim
+        return self._cache["similarity"]
+
+    @property
+    def laplacian_eigen(self) -> tuple[np.ndarray, np.ndarray]:
+        """Eigenvalues (ascending) and eigenvectors of L = I − D^{-1/2} W D^{-1/2}."""
+        if "eigen" not in self._cache:
+            w = self.similarity
+            d = w.sum(axis=1)
+            inv = 1.0 / np.sqrt(d)
+            lap = np.eye(len(w)) - inv[:, None] * w * inv[None, :]
+            self._cache["eigen"] = np.linalg.eigh((lap + lap.T) / 2)
+        return self._cache["eigen"]

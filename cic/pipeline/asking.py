@@ -1,0 +1,85 @@
+"""`cic ask`: answer one new question with a stored gate, or abstain, showing the score and the threshold."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from cic import schema
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The decision for one question, with what it rests on."""
+
+    decision: str
+    answer: str
+    score: float
+    threshold: float | None
+    estimator: str
+    calibration_id: str
+
+
+def question_row(question: str, dataset: str, choices: Sequence[str] | None) -> pl.DataFrame:
+    """A one-row QUESTIONS frame for a user's question (multiple choice when options are given)."""
+    if not question.strip():
+        raise ValueError("question = '': ask something")
+    labels = [chr(ord("A") + i) for i in range(len(choices))] if choices else None
+    return schema.conform(pl.DataFrame({
+        "dataset": [dataset], "split": ["ask"], "question_id": ["ask-" + schema.value_hash(question, choices)[:12]],
+        "question": [question], "choices": [list(choices) if choices else None], "choice_labels": [labels],
+        "answer": [""], "aliases": [[]]}, schema=schema.QUESTIONS.schema), schema.QUESTIONS)
+
+
+def latest_gate(db: str, *, model: str, dataset: str, estimator: str, criterion: str | None, alpha: float,
+                bound: str, search: str) -> dict:
+    """The newest stored calibration of that key (estimator by stored or base name)."""
+    from cic.store import Store
+
+    with Store.open(db) as store:
+        rows = store.read("calibrations", model=model, dataset=dataset, bound=bound, search=search)
+    rows = rows.filter((pl.col("alpha") - alpha).abs() < 1e-12)
+    rows = rows.filter((pl.col("estimator") == estimator) | (pl.col("estimator").str.split("[").list.first() ==
+                                                               estimator))
+    if criterion:
+        rows = rows.filter(criterion=criterion)
+    if rows.height == 0:
+        raise ValueError(f"no stored gate for model={model!r}, dataset={dataset!r}, estimator={estimator!r}, "
+                         f"criterion={criterion!r}, alpha={alpha:g}, bound={bound!r}, search={search!r} in {db}; "
+                         "run `cic run` (or `cic calibrate`) with these settings first")
+    return rows.sort("created_at").row(-1, named=True)
+
+
+def ask_question(question: str, *, config_path: str | Path, db: str | None, model: str | None, dataset: str,
+                 choices: Sequence[str] | None, estimator: str, criterion: str | None, alpha: float, bound: str,
+                 search: str) -> Reply:
+    """Generate the answer and its samples with the config's model, score it, apply the stored gate."""
+    from dataclasses import replace
+
+    from cic.llm.answering import Answerer
+    from cic.pipeline.config import load_config
+    from cic.stats.gate import Gate
+
+    config = load_config(config_path)
+    names = [m.name for m in config.models]
+    index = names.index(model) if model in names else 0
+    if model is not None and model not in names:
+        raise ValueError(f"model = {model!r}: not in the config; choose from {names}")
+    gate_row = latest_gate(db or config.storage.db, model=names[index], dataset=dataset, estimator=estimator,
+                           criterion=criterion, alpha=alpha, bound=bound, search=search)
+    settings = config.answerer_settings(index)
+    base = gate_row["estimator"].split("[")[0]
+    answerer = Answerer(replace(settings, estimators=(base,)))
+    questions = question_row(question, dataset, choices)
+    generations = answerer.generate(questions, run_key="ask")
+    scores = answerer.scorer.score(generations, run_key="ask").filter(estimator=gate_row["estimator"])
+    if scores.height == 0 or scores.get_column("value")[0] is None:
+        raise ValueError(f"estimator {gate_row['estimator']!r} gives no score for this question")
+    score = float(scores.get_column("value")[0])
+    gate = Gate(gate_row["threshold"])
+    answer = generations.filter(sample_index=0).get_column("text")[0]
+    return Reply(gate.decide(score), answer, score, gate_row["threshold"], gate_row["estimator"],
+                 gate_row["calibration_id"])

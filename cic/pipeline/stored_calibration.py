@@ -1,0 +1,157 @@
+"""Calibrate and evaluate what the store holds: one group per (run, estimator, criterion).
+
+For each group the (score, error) pairs come from `Store.calibration_frame`; the gate is calibrated on all
+of them for every (alpha, bound, search), and the paper's split protocol runs on the same pairs. The rows
+returned fit the `calibrations` and `evaluations` tables, keyed by hashes of everything that shaped them,
+so recomputing identical work rewrites identical keys (no duplicates).
+
+The Bonferroni grid must be fixed before the labels are seen: `grid.kind = "pilot_quantiles"` sets aside a
+seeded pilot share of the group, takes score quantiles from it and calibrates/evaluates on the rest only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import polars as pl
+
+from cic import schema
+from cic.stats.calibration import calibrate, quantile_grid, uniform_grid
+from cic.stats.protocol import evaluate_splits
+
+if TYPE_CHECKING:
+    from cic.pipeline.config import CalibrationConfig
+    from cic.store import Store
+
+
+@dataclass(frozen=True)
+class GroupKey:
+    """One calibration group: a stored run with an estimator and a criterion."""
+
+    run_key: str
+    model: str
+    dataset: str
+    estimator: str
+    criterion: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"run_key": self.run_key, "model": self.model, "dataset": self.dataset,
+                "estimator": self.estimator, "criterion": self.criterion}
+
+
+def data_fingerprint(pairs: pl.DataFrame) -> str:
+    """A hash of the (question_id, score, error) rows: equal data, equal fingerprint."""
+    ordered = pairs.sort("question_id")
+    return schema.value_hash(ordered.get_column("question_id").to_list(),
+                              np.round(ordered.get_column("score").to_numpy(), 12).tolist(),
+                              ordered.get_column("error").to_list())
+
+
+def stored_run_keys(store: Store, models: Sequence[str], datasets: Sequence[str]) -> list[str]:
+    """Run keys of the given models on the given datasets; an error when there are none."""
+    keys = store.read("runs", model=list(models), dataset=list(datasets)).get_column("run_key").to_list()
+    if not keys:
+        raise ValueError(f"db = {str(store.path)!r} holds no runs of models {list(models)} on datasets "
+                         f"{list(datasets)}; run `cic run` first")
+    return keys
+
+
+def groups_of_run(store: Store, run: dict[str, Any], estimators: Sequence[str] | None = None,
+                  criteria: Sequence[str] | None = None) -> list[GroupKey]:
+    """The (estimator, criterion) groups a run can calibrate: estimators with at least two non-null scores,
+    criteria with labels; optionally only those whose base name is in `estimators` / listed in `criteria`."""
+    key = run["run_key"]
+    scored = store.sql("SELECT estimator FROM scores WHERE run_key = ? AND value IS NOT NULL "
+                       "GROUP BY estimator HAVING count(*) >= 2 ORDER BY estimator", [key])
+    labelled = store.sql("SELECT DISTINCT criterion FROM labels WHERE run_key = ? ORDER BY criterion", [key])
+    names = [e for (e,) in scored if estimators is None or e.split("[")[0] in estimators]
+    crits = [c for (c,) in labelled if criteria is None or c in criteria]
+    return [GroupKey(key, run["model"], run["dataset"], e, c) for e in names for c in crits]
+
+
+def _pilot_split(pairs: pl.DataFrame, fraction: float, seed: int) -> tuple[pl.DataFrame, np.ndarray]:
+    """Set aside a seeded pilot share; returns (the rest, the pilot's scores)."""
+    rng = np.random.default_rng([seed, 7919])
+    order = rng.permutation(pairs.height)
+    n_pilot = max(1, int(round(fraction * pairs.height)))
+    pilot = pairs[order[:n_pilot].tolist()]
+    return pairs[np.sort(order[n_pilot:]).tolist()], pilot.get_column("score").to_numpy()
+
+
+def search_plan(pairs: pl.DataFrame, search: str, config: CalibrationConfig) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """The pairs a search calibrates on and its extra arguments (the Bonferroni grid, fixed in advance)."""
+    if search == "bonferroni":
+        grid_config = config.grid
+        if grid_config.kind == "uniform":
+            return pairs, {"grid": uniform_grid(grid_config.low, grid_config.high, grid_config.k)}
+        rest, pilot = _pilot_split(pairs, grid_config.pilot_fraction, config.seed)
+        return rest, {"grid": quantile_grid(pilot, grid_config.k)}
+    if search == "fixed_sequence" and config.n_min is not None:
+        return pairs, {"n_min": config.n_min}
+    return pairs, {}
+
+
+def calibration_rows(key: GroupKey, pairs: pl.DataFrame, config: CalibrationConfig, *, kind: str = "pipeline",
+                     window: tuple[datetime | None, datetime | None] = (None, None)) -> pl.DataFrame:
+    """One `calibrations` row per (alpha, bound, search): the deployable gate on all the group's pairs."""
+    fingerprint = data_fingerprint(pairs)
+    rows = []
+    for search in config.searches:
+        used, extra = search_plan(pairs, search, config)
+        scores, errors = used.get_column("score").to_numpy(), used.get_column("error").to_numpy()
+        for alpha in config.alphas:
+            for bound in config.bounds:
+                result = calibrate(scores, errors, alpha=alpha, delta=config.delta, bound=bound, search=search,
+                                   **extra)
+                rows.append({
+                    "calibration_id": schema.value_hash(kind, key.run_key, key.estimator, key.criterion, alpha,
+                                                         config.delta, bound, search, fingerprint,
+                                                         schema.canonical_json(extra_json(extra))),
+                    **{k: v for k, v in key.as_dict().items() if k != "run_key"},
+                    "alpha": alpha, "delta": config.delta, "bound": bound, "search": search,
+                    "threshold": result.threshold, "bound_value": result.bound_value,
+                    "n_accepted": result.n_accepted, "n_errors": result.n_errors, "n_cal": result.n_calibration,
+                    "data_fingerprint": fingerprint, "result_json": result.to_json(indent=None),
+                    "created_at": datetime.now(UTC), "run_key": key.run_key, "window_from": window[0],
+                    "window_to": window[1], "kind": kind,
+                })
+    return schema.conform(pl.DataFrame(rows, schema=schema.CALIBRATIONS.schema), schema.CALIBRATIONS)
+
+
+def extra_json(extra: dict[str, Any]) -> dict[str, Any]:
+    """Search arguments as JSON-able values (grids as lists)."""
+    return {k: (np.asarray(v).tolist() if isinstance(v, np.ndarray) else v) for k, v in extra.items()}
+
+
+def evaluation_rows(key: GroupKey, pairs: pl.DataFrame, config: CalibrationConfig) -> pl.DataFrame:
+    """The split protocol on the group's pairs: one `evaluations` row per (alpha, bound, search)."""
+    fingerprint = data_fingerprint(pairs)
+    parts = []
+    for search in config.searches:
+        used, extra = search_plan(pairs, search, config)
+        table = evaluate_splits(used.get_column("score").to_numpy(), used.get_column("error").to_numpy(),
+                                alphas=config.alphas, bounds=config.bounds, search=search, delta=config.delta,
+                                n_splits=config.n_splits, cal_fraction=config.cal_fraction, seed=config.seed,
+                                **extra)
+        evaluation_id = schema.value_hash(key.run_key, key.estimator, key.criterion, fingerprint, config.delta,
+                                           config.n_splits, config.cal_fraction, config.seed,
+                                           schema.canonical_json(extra_json(extra)))
+        parts.append(table.with_columns(
+            evaluation_id=pl.lit(evaluation_id), model=pl.lit(key.model), dataset=pl.lit(key.dataset),
+            estimator=pl.lit(key.estimator), criterion=pl.lit(key.criterion), cal_fraction=pl.lit(config.cal_fraction),
+            seed=pl.lit(config.seed), data_fingerprint=pl.lit(fingerprint),
+            created_at=pl.lit(datetime.now(UTC), dtype=pl.Datetime("us", "UTC"))))
+    return schema.conform(pl.concat(parts, how="diagonal_relaxed"), schema.EVALUATIONS)
+
+
+def iter_group_pairs(store: Store, groups: Sequence[GroupKey]) -> Iterator[tuple[GroupKey, pl.DataFrame]]:
+    """(group, its complete (question_id, score, error) pairs); questions lacking either half are left out."""
+    for key in groups:
+        pairs = store.calibration_frame(key.model, key.dataset, key.estimator, key.criterion, run_key=key.run_key,
+                                        allow_partial=True)
+        if pairs.height >= 2:
+            yield key, pairs

@@ -1,0 +1,337 @@
+"""Paper-style reports from a long (score, error) frame: tables, figures, baselines, written to a directory.
+
+Input: a polars DataFrame with columns model, dataset, estimator, criterion, score, error (1 = wrong) and
+optionally question_id — several (model, dataset, estimator, criterion) groups in one frame (see
+`cic.store.score_files.check_long_frame`; files load with `cic.store.score_files.read_long_table`). Every
+group runs the paper's protocol (`cic.evaluate_splits`), the split-ratio sensitivity study, the baselines on
+the same splits (`cic.stats.baselines`) and the rejection statistics (`cic.stats.curves`);
+`write_report` renders them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from cic.stats import baselines as _baselines
+from cic.stats._validation import check_open_unit, check_positive_int
+from cic.stats.bounds import resolve_bound
+from cic.stats.calibration import SEARCH_NAMES, calibrate
+from cic.stats.curves import rejection_curve, risk_coverage_curve
+from cic.stats.protocol import DEFAULT_ALPHAS, evaluate_splits
+from cic.store.score_files import GROUP_KEYS, check_long_frame
+
+if TYPE_CHECKING:
+    import polars as pl
+
+SENSITIVITY_FRACTIONS: tuple[float, ...] = (0.5, 0.4, 0.3, 0.2, 0.1)
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    """What a report computes. Defaults reproduce the paper: 100 splits 50/50, five alphas, HFD and CP.
+
+    `searches` may hold "paper", "fixed_sequence" and "bonferroni" (the latter needs `grid`, fixed in
+    advance). Empty `sensitivity_fractions` or `baselines` skip those parts; `figures=False` skips the PNGs.
+    Risk–coverage marks use `curve_bound` with the first search, calibrated on each group's full table
+    (what `cic calibrate` would deploy). Baselines use `baseline_bound` for COIN and CIC's rows.
+    """
+
+    alphas: tuple[float, ...] = DEFAULT_ALPHAS
+    bounds: tuple[str, ...] = ("hoeffding", "cp")
+    searches: tuple[str, ...] = ("paper",)
+    delta: float = 0.05
+    n_splits: int = 100
+    cal_fraction: float = 0.5
+    seed: int = 0
+    grid: tuple[float, ...] | None = None
+    sensitivity_fractions: tuple[float, ...] = SENSITIVITY_FRACTIONS
+    sensitivity_alphas: tuple[float, ...] = (0.1,)
+    baselines: tuple[str, ...] = tuple(_baselines.METHODS)
+    baseline_bound: str = "cp"
+    curve_bound: str = "cp"
+    figures: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("alphas", "bounds", "searches"):
+            if not getattr(self, name):
+                raise ValueError(f"{name} is empty: give at least one")
+        for i, a in enumerate(self.alphas):
+            check_open_unit(a, f"alphas[{i}]")
+        for i, a in enumerate(self.sensitivity_alphas):
+            check_open_unit(a, f"sensitivity_alphas[{i}]")
+        for i, f in enumerate(self.sensitivity_fractions):
+            check_open_unit(f, f"sensitivity_fractions[{i}]")
+        for b in (*self.bounds, self.baseline_bound, self.curve_bound):
+            resolve_bound(b)
+        for s in self.searches:
+            if s not in SEARCH_NAMES:
+                raise ValueError(f"search = {s!r}: unknown; choose from {', '.join(SEARCH_NAMES)}")
+        if "bonferroni" in self.searches and self.grid is None:
+            raise ValueError("search 'bonferroni' needs grid: thresholds fixed before seeing the labels")
+        for m in self.baselines:
+            if m not in _baselines.METHODS:
+                raise ValueError(f"baseline = {m!r}: unknown; choose from {', '.join(_baselines.METHODS)}")
+        check_open_unit(self.delta, "delta")
+        check_open_unit(self.cal_fraction, "cal_fraction")
+        check_positive_int(self.n_splits, "n_splits")
+
+    def search_kwargs(self, search: str) -> dict[str, Any]:
+        return {"grid": list(self.grid)} if search == "bonferroni" and self.grid is not None else {}
+
+
+def iter_groups(frame: pl.DataFrame) -> Iterator[tuple[dict[str, str], np.ndarray, np.ndarray]]:
+    """(group key, scores, errors) for each (model, dataset, estimator, criterion), in order of appearance."""
+    for key, part in frame.group_by(list(GROUP_KEYS), maintain_order=True):
+        yield (dict(zip(GROUP_KEYS, (str(k) for k in key), strict=True)), part.get_column("score").to_numpy(),
+               part.get_column("error").to_numpy())
+
+
+def _with_keys(key: dict[str, str], table: pl.DataFrame) -> pl.DataFrame:
+    import polars as pl
+
+    return table.select([pl.lit(v).alias(k) for k, v in key.items()] + [pl.all()])
+
+
+def evaluate_groups(frame: pl.DataFrame, config: ReportConfig = ReportConfig()) -> pl.DataFrame:
+    """The paper's protocol for every group: evaluate_splits rows with the group columns in front.
+
+    The columns match the `evaluations` table of `cic.schema` (less ids and timestamps), so the rendered
+    tables work on stored evaluations too.
+    """
+    import polars as pl
+
+    frame = check_long_frame(frame)
+    parts = []
+    for key, scores, errors in iter_groups(frame):
+        for search in config.searches:
+            table = evaluate_splits(scores, errors, alphas=config.alphas, bounds=config.bounds, search=search,
+                                    delta=config.delta, n_splits=config.n_splits, cal_fraction=config.cal_fraction,
+                                    seed=config.seed, **config.search_kwargs(search))
+            parts.append(_with_keys(key, table).with_columns(cal_fraction=pl.lit(config.cal_fraction),
+                                                             seed=pl.lit(config.seed)))
+    return pl.concat(parts)
+
+
+def sensitivity_study(frame: pl.DataFrame, config: ReportConfig = ReportConfig(),
+                      results: pl.DataFrame | None = None) -> pl.DataFrame:
+    """The split-ratio study (paper Figure 2): the protocol at each calibration fraction, first search only.
+
+    `results` (from `evaluate_groups` with the same config) supplies the fraction it already ran.
+    """
+    import polars as pl
+
+    frame = check_long_frame(frame)
+    parts = []
+    search = config.searches[0]
+    reusable = results is not None and set(config.sensitivity_alphas) <= set(config.alphas)
+    for key, scores, errors in iter_groups(frame):
+        for fraction in config.sensitivity_fractions:
+            if reusable and fraction == config.cal_fraction:
+                table = _rows_of(results, key).filter(pl.col("search") == search,
+                                                      pl.col("alpha").is_in(list(config.sensitivity_alphas)))
+                table = table.drop(*GROUP_KEYS, "cal_fraction", "seed")
+            else:
+                table = evaluate_splits(scores, errors, alphas=config.sensitivity_alphas, bounds=config.bounds,
+                                        search=search, delta=config.delta, n_splits=config.n_splits,
+                                        cal_fraction=fraction, seed=config.seed, **config.search_kwargs(search))
+            parts.append(_with_keys(key, table).with_columns(cal_fraction=pl.lit(fraction)))
+    return pl.concat(parts)
+
+
+def _rows_of(results: pl.DataFrame, key: dict[str, str]) -> pl.DataFrame:
+    """The rows of one group."""
+    import polars as pl
+
+    return results.filter(*(pl.col(k) == v for k, v in key.items()))
+
+
+def baselines_study(frame: pl.DataFrame, config: ReportConfig = ReportConfig(),
+                    results: pl.DataFrame | None = None) -> pl.DataFrame:
+    """CIC and the baselines on the same splits, per group and alpha (`cic.stats.baselines.compare_methods`).
+
+    `results` (from `evaluate_groups` with the same config) supplies the CIC rows it already holds.
+    """
+    import polars as pl
+
+    frame = check_long_frame(frame)
+    cic_searches = [s for s in dict.fromkeys((*config.searches, "fixed_sequence")) if s != "bonferroni"]
+    parts = []
+    for key, scores, errors in iter_groups(frame):
+        table = _baselines.compare_methods(scores, errors, alphas=config.alphas, methods=config.baselines,
+                                           cic_searches=cic_searches, delta=config.delta,
+                                           bound=config.baseline_bound, n_splits=config.n_splits,
+                                           cal_fraction=config.cal_fraction, seed=config.seed,
+                                           known=None if results is None else _rows_of(results, key))
+        parts.append(_with_keys(key, table))
+    return pl.concat(parts)
+
+
+def prr_study(frame: pl.DataFrame) -> pl.DataFrame:
+    """Prediction rejection ratio and the rejection-curve areas per group (`cic.stats.curves`)."""
+    import polars as pl
+
+    frame = check_long_frame(frame)
+    rows = []
+    for key, scores, errors in iter_groups(frame):
+        curve = rejection_curve(scores, errors)
+        rows.append({**key, "prr": curve.prr, "auc_uncertainty": float(curve.uncertainty.mean()),
+                     "auc_oracle": float(curve.oracle.mean()), "auc_random": curve.random,
+                     "n_items": int(scores.shape[0])})
+    return pl.DataFrame(rows, schema={**{k: pl.String for k in GROUP_KEYS}, "prr": pl.Float64,
+                                      "auc_uncertainty": pl.Float64, "auc_oracle": pl.Float64,
+                                      "auc_random": pl.Float64, "n_items": pl.Int64})
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Writing
+
+
+@dataclass
+class ReportFiles:
+    """What `write_report` wrote, relative to `directory`, by kind."""
+
+    directory: Path
+    tables: list[Path] = field(default_factory=list)
+    figures: list[Path] = field(default_factory=list)
+    index: Path | None = None
+
+    def all(self) -> list[Path]:
+        return [*self.tables, *self.figures, *([self.index] if self.index else [])]
+
+
+def _slug(*parts: str) -> str:
+    text = "_".join(parts).lower()
+    return "".join(ch if ch.isalnum() or ch in "-." else "_" for ch in text).strip("_") or "group"
+
+
+def _write(path: Path, text: str, files: list[Path], root: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    files.append(path.relative_to(root))
+
+
+def _risk_coverage_figures(frame: pl.DataFrame, config: ReportConfig, out: Path, files: ReportFiles) -> None:
+    from cic.reports.figures import CurvePanel, risk_coverage_figure
+
+    by_estimator: dict[tuple[str, str], list[CurvePanel]] = {}
+    search = config.searches[0]
+    for key, scores, errors in iter_groups(frame):
+        curve = risk_coverage_curve(scores, errors)
+        marks = []
+        for alpha in config.alphas:
+            res = calibrate(scores, errors, alpha=alpha, delta=config.delta, bound=config.curve_bound, search=search,
+                            keep_table=False, **config.search_kwargs(search))
+            marks.append((alpha, None if res.threshold is None else curve.at(res.threshold)))
+        by_estimator.setdefault((key["estimator"], key["criterion"]), []).append(
+            CurvePanel(f"{key['model']} / {key['dataset']}", curve.coverage, curve.risk, marks))
+    for (estimator, criterion), panels in by_estimator.items():
+        path = out / "figures" / f"risk_coverage_{_slug(estimator, criterion)}.png"
+        risk_coverage_figure(panels, path, f"Risk–coverage: {estimator} ({criterion}); certified thresholds "
+                                           f"({config.curve_bound}, {search}, δ = {config.delta:g}, full table)")
+        files.figures.append(path.relative_to(out))
+
+
+def write_report(frame: pl.DataFrame, out_dir: str | Path, config: ReportConfig | None = None,
+                 **overrides: Any) -> ReportFiles:
+    """Compute everything for `frame` and write tables (.md/.tex/.csv), figures (.png) and README.md to out_dir.
+
+    `overrides` replace fields of `config` (e.g. n_splits=20). Returns the written paths (relative).
+    """
+    from cic.reports import tables as rt
+
+    unknown = sorted(set(overrides) - {f.name for f in fields(ReportConfig)})
+    if unknown:
+        raise ValueError(f"unknown report setting(s) {', '.join(unknown)}; settings are: "
+                         f"{', '.join(f.name for f in fields(ReportConfig))}")
+    config = replace(config or ReportConfig(), **overrides)
+    frame = check_long_frame(frame)
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out_dir = {str(out)!r}: exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    files = ReportFiles(out)
+    tables = out / "tables"
+
+    tables.mkdir(exist_ok=True)
+    results = evaluate_groups(frame, config)
+    results.write_csv(tables / "results.csv")
+    files.tables.append(Path("tables/results.csv"))
+    for metric in rt.METRICS:
+        _write(tables / f"{metric}.md", rt.paper_table_markdown(results, metric), files.tables, out)
+        _write(tables / f"{metric}.tex", rt.paper_table_latex(results, metric), files.tables, out)
+
+    sensitivity = sensitivity_study(frame, config, results) if config.sensitivity_fractions else None
+    if sensitivity is not None:
+        sensitivity.write_csv(tables / "sensitivity.csv")
+        files.tables.append(Path("tables/sensitivity.csv"))
+        _write(tables / "sensitivity.md", rt.sensitivity_markdown(sensitivity), files.tables, out)
+    comparison = baselines_study(frame, config, results) if config.baselines else None
+    if comparison is not None:
+        comparison.write_csv(tables / "baselines.csv")
+        files.tables.append(Path("tables/baselines.csv"))
+        _write(tables / "baselines.md", rt.baselines_markdown(comparison), files.tables, out)
+    prr = prr_study(frame)
+    prr.write_csv(tables / "prr.csv")
+    files.tables.append(Path("tables/prr.csv"))
+    _write(tables / "prr.md", rt.prr_markdown(prr), files.tables, out)
+
+    if config.figures:
+        from cic.reports import figures as rf
+
+        figures = out / "figures"
+        _risk_coverage_figures(frame, config, out, files)
+        files.figures.append(rf.fdr_vs_alpha_figure(results, figures / "fdr_vs_alpha.png").relative_to(out))
+        files.figures.append(rf.coverage_vs_alpha_figure(results, figures / "coverage_vs_alpha.png").relative_to(out))
+        if sensitivity is not None:
+            files.figures.append(rf.sensitivity_figure(sensitivity, figures / "sensitivity.png").relative_to(out))
+        files.figures.append(rf.prr_figure(prr, figures / "prr.png").relative_to(out))
+
+    index = out / "README.md"
+    index.write_text(_index(frame, config, results, files), encoding="utf-8")
+    files.index = index.relative_to(out)
+    return files
+
+
+def _index(frame: pl.DataFrame, config: ReportConfig, results: pl.DataFrame, files: ReportFiles) -> str:
+    """The report's README.md: what was run, the FDR table inline, links to every table and figure."""
+    from cic.reports import tables as rt
+
+    n_groups = frame.select(GROUP_KEYS).unique().height
+    lines = [
+        "# CIC report", "",
+        f"{n_groups} (model, dataset, estimator, criterion) group(s), {frame.height:,} items. Protocol: "
+        f"{config.n_splits} random calibration/test splits (calibration fraction {config.cal_fraction:g}, seed "
+        f"{config.seed}), α ∈ {{{', '.join(f'{a:g}' for a in config.alphas)}}}, δ = {config.delta:g}, bounds "
+        f"{', '.join(rt.bound_label(b) for b in config.bounds)}, search {', '.join(config.searches)}.", "",
+        "FDR = errors among accepted test answers (mean ± std over the splits that found a threshold); power = "
+        "coverage = accepted / test size; correct coverage = accepted-and-correct / correct; Fail = splits where "
+        "α was unattainable (never dropped); — = every split failed.", "",
+        "## Test FDR", "", rt.paper_table_markdown(results, "fdr"),
+        "## Tables", "",
+    ]
+    described = {"fdr": "test FDR with Fail and base error rate (paper Tables 1–2)",
+                 "coverage": "power = coverage (paper Tables 3–4)",
+                 "correct_coverage": "correct coverage (COIN's power)",
+                 "sensitivity": "split-ratio sensitivity (paper Figure 2)",
+                 "baselines": "CIC against naive, COIN-style, Conformal Alignment and LEC-style rules, same splits",
+                 "prr": "prediction rejection ratio per estimator", "results": "every protocol row (CSV)"}
+    stems = list(dict.fromkeys(p.stem for p in files.tables))
+    for stem in stems:
+        links = ", ".join(f"[{p.suffix[1:]}]({p.as_posix()})" for p in files.tables if p.stem == stem)
+        lines.append(f"- {described.get(stem, stem)}: {links}")
+    if files.figures:
+        lines += ["", "## Figures", ""]
+        captions = {"fdr_vs_alpha": "Empirical test FDR against α (dashed: y = α)",
+                    "sensitivity": "Split-ratio sensitivity: alignment 1 − FDR against calibration:test (paper "
+                                   "Figure 2)",
+                    "prr": "Prediction rejection ratio per estimator"}
+        for p in files.figures:
+            caption = captions.get(p.stem, f"Risk–coverage with certified thresholds: "
+                                           f"{p.stem.removeprefix('risk_coverage_')}")
+            lines += [f"### {caption}", "", f"![{p.stem}]({p.as_posix()})", ""]
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,573 @@
+"""The DuckDB store: the single source of truth for questions, runs, generations, scores, labels, calibrations
+and evaluations. Tables are created from `cic.schema` (polars dtypes mapped to DuckDB types in `duckdb_type`),
+keyed by their natural keys, and written only by idempotent upserts.
+
+One writer: DuckDB lets exactly one process open a file for writing (and while it does, no other process can
+open it at all). Workers (Ray tasks, subprocesses) never open the store; they return polars DataFrames or
+Arrow tables, and the one process that owns the `Store` writes them with `upsert` / `upsert_batches`.
+A `Store` object belongs to one thread. All values travel as SQL parameters or registered Arrow batches;
+table and column names come only from `cic.schema`, so no caller-provided text is ever spliced into SQL.
+
+    with Store.open("cic.duckdb") as store:
+        run = store.register_run(model, "trivia_qa", "validation", "short-answer-v1", {"k": 10})
+        todo = store.missing_questions(run, questions["question_id"].to_list(), min_rows=11)
+        store.upsert_batches("generations", worker_batches)       # from the workers, in one transaction
+        pairs = store.calibration_frame(model, "trivia_qa", "semantic_entropy", "similarity[0.6]")
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from cic import schema
+
+if TYPE_CHECKING:
+    import duckdb
+    import pyarrow as pa
+
+SCHEMA_VERSION = 1
+CREATED_AT = "created_at"
+_CONNECT_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+_SIMPLE_TYPES: tuple[tuple[pl.DataType, str], ...] = (
+    (pl.String(), "VARCHAR"), (pl.Boolean(), "BOOLEAN"), (pl.Int8(), "TINYINT"), (pl.Int16(), "SMALLINT"),
+    (pl.Int32(), "INTEGER"), (pl.Int64(), "BIGINT"), (pl.UInt32(), "UINTEGER"), (pl.UInt64(), "UBIGINT"),
+    (pl.Float32(), "FLOAT"), (pl.Float64(), "DOUBLE"), (pl.Date(), "DATE"),
+)
+_SQL_TYPE_NAMES = {"TIMESTAMP WITH TIME ZONE": "TIMESTAMPTZ"}  # information_schema spelling -> ours
+_batch_names = itertools.count()
+
+
+class StoreError(ValueError):
+    """The store cannot be opened or used as asked; the message says why and what to do."""
+
+
+class StoreLockedError(StoreError):
+    """Another process holds the DuckDB file."""
+
+
+class NotADuckDBFileError(StoreError):
+    """The path exists but is not a DuckDB database."""
+
+
+def duckdb_type(dtype: pl.DataType) -> str:
+    """The DuckDB column type for a polars dtype (the one place the two type systems meet)."""
+    if isinstance(dtype, pl.List):
+        return f"{duckdb_type(dtype.inner)}[]"
+    if isinstance(dtype, pl.Datetime):
+        return "TIMESTAMPTZ" if dtype.time_zone else "TIMESTAMP"
+    for polars_type, sql_type in _SIMPLE_TYPES:
+        if dtype == polars_type:
+            return sql_type
+    raise TypeError(f"no DuckDB type for polars dtype {dtype}")
+
+
+def create_table_sql(spec: schema.TableSpec, name: str | None = None) -> str:
+    """CREATE TABLE for a spec, with its natural key as PRIMARY KEY (what makes upserts possible)."""
+    columns = ", ".join(f"{c} {duckdb_type(t)}" for c, t in spec.columns.items())
+    return f"CREATE TABLE {name or spec.name} ({columns}, PRIMARY KEY ({', '.join(spec.key)}))"
+
+
+def _table_spec(table: str) -> schema.TableSpec:
+    if table not in schema.TABLES:
+        raise ValueError(f"table = {table!r}: unknown; tables are {', '.join(schema.TABLES)}")
+    return schema.TABLES[table]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Opening a file: clear errors for locks, foreign files and newer versions
+
+
+def _check_is_duckdb_file(path: Path) -> None:
+    """Refuse a file that is not a DuckDB database before DuckDB tries to (it may try extensions)."""
+    if path.is_dir():
+        raise NotADuckDBFileError(f"db = {str(path)!r} is a directory; give a database file path such as "
+                                  f"{str(path / 'cic.duckdb')!r}")
+    if not path.exists():
+        return
+    with path.open("rb") as handle:
+        head = handle.read(16)
+    if head[8:12] == b"DUCK":
+        return
+    kind = ("an empty file" if not head else "a SQLite database" if head.startswith(b"SQLite format 3")
+            else "a Parquet file" if head.startswith(b"PAR1") else "some other kind of file")
+    raise NotADuckDBFileError(f"db = {str(path)!r} is not a DuckDB database (it is {kind}); nothing was changed. "
+                              "Pass --db with a new or existing .duckdb path, or move this file away.")
+
+
+def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
+    import duckdb
+
+    _check_is_duckdb_file(path)
+    if read_only and not path.exists():
+        raise StoreError(f"db = {str(path)!r} does not exist, so there is nothing to read; write results first "
+                         "(or check the path)")
+    try:
+        con = duckdb.connect(str(path), read_only=read_only, config=_CONNECT_CONFIG)
+    except duckdb.IOException as exc:
+        message = str(exc)
+        if "lock" in message.lower():
+            pid = re.search(r"PID (\d+)", message)
+            holder = f"process {pid.group(1)}" if pid else "another process"
+            raise StoreLockedError(
+                f"db = {str(path)!r} is locked by {holder}: DuckDB lets one process open a database for writing, "
+                "and no other process can open it meanwhile. Wait for that process to finish or stop it; pipeline "
+                "workers must return batches to the single writer instead of opening the store.") from None
+        if "not a valid DuckDB database" in message:
+            raise NotADuckDBFileError(f"db = {str(path)!r} is not a DuckDB database: {message}") from None
+        raise StoreError(f"db = {str(path)!r} cannot be opened: {message}") from None
+    except duckdb.ConnectionException as exc:
+        if "different configuration" in str(exc):
+            mode = "read-write" if read_only else "read-only"
+            raise StoreError(f"db = {str(path)!r} is already open {mode} in this process; use that Store (or "
+                             "close it) instead of opening the file again in another mode") from None
+        raise StoreError(f"db = {str(path)!r} cannot be opened: {exc}") from None
+    con.execute("SET TimeZone = 'UTC'")
+    return con
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Schema version and migrations
+
+
+def _scalar(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] = ()) -> Any:
+    """The single value a query returns."""
+    return con.sql(sql, params=list(params)).fetchall()[0][0]
+
+
+def _stored_columns(con: duckdb.DuckDBPyConnection, table: str) -> dict[str, str]:
+    rows = con.sql("SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = 'main' "
+                   "AND table_name = ? ORDER BY ordinal_position", params=[table]).fetchall()
+    return {name: data_type for name, data_type in rows}
+
+
+def _has_primary_key(con: duckdb.DuckDBPyConnection, spec: schema.TableSpec) -> bool:
+    rows = con.sql("SELECT constraint_column_names FROM duckdb_constraints() WHERE schema_name = 'main' AND "
+                   "table_name = ? AND constraint_type = 'PRIMARY KEY'", params=[spec.name]).fetchall()
+    return any(tuple(cols) == spec.key for (cols,) in rows)
+
+
+def rebuild_table(con: duckdb.DuckDBPyConnection, spec: schema.TableSpec) -> None:
+    """Recreate a table in the spec's layout, keeping its rows: adds missing columns (null), casts types,
+    adds the primary key. Rows repeating a key keep one of them; a null key is an error (nothing changes)."""
+    stored = _stored_columns(con, spec.name)
+    if not stored:
+        con.execute(create_table_sql(spec))
+        return
+    extra = [c for c in stored if c not in spec.columns]
+    if extra:
+        raise StoreError(f"table {spec.name!r} has column(s) {', '.join(extra)} that cic.schema does not know; "
+                         "rename or drop them (nothing was changed)")
+    for column in spec.key:
+        if column not in stored:
+            raise StoreError(f"table {spec.name!r} lacks key column {column!r}; it cannot be migrated automatically")
+        nulls = _scalar(con, f"SELECT count(*) FROM {spec.name} WHERE {column} IS NULL")
+        if nulls:
+            raise StoreError(f"table {spec.name!r} has {nulls} row(s) with a null {column!r}; fix or delete them "
+                             "before migrating")
+    select = ", ".join(f"CAST({c} AS {duckdb_type(t)})" if c in stored else f"CAST(NULL AS {duckdb_type(t)})"
+                       for c, t in spec.columns.items())
+    con.execute(create_table_sql(spec, f"{spec.name}__migrating"))
+    con.execute(f"INSERT INTO {spec.name}__migrating SELECT {select} FROM {spec.name} "
+                f"QUALIFY row_number() OVER (PARTITION BY {', '.join(spec.key)}) = 1")
+    con.execute(f"DROP TABLE {spec.name}")
+    con.execute(f"ALTER TABLE {spec.name}__migrating RENAME TO {spec.name}")
+
+
+def _migrate_to_1(con: duckdb.DuckDBPyConnection) -> None:
+    """Version 0 = an unversioned file (tables made by hand or from exported Parquet): give every table the
+    current layout and its primary key."""
+    for spec in schema.TABLES.values():
+        if list(_stored_columns(con, spec.name)) != list(spec.columns) or not _has_primary_key(con, spec):
+            rebuild_table(con, spec)
+
+
+# MIGRATIONS[v] upgrades a file from version v - 1 to v. Additive changes (a new nullable column or table in
+# cic.schema) need no entry: `_add_missing` applies them on every read-write open.
+MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: _migrate_to_1}
+
+
+def _stored_version(con: duckdb.DuckDBPyConnection) -> int | None:
+    """The file's schema version; 0 for cic tables without a version table; None for an empty database."""
+    tables = {name for (name,) in con.sql("SELECT table_name FROM information_schema.tables "
+                                          "WHERE table_schema = 'main'").fetchall()}
+    if "schema_version" in tables:
+        version = _scalar(con, "SELECT max(version) FROM schema_version")
+        return int(version or 0)
+    return 0 if tables & set(schema.TABLES) else None
+
+
+def _check_types(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """Every stored column has the type cic.schema gives it (a changed type needs a numbered migration)."""
+    for spec in schema.TABLES.values():
+        stored = _stored_columns(con, spec.name)
+        for column, dtype in spec.columns.items():
+            found = _SQL_TYPE_NAMES.get(stored.get(column, ""), stored.get(column))
+            if found is not None and found != duckdb_type(dtype):
+                raise StoreError(f"db = {str(path)!r}: column {spec.name}.{column} is {found} in the file but "
+                                 f"{duckdb_type(dtype)} in cic.schema; a migration is needed "
+                                 "(cic.store.database.MIGRATIONS)")
+
+
+def _add_missing(con: duckdb.DuckDBPyConnection) -> None:
+    """Create tables and add nullable columns that cic.schema has and the file lacks."""
+    for spec in schema.TABLES.values():
+        stored = _stored_columns(con, spec.name)
+        if not stored:
+            con.execute(create_table_sql(spec))
+            continue
+        for column, dtype in spec.columns.items():
+            if column not in stored:
+                con.execute(f"ALTER TABLE {spec.name} ADD COLUMN {column} {duckdb_type(dtype)}")
+
+
+def _prepare(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -> int:
+    """Bring the file to SCHEMA_VERSION (migrations in one transaction), or explain why it cannot be."""
+    version = _stored_version(con)
+    if version is not None and version > SCHEMA_VERSION:
+        raise StoreError(f"db = {str(path)!r} has schema version {version}, newer than this cic "
+                         f"({SCHEMA_VERSION}); upgrade cic to use it")
+    if read_only:
+        if version is None:
+            raise StoreError(f"db = {str(path)!r} holds no cic tables; open it for writing first")
+        if version < SCHEMA_VERSION or any(set(spec.columns) - set(_stored_columns(con, spec.name))
+                                           for spec in schema.TABLES.values()):
+            raise StoreError(f"db = {str(path)!r} has an older layout (schema version {version}); open it once "
+                             "without read_only to migrate it")
+        _check_types(con, path)
+        return version
+    con.begin()
+    try:
+        con.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, "
+                    "applied_at TIMESTAMPTZ NOT NULL)")
+        start = SCHEMA_VERSION if version is None else version
+        for step in range(start + 1, SCHEMA_VERSION + 1):
+            MIGRATIONS[step](con)
+        _add_missing(con)
+        _check_types(con, path)
+        if version != SCHEMA_VERSION:
+            con.execute("INSERT INTO schema_version VALUES (?, ?) ON CONFLICT DO NOTHING",
+                        [SCHEMA_VERSION, datetime.now(UTC)])
+        con.commit()
+    except BaseException:
+        con.rollback()
+        raise
+    return SCHEMA_VERSION
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Batches
+
+
+def as_table_frame(table: str, batch: pl.DataFrame | pa.Table) -> pl.DataFrame:
+    """A batch (polars or Arrow) checked and cast to the table's layout, de-duplicated on its key (last row
+    wins); `created_at` is stamped where absent. Workers may call it to fail early; `upsert` always does."""
+    spec = _table_spec(table)
+    frame = batch if isinstance(batch, pl.DataFrame) else pl.from_arrow(batch)
+    if not isinstance(frame, pl.DataFrame):
+        raise ValueError(f"{table}: expected a polars DataFrame or Arrow table, got {type(batch).__name__}")
+    if CREATED_AT in spec.columns and CREATED_AT not in frame.columns:
+        frame = frame.with_columns(pl.lit(None, dtype=spec.columns[CREATED_AT]).alias(CREATED_AT))
+    missing = [c for c in spec.columns if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{table} rows lack column(s) {', '.join(missing)}; expected {', '.join(spec.columns)}")
+    casts = []
+    for column, dtype in spec.columns.items():
+        try:
+            casts.append(frame.get_column(column).cast(dtype))
+        except pl.exceptions.PolarsError as exc:
+            raise ValueError(f"{table}.{column}: cannot store {frame.schema[column]} values as {dtype}: "
+                             f"{str(exc).splitlines()[0]}") from None
+    frame = pl.DataFrame(casts)
+    if CREATED_AT in spec.columns:
+        frame = frame.with_columns(pl.col(CREATED_AT).fill_null(datetime.now(UTC)))
+    for column in spec.key:
+        nulls = frame.get_column(column).is_null()
+        if nulls.any():
+            row = int(nulls.arg_true()[0])
+            raise ValueError(f"{table}.{column} is null at row {row}; key columns ({', '.join(spec.key)}) "
+                             "must be set")
+    return frame.unique(subset=list(spec.key), keep="last", maintain_order=True)
+
+
+def _where(spec: schema.TableSpec, filters: Mapping[str, Any], alias: str = "") -> tuple[str, list[Any]]:
+    """A WHERE clause of equality filters (a list/tuple/set value means IN; None means IS NULL)."""
+    clauses, params = [], []
+    for column, value in filters.items():
+        if column not in spec.columns:
+            raise ValueError(f"{spec.name} has no column {column!r}; columns are {', '.join(spec.columns)}")
+        name = f"{alias}{column}"
+        if value is None:
+            clauses.append(f"{name} IS NULL")
+        elif isinstance(value, list | tuple | set | frozenset):
+            clauses.append(f"list_contains(?, {name})")
+            params.append(list(value))
+        else:
+            clauses.append(f"{name} = ?")
+            params.append(value)
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The store
+
+
+class Store:
+    """A DuckDB file in the cic layout. Open with `Store.open(path)`; use as a context manager."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, path: Path, read_only: bool, version: int) -> None:
+        self._con = con
+        self.path = path
+        self.read_only = read_only
+        self.schema_version = version
+        self._in_transaction = False
+
+    @classmethod
+    def open(cls, path: str | Path, *, read_only: bool = False) -> Store:
+        """Open (or create) a store; migrates an older file. Raises `StoreLockedError` when another process
+        holds the file and `NotADuckDBFileError` for a file that is not a DuckDB database."""
+        p = Path(path).expanduser()
+        if not read_only and not p.parent.exists():
+            raise StoreError(f"db = {str(p)!r}: directory {str(p.parent)!r} does not exist")
+        con = _connect(p, read_only)
+        try:
+            version = _prepare(con, p, read_only)
+        except BaseException:
+            con.close()
+            raise
+        return cls(con, p, read_only, version)
+
+    def close(self) -> None:
+        self._con.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        mode = "read-only" if self.read_only else "read-write"
+        return f"Store({str(self.path)!r}, {mode}, schema version {self.schema_version})"
+
+    # -- writing ---------------------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Store]:
+        """Group writes: all of them are stored, or (on any exception) none."""
+        if self._in_transaction:
+            yield self
+            return
+        self._con.begin()
+        self._in_transaction = True
+        try:
+            yield self
+            self._con.commit()
+        except BaseException:
+            self._con.rollback()
+            raise
+        finally:
+            self._in_transaction = False
+
+    def upsert(self, table: str, frame: pl.DataFrame | pa.Table) -> int:
+        """Insert rows, replacing those whose natural key exists (`created_at` keeps its first value).
+
+        Idempotent: writing the same rows again changes nothing. The batch is checked and de-duplicated on its
+        key (last row wins) before anything is written; a bad batch raises ValueError and writes nothing.
+        Returns the number of distinct rows written.
+        """
+        return self._write(table, as_table_frame(table, frame))
+
+    def upsert_batches(self, table: str, batches: Iterable[pl.DataFrame | pa.Table]) -> int:
+        """Write the batches workers returned (polars or Arrow) as one upsert, in one transaction; every batch
+        is checked before anything is written, and a key repeated across batches keeps its last row."""
+        frames = [as_table_frame(table, b) for b in batches]
+        if not frames:
+            return 0
+        merged = pl.concat(frames, how="vertical")
+        return self._write(table, merged.unique(subset=list(schema.TABLES[table].key), keep="last",
+                                                maintain_order=True) if len(frames) > 1 else merged)
+
+    def _write(self, table: str, rows: pl.DataFrame) -> int:
+        """INSERT ... ON CONFLICT DO UPDATE of checked, key-unique rows (see `as_table_frame`)."""
+        if self.read_only:
+            raise StoreError(f"{self!r} was opened read-only; open it without read_only to write")
+        if rows.height == 0:
+            return 0
+        spec = schema.TABLES[table]
+        updated = [c for c in spec.columns if c not in spec.key and c != CREATED_AT]
+        action = ("DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in updated)) if updated else "DO NOTHING"
+        name = f"cic_batch_{next(_batch_names)}"
+        self._con.register(name, rows.to_arrow())
+        try:
+            with self.transaction():
+                self._con.execute(f"INSERT INTO {table} ({', '.join(spec.columns)}) SELECT "
+                                  f"{', '.join(spec.columns)} FROM {name} ON CONFLICT ({', '.join(spec.key)}) "
+                                  f"{action}")
+        finally:
+            self._con.unregister(name)
+        return rows.height
+
+    def register_run(self, model: str, dataset: str, split: str, prompt_id: str,
+                     generation_config: Mapping[str, Any]) -> str:
+        """Record a generation run (idempotent) and return its `run_key`."""
+        for name, value in (("model", model), ("dataset", dataset), ("split", split), ("prompt_id", prompt_id)):
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"{name} = {value!r}: must be a non-empty string")
+        key = schema.run_key(model, dataset, split, prompt_id, generation_config)
+        self.upsert("runs", pl.DataFrame({
+            "run_key": [key], "model": [model], "dataset": [dataset], "split": [split], "prompt_id": [prompt_id],
+            "generation_config": [schema.canonical_json(generation_config)]}))
+        return key
+
+    # -- reading ---------------------------------------------------------------------------------------------
+
+    def read(self, table: str, *, ordered: bool = True, **equals: Any) -> pl.DataFrame:
+        """Rows of a table matching the equality filters (list value = any of), ordered by the natural key
+        (`ordered=False` skips the sort: about 4x faster on 10^6 rows, in storage order)."""
+        spec = _table_spec(table)
+        where, params = _where(spec, equals)
+        order = f" ORDER BY {', '.join(spec.key)}" if ordered else ""
+        frame = self._con.sql(f"SELECT {', '.join(spec.columns)} FROM {table}{where}{order}", params=params).pl()
+        return schema.conform(frame, spec)
+
+    def count(self, table: str, **equals: Any) -> int:
+        spec = _table_spec(table)
+        where, params = _where(spec, equals)
+        n = _scalar(self._con, f"SELECT count(*) FROM {table}{where}", params)
+        return int(n)
+
+    def counts(self) -> dict[str, int]:
+        """Row count of every table."""
+        return {name: self.count(name) for name in schema.TABLES}
+
+    def missing_questions(self, run_key: str, question_ids: Sequence[str], *, table: str = "generations",
+                          min_rows: int = 1, **equals: Any) -> list[str]:
+        """The question ids (in the given order) with fewer than `min_rows` rows for `run_key` in `table`.
+
+        Resume a run by asking only for these: e.g. generations with `min_rows=K + 1` (greedy + K samples),
+        scores with `estimator=...`, labels with `criterion=...`.
+        """
+        spec = _table_spec(table)
+        if "run_key" not in spec.columns or "question_id" not in spec.columns:
+            raise ValueError(f"table = {table!r}: has no run_key/question_id columns")
+        if isinstance(min_rows, bool) or not isinstance(min_rows, int) or min_rows < 1:
+            raise ValueError(f"min_rows = {min_rows!r}: must be a positive integer")
+        ids = pl.DataFrame({"question_id": [str(q) for q in question_ids]}, schema={"question_id": pl.String})
+        if ids.height == 0:
+            return []
+        ids = ids.with_row_index("position")
+        where, params = _where(spec, {"run_key": run_key, **equals})
+        name = f"cic_ids_{next(_batch_names)}"
+        self._con.register(name, ids.to_arrow())
+        try:
+            done = self._con.sql(
+                f"SELECT i.question_id FROM {name} i LEFT JOIN (SELECT question_id, count(*) AS n FROM {table}"
+                f"{where} GROUP BY question_id) d USING (question_id) WHERE coalesce(d.n, 0) < ? "
+                f"ORDER BY i.position", params=[*params, min_rows]).fetchall()
+        finally:
+            self._con.unregister(name)
+        return [q for (q,) in done]
+
+    def sql(self, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Rows of a parameterised read query (for pipeline stages that need a grouped or joined read)."""
+        if not query.lstrip().upper().startswith(("SELECT", "WITH")):
+            raise ValueError(f"query = {query[:60]!r}: only SELECT / WITH reads are allowed here")
+        return self._con.sql(query, params=list(params)).fetchall()
+
+    def find_runs(self, model: str, dataset: str, **equals: Any) -> pl.DataFrame:
+        """Runs of a model on a dataset (optionally also by split, prompt_id, run_key)."""
+        return self.read("runs", model=model, dataset=dataset, **equals)
+
+    def calibration_frame(self, model: str, dataset: str, estimator: str, criterion: str, *,
+                          run_key: str | None = None, split: str | None = None, prompt_id: str | None = None,
+                          allow_partial: bool = False) -> pl.DataFrame:
+        """(question_id, score, error) of one run, error = 1 - aligned: the pairs `cic.calibrate` takes.
+
+        The run is the one of `model` on `dataset` (narrowed by split/prompt_id/run_key); several matching runs
+        (e.g. different generation configs) are an error listing them, never mixed. A question with a score
+        but no label (or the reverse) is an error unless `allow_partial=True`, which drops it.
+        """
+        filters = {k: v for k, v in (("run_key", run_key), ("split", split), ("prompt_id", prompt_id)) if v}
+        runs = self.find_runs(model, dataset, **filters)
+        wanted = ", ".join(f"{k}={v!r}" for k, v in {"model": model, "dataset": dataset, **filters}.items())
+        if runs.height == 0:
+            stored = self.read("runs").select("model", "dataset").unique().rows()
+            raise ValueError(f"no run with {wanted}; stored (model, dataset) pairs: {stored or 'none'}")
+        if runs.height > 1:
+            listing = "; ".join(f"run_key={r['run_key']} (split={r['split']}, prompt_id={r['prompt_id']}, "
+                                f"generation_config={r['generation_config']})" for r in runs.iter_rows(named=True))
+            raise ValueError(f"{runs.height} runs match {wanted}; pass run_key= to choose one: {listing}")
+        key = runs.get_column("run_key")[0]
+        pairs = self._con.sql(
+            "WITH s AS (SELECT question_id, value FROM scores WHERE run_key = ? AND estimator = ?), "
+            "l AS (SELECT question_id, aligned FROM labels WHERE run_key = ? AND criterion = ?) "
+            "SELECT question_id, s.value AS score, l.aligned AS aligned FROM s FULL OUTER JOIN l USING (question_id) "
+            "ORDER BY question_id", params=[key, estimator, key, criterion]).pl()
+        for column, table, field, value in (("score", "scores", "estimator", estimator),
+                                            ("aligned", "labels", "criterion", criterion)):
+            if pairs.get_column(column).is_null().all():
+                stored = self._con.sql(f"SELECT DISTINCT {field} FROM {table} WHERE run_key = ? ORDER BY 1",
+                                       params=[key]).fetchall()
+                raise ValueError(f"run {key} has no {table} for {field}={value!r}; stored {field} values: "
+                                 f"{[v for (v,) in stored]}")
+        incomplete = pairs.filter(pl.col("score").is_null() | pl.col("aligned").is_null())
+        if incomplete.height and not allow_partial:
+            no_label = incomplete.filter(pl.col("aligned").is_null()).height
+            raise ValueError(
+                f"run {key}: {no_label} question(s) have a {estimator!r} score but no {criterion!r} label and "
+                f"{incomplete.height - no_label} have a label but no score (e.g. "
+                f"{incomplete.get_column('question_id').head(3).to_list()}); finish the run or pass "
+                "allow_partial=True to calibrate on the complete pairs only")
+        return pairs.filter(pl.col("score").is_not_null() & pl.col("aligned").is_not_null()).select(
+            "question_id", "score", (~pl.col("aligned")).cast(pl.Int8).alias("error"))
+
+    # -- moving tables between machines --------------------------------------------------------------------
+
+    def export(self, table: str, path: str | Path, **equals: Any) -> int:
+        """Write a table (or the rows matching the filters) to Parquet; returns the row count.
+
+        The file records its table name, so `import_` needs no table argument.
+        """
+        import pyarrow.parquet as pq
+
+        target = Path(path).expanduser()
+        if target.suffix.lower() not in (".parquet", ".pq"):
+            raise ValueError(f"path = {str(target)!r}: give a .parquet file name")
+        if not target.parent.exists():
+            raise ValueError(f"path = {str(target)!r}: directory {str(target.parent)!r} does not exist")
+        arrow = self.read(table, **equals).to_arrow()
+        arrow = arrow.replace_schema_metadata({**(arrow.schema.metadata or {}), b"cic.table": table.encode(),
+                                               b"cic.schema_version": str(self.schema_version).encode()})
+        partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+        pq.write_table(arrow, partial)
+        partial.replace(target)
+        return arrow.num_rows
+
+    def import_(self, path: str | Path, table: str | None = None) -> tuple[str, int]:
+        """Upsert a Parquet file (an `export`, or any file with the table's columns); returns (table, rows)."""
+        import pyarrow.parquet as pq
+
+        source = Path(path).expanduser()
+        if not source.is_file():
+            raise ValueError(f"path = {str(source)!r}: no such file")
+        try:
+            arrow = pq.read_table(source)
+        except Exception as exc:  # pyarrow raises several types for unreadable files
+            raise ValueError(f"path = {str(source)!r} cannot be read as Parquet: {exc}") from None
+        recorded = (arrow.schema.metadata or {}).get(b"cic.table", b"").decode() or None
+        if table is None and recorded is None:
+            raise ValueError(f"path = {str(source)!r} does not say which table it holds; pass the table name")
+        if table is not None and recorded is not None and table != recorded:
+            raise ValueError(f"path = {str(source)!r} holds table {recorded!r}, not {table!r}")
+        name = table or recorded
+        assert name is not None
+        return name, self.upsert(name, arrow)

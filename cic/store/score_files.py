@@ -1,0 +1,130 @@
+"""Read precomputed (score, error) tables from Parquet or CSV files and check long multi-group score frames.
+
+Errors name the file, column, row and value.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from cic.stats._validation import as_errors, as_scores
+
+if TYPE_CHECKING:
+    import polars as pl
+
+SUFFIXES = (".parquet", ".pq", ".csv")
+
+
+def read_table(path: str | Path) -> pl.DataFrame:
+    """Load a Parquet or CSV file as a polars DataFrame."""
+    import polars as pl
+
+    p = Path(path)
+    if not p.exists():
+        raise ValueError(f"file = {str(p)!r}: does not exist")
+    if p.is_dir():
+        raise ValueError(f"file = {str(p)!r}: is a directory; give a .parquet or .csv file")
+    suffix = p.suffix.lower()
+    if suffix not in SUFFIXES:
+        raise ValueError(f"file = {str(p)!r}: unsupported type {suffix or '(none)'!r}; use one of "
+                         f"{', '.join(SUFFIXES)}")
+    try:
+        return pl.read_csv(p) if suffix == ".csv" else pl.read_parquet(p)
+    except Exception as exc:  # polars raises several exception types for unreadable files
+        raise ValueError(f"file = {str(p)!r}: cannot be read as {suffix[1:]}: {exc}") from None
+
+
+def _column(frame: pl.DataFrame, name: str, source: str) -> np.ndarray:
+    if name not in frame.columns:
+        raise ValueError(f"column {name!r} not found in {source}; columns are: {', '.join(frame.columns)}")
+    col = frame.get_column(name)
+    if col.null_count():
+        row = int(np.flatnonzero(col.is_null().to_numpy())[0])
+        raise ValueError(f"column {name!r} in {source} has a missing value at row {row}")
+    return col.to_numpy()
+
+
+def score_error_arrays(frame: pl.DataFrame, *, score_col: str = "score", error_col: str | None = "error",
+                       correct_col: str | None = None, source: str = "table") -> tuple[np.ndarray, np.ndarray]:
+    """Scores and 0/1 errors from a frame; `correct_col` (1 = right answer) is the alternative to `error_col`."""
+    scores = as_scores(_column(frame, score_col, source), f"column {score_col!r}")
+    if correct_col is not None:
+        correct = as_errors(_column(frame, correct_col, source), f"column {correct_col!r}")
+        errors = 1 - correct
+    elif error_col is not None:
+        errors = as_errors(_column(frame, error_col, source), f"column {error_col!r}")
+    else:
+        raise ValueError("give error_col (1 = wrong answer) or correct_col (1 = right answer)")
+    return scores, errors.astype(np.int8)
+
+
+#: The columns that name one (score, error) table inside a long frame of several.
+GROUP_KEYS: tuple[str, ...] = ("model", "dataset", "estimator", "criterion")
+
+
+def check_long_frame(frame: pl.DataFrame, source: str = "table") -> pl.DataFrame:
+    """Validate a long (score, error) frame with several groups; return its columns in order, error as Int8.
+
+    Columns: model, dataset, estimator, criterion (strings naming the group), score (finite), error (0/1,
+    1 = wrong), question_id optional (unique within a group when present). Errors name column, row, value.
+    """
+    import polars as pl
+
+    needed = (*GROUP_KEYS, "score", "error")
+    missing = [c for c in needed if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{source} lacks column(s) {', '.join(missing)}; a long score table needs "
+                         f"{', '.join(needed)} (question_id optional); columns are: {', '.join(frame.columns)}")
+    if frame.height == 0:
+        raise ValueError(f"{source} has no rows")
+    keep = [*needed, *(["question_id"] if "question_id" in frame.columns else [])]
+    for name in keep:
+        _column(frame, name, source)  # names the first missing value
+    scores = as_scores(frame.get_column("score").to_numpy(), f"column 'score' in {source}")
+    errors = as_errors(frame.get_column("error").to_numpy(), f"column 'error' in {source}")
+    out = frame.select([pl.col(k).cast(pl.String) for k in keep if k not in ("score", "error")]).with_columns(
+        score=pl.Series(scores), error=pl.Series(errors, dtype=pl.Int8))
+    out = out.select(keep)
+    if "question_id" in keep:
+        dup = out.filter(pl.struct(*GROUP_KEYS, "question_id").is_duplicated())
+        if dup.height:
+            row = dup.row(0, named=True)
+            raise ValueError(f"{source}: question_id {row['question_id']!r} appears more than once for model "
+                             f"{row['model']!r}, dataset {row['dataset']!r}, estimator {row['estimator']!r}, "
+                             f"criterion {row['criterion']!r}")
+    return out
+
+
+def read_long_table(path: str | Path, *, labels: dict[str, str | None] | None = None, score_col: str = "score",
+                    error_col: str | None = "error", correct_col: str | None = None) -> pl.DataFrame:
+    """One file as a long score frame (see `check_long_frame`).
+
+    Group columns come from the file or from `labels` (e.g. {"model": "qwen-3b"}), never both: a label for a
+    column the file already has is refused, so nothing is silently overwritten. Without either, estimator
+    defaults to the score column's name and criterion to the error (or correct) column's name.
+    """
+    import polars as pl
+
+    frame = read_table(path)
+    source = repr(str(path))
+    scores, errors = score_error_arrays(frame, score_col=score_col, error_col=error_col, correct_col=correct_col,
+                                        source=source)
+    defaults = {"estimator": score_col, "criterion": correct_col if correct_col is not None else error_col}
+    columns: dict[str, pl.Series] = {}
+    for key in GROUP_KEYS:
+        given = (labels or {}).get(key)
+        if key in frame.columns and given is not None:
+            raise ValueError(f"{source} already has a column {key!r}; drop the --{key} label or the column")
+        if key in frame.columns:
+            columns[key] = frame.get_column(key).cast(pl.String)
+        elif given is not None or defaults.get(key) is not None:
+            columns[key] = pl.Series(key, [given if given is not None else defaults[key]] * frame.height)
+        else:
+            raise ValueError(f"{source} has no column {key!r}: label it with --{key} NAME (or add the column)")
+    if "question_id" in frame.columns:
+        columns["question_id"] = frame.get_column("question_id").cast(pl.String)
+    long = pl.DataFrame({**columns, "score": scores, "error": errors})
+    return check_long_frame(long, source)

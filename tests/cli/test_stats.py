@@ -1,0 +1,125 @@
+"""The `cic` command line on precomputed Parquet and CSV tables."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+import cic
+from cic.cli import app
+from tests.support.tables import make_table
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def table_files(tmp_path: Path) -> tuple[Path, Path, np.ndarray, np.ndarray]:
+    scores, errors = make_table(np.random.default_rng(31), 1200)
+    frame = pl.DataFrame({"uncertainty": scores, "wrong": errors, "right": 1 - errors})
+    parquet, csv = tmp_path / "scores.parquet", tmp_path / "scores.csv"
+    frame.write_parquet(parquet)
+    frame.write_csv(csv)
+    return parquet, csv, scores, errors
+
+
+def test_calibrate_parquet_writes_result_and_gate(table_files, tmp_path: Path) -> None:
+    parquet, _, scores, errors = table_files
+    out, gate = tmp_path / "result.json", tmp_path / "gate.json"
+    result = runner.invoke(app, ["calibrate", str(parquet), "--score-col", "uncertainty", "--error-col", "wrong",
+                                 "--alpha", "0.2", "--json", str(out), "--gate", str(gate)])
+    assert result.exit_code == 0, result.output
+    expected = cic.calibrate(scores, errors, alpha=0.2)
+    assert f"{expected.threshold:.6g}" in result.output
+    assert cic.CalibrationResult.from_json(out.read_text()) == expected
+    assert cic.Gate.from_json(gate.read_text()).threshold == expected.threshold
+
+
+def test_calibrate_csv_with_correct_column_and_fixed_grid(table_files) -> None:
+    _, csv, scores, errors = table_files
+    result = runner.invoke(app, ["calibrate", str(csv), "--score-col", "uncertainty", "--correct-col", "right",
+                                 "--alpha", "0.2", "--bound", "hoeffding", "--search", "bonferroni",
+                                 "--grid", "0:1:20"])
+    assert result.exit_code == 0, result.output
+    expected = cic.calibrate(scores, errors, alpha=0.2, bound="hoeffding", search="bonferroni",
+                             grid=cic.uniform_grid(0, 1, 20))
+    assert (f"{expected.threshold:.6g}" if expected.feasible else "unattainable") in result.output
+
+
+def test_calibrate_with_pilot_quantile_grid(table_files, tmp_path: Path) -> None:
+    parquet, _, scores, errors = table_files
+    pilot = tmp_path / "pilot.csv"
+    pl.DataFrame({"uncertainty": np.random.default_rng(1).random(300)}).write_csv(pilot)
+    result = runner.invoke(app, ["calibrate", str(parquet), "--score-col", "uncertainty", "--error-col", "wrong",
+                                 "--alpha", "0.25", "--search", "bonferroni", "--pilot", str(pilot),
+                                 "--grid-size", "10", "--table"])
+    assert result.exit_code == 0, result.output
+    assert "bonferroni" in result.output and "ucb" in result.output
+
+
+def test_evaluate_prints_the_protocol_table_and_writes_it(table_files, tmp_path: Path) -> None:
+    parquet, _, scores, errors = table_files
+    out = tmp_path / "eval.csv"
+    result = runner.invoke(app, ["evaluate", str(parquet), "--score-col", "uncertainty", "--error-col", "wrong",
+                                 "--n-splits", "20", "--alphas", "0.1,0.2", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    written = pl.read_csv(out)
+    expected = cic.evaluate_splits(scores, errors, alphas=[0.1, 0.2], n_splits=20)
+    assert written.height == 4
+    np.testing.assert_allclose(written["coverage_mean"].to_numpy(), expected["coverage_mean"].to_numpy())
+    assert "FDR" in result.output and "fails" in result.output
+
+
+@pytest.mark.parametrize("args,message", [
+    (["calibrate", "missing.parquet", "--alpha", "0.1"], "does not exist"),
+    (["calibrate", "{csv}", "--alpha", "0.1", "--score-col", "nope"], "column 'nope' not found"),
+    (["calibrate", "{csv}", "--alpha", "1.5", "--score-col", "uncertainty", "--error-col", "wrong"],
+     "alpha = 1.5"),
+    (["calibrate", "{csv}", "--alpha", "0.1", "--score-col", "uncertainty", "--error-col", "uncertainty"],
+     "errors must be 0/1"),
+    (["calibrate", "{csv}", "--alpha", "0.1", "--score-col", "uncertainty", "--error-col", "wrong", "--bound", "x"],
+     "bound = 'x'"),
+    (["calibrate", "{csv}", "--alpha", "0.1", "--score-col", "uncertainty", "--error-col", "wrong", "--search",
+      "bonferroni", "--grid", "0:1"], "expected LOW:HIGH:K"),
+    (["evaluate", "{csv}", "--score-col", "uncertainty", "--error-col", "wrong", "--alphas", "0.1,x"],
+     "--alphas = '0.1,x'"),
+    (["evaluate", "{csv}", "--score-col", "uncertainty", "--error-col", "wrong", "--n-splits", "0"],
+     "n_splits = 0"),
+])
+def test_bad_input_is_one_clear_line_and_status_2(table_files, args: list[str], message: str) -> None:
+    _, csv, _, _ = table_files
+    result = runner.invoke(app, [a.replace("{csv}", str(csv)) for a in args])
+    assert result.exit_code == 2
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_missing_value_in_a_column_names_the_row(tmp_path: Path) -> None:
+    path = tmp_path / "gap.csv"
+    path.write_text("score,error\n0.1,0\n,1\n0.3,0\n")
+    result = runner.invoke(app, ["calibrate", str(path), "--alpha", "0.2"])
+    assert result.exit_code == 2 and "missing value at row 1" in result.output
+
+
+def test_installed_console_script_runs(table_files) -> None:
+    parquet, _, _, _ = table_files
+    exe = Path(sys.executable).with_name("cic")
+    proc = subprocess.run([str(exe), "calibrate", str(parquet), "--score-col", "uncertainty", "--error-col",
+                           "wrong", "--alpha", "0.2"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "COLUMNS": "120"})
+    assert proc.returncode == 0, proc.stderr
+    assert "answer when score <=" in proc.stdout
+
+
+def test_simulate_command() -> None:
+    result = runner.invoke(app, ["simulate", "--trials", "200", "--n", "300", "--search", "fixed_sequence"])
+    assert result.exit_code == 0, result.output
+    assert "violation rate" in result.output
+    json.dumps(result.output)  # plain text, no control characters that break logs

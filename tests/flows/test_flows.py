@@ -1,0 +1,125 @@
+"""Calibration and recalibration flows on stored results, with Prefect's real ephemeral API and MLflow on SQLite.
+
+No model is loaded: the runs are written into DuckDB as workers would write them (tests/pipeline_data.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+from typer.testing import CliRunner
+
+from cic.cli import app
+from cic.store import Store
+from flows.calibrate import calibrate_flow
+from flows.recalibrate import recalibrate_flow
+from tests.support.pipeline_data import store_run, write_config
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, Path, MlflowClient]]:
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    db = tmp_path / "cic.duckdb"
+    with Store.open(db) as store:
+        store_run(store, n=300, labelled_at=datetime(2026, 1, 1, tzinfo=UTC))
+    config = write_config(tmp_path / "c.yaml", db, tmp_path / "reports")
+    yield config, db, MlflowClient(tracking_uri=uri)
+
+
+def _runs(client: MlflowClient, experiment: str) -> list:
+    exp = client.get_experiment_by_name(experiment)
+    return list(client.search_runs([exp.experiment_id], max_results=1000)) if exp else []
+
+
+def test_calibrate_flow_stores_gates_and_logs_each_group_once(setup: tuple[Path, Path, MlflowClient]) -> None:
+    config, db, client = setup
+    result = calibrate_flow(config_path=str(config))
+    assert result["calibrate"].groups == 2 and result["log"].logged == 2
+    with Store.open(db) as store:
+        counts = store.counts()
+    assert counts["calibrations"] == 2 * 2 * 2 and counts["evaluations"] == 2 * 2 * 2
+    runs = _runs(client, "cic-t-d")
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 2 and len(children) == 8
+    parent = parents[0]
+    assert parent.data.tags["cic.model"] == "m" and parent.data.params["n_splits"] == "10"
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id, "figures")}
+    assert {"figures/fdr_vs_alpha.png", "figures/coverage_vs_alpha.png"} <= artifacts
+    assert any(p.startswith("figures/risk_coverage") for p in artifacts)
+    assert {a.path for a in client.list_artifacts(parent.info.run_id, "tables")} >= {"tables/fdr.md",
+                                                                                    "tables/results.csv"}
+    child = children[0]
+    assert {"fdr_mean", "coverage_mean", "fails", "base_error_rate"} <= set(child.data.metrics)
+    assert [a.path for a in client.list_artifacts(child.info.run_id)] == ["gate.json"]
+
+    again = calibrate_flow(config_path=str(config))
+    assert again["log"].logged == 0 and again["log"].already == 2
+    assert len(_runs(client, "cic-t-d")) == 10
+    with Store.open(db) as store:
+        assert store.counts()["calibrations"] == 8
+
+
+def test_new_alphas_calibrate_without_regenerating_and_cic_log_fills_mlflow(
+        setup: tuple[Path, Path, MlflowClient], tmp_path: Path) -> None:
+    config, db, client = setup
+    calibrate_flow(config_path=str(config), alphas=[0.4], bounds=["cp"], log_to_mlflow=False)
+    with Store.open(db) as store:
+        assert store.counts()["calibrations"] == 2 and store.count("generations") == 0
+    assert _runs(client, "cic-t-d") == []
+    result = CliRunner().invoke(app, ["log", "--db", str(db), "--experiment-prefix", "cic-t",
+                                      "--report-dir", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    assert "2 group(s) logged" in result.output
+    assert len(_runs(client, "cic-t-d")) == 2 + 2
+
+
+def test_recalibration_flow_logs_the_drift_and_flags_an_unattainable_alpha(
+        setup: tuple[Path, Path, MlflowClient]) -> None:
+    config, db, client = setup
+    calibrate_flow(config_path=str(config), log_to_mlflow=False)
+    with Store.open(db) as store:  # a new labelled week: every answer wrong, scores moved
+        store_run(store, n=300, labelled_at=datetime(2026, 1, 8, tzinfo=UTC), id_offset=5000, shift=0.5,
+                  base=1.0, seed=3)
+    result = recalibrate_flow(config_path=str(config), window=300)
+    assert result["gates"] == 8 and result["unattainable"] == 8
+    assert all(t["threshold"] is None for t in result["thresholds"])
+    assert any(t["previous_threshold"] is not None for t in result["thresholds"])
+    alerts = [a["alert"] for a in result["alerts"]]
+    assert any(a.startswith("alpha has become unattainable") for a in alerts)
+    assert any(a.startswith("score distribution shifted") for a in alerts)
+    recal = [r for r in _runs(client, "cic-t-d") if r.data.tags.get("cic.kind") == "recalibration"
+             and "mlflow.parentRunId" not in r.data.tags]
+    assert len(recal) == 2 and all(r.data.tags["cic.alpha_unattainable"] == "true" for r in recal)
+    again = recalibrate_flow(config_path=str(config), window=300)
+    assert again["gates"] == 8
+    assert len([r for r in _runs(client, "cic-t-d") if r.data.tags.get("cic.kind") == "recalibration"]) == 2 + 8
+
+
+def test_recalibrate_cli_exits_nonzero_on_alerts_when_asked(setup: tuple[Path, Path, MlflowClient]) -> None:
+    config, db, _ = setup
+    with Store.open(db) as store:
+        store_run(store, n=300, labelled_at=datetime(2026, 1, 1, tzinfo=UTC) + timedelta(days=1), id_offset=9000,
+                  base=1.0, seed=4)
+    result = CliRunner().invoke(app, ["recalibrate", "--config", str(config), "--window", "200", "--fail-on-alert"])
+    assert result.exit_code == 1, result.output
+    assert "unattainable" in result.output
+
+
+def test_cic_calibrate_and_evaluate_read_a_stored_group(setup: tuple[Path, Path, MlflowClient]) -> None:
+    _, db, _ = setup
+    group = ["--model", "m", "--dataset", "d", "--estimator", "predictive_entropy", "--criterion", "similarity[0.6]"]
+    result = CliRunner().invoke(app, ["calibrate", str(db), "--alpha", "0.3", *group])
+    assert result.exit_code == 0, result.output
+    assert "answer when score <=" in result.output.replace("≤", "<=")
+    result = CliRunner().invoke(app, ["evaluate", str(db), "--n-splits", "5", *group])
+    assert result.exit_code == 0 and "cp" in result.output
+    result = CliRunner().invoke(app, ["calibrate", str(db), "--alpha", "0.3", "--model", "m"])
+    assert result.exit_code == 2 and "--estimator, --criterion" in " ".join(result.output.split())

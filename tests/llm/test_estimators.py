@@ -1,0 +1,105 @@
+"""Every estimator against a value computed by hand, on hand-made generation rows."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import polars as pl
+import pytest
+
+from cic import schema
+from cic.llm.uncertainty import ExactEquivalence, UncertaintyScorer, list_estimators, stored_name
+from cic.llm.uncertainty.estimators import (
+    deg,
+    ecc,
+    eigv,
+    lexical_similarity,
+    num_semantic_sets,
+    option_entropy,
+    predictive_entropy,
+    predictive_entropy_normalized,
+    semantic_entropy,
+    semantic_entropy_weighted,
+)
+from cic.llm.uncertainty.statistics import QuestionStats
+
+
+def stats(texts: list[str], logprob_sum: list[float], n_tokens: list[int], option_probs=None) -> QuestionStats:
+    s = np.array(logprob_sum)
+    return QuestionStats("q", texts, s, s / np.array(n_tokens), option_probs, ExactEquivalence())
+
+
+SAMPLE = stats(["Paris", "paris.", "Lyon", "Paris"], [-1.0, -2.0, -3.0, -1.0], [1, 2, 3, 1])
+
+
+def test_semantic_entropy_from_cluster_frequencies() -> None:
+    # clusters {Paris, paris., Paris} and {Lyon}: p = (3/4, 1/4)
+    assert semantic_entropy(SAMPLE) == pytest.approx(-(0.75 * math.log(0.75) + 0.25 * math.log(0.25)))
+    assert num_semantic_sets(SAMPLE) == 2
+
+
+def test_weighted_semantic_entropy_uses_length_normalised_likelihoods() -> None:
+    w = np.exp([-1.0, -1.0, -1.0, -1.0])  # per-token means are all -1
+    p = np.array([w[0] + w[1] + w[3], w[2]]) / w.sum()
+    assert semantic_entropy_weighted(SAMPLE) == pytest.approx(-(p * np.log(p)).sum())
+
+
+def test_predictive_entropies() -> None:
+    assert predictive_entropy(SAMPLE) == pytest.approx(7 / 4)
+    assert predictive_entropy_normalized(SAMPLE) == pytest.approx(1.0)
+
+
+def test_lexical_similarity_is_negated_mean_pairwise_rouge_l() -> None:
+    s = stats(["the cat sat", "cat sat down", "dog"], [-1, -1, -1], [1, 1, 1])
+    # normalised tokens: [cat, sat], [cat, sat, down], [dog]; LCS F1: 2*1*(2/3)/(1+2/3) = 0.8, 0, 0
+    assert lexical_similarity(s) == pytest.approx(-0.8 / 3)
+    assert lexical_similarity(stats(["A", "B"], [-1, -1], [1, 1], option_probs=np.array([0.5, 0.5]))) is None
+
+
+def test_graph_estimators_on_two_clean_clusters() -> None:
+    # W = block diagonal of ones (sizes 3 and 1): L has eigenvalues 0, 0, 1.5, 1.5
+    assert eigv(SAMPLE) == pytest.approx(2.0)
+    assert deg(SAMPLE) == pytest.approx(1 - (9 + 1) / 16)
+    # eigenvectors of the two zero eigenvalues: indicator directions of the clusters, rows (1/√3,0)x3 and (0,1)
+    rows = np.array([[1 / math.sqrt(3), 0]] * 3 + [[0, 1]])
+    assert ecc(SAMPLE) == pytest.approx(np.linalg.norm(rows - rows.mean(axis=0)))
+    one = stats(["a", "a", "a"], [-1, -1, -1], [1, 1, 1])
+    assert eigv(one) == pytest.approx(1.0) and deg(one) == pytest.approx(0.0) and ecc(one) == pytest.approx(0.0)
+
+
+def test_option_estimators() -> None:
+    s = stats(["A", "B"], [-1, -1], [1, 1], option_probs=np.array([0.5, 0.25, 0.25]))
+    assert option_entropy(s) == pytest.approx(-(0.5 * math.log(0.5) + 0.5 * math.log(0.25)))
+    assert option_entropy(SAMPLE) is None
+
+
+def generation_rows(question_id: str, texts: list[str], option_probs=None) -> pl.DataFrame:
+    n = len(texts)
+    return schema.conform(pl.DataFrame({
+        "run_key": "r", "question_id": question_id, "sample_index": list(range(n)), "text": texts,
+        "n_tokens": [1] * n, "logprob_sum": [-1.0] * n, "logprob_mean": [-1.0] * n,
+        "is_greedy": [i == 0 for i in range(n)], "option_probs": [option_probs] * n, "flags": [[]] * n},
+        schema=schema.GENERATIONS.schema), schema.GENERATIONS)
+
+
+def test_scorer_writes_one_row_per_question_and_estimator_with_nulls_where_undefined() -> None:
+    gens = pl.concat([generation_rows("open", ["Paris", "Paris", "Lyon", ""]),
+                      generation_rows("mc", ["B", "A", "B", "B"], [0.2, 0.7, 0.1])])
+    scorer = UncertaintyScorer(ExactEquivalence(), list_estimators())
+    scores = scorer.score(gens, run_key="r")
+    assert scores.height == 2 * len(list_estimators())
+    assert set(scores.get_column("estimator")) == set(scorer.stored_names())
+    assert stored_name("semantic_entropy", "exact") == "semantic_entropy[exact]"
+    by = {(r["question_id"], r["estimator"]): r["value"] for r in scores.iter_rows(named=True)}
+    assert by[("open", "option_entropy")] is None and by[("mc", "lexical_similarity")] is None
+    # samples are sample_index >= 1: open = {Paris, Lyon, ""} -> three singletons
+    assert by[("open", "semantic_entropy[exact]")] == pytest.approx(math.log(3))
+    # mc samples A, B, B
+    assert by[("mc", "num_semantic_sets[exact]")] == 2
+    assert by[("mc", "one_minus_max_prob")] == pytest.approx(0.3)
+
+
+def test_unknown_estimator_is_refused_with_the_known_names() -> None:
+    with pytest.raises(ValueError, match="estimator = 'entropy': unknown; choose from semantic_entropy"):
+        UncertaintyScorer(ExactEquivalence(), ["entropy"])

@@ -1,0 +1,83 @@
+"""Generation with SmolLM2-135M on CPU: shapes, determinism, batch independence, value ranges and flags."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from cic import schema
+from cic.data import build_prompt, load_questions
+from cic.llm.generation import AnswerGenerator, GenerationConfig, filter_logits, generate_for_questions
+
+pytestmark = pytest.mark.slow
+
+
+def prompts_for(questions: pl.DataFrame, tokenizer) -> list[str]:
+    return [build_prompt(r, tokenizer=tokenizer) for r in questions.iter_rows(named=True)]
+
+
+@pytest.fixture(scope="module")
+def trivia(smollm) -> tuple[pl.DataFrame, list[str]]:
+    q = load_questions("trivia_qa", limit=20, seed=0)
+    return q, prompts_for(q, smollm.tokenizer)
+
+
+def test_config_validation_and_shaping() -> None:
+    with pytest.raises(ValueError, match="top_p = 1.5"):
+        GenerationConfig(top_p=1.5)
+    assert "batch_size" not in GenerationConfig(batch_size=8).shaping()
+
+
+def test_top_p_keeps_the_smallest_prefix_reaching_p() -> None:
+    import torch
+
+    probs = filter_logits(torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])), 1.0, 0, 0.8)
+    assert probs[0].tolist() == pytest.approx([0.5 / 0.8, 0.3 / 0.8, 0.0, 0.0])
+
+
+def test_open_ended_rows_shapes_ranges_determinism(smollm, trivia) -> None:
+    q, prompts = trivia
+    gen = AnswerGenerator(smollm, GenerationConfig(n_samples=3, max_new_tokens=10, seed=1))
+    rows = generate_for_questions(gen, q, prompts, run_key="r")
+    assert rows.columns == list(schema.GENERATIONS.columns) and rows.height == 20 * 4
+    assert rows.group_by("question_id").len().get_column("len").unique().to_list() == [4]
+    assert rows.filter(pl.col("is_greedy")).get_column("sample_index").unique().to_list() == [0]
+    assert (rows.get_column("logprob_sum") <= 0).all() and (rows.get_column("n_tokens") <= 10).all()
+    assert rows.get_column("option_probs").is_null().all()
+    assert all(("empty" in f) == (t == "") for f, t in zip(rows["flags"], rows["text"], strict=True))
+    again = generate_for_questions(AnswerGenerator(smollm, GenerationConfig(n_samples=3, max_new_tokens=10, seed=1)),
+                                   q, prompts, run_key="r")
+    assert again.equals(rows)
+    other = generate_for_questions(AnswerGenerator(smollm, GenerationConfig(n_samples=3, max_new_tokens=10, seed=2)),
+                                   q.head(5), prompts[:5], run_key="r")
+    first_five = pl.col("question_id").is_in(q.head(5)["question_id"].to_list()) & (pl.col("sample_index") > 0)
+    assert other.filter(pl.col("sample_index") > 0)["text"].to_list() != rows.filter(first_five)["text"].to_list()
+
+
+def test_a_questions_rows_do_not_depend_on_its_batch(smollm, trivia) -> None:
+    q, prompts = trivia
+    config = GenerationConfig(n_samples=3, max_new_tokens=8, seed=0)
+    alone = generate_for_questions(AnswerGenerator(smollm, config), q[3:4], prompts[3:4], run_key="r")
+    batched = generate_for_questions(AnswerGenerator(smollm, config), q[:6], prompts[:6], run_key="r")
+    assert alone["text"].to_list() == batched.filter(question_id=q["question_id"][3])["text"].to_list()
+
+
+def test_default_ten_samples_and_truncation_flag(smollm, trivia) -> None:
+    q, prompts = trivia
+    gen = AnswerGenerator(smollm, GenerationConfig(max_new_tokens=6, max_context_tokens=40))
+    rows = generate_for_questions(gen, q[:2], prompts[:2], run_key="r")
+    assert rows.height == 2 * 11
+    assert all("prompt_truncated" in f for f in rows["flags"])
+
+
+def test_multiple_choice_distribution_and_samples(smollm) -> None:
+    q = load_questions("commonsense_qa", limit=20, seed=0)
+    gen = AnswerGenerator(smollm, GenerationConfig(n_samples=4))
+    rows = generate_for_questions(gen, q, prompts_for(q, smollm.tokenizer), run_key="r")
+    assert rows.height == 20 * 5
+    probs = np.array(rows.get_column("option_probs").to_list())
+    assert np.allclose(probs.sum(axis=1), 1.0) and probs.shape[1] == 5
+    greedy = rows.filter(sample_index=0)
+    assert greedy["text"].to_list() == ["ABCDE"[int(np.argmax(p))] for p in np.array(greedy["option_probs"].to_list())]
+    assert set(rows["text"]) <= set("ABCDE") and (rows["n_tokens"] == 1).all()

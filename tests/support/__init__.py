@@ -1,0 +1,1 @@
+"""Helpers shared by the tests: reference implementations, tables, stored pipeline data, model fixtures."""

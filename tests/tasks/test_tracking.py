@@ -1,0 +1,116 @@
+"""MLflow logging on real tracking stores: a local SQLite store, and an `mlflow server` on loopback."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+mlflow = pytest.importorskip("mlflow")
+from mlflow import MlflowClient  # noqa: E402
+
+from tasks import tracking  # noqa: E402
+
+
+def _group(log_key: str = "k1", artifacts: tuple[Path, ...] = ()) -> tracking.GroupLog:
+    children = [tracking.ChildRun(name=f"alpha={a}", params={"alpha": a, "bound": "cp", "search": "paper"},
+                                  metrics={"threshold": 0.1 * a if a < 0.2 else None, "fdr_mean": a / 2,
+                                           "fails": 0.0},
+                                  texts={"gate.json": '{"kind": "cic.stats.gate", "threshold": 0.5}'})
+                for a in (0.1, 0.2)]
+    return tracking.GroupLog(experiment="cic-trivia_qa", run_name="smollm2 / semantic_entropy", log_key=log_key,
+                             tags={"cic.model": "smollm2", "cic.dataset": "trivia_qa"},
+                             params={"n_splits": 100, "alphas": [0.1, 0.2]}, metrics={"base_error_rate": 0.3},
+                             artifacts=artifacts, children=children)
+
+
+@pytest.fixture
+def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> MlflowClient:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    return MlflowClient()
+
+
+def _runs(client: MlflowClient, experiment: str) -> list:
+    exp = client.get_experiment_by_name(experiment)
+    return list(client.search_runs([exp.experiment_id])) if exp else []
+
+
+def test_group_is_logged_once_with_nested_runs(client: MlflowClient, tmp_path: Path) -> None:
+    table = tmp_path / "table.md"
+    table.write_text("| alpha | fdr |\n")
+    parent_id, new = tracking.log_group(client, _group(artifacts=(table,)), artifact_location=str(tmp_path / "a"))
+    assert new
+    runs = _runs(client, "cic-trivia_qa")
+    assert len(runs) == 3
+    parent = client.get_run(parent_id)
+    assert parent.data.params["n_splits"] == "100" and parent.data.metrics["base_error_rate"] == 0.3
+    assert parent.data.tags[tracking.LOG_KEY_TAG] == "k1" and parent.info.status == "FINISHED"
+    children = [r for r in runs if r.data.tags.get(tracking.PARENT_RUN_TAG) == parent_id]
+    assert sorted(r.data.params["alpha"] for r in children) == ["0.1", "0.2"]
+    unattainable = next(r for r in children if r.data.params["alpha"] == "0.2")
+    assert "threshold" not in unattainable.data.metrics and unattainable.data.metrics["fdr_mean"] == 0.1
+    assert [a.path for a in client.list_artifacts(parent_id)] == ["table.md"]
+    assert [a.path for a in client.list_artifacts(children[0].info.run_id)] == ["gate.json"]
+
+    again_id, new_again = tracking.log_group(client, _group(artifacts=(table,)))
+    assert (again_id, new_again) == (parent_id, False)
+    assert len(_runs(client, "cic-trivia_qa")) == 3
+
+
+def test_a_partial_group_from_a_crash_is_replaced_not_duplicated(client: MlflowClient) -> None:
+    exp_id = tracking.experiment_id(client, "cic-trivia_qa")
+    stale = client.create_run(exp_id, tags={tracking.LOG_KEY_TAG: "k2"})
+    client.create_run(exp_id, tags={tracking.PARENT_RUN_TAG: stale.info.run_id, tracking.PARENT_LOG_KEY_TAG: "k2"})
+    parent_id, new = tracking.log_group(client, _group("k2"))
+    assert new and parent_id != stale.info.run_id
+    runs = _runs(client, "cic-trivia_qa")
+    assert len(runs) == 3 and all(r.info.status == "FINISHED" for r in runs)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def mlflow_server(tmp_path: Path) -> Iterator[str]:
+    port = _free_port()
+    exe = Path(sys.executable).with_name("mlflow")
+    proc = subprocess.Popen([str(exe), "server", "--backend-store-uri", f"sqlite:///{tmp_path}/server.db",
+                             "--artifacts-destination", str(tmp_path / "server-artifacts"), "--host", "127.0.0.1",
+                             "--port", str(port), "--workers", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(240):
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            raise RuntimeError("mlflow server did not start within 120 s")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_logging_to_a_real_mlflow_server(mlflow_server: str, tmp_path: Path) -> None:
+    client = MlflowClient(tracking_uri=mlflow_server)
+    table = tmp_path / "table.csv"
+    table.write_text("alpha,fdr\n0.1,0.05\n")
+    parent_id, new = tracking.log_group(client, _group("k3", artifacts=(table,)))
+    assert new
+    assert len(_runs(client, "cic-trivia_qa")) == 3
+    assert [a.path for a in client.list_artifacts(parent_id)] == ["table.csv"]
+    assert tracking.log_group(client, _group("k3", artifacts=(table,))) == (parent_id, False)
