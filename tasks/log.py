@@ -24,6 +24,7 @@ from cic import schema
 from cic.pipeline import progress
 from cic.reports.report import ReportConfig, write_report
 from cic.stats.calibration import CalibrationResult
+from cic.stats.searches import get_search
 from cic.store import Store
 from tasks.tracking import ChildRun, GroupLog, find_logged, log_group
 
@@ -102,7 +103,7 @@ def build_group(store: Store, unit: dict[str, Any], experiment_prefix: str, repo
     searches = tuple(dict.fromkeys(evaluations.get_column("search").to_list()))
     config = ReportConfig(alphas=tuple(sorted(set(evaluations.get_column("alpha").to_list()))),
                           bounds=tuple(dict.fromkeys(evaluations.get_column("bound").to_list())),
-                          searches=tuple(s for s in searches if s != "bonferroni") or ("paper",),
+                          searches=tuple(s for s in searches if not get_search(s).needs_grid) or ("paper",),
                           delta=first["delta"], n_splits=first["n_splits"], cal_fraction=first["cal_fraction"],
                           seed=first["seed"], sensitivity_fractions=(), baselines=())
     write_report(frame, out, config)

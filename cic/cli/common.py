@@ -104,7 +104,9 @@ ErrorCol = Annotated[str, typer.Option("--error-col", help="Column with 1 where 
 CorrectCol = Annotated[str | None, typer.Option("--correct-col",
                                                 help="Use a column with 1 where the answer is right instead.")]
 Delta = Annotated[float, typer.Option("--delta", help="Allowed probability that the guarantee fails.")]
-Search = Annotated[str, typer.Option("--search", help="paper | bonferroni | fixed_sequence")]
+Search = Annotated[str, typer.Option("--search", help="fixed_sequence (FWER <= delta) | multistart | holm | "
+                                                     "bonferroni (need --grid) | paper (Algorithm 1, no simultaneous "
+                                                     "guarantee)")]
 GridOpt = Annotated[str | None, typer.Option("--grid", help="Uniform grid LOW:HIGH:K fixed in advance.")]
 PilotOpt = Annotated[Path | None, typer.Option("--pilot", help="Pilot file whose score quantiles form the grid.")]
 GridSize = Annotated[int | None, typer.Option("--grid-size", help="Number of pilot quantiles.")]

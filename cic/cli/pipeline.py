@@ -178,7 +178,7 @@ def ask(
     criterion: Annotated[str | None, typer.Option("--criterion", help="Default: the dataset's.")] = None,
     alpha: Annotated[float, typer.Option("--alpha")] = 0.25,
     bound: Annotated[str, typer.Option("--bound")] = "cp",
-    search: Annotated[str, typer.Option("--search")] = "paper",
+    search: Annotated[str, typer.Option("--search")] = "fixed_sequence",
 ) -> None:
     """Answer with the stored gate, or abstain; shows the uncertainty score and the certified threshold."""
     from cic.pipeline.asking import ask_question

@@ -55,7 +55,7 @@ def calibrate(
     delta: Delta = 0.05,
     bound: Annotated[str, typer.Option("--bound", help="cp | hoeffding | hoeffding_kl | bentkus | "
                                                        "hoeffding_bentkus")] = "cp",
-    search: Search = "paper",
+    search: Search = "fixed_sequence",
     grid: GridOpt = None,
     pilot: PilotOpt = None,
     grid_size: GridSize = None,
@@ -117,6 +117,7 @@ def evaluate(
 ) -> None:
     """The paper's protocol: FDR, coverage and fails over repeated calibration/test splits."""
     from cic.stats.protocol import evaluate_splits
+    from cic.stats.searches import get_search
 
     scores, errors = load_pairs(file, score_col, error_col, correct_col, {
         "model": model, "dataset": dataset, "estimator": estimator, "criterion": criterion, "run_key": run_key})
@@ -125,12 +126,13 @@ def evaluate(
                             seed=seed, grid=parse_grid(grid, pilot, grid_size, score_col), n_min=n_min, start=start)
     table = Table(title=f"{file.name}: {n_splits} splits, cal_fraction {cal_fraction:g}, delta {delta:g}, "
                         f"base error rate {frame['base_error_rate'][0]:.3f}")
-    for col in ("alpha", "bound", "search", "FDR (mean ± std)", "test FDR > α", "coverage", "correct cov.",
+    for col in ("alpha", "bound", "search", "guarantee", "FDR (mean ± std)", "test FDR > α", "coverage", "correct cov.",
                 "fails", "threshold"):
-        table.add_column(col, justify="right" if col not in ("bound", "search") else "left")
+        table.add_column(col, justify="right" if col not in ("bound", "search", "guarantee") else "left")
     for row in frame.iter_rows(named=True):
         fdr = "—" if row["fdr_mean"] is None else f"{row['fdr_mean']:.3f} ± {row['fdr_std']:.3f}"
-        table.add_row(f"{row['alpha']:g}", row["bound"], row["search"], fdr, fmt(row["fdr_above_alpha"], ".2f"),
+        table.add_row(f"{row['alpha']:g}", row["bound"], row["search"], get_search(row["search"]).short_guarantee, fdr,
+                      fmt(row["fdr_above_alpha"], ".2f"),
                       f"{row['coverage_mean']:.3f} ± {row['coverage_std']:.3f}",
                       fmt(row["correct_coverage_mean"]), str(row["fails"]), fmt(row["threshold_mean"], ".4g"))
     console.print(table)

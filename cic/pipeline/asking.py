@@ -39,7 +39,7 @@ def latest_gate(db: str, *, model: str, dataset: str, estimator: str, criterion:
     """The newest stored calibration of that key (estimator by stored or base name)."""
     from cic.store import Store
 
-    with Store.open(db) as store:
+    with Store.open(db, read_only=True) as store:
         rows = store.read("calibrations", model=model, dataset=dataset, bound=bound, search=search)
     rows = rows.filter((pl.col("alpha") - alpha).abs() < 1e-12)
     rows = rows.filter((pl.col("estimator") == estimator) | (pl.col("estimator").str.split("[").list.first() ==

@@ -22,6 +22,7 @@ import polars as pl
 from cic import schema
 from cic.stats.calibration import calibrate, quantile_grid, uniform_grid
 from cic.stats.protocol import evaluate_splits
+from cic.stats.searches import get_search
 
 if TYPE_CHECKING:
     from cic.pipeline.config import CalibrationConfig
@@ -83,14 +84,15 @@ def _pilot_split(pairs: pl.DataFrame, fraction: float, seed: int) -> tuple[pl.Da
 
 
 def search_plan(pairs: pl.DataFrame, search: str, config: CalibrationConfig) -> tuple[pl.DataFrame, dict[str, Any]]:
-    """The pairs a search calibrates on and its extra arguments (the Bonferroni grid, fixed in advance)."""
-    if search == "bonferroni":
+    """The pairs a search calibrates on and its extra arguments (a grid fixed in advance, n_min)."""
+    plan = get_search(search)
+    if plan.needs_grid:
         grid_config = config.grid
         if grid_config.kind == "uniform":
             return pairs, {"grid": uniform_grid(grid_config.low, grid_config.high, grid_config.k)}
         rest, pilot = _pilot_split(pairs, grid_config.pilot_fraction, config.seed)
         return rest, {"grid": quantile_grid(pilot, grid_config.k)}
-    if search == "fixed_sequence" and config.n_min is not None:
+    if plan.first_test and config.n_min is not None:
         return pairs, {"n_min": config.n_min}
     return pairs, {}
 

@@ -20,9 +20,10 @@ import numpy as np
 from cic.stats import baselines as _baselines
 from cic.stats._validation import check_open_unit, check_positive_int
 from cic.stats.bounds import resolve_bound
-from cic.stats.calibration import SEARCH_NAMES, calibrate
+from cic.stats.calibration import calibrate
 from cic.stats.curves import rejection_curve, risk_coverage_curve
 from cic.stats.protocol import DEFAULT_ALPHAS, evaluate_splits
+from cic.stats.searches import get_search
 from cic.store.score_files import GROUP_KEYS, check_long_frame
 
 if TYPE_CHECKING:
@@ -35,8 +36,9 @@ SENSITIVITY_FRACTIONS: tuple[float, ...] = (0.5, 0.4, 0.3, 0.2, 0.1)
 class ReportConfig:
     """What a report computes. Defaults reproduce the paper: 100 splits 50/50, five alphas, HFD and CP.
 
-    `searches` may hold "paper", "fixed_sequence" and "bonferroni" (the latter needs `grid`, fixed in
-    advance). Empty `sensitivity_fractions` or `baselines` skip those parts; `figures=False` skips the PNGs.
+    `searches` may hold any name of `cic.stats.searches.SEARCHES` ("holm" and "bonferroni" need `grid`,
+    fixed in advance); the paper's tables use "paper". Empty `sensitivity_fractions` or `baselines` skip those
+    parts; `figures=False` skips the PNGs.
     Risk–coverage marks use `curve_bound` with the first search, calibrated on each group's full table
     (what `cic calibrate` would deploy). Baselines use `baseline_bound` for COIN and CIC's rows.
     """
@@ -69,10 +71,8 @@ class ReportConfig:
         for b in (*self.bounds, self.baseline_bound, self.curve_bound):
             resolve_bound(b)
         for s in self.searches:
-            if s not in SEARCH_NAMES:
-                raise ValueError(f"search = {s!r}: unknown; choose from {', '.join(SEARCH_NAMES)}")
-        if "bonferroni" in self.searches and self.grid is None:
-            raise ValueError("search 'bonferroni' needs grid: thresholds fixed before seeing the labels")
+            if get_search(s).needs_grid and self.grid is None:
+                raise ValueError(f"search {s!r} needs grid: thresholds fixed before seeing the labels")
         for m in self.baselines:
             if m not in _baselines.METHODS:
                 raise ValueError(f"baseline = {m!r}: unknown; choose from {', '.join(_baselines.METHODS)}")
@@ -81,7 +81,7 @@ class ReportConfig:
         check_positive_int(self.n_splits, "n_splits")
 
     def search_kwargs(self, search: str) -> dict[str, Any]:
-        return {"grid": list(self.grid)} if search == "bonferroni" and self.grid is not None else {}
+        return {"grid": list(self.grid)} if get_search(search).takes_grid and self.grid is not None else {}
 
 
 def iter_groups(frame: pl.DataFrame) -> Iterator[tuple[dict[str, str], np.ndarray, np.ndarray]]:
@@ -159,13 +159,15 @@ def baselines_study(frame: pl.DataFrame, config: ReportConfig = ReportConfig(),
     import polars as pl
 
     frame = check_long_frame(frame)
-    cic_searches = [s for s in dict.fromkeys((*config.searches, "fixed_sequence")) if s != "bonferroni"]
+    wanted = (*config.searches, "fixed_sequence", "multistart")
+    cic_searches = [s for s in dict.fromkeys(wanted) if config.grid is not None or not get_search(s).needs_grid]
     parts = []
     for key, scores, errors in iter_groups(frame):
         table = _baselines.compare_methods(scores, errors, alphas=config.alphas, methods=config.baselines,
                                            cic_searches=cic_searches, delta=config.delta,
                                            bound=config.baseline_bound, n_splits=config.n_splits,
                                            cal_fraction=config.cal_fraction, seed=config.seed,
+                                           grid=None if config.grid is None else np.asarray(config.grid),
                                            known=None if results is None else _rows_of(results, key))
         parts.append(_with_keys(key, table))
     return pl.concat(parts)
@@ -302,12 +304,14 @@ def _index(frame: pl.DataFrame, config: ReportConfig, results: pl.DataFrame, fil
     from cic.reports import tables as rt
 
     n_groups = frame.select(GROUP_KEYS).unique().height
+    searches_described = ", ".join(f"{s} ({get_search(s).short_guarantee})" for s in config.searches)
     lines = [
         "# CIC report", "",
         f"{n_groups} (model, dataset, estimator, criterion) group(s), {frame.height:,} items. Protocol: "
         f"{config.n_splits} random calibration/test splits (calibration fraction {config.cal_fraction:g}, seed "
         f"{config.seed}), α ∈ {{{', '.join(f'{a:g}' for a in config.alphas)}}}, δ = {config.delta:g}, bounds "
-        f"{', '.join(rt.bound_label(b) for b in config.bounds)}, search {', '.join(config.searches)}.", "",
+        f"{', '.join(rt.bound_label(b) for b in config.bounds)}, search "
+        f"{searches_described}.", "",
         "FDR = errors among accepted test answers (mean ± std over the splits that found a threshold); power = "
         "coverage = accepted / test size; correct coverage = accepted-and-correct / correct; Fail = splits where "
         "α was unattainable (never dropped); — = every split failed.", "",

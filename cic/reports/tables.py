@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     import polars as pl
 
 DASH = "—"
-BOUND_LABELS = {"hoeffding": "UCB-HFD", "cp": "UCB-CP"}
 GROUP_KEYS = ("model", "dataset", "estimator", "criterion")
 
 
@@ -39,8 +38,11 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
 
 
 def bound_label(bound: str) -> str:
-    """The paper's name for a bound (UCB-HFD, UCB-CP), UCB-<name> for the others."""
-    return BOUND_LABELS.get(bound, f"UCB-{bound}")
+    """The paper's name for a bound (UCB-HFD, UCB-CP), UCB-<name> for the others (from the bound registry)."""
+    from cic.stats.bounds import BOUNDS
+
+    record = BOUNDS.get(bound)
+    return record.table_label if record is not None and record.table_label else f"UCB-{bound}"
 
 
 def fmt(value: float | None, spec: str = ".3f") -> str:

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from cic.stats._validation import check_choice, check_open_unit, check_positive_int
 from cic.stats.bounds import resolve_bound
-from cic.stats.calibration import SEARCH_NAMES, uniform_grid
+from cic.stats.calibration import uniform_grid
+from cic.stats.searches import SEARCH_NAMES, get_search
 from cic.stats.simulation import PowerRisk, simulate
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ def validity_study(*, scenarios: Sequence[str] = tuple(SCENARIOS), ns: Sequence[
     grid = uniform_grid(0.05, 1.0, check_positive_int(grid_size, "grid_size"))
     checked_bounds = [resolve_bound(b) for b in bounds]
     for s in searches:
-        check_choice(s, "search", SEARCH_NAMES)
+        get_search(s)
     if not (scenarios and ns and alphas and searches and bounds):
         raise ValueError("scenarios, ns, alphas, searches and bounds must each hold at least one value")
     rows: list[dict[str, Any]] = []
@@ -87,7 +88,7 @@ def validity_study(*, scenarios: Sequence[str] = tuple(SCENARIOS), ns: Sequence[
                     for bound in checked_bounds:
                         res = simulate(model, n=check_positive_int(n, "n"), alpha=alpha, delta=delta, bound=bound,
                                        search=search, n_trials=n_trials, seed=seed,
-                                       grid=grid if search == "bonferroni" else None)
+                                       grid=grid if get_search(search).needs_grid else None)
                         rows.append({"scenario": name, "description": scenario.description, "n": n,
                                      "alpha": alpha, "delta": delta, "search": search, "bound": bound,
                                      "n_trials": n_trials, "n_violations": res.n_violations,

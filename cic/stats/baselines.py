@@ -45,6 +45,7 @@ from cic.stats import searches as batch_search
 from cic.stats._validation import as_pair, as_scores, check_choice, check_open_unit, check_positive_int
 from cic.stats.calibration import SortedCalibration
 from cic.stats.protocol import DEFAULT_ALPHAS, SortedSplits, evaluate_splits, gather, summarize_splits, test_measures
+from cic.stats.searches import get_search
 
 if TYPE_CHECKING:
     import polars as pl
@@ -72,13 +73,6 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("lec", "LEC-style marginal rule", "expectation",
            "E[accepted errors] <= alpha E[accepted]: sum (E_i - alpha) <= -1 over accepted"),
 )}
-
-CIC_CLAIMS: dict[str, str] = {
-    "paper": "P(R(t) <= alpha) >= 1 - delta for each fixed t (Theorem 1); no simultaneous correction",
-    "bonferroni": "P(R(t_hat) <= alpha) >= 1 - delta (Theorem 2, grid fixed in advance)",
-    "fixed_sequence": "P(R(t_hat) <= alpha) >= 1 - delta (fixed-sequence testing)",
-}
-
 
 # ----------------------------------------------------------------------------------------------------------
 # One calibration set (the definitions, also the reference for the vectorised versions)
@@ -240,35 +234,44 @@ def baseline_outcomes(scores: Any, errors: Any, *, alphas: Sequence[float] = DEF
 
 
 def compare_methods(scores: Any, errors: Any, *, alphas: Sequence[float] = DEFAULT_ALPHAS,
-                    methods: Sequence[str] = tuple(METHODS), cic_searches: Sequence[str] = ("paper", "fixed_sequence"),
-                    delta: float = 0.05, bound: str = "cp", n_splits: int = 100, cal_fraction: float = 0.5,
-                    seed: int = 0, known: pl.DataFrame | None = None) -> pl.DataFrame:
+                    methods: Sequence[str] = tuple(METHODS),
+                    cic_searches: Sequence[str] = ("paper", "fixed_sequence", "multistart"), delta: float = 0.05,
+                    bound: str = "cp", n_splits: int = 100, cal_fraction: float = 0.5, seed: int = 0,
+                    grid: Any = None, known: pl.DataFrame | None = None) -> pl.DataFrame:
     """The baselines table: one row per (alpha, method), CIC's searches first, all on the same splits.
 
     Columns: alpha, method, label, guarantee (high-probability / expectation / none), claim, fdr_mean,
     fdr_std, fdr_above_alpha (share of splits with a selection whose test FDR > alpha), coverage_mean,
     coverage_std, correct_coverage_mean, correct_coverage_std, fails, n_splits, and fdp_mean: the FDP
     averaged over all splits with 0 where nothing was accepted (what E[FDP] <= alpha refers to).
-    `known`: `evaluate_splits` rows already computed with these very arguments (same splits and bound);
-    CIC searches found there are not recomputed.
+    Each CIC search is labelled with the guarantee its registry entry carries (`paper`: none). `grid` is
+    passed to the searches that take one (holm, bonferroni need it). `known`: evaluation rows (with delta,
+    n_splits, seed and cal_fraction columns, as `cic.reports.report.evaluate_groups` writes them); rows whose
+    split protocol matches these arguments exactly are reused, anything else is recomputed.
     """
     import polars as pl
 
     bound = _bounds.resolve_bound(bound)
     rows: list[dict[str, Any]] = []
-    done = known.filter(pl.col("search").is_in(list(cic_searches)) & pl.col("alpha").is_in(list(alphas))
-                        & (pl.col("bound") == bound)) if known is not None else None
-    missing = [s for s in cic_searches if done is None or s not in set(done.get_column("search"))]
-    parts = [done] if done is not None and done.height else []
-    if missing:
-        parts.append(evaluate_splits(scores, errors, alphas=alphas, bounds=bound, search=missing, delta=delta,
-                                     n_splits=n_splits, cal_fraction=cal_fraction, seed=seed))
-    by_key = {(r["search"], r["alpha"]): r for part in parts for r in part.iter_rows(named=True)}
+    protocol = {"delta": float(delta), "n_splits": int(n_splits), "seed": int(seed),
+                "cal_fraction": float(cal_fraction)}
+    done = None
+    if known is not None and set(protocol) <= set(known.columns):
+        done = known.filter(pl.col("search").is_in(list(cic_searches)) & pl.col("alpha").is_in(list(alphas))
+                            & (pl.col("bound") == bound), *(pl.col(c) == v for c, v in protocol.items()))
+    by_key = {(r["search"], r["alpha"]): r for r in (done.iter_rows(named=True) if done is not None else [])}
+    missing = [s for s in cic_searches if any((s, float(a)) not in by_key for a in alphas)]
+    for search in missing:
+        extra = {"grid": grid} if get_search(search).takes_grid and grid is not None else {}
+        table = evaluate_splits(scores, errors, alphas=alphas, bounds=bound, search=search, delta=delta,
+                                n_splits=n_splits, cal_fraction=cal_fraction, seed=seed, **extra)
+        by_key.update({(r["search"], r["alpha"]): r for r in table.iter_rows(named=True)})
     for search in cic_searches:
+        plan = get_search(search)
         for alpha in alphas:
-            r = by_key[(search, float(alpha))]
-            rows.append({"alpha": r["alpha"], "method": f"cic_{search}", "label": f"CIC ({search}, {bound})",
-                         "guarantee": "high-probability", "claim": CIC_CLAIMS[search],
+            r = by_key[(plan.name, float(alpha))]
+            rows.append({"alpha": r["alpha"], "method": f"cic_{plan.name}", "label": f"CIC ({plan.name}, {bound})",
+                         "guarantee": plan.guarantee_kind, "claim": plan.claim,
                          **{k: r[k] for k in _SUMMARY_COLUMNS}})
     for alpha, method, out in _iter_baselines(scores, errors, alphas=alphas, methods=methods, delta=delta,
                                               bound=bound, n_splits=n_splits, cal_fraction=cal_fraction, seed=seed):

@@ -6,38 +6,22 @@ forms: the UCB itself (for tables and reports) and a *feasibility* test `UCB <= 
 cheapest exact form, which is what the threshold searches call on every candidate.
 
 All functions are vectorised: `fd`, `n` and `gamma` broadcast against each other; scalars in, float out.
-Conventions (DESIGN.md): a bound is 1 where n = 0, and Clopper–Pearson is 1 where fd = n.
+Conventions: a bound is 1 where n = 0, and Clopper–Pearson is 1 where fd = n.
+
+Every bound is one `Bound` record in `BOUNDS` (its UCB, its feasibility test, its table of largest feasible
+error counts, its label); searches, the split protocol, the CLI and the reports read the registry, so adding
+a bound is adding one record.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from scipy import special
-
-BOUND_NAMES: tuple[str, ...] = ("hoeffding", "cp", "hoeffding_kl", "bentkus", "hoeffding_bentkus")
-_ALIASES = {
-    "clopper_pearson": "cp",
-    "clopper-pearson": "cp",
-    "hfd": "hoeffding",
-    "chernoff": "hoeffding_kl",
-    "kl": "hoeffding_kl",
-    "hb": "hoeffding_bentkus",
-}
-
-
-def resolve_bound(name: Any) -> str:
-    """Canonical bound name for `name` (accepts a few aliases, e.g. "clopper_pearson" -> "cp")."""
-    if isinstance(name, str):
-        key = name.strip().lower()
-        key = _ALIASES.get(key, key)
-        if key in BOUND_NAMES:
-            return key
-    raise ValueError(f"bound = {name!r}: unknown; choose one of {', '.join(BOUND_NAMES)} "
-                     f"(aliases: {', '.join(sorted(_ALIASES))})")
 
 
 def _counts(fd: Any, n: Any, gamma: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
@@ -107,7 +91,11 @@ def clopper_pearson_ucb(fd: Any, n: Any, gamma: Any) -> Any:
     fd_a, n_a, g_a, scalar = _counts(fd, n, gamma)
     out = np.ones_like(n_a)
     inner = (n_a > 0) & (fd_a < n_a)
-    out[inner] = special.betaincinv(fd_a[inner] + 1.0, n_a[inner] - fd_a[inner], 1.0 - g_a[inner])
+    # the complemented inverse solves 1 - I_x(a, b) = γ without forming 1 - γ, which rounds to 1 below γ ≈ 1e-16
+    # (δ = 1e-300, or Bonferroni's δ / K with K = 10⁶); scipy returns NaN only where the bound rounds to 1
+    with np.errstate(all="ignore"):
+        value = special.betainccinv(fd_a[inner] + 1.0, n_a[inner] - fd_a[inner], g_a[inner])
+    out[inner] = np.where(np.isnan(value), 1.0, value)
     return _out(out, scalar)
 
 
@@ -209,42 +197,7 @@ def hoeffding_bentkus_feasible(fd: Any, n: Any, alpha: Any, gamma: Any) -> Any:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Dispatch by name
-
-_UCB: dict[str, Callable[..., Any]] = {
-    "hoeffding": hoeffding_ucb,
-    "cp": clopper_pearson_ucb,
-    "hoeffding_kl": hoeffding_kl_ucb,
-    "bentkus": bentkus_ucb,
-    "hoeffding_bentkus": hoeffding_bentkus_ucb,
-}
-_FEASIBLE: dict[str, Callable[..., Any]] = {
-    "hoeffding": hoeffding_feasible,
-    "cp": clopper_pearson_feasible,
-    "hoeffding_kl": hoeffding_kl_feasible,
-    "bentkus": bentkus_feasible,
-    "hoeffding_bentkus": hoeffding_bentkus_feasible,
-}
-
-
-def ucb(bound: str, fd: Any, n: Any, gamma: Any) -> Any:
-    """The named upper confidence bound at confidence 1 - γ."""
-    return _UCB[resolve_bound(bound)](fd, n, gamma)
-
-
-def feasible(bound: str, fd: Any, n: Any, alpha: Any, gamma: Any) -> Any:
-    """True where the named bound certifies alpha: UCB(fd, n; γ) <= alpha."""
-    return _FEASIBLE[resolve_bound(bound)](fd, n, alpha, gamma)
-
-
-def might_be_feasible(bound: str, fd: np.ndarray, n: np.ndarray, alpha: float, gamma: float) -> np.ndarray:
-    """A cheap necessary condition for feasibility: FD <= alpha · n (so a search can skip the rest).
-
-    Every bound here is at least FD/n, except Clopper–Pearson at gamma >= 1/2, where nothing is skipped.
-    """
-    if resolve_bound(bound) == "cp" and gamma >= 0.5:
-        return np.ones(np.shape(n), dtype=bool)
-    return fd <= n * (alpha * (1.0 + 1e-12))
+# Tables of the largest feasible error count
 
 
 def _settle(bound: str, n: np.ndarray, k: np.ndarray, alpha: float, gamma: float) -> np.ndarray:
@@ -321,6 +274,23 @@ def _cp_max_errors_range(n_lo: int, n_hi: int, alpha: float, gamma: float) -> np
     return k[0] - 1 + np.searchsorted(first, counts, side="right").astype(np.int64)
 
 
+def _bisect_table(bound: str) -> Callable[[np.ndarray, float, float], np.ndarray]:
+    return lambda n, alpha, gamma: _bisect_max_errors(bound, n, alpha, gamma)
+
+
+def _cp_table(level: Callable[[float], float]) -> Callable[[np.ndarray, float, float], np.ndarray]:
+    def table(n: np.ndarray, alpha: float, gamma: float) -> np.ndarray:
+        lo = int(n.min())
+        return _cp_max_errors_range(lo, int(n.max()), alpha, level(gamma))[n - lo]
+    return table
+
+
+def _hoeffding_table(n: np.ndarray, alpha: float, gamma: float) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        guess = np.floor(n * alpha - np.sqrt(n * math.log(1.0 / gamma) / 2.0)).astype(np.int64)
+    return _settle("hoeffding", n, guess, alpha, gamma)
+
+
 def max_errors(bound: str, n: Any, alpha: float, gamma: float) -> np.ndarray:
     """For each accepted count n, the largest FD that is still feasible (-1 when none is).
 
@@ -329,19 +299,11 @@ def max_errors(bound: str, n: Any, alpha: float, gamma: float) -> np.ndarray:
     Clopper–Pearson (and Bentkus, which is CP at gamma/e) and Hoeffding have fast exact paths; the other
     bounds are found by bisection on FD.
     """
-    bound = resolve_bound(bound)
+    record = get_bound(bound)
     n_a = np.asarray(n, dtype=np.int64)
     if n_a.size == 0:
         return n_a.copy()
-    if bound in ("cp", "bentkus"):
-        level = gamma if bound == "cp" else gamma / math.e
-        lo = int(n_a.min())
-        return _cp_max_errors_range(lo, int(n_a.max()), alpha, level)[n_a - lo]
-    if bound == "hoeffding":
-        with np.errstate(invalid="ignore"):
-            guess = np.floor(n_a * alpha - np.sqrt(n_a * math.log(1.0 / gamma) / 2.0)).astype(np.int64)
-        return _settle(bound, n_a, guess, alpha, gamma)
-    return _bisect_max_errors(bound, n_a, alpha, gamma)
+    return record.max_errors(n_a, alpha, gamma)
 
 
 def min_certifiable_n(bound: str, alpha: float, gamma: float) -> int:
@@ -380,3 +342,83 @@ def half_alpha_n(bound: str, alpha: float, gamma: float) -> int:
         if size > 2**26:
             raise ValueError(f"bound = {bound!r} cannot certify alpha = {alpha!r} at gamma = {gamma!r}")
         size *= 4
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The registry
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One upper confidence bound on a binomial proportion, with everything the searches and reports need.
+
+    `ucb(fd, n, gamma)` and `feasible(fd, n, alpha, gamma)` are vectorised; `max_errors(n, alpha, gamma)` gives
+    the largest feasible FD per accepted count (-1 where none). `rate_is_necessary(gamma)` says whether
+    FD <= alpha·n must hold for feasibility (every bound here is >= FD/n, except Clopper–Pearson at
+    gamma >= 1/2), which lets a search skip candidates cheaply. `table_is_cheap`: building `max_errors` over
+    a narrow range of n costs about alpha · (range) evaluations, less than testing each candidate.
+    """
+
+    name: str
+    label: str
+    ucb: Callable[..., Any]
+    feasible: Callable[..., Any]
+    max_errors: Callable[[np.ndarray, float, float], np.ndarray]
+    aliases: tuple[str, ...] = ()
+    rate_is_necessary: Callable[[float], bool] = lambda gamma: True
+    table_is_cheap: bool = False
+    description: str = ""
+    table_label: str = ""  # the paper's column name (UCB-HFD, UCB-CP); UCB-<name> when empty
+
+
+BOUNDS: dict[str, Bound] = {b.name: b for b in (
+    Bound("hoeffding", "Hoeffding", hoeffding_ucb, hoeffding_feasible, _hoeffding_table, aliases=("hfd",),
+          table_label="UCB-HFD",
+          description="FD/n + sqrt(log(1/γ) / 2n): distribution-free, loose at small n (paper §3.2)"),
+    Bound("cp", "Clopper–Pearson", clopper_pearson_ucb, clopper_pearson_feasible, _cp_table(lambda g: g),
+          aliases=("clopper_pearson", "clopper-pearson"), rate_is_necessary=lambda gamma: gamma < 0.5,
+          table_is_cheap=True, table_label="UCB-CP",
+          description="BetaInv(1-γ; FD+1, n-FD), tested as BinomCDF(FD; n, α) <= γ: exact for 0/1 errors"),
+    Bound("hoeffding_kl", "Hoeffding-KL", hoeffding_kl_ucb, hoeffding_kl_feasible, _bisect_table("hoeffding_kl"),
+          aliases=("chernoff", "kl"), description="Chernoff: sup{q : n kl(FD/n || q) <= log(1/γ)}"),
+    Bound("bentkus", "Bentkus", bentkus_ucb, bentkus_feasible, _cp_table(lambda g: g / math.e),
+          table_is_cheap=True, description="e · BinomCDF(FD; n, q) <= γ: Clopper–Pearson at γ/e"),
+    Bound("hoeffding_bentkus", "Hoeffding–Bentkus", hoeffding_bentkus_ucb, hoeffding_bentkus_feasible,
+          _bisect_table("hoeffding_bentkus"), aliases=("hb",),
+          description="min of Hoeffding-KL and Bentkus (Bates et al. 2021, RCPS)"),
+)}
+BOUND_NAMES: tuple[str, ...] = tuple(BOUNDS)
+_ALIASES = {alias: b.name for b in BOUNDS.values() for alias in b.aliases}
+
+
+def get_bound(name: Any) -> Bound:
+    """The registry record of `name` (accepts the aliases, e.g. "clopper_pearson" -> cp)."""
+    if isinstance(name, str):
+        key = name.strip().lower()
+        key = _ALIASES.get(key, key)
+        if key in BOUNDS:
+            return BOUNDS[key]
+    raise ValueError(f"bound = {name!r}: unknown; choose one of {', '.join(BOUND_NAMES)} "
+                     f"(aliases: {', '.join(sorted(_ALIASES))})")
+
+
+def resolve_bound(name: Any) -> str:
+    """Canonical bound name for `name` (accepts a few aliases, e.g. "clopper_pearson" -> "cp")."""
+    return get_bound(name).name
+
+
+def ucb(bound: str, fd: Any, n: Any, gamma: Any) -> Any:
+    """The named upper confidence bound at confidence 1 - γ."""
+    return get_bound(bound).ucb(fd, n, gamma)
+
+
+def feasible(bound: str, fd: Any, n: Any, alpha: Any, gamma: Any) -> Any:
+    """True where the named bound certifies alpha: UCB(fd, n; γ) <= alpha."""
+    return get_bound(bound).feasible(fd, n, alpha, gamma)
+
+
+def might_be_feasible(bound: str, fd: np.ndarray, n: np.ndarray, alpha: float, gamma: float) -> np.ndarray:
+    """A cheap necessary condition for feasibility: FD <= alpha · n, where the bound allows it."""
+    if not get_bound(bound).rate_is_necessary(gamma):
+        return np.ones(np.shape(n), dtype=bool)
+    return fd <= n * (alpha * (1.0 + 1e-12))

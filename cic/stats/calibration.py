@@ -1,8 +1,10 @@
 """Threshold search: the largest uncertainty threshold whose error rate among accepted answers is certified.
 
-`calibrate(scores, errors, alpha=...)` returns a frozen `CalibrationResult`. Three searches, each with the
-guarantee it carries stated in its docstring (`search_paper`, `search_bonferroni`, `search_fixed_sequence`).
-A threshold t accepts every score U <= t (ties included).
+`calibrate(scores, errors, alpha=...)` returns a frozen `CalibrationResult`. The search is one object of
+`cic.stats.searches.SEARCHES` (its rule and its guarantee); the default, `fixed_sequence`, carries a valid
+family-wise guarantee. This module holds the single-set fast paths: the paper search scans from the top in
+chunks (or bins huge inputs), fixed-sequence testing runs upward in chunks. A threshold t accepts every
+score U <= t (ties included).
 """
 
 from __future__ import annotations
@@ -19,28 +21,15 @@ from cic.stats._validation import (
     as_grid,
     as_pair,
     as_scores,
-    check_choice,
     check_open_unit,
     check_positive_int,
     parse_document,
 )
 from cic.stats.gate import Gate
+from cic.stats.searches import DEFAULT_SEARCH, FixedSequence, LargestFeasible, get_search
 
 if TYPE_CHECKING:
     import polars as pl
-
-SEARCH_NAMES: tuple[str, ...] = ("paper", "bonferroni", "fixed_sequence")
-
-GUARANTEES: dict[str, str] = {
-    "paper": "none simultaneous: each candidate is tested at level delta with no multiplicity correction "
-             "(Algorithm 1 as printed); the fixed-threshold guarantee of Theorem 1 does not cover the "
-             "data-chosen maximum",
-    "bonferroni": "P(R(t_hat) <= alpha or no threshold) >= 1 - delta (Theorem 2): grid fixed before the labels, "
-                  "each point tested at delta / K",
-    "fixed_sequence": "family-wise error <= delta (fixed-sequence testing, Learn-then-Test): thresholds tested "
-                      "upward at level delta, stopping at the first failure",
-}
-
 
 # ----------------------------------------------------------------------------------------------------------
 # Counting n(t) and FD(t)
@@ -187,7 +176,7 @@ class CalibrationResult:
 
     def summary(self) -> str:
         """One human sentence: the certified threshold, or that alpha is unattainable."""
-        name = {"cp": "Clopper-Pearson", "hoeffding": "Hoeffding"}.get(self.bound, self.bound)
+        name = _bounds.get_bound(self.bound).label
         if self.threshold is None:
             return (f"alpha = {self.alpha:g} is unattainable at delta = {self.delta:g} ({name} bound, "
                     f"{self.search} search over {self.n_candidates or 'every unique score as'} candidates, "
@@ -240,7 +229,7 @@ def _last_true(mask: np.ndarray) -> int:
 
 def _feasible_chunk(bound: str, fd: np.ndarray, n: np.ndarray, alpha: float, gamma: float) -> np.ndarray:
     """Exact feasibility of a run of candidates; through the max-FD table when its n-range is narrow."""
-    if bound in ("cp", "bentkus") and alpha * (n[-1] - n[0]) < 0.25 * n.shape[0]:
+    if _bounds.get_bound(bound).table_is_cheap and alpha * (n[-1] - n[0]) < 0.25 * n.shape[0]:
         return fd <= _bounds.max_errors(bound, n, alpha, gamma)
     return np.asarray(_bounds.feasible(bound, fd, n, alpha, gamma), dtype=bool)
 
@@ -265,27 +254,18 @@ def search_paper(fd: np.ndarray, n: np.ndarray, *, bound: str, alpha: float, gam
     return -1
 
 
-def search_bonferroni(fd: np.ndarray, n: np.ndarray, *, bound: str, alpha: float, gamma: float) -> int:
-    """The largest grid point whose UCB at level gamma = delta / K is <= alpha.
-
-    Guarantee carried: with the grid fixed before the labels are seen, P(t_hat is None or R(t_hat) <= alpha)
-    >= 1 - delta (paper Theorem 2, union bound over K tests). Not carried: resolution between grid points —
-    a data-dependent grid (e.g. built from these calibration scores) voids the guarantee.
-    """
-    ok = np.asarray(_bounds.feasible(bound, fd, n, alpha, gamma), dtype=bool)
-    return _last_true(ok)
-
-
 def search_fixed_sequence(fd: np.ndarray, n: np.ndarray, eligible: np.ndarray, *, bound: str, alpha: float,
                           gamma: float) -> tuple[int, int]:
     """Test eligible candidates upwards at level gamma = delta, stop at the first failure; return (index, tests).
 
     Guarantee carried: fixed-sequence testing controls the family-wise error of the hypotheses
     H_t: R(t) > alpha at delta, whatever the shape of R(t) (Learn-then-Test, Angelopoulos et al. 2021), so
-    P(R(t_hat) > alpha) <= delta. With a `start` threshold fixed in advance this is exact; with `n_min` the
-    start is the n_min-th smallest calibration score — chosen from the scores, never the labels — and the
-    guarantee holds conditionally on the scores. Not carried: power when R(t) is far from monotone — the
-    search stops at the first failure, even if larger thresholds would pass.
+    P(R(t_hat) > alpha) <= delta. The candidates are the calibration scores themselves (or a grid): the
+    sequence, and the first test (a `start` threshold, or the n_min-th smallest score), depend on the scores
+    and never on the labels, so the guarantee holds conditionally on the scores — given the scores, the errors
+    are independent draws and the ordering is fixed. With a grid and a start fixed in advance it holds
+    unconditionally. Not carried: power when R(t) is far from monotone — the search stops at the first
+    failure, even if larger thresholds would pass (`multistart` restarts further up).
     """
     idx = np.flatnonzero(eligible)
     tested, chunk, pos = 0, 256, 0
@@ -329,18 +309,9 @@ def quantile_grid(pilot_scores: Any, k: int) -> np.ndarray:
 
 def check_search_args(search: str, grid: Any, n_min: Any, start: Any) -> tuple[np.ndarray | None, int | None,
                                                                                 float | None]:
-    """Validate the search-specific arguments (shared with the split protocol)."""
-    check_choice(search, "search", SEARCH_NAMES)
+    """Validate the search-specific arguments against the search's registry entry (shared with the protocol)."""
+    get_search(search).check_args(grid, n_min, start)
     grid_arr = as_grid(grid) if grid is not None else None
-    if search == "paper" and grid_arr is not None:
-        raise ValueError("grid was given but search = 'paper' scans every unique calibration score; "
-                         "use search = 'bonferroni' or 'fixed_sequence' for a grid")
-    if search == "bonferroni" and grid_arr is None:
-        raise ValueError("search = 'bonferroni' needs grid: a threshold grid fixed before seeing the labels "
-                         "(cic.uniform_grid(low, high, k) or cic.quantile_grid(pilot_scores, k))")
-    if search != "fixed_sequence" and (n_min is not None or start is not None):
-        raise ValueError(f"n_min = {n_min!r} / start = {start!r} apply to search = 'fixed_sequence' only "
-                         f"(search = {search!r})")
     n_min_v = check_positive_int(n_min, "n_min") if n_min is not None else None
     start_v = None
     if start is not None:
@@ -351,26 +322,35 @@ def check_search_args(search: str, grid: Any, n_min: Any, start: Any) -> tuple[n
 
 
 def calibrate(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05, bound: str = "cp",
-              search: str = "paper", grid: Any = None, n_min: int | None = None,
+              search: str = DEFAULT_SEARCH, grid: Any = None, n_min: int | None = None,
               start: float | None = None, keep_table: bool = True) -> CalibrationResult:
     """Learn the largest threshold t with P(error | U <= t) <= alpha certified at confidence 1 - delta.
 
     scores: uncertainty per calibration item (lower = more confident); errors: 1 where the answer is wrong.
     bound: "cp" (Clopper–Pearson), "hoeffding", "hoeffding_kl", "bentkus", "hoeffding_bentkus".
-    search: "paper" (every unique score at delta), "bonferroni" (fixed `grid` at delta / K) or
-    "fixed_sequence" (upwards from `start` or the `n_min`-th score at delta; by default n_min is the
-    smallest count at which an empirical risk of alpha/2 would be certified, `bounds.half_alpha_n`).
-    Returns threshold None when no candidate is certified ("alpha is unattainable").
+    search: a name in `cic.stats.searches.SEARCHES` — "fixed_sequence" (default: upwards from `start` or the
+    `n_min`-th score at delta, FWER <= delta; by default n_min is the smallest count at which an empirical
+    risk of alpha/2 would be certified, `bounds.half_alpha_n`), "multistart" (four such chains at delta / 4),
+    "holm" and "bonferroni" (a `grid` fixed in advance), "paper" (Algorithm 1: every unique score at delta,
+    no simultaneous guarantee). Returns threshold None when no candidate is certified ("alpha is
+    unattainable"); `result.guarantee` states what the search guarantees.
+
+    >>> import numpy as np, cic
+    >>> scores = np.linspace(0, 1, 2000); errors = (np.arange(2000) % 20 == 0).astype(int)  # 5% wrong
+    >>> result = cic.calibrate(scores, errors, alpha=0.1, delta=0.05)
+    >>> result.threshold, result.n_accepted, result.n_errors
+    (1.0, 2000, 100)
     """
     s, e = as_pair(scores, errors)
     alpha = check_open_unit(alpha, "alpha")
     delta = check_open_unit(delta, "delta")
     bound = _bounds.resolve_bound(bound)
     grid_arr, n_min_v, start_v = check_search_args(search, grid, n_min, start)
-    common = dict(alpha=alpha, delta=delta, bound=bound, search=search, n_calibration=int(s.shape[0]),
-                  guarantee=GUARANTEES[search])
+    plan = get_search(search)
+    common = dict(alpha=alpha, delta=delta, bound=bound, search=plan.name, n_calibration=int(s.shape[0]),
+                  guarantee=plan.guarantee)
 
-    if search == "paper" and s.shape[0] >= _BINNED_MIN_ITEMS:
+    if isinstance(plan, LargestFeasible) and not plan.takes_grid and s.shape[0] >= _BINNED_MIN_ITEMS:
         hit = paper_search_binned(s, e, bound=bound, alpha=alpha, gamma=delta)
         return _result(hit, gamma=delta, **common,
                        _data=(s.copy(), e.copy()) if keep_table else None)  # type: ignore[arg-type]
@@ -389,25 +369,29 @@ def calibrate(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05, bo
             n, fd = np.insert(n, pos, n0[0]), np.insert(fd, pos, fd0[0])
 
     k = int(thresholds.shape[0])
-    gamma = delta / k if search == "bonferroni" else delta
-    n_tested = None
-    if search == "paper":
-        best = search_paper(fd, n, bound=bound, alpha=alpha, gamma=gamma)
-    elif search == "bonferroni":
-        best = search_bonferroni(fd, n, bound=bound, alpha=alpha, gamma=gamma)
-    else:
+    eligible = np.ones(k, dtype=bool)
+    if plan.first_test:
         if n_min_v is None and start_v is None:
-            n_min_v = _bounds.half_alpha_n(bound, alpha, gamma)
-        eligible = np.ones(k, dtype=bool)
+            n_min_v = plan.default_n_min(bound, alpha, delta)
         if n_min_v is not None:
             eligible &= n >= n_min_v
         if start_v is not None:
             eligible &= thresholds >= start_v
+    n_tested = None
+    gamma = plan.level(delta, k)
+    if isinstance(plan, LargestFeasible) and not plan.takes_grid:
+        best = search_paper(fd, n, bound=bound, alpha=alpha, gamma=gamma)
+    elif isinstance(plan, FixedSequence) and plan.n_starts == 1:
         best, n_tested = search_fixed_sequence(fd, n, eligible, bound=bound, alpha=alpha, gamma=gamma)
+    else:
+        chosen, levels = plan.select(eligible[None, :], lambda g: np.asarray(
+            _bounds.feasible(bound, fd, n, alpha, g), dtype=bool)[None, :], delta, k)
+        best = int(chosen[0])
+        gamma = float(levels[0]) if best >= 0 else gamma
 
     hit = (float(thresholds[best]), int(n[best]), int(fd[best])) if best >= 0 else None
     kept = dict(_thresholds=thresholds, _n=n, _fd=fd) if keep_table else {}
-    return _result(hit, gamma=gamma, n_candidates=None if search == "paper" else k, n_tested=n_tested,
+    return _result(hit, gamma=gamma, n_candidates=None if not plan.takes_grid else k, n_tested=n_tested,
                    n_min=n_min_v, start=start_v, **common, **kept)  # type: ignore[arg-type]
 
 

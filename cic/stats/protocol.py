@@ -5,12 +5,16 @@ accepted), `coverage` = accepted / test size (the paper's power) and `correct_co
 / correct (COIN's power). A split with no certified threshold counts in `fails` and abstains on everything
 (coverage 0); FDR statistics are over the splits that found a threshold.
 
-Everything is vectorised across splits: the data are sorted once, each split is a boolean mask over the
-sorted order, and n(t), FD(t) for every split and candidate come from cumulative sums.
+The data are sorted once; each split is a boolean mask over the sorted order, drawn row by row (the same
+rows `split_masks` returns), so memory stays O(items). Within a split every candidate's n(t) and FD(t) come
+from one cumulative sum, and feasibility is one gather from the bound's table of largest feasible error
+counts, built once per (bound, alpha, level) for the calibration size and shared by every split: a split
+costs about as much as sorting it.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -18,9 +22,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cic.stats import bounds as _bounds
-from cic.stats import searches as batch_search
+from cic.stats import searches
 from cic.stats._validation import as_pair, check_open_unit, check_positive_int
-from cic.stats.calibration import SEARCH_NAMES, check_search_args
+from cic.stats.calibration import check_search_args
+from cic.stats.searches import Search, get_search
 
 if TYPE_CHECKING:
     import polars as pl
@@ -32,9 +37,16 @@ _BLOCK_CELLS = 4_000_000
 
 
 def calibration_size(n_items: int, cal_fraction: float) -> int:
-    """round(cal_fraction × n_items), refused when either side of the split would be empty."""
+    """floor(cal_fraction × n_items + 1/2): halves round up whatever their parity; refused when a side is empty.
+
+    (Python's round() sends halves to the even neighbour, so 0.5 × 5 and 0.5 × 7 would round in opposite
+    directions.) A tiny tolerance keeps products such as 0.3 × 5 = 1.4999999999999998 on the intended side.
+
+    >>> calibration_size(5, 0.5), calibration_size(7, 0.5), calibration_size(10, 0.3)
+    (3, 4, 3)
+    """
     cal_fraction = check_open_unit(cal_fraction, "cal_fraction")
-    n_cal = int(round(cal_fraction * n_items))
+    n_cal = int(math.floor(cal_fraction * n_items + 0.5 + 1e-9))
     if n_cal < 1:
         raise ValueError(f"cal_fraction = {cal_fraction!r} with {n_items} items leaves a calibration set of "
                          "size 0")
@@ -50,34 +62,17 @@ def split_masks(n_items: int, n_splits: int, cal_fraction: float, seed: int = 0)
     same seed gives the same splits, so other tools can reproduce the protocol item by item.
     """
     n_splits = check_positive_int(n_splits, "n_splits")
+    return np.stack(list(iter_split_masks(n_items, n_splits, cal_fraction, seed)))
+
+
+def iter_split_masks(n_items: int, n_splits: int, cal_fraction: float, seed: int = 0) -> Iterator[np.ndarray]:
+    """The rows of `split_masks`, one at a time (same seed, same rows; O(n_items) memory)."""
     n_cal = calibration_size(n_items, cal_fraction)
-    base = np.zeros((n_splits, n_items), dtype=bool)
-    base[:, :n_cal] = True
-    return np.random.default_rng(seed).permuted(base, axis=1)
-
-
-@dataclass(frozen=True)
-class _Candidates:
-    values: np.ndarray  # ascending threshold values
-    pos: np.ndarray  # index of the last sorted item <= value (-1 when none)
-    always_valid: np.ndarray  # grid points and the start are candidates in every split
-
-
-def _candidates(sorted_scores: np.ndarray, search: str, grid: np.ndarray | None,
-                start: float | None) -> _Candidates:
-    if grid is not None:
-        pos = np.searchsorted(sorted_scores, grid, side="right") - 1
-        return _Candidates(grid, pos, np.ones(grid.shape[0], dtype=bool))
-    run_end = np.flatnonzero(np.append(sorted_scores[1:] != sorted_scores[:-1], True))
-    values, always = sorted_scores[run_end], np.zeros(run_end.shape[0], dtype=bool)
-    if search == "fixed_sequence" and start is not None:
-        at = int(np.searchsorted(values, start))
-        if at == values.shape[0] or values[at] != start:
-            values = np.insert(values, at, start)
-            run_end = np.insert(run_end, at, np.searchsorted(sorted_scores, start, side="right") - 1)
-            always = np.insert(always, at, False)
-        always[at] = True
-    return _Candidates(values, run_end, always)
+    base = np.zeros(n_items, dtype=bool)
+    base[:n_cal] = True
+    rng = np.random.default_rng(seed)
+    for _ in range(n_splits):
+        yield rng.permuted(base)
 
 
 def gather(cum: np.ndarray, pos: np.ndarray) -> np.ndarray:
@@ -168,69 +163,119 @@ def _as_names(value: Any, name: str) -> list[str]:
     return items
 
 
+@dataclass
+class _SearchPlan:
+    """One search's fixed settings in the protocol: grid, n_min, start."""
+
+    search: Search
+    grid: np.ndarray | None
+    n_min: int | None
+    start: float | None
+
+
+def _split_candidates(cal_scores: np.ndarray, cum_errors: np.ndarray, plan: _SearchPlan
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Candidate thresholds of one calibration set (ascending) with n and FD: grid, or unique scores (+ start)."""
+    if plan.grid is not None:
+        n = np.searchsorted(cal_scores, plan.grid, side="right").astype(np.int64)
+        return plan.grid, n, np.where(n > 0, cum_errors[np.maximum(n - 1, 0)], 0)
+    run_end = np.flatnonzero(np.append(cal_scores[1:] != cal_scores[:-1], True))
+    values, n, fd = cal_scores[run_end], run_end + 1, cum_errors[run_end]
+    if plan.start is not None:
+        at = int(np.searchsorted(values, plan.start))
+        if at == values.shape[0] or values[at] != plan.start:
+            n0 = int(np.searchsorted(cal_scores, plan.start, side="right"))
+            values = np.insert(values, at, plan.start)
+            n, fd = np.insert(n, at, n0), np.insert(fd, at, cum_errors[n0 - 1] if n0 else 0)
+    return values, n, fd
+
+
 def _iter_outcomes(scores: Any, errors: Any, *, alphas: Sequence[float], bounds: Sequence[str] | str,
                    search: Sequence[str] | str, delta: float, n_splits: int, cal_fraction: float, seed: int,
                    grid: Any, n_min: int | None, start: float | None
                    ) -> Iterator[tuple[float, str, str, dict[str, np.ndarray]]]:
     s, e = as_pair(scores, errors)
     delta = check_open_unit(delta, "delta")
+    n_splits = check_positive_int(n_splits, "n_splits")
     alpha_list = [check_open_unit(a, f"alphas[{i}]") for i, a in enumerate(_as_names(
         [alphas] if np.ndim(alphas) == 0 else alphas, "alphas"))]
     bound_list = [_bounds.resolve_bound(b) for b in _as_names(bounds, "bounds")]
-    search_list = _as_names(search, "search")
-    checked = {name: check_search_args(name, grid, n_min if name == "fixed_sequence" else None,
-                                       start if name == "fixed_sequence" else None) for name in search_list}
-    for name in search_list:
-        if name not in SEARCH_NAMES:  # pragma: no cover - check_search_args already refused it
-            raise ValueError(f"search = {name!r}: unknown")
-    data = SortedSplits.build(s, e, n_splits, cal_fraction, seed)
-    cands = {name: _candidates(data.scores, name, checked[name][0], checked[name][2]) for name in search_list}
+    plans: dict[str, _SearchPlan] = {}
+    for name in _as_names(search, "search"):
+        found = get_search(name)
+        first = found.first_test
+        g, m, st = check_search_args(name, grid if found.takes_grid else None, n_min if first else None,
+                                     start if first else None)
+        plans[found.name] = _SearchPlan(found, g, m, st)
 
-    results: dict[tuple[float, str, str], list[dict[str, np.ndarray]]] = {}
-    for blk in data.blocks():
-        for name in search_list:
-            c = cands[name]
-            n, fd = gather(blk.cum_n, c.pos), gather(blk.cum_fd, c.pos)
-            prev = np.concatenate([np.zeros((n.shape[0], 1), dtype=np.int64), n[:, :-1]], axis=1)
-            valid = c.always_valid[None, :] | (n > prev)
-            t_acc, t_fd = gather(blk.cum_tn, c.pos), gather(blk.cum_tfd, c.pos)
-            k = c.values.shape[0]
+    order = np.argsort(s, kind="stable")
+    sorted_scores, sorted_errors = s[order], e[order].astype(bool)
+    n_items = s.shape[0]
+    n_cal = calibration_size(n_items, cal_fraction)
+    n_test = n_items - n_cal
+    errors_through = np.cumsum(sorted_errors, dtype=np.int64)  # all items, sorted order
+    base_error = float(e.mean())
+    tables: dict[tuple[str, float, float], np.ndarray] = {}
+
+    def table(bound: str, alpha: float, gamma: float) -> np.ndarray:
+        key = (bound, alpha, gamma)
+        if key not in tables:
+            tables[key] = searches.feasibility_table(bound, n_cal, alpha, gamma)
+        return tables[key]
+
+    keys = [(a, b, name) for name in plans for b in bound_list for a in alpha_list]
+    out = {key: {f: np.zeros(n_splits, dtype=dt) for f, dt in _OUTCOME_FIELDS.items()} for key in keys}
+    for split, mask in enumerate(iter_split_masks(n_items, n_splits, cal_fraction, seed)):
+        cal_pos = np.flatnonzero(mask[order])  # sorted positions of the calibration items
+        cal_scores = sorted_scores[cal_pos]
+        cum_errors = np.cumsum(sorted_errors[cal_pos], dtype=np.int64)
+        test_correct = n_test - (int(errors_through[-1]) - int(cum_errors[-1]))
+        for name, plan in plans.items():
+            values, n, fd = _split_candidates(cal_scores, cum_errors, plan)
+            k = values.shape[0]
+            # test items a threshold accepts: every item <= it, minus the calibration ones
+            accepted_all = np.searchsorted(sorted_scores, values, side="right")
+            t_acc = accepted_all - n
+            t_fd = np.where(accepted_all > 0, errors_through[np.maximum(accepted_all - 1, 0)], 0) - fd
             for bound in bound_list:
                 for alpha in alpha_list:
-                    gamma = delta / k if name == "bonferroni" else delta
-                    eligible = valid
-                    if name == "fixed_sequence":
-                        floor = checked[name][1]
-                        if floor is None and checked[name][2] is None:
-                            floor = _bounds.half_alpha_n(bound, alpha, gamma)
+                    eligible = np.ones(k, dtype=bool)
+                    if plan.search.first_test:
+                        floor = plan.n_min
+                        if floor is None and plan.start is None:
+                            floor = plan.search.default_n_min(bound, alpha, delta)
                         if floor is not None:
-                            eligible = eligible & (n >= floor)
-                        if checked[name][2] is not None:
-                            eligible = eligible & (c.values >= checked[name][2])[None, :]
-                    feas = batch_search.feasibility(bound, fd, n, alpha, gamma)
-                    idx = batch_search.select(feas, eligible, name)
-                    found = idx >= 0
-                    rows = np.arange(idx.shape[0])
-                    safe = np.maximum(idx, 0)
-                    acc = np.where(found, t_acc[rows, safe], 0)
-                    wrong = np.where(found, t_fd[rows, safe], 0)
-                    results.setdefault((alpha, bound, name), []).append({
-                        "found": found,
-                        "threshold": np.where(found, c.values[safe], np.nan),
-                        "cal_accepted": np.where(found, n[rows, safe], 0),
-                        "cal_errors": np.where(found, fd[rows, safe], 0),
-                        "test_accepted": acc, "test_errors": wrong,
-                        **test_measures(found, acc, wrong, blk.test_correct, data.n_test),
-                    })
-    for name in search_list:
-        for bound in bound_list:
-            for alpha in alpha_list:
-                parts = results[(alpha, bound, name)]
-                merged = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
-                merged["n_cal"] = np.full(n_splits, data.n_cal)
-                merged["n_test"] = np.full(n_splits, data.n_test)
-                merged["base_error_rate"] = np.full(n_splits, e.mean())
-                yield alpha, bound, name, merged
+                            eligible &= n >= floor
+                        if plan.start is not None:
+                            eligible &= values >= plan.start
+
+                    def feasible_at(gamma: float, bound: str = bound, alpha: float = alpha,
+                                    n: np.ndarray = n, fd: np.ndarray = fd) -> np.ndarray:
+                        return (fd <= table(bound, alpha, gamma)[n])[None, :]
+
+                    idx = int(plan.search.select(eligible[None, :], feasible_at, delta, k)[0][0])
+                    row = out[(alpha, bound, name)]
+                    if idx >= 0:
+                        row["found"][split] = True
+                        row["threshold"][split] = values[idx]
+                        row["cal_accepted"][split], row["cal_errors"][split] = n[idx], fd[idx]
+                        row["test_accepted"][split], row["test_errors"][split] = t_acc[idx], t_fd[idx]
+                    else:
+                        row["threshold"][split] = np.nan
+                    row["test_correct"][split] = test_correct
+    for key in keys:
+        row = out[key]
+        correct = row.pop("test_correct")
+        row.update(test_measures(row["found"], row["test_accepted"], row["test_errors"], correct, n_test))
+        row["n_cal"] = np.full(n_splits, n_cal)
+        row["n_test"] = np.full(n_splits, n_test)
+        row["base_error_rate"] = np.full(n_splits, base_error)
+        alpha, bound, name = key
+        yield alpha, bound, name, row
+
+
+_OUTCOME_FIELDS = {"found": bool, "threshold": np.float64, "cal_accepted": np.int64, "cal_errors": np.int64,
+                   "test_accepted": np.int64, "test_errors": np.int64, "test_correct": np.int64}
 
 
 def split_outcomes(scores: Any, errors: Any, *, alphas: Sequence[float] = DEFAULT_ALPHAS,

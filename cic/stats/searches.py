@@ -1,21 +1,25 @@
-"""The three threshold searches run on many calibration sets at once (one row each).
+"""Threshold searches as objects: which candidates a search tests, at which level, and which one it returns.
 
-The split protocol and the Monte-Carlo simulator both reduce to: per row, candidate thresholds in ascending
-order with counts n and FD. Feasibility of every (n, FD) pair is one gather from the `max_errors` table of the
-bound, so no row is ever calibrated in a Python loop. Row results match `cic.calibrate` exactly (tested).
+A search sees candidate thresholds in ascending order with their accepted counts n and error counts FD, one
+row per calibration set (the split protocol and the simulator run many rows at once), and a feasibility
+oracle `feasible_at(gamma)` giving, for every cell, whether the bound certifies alpha at level gamma. Each
+search states its guarantee once, here; `calibrate`, the split protocol, the simulator, the baselines table,
+the reports and the CLI all read it from `SEARCHES`. Adding a search is adding one object.
+
+Guarantees are about the hypotheses H_t: R(t) > alpha, R(t) = P(error | U <= t); "FWER <= delta" means
+P(the returned threshold has R > alpha) <= delta.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 
-from cic.stats import bounds as _bounds
-
-
-def feasibility(bound: str, fd: np.ndarray, n: np.ndarray, alpha: float, gamma: float) -> np.ndarray:
-    """Boolean matrix: the bound certifies alpha at (fd, n), via the per-n maximum feasible FD."""
-    kmax = _bounds.max_errors(bound, np.arange(int(n.max(initial=0)) + 1), alpha, gamma)
-    return fd <= kmax[n]
+FeasibleAt = Callable[[float], np.ndarray]
 
 
 def last_true(mask: np.ndarray) -> np.ndarray:
@@ -24,17 +28,215 @@ def last_true(mask: np.ndarray) -> np.ndarray:
     return np.where(mask.any(axis=1), idx, -1)
 
 
-def select(feasible: np.ndarray, eligible: np.ndarray, search: str) -> np.ndarray:
-    """Per row, the chosen candidate column (-1 = no threshold).
+@dataclass(frozen=True)
+class Search:
+    """A threshold search: its candidates, its per-test level, its selection rule and its guarantee.
 
-    paper / bonferroni: the largest eligible feasible candidate. fixed_sequence: eligible candidates are
-    tested in column order and testing stops at the first failure; the last one that passed is chosen.
+    Candidates are a grid fixed in advance when `grid` is given (required where `needs_grid`), else every
+    unique calibration score. `first_test` searches (fixed-sequence family) accept `n_min` / `start`: the
+    first hypothesis tested, fixed before the labels are seen.
     """
-    if search in ("paper", "bonferroni"):
-        return last_true(feasible & eligible)
-    if search != "fixed_sequence":
-        raise ValueError(f"search = {search!r}: unknown")
-    failed = eligible & ~feasible
-    first_fail = np.where(failed.any(axis=1), np.argmax(failed, axis=1), feasible.shape[1])
-    before = np.arange(feasible.shape[1])[None, :] < first_fail[:, None]
-    return last_true(eligible & before)
+
+    name: str
+    label: str
+    guarantee: str
+    guarantee_kind: str  # "high-probability" or "none"
+    short_guarantee: str = "FWER <= delta"  # what a table column says
+    claim: str = ""  # one line for the baselines table
+    needs_grid: bool = False
+    takes_grid: bool = True
+    first_test: bool = False
+
+    def level(self, delta: float, k: int) -> float:
+        """The level each hypothesis is tested at (the first one, for step-down procedures)."""
+        return delta
+
+    def select(self, eligible: np.ndarray, feasible_at: FeasibleAt, delta: float,
+               k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per row, the chosen column (-1: none) and the level it was certified at."""
+        raise NotImplementedError
+
+    def default_n_min(self, bound: str, alpha: float, delta: float) -> int | None:
+        """The first accepted count tested when neither n_min nor start is given (None: no floor)."""
+        return None
+
+    def check_args(self, grid: Any, n_min: Any, start: Any) -> None:
+        """Refuse arguments this search does not take, naming them."""
+        if grid is not None and not self.takes_grid:
+            raise ValueError(f"grid was given but search = {self.name!r} scans every unique calibration score; "
+                             "use search = 'bonferroni', 'holm' or 'fixed_sequence' for a grid")
+        if grid is None and self.needs_grid:
+            raise ValueError(f"search = {self.name!r} needs grid: a threshold grid fixed before seeing the labels "
+                             "(cic.uniform_grid(low, high, k) or cic.quantile_grid(pilot_scores, k))")
+        if not self.first_test and (n_min is not None or start is not None):
+            raise ValueError(f"n_min = {n_min!r} / start = {start!r} apply to the fixed-sequence searches only "
+                             f"(search = {self.name!r})")
+
+
+@dataclass(frozen=True)
+class LargestFeasible(Search):
+    """Every eligible candidate tested at one level; the largest that passes is returned."""
+
+    divide_by_k: bool = False
+
+    def level(self, delta: float, k: int) -> float:
+        return delta / k if self.divide_by_k else delta
+
+    def select(self, eligible: np.ndarray, feasible_at: FeasibleAt, delta: float,
+               k: int) -> tuple[np.ndarray, np.ndarray]:
+        gamma = self.level(delta, k)
+        return last_true(feasible_at(gamma) & eligible), np.full(eligible.shape[0], gamma)
+
+
+@dataclass(frozen=True)
+class Holm(Search):
+    """Holm's step-down over K grid points: reject H_(i) while p_(i) <= delta / (K - i + 1).
+
+    With feasibility at level gamma meaning p <= gamma, the rejected set is the fixed point of
+    r <- #{feasible at delta / (K - r)}, reached from r = 0 in at most K steps (each step only grows r).
+    """
+
+    def level(self, delta: float, k: int) -> float:
+        return delta / k
+
+    def select(self, eligible: np.ndarray, feasible_at: FeasibleAt, delta: float,
+               k: int) -> tuple[np.ndarray, np.ndarray]:
+        rows = eligible.shape[0]
+        k_eff = eligible.sum(axis=1)
+        rejected = np.zeros(rows, dtype=np.int64)
+        chosen = np.full(rows, -1, dtype=np.int64)
+        level = np.full(rows, np.nan)
+        active = k_eff > 0
+        cache: dict[int, np.ndarray] = {}
+        while active.any():
+            grown = np.zeros(rows, dtype=bool)
+            for r in np.unique(rejected[active]):
+                in_step = active & (rejected == r)
+                for remaining in np.unique(k_eff[in_step] - r):
+                    these = in_step & (k_eff - r == remaining)
+                    gamma = delta / remaining
+                    if remaining not in cache:
+                        cache[int(remaining)] = feasible_at(gamma)
+                    passing = cache[int(remaining)][these] & eligible[these]
+                    count = passing.sum(axis=1)
+                    chosen[these] = np.where(count > 0, last_true(passing), -1)
+                    level[these] = gamma
+                    grown[these] = (count > r) & (count < k_eff[these])
+                    rejected[these] = np.maximum(count, r)
+            active = grown
+        return chosen, level
+
+
+@dataclass(frozen=True)
+class FixedSequence(Search):
+    """Fixed-sequence testing upward from S starts, each chain at delta / S, stopping at its first failure.
+
+    S = 1 is classic fixed-sequence testing; S > 1 starts chains at S equally spaced eligible candidates
+    (LTT's multi-start), so a bump in R(t) stops one chain, not the search.
+    """
+
+    n_starts: int = 1
+
+    def level(self, delta: float, k: int) -> float:
+        return delta / self.n_starts
+
+    def default_n_min(self, bound: str, alpha: float, delta: float) -> int | None:
+        from cic.stats.bounds import half_alpha_n
+
+        return half_alpha_n(bound, alpha, self.level(delta, 1))
+
+    def select(self, eligible: np.ndarray, feasible_at: FeasibleAt, delta: float,
+               k: int) -> tuple[np.ndarray, np.ndarray]:
+        gamma = self.level(delta, k)
+        feasible = feasible_at(gamma)
+        rows, cols = eligible.shape
+        col = np.arange(cols)
+        if self.n_starts == 1:
+            failed = eligible & ~feasible
+            first_fail = np.where(failed.any(axis=1), np.argmax(failed, axis=1), cols)
+            return last_true(eligible & (col[None, :] < first_fail[:, None])), np.full(rows, gamma)
+        # next failure at or after each column; last eligible column at or before each column
+        failed = eligible & ~feasible
+        next_fail = np.where(failed, col[None, :], cols)
+        next_fail = np.minimum.accumulate(next_fail[:, ::-1], axis=1)[:, ::-1]
+        last_eligible = np.maximum.accumulate(np.where(eligible, col[None, :], -1), axis=1)
+        rank = np.cumsum(eligible, axis=1) - 1  # 0-based rank among eligible columns
+        m = eligible.sum(axis=1, keepdims=True)
+        s = self.n_starts
+        # a start is the eligible column of rank floor(i m / S), i = 0..S-1
+        i = -(-rank * s // np.maximum(m, 1))
+        is_start = eligible & (i < s) & ((i * m) // s == rank)
+        stop = np.where(is_start, next_fail, -1)  # chain from a start passes columns [start, next_fail)
+        end = np.where(stop > col[None, :], np.take_along_axis(last_eligible, np.maximum(stop - 1, 0), axis=1), -1)
+        return end.max(axis=1, initial=-1), np.full(rows, gamma)
+
+
+SEARCHES: dict[str, Search] = {s.name: s for s in (
+    FixedSequence(
+        "fixed_sequence", "fixed sequence",
+        "FWER <= delta: candidates tested upward at level delta from the first hypothesis (start, or the n_min-th "
+        "smallest calibration score), stopping at the first failure (Learn-then-Test fixed-sequence testing). "
+        "Candidates are the calibration scores (or a grid), so the guarantee holds conditionally on the scores, "
+        "whatever the shape of R(t); exact with a start threshold fixed in advance",
+        "high-probability", first_test=True,
+        claim="P(R(t_hat) <= alpha) >= 1 - delta (fixed-sequence testing from the n_min-th score)"),
+    FixedSequence(
+        "multistart", "fixed sequence, 4 starts",
+        "FWER <= delta: four fixed-sequence chains, each at level delta / 4, started at equally spaced candidates "
+        "from the n_min-th score (union bound over chains); robust when R(t) is not monotone",
+        "high-probability", first_test=True, n_starts=4,
+        claim="P(R(t_hat) <= alpha) >= 1 - delta (4 fixed-sequence chains, each at delta / 4)"),
+    Holm(
+        "holm", "Holm step-down",
+        "FWER <= delta (Holm 1979): grid of K thresholds fixed before the labels, step-down levels "
+        "delta / K, delta / (K - 1), ...; uniformly at least as powerful as Bonferroni",
+        "high-probability", needs_grid=True,
+        claim="P(R(t_hat) <= alpha) >= 1 - delta (Holm step-down over a grid fixed in advance)"),
+    LargestFeasible(
+        "bonferroni", "Bonferroni",
+        "P(R(t_hat) <= alpha or no threshold) >= 1 - delta (paper Theorem 2): grid of K thresholds fixed before "
+        "the labels, each tested at delta / K",
+        "high-probability", needs_grid=True, divide_by_k=True,
+        claim="P(R(t_hat) <= alpha) >= 1 - delta (Theorem 2, grid fixed in advance, each at delta / K)"),
+    LargestFeasible(
+        "paper", "paper (Algorithm 1)",
+        "none simultaneous: every unique calibration score is tested at level delta with no multiplicity "
+        "correction (Algorithm 1 as printed); Theorem 1 covers each fixed threshold, not the data-chosen "
+        "maximum, whose violation rate can exceed delta (cic validity)",
+        "none", short_guarantee="none simultaneous", takes_grid=False,
+        claim="none for the chosen threshold: P(R(t) <= alpha) >= 1 - delta holds for each fixed t only"),
+)}
+SEARCH_NAMES: tuple[str, ...] = tuple(SEARCHES)
+DEFAULT_SEARCH = "fixed_sequence"
+
+_MULTISTART = re.compile(r"^multistart\[(\d+)\]$")
+
+
+def get_search(name: Any) -> Search:
+    """The search object named `name`; `multistart[S]` gives fixed-sequence testing from S starts."""
+    if isinstance(name, str):
+        key = name.strip().lower()
+        if key in SEARCHES:
+            return SEARCHES[key]
+        match = _MULTISTART.match(key)
+        if match and int(match[1]) >= 1:
+            s = int(match[1])
+            base = SEARCHES["multistart"]
+            return FixedSequence(key, f"fixed sequence, {s} starts", base.guarantee.replace(
+                "four fixed-sequence chains, each at level delta / 4", f"{s} fixed-sequence chains, each at level "
+                f"delta / {s}"), "high-probability", first_test=True, n_starts=s,
+                claim=base.claim.replace("4 fixed-sequence chains, each at delta / 4",
+                                         f"{s} fixed-sequence chains, each at delta / {s}"))
+    raise ValueError(f"search = {name!r}: unknown; choose one of {', '.join(SEARCH_NAMES)} (or multistart[S])")
+
+
+def feasibility_table(bound: str, n_max: int, alpha: float, gamma: float) -> np.ndarray:
+    """Largest feasible FD for every accepted count 0..n_max (the gather table of `feasibility`)."""
+    from cic.stats import bounds as _bounds
+
+    return _bounds.max_errors(bound, np.arange(int(n_max) + 1), alpha, gamma)
+
+
+def feasibility(bound: str, fd: np.ndarray, n: np.ndarray, alpha: float, gamma: float) -> np.ndarray:
+    """Boolean matrix: the bound certifies alpha at (fd, n), via the per-n maximum feasible FD."""
+    return fd <= feasibility_table(bound, int(n.max(initial=0)), alpha, gamma)[n]

@@ -14,9 +14,9 @@ import numpy as np
 from scipy import special
 
 from cic.stats import bounds as _bounds
-from cic.stats import searches as batch_search
 from cic.stats._validation import check_open_unit, check_positive_int
 from cic.stats.calibration import check_search_args
+from cic.stats.searches import feasibility_table, get_search
 
 
 class RiskModel(Protocol):
@@ -161,10 +161,17 @@ def simulate(model: RiskModel | None = None, *, n: int = 1000, alpha: float = 0.
     bound = _bounds.resolve_bound(bound)
     grid_arr, n_min_v, start_v = check_search_args(search, grid, n_min, start)
 
+    plan = get_search(search)
     k = grid_arr.shape[0] if grid_arr is not None else n
-    gamma = delta / k if search == "bonferroni" else delta
-    if search == "fixed_sequence" and n_min_v is None and start_v is None:
-        n_min_v = _bounds.half_alpha_n(bound, alpha, gamma)
+    if plan.first_test and n_min_v is None and start_v is None:
+        n_min_v = plan.default_n_min(bound, alpha, delta)
+
+    tables: dict[float, np.ndarray] = {}
+
+    def table(gamma: float) -> np.ndarray:
+        if gamma not in tables:
+            tables[gamma] = feasibility_table(bound, n, alpha, gamma)
+        return tables[gamma]
 
     rng = np.random.default_rng(seed)
     block = max(1, 2_000_000 // n)
@@ -185,13 +192,12 @@ def simulate(model: RiskModel | None = None, *, n: int = 1000, alpha: float = 0.
                 cnt, fd = np.concatenate([c0, cnt], axis=1), np.concatenate([f0, fd], axis=1)
                 run_end = np.concatenate([np.ones((u.shape[0], 1), dtype=bool), run_end], axis=1)
         eligible = np.ones(cnt.shape, dtype=bool) if grid_arr is not None else run_end.copy()
-        if search == "fixed_sequence":
+        if plan.first_test:
             if n_min_v is not None:
                 eligible &= cnt >= n_min_v
             if start_v is not None:
                 eligible &= values >= start_v
-        feas = batch_search.feasibility(bound, fd, cnt, alpha, gamma)
-        idx = batch_search.select(feas, eligible, search)
+        idx, _ = plan.select(eligible, lambda g, fd=fd, cnt=cnt: fd <= table(g)[cnt], delta, k)
         found = idx >= 0
         rows = np.arange(idx.shape[0])
         thresholds.append(np.where(found, values[rows, np.maximum(idx, 0)], np.nan))
@@ -205,7 +211,7 @@ def simulate(model: RiskModel | None = None, *, n: int = 1000, alpha: float = 0.
     oracle = model.oracle_threshold(alpha)
     coverage = np.where(found, model.acceptance(np.nan_to_num(thr)), 0.0)
     return SimulationResult(
-        model=repr(model), n=n, alpha=alpha, delta=delta, bound=bound, search=search, n_trials=n_trials,
+        model=repr(model), n=n, alpha=alpha, delta=delta, bound=bound, search=plan.name, n_trials=n_trials,
         n_violations=violations, violation_rate=violations / n_trials, ci_low=low, ci_high=high,
         confidence=confidence, fails=int((~found).sum()),
         mean_threshold=float(np.nanmean(thr)) if found.any() else None, oracle_threshold=oracle,

@@ -128,7 +128,8 @@ sys.stdout.write("FINISHED\\n")
 def _run_pipeline_process(config: Path, kill_after_questions: int | None) -> tuple[int, list[str]]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-c", KILLABLE, str(config)], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=(config.parent / "stderr.log").open("w"),
+                            start_new_session=True)
     lines: list[str] = []
     deadline = time.time() + 600
     assert proc.stdout is not None
@@ -153,7 +154,7 @@ def _run_pipeline_process(config: Path, kill_after_questions: int | None) -> tup
 def test_sigkill_mid_generation_then_rerun_completes_with_one_row_per_key(tmp_path: Path) -> None:
     config = write_config(tmp_path / "c.yaml", tmp_path, datasets=[{"name": "trivia_qa", "limit": 10}], per_batch=2)
     code, lines = _run_pipeline_process(config, kill_after_questions=4)
-    assert code == -signal.SIGKILL, lines[-5:]
+    assert code == -signal.SIGKILL, (lines[-5:], (config.parent / "stderr.log").read_text()[-3000:])
     with Store.open(tmp_path / "cic.duckdb") as store:
         stored = store.read("generations")
         partial = stored.get_column("question_id").n_unique()

@@ -28,7 +28,7 @@ def test_demo_and_paper_configs_load() -> None:
     ({"unknown": 1}, "unknown: unknown key"),
     ({"calibration": {"alphas": [0.1, 1.5]}}, "alpha 1.5 must lie strictly between 0 and 1"),
     ({"calibration": {"bounds": ["bernstein"]}}, "bernstein"),
-    ({"calibration": {"searches": ["greedy"]}}, "search 'greedy' is unknown"),
+    ({"calibration": {"searches": ["greedy"]}}, "search = 'greedy': unknown"),
     ({"uncertainty": {"estimators": ["entropy"]}}, "estimator 'entropy' is unknown"),
     ({"uncertainty": {"equivalence": "nli"}}, "needs nli_model"),
     ({"generation": {"top_p": 0}}, "generation.top_p = 0"),

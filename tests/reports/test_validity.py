@@ -8,13 +8,14 @@ import pytest
 
 import cic
 from cic.reports.validity import SCENARIOS, validity_study, write_validity
+from cic.stats.searches import SEARCH_NAMES
 
 SMALL = dict(ns=(150, 400), alphas=(0.1,), n_trials=300, bounds=("cp",))
 
 
 def test_rows_are_simulate_results_for_each_configuration() -> None:
     table = validity_study(**SMALL)
-    assert table.height == 2 * 2 * 3  # scenarios x ns x searches (one alpha, one bound)
+    assert table.height == 2 * 2 * len(SEARCH_NAMES)  # scenarios x ns x searches (one alpha, one bound)
     row = table.filter(scenario="crossing", n=400, search="bonferroni").row(0, named=True)
     direct = cic.simulate(cic.PowerRisk(0.0, 0.4), n=400, alpha=0.1, bound="cp", search="bonferroni",
                           n_trials=300, grid=cic.uniform_grid(0.05, 1.0, 20))

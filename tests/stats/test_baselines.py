@@ -50,7 +50,7 @@ def test_coin_binary_search_stops_at_the_first_boundary_it_finds() -> None:
     # probes: mid 3 (block 4) fails -> below; mid 1 passes; mid 2 passes -> block 3, threshold 3.0
     assert B.coin_binary_threshold(scores, errors, 0.2, delta=0.05, bound="hoeffding") == 3.0
     # the paper search takes the largest feasible candidate, block 7
-    assert cic.calibrate(scores, errors, alpha=0.2, bound="hoeffding").threshold == 7.0
+    assert cic.calibrate(scores, errors, alpha=0.2, bound="hoeffding", search="paper").threshold == 7.0
     assert B.naive_threshold(scores, errors, 0.2) == 7.0  # 100/500 = 0.2 passes too: 7 is the largest
     assert B.lec_threshold(scores, errors, 0.2) == 7.0  # 101 <= 140
 
@@ -108,10 +108,12 @@ def test_split_outcomes_equal_a_loop_over_the_single_set_rules(bound: str) -> No
 def test_compare_methods_puts_cic_on_the_same_splits() -> None:
     scores, errors = make_table(np.random.default_rng(6), 1000, decimals=3, base=0.02)
     table = B.compare_methods(scores, errors, alphas=[0.15], n_splits=20, seed=4, cal_fraction=0.5)
-    assert table["method"].to_list() == ["cic_paper", "cic_fixed_sequence", "naive", "coin_binary",
-                                         "conformal_alignment", "lec"]
+    assert table["method"].to_list() == ["cic_paper", "cic_fixed_sequence", "cic_multistart", "naive",
+                                         "coin_binary", "conformal_alignment", "lec"]
+    # each CIC search carries the guarantee its registry entry states: Algorithm 1 as printed has none
     assert dict(zip(table["method"], table["guarantee"], strict=True)) == {
-        "cic_paper": "high-probability", "cic_fixed_sequence": "high-probability", "naive": "none",
+        "cic_paper": "none", "cic_fixed_sequence": "high-probability", "cic_multistart": "high-probability",
+        "naive": "none",
         "coin_binary": "high-probability", "conformal_alignment": "expectation", "lec": "expectation"}
     reference = cic.evaluate_splits(scores, errors, alphas=[0.15], bounds="cp", n_splits=20, seed=4)
     row = table.filter(method="cic_paper").row(0, named=True)

@@ -19,29 +19,29 @@ def test_all_correct_answers() -> None:
     scores = np.arange(1.0, 11.0)
     errors = np.zeros(10, dtype=int)
     # CP with FD = 0: B = 1 - 0.05^(1/n); n = 10 gives 0.259 <= 0.3, so every answer is accepted.
-    res = cic.calibrate(scores, errors, alpha=0.3, bound="cp")
+    res = cic.calibrate(scores, errors, alpha=0.3, bound="cp", search="paper")
     assert res.threshold == 10.0 and res.n_accepted == 10 and res.n_errors == 0
     assert res.bound_value == pytest.approx(1 - 0.05 ** 0.1)
     # Hoeffding: sqrt(log 20 / 20) = 0.387 > 0.3 even at n = 10: unattainable.
-    assert cic.calibrate(scores, errors, alpha=0.3, bound="hoeffding").threshold is None
+    assert cic.calibrate(scores, errors, alpha=0.3, bound="hoeffding", search="paper").threshold is None
 
 
 def test_all_wrong_answers_are_never_certified() -> None:
-    res = cic.calibrate(np.linspace(0, 1, 50), np.ones(50), alpha=0.25)
+    res = cic.calibrate(np.linspace(0, 1, 50), np.ones(50), alpha=0.25, search="paper")
     assert res.threshold is None and not res.feasible and res.bound_value is None
     assert res.n_accepted == 0 and "unattainable" in res.summary()
 
 
 def test_single_item() -> None:
-    assert cic.calibrate([0.3], [0], alpha=0.97).threshold == 0.3  # B_CP(0, 1) = 0.95
-    assert cic.calibrate([0.3], [0], alpha=0.9).threshold is None
+    assert cic.calibrate([0.3], [0], alpha=0.97, search="paper").threshold == 0.3  # B_CP(0, 1) = 0.95
+    assert cic.calibrate([0.3], [0], alpha=0.9, search="paper").threshold is None
 
 
 def test_ties_accept_every_equal_score() -> None:
     scores = np.array([0.2] * 5 + [0.5] * 40)
     errors = np.zeros(45, dtype=int)
     errors[[5, 44]] = 1  # two wrong answers at the tied score 0.5, one at each end of the run
-    res = cic.calibrate(scores, errors, alpha=0.2)
+    res = cic.calibrate(scores, errors, alpha=0.2, search="paper")
     table = res.table()
     assert table["threshold"].to_list() == [0.2, 0.5]
     assert table["n_accepted"].to_list() == [5, 45]
@@ -54,7 +54,7 @@ def test_hand_computed_small_case() -> None:
     scores = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
     errors = np.array([0, 0, 0, 0, 1, 1])
     # n = 4, FD = 0: B_CP = 1 - 0.1^(1/4) = 0.4377 at delta = 0.1; n = 5, FD = 1: beta.ppf(.9, 2, 4) = 0.5839
-    res = cic.calibrate(scores, errors, alpha=0.5, delta=0.1)
+    res = cic.calibrate(scores, errors, alpha=0.5, delta=0.1, search="paper")
     assert res.threshold == 0.4
     assert res.bound_value == pytest.approx(1 - 0.1 ** 0.25)
 
@@ -68,7 +68,7 @@ def test_paper_search_equals_literal_algorithm_1(bound: str) -> None:
                                     base=float(rng.uniform(0, 0.2)))
         alpha = float(rng.choice([0.05, 0.1, 0.15, 0.2, 0.25, 0.4]))
         delta = float(rng.choice([0.01, 0.05, 0.1]))
-        got = cic.calibrate(scores, errors, alpha=alpha, delta=delta, bound=bound).threshold
+        got = cic.calibrate(scores, errors, alpha=alpha, delta=delta, bound=bound, search="paper").threshold
         assert got == reference.algorithm1(scores, errors, alpha, delta, bound), case
 
 
@@ -77,7 +77,7 @@ def test_paper_search_with_extra_bounds_equals_literal_loop(bound: str) -> None:
     rng = np.random.default_rng(8)
     for case in range(25):
         scores, errors = make_table(rng, int(rng.integers(1, 150)))
-        got = cic.calibrate(scores, errors, alpha=0.2, bound=bound).threshold
+        got = cic.calibrate(scores, errors, alpha=0.2, bound=bound, search="paper").threshold
         assert got == reference.algorithm1(scores, errors, 0.2, 0.05, bound), case
 
 
@@ -88,14 +88,14 @@ def test_negative_and_tied_scores_take_the_general_path() -> None:
         scores = np.round(rng.normal(size=n), int(rng.integers(0, 3)))
         scores[rng.random(n) < 0.1] = -0.0
         errors = (rng.random(n) < 0.15).astype(int)
-        got = cic.calibrate(scores, errors, alpha=0.3, bound="cp").threshold
+        got = cic.calibrate(scores, errors, alpha=0.3, bound="cp", search="paper").threshold
         assert got == reference.algorithm1(scores, errors, 0.3, 0.05, "cp"), case
 
 
 def test_large_input_matches_a_direct_scan() -> None:
     rng = np.random.default_rng(10)
     scores, errors = make_table(rng, 200_000, decimals=None, slope=0.3, base=0.0)
-    res = cic.calibrate(scores, errors, alpha=0.1)
+    res = cic.calibrate(scores, errors, alpha=0.1, search="paper")
     table = res.table()  # rebuilt from the kept data by a full sort
     ok = np.asarray(bounds.feasible("cp", table["n_errors"].to_numpy(), table["n_accepted"].to_numpy(), 0.1, 0.05))
     assert res.threshold == table["threshold"][int(np.flatnonzero(ok).max())]
@@ -127,7 +127,7 @@ def test_binned_paper_search_equals_literal_algorithm_1(bound: str, monkeypatch:
             scores = np.sort(rng.random(n))
             errors = (np.arange(n) > 0.6 * n).astype(int)
         alpha = float(rng.choice([0.05, 0.1, 0.2, 0.3]))
-        got = cic.calibrate(scores, errors, alpha=alpha, bound=bound)
+        got = cic.calibrate(scores, errors, alpha=alpha, bound=bound, search="paper")
         assert got.threshold == reference.algorithm1(scores, errors, alpha, 0.05, bound), case
         if got.feasible:
             assert got.n_accepted == int((scores <= got.threshold).sum())
@@ -165,7 +165,7 @@ def test_fixed_sequence_stops_at_the_first_failure_where_paper_search_goes_on() 
     errors = np.zeros(1000, dtype=int)
     errors[100:130] = 1
     fs = cic.calibrate(scores, errors, alpha=0.1, search="fixed_sequence", n_min=40)
-    paper = cic.calibrate(scores, errors, alpha=0.1)
+    paper = cic.calibrate(scores, errors, alpha=0.1, search="paper")
     assert fs.threshold is not None and paper.threshold is not None
     assert fs.threshold < scores[110] < paper.threshold
     assert fs.n_tested < fs.n_candidates
@@ -183,7 +183,7 @@ def test_fixed_sequence_default_start_is_label_free() -> None:
 def test_threshold_grows_with_alpha() -> None:
     rng = np.random.default_rng(14)
     scores, errors = make_table(rng, 2000)
-    thresholds = [cic.calibrate(scores, errors, alpha=a).threshold for a in (0.1, 0.15, 0.2, 0.3, 0.5)]
+    thresholds = [cic.calibrate(scores, errors, alpha=a, search="paper").threshold for a in (0.1, 0.15, 0.2, 0.3, 0.5)]
     finite = [t for t in thresholds if t is not None]
     assert finite == sorted(finite) and len(finite) >= 3
 
@@ -191,7 +191,7 @@ def test_threshold_grows_with_alpha() -> None:
 def test_result_object_api() -> None:
     rng = np.random.default_rng(15)
     scores, errors = make_table(rng, 3000)
-    res = cic.calibrate(scores, errors, alpha=0.2, delta=0.1, bound="hoeffding")
+    res = cic.calibrate(scores, errors, alpha=0.2, delta=0.1, bound="hoeffding", search="paper")
     assert res.feasible and res.alpha == 0.2 and res.delta == 0.1 and res.bound == "hoeffding"
     assert res.search == "paper" and res.n_calibration == 3000
     assert res.bound_value == pytest.approx(reference.literal_ucb("hoeffding", res.n_errors, res.n_accepted, 0.1))
@@ -213,8 +213,8 @@ def test_result_object_api() -> None:
 def test_json_round_trip() -> None:
     rng = np.random.default_rng(16)
     scores, errors = make_table(rng, 300)
-    for res in (cic.calibrate(scores, errors, alpha=0.2),
-                cic.calibrate(scores, errors, alpha=0.01),
+    for res in (cic.calibrate(scores, errors, alpha=0.2, search="paper"),
+                cic.calibrate(scores, errors, alpha=0.01, search="paper"),
                 cic.calibrate(scores, errors, alpha=0.2, search="fixed_sequence", start=0.1)):
         back = cic.CalibrationResult.from_json(res.to_json())
         assert back == res
@@ -237,9 +237,9 @@ def test_from_json_rejects_foreign_documents(text: str, message: str) -> None:
 
 def test_errors_as_booleans_and_floats() -> None:
     scores = np.linspace(0, 1, 100)
-    as_int = cic.calibrate(scores, (scores > 0.8).astype(int), alpha=0.1)
-    assert cic.calibrate(scores, scores > 0.8, alpha=0.1) == as_int
-    assert cic.calibrate(scores, (scores > 0.8).astype(float), alpha=0.1) == as_int
+    as_int = cic.calibrate(scores, (scores > 0.8).astype(int), alpha=0.1, search="paper")
+    assert cic.calibrate(scores, scores > 0.8, alpha=0.1, search="paper") == as_int
+    assert cic.calibrate(scores, (scores > 0.8).astype(float), alpha=0.1, search="paper") == as_int
 
 
 @pytest.mark.parametrize("kwargs,message", [
@@ -260,8 +260,8 @@ def test_errors_as_booleans_and_floats() -> None:
     (dict(search="bonferroni", grid=[0.1, 0.3, 0.2]), r"grid\[1\] = 0.3 is followed by grid\[2\] = 0.2"),
     (dict(search="bonferroni", grid=[0.1, 0.1]), "strictly increasing"),
     (dict(search="bonferroni"), "needs grid"),
-    (dict(grid=[0.1, 0.2]), "search = 'paper' scans every unique"),
-    (dict(n_min=10), "n_min = 10"),
+    (dict(search="paper", grid=[0.1, 0.2]), "search = 'paper' scans every unique"),
+    (dict(search="paper", n_min=10), "n_min = 10"),
     (dict(search="fixed_sequence", n_min=0), "n_min = 0"),
     (dict(search="fixed_sequence", start=float("nan")), "start = nan"),
 ])
