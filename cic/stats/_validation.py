@@ -100,7 +100,7 @@ def as_grid(values: Any, name: str = "grid") -> np.ndarray:
 
 
 def parse_document(text: str, kind: str, what: str) -> dict[str, Any]:
-    """Parse a CIC JSON document and check its `kind` tag, e.g. "cic.stats.gate"."""
+    """Parse a CIC JSON document and check its `kind` tag, e.g. "cic.gate"."""
     try:
         payload = json.loads(text)
     except json.JSONDecodeError as exc:

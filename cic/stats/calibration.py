@@ -88,11 +88,27 @@ class SortedCalibration:
 class CalibrationResult:
     """The outcome of one calibration: a certified threshold, or None when alpha is unattainable.
 
-    `bound_value`, `n_accepted` and `n_errors` describe the calibration set at the threshold; `gamma` is the
-    per-test level (delta, or delta / K for Bonferroni). `table()` lists every candidate.
-    `n_candidates` is None for the paper search, whose candidates are every unique calibration score
-    (counted by `table()`, which the fast path does not need to build); `n_tested` counts the tests
-    fixed-sequence search ran before stopping (None for the other searches, which test every candidate).
+    Attributes
+    ----------
+    threshold : float or None
+        Answer when score <= threshold; None means alpha is unattainable (abstain on everything).
+    bound_value, n_accepted, n_errors
+        The UCB, n and FD on the calibration set at the threshold.
+    gamma : float
+        The level the threshold was certified at (delta; delta / K for Bonferroni; a Holm step).
+    n_candidates, n_tested : int or None
+        Candidates (None for the paper search: every unique score) and tests fixed-sequence ran before stopping.
+    guarantee : str
+        What the search guarantees, from its registry entry.
+
+    Examples
+    --------
+    >>> import numpy as np, cic
+    >>> res = cic.calibrate(np.linspace(0, 1, 500), np.zeros(500), alpha=0.05, search="paper")
+    >>> res.feasible, res.n_accepted, round(res.bound_value, 4)
+    (True, 500, 0.006)
+    >>> res.gate().decide(0.3)
+    'answer'
     """
 
     threshold: float | None
@@ -288,7 +304,25 @@ def search_fixed_sequence(fd: np.ndarray, n: np.ndarray, eligible: np.ndarray, *
 
 
 def uniform_grid(low: float, high: float, k: int) -> np.ndarray:
-    """K evenly spaced thresholds over [low, high], fixed before the calibration labels are seen."""
+    """K evenly spaced thresholds over [low, high], fixed before the calibration labels are seen.
+
+    Parameters
+    ----------
+    low, high : float
+        The range (finite, low < high when k > 1).
+    k : int
+        Number of thresholds; k = 1 gives [high].
+
+    Returns
+    -------
+    numpy.ndarray
+        The grid, ascending (for the bonferroni and holm searches).
+
+    Examples
+    --------
+    >>> uniform_grid(0.0, 1.0, 5).tolist()
+    [0.0, 0.25, 0.5, 0.75, 1.0]
+    """
     k = check_positive_int(k, "k")
     lo, hi = float(low), float(high)
     if not (math.isfinite(lo) and math.isfinite(hi)) or (k > 1 and not lo < hi):
@@ -297,7 +331,25 @@ def uniform_grid(low: float, high: float, k: int) -> np.ndarray:
 
 
 def quantile_grid(pilot_scores: Any, k: int) -> np.ndarray:
-    """K thresholds at evenly spaced quantiles of a *separate* pilot sample (duplicates merged)."""
+    """K thresholds at evenly spaced quantiles of a *separate* pilot sample (duplicates merged).
+
+    Parameters
+    ----------
+    pilot_scores : array_like
+        Scores of items that are NOT in the calibration set (the grid must not see its labels or scores).
+    k : int
+        Number of quantiles.
+
+    Returns
+    -------
+    numpy.ndarray
+        Unique thresholds, ascending.
+
+    Examples
+    --------
+    >>> quantile_grid([0.1, 0.2, 0.3, 0.4], 2).tolist()
+    [0.25, 0.4]
+    """
     k = check_positive_int(k, "k")
     pilot = as_scores(pilot_scores, "pilot_scores")
     return np.unique(np.quantile(pilot, np.linspace(0.0, 1.0, k + 1)[1:]))
@@ -326,20 +378,43 @@ def calibrate(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05, bo
               start: float | None = None, keep_table: bool = True) -> CalibrationResult:
     """Learn the largest threshold t with P(error | U <= t) <= alpha certified at confidence 1 - delta.
 
-    scores: uncertainty per calibration item (lower = more confident); errors: 1 where the answer is wrong.
-    bound: "cp" (Clopper–Pearson), "hoeffding", "hoeffding_kl", "bentkus", "hoeffding_bentkus".
-    search: a name in `cic.stats.searches.SEARCHES` — "fixed_sequence" (default: upwards from `start` or the
-    `n_min`-th score at delta, FWER <= delta; by default n_min is the smallest count at which an empirical
-    risk of alpha/2 would be certified, `bounds.half_alpha_n`), "multistart" (four such chains at delta / 4),
-    "holm" and "bonferroni" (a `grid` fixed in advance), "paper" (Algorithm 1: every unique score at delta,
-    no simultaneous guarantee). Returns threshold None when no candidate is certified ("alpha is
-    unattainable"); `result.guarantee` states what the search guarantees.
+    Parameters
+    ----------
+    scores : array_like
+        Uncertainty per calibration item (lower = more confident), finite.
+    errors : array_like
+        1 where the answer is wrong, 0 where it is right (booleans accepted).
+    alpha : float
+        Target error rate among accepted answers, in (0, 1).
+    delta : float
+        Allowed probability that the guarantee fails, in (0, 1).
+    bound : str
+        A name of `cic.stats.bounds.BOUNDS`: "cp" (Clopper–Pearson), "hoeffding", "hoeffding_kl", "bentkus",
+        "hoeffding_bentkus".
+    search : str
+        A name of `cic.stats.searches.SEARCHES`: "fixed_sequence" (default: upwards from `start` or the
+        `n_min`-th score at delta, FWER <= delta; by default n_min is the smallest count at which an empirical
+        risk of alpha/2 would be certified, `bounds.half_alpha_n`), "multistart" (four such chains at
+        delta / 4), "holm" and "bonferroni" (a `grid` fixed in advance), "paper" (Algorithm 1: every unique
+        score at delta, no simultaneous guarantee).
+    grid, n_min, start
+        Search arguments, fixed before the labels are seen.
+    keep_table : bool
+        Keep the candidates so `result.table()` works.
 
+    Returns
+    -------
+    CalibrationResult
+        threshold None when no candidate is certified ("alpha is unattainable"); `result.guarantee` states
+        what the search guarantees.
+
+    Examples
+    --------
     >>> import numpy as np, cic
-    >>> scores = np.linspace(0, 1, 2000); errors = (np.arange(2000) % 20 == 0).astype(int)  # 5% wrong
+    >>> scores = np.linspace(0, 1, 2000); errors = (np.arange(2000) % 50 == 49).astype(int)  # 2% wrong
     >>> result = cic.calibrate(scores, errors, alpha=0.1, delta=0.05)
-    >>> result.threshold, result.n_accepted, result.n_errors
-    (1.0, 2000, 100)
+    >>> result.threshold, result.n_accepted, result.n_errors, result.search
+    (1.0, 2000, 40, 'fixed_sequence')
     """
     s, e = as_pair(scores, errors)
     alpha = check_open_unit(alpha, "alpha")

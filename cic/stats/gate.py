@@ -16,8 +16,21 @@ Decision = Literal["answer", "abstain"]
 class Gate:
     """Answer when score <= threshold, abstain otherwise; a None threshold abstains on everything.
 
-    `metadata` carries how the threshold was certified (alpha, delta, bound, ...) so a serving process can
-    show it; it never changes a decision.
+    Parameters
+    ----------
+    threshold : float or None
+        The certified threshold (finite), or None when alpha was unattainable.
+    metadata : dict, optional
+        How the threshold was certified (alpha, delta, bound, ...), shown by a serving process; it never
+        changes a decision.
+
+    Examples
+    --------
+    >>> gate = Gate(0.4)
+    >>> gate.decide(0.39), gate.decide(0.41), Gate(None).decide(0.0)
+    ('answer', 'abstain', 'abstain')
+    >>> Gate.from_json(gate.to_json()).threshold
+    0.4
     """
 
     __slots__ = ("_threshold", "_metadata")
@@ -52,13 +65,13 @@ class Gate:
         return "answer" if bool(self.accept([score])[0]) else "abstain"
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps({"kind": "cic.stats.gate", "version": 1, "threshold": self._threshold,
+        return json.dumps({"kind": "cic.gate", "version": 1, "threshold": self._threshold,
                            "metadata": self._metadata}, indent=indent, allow_nan=False)
 
     @classmethod
     def from_json(cls, text: str) -> Gate:
         """Load a gate written by to_json; anything else is refused with a clear error."""
-        payload = parse_document(text, "cic.stats.gate", "CIC gate")
+        payload = parse_document(text, "cic.gate", "CIC gate")
         if "threshold" not in payload:
             raise ValueError("gate JSON lacks the field 'threshold'")
         return cls(payload["threshold"], payload.get("metadata") or {})

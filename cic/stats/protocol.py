@@ -58,8 +58,27 @@ def calibration_size(n_items: int, cal_fraction: float) -> int:
 def split_masks(n_items: int, n_splits: int, cal_fraction: float, seed: int = 0) -> np.ndarray:
     """Boolean (n_splits, n_items) matrix; True marks the calibration items of each split.
 
-    Each row holds exactly round(cal_fraction × n_items) True values in uniformly random positions; the
-    same seed gives the same splits, so other tools can reproduce the protocol item by item.
+    Parameters
+    ----------
+    n_items : int
+        Size of the labelled table.
+    n_splits : int
+        Number of random splits.
+    cal_fraction : float
+        Share of items in the calibration part; its size is `calibration_size(n_items, cal_fraction)`.
+    seed : int
+        The same seed gives the same splits, so other tools can reproduce the protocol item by item.
+
+    Returns
+    -------
+    numpy.ndarray
+        Each row holds exactly calibration_size True values in uniformly random positions.
+
+    Examples
+    --------
+    >>> masks = split_masks(10, 3, 0.5, seed=0)
+    >>> masks.shape, masks.sum(axis=1).tolist()
+    ((3, 10), [5, 5, 5])
     """
     n_splits = check_positive_int(n_splits, "n_splits")
     return np.stack(list(iter_split_masks(n_items, n_splits, cal_fraction, seed)))
@@ -282,7 +301,34 @@ def split_outcomes(scores: Any, errors: Any, *, alphas: Sequence[float] = DEFAUL
                    bounds: Sequence[str] | str = ("hoeffding", "cp"), search: Sequence[str] | str = "paper",
                    delta: float = 0.05, n_splits: int = 100, cal_fraction: float = 0.5, seed: int = 0,
                    grid: Any = None, n_min: int | None = None, start: float | None = None) -> pl.DataFrame:
-    """One row per (alpha, bound, search, split): threshold (null on a fail), test FDR, coverage, counts."""
+    """One row per (alpha, bound, search, split): threshold (null on a fail), test FDR, coverage, counts.
+
+    Parameters
+    ----------
+    scores, errors : array_like
+        The labelled table: uncertainty (lower = surer) and 1 where the answer is wrong.
+    alphas : sequence of float
+        Risk levels.
+    bounds, search : str or sequence of str
+        Names from the bound and search registries (the paper's tables use search "paper").
+    delta, n_splits, cal_fraction, seed
+        Confidence, number of random splits, calibration share, and the seed of `split_masks`.
+    grid, n_min, start
+        Search arguments for the searches that take them (fixed in advance).
+
+    Returns
+    -------
+    polars.DataFrame
+        Columns alpha, bound, search, split, found, threshold, cal_accepted, cal_errors, test_accepted,
+        test_errors, fdr, coverage, correct_coverage, n_cal, n_test, base_error_rate.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rows = split_outcomes(np.linspace(0, 1, 400), np.zeros(400), alphas=[0.1], bounds="cp", n_splits=3)
+    >>> rows.select("split", "found", "test_accepted").rows()
+    [(0, True, 200), (1, True, 200), (2, True, 198)]
+    """
     import polars as pl
 
     frames = []
@@ -335,6 +381,32 @@ def evaluate_splits(scores: Any, errors: Any, *, alphas: Sequence[float] = DEFAU
     on everything: coverage_mean/std (accepted / test size, the paper's power) and correct_coverage_mean/std
     (accepted-and-correct / correct). Also fails, n_splits, base_error_rate (of the whole table), n_cal,
     n_test, delta. Standard deviations are population (ddof = 0); means are null where every split failed.
+
+    Parameters
+    ----------
+    scores, errors : array_like
+        The labelled table: uncertainty (lower = surer) and 1 where the answer is wrong.
+    alphas : sequence of float
+        Risk levels.
+    bounds, search : str or sequence of str
+        Names from the bound and search registries (the paper's tables use search "paper").
+    delta, n_splits, cal_fraction, seed
+        Confidence, number of random splits, calibration share, and the seed of `split_masks`.
+    grid, n_min, start
+        Search arguments for the searches that take them (fixed in advance).
+
+    Returns
+    -------
+    polars.DataFrame
+        One row per (alpha, bound, search).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> errors = (np.arange(1000) % 10 == 0).astype(int)  # 10% wrong, spread over every score
+    >>> table = evaluate_splits(np.linspace(0, 1, 1000), errors, alphas=[0.2], bounds="cp", n_splits=5)
+    >>> table.select("alpha", "fails", "coverage_mean").rows()
+    [(0.2, 0, 0.9968)]
     """
     import polars as pl
 

@@ -147,3 +147,26 @@ def test_fdp_mean_counts_empty_selections_as_zero() -> None:
     outcomes = cic.split_outcomes(scores, errors, alphas=[0.08], bounds="cp", n_splits=15, seed=2)
     assert table.filter(method="cic_paper")["fdp_mean"][0] == pytest.approx(
         outcomes["fdr"].fill_null(0.0).mean())
+
+
+def test_compare_methods_reuses_cic_rows_only_from_the_same_protocol() -> None:
+    import polars as pl
+
+    scores, errors = make_table(np.random.default_rng(8), 800, decimals=3, base=0.02)
+    fresh = B.compare_methods(scores, errors, alphas=[0.15], methods=["naive"], cic_searches=["paper"],
+                              n_splits=10, seed=1)
+    for changed in ({"seed": 99}, {"delta": 0.2}, {"n_splits": 7}, {"cal_fraction": 0.3}):
+        protocol = {"delta": 0.05, "n_splits": 10, "seed": 1, "cal_fraction": 0.5, **changed}
+        other = cic.evaluate_splits(scores, errors, alphas=[0.15], bounds="cp", search="paper",
+                                    **protocol).with_columns(
+            seed=pl.lit(protocol["seed"]), cal_fraction=pl.lit(protocol["cal_fraction"]), coverage_mean=pl.lit(-1.0))
+        table = B.compare_methods(scores, errors, alphas=[0.15], methods=["naive"], cic_searches=["paper"],
+                                  n_splits=10, seed=1, known=other)
+        assert table.filter(method="cic_paper")["coverage_mean"][0] == fresh.filter(
+            method="cic_paper")["coverage_mean"][0] != -1.0, changed
+    same = cic.evaluate_splits(scores, errors, alphas=[0.15], bounds="cp", search="paper", n_splits=10,
+                               seed=1).with_columns(seed=pl.lit(1), cal_fraction=pl.lit(0.5),
+                                                    coverage_mean=pl.lit(-1.0))  # marked: reused rows show it
+    reused = B.compare_methods(scores, errors, alphas=[0.15], methods=["naive"], cic_searches=["paper"],
+                               n_splits=10, seed=1, known=same)
+    assert reused.filter(method="cic_paper")["coverage_mean"][0] == -1.0

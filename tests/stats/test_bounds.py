@@ -144,3 +144,47 @@ def test_aliases_resolve() -> None:
     assert bounds.resolve_bound("Clopper_Pearson") == "cp"
     assert bounds.resolve_bound("hfd") == "hoeffding"
     assert bounds.resolve_bound("hb") == "hoeffding_bentkus"
+
+
+def _cp_by_bisection(fd: int, n: int, gamma: float) -> float:
+    """Independent reference: the q with BinomCDF(fd; n, q) = gamma, by bisection on the exact binomial CDF."""
+    from scipy import stats
+
+    lo, hi = fd / n, 1.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if stats.binom.cdf(fd, n, mid) > gamma:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+@pytest.mark.parametrize(("fd", "n", "gamma"), [(0, 1000, 1e-300), (0, 10**6, 1e-300), (3, 10**6, 0.05 / 10**6),
+                                                (10, 5000, 1e-20), (0, 500, 1e-17)])
+def test_clopper_pearson_keeps_its_precision_for_tiny_gamma(fd: int, n: int, gamma: float) -> None:
+    got = bounds.clopper_pearson_ucb(fd, n, gamma)
+    assert got < 1.0
+    assert got == pytest.approx(_cp_by_bisection(fd, n, gamma), rel=1e-9)
+    if fd == 0:  # closed form: 1 - gamma^(1/n)
+        assert got == pytest.approx(-np.expm1(np.log(gamma) / n), rel=1e-12)
+
+
+def test_every_registered_bound_is_one_record_used_everywhere() -> None:
+    import cic
+    from cic.reports.tables import bound_label
+
+    scores = np.linspace(0, 1, 400)
+    errors = (np.arange(400) % 25 == 0).astype(int)
+    for name, record in bounds.BOUNDS.items():
+        assert bounds.get_bound(name) is record and record.label and record.description
+        for alias in record.aliases:
+            assert bounds.resolve_bound(alias) == name
+        res = cic.calibrate(scores, errors, alpha=0.2, bound=name)
+        assert res.feasible and res.bound_value <= 0.2
+        table = bounds.max_errors(name, np.arange(1, 400), 0.2, 0.05)
+        direct = [max([k for k in range(n + 1) if bounds.feasible(name, k, n, 0.2, 0.05)], default=-1)
+                  for n in range(1, 400, 37)]
+        assert table[::37].tolist() == direct
+        assert bound_label(name).startswith("UCB-")
+    assert bound_label("cp") == "UCB-CP" and bound_label("hoeffding") == "UCB-HFD"

@@ -227,7 +227,7 @@ def test_json_round_trip() -> None:
 
 @pytest.mark.parametrize("text,message", [
     ("not json", "not valid JSON"),
-    ('{"kind": "cic.stats.gate", "threshold": 1}', "kind = 'cic.stats.gate'"),
+    ('{"kind": "cic.gate", "threshold": 1}', "kind = 'cic.gate'"),
     ('{"kind": "cic.calibration_result", "surprise": 1}', "unknown field"),
 ])
 def test_from_json_rejects_foreign_documents(text: str, message: str) -> None:

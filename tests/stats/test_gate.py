@@ -38,7 +38,7 @@ def test_nan_score_is_an_error_not_a_silent_decision() -> None:
         Gate(0.5).accept([0.1, float("nan")])
 
 
-@pytest.mark.parametrize("text,message", [("[]", "kind = None"), ('{"kind": "cic.stats.gate"}', "threshold"),
+@pytest.mark.parametrize("text,message", [("[]", "kind = None"), ('{"kind": "cic.gate"}', "threshold"),
                                           ("{", "not valid JSON")])
 def test_from_json_refuses_other_documents(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):

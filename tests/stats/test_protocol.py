@@ -120,3 +120,21 @@ def test_bad_input_names_the_argument(kwargs: dict, message: str) -> None:
     scores, errors = np.linspace(0, 1, 20), np.zeros(20, dtype=int)
     with pytest.raises(ValueError, match=message):
         cic.evaluate_splits(scores, errors, **kwargs)
+
+
+@pytest.mark.parametrize(("n_items", "fraction", "expected"), [(5, 0.5, 3), (7, 0.5, 4), (9, 0.5, 5), (10, 0.3, 3),
+                                                               (3, 0.5, 2), (1000, 0.25, 250), (11, 0.05, 1)])
+def test_calibration_size_rounds_halves_up_whatever_their_parity(n_items: int, fraction: float,
+                                                                 expected: int) -> None:
+    from cic.stats.protocol import calibration_size
+
+    assert calibration_size(n_items, fraction) == expected
+    assert int(cic.split_masks(n_items, 3, fraction, seed=1).sum(axis=1)[0]) == expected
+
+
+def test_split_masks_rows_come_one_at_a_time_with_the_same_seed() -> None:
+    from cic.stats.protocol import iter_split_masks
+
+    masks = cic.split_masks(501, 6, 0.4, seed=7)
+    assert np.array_equal(np.stack(list(iter_split_masks(501, 6, 0.4, seed=7))), masks)
+    assert (masks.sum(axis=1) == 200).all()

@@ -1,4 +1,4 @@
-"""Literal, loop-by-loop reference implementations of the searches, written from the paper and DESIGN.md.
+"""Literal, loop-by-loop reference implementations of the searches, written from the paper and the literature.
 
 Deliberately naive (O(N^2), scipy's beta.ppf): the fast code must agree with these on every case.
 """
@@ -61,3 +61,51 @@ def fixed_sequence(scores: np.ndarray, errors: np.ndarray, alpha: float, delta: 
             break
         t_hat = float(t)
     return t_hat
+
+
+def p_value(bound: str, fd: int, n: int, alpha: float) -> float:
+    """The smallest level at which the bound certifies alpha: exact binomial tail (CP) or Hoeffding's."""
+    if n == 0:
+        return 1.0
+    if bound == "cp":
+        return float(stats.binom.cdf(fd, n, alpha))
+    if bound == "hoeffding":
+        gap = alpha - fd / n
+        return math.exp(-2 * n * gap * gap) if gap > 0 else 1.0
+    raise ValueError(bound)
+
+
+def holm(scores: np.ndarray, errors: np.ndarray, grid: np.ndarray, alpha: float, delta: float,
+         bound: str) -> float | None:
+    """Holm (1979) step-down with p-values: sort them, reject while p_(i) <= delta / (K - i + 1)."""
+    p = []
+    for t in grid:
+        n = int(np.sum(scores <= t))
+        fd = int(np.sum((scores <= t) & (errors == 1)))
+        p.append(p_value(bound, fd, n, alpha))
+    order = np.argsort(p, kind="stable")
+    rejected: list[float] = []
+    k = len(grid)
+    for i, j in enumerate(order):
+        if p[j] > delta / (k - i):
+            break
+        rejected.append(float(grid[j]))
+    return max(rejected) if rejected else None
+
+
+def multistart(scores: np.ndarray, errors: np.ndarray, alpha: float, delta: float, bound: str, n_starts: int,
+               n_min: int) -> float | None:
+    """S fixed-sequence chains at delta / S from equally spaced eligible candidates; the largest success."""
+    candidates = sorted(set(scores.tolist()))
+    eligible = [t for t in candidates if int(np.sum(scores <= t)) >= n_min]
+    m = len(eligible)
+    starts = sorted({i * m // n_starts for i in range(n_starts)}) if m else []
+    best = None
+    for s in starts:
+        for t in eligible[s:]:
+            n = int(np.sum(scores <= t))
+            fd = int(np.sum((scores <= t) & (errors == 1)))
+            if literal_ucb(bound, fd, n, delta / n_starts) > alpha:
+                break
+            best = t if best is None else max(best, t)
+    return best

@@ -22,7 +22,7 @@ def _group(log_key: str = "k1", artifacts: tuple[Path, ...] = ()) -> tracking.Gr
     children = [tracking.ChildRun(name=f"alpha={a}", params={"alpha": a, "bound": "cp", "search": "paper"},
                                   metrics={"threshold": 0.1 * a if a < 0.2 else None, "fdr_mean": a / 2,
                                            "fails": 0.0},
-                                  texts={"gate.json": '{"kind": "cic.stats.gate", "threshold": 0.5}'})
+                                  texts={"gate.json": '{"kind": "cic.gate", "threshold": 0.5}'})
                 for a in (0.1, 0.2)]
     return tracking.GroupLog(experiment="cic-trivia_qa", run_name="smollm2 / semantic_entropy", log_key=log_key,
                              tags={"cic.model": "smollm2", "cic.dataset": "trivia_qa"},

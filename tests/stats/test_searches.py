@@ -1,0 +1,85 @@
+"""The search registry: every search's rule against a literal reference, its guarantee text, and validity."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cic
+from cic.stats.searches import DEFAULT_SEARCH, SEARCH_NAMES, SEARCHES, get_search
+from tests.support import reference
+from tests.support.tables import make_table
+
+
+def test_every_search_states_its_guarantee_once_and_paper_claims_none() -> None:
+    for search in SEARCHES.values():
+        assert search.guarantee and search.claim and search.short_guarantee and search.label
+    assert SEARCHES["paper"].guarantee_kind == "none"
+    assert SEARCHES["paper"].short_guarantee == "none simultaneous"
+    assert {s.guarantee_kind for name, s in SEARCHES.items() if name != "paper"} == {"high-probability"}
+    assert DEFAULT_SEARCH == "fixed_sequence"
+    assert cic.calibrate(np.linspace(0, 1, 300), np.zeros(300), alpha=0.1).search == "fixed_sequence"
+
+
+def test_unknown_search_is_refused_with_the_choices() -> None:
+    with pytest.raises(ValueError, match="search = 'greedy': unknown; choose one of fixed_sequence"):
+        get_search("greedy")
+    assert get_search("multistart[8]").n_starts == 8
+    assert "8 fixed-sequence chains" in get_search("multistart[8]").guarantee
+
+
+@pytest.mark.parametrize("bound", ["cp", "hoeffding"])
+def test_holm_equals_the_literal_step_down_and_is_at_least_bonferroni(rng: np.random.Generator, bound: str) -> None:
+    grid = cic.uniform_grid(0.05, 1.0, 15)
+    for trial in range(30):
+        scores, errors = make_table(rng, int(rng.integers(60, 500)), decimals=2, slope=0.4, base=0.02)
+        alpha = float(rng.choice([0.1, 0.15, 0.2]))
+        got = cic.calibrate(scores, errors, alpha=alpha, bound=bound, search="holm", grid=grid)
+        assert got.threshold == reference.holm(scores, errors, grid, alpha, 0.05, bound), trial
+        bonf = cic.calibrate(scores, errors, alpha=alpha, bound=bound, search="bonferroni", grid=grid).threshold
+        if bonf is not None:
+            assert got.threshold is not None and got.threshold >= bonf
+        if got.threshold is not None:  # the reported level is the step at which it was certified
+            assert got.bound_value <= alpha and 0.05 / 15 <= got.gamma <= 0.05
+
+
+@pytest.mark.parametrize("n_starts", [2, 4])
+def test_multistart_equals_the_literal_chains(rng: np.random.Generator, n_starts: int) -> None:
+    for trial in range(30):
+        scores, errors = make_table(rng, int(rng.integers(80, 400)), decimals=2, slope=0.4, base=0.02)
+        got = cic.calibrate(scores, errors, alpha=0.2, bound="cp", search=f"multistart[{n_starts}]", n_min=20)
+        assert got.threshold == reference.multistart(scores, errors, 0.2, 0.05, "cp", n_starts, 20), trial
+
+
+def test_multistart_gets_past_a_bump_that_stops_fixed_sequence() -> None:
+    # risk is high among the first 100 scores, then none for the next 900: one chain stops at once
+    scores = np.arange(1000) / 1000
+    errors = np.zeros(1000, dtype=int)
+    errors[40:100:2] = 1
+    fixed = cic.calibrate(scores, errors, alpha=0.1, search="fixed_sequence", n_min=50)
+    multi = cic.calibrate(scores, errors, alpha=0.1, search="multistart", n_min=50)
+    assert fixed.threshold is None
+    assert multi.threshold is not None and multi.threshold > 0.9
+
+
+@pytest.mark.parametrize("search", ["holm", "multistart"])
+def test_new_searches_keep_the_violation_rate_below_delta(search: str) -> None:
+    grid = cic.uniform_grid(0.05, 1.0, 20) if get_search(search).needs_grid else None
+    res = cic.simulate(cic.PowerRisk(0.0, 0.4), n=400, alpha=0.1, delta=0.1, bound="cp", search=search,
+                       n_trials=1500, grid=grid, seed=3)
+    assert res.ci_low <= 0.1, res.summary()
+    assert res.fails < res.n_trials  # and it does certify something
+
+
+@pytest.mark.parametrize("search", SEARCH_NAMES)
+def test_protocol_rows_equal_calibrate_on_the_same_split(search: str) -> None:
+    rng = np.random.default_rng(11)
+    scores, errors = make_table(rng, 600, decimals=3, base=0.02)
+    kwargs = {"grid": cic.uniform_grid(0.05, 1.0, 12)} if get_search(search).needs_grid else {}
+    rows = cic.split_outcomes(scores, errors, alphas=[0.15], bounds="cp", search=search, n_splits=4, seed=2,
+                              **kwargs)
+    masks = cic.split_masks(600, 4, 0.5, seed=2)
+    for split in range(4):
+        direct = cic.calibrate(scores[masks[split]], errors[masks[split]], alpha=0.15, bound="cp", search=search,
+                               **kwargs)
+        assert rows["threshold"][split] == direct.threshold

@@ -1,0 +1,100 @@
+"""The package layout holds: layers import downwards only, nothing cycles, the statistics core stays light."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "cic"
+
+# lowest first: a module may import its own layer and the ones before it, never a later one
+LAYERS = ("cic.stats", "cic.schema", "cic.data", "cic.llm", "cic.store", "cic.reports", "cic.pipeline", "cic.cli")
+HEAVY = ("torch", "transformers", "sentence_transformers", "prefect", "ray", "mlflow", "duckdb", "polars",
+         "pandas", "matplotlib")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path, *, top_level_only: bool) -> list[tuple[str, int]]:
+    """(imported module, line) for every import in the file, or only those run when the module is imported."""
+    tree = ast.parse(path.read_text())
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    found = []
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.module, node.lineno))
+            found += [(f"{node.module}.{alias.name}", node.lineno) for alias in node.names]
+    return found
+
+
+def layer_of(module: str) -> int | None:
+    for rank, layer in enumerate(LAYERS):
+        if module == layer or module.startswith(layer + "."):
+            return rank
+    return None
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def test_every_module_belongs_to_a_layer() -> None:
+    assert [m for m in MODULES if m != "cic" and layer_of(m) is None] == []
+
+
+def test_a_lower_layer_never_imports_a_higher_one() -> None:
+    wrong = []
+    for module, path in MODULES.items():
+        own = layer_of(module)
+        for target, line in imports(path, top_level_only=False):
+            rank = layer_of(target)
+            if own is not None and rank is not None and rank > own:
+                wrong.append(f"{path.relative_to(ROOT)}:{line} ({LAYERS[own]}) imports {target}")
+    assert wrong == []
+
+
+def test_nothing_in_cic_imports_flows_or_tasks_when_imported() -> None:
+    wrong = [f"{path.relative_to(ROOT)}:{line} imports {target}" for module, path in MODULES.items()
+             for target, line in imports(path, top_level_only=True) if target.split(".")[0] in ("flows", "tasks")]
+    assert wrong == []
+
+
+def test_no_import_cycle_in_cic() -> None:
+    graph = {m: sorted({t for t, _ in imports(p, top_level_only=True) if t in MODULES and t != m})
+             for m, p in MODULES.items()}
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for nxt in graph[node]:
+            if state.get(nxt) == 1:
+                cycles.append(trail[trail.index(nxt):] + [nxt] if nxt in trail else [node, nxt])
+            elif nxt not in state:
+                visit(nxt, [*trail, nxt])
+        state[node] = 2
+
+    for module in graph:
+        if module not in state:
+            visit(module, [module])
+    # a package importing its own submodule (cic.cli -> cic.cli.stats) is how packages work, not a cycle
+    real = [c for c in cycles if not all(c[i + 1].startswith(c[i] + ".") or c[i].startswith(c[i + 1] + ".")
+                                         for i in range(len(c) - 1))]
+    assert real == []
+
+
+@pytest.mark.parametrize("target", ["cic", *[m for m in MODULES if m.startswith("cic.stats")]])
+def test_importing_the_statistics_core_loads_no_framework(target: str) -> None:
+    code = f"import sys, {target}; print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "", f"{target} imported {proc.stdout.strip()}"
