@@ -19,6 +19,8 @@ from typing import Any
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunStatus
 
+from cic import schema
+
 log = logging.getLogger("cic.tracking")
 
 PARENT_RUN_TAG = "mlflow.parentRunId"
@@ -51,11 +53,21 @@ class GroupLog:
     children: Sequence[ChildRun] = ()
 
 
+def local_artifact_location(tracking_uri: str, experiment: str) -> str | None:
+    """Artifacts of a local SQLite store go beside its file (mlartifacts/<experiment>), not into ./mlruns of
+    whatever directory the job was started from; other stores keep their own default."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    db_file = Path(tracking_uri.removeprefix("sqlite:///")).resolve()
+    return (db_file.parent / "mlartifacts" / schema.value_hash(experiment)[:16]).as_uri()
+
+
 def experiment_id(client: MlflowClient, name: str, artifact_location: str | None = None) -> str:
     """The id of experiment `name`, created on first use (restored if it was deleted)."""
     found = client.get_experiment_by_name(name)
     if found is None:
-        return client.create_experiment(name, artifact_location=artifact_location)
+        location = artifact_location or local_artifact_location(client.tracking_uri, name)
+        return client.create_experiment(name, artifact_location=location)
     if found.lifecycle_stage == "deleted":
         client.restore_experiment(found.experiment_id)
     return found.experiment_id

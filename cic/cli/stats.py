@@ -42,6 +42,7 @@ from cic.cli.common import (
     parse_names,
     per_file,
 )
+from cic.stats.searches import SEARCH_NAMES
 
 
 @friendly_errors
@@ -238,7 +239,7 @@ def validity(
     trials: Annotated[int, typer.Option("--trials", help="Monte-Carlo calibration sets per row.")] = 2000,
     ns: Annotated[str, typer.Option("--ns", help="Comma-separated calibration set sizes.")] = "200,1000,5000",
     alphas: Alphas = "0.1,0.2",
-    searches: Annotated[str, typer.Option("--searches")] = "paper,bonferroni,fixed_sequence",
+    searches: Annotated[str, typer.Option("--searches")] = ",".join(SEARCH_NAMES),
     bounds: Annotated[str, typer.Option("--bounds")] = "hoeffding,cp",
     scenarios: Annotated[str, typer.Option("--scenarios", help="crossing (R = 2αt), flat (R = 1.2α).")]
     = "crossing,flat",
