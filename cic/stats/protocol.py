@@ -384,16 +384,8 @@ def evaluate_splits(scores: Any, errors: Any, *, alphas: Sequence[float] = DEFAU
 
     Parameters
     ----------
-    scores, errors : array_like
-        The labelled table: uncertainty (lower = surer) and 1 where the answer is wrong.
-    alphas : sequence of float
-        Risk levels.
-    bounds, search : str or sequence of str
-        Names from the bound and search registries (the paper's tables use search "paper").
-    delta, n_splits, cal_fraction, seed
-        Confidence, number of random splits, calibration share, and the seed of `split_masks`.
-    grid, n_min, start
-        Search arguments for the searches that take them (fixed in advance).
+    scores, errors, alphas, bounds, search, delta, n_splits, cal_fraction, seed, grid, n_min, start
+        As in `split_outcomes` (same splits for the same seed).
 
     Returns
     -------
