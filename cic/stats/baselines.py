@@ -44,7 +44,7 @@ from cic.stats import bounds as _bounds
 from cic.stats import searches as batch_search
 from cic.stats._validation import as_pair, as_scores, check_choice, check_open_unit, check_positive_int
 from cic.stats.calibration import SortedCalibration
-from cic.stats.protocol import DEFAULT_ALPHAS, SortedSplits, evaluate_splits, gather, summarize_splits, test_measures
+from cic.stats.protocol import DEFAULT_ALPHAS, SortedSplits, evaluate_splits, gather, summarize_splits, split_measures
 from cic.stats.searches import get_search
 
 if TYPE_CHECKING:
@@ -207,7 +207,7 @@ def _iter_baselines(scores: Any, errors: Any, *, alphas: Sequence[float], method
                     threshold = np.where(found, values[safe], np.nan)
                 parts.setdefault((alpha, method), []).append({
                     "found": found, "threshold": threshold, "test_accepted": acc, "test_errors": wrong,
-                    **test_measures(found, acc, wrong, blk.test_correct, data.n_test)})
+                    **split_measures(found, acc, wrong, blk.test_correct, data.n_test)})
     for alpha in alpha_list:
         for method in method_list:
             chunks = parts[(alpha, method)]

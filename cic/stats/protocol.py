@@ -166,7 +166,7 @@ class SortedSplits:
             yield SplitBlock(b0, cal, cum_n, cum_fd, cum_tn, cum_tfd, self.n_test - cum_tfd[:, -1])
 
 
-def test_measures(found: np.ndarray, accepted: np.ndarray, wrong: np.ndarray, test_correct: np.ndarray,
+def split_measures(found: np.ndarray, accepted: np.ndarray, wrong: np.ndarray, test_correct: np.ndarray,
                   n_test: int) -> dict[str, np.ndarray]:
     """Per split: test FDR (NaN on a fail; 0 when nothing was accepted), coverage and correct coverage."""
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -285,7 +285,7 @@ def _iter_outcomes(scores: Any, errors: Any, *, alphas: Sequence[float], bounds:
     for key in keys:
         row = out[key]
         correct = row.pop("test_correct")
-        row.update(test_measures(row["found"], row["test_accepted"], row["test_errors"], correct, n_test))
+        row.update(split_measures(row["found"], row["test_accepted"], row["test_errors"], correct, n_test))
         row["n_cal"] = np.full(n_splits, n_cal)
         row["n_test"] = np.full(n_splits, n_test)
         row["base_error_rate"] = np.full(n_splits, base_error)
