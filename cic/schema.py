@@ -18,11 +18,13 @@ import polars as pl
 
 @dataclass(frozen=True)
 class TableSpec:
-    """A table: its columns in order (polars dtypes) and the columns of its natural key."""
+    """A table: its columns in order (polars dtypes), the columns of its natural key, and the columns added
+    after the table first shipped (nullable: a batch or an older export may lack them)."""
 
     name: str
     columns: dict[str, pl.DataType]
     key: tuple[str, ...]
+    added_later: tuple[str, ...] = ()
 
     @property
     def schema(self) -> pl.Schema:
@@ -42,7 +44,8 @@ RUNS = TableSpec("runs", {
     "prompt_id": pl.String(),
     "generation_config": pl.String(),        # canonical JSON of everything that shaped the generations
     "created_at": pl.Datetime("us", "UTC"),
-}, ("run_key",))
+    "experiment_prefix": pl.String(),        # MLflow prefix of the config the run came from (`cic log` uses it)
+}, ("run_key",), added_later=("experiment_prefix",))
 
 GENERATIONS = TableSpec("generations", {
     "run_key": pl.String(), "question_id": pl.String(),

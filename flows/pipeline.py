@@ -85,7 +85,8 @@ def pipeline(config_path: str = DEMO_CONFIG, db: str | None = None, ray_address:
                     "estimators": list(config.uncertainty.estimators), "equivalence": config.uncertainty.equivalence,
                     "embedding_model": config.uncertainty.embedding_model,
                     "embedding_threshold": config.uncertainty.embedding_threshold,
-                    "nli_model": config.uncertainty.nli_model, "nli_variant": config.uncertainty.nli_variant})
+                    "nli_model": config.uncertainty.nli_model, "nli_variant": config.uncertainty.nli_variant},
+                    experiment_prefix=config.mlflow.experiment_prefix)
                 summary.run_keys.append(key)
                 work = missing_work(store, key, frame.get_column("question_id").to_list(), n_samples=gen.n_samples,
                                     n_estimators=len(config.uncertainty.estimators), criteria=criteria)

@@ -26,7 +26,7 @@ from cic.reports.report import ReportConfig, write_report
 from cic.stats.calibration import CalibrationResult
 from cic.stats.searches import get_search
 from cic.store import Store
-from tasks.tracking import ChildRun, GroupLog, find_logged, log_group
+from tasks.tracking import ChildRun, DatasetRef, GroupLog, find_logged, log_group
 
 log = logging.getLogger("cic.pipeline")
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
@@ -85,6 +85,28 @@ def _child_runs(calibrations: pl.DataFrame, evaluations: pl.DataFrame) -> list[C
     return children
 
 
+def experiment_prefix_of(store: Store, run_key: str, explicit: str | None) -> str:
+    """Where a run's groups are logged: the explicit prefix, else the one its config recorded, else "cic"."""
+    if explicit:
+        return explicit
+    rows = store.read("runs", run_key=run_key)
+    return (rows.get_column("experiment_prefix")[0] if rows.height else None) or "cic"
+
+
+def alpha_series(calibrations: pl.DataFrame, evaluations: pl.DataFrame) -> dict[str, dict[int, float | None]]:
+    """threshold, UCB, FDR and coverage per (bound, search) as metrics whose step is alpha x 100."""
+    series: dict[str, dict[int, float | None]] = {}
+    for gate in calibrations.iter_rows(named=True):
+        step, suffix = round(gate["alpha"] * 100), f"{gate['bound']}.{gate['search']}"
+        series.setdefault(f"threshold.{suffix}", {})[step] = gate["threshold"]
+        series.setdefault(f"ucb.{suffix}", {})[step] = gate["bound_value"]
+    for row in evaluations.iter_rows(named=True):
+        step, suffix = round(row["alpha"] * 100), f"{row['bound']}.{row['search']}"
+        series.setdefault(f"fdr.{suffix}", {})[step] = row["fdr_mean"]
+        series.setdefault(f"coverage.{suffix}", {})[step] = row["coverage_mean"]
+    return series
+
+
 def build_group(store: Store, unit: dict[str, Any], experiment_prefix: str, report_root: Path) -> GroupLog:
     """Parent run params/metrics/artifacts and nested runs for one unit, from the store."""
     run = store.read("runs", run_key=unit["run_key"]).row(0, named=True)
@@ -124,13 +146,21 @@ def build_group(store: Store, unit: dict[str, Any], experiment_prefix: str, repo
         log_key=slug, tags=tags, params=params,
         metrics={"base_error_rate": first["base_error_rate"], "n_questions": float(pairs.height)},
         artifacts=[out / "README.md", out / "tables", out / "figures"],
-        children=_child_runs(calibrations, evaluations))
+        children=_child_runs(calibrations, evaluations), series=alpha_series(calibrations, evaluations),
+        dataset=DatasetRef(name=f"{unit['dataset']}/{run['split']}", digest=unit["data_fingerprint"][:36],
+                           source=f"{store.path.name}#run_key={unit['run_key']}",
+                           profile={"questions": pairs.height, "errors": int(pairs.get_column("error").sum()),
+                                    "estimator": unit["estimator"], "criterion": unit["criterion"]}))
 
 
 @task(name="log", retries=2, retry_delay_seconds=[5, 30], cache_policy=NO_CACHE)
-def log_results(db: str, *, tracking: str | None = None, experiment_prefix: str = "cic",
+def log_results(db: str, *, tracking: str | None = None, experiment_prefix: str | None = None,
                 report_dir: str = "cic-reports", run_keys: Sequence[str] | None = None) -> LogStats:
-    """Log every stored unit not yet in MLflow (parent per group, nested run per alpha × bound × search)."""
+    """Log every stored unit not yet in MLflow (parent per group, nested run per alpha × bound × search).
+
+    Each group goes to '<prefix>-<dataset>', the prefix being `experiment_prefix` or, when None, the one the
+    run's config recorded in the store — so `cic log` after `cic run` finds everything already there.
+    """
     client = MlflowClient(tracking_uri=tracking_uri(tracking))
     stats = LogStats()
     root = Path(report_dir)
@@ -142,12 +172,13 @@ def log_results(db: str, *, tracking: str | None = None, experiment_prefix: str 
                                         "AND criterion = ? AND data_fingerprint = ? AND coalesce(kind, 'pipeline') = "
                                         "'pipeline'", [unit["run_key"], unit["estimator"], unit["criterion"],
                                                        unit["data_fingerprint"]])))
-            existing = find_logged(client, f"{experiment_prefix}-{unit['dataset']}", group_key)
+            existing = find_logged(client, group_key)
             if existing is not None:
                 stats.already += 1
                 stats.run_ids.append(existing)
             else:
-                group = build_group(store, unit, experiment_prefix, root)
+                prefix = experiment_prefix_of(store, unit["run_key"], experiment_prefix)
+                group = build_group(store, unit, prefix, root)
                 run_id, new = log_group(client, group)
                 stats.logged += int(new)
                 stats.already += int(not new)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mlflow import MlflowClient
-from mlflow.entities import Metric, Param, RunStatus
+from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunStatus
 
 from cic import schema
 
@@ -25,6 +25,8 @@ log = logging.getLogger("cic.tracking")
 
 PARENT_RUN_TAG = "mlflow.parentRunId"
 LOG_KEY_TAG = "cic.log_key"
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+MODEL_KIND = "custom_model_development"  # MLflow 3 opens these on the runs view, not GenAI traces
 PARENT_LOG_KEY_TAG = "cic.parent_log_key"
 
 
@@ -51,6 +53,19 @@ class GroupLog:
     metrics: Mapping[str, float | None] = field(default_factory=dict)
     artifacts: Sequence[Path] = ()
     children: Sequence[ChildRun] = ()
+    # metric name -> {step: value}; the step is alpha x 100, so MLflow's charts draw each metric against alpha
+    series: Mapping[str, Mapping[int, float | None]] = field(default_factory=dict)
+    dataset: DatasetRef | None = None
+
+
+@dataclass(frozen=True)
+class DatasetRef:
+    """The question set a group was calibrated on, logged as the run's MLflow dataset input."""
+
+    name: str
+    digest: str
+    source: str
+    profile: Mapping[str, Any] = field(default_factory=dict)
 
 
 def local_artifact_location(tracking_uri: str, experiment: str) -> str | None:
@@ -67,35 +82,40 @@ def experiment_id(client: MlflowClient, name: str, artifact_location: str | None
     found = client.get_experiment_by_name(name)
     if found is None:
         location = artifact_location or local_artifact_location(client.tracking_uri, name)
-        return client.create_experiment(name, artifact_location=location)
+        return client.create_experiment(name, artifact_location=location, tags={EXPERIMENT_KIND_TAG: MODEL_KIND})
     if found.lifecycle_stage == "deleted":
         client.restore_experiment(found.experiment_id)
+    if EXPERIMENT_KIND_TAG not in found.tags:
+        client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND_TAG, MODEL_KIND)
     return found.experiment_id
 
 
-def find_logged(client: MlflowClient, experiment: str, log_key: str) -> str | None:
-    """The run id of a finished parent run with this log key, if one exists."""
-    found = client.get_experiment_by_name(experiment)
-    if found is None:
+def find_logged(client: MlflowClient, log_key: str) -> str | None:
+    """The run id of a finished parent run with this log key in any experiment, so a group logged under another
+    prefix is not logged twice. A partial group left by a crash mid-logging is removed, never duplicated."""
+    everywhere = [e.experiment_id for e in client.search_experiments()]
+    if not everywhere:
         return None
-    runs = client.search_runs([found.experiment_id], filter_string=f"tags.`{LOG_KEY_TAG}` = '{log_key}'",
-                              max_results=10)
+    runs = client.search_runs(everywhere, filter_string=f"tags.`{LOG_KEY_TAG}` = '{log_key}'", max_results=10)
     done = RunStatus.to_string(RunStatus.FINISHED)
     finished = [r.info.run_id for r in runs if r.info.status == done]
-    if len(finished) < len(runs):  # a crash mid-logging left a partial group: remove it, never duplicate
-        children = client.search_runs([found.experiment_id],
+    for stale in (r for r in runs if r.info.status != done):
+        children = client.search_runs([stale.info.experiment_id],
                                       filter_string=f"tags.`{PARENT_LOG_KEY_TAG}` = '{log_key}'", max_results=5000)
-        stale = {r.info.run_id for r in runs if r.info.run_id not in finished}
         for run in children:
-            if run.data.tags.get(PARENT_RUN_TAG) in stale:
+            if run.data.tags.get(PARENT_RUN_TAG) == stale.info.run_id:
                 client.delete_run(run.info.run_id)
-        for run_id in stale:
-            client.delete_run(run_id)
+        client.delete_run(stale.info.run_id)
     return finished[0] if finished else None
 
 
 def _params(values: Mapping[str, Any]) -> list[Param]:
     return [Param(k, v if isinstance(v, str) else json.dumps(v, default=str)[:6000]) for k, v in values.items()]
+
+
+def _series(series: Mapping[str, Mapping[int, float | None]], timestamp: int) -> list[Metric]:
+    return [Metric(name, float(v), timestamp, step) for name, points in series.items() for step, v in points.items()
+            if v is not None and math.isfinite(float(v))]
 
 
 def _metrics(values: Mapping[str, float | None], timestamp: int) -> list[Metric]:
@@ -105,7 +125,7 @@ def _metrics(values: Mapping[str, float | None], timestamp: int) -> list[Metric]
 
 def log_group(client: MlflowClient, group: GroupLog, *, artifact_location: str | None = None) -> tuple[str, bool]:
     """Log a group (parent + nested runs) unless already logged; returns (parent run id, newly logged)."""
-    existing = find_logged(client, group.experiment, group.log_key)
+    existing = find_logged(client, group.log_key)
     if existing is not None:
         return existing, False
     exp_id = experiment_id(client, group.experiment, artifact_location)
@@ -113,7 +133,14 @@ def log_group(client: MlflowClient, group: GroupLog, *, artifact_location: str |
     run_id = parent.info.run_id
     try:
         now = parent.info.start_time
-        client.log_batch(run_id, metrics=_metrics(group.metrics, now), params=_params(group.params))
+        client.log_batch(run_id, metrics=_metrics(group.metrics, now) + _series(group.series, now),
+                         params=_params(group.params))
+        if group.dataset is not None:
+            ref = group.dataset
+            client.log_inputs(run_id, datasets=[DatasetInput(
+                Dataset(name=ref.name, digest=ref.digest, source_type="cic-store", source=ref.source,
+                        profile=json.dumps(dict(ref.profile), default=str)),
+                tags=[InputTag("mlflow.data.context", "calibration")])])
         for path in group.artifacts:
             if path.is_dir():
                 client.log_artifacts(run_id, str(path), artifact_path=path.name)

@@ -58,13 +58,17 @@ class StageBars:
         self.progress.stop()
 
 
-def results_table(db: str, run_keys: list[str], estimator: str | None) -> Table:
-    """FDR / coverage / fails per alpha and bound for one estimator per (model, dataset, criterion)."""
+REAL_EXAMPLE = "infra/examples/real/README.md"
+
+
+def results_table(db: str, run_keys: list[str], estimator: str | None) -> tuple[Table, Any]:
+    """FDR / coverage / fails per alpha and bound for one estimator per (model, dataset, criterion), and the
+    evaluation rows shown."""
     import polars as pl
 
     from cic.store import Store
 
-    with Store.open(db) as store:
+    with Store.open(db, read_only=True) as store:
         evaluations = store.read("evaluations")
         runs = store.read("runs", run_key=run_keys) if run_keys else store.read("runs")
     evaluations = evaluations.join(runs.select("model", "dataset").unique(), on=["model", "dataset"])
@@ -83,7 +87,21 @@ def results_table(db: str, run_keys: list[str], estimator: str | None) -> Table:
         fdr = "—" if r["fdr_mean"] is None else f"{r['fdr_mean']:.3f} ± {r['fdr_std']:.3f}"
         table.add_row(r["model"], r["dataset"], escape(r["criterion"]), r["search"], r["bound"], f"{r['alpha']:g}",
                       fdr, fmt(r["coverage_mean"]), f"{r['fails']}/{r['n_splits']}", fmt(r["base_error_rate"]))
-    return table
+    return table, shown
+
+
+def unattainable_note(shown: Any) -> str | None:
+    """One sentence on why every alpha failed (base error, calibration size), or None when something certified."""
+    from cic.stats.bounds import min_certifiable_n
+
+    if shown.height == 0 or (shown.get_column("fails") < shown.get_column("n_splits")).any():
+        return None
+    alpha, delta = float(shown.get_column("alpha").max()), float(shown.get_column("delta")[0])
+    errors = shown.get_column("base_error_rate")
+    return (f"Every α was unattainable: the base error rate is {errors.min():.2f}–{errors.max():.2f} and each split "
+            f"calibrates on {int(shown.get_column('n_cal').min())} answers, while even with zero errors "
+            f"Clopper–Pearson needs {min_certifiable_n('cp', alpha, delta)} accepted answers to certify "
+            f"α = {alpha:g} at δ = {delta:g}. A stronger model on more questions certifies: see {REAL_EXAMPLE}.")
 
 
 @friendly_errors
@@ -104,7 +122,11 @@ def run(
     with StageBars():
         summary = pipeline(config_path=str(config), db=db, ray_address=ray_address, tracking=tracking_uri,
                            report_dir=report_dir, log_to_mlflow=not no_mlflow)
-    console.print(results_table(summary["db"], summary["run_keys"], estimator))
+    table, shown = results_table(summary["db"], summary["run_keys"], estimator)
+    console.print(table)
+    note = unattainable_note(shown)
+    if note:
+        console.print(note, highlight=False, markup=False)
     timing = ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in summary["stage_seconds"].items())
     console.print(f"stages: {timing}", highlight=False)
     console.print(f"DuckDB: {summary['db']}", highlight=False)
@@ -153,7 +175,9 @@ def recalibrate(
 def log_command(
     db: Annotated[str, typer.Option("--db", help="DuckDB file.")] = "cic.duckdb",
     tracking_uri: TrackingOpt = None,
-    experiment_prefix: Annotated[str, typer.Option("--experiment-prefix")] = "cic",
+    experiment_prefix: Annotated[str | None, typer.Option(
+        "--experiment-prefix", help="MLflow experiments '<prefix>-<dataset>' (default: the prefix of the config "
+                                    "each stored run came from)")] = None,
     report_dir: Annotated[str, typer.Option("--report-dir")] = "cic-reports",
 ) -> None:
     """Log to MLflow every stored result not logged yet (after a tracking-server outage, say)."""

@@ -44,7 +44,7 @@ from cic.stats import bounds as _bounds
 from cic.stats import searches as batch_search
 from cic.stats._validation import as_pair, as_scores, check_choice, check_open_unit, check_positive_int
 from cic.stats.calibration import SortedCalibration
-from cic.stats.protocol import DEFAULT_ALPHAS, SortedSplits, evaluate_splits, gather, summarize_splits, split_measures
+from cic.stats.protocol import DEFAULT_ALPHAS, SortedSplits, evaluate_splits, gather, split_measures, summarize_splits
 from cic.stats.searches import get_search
 
 if TYPE_CHECKING:

