@@ -10,9 +10,18 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
-console = Console(width=None if sys.stdout.isatty() else 140)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
+# markup and emoji codes are off: file names, model names and values in errors are printed as they are
+# (a "[/]" or ":b:" in them is text, not a style); styled words are built as rich Text, never parsed
+console = Console(width=None if sys.stdout.isatty() else 140, markup=False, emoji=False, highlight=False)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 140, markup=False, emoji=False,
+                      highlight=False)
+
+
+def styled(*parts: str | tuple[str, str]) -> Text:
+    """A line whose (text, style) parts are styled and whose plain parts are printed verbatim."""
+    return Text.assemble(*parts)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -25,7 +34,7 @@ def friendly_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except ValueError as exc:
-            err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+            err_console.print(styled(("error:", "bold red"), " ", str(exc)))
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]

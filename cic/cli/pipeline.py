@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from cic.cli.common import console, err_console, fmt, friendly_errors
+from cic.cli.common import console, err_console, fmt, friendly_errors, styled
 
 ConfigOpt = Annotated[str, typer.Option("--config", help="Pipeline YAML (models, datasets, estimators, ...), or the "
                                        "name of a shipped config: demo, paper, example.")]
@@ -37,7 +36,7 @@ class StageBars:
     """Rich progress bars, one per pipeline stage, fed by `cic.pipeline.progress`."""
 
     def __init__(self) -> None:
-        self.progress = Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
+        self.progress = Progress(TextColumn("{task.description:<28}", markup=False), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), console=console, transient=False)
         self.tasks: dict[str, Any] = {}
 
@@ -79,13 +78,13 @@ def results_table(db: str, run_keys: list[str], estimator: str | None) -> tuple[
                                                                         "bound", "search", "created_at")
     shown = shown.unique(subset=["model", "dataset", "estimator", "criterion", "alpha", "bound", "search"],
                          keep="last", maintain_order=True)
-    table = Table(title=escape(f"split protocol ({', '.join(chosen) or 'no estimator'}): test FDR, coverage, fails"))
+    table = Table(title=(f"split protocol ({', '.join(chosen) or 'no estimator'}): test FDR, coverage, fails"))
     for column in ("model", "dataset", "criterion", "search", "bound", "α", "FDR mean ± std", "coverage",
                    "fails / splits", "base error"):
         table.add_column(column, justify="right" if column[0] in "αFcfb" else "left")
     for r in shown.iter_rows(named=True):
         fdr = "—" if r["fdr_mean"] is None else f"{r['fdr_mean']:.3f} ± {r['fdr_std']:.3f}"
-        table.add_row(r["model"], r["dataset"], escape(r["criterion"]), r["search"], r["bound"], f"{r['alpha']:g}",
+        table.add_row(r["model"], r["dataset"], r["criterion"], r["search"], r["bound"], f"{r['alpha']:g}",
                       fdr, fmt(r["coverage_mean"]), f"{r['fails']}/{r['n_splits']}", fmt(r["base_error_rate"]))
     return table, shown
 
@@ -136,8 +135,8 @@ def run(
         console.print(f"tables and plots: {summary['report_dir']}/ (also attached to the MLflow runs)",
                       highlight=False)
     if summary["log_error"]:
-        err_console.print(f"[bold yellow]MLflow logging failed:[/] {summary['log_error']} — results are in "
-                          f"{summary['db']}; run `cic log` to log them", highlight=False)
+        err_console.print(styled(("MLflow logging failed:", "bold yellow"), f" {summary['log_error']} — results are "
+                                 f"in {summary['db']}; run `cic log` to log them"))
 
 
 @friendly_errors
@@ -158,14 +157,14 @@ def recalibrate(
     for column in ("model", "dataset", "estimator", "criterion", "α", "bound", "search", "threshold", "previous"):
         table.add_column(column)
     for r in result["thresholds"]:
-        table.add_row(r["model"], r["dataset"], escape(r["estimator"]), escape(r["criterion"]), f"{r['alpha']:g}",
+        table.add_row(r["model"], r["dataset"], r["estimator"], r["criterion"], f"{r['alpha']:g}",
                       r["bound"], r["search"],
                       "[red]unattainable" if r["threshold"] is None else fmt(r["threshold"], ".4g"),
                       fmt(r["previous_threshold"], ".4g"))
     console.print(table)
     for alert in result["alerts"]:
-        err_console.print(f"[bold red]ALERT[/] {alert['model']}/{alert['dataset']} {escape(alert['estimator'])} × "
-                          f"{escape(alert['criterion'])} α={alert['alpha']:g} {alert['bound']}: {alert['alert']}",
+        err_console.print(styled(("ALERT", "bold red"), f" {alert['model']}/{alert['dataset']} {alert['estimator']} × "
+                                 f"{alert['criterion']} α={alert['alpha']:g} {alert['bound']}: {alert['alert']}"),
                           highlight=False)
     if fail_on_alert and result["alerts"]:
         raise typer.Exit(1)
@@ -209,14 +208,14 @@ def ask(
 
     reply = ask_question(question, config_path=config, db=db, model=model, dataset=dataset, choices=choices,
                          estimator=estimator, criterion=criterion, alpha=alpha, bound=bound, search=search)
-    verdict = "[bold green]ANSWER[/]" if reply.decision == "answer" else "[bold yellow]ABSTAIN[/]"
-    console.print(f"{verdict}  {escape(repr(reply.answer))}" if reply.decision == "answer" else verdict,
+    verdict = ("ANSWER", "bold green") if reply.decision == "answer" else ("ABSTAIN", "bold yellow")
+    console.print(styled(verdict, f"  {reply.answer!r}") if reply.decision == "answer" else styled(verdict),
                   highlight=False)
-    console.print(f"score {escape(reply.estimator)} = {reply.score + 0.0:.4g}; threshold = "
+    console.print(f"score {reply.estimator} = {reply.score + 0.0:.4g}; threshold = "
                   f"{'none (alpha unattainable)' if reply.threshold is None else format(reply.threshold, '.4g')} "
                   f"(α = {alpha:g}, {bound}, {search}, gate {reply.calibration_id[:12]})", highlight=False)
     if reply.decision == "abstain":
-        console.print(f"most likely answer (withheld): {escape(repr(reply.answer))}", style="dim", highlight=False)
+        console.print(f"most likely answer (withheld): {reply.answer!r}", style="dim", highlight=False)
 
 
 COMMANDS = {"run": run, "recalibrate": recalibrate, "log": log_command, "ask": ask}
