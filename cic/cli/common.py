@@ -34,7 +34,7 @@ def friendly_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except ValueError as exc:
-            err_console.print(styled(("error:", "bold red"), " ", str(exc)))
+            err_console.print(styled(("error:", "bold red"), " ", " ".join(str(exc).split())), soft_wrap=True)
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]

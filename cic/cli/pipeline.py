@@ -115,6 +115,9 @@ def run(
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="Skip MLflow logging (`cic log` later).")] = False,
 ) -> None:
     """The main job: generate → score → label → DuckDB → calibrate → split protocol → MLflow."""
+    from cic.pipeline.preflight import preflight
+
+    preflight(config)  # before any service starts: a bad config costs a second and one line
     prefect_defaults()
     from flows.pipeline import pipeline
 
@@ -149,6 +152,12 @@ def recalibrate(
                                                 "or the score distribution shifted.")] = False,
 ) -> None:
     """Recalibrate every stored run on its newest window and compare with the previous gates."""
+    from cic.pipeline.config import load_config
+
+    load_config(config)  # before any service starts
+    resolved_db = db or load_config(config).storage.db
+    if not Path(resolved_db).exists():
+        raise ValueError(f"db = {resolved_db!r}: no such file (nothing stored to recalibrate; run `cic run` first)")
     prefect_defaults()
     from flows.recalibrate import recalibrate_flow
 

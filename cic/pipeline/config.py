@@ -232,6 +232,8 @@ def _describe(error: dict[str, Any]) -> str:
     path = ".".join(str(p) for p in error["loc"]) or "(top level)"
     if error["type"] == "extra_forbidden":
         return f"{path}: unknown key"
+    if error["type"] == "missing":
+        return f"{path}: required key missing"
     return f"{path} = {error.get('input')!r}: {error['msg']}"
 
 
@@ -267,5 +269,8 @@ def load_config(path: str | Path) -> PipelineConfig:
     try:
         data = yaml.safe_load(p.read_text())
     except yaml.YAMLError as exc:
-        raise ValueError(f"config = {str(p)!r}: not valid YAML: {exc}") from None
-    return parse_config(data, source=str(p))
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ValueError(f"config = {str(p)!r}: not valid YAML{where}: {problem}") from None
+    return parse_config(data, source=f"config = {str(p)!r}")

