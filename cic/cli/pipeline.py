@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from cic.cli.common import console, err_console, fmt, friendly_errors, styled
+from cic.pipeline.progress import ProgressLines
 
 ConfigOpt = Annotated[str, typer.Option("--config", help="Pipeline YAML (models, datasets, estimators, ...), or the "
                                        "name of a shipped config: demo, paper, example.")]
@@ -121,7 +122,7 @@ def run(
     prefect_defaults()
     from flows.pipeline import pipeline
 
-    with StageBars():
+    with StageBars() if console.is_terminal else ProgressLines(lambda text: console.print(text, soft_wrap=True)):
         summary = pipeline(config_path=str(config), db=db, ray_address=ray_address, tracking=tracking_uri,
                            report_dir=report_dir, log_to_mlflow=not no_mlflow)
     table, shown = results_table(summary["db"], summary["run_keys"], estimator)

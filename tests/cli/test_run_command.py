@@ -36,6 +36,7 @@ def test_cic_run_prints_the_table_says_where_things_went_and_why_nothing_certifi
     assert (tmp_path / "small.duckdb").is_file() and (tmp_path / "mlflow.db").is_file()
     assert any((tmp_path / "reports").iterdir())
     assert "group(s) logged" in out
+    assert "answer smollm2: 6/6 (100.0%)" in out  # not a terminal: plain progress lines, not bars
     # six questions cannot certify alpha = 0.1: the closing lines say why and where a real result is
     assert "Every α was unattainable" in out and "infra/examples/real/README.md" in out
     assert not (tmp_path / "mlruns").exists()  # artifacts beside the SQLite file, not in the working directory

@@ -1,0 +1,30 @@
+"""Progress for logs: plain lines at a bounded rate, and never quiet for longer than the interval."""
+
+from __future__ import annotations
+
+from cic.pipeline.progress import ProgressLines
+
+
+def test_lines_every_tenth_and_at_the_end_not_per_event() -> None:
+    now, lines = [0.0], []
+    progress = ProgressLines(lines.append, clock=lambda: now[0])
+    for done in range(0, 1001):
+        now[0] += 0.01  # fast events: 1,001 of them in 10 s
+        progress("score", done, 1000)
+    assert len(lines) == 11  # start, every 10%, the end (never one per event)
+    assert lines[0].startswith("score: 0/1000 (0.0%)") and lines[-1].startswith("score: 1000/1000 (100.0%)")
+    assert "ETA" in lines[5] and "ETA" not in lines[-1]
+
+
+def test_a_quiet_stage_is_repeated_every_interval() -> None:
+    now, lines = [0.0], []
+    progress = ProgressLines(lines.append, every_seconds=30, clock=lambda: now[0])
+    progress("answer m", 3, 100)
+    for _ in range(10):  # a long batch: no event for 100 s
+        now[0] += 10
+        progress.tick()
+    assert len(lines) == 1 + 3  # the first line, then one at 30, 60 and 90 s
+    progress("answer m", 100, 100)
+    now[0] += 60
+    progress.tick()
+    assert len(lines) == 5  # a finished stage is not repeated
