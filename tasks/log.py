@@ -22,7 +22,7 @@ from prefect.cache_policies import NO_CACHE
 
 from cic import schema
 from cic.pipeline import progress
-from cic.reports.report import ReportConfig, write_report
+from cic.reports.report import ReportConfig, file_slug, write_report
 from cic.stats.calibration import CalibrationResult
 from cic.stats.searches import get_search
 from cic.store import Store
@@ -118,7 +118,7 @@ def build_group(store: Store, unit: dict[str, Any], experiment_prefix: str, repo
     pairs = store.calibration_frame(unit["model"], unit["dataset"], unit["estimator"], unit["criterion"],
                                     run_key=unit["run_key"], allow_partial=True)
     slug = schema.stable_hash(unit["evaluation_id"], *calibrations.get_column("calibration_id").sort().to_list())
-    out = report_root / f"{unit['model']}__{unit['dataset']}__{unit['estimator']}__{unit['criterion']}__{slug[:10]}"
+    out = report_root / file_slug(unit["model"], unit["dataset"], unit["estimator"], unit["criterion"], slug[:10])
     frame = pairs.select(pl.lit(unit["model"]).alias("model"), pl.lit(unit["dataset"]).alias("dataset"),
                          pl.lit(unit["estimator"]).alias("estimator"), pl.lit(unit["criterion"]).alias("criterion"),
                          "score", "error")

@@ -206,9 +206,14 @@ class ReportFiles:
         return [*self.tables, *self.figures, *([self.index] if self.index else [])]
 
 
-def _slug(*parts: str) -> str:
+def file_slug(*parts: str) -> str:
+    """A file-name-safe name from free text (model, dataset, estimator names): letters, digits, '-', '_' and
+    single inner dots only, so no name can climb out of its directory ('..', '/', leading dots)."""
     text = "_".join(parts).lower()
-    return "".join(ch if ch.isalnum() or ch in "-." else "_" for ch in text).strip("_") or "group"
+    slug = "".join(ch if ch.isalnum() or ch in "-." else "_" for ch in text)
+    while ".." in slug:
+        slug = slug.replace("..", "_")
+    return slug.strip("_.") or "group"
 
 
 def _write(path: Path, text: str, files: list[Path], root: Path) -> None:
@@ -232,7 +237,7 @@ def _risk_coverage_figures(frame: pl.DataFrame, config: ReportConfig, out: Path,
         by_estimator.setdefault((key["estimator"], key["criterion"]), []).append(
             CurvePanel(f"{key['model']} / {key['dataset']}", curve.coverage, curve.risk, marks))
     for (estimator, criterion), panels in by_estimator.items():
-        path = out / "figures" / f"risk_coverage_{_slug(estimator, criterion)}.png"
+        path = out / "figures" / f"risk_coverage_{file_slug(estimator, criterion)}.png"
         risk_coverage_figure(panels, path, f"Risk–coverage: {estimator} ({criterion}); certified thresholds "
                                            f"({config.curve_bound}, {search}, δ = {config.delta:g}, full table)")
         files.figures.append(path.relative_to(out))

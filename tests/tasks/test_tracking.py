@@ -114,3 +114,13 @@ def test_logging_to_a_real_mlflow_server(mlflow_server: str, tmp_path: Path) -> 
     assert len(_runs(client, "cic-trivia_qa")) == 3
     assert [a.path for a in client.list_artifacts(parent_id)] == ["table.csv"]
     assert tracking.log_group(client, _group("k3", artifacts=(table,))) == (parent_id, False)
+
+
+def test_group_names_cannot_write_outside_the_report_directory(tmp_path) -> None:
+    """A model or dataset name with '../' or '/' stays inside report_dir (path traversal)."""
+    from cic.reports.report import file_slug
+
+    root = tmp_path / "reports"
+    for parts in (("../../outside", "d", "e", "c", "k"), ("m", "/etc", "e", "c", "k"), ("..", "..", "..", "..", "..")):
+        target = (root / file_slug(*parts)).resolve()
+        assert target.parent == root.resolve(), parts
