@@ -26,7 +26,7 @@ from cic.reports.report import ReportConfig, file_slug, write_report
 from cic.stats.calibration import CalibrationResult
 from cic.stats.searches import get_search
 from cic.store import Store
-from tasks.tracking import ChildRun, DatasetRef, GroupLog, find_logged, log_group
+from tasks.tracking import ChildRun, DatasetRef, GroupLog, check_reachable, find_logged, log_group
 
 log = logging.getLogger("cic.pipeline")
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
@@ -153,7 +153,8 @@ def build_group(store: Store, unit: dict[str, Any], experiment_prefix: str, repo
                                     "estimator": unit["estimator"], "criterion": unit["criterion"]}))
 
 
-@task(name="log", retries=2, retry_delay_seconds=[5, 30], cache_policy=NO_CACHE)
+@task(name="log", retries=1, retry_delay_seconds=5, retry_condition_fn=lambda task, run, state: not isinstance(
+    state.result(raise_on_failure=False), ConnectionError), cache_policy=NO_CACHE)
 def log_results(db: str, *, tracking: str | None = None, experiment_prefix: str | None = None,
                 report_dir: str = "cic-reports", run_keys: Sequence[str] | None = None) -> LogStats:
     """Log every stored unit not yet in MLflow (parent per group, nested run per alpha × bound × search).
@@ -161,6 +162,7 @@ def log_results(db: str, *, tracking: str | None = None, experiment_prefix: str 
     Each group goes to '<prefix>-<dataset>', the prefix being `experiment_prefix` or, when None, the one the
     run's config recorded in the store — so `cic log` after `cic run` finds everything already there.
     """
+    check_reachable(tracking_uri(tracking))
     client = MlflowClient(tracking_uri=tracking_uri(tracking))
     stats = LogStats()
     root = Path(report_dir)

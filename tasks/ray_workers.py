@@ -18,6 +18,8 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
+from cic.pipeline.preflight import check_ray_address
+
 log = logging.getLogger("cic.ray")
 
 
@@ -37,6 +39,7 @@ def connect(address: str | None = None, *, num_cpus: int | None = None,
     address = address or os.environ.get("RAY_ADDRESS") or None
     if not ray.is_initialized():
         if address:
+            check_ray_address(address)
             ray.init(address=address, log_to_driver=False)
         else:
             ray.init(address="local", include_dashboard=False, num_cpus=num_cpus, log_to_driver=False,

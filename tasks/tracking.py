@@ -68,6 +68,24 @@ class DatasetRef:
     profile: Mapping[str, Any] = field(default_factory=dict)
 
 
+def check_reachable(tracking_uri: str, timeout_s: float = 5.0) -> None:
+    """Refuse, within `timeout_s`, an HTTP tracking server that does not answer (MLflow's client would retry
+    with backoff for minutes); local stores (sqlite, file) are always reachable."""
+    if not tracking_uri.startswith(("http://", "https://")):
+        return
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(tracking_uri.rstrip("/") + "/health", timeout=timeout_s):
+            pass
+    except urllib.error.HTTPError:
+        return  # something answered; MLflow's own calls will say what is wrong
+    except (OSError, ValueError) as exc:
+        raise ConnectionError(f"MLflow tracking server {tracking_uri} does not answer within {timeout_s:g} s "
+                              f"({getattr(exc, 'reason', exc)})") from None
+
+
 def local_artifact_location(tracking_uri: str, experiment: str) -> str | None:
     """Artifacts of a local SQLite store go beside its file (mlartifacts/<experiment>), not into ./mlruns of
     whatever directory the job was started from; other stores keep their own default."""

@@ -31,6 +31,9 @@ def prefect_defaults() -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("DO_NOT_TRACK", "true")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    # a tracking server that dies mid-run costs seconds, not MLflow's default minutes of backoff
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
 
 
 class StageBars:
@@ -118,7 +121,7 @@ def run(
     """The main job: generate → score → label → DuckDB → calibrate → split protocol → MLflow."""
     from cic.pipeline.preflight import preflight
 
-    preflight(config)  # before any service starts: a bad config costs a second and one line
+    preflight(config, ray_address=ray_address)  # before any service starts: a bad config costs a second and one line
     prefect_defaults()
     from flows.pipeline import pipeline
 

@@ -37,9 +37,32 @@ def dataset_problem(name: str, source: str) -> str | None:
     return None
 
 
-def preflight(config_path: str | Path) -> PipelineConfig:
-    """The validated config; a ValueError naming the file, the key path and the value otherwise."""
+def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
+    """Refuse, within `timeout_s`, a Ray address where nothing listens (ray.init would retry for minutes)."""
+    import socket
+
+    if address in ("auto", "local"):
+        return
+    host_port = address.removeprefix("ray://").rsplit("/", 1)[0]
+    host, _, port = host_port.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"ray address = {address!r}: expected HOST:PORT or ray://HOST:PORT (or 'auto')")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ValueError(f"ray address = {address!r}: nothing answers at {host}:{port} within {timeout_s:g} s "
+                         f"({exc.strerror or exc}); start the cluster or fix --ray-address") from None
+
+
+def preflight(config_path: str | Path, *, ray_address: str | None = None) -> PipelineConfig:
+    """The validated config; a ValueError naming the file, the key path and the value otherwise. A Ray
+    address (given, the config's, or $RAY_ADDRESS) must answer within seconds."""
+    import os
+
     config = load_config(config_path)
+    address = ray_address or config.ray.address or os.environ.get("RAY_ADDRESS")
+    if address:
+        check_ray_address(address)
     problems = []
     for i, model in enumerate(config.models):
         if (why := model_problem(model.spec)) is not None:

@@ -138,6 +138,19 @@ def test_cic_log_after_cic_run_adds_nothing_and_runs_compare_in_mlflow(
     assert sorted(m.step for m in history) == [50, 90]  # one point per alpha (x 100)
 
 
+def test_mlflow_down_the_run_completes_and_says_what_was_not_logged(
+        demo_run: tuple[Path, dict[str, Any], MlflowClient]) -> None:
+    import socket
+
+    config, summary, client = demo_run
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # nothing listens there
+    again = pipeline(config_path=str(config), tracking=f"http://127.0.0.1:{port}")
+    assert again["log"] is None and "does not answer" in again["log_error"]
+    assert again["stage_seconds"]["log"] < 30  # bounded, not MLflow's minutes of backoff
+
+
 KILLABLE = """
 import sys
 from cic.pipeline import progress

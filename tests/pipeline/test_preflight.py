@@ -58,3 +58,32 @@ def test_cic_run_refuses_a_bad_config_fast_without_starting_services(tmp_path: P
     assert len(lines) == 1 and lines[0].startswith("error: config = ") and "bad.yaml" in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "prefect").exists()  # no Prefect state was made
     assert elapsed < 30  # generous for a loaded CI machine; about 2 s idle
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_ray_address_is_refused_within_seconds(tmp_path: Path) -> None:
+    port = _free_port()  # nothing listens there
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect")}
+    started = time.perf_counter()
+    proc = subprocess.run([str(CIC), "run", "--config", str(_config(tmp_path)), "--ray-address",
+                           f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"ray address = '127.0.0.1:{port}': nothing answers" in proc.stderr
+    assert time.perf_counter() - started < 30 and not (tmp_path / "prefect").exists()
+
+
+def test_a_tracking_server_that_does_not_answer_is_reported_not_waited_for() -> None:
+    from tasks.tracking import check_reachable
+
+    started = time.perf_counter()
+    with pytest.raises(ConnectionError, match="does not answer"):
+        check_reachable(f"http://127.0.0.1:{_free_port()}", timeout_s=2)
+    assert time.perf_counter() - started < 10
+    check_reachable("sqlite:///anything.db")  # local stores need no server
