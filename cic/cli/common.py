@@ -40,6 +40,16 @@ def friendly_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def check_output_file(path: Path | None, option: str) -> None:
+    """Refuse, before any work, an output path whose directory is missing or that is itself a directory."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise ValueError(f"{option} = {str(path)!r} is a directory; give a file name")
+    if not path.parent.is_dir():
+        raise ValueError(f"{option} = {str(path)!r}: directory {str(path.parent)!r} does not exist")
+
+
 def parse_floats(text: str, name: str) -> list[float]:
     try:
         return [float(x) for x in text.split(",") if x.strip()]

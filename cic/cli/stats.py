@@ -31,6 +31,7 @@ from cic.cli.common import (
     Searches,
     Seed,
     Start,
+    check_output_file,
     console,
     fmt,
     friendly_errors,
@@ -74,6 +75,8 @@ def calibrate(
     """Certify the largest threshold whose error rate among accepted answers is <= ALPHA."""
     from cic.stats.calibration import calibrate as run_calibration
 
+    check_output_file(json_out, "--json")
+    check_output_file(gate_out, "--gate")
     scores, errors = load_pairs(file, score_col, error_col, correct_col, {
         "model": model, "dataset": dataset, "estimator": estimator, "criterion": criterion, "run_key": run_key})
     result = run_calibration(scores, errors, alpha=alpha, delta=delta, bound=bound, search=search,

@@ -123,3 +123,14 @@ def test_simulate_command() -> None:
     assert result.exit_code == 0, result.output
     assert "violation rate" in result.output
     json.dumps(result.output)  # plain text, no control characters that break logs
+
+
+@pytest.mark.parametrize("option", ["--json", "--gate"])
+def test_output_into_a_missing_directory_or_onto_a_directory_fails_before_any_work(tmp_path: Path,
+                                                                                    option: str) -> None:
+    table = tmp_path / "t.csv"
+    table.write_text("score,error\n" + "".join(f"{i / 100},{int(i % 9 == 0)}\n" for i in range(100)))
+    for target, message in ((tmp_path / "missing" / "out.json", "does not exist"), (tmp_path, "is a directory")):
+        result = CliRunner().invoke(app, ["calibrate", str(table), "--alpha", "0.3", option, str(target)])
+        assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+        assert "answer when" not in result.output  # refused before calibrating
