@@ -41,7 +41,14 @@ def as_errors(values: Any, name: str = "errors") -> np.ndarray:
         return arr.astype(np.int8)
     if not np.issubdtype(arr.dtype, np.number):
         values = arr.tolist()
-        i = next((j for j, v in enumerate(values) if isinstance(v, str) or v not in (0, 1)), 0)
+        # the cell to name is the first that is not 0/1 in any spelling ("0" and "1" in a text column are fine,
+        # only not as text): a "yes" at row 50 is reported at row 50, not at row 0
+        looks_valid = {0, 1, "0", "1", True, False}
+        i = next((j for j, v in enumerate(values) if v not in looks_valid), None)
+        if i is None:
+            i = next(j for j, v in enumerate(values) if isinstance(v, str))
+            raise ValueError(f"{name}[{i}] = {values[i]!r}: errors are text, not numbers; store them as 0/1 "
+                             "integers or booleans")
         raise ValueError(f"{name}[{i}] = {values[i]!r}: errors must be 0/1 or booleans")
     bad = ~((arr == 0) | (arr == 1))
     if bad.any():

@@ -280,3 +280,9 @@ def test_grid_helpers() -> None:
         cic.uniform_grid(1, 0, 5)
     with pytest.raises(ValueError, match="k = 0"):
         cic.uniform_grid(0, 1, 0)
+
+
+def test_a_non_numeric_error_value_is_reported_at_its_own_row() -> None:
+    errors = ["0", "1"] * 25 + ["yes"] + ["0"] * 10
+    with pytest.raises(ValueError, match=r"errors\[50\] = 'yes'"):
+        cic.calibrate(np.linspace(0, 1, 61), np.array(errors, dtype=object), alpha=0.2)
