@@ -50,7 +50,37 @@ def latest_gate(db: str, *, model: str, dataset: str, estimator: str, criterion:
         raise ValueError(f"no stored gate for model={model!r}, dataset={dataset!r}, estimator={estimator!r}, "
                          f"criterion={criterion!r}, alpha={alpha:g}, bound={bound!r}, search={search!r} in {db}; "
                          "run `cic run` (or `cic calibrate`) with these settings first")
-    return rows.sort("created_at").row(-1, named=True)
+    row = rows.sort("created_at").row(-1, named=True)
+    verify_gate(row)
+    return row
+
+
+def verify_gate(row: dict) -> None:
+    """Refuse a stored gate that disagrees with its own stored result, or whose certificate does not hold:
+    the threshold, alpha, delta, bound and search columns must equal the result JSON's, and a threshold
+    needs (n_errors, n_accepted) whose upper bound at the result's level is <= alpha."""
+    import math
+
+    from cic.stats.bounds import ucb
+    from cic.stats.calibration import CalibrationResult
+
+    name = f"stored gate {str(row.get('calibration_id'))[:12]}"
+    try:
+        result = CalibrationResult.from_json(row["result_json"])
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValueError(f"{name}: its stored result does not parse ({exc}); refusing to serve it") from None
+    for column in ("threshold", "alpha", "delta", "bound", "search", "n_accepted", "n_errors"):
+        stored, certified = row.get(column), getattr(result, column)
+        same = stored == certified or (isinstance(stored, float) and isinstance(certified, float)
+                                       and math.isclose(stored, certified, rel_tol=1e-12))
+        if not same:
+            raise ValueError(f"{name}: column {column} = {stored!r} but its certified result says {certified!r}; "
+                             "the row was altered — refusing to serve it (recalibrate to replace it)")
+    if result.threshold is not None:
+        value = float(ucb(result.bound, result.n_errors, result.n_accepted, result.gamma))
+        if not value <= result.alpha * (1 + 1e-12):
+            raise ValueError(f"{name}: its certificate does not hold (UCB {value:.4g} > alpha {result.alpha:g}); "
+                             "refusing to serve it")
 
 
 def ask_question(question: str, *, config_path: str | Path, db: str | None, model: str | None, dataset: str,

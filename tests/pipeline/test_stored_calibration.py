@@ -20,6 +20,7 @@ from cic.pipeline.stored_calibration import (
 from cic.stats.calibration import calibrate
 from cic.stats.protocol import evaluate_splits
 from cic.store import Store
+from tests.support.database import raw_sql
 from tests.support.pipeline_data import store_run
 
 CONFIG = CalibrationConfig(alphas=(0.2, 0.3), bounds=("hoeffding", "cp"), searches=("paper",), n_splits=20)
@@ -105,3 +106,27 @@ def test_recalibration_needs_labelled_data(store: Store) -> None:
     group = groups_of_run(store, run)[0]
     with pytest.raises(ValueError, match="only 1 labelled question"):
         recalibrate_group(store, group, CONFIG, window=1, shift_p_value=0.01)
+
+
+def test_a_stored_gate_that_was_altered_is_not_served(tmp_path: Path) -> None:
+    """Editing an unattainable gate's threshold from NULL to 1e9 must not make `cic ask` answer."""
+    from cic.pipeline.asking import latest_gate
+
+    db = tmp_path / "g.duckdb"
+    with Store.open(db) as store:
+        key = store_run(store, n=300)
+        run = store.read("runs", run_key=key).row(0, named=True)
+        group = groups_of_run(store, run)[0]
+        pairs = store.calibration_frame(group.model, group.dataset, group.estimator, group.criterion,
+                                        run_key=key, allow_partial=True)
+        store.upsert("calibrations", calibration_rows(group, pairs, CalibrationConfig(alphas=(0.01, 0.3),
+                                                                                      bounds=("cp",))))
+    ask = dict(model=group.model, dataset=group.dataset, estimator=group.estimator, criterion=group.criterion,
+               bound="cp", search="fixed_sequence")
+    assert latest_gate(str(db), alpha=0.3, **ask)["threshold"] is not None  # an intact gate is served
+    raw_sql(db, "UPDATE calibrations SET threshold = 1e9 WHERE alpha = 0.01",
+            "UPDATE calibrations SET n_errors = 0 WHERE alpha = 0.3")  # edits behind the store's back
+    with pytest.raises(ValueError, match="column threshold = 1000000000.0 but its certified result says None"):
+        latest_gate(str(db), alpha=0.01, **ask)
+    with pytest.raises(ValueError, match="column n_errors = 0"):
+        latest_gate(str(db), alpha=0.3, **ask)

@@ -26,6 +26,7 @@ from cic.store.database import (
     create_table_sql,
     duckdb_type,
 )
+from tests.support.database import raw_sql
 
 ROOT = Path(__file__).resolve().parents[2]
 INJECTION = "x'); DROP TABLE scores; --"
@@ -75,16 +76,6 @@ def generations_frame(run_key: str, question_ids: list[str], samples: int) -> pl
              "logprob_sum": -1.5, "logprob_mean": -0.5, "is_greedy": s == 0, "option_probs": None, "flags": []}
             for q in question_ids for s in range(samples)]
     return pl.DataFrame(rows, schema=schema.GENERATIONS.schema)
-
-
-def raw_sql(path: Path, *statements: str, params: list | None = None) -> None:
-    """Change a database file behind the store's back (to build older or damaged files)."""
-    con = duckdb.connect(str(path))
-    try:
-        for statement in statements:
-            con.execute(statement, params)
-    finally:
-        con.close()
 
 
 @pytest.fixture
