@@ -43,7 +43,7 @@ def as_errors(values: Any, name: str = "errors") -> np.ndarray:
         values = arr.tolist()
         # the cell to name is the first that is not 0/1 in any spelling ("0" and "1" in a text column are fine,
         # only not as text): a "yes" at row 50 is reported at row 50, not at row 0
-        looks_valid = {0, 1, "0", "1", True, False}
+        looks_valid = {0, 1, "0", "1"}  # True == 1 and False == 0
         i = next((j for j, v in enumerate(values) if v not in looks_valid), None)
         if i is None:
             i = next(j for j, v in enumerate(values) if isinstance(v, str))
