@@ -103,6 +103,13 @@ def _check_is_duckdb_file(path: Path) -> None:
                               "Pass --db with a new or existing .duckdb path, or move this file away.")
 
 
+def _damaged(path: Path, exc: Exception) -> str:
+    first = " ".join(str(exc).split())[:300]
+    return (f"db = {str(path)!r} is damaged and cannot be read ({type(exc).__name__}: {first}). It was not "
+            "changed. Recover: copy it aside, then `cic export TABLE out.parquet --db COPY` for each table that "
+            "still reads, or restore from your Parquet exports, and `cic import` them into a new file")
+
+
 def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
     import duckdb
 
@@ -338,9 +345,17 @@ class Store:
         p = Path(path).expanduser()
         if not read_only and not p.parent.exists():
             raise StoreError(f"db = {str(p)!r}: directory {str(p.parent)!r} does not exist")
-        con = _connect(p, read_only)
+        import duckdb
+
+        try:
+            con = _connect(p, read_only)
+        except duckdb.Error as exc:  # corrupted blocks, a damaged WAL, ...: never a traceback, never a write
+            raise StoreError(_damaged(p, exc)) from None
         try:
             version = _prepare(con, p, read_only)
+        except duckdb.Error as exc:
+            con.close()
+            raise StoreError(_damaged(p, exc)) from None
         except BaseException:
             con.close()
             raise

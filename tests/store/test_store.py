@@ -411,3 +411,20 @@ def test_export_and_import_move_a_table_between_stores(tmp_path: Path) -> None:
         assert target.count("scores") == 0
         with pytest.raises(ValueError, match="give a .parquet file name"):
             target.export("scores", tmp_path / "scores.csv")
+
+
+def test_a_file_with_corrupted_blocks_gives_one_clear_error_and_is_not_changed(tmp_path: Path) -> None:
+    import hashlib
+
+    db = tmp_path / "c.duckdb"
+    with Store.open(db) as store:
+        store.upsert("questions", load_questions("trivia_qa", limit=50))
+    data = bytearray(db.read_bytes())
+    rng = np.random.default_rng(0)
+    data[12288:] = rng.integers(0, 256, len(data) - 12288, dtype=np.uint8).tobytes()  # keep the headers
+    db.write_bytes(bytes(data))
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    for read_only in (True, False):
+        with pytest.raises(StoreError, match="is damaged and cannot be read .* It was not changed. Recover"):
+            Store.open(db, read_only=read_only)
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before
