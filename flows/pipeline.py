@@ -74,7 +74,7 @@ def pipeline(config_path: str = DEMO_CONFIG, db: str | None = None, ray_address:
     for index, model in enumerate(config.models):
         settings = config.answerer_settings(index)
         runs = []
-        with Store.open(db_path) as store:
+        with Store.open(db_path, wait_s=60) as store:
             for dataset in config.datasets:
                 frame = questions[dataset.name]
                 prompt_id = DATASETS.prompt_for(dataset.name).prompt_id

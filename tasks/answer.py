@@ -23,6 +23,8 @@ from tasks import ray_workers
 from tasks.answer_worker import RayAnswerWorker
 
 log = logging.getLogger("cic.pipeline")
+#: How long a batch write waits for another process to release the store before the task fails.
+WRITE_WAIT_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -100,13 +102,15 @@ def answer_questions(db: str, model: str, settings: AnswererSettings, runs: list
     stats.load_s = time.perf_counter() - started
     done = 0
     try:
-        with Store.open(db) as store:
-            for _, result in pool.map("process", jobs):
+        for _, result in pool.map("process", jobs):
+            # the file is held only while one batch is written: readers (cic ask, a calibration, the nightly
+            # recalibration) get it between batches, and a reader holding it makes this wait, not fail
+            with Store.open(db, wait_s=WRITE_WAIT_S) as store:
                 store_batch(store, result)
-                done += int(result["stats"]["questions"])
-                stats.generated += int(result["stats"]["generated_questions"])
-                stats.batches += 1
-                progress.report(f"answer {model}", done, stats.questions)
+            done += int(result["stats"]["questions"])
+            stats.generated += int(result["stats"]["generated_questions"])
+            stats.batches += 1
+            progress.report(f"answer {model}", done, stats.questions)
     finally:
         pool.close()
     stats.wall_s = time.perf_counter() - started

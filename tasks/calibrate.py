@@ -32,7 +32,7 @@ def calibrate_runs(db: str, run_keys: Sequence[str], calibration: CalibrationCon
                    estimators: Sequence[str] | None = None, criteria: Sequence[str] | None = None) -> CalibrateStats:
     """Gate per (alpha, bound, search) on each group's pairs plus the split protocol; idempotent upserts."""
     stats = CalibrateStats()
-    with Store.open(db) as store:
+    with Store.open(db, wait_s=60) as store:
         runs = [r for r in store.read("runs").iter_rows(named=True) if r["run_key"] in set(run_keys)]
         groups = [g for run in runs for g in groups_of_run(store, run, estimators, criteria)]
         for key, pairs in iter_group_pairs(store, groups):

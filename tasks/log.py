@@ -166,7 +166,7 @@ def log_results(db: str, *, tracking: str | None = None, experiment_prefix: str 
     client = MlflowClient(tracking_uri=tracking_uri(tracking))
     stats = LogStats()
     root = Path(report_dir)
-    with Store.open(db, read_only=False) as store:
+    with Store.open(db, read_only=True, wait_s=60) as store:  # reads only: never blocks a writer
         units = log_units(store, run_keys)
         for i, unit in enumerate(units, 1):
             group_key = schema.stable_hash(unit["evaluation_id"], *sorted(

@@ -21,6 +21,6 @@ def load_and_store_questions(db: str, dataset: DatasetConfig) -> pl.DataFrame:
     """The dataset's questions (limit/seed applied), upserted into the `questions` table."""
     questions = load_questions(dataset.name, source_argument(dataset.source), split=dataset.split,
                                limit=dataset.limit, seed=dataset.seed)
-    with Store.open(db) as store:
+    with Store.open(db, wait_s=60) as store:
         store.upsert("questions", questions)
     return questions

@@ -29,7 +29,7 @@ def recalibrate_runs(db: str, run_keys: Sequence[str], calibration: CalibrationC
                      shift_p_value: float) -> list[Recalibration]:
     """Recalibrate every group of the runs on its newest window and store the new gates."""
     results: list[Recalibration] = []
-    with Store.open(db) as store:
+    with Store.open(db, wait_s=60) as store:
         runs = [r for r in store.read("runs").iter_rows(named=True) if r["run_key"] in set(run_keys)]
         for run in runs:
             for key in groups_of_run(store, run):

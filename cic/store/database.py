@@ -339,9 +339,26 @@ class Store:
         self._in_transaction = False
 
     @classmethod
-    def open(cls, path: str | Path, *, read_only: bool = False) -> Store:
+    def open(cls, path: str | Path, *, read_only: bool = False, wait_s: float = 0.0) -> Store:
         """Open (or create) a store; migrates an older file. Raises `StoreLockedError` when another process
-        holds the file and `NotADuckDBFileError` for a file that is not a DuckDB database."""
+        holds the file (after retrying with backoff for up to `wait_s` seconds) and `NotADuckDBFileError` for a
+        file that is not a DuckDB database. Writers that run for long open per batch with a wait, so readers
+        and other flows get the file between batches."""
+        import time
+
+        deadline = time.monotonic() + wait_s
+        pause = 0.05
+        while True:
+            try:
+                return cls._open_once(path, read_only=read_only)
+            except StoreLockedError:
+                if time.monotonic() + pause > deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 2.0)
+
+    @classmethod
+    def _open_once(cls, path: str | Path, *, read_only: bool) -> Store:
         p = Path(path).expanduser()
         if not read_only and not p.parent.exists():
             raise StoreError(f"db = {str(p)!r}: directory {str(p.parent)!r} does not exist")

@@ -331,6 +331,29 @@ def test_a_store_locked_by_another_process_says_so(db: Path) -> None:
     Store.open(db).close()  # free again once the holder is gone
 
 
+def test_a_writer_waits_for_a_reader_holding_the_file_instead_of_failing(db: Path) -> None:
+    """A read-only connection held by another process (cic ask, a notebook) makes a batch write wait."""
+    with Store.open(db) as store:
+        store.upsert("questions", load_questions("trivia_qa", limit=5))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; sys.path.insert(0, sys.argv[2]); from cic.store import Store; "
+         "s = Store.open(sys.argv[1], read_only=True); print('open', flush=True); time.sleep(3); s.close()",
+         str(db), str(ROOT)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        started = time.perf_counter()
+        with pytest.raises(StoreLockedError):
+            Store.open(db, wait_s=0.5)  # a bounded wait that is too short still says why
+        with Store.open(db, wait_s=60) as store:  # long enough: it gets the file once the reader closes
+            store.upsert("questions", load_questions("commonsense_qa", limit=5))
+        assert 2.0 < time.perf_counter() - started < 30
+    finally:
+        holder.kill()
+        holder.wait()
+    with Store.open(db, read_only=True) as store:
+        assert store.count("questions") == 10
+
+
 def test_opening_errors_for_missing_paths(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="does not exist, so there is nothing to read"):
         Store.open(tmp_path / "none.duckdb", read_only=True)
