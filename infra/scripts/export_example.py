@@ -20,7 +20,7 @@ from pathlib import Path
 
 import polars as pl
 
-from cic.pipeline.config import config_path, load_config
+from cic.pipeline.config import SHIPPED_CONFIGS, load_config
 from cic.pipeline.stored_calibration import groups_of_run
 from cic.store import Store
 
@@ -48,7 +48,7 @@ def long_table(store: Store, run_keys: list[str]) -> pl.DataFrame:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", type=Path, required=True)
-    parser.add_argument("--config", default="example")
+    parser.add_argument("--config", default="example", help="the config that produced the run (name or path)")
     parser.add_argument("--out", type=Path, default=Path("infra/examples/real"))
     parser.add_argument("--model-file", type=Path, required=True)
     parser.add_argument("--commit", required=True, help="commit of the checkout that ran the pipeline")
@@ -73,15 +73,16 @@ def main() -> None:
     wall = finished - started if started is not None and finished is not None else None
     lines = [
         f"# Provenance of `{model}.parquet`", "",
-        f"- produced by `cic run --config {args.config}` ({config_path(args.config).name} as shipped in "
-        f"`cic/pipeline/configs/`), commit `{args.commit}`",
+        f"- produced by `cic run --config {args.config}`"
+        + (" (shipped in `cic/pipeline/configs/`)" if args.config in SHIPPED_CONFIGS else "")
+        + f", commit `{args.commit}`",
         f"- model file `{args.model_file.name}`, {args.model_file.stat().st_size:,} bytes, sha256 "
         f"`{sha256(args.model_file.expanduser())}` (assembled by `infra/scripts/fetch_example_model.py`)",
         f"- run keys: {', '.join(f'`{k}`' for k in keys)}",
         f"- questions stored: {', '.join(f'{d} {n:,}' for d, n in questions.items())}; "
         f"rows in the table: {table.height:,} ({table.select('estimator').n_unique()} estimators)",
-        f"- started {started:%Y-%m-%d %H:%M} UTC, last label {finished:%Y-%m-%d %H:%M} UTC"
-        + (f", wall time {wall.total_seconds() / 3600:.2f} h" if wall is not None else ""),
+        f"- run registered {started:%Y-%m-%d %H:%M} UTC, last label stored {finished:%Y-%m-%d %H:%M} UTC"
+        + (f" ({wall.total_seconds() / 3600:.2f} h wall, one 2-core machine)" if wall is not None else ""),
         f"- machine: {args.machine}",
         f"- exported {datetime.now(UTC):%Y-%m-%d %H:%M} UTC by `infra/scripts/export_example.py`", "",
         "| dataset | criterion | questions | base error rate |", "|---|---|---|---|",
