@@ -172,9 +172,12 @@ def recalibrate(
     for r in result["thresholds"]:
         table.add_row(r["model"], r["dataset"], r["estimator"], r["criterion"], f"{r['alpha']:g}",
                       r["bound"], r["search"],
-                      "[red]unattainable" if r["threshold"] is None else fmt(r["threshold"], ".4g"),
+                      styled(("unattainable", "red")) if r["threshold"] is None else fmt(r["threshold"], ".4g"),
                       fmt(r["previous_threshold"], ".4g"))
     console.print(table)
+    if not result["thresholds"]:
+        console.print(f"nothing to recalibrate: {resolved_db} holds no labelled results for the models and datasets of "
+                      f"{config} (run `cic run --config {config}` first, or check --db)", soft_wrap=True)
     for alert in result["alerts"]:
         err_console.print(styled(("ALERT", "bold red"), f" {alert['model']}/{alert['dataset']} {alert['estimator']} × "
                                  f"{alert['criterion']} α={alert['alpha']:g} {alert['bound']}: {alert['alert']}"),
