@@ -82,6 +82,8 @@ def pipeline(config_path: str = DEMO_CONFIG, db: str | None = None, ray_address:
                 criteria = tuple(dataset.criteria or default_criteria(bool(is_mc)))
                 key = store.register_run(model.name, dataset.name, dataset.split, prompt_id, {
                     "model_spec": model.spec, **settings.generation.shaping(),
+                    # numerics shape the answers: an explicit dtype is its own run ("auto" keeps older keys)
+                    **({"dtype": model.dtype} if model.dtype != "auto" else {}),
                     "estimators": list(config.uncertainty.estimators), "equivalence": config.uncertainty.equivalence,
                     "embedding_model": config.uncertainty.embedding_model,
                     "embedding_threshold": config.uncertainty.embedding_threshold,
