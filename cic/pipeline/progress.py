@@ -52,20 +52,25 @@ class ProgressLines:
         self.every_seconds = every_seconds
         self.clock = clock or time.monotonic
         self._state: dict[str, tuple[int, int, float, float, float]] = {}  # done, total, start, last line, mark
+        self._first: dict[str, int] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def line(self, stage: str, done: int, total: int, started: float) -> str:
-        elapsed = max(self.clock() - started, 1e-9)
+        elapsed = self.clock() - started
         share = f" ({100 * done / total:.1f}%)" if total else ""
-        rate = done / elapsed
+        if elapsed < 1.0:  # no time base yet (the stage's first report): no rate, no ETA
+            return f"{stage}: {done}/{total}{share}"
+        rate = (done - self._first.get(stage, 0)) / elapsed
         eta = f" · ETA {_duration((total - done) / rate)}" if total and 0 < done < total and rate > 0 else ""
         return f"{stage}: {done}/{total}{share} · {rate:.2f}/s · {_duration(elapsed)} elapsed{eta}"
 
     def __call__(self, stage: str, done: int, total: int) -> None:
         now = self.clock()
         with self._lock:
+            if stage not in self._state:
+                self._first[stage] = done  # the rate counts what is done after the first report
             _, _, started, last, mark = self._state.get(stage, (0, total, now, -1.0, -1.0))
             fraction = done / total if total else 1.0
             due = (last < 0 or done >= total or fraction - mark >= self.every_fraction

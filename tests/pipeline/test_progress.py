@@ -28,3 +28,13 @@ def test_a_quiet_stage_is_repeated_every_interval() -> None:
     now[0] += 60
     progress.tick()
     assert len(lines) == 5  # a finished stage is not repeated
+
+
+def test_the_first_report_of_a_stage_shows_no_rate_and_later_rates_count_from_it() -> None:
+    now, lines = [100.0], []
+    progress = ProgressLines(lines.append, clock=lambda: now[0])
+    progress("answer m", 10, 100)  # the first batch lands: no time base yet
+    now[0] += 20
+    progress("answer m", 30, 100)
+    assert lines[0] == "answer m: 10/100 (10.0%)"
+    assert lines[1].startswith("answer m: 30/100 (30.0%) · 1.00/s · 20s elapsed · ETA 1m10s")
