@@ -12,6 +12,7 @@ from cic.cli import app
 TRICKY = ["a:b:c", "[red]x", "[/]", "%s%d", "x:smile:y", "[bold]]", "\x1b[31mred"]
 
 
+@pytest.mark.faults
 @pytest.mark.parametrize("value", TRICKY)
 def test_bad_grid_values_come_back_verbatim(value: str, tmp_path: Path) -> None:
     table = tmp_path / "t.csv"
@@ -23,6 +24,7 @@ def test_bad_grid_values_come_back_verbatim(value: str, tmp_path: Path) -> None:
     assert f"--grid = {value!r}" in shown.replace("\x1b", "\\x1b") or repr(value) in shown
 
 
+@pytest.mark.faults
 @pytest.mark.parametrize("name", ["no[/]such.csv", "[red]x.csv", "x:b:.csv"])
 def test_file_names_with_markup_are_printed_as_typed(name: str, tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["calibrate", str(tmp_path / name), "--alpha", "0.2"])

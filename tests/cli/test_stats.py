@@ -125,6 +125,7 @@ def test_simulate_command() -> None:
     json.dumps(result.output)  # plain text, no control characters that break logs
 
 
+@pytest.mark.faults
 @pytest.mark.parametrize("option", ["--json", "--gate"])
 def test_output_into_a_missing_directory_or_onto_a_directory_fails_before_any_work(tmp_path: Path,
                                                                                     option: str) -> None:

@@ -138,6 +138,7 @@ def test_cic_log_after_cic_run_adds_nothing_and_runs_compare_in_mlflow(
     assert sorted(m.step for m in history) == [50, 90]  # one point per alpha (x 100)
 
 
+@pytest.mark.faults
 def test_mlflow_down_the_run_completes_and_says_what_was_not_logged(
         demo_run: tuple[Path, dict[str, Any], MlflowClient]) -> None:
     import socket
@@ -190,6 +191,7 @@ def _run_pipeline_process(config: Path, kill_after_questions: int | None) -> tup
     return proc.returncode, lines
 
 
+@pytest.mark.faults
 def test_sigkill_mid_generation_then_rerun_completes_with_one_row_per_key(tmp_path: Path) -> None:
     config = write_config(tmp_path / "c.yaml", tmp_path, datasets=[{"name": "trivia_qa", "limit": 10}], per_batch=2)
     code, lines = _run_pipeline_process(config, kill_after_questions=4)

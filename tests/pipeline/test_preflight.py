@@ -33,6 +33,7 @@ def _config(tmp_path: Path, **changes: object) -> Path:
     ({"models": 3}, "models = 3"),
     ({"modles": []}, "modles: unknown key"),
 ])
+@pytest.mark.faults
 def test_preflight_names_the_key_and_value(tmp_path: Path, changes: dict, message: str) -> None:
     with pytest.raises(ValueError, match="c.yaml") as info:
         preflight(_config(tmp_path, **changes))
@@ -44,6 +45,7 @@ def test_a_good_config_passes(tmp_path: Path) -> None:
     assert preflight("demo").name == "demo"
 
 
+@pytest.mark.faults
 @pytest.mark.parametrize("text", ["models: [\n", "models: 3\ndatasets: []\n", "name: x\nmodels: []\nbogus: 1\n"])
 def test_cic_run_refuses_a_bad_config_fast_without_starting_services(tmp_path: Path, text: str) -> None:
     bad = tmp_path / "bad.yaml"
@@ -68,6 +70,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.faults
 def test_an_unreachable_ray_address_is_refused_within_seconds(tmp_path: Path) -> None:
     port = _free_port()  # nothing listens there
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect")}
@@ -79,6 +82,7 @@ def test_an_unreachable_ray_address_is_refused_within_seconds(tmp_path: Path) ->
     assert time.perf_counter() - started < 30 and not (tmp_path / "prefect").exists()
 
 
+@pytest.mark.faults
 def test_a_tracking_server_that_does_not_answer_is_reported_not_waited_for() -> None:
     from tasks.tracking import check_reachable
 

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from cic.pipeline.processes import OwnedProcesses, record_path
 
@@ -34,6 +35,7 @@ def _spawn_family(tmp_path: Path, db: Path) -> tuple[subprocess.Popen, list[int]
     return parent, kids
 
 
+@pytest.mark.faults
 def test_the_next_start_stops_what_a_killed_run_left(tmp_path: Path) -> None:
     db = tmp_path / "s.duckdb"
     parent, kids = _spawn_family(tmp_path, db)
@@ -51,6 +53,7 @@ def test_the_next_start_stops_what_a_killed_run_left(tmp_path: Path) -> None:
                 psutil.Process(pid).kill()
 
 
+@pytest.mark.faults
 def test_a_live_run_is_not_touched_and_a_recycled_pid_is_not_ours(tmp_path: Path) -> None:
     db = tmp_path / "s.duckdb"
     parent, kids = _spawn_family(tmp_path, db)

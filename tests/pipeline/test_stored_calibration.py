@@ -108,6 +108,7 @@ def test_recalibration_needs_labelled_data(store: Store) -> None:
         recalibrate_group(store, group, CONFIG, window=1, shift_p_value=0.01)
 
 
+@pytest.mark.faults
 def test_a_stored_gate_that_was_altered_is_not_served(tmp_path: Path) -> None:
     """Editing an unattainable gate's threshold from NULL to 1e9 must not make `cic ask` answer."""
     from cic.pipeline.asking import latest_gate

@@ -282,6 +282,7 @@ def test_grid_helpers() -> None:
         cic.uniform_grid(0, 1, 0)
 
 
+@pytest.mark.faults
 def test_a_non_numeric_error_value_is_reported_at_its_own_row() -> None:
     errors = ["0", "1"] * 25 + ["yes"] + ["0"] * 10
     with pytest.raises(ValueError, match=r"errors\[50\] = 'yes'"):

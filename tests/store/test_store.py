@@ -313,6 +313,7 @@ def test_a_sqlite_file_is_refused_without_touching_the_network(tmp_path: Path) -
         Store.open(path)
 
 
+@pytest.mark.faults
 def test_a_store_locked_by_another_process_says_so(db: Path) -> None:
     Store.open(db).close()
     holder = subprocess.Popen(
@@ -331,6 +332,7 @@ def test_a_store_locked_by_another_process_says_so(db: Path) -> None:
     Store.open(db).close()  # free again once the holder is gone
 
 
+@pytest.mark.faults
 def test_a_writer_waits_for_a_reader_holding_the_file_instead_of_failing(db: Path) -> None:
     """A read-only connection held by another process (cic ask, a notebook) makes a batch write wait."""
     with Store.open(db) as store:
@@ -436,6 +438,7 @@ def test_export_and_import_move_a_table_between_stores(tmp_path: Path) -> None:
             target.export("scores", tmp_path / "scores.csv")
 
 
+@pytest.mark.faults
 def test_a_file_with_corrupted_blocks_gives_one_clear_error_and_is_not_changed(tmp_path: Path) -> None:
     import hashlib
 
