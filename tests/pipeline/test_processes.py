@@ -69,3 +69,22 @@ def test_a_live_run_is_not_touched_and_a_recycled_pid_is_not_ours(tmp_path: Path
     text = record.read_text().replace('"started": ', '"started": 1')  # same PIDs, other start times
     record.write_text(text)
     assert OwnedProcesses(db, tmp_path).reap_stale() == []
+
+
+@pytest.mark.faults
+def test_sigterm_stops_the_children_with_the_run(tmp_path: Path) -> None:
+    code = (
+        "import subprocess, sys, time\n"
+        "from cic.pipeline.processes import owned_processes\n"
+        f"with owned_processes({str(tmp_path / 's.duckdb')!r}, {str(tmp_path)!r}):\n"
+        "    kids = [subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)']) for _ in range(2)]\n"
+        "    print(' '.join(str(k.pid) for k in kids), flush=True); time.sleep(600)\n")
+    run = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    kids = [int(p) for p in run.stdout.readline().split()]
+    time.sleep(0.5)
+    run.send_signal(signal.SIGTERM)
+    assert run.wait(timeout=30) == 128 + signal.SIGTERM
+    assert not any(psutil.pid_exists(k) and psutil.Process(k).status() != psutil.STATUS_ZOMBIE for k in kids)
+    assert not record_path(tmp_path / "s.duckdb", tmp_path).exists()
