@@ -440,11 +440,17 @@ class Store:
         action = ("DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in updated)) if updated else "DO NOTHING"
         name = f"cic_batch_{next(_batch_names)}"
         self._con.register(name, rows.to_arrow())
+        import duckdb
+
         try:
             with self.transaction():
                 self._con.execute(f"INSERT INTO {table} ({', '.join(spec.columns)}) SELECT "
                                   f"{', '.join(spec.columns)} FROM {name} ON CONFLICT ({', '.join(spec.key)}) "
                                   f"{action}")
+        except duckdb.IOException as exc:  # a full disk, a file-size limit: the transaction rolled back
+            raise StoreError(f"db = {str(self.path)!r}: writing {rows.height} {table} rows failed "
+                             f"({' '.join(str(exc).split())[:200]}); nothing of this batch was written and earlier "
+                             "rows are intact — free space and rerun (it resumes)") from None
         finally:
             self._con.unregister(name)
         return rows.height

@@ -454,3 +454,32 @@ def test_a_file_with_corrupted_blocks_gives_one_clear_error_and_is_not_changed(t
         with pytest.raises(StoreError, match="is damaged and cannot be read .* It was not changed. Recover"):
             Store.open(db, read_only=read_only)
     assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+
+
+@pytest.mark.faults
+def test_a_full_disk_gives_a_clear_error_and_keeps_earlier_rows(db: Path) -> None:
+    """A size-limited file (RLIMIT_FSIZE) stands in for a full disk: the batch fails whole, the rest stays."""
+    with Store.open(db) as store:
+        store.upsert("questions", load_questions("trivia_qa", limit=50))
+    code = (
+        "import os, resource, signal, sys\n"
+        "import numpy as np, polars as pl\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "limit = os.path.getsize(sys.argv[1]) + 200_000\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))\n"
+        "sys.path.insert(0, sys.argv[2])\n"
+        "from cic.store import Store, StoreError\n"
+        "n = 2_000_000\n"
+        "frame = pl.DataFrame({'run_key': 'r', 'question_id': [f'q{i}' for i in range(n)], 'estimator': 'e',\n"
+        "                      'value': np.random.default_rng(0).random(n)})\n"
+        "try:\n"
+        "    with Store.open(sys.argv[1]) as store:\n"
+        "        store.upsert('scores', frame)\n"
+        "except StoreError as exc:\n"
+        "    print(exc)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(db), str(ROOT)], capture_output=True, text=True,
+                          timeout=300)
+    assert "writing 2000000 scores rows failed" in proc.stdout and "earlier rows are intact" in proc.stdout, \
+        proc.stdout + proc.stderr[-2000:]
+    with Store.open(db, read_only=True) as store:
+        assert store.count("questions") == 50 and store.count("scores") == 0
