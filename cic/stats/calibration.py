@@ -197,7 +197,7 @@ class CalibrationResult:
             return (f"alpha = {self.alpha:g} is unattainable at delta = {self.delta:g} ({name} bound, "
                     f"{self.search} search over {self.n_candidates or 'every unique score as'} candidates, "
                     f"{self.n_calibration} calibration points): abstain on everything")
-        return (f"answer when score <= {self.threshold:.6g}: error among accepted <= {self.alpha:g} with "
+        return (f"answer when score <= {self.threshold + 0.0:.6g}: error among accepted <= {self.alpha:g} with "
                 f"probability >= {1 - self.delta:g} ({name} UCB {self.bound_value:.4f} at n = {self.n_accepted}, "
                 f"FD = {self.n_errors}; {self.search} search)")
 

@@ -280,3 +280,19 @@ def test_committed_example_report_is_current(tmp_path: Path) -> None:
     write_report(frame, tmp_path, figures=False)
     for fresh in sorted((tmp_path / "tables").iterdir()):
         assert fresh.read_text() == (root / "report" / "tables" / fresh.name).read_text(), fresh.name
+
+
+@pytest.mark.slow
+def test_committed_real_example_report_is_reproduced_by_its_table(tmp_path: Path) -> None:
+    """infra/examples/real/report is what `cic report TABLE --no-figures` writes from the committed table."""
+    from cic.store.score_files import read_long_table
+
+    root = Path(__file__).resolve().parents[2] / "infra" / "examples" / "real"
+    write_report(read_long_table(root / "qwen2.5-coder-1.5b.parquet"), tmp_path, figures=False)
+    for fresh in sorted((tmp_path / "tables").iterdir()):
+        assert fresh.read_text() == (root / "report" / "tables" / fresh.name).read_text(), fresh.name
+
+
+def test_a_summary_never_prints_negative_zero() -> None:
+    result = cic.calibrate(np.zeros(400) * -1.0, np.zeros(400), alpha=0.2)
+    assert "score <= 0:" in result.summary() and "-0" not in result.summary()
