@@ -25,11 +25,8 @@ DEFAULT_OUT = Path(os.environ.get("CIC_CACHE_DIR", Path.home() / ".cache" / "cic
 
 
 def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def download(wheel_dir: Path) -> list[Path]:
