@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cic.stats import bounds as _bounds
-from cic.stats import searches as batch_search
+from cic.stats import searches
 from cic.stats._validation import as_pair, as_scores, check_choice, check_open_unit, check_positive_int
 from cic.stats.calibration import SortedCalibration
 from cic.stats.protocol import DEFAULT_ALPHAS, SortedSplits, evaluate_splits, gather, split_measures, summarize_splits
@@ -143,9 +143,9 @@ def _select_threshold(n: np.ndarray, fd: np.ndarray, valid: np.ndarray, method: 
                       delta: float, bound: str, n_cal: int) -> np.ndarray:
     """Per split, the chosen candidate column (-1 = none) for the threshold methods."""
     if method == "naive":
-        return batch_search.last_true(valid & (n > 0) & (fd <= alpha * n + _EPS))
+        return searches.last_true(valid & (n > 0) & (fd <= alpha * n + _EPS))
     if method == "lec":
-        return batch_search.last_true(valid & (fd + 1 <= alpha * n + _EPS))
+        return searches.last_true(valid & (fd + 1 <= alpha * n + _EPS))
     # coin_binary: a binary search per split over its own candidates (the valid columns, in order)
     kmax = _bounds.max_errors(bound, np.arange(n_cal + 1), alpha, delta)
     order = np.argsort(~valid, axis=1, kind="stable")  # valid columns first, ascending
@@ -194,7 +194,7 @@ def _iter_baselines(scores: Any, errors: Any, *, alphas: Sequence[float], method
                     # p_j <= k alpha / m, with k the test rank of item j (ties share p, so they pass together)
                     ok = ~blk.cal & ((1 + cal_wrong_at_or_below) * data.n_test
                                      <= blk.cum_tn * alpha * (data.n_cal + 1) * (1 + _EPS))
-                    idx = batch_search.last_true(ok)
+                    idx = searches.last_true(ok)
                     found, safe = idx >= 0, np.maximum(idx, 0)
                     acc = np.where(found, blk.cum_tn[rows, safe], 0)
                     wrong = np.where(found, blk.cum_tfd[rows, safe], 0)

@@ -122,7 +122,8 @@ class SplitBlock:
 class SortedSplits:
     """The data sorted once by score, with every split's calibration mask (from `split_masks`) in that order.
 
-    Shared by the protocol and the baselines (`cic.stats.baselines`), so every method sees exactly the same splits.
+    Used by the baselines (`cic.stats.baselines`); its masks are `split_masks`, the rows the protocol draws one by
+    one, so every method sees exactly the same splits.
     """
 
     scores: np.ndarray  # ascending
@@ -243,6 +244,9 @@ def _iter_outcomes(scores: Any, errors: Any, *, alphas: Sequence[float], bounds:
         return tables[key]
 
     keys = [(a, b, name) for name in plans for b in bound_list for a in alpha_list]
+    # the first accepted count each fixed-sequence search tests: label-free, the same for every split
+    floors = {(a, b, name): plans[name].n_min if plans[name].n_min is not None or plans[name].start is not None
+              else plans[name].search.default_n_min(b, a, delta) for a, b, name in keys}
     out = {key: {f: np.zeros(n_splits, dtype=dt) for f, dt in _OUTCOME_FIELDS.items()} for key in keys}
     for split, mask in enumerate(iter_split_masks(n_items, n_splits, cal_fraction, seed)):
         cal_pos = np.flatnonzero(mask[order])  # sorted positions of the calibration items
@@ -260,9 +264,7 @@ def _iter_outcomes(scores: Any, errors: Any, *, alphas: Sequence[float], bounds:
                 for alpha in alpha_list:
                     eligible = np.ones(k, dtype=bool)
                     if plan.search.first_test:
-                        floor = plan.n_min
-                        if floor is None and plan.start is None:
-                            floor = plan.search.default_n_min(bound, alpha, delta)
+                        floor = floors[(alpha, bound, name)]
                         if floor is not None:
                             eligible &= n >= floor
                         if plan.start is not None:

@@ -236,7 +236,3 @@ def feasibility_table(bound: str, n_max: int, alpha: float, gamma: float) -> np.
 
     return _bounds.max_errors(bound, np.arange(int(n_max) + 1), alpha, gamma)
 
-
-def feasibility(bound: str, fd: np.ndarray, n: np.ndarray, alpha: float, gamma: float) -> np.ndarray:
-    """Boolean matrix: the bound certifies alpha at (fd, n), via the per-n maximum feasible FD."""
-    return fd <= feasibility_table(bound, int(n.max(initial=0)), alpha, gamma)[n]
