@@ -1,81 +1,283 @@
-"""Generation throughput and equivalence-call savings with SmolLM2-135M on CPU.
+"""CIC's answer generator against Hugging Face `generate` on equal work, then scoring throughput.
 
-    .venv/bin/python benchmarks/bench_generation.py [--questions 50] [--loop-questions 4]
+    .venv/bin/python benchmarks/bench_generation.py                       # CPU: SmolLM2-135M, 10 TriviaQA
+    python benchmarks/bench_generation.py --shape 1b --device cuda --questions 256 --new-tokens 32
+    python benchmarks/bench_generation.py --shape 8b --device cuda --questions 64 --new-tokens 32
 
-1. 50 bundled TriviaQA questions × (1 most-likely + 10 samples): the batched generator (one prefill per
-   question, shared KV cache, all rows decoded together) against a one-question-one-sample-at-a-time loop
-   of `model.generate` in the same run (the loop runs on a few questions and is reported per question).
-2. Equivalence comparisons made by `cluster_answers` on those samples (MiniLM embeddings, τ = 0.9) against
-   the K² all-pairs baseline.
+Generation: the same prompts, (1 + K) rows per question, the same token budget and sampling settings
+(temperature 1, top-p 0.9, no top-k), the same questions per call, timed in the same process. CIC encodes
+each prompt once and decodes its 1 + K rows from a shared cache with sampling on the device; the baseline is
+`model.generate(num_return_sequences=1 + K, do_sample=True, top_p, top_k=0)`, which prefills every prompt
+1 + K times. With SmolLM2 (a real model) both stop at a newline or end-of-sequence; with `--shape` (a random-
+weight Llama built from a config, no download: 1b = hidden 2048 × 16 layers, 8b = hidden 4096 × 32 layers,
+tiny = a CPU smoke test) both produce exactly `--new-tokens` tokens (HF `min_new_tokens`). Printed: tokens/s,
+questions/s, the share of wall time inside the model's forward, and model FLOP utilisation: 2 · params ·
+generated tokens / wall time against the device's peak measured in the same run with a square matmul in the
+model's dtype.
+
+Scoring: answers/s of clustering the sampled answers into meaning classes, one question at a time
+(`cluster_answers`) against all questions batched (`cluster_many`), with MiniLM embedding equivalence (real
+model) and with NLI equivalence (a randomly initialised BERT-large-shaped 3-label classifier: the compute of
+a DeBERTa/RoBERTa-large MNLI model, whose weights are not available offline).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+SHAPES = {  # random-weight Llama shapes (tied embeddings, Llama-3 vocabulary)
+    "tiny": {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 4,
+             "intermediate_size": 1024, "vocab_size": 32000},
+    "1b": {"hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8,
+           "intermediate_size": 8192, "vocab_size": 128256},
+    "8b": {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+           "intermediate_size": 14336, "vocab_size": 128256},
+}
+CPU_TARGET = 3.0
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--questions", type=int, default=50)
-    parser.add_argument("--loop-questions", type=int, default=4)
-    parser.add_argument("--max-new-tokens", type=int, default=16)
-    args = parser.parse_args()
+
+def synchronize(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+def random_llama(shape: str, device: str, dtype: str) -> Any:
+    """A LoadedModel around a random-weight Llama of `shape` and a word-level tokenizer over its vocabulary."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    from cic.llm.models import LoadedModel, ModelSpec
+
+    dims = SHAPES[shape]
+    vocab = {f"t{i}": i for i in range(dims["vocab_size"])}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="t2"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="t0", pad_token="t1", unk_token="t2")
+    tokenizer.padding_side = "left"
+    config = LlamaConfig(**dims, max_position_embeddings=4096, tie_word_embeddings=True, bos_token_id=0,
+                         eos_token_id=0, pad_token_id=1)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = LlamaForCausalLM(config).to(getattr(torch, dtype)).eval()
+    model.generation_config.eos_token_id = 0
+    return LoadedModel(model=model, tokenizer=tokenizer, spec=ModelSpec(f"random-llama-{shape}", dtype=dtype),
+                       device=device, dtype=dtype, context_length=4096, source="random weights")
+
+
+def random_prompts(n: int, length: int, vocab: int) -> list[str]:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    return [" ".join(f"t{i}" for i in rng.integers(3, vocab, length)) for _ in range(n)]
+
+
+def peak_flops(device: str, dtype: str) -> float:
+    """Measured matmul FLOP/s in `dtype` (best of 5): the roofline the model runs against."""
+    import torch
+
+    n = 8192 if device.startswith("cuda") else 2048
+    a = torch.randn(n, n, device=device).to(getattr(torch, dtype))
+    b = torch.randn(n, n, device=device).to(getattr(torch, dtype))
+    best = float("inf")
+    for _ in range(6):
+        synchronize(device)
+        started = time.perf_counter()
+        a @ b
+        synchronize(device)
+        best = min(best, time.perf_counter() - started)
+    return 2 * n**3 / best
+
+
+class ForwardTimer:
+    """Wall time spent inside a module's forward (synchronised on CUDA), via forward hooks."""
+
+    def __init__(self, model: Any, device: str) -> None:
+        self.seconds, self._started, self._device = 0.0, 0.0, device
+        model.register_forward_pre_hook(self._pre)
+        model.register_forward_hook(self._post)
+
+    def _pre(self, *_: Any) -> None:
+        synchronize(self._device)
+        self._started = time.perf_counter()
+
+    def _post(self, *_: Any) -> None:
+        synchronize(self._device)
+        self.seconds += time.perf_counter() - self._started
+
+
+def hf_generate(loaded: Any, prompts: list[str], chunks: list[int], rows: int, new_tokens: int,
+                stop_ids: list[int], fixed_length: bool) -> tuple[float, int, float]:
+    """Wall seconds, generated tokens and forward seconds of HF generate over the same question chunks."""
+    import torch
+
+    tokenizer, model, device = loaded.tokenizer, loaded.model, loaded.device
+    timer = ForwardTimer(model, device)
+    generated, start = 0, 0
+    synchronize(device)
+    started = time.perf_counter()
+    for size in chunks:
+        batch = tokenizer(prompts[start:start + size], return_tensors="pt", padding=True,
+                          add_special_tokens=False).to(device)
+        start += size
+        with torch.inference_mode():
+            out = model.generate(**batch, do_sample=True, temperature=1.0, top_p=0.9, top_k=0,
+                                 num_return_sequences=rows, max_new_tokens=new_tokens,
+                                 min_new_tokens=new_tokens if fixed_length else None,
+                                 eos_token_id=stop_ids, pad_token_id=tokenizer.pad_token_id)
+        new = out[:, batch["input_ids"].shape[1]:]
+        is_stop = torch.isin(new, torch.tensor(stop_ids, device=new.device))
+        before_stop = (is_stop.cumsum(-1) == 0).sum(-1)  # tokens before the first stop token
+        generated += int(before_stop.sum())
+    synchronize(device)
+    return time.perf_counter() - started, generated, timer.seconds
+
+
+def report(name: str, seconds: float, tokens: int, questions: int, forward_s: float, flops: float,
+           peak: float) -> float:
+    rate = tokens / seconds
+    print(f"  {name:<34} {seconds:8.2f} s  {rate:9.1f} tok/s  {questions / seconds:7.2f} q/s  forward "
+          f"{forward_s / seconds:5.0%}  MFU {flops * tokens / seconds / peak:6.2%}")
+    return rate
+
+
+def generation(args: argparse.Namespace) -> list[Any]:
+    """Time CIC and HF generate on the same prompts; returns the sampled answers per question."""
     import polars as pl
     import torch
 
-    from cic.data import build_prompt, load_questions
+    from cic.llm.generation import AnswerGenerator, GenerationConfig
+
+    if args.shape:
+        loaded = random_llama(args.shape, args.device, args.dtype)
+        prompts = random_prompts(args.questions, args.prompt_tokens, SHAPES[args.shape]["vocab_size"])
+        ids = [str(i) for i in range(len(prompts))]
+        what = f"random-weight Llama {args.shape}"
+    else:
+        from cic.data import build_prompt, load_questions
+        from cic.llm.models import OFFLINE_DEFAULT_MODEL, ModelSpec, load_causal_lm
+
+        loaded = load_causal_lm(ModelSpec(OFFLINE_DEFAULT_MODEL, device=args.device, dtype=args.dtype))
+        questions = load_questions("trivia_qa", limit=args.questions, seed=0)
+        prompts = [build_prompt(r, tokenizer=loaded.tokenizer) for r in questions.iter_rows(named=True)]
+        ids = questions.get_column("question_id").to_list()
+        what = "SmolLM2-135M-Instruct"
+    torch.set_num_threads(torch.get_num_threads())
+    params = sum(p.numel() for p in loaded.model.parameters())
+    rows = args.samples + 1
+    config = GenerationConfig(n_samples=args.samples, max_new_tokens=args.new_tokens,
+                              stop_at_newline=not args.shape, batch_size=args.questions_per_call * rows
+                              if args.questions_per_call else None)
+    generator = AnswerGenerator(loaded, config)
+    stop_ids = sorted(generator.stop_ids) if not args.shape else [loaded.tokenizer.eos_token_id]
+    prompt_tokens = sum(len(loaded.tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts)
+    peak = peak_flops(args.device, loaded.dtype)
+    print(f"generation: {what} ({params / 1e9:.2f} B params, {loaded.dtype}) on {args.device}, {len(prompts)} "
+          f"questions x {rows} rows x <= {args.new_tokens} new tokens, {prompt_tokens / len(prompts):.0f} prompt "
+          f"tokens per question; measured peak {peak / 1e12:.2f} TFLOP/s")
+    if args.warmup:
+        generator.generate_open(ids[:1], prompts[:1], run_key="warmup")
+        generator.forward_s = 0.0
+    synchronize(args.device)
+    started = time.perf_counter()
+    rows_out = generator.generate_open(ids, prompts, run_key="bench")
+    synchronize(args.device)
+    ours_s = time.perf_counter() - started
+    ours_tokens = int(rows_out.get_column("n_tokens").sum())
+    chunks = generator.chunk_sizes
+    print(f"  questions per call: {chunks[0]} (chunks {chunks[:6]}{' ...' if len(chunks) > 6 else ''}), "
+          "the same for both")
+    if args.warmup:
+        hf_generate(loaded, prompts[:1], [1], rows, args.new_tokens, stop_ids, bool(args.shape))
+    hf_s, hf_tokens, hf_forward = hf_generate(loaded, prompts, chunks, rows, args.new_tokens, stop_ids,
+                                              bool(args.shape))
+    ours = report("CIC AnswerGenerator", ours_s, ours_tokens, len(prompts), generator.forward_s, 2 * params, peak)
+    hf = report(f"HF generate(num_return_sequences={rows})", hf_s, hf_tokens, len(prompts), hf_forward,
+                2 * params, peak)
+    line = f"  speed-up (tokens/s): {ours / hf:.2f}x; wall time: {hf_s / ours_s:.2f}x"
+    if args.device == "cpu" and not args.shape:
+        line += f"   (CPU target >= {CPU_TARGET:.0f}x: {'met' if hf_s / ours_s >= CPU_TARGET else 'NOT met'})"
+    print(line)
+    samples = rows_out.filter(pl.col("sample_index") >= 1).sort("question_id", "sample_index")
+    return [g.get_column("text").to_list() for _, g in samples.group_by("question_id", maintain_order=True)]
+
+
+def nli_model_dir(work: Path) -> str:
+    """A random-weight BERT-large-shaped MNLI classifier with MiniLM's WordPiece tokenizer, saved to `work`."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    from cic.llm.embeddings import DEFAULT_EMBEDDING_MODEL
+    from cic.llm.paths import resolve_package_path
+
+    tokenizer = AutoTokenizer.from_pretrained(str(resolve_package_path(DEFAULT_EMBEDDING_MODEL)))
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=1024, num_hidden_layers=24,
+                        num_attention_heads=16, intermediate_size=4096, num_labels=3,
+                        id2label={0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"},
+                        label2id={"CONTRADICTION": 0, "NEUTRAL": 1, "ENTAILMENT": 2})
+    torch.manual_seed(0)
+    BertForSequenceClassification(config).save_pretrained(work)
+    tokenizer.save_pretrained(work)
+    return str(work)
+
+
+def scoring(answers: list[list[str]], device: str, nli_questions: int) -> None:
+    """Clustering throughput one question at a time vs batched across questions, same results checked."""
     from cic.llm.embeddings import SentenceEmbedder
-    from cic.llm.generation import AnswerGenerator, GenerationConfig, generate_for_questions
-    from cic.llm.models import OFFLINE_DEFAULT_MODEL, load_causal_lm
-    from cic.llm.uncertainty import EmbeddingEquivalence, cluster_answers
+    from cic.llm.uncertainty import EmbeddingEquivalence, NliEquivalence, cluster_answers, cluster_many
 
-    loaded = load_causal_lm(OFFLINE_DEFAULT_MODEL)
-    questions = load_questions("trivia_qa", limit=args.questions, seed=0)
-    prompts = [build_prompt(r, tokenizer=loaded.tokenizer) for r in questions.iter_rows(named=True)]
-    config = GenerationConfig(n_samples=10, max_new_tokens=args.max_new_tokens)
+    print(f"scoring: clustering the sampled answers of {len(answers)} questions on {device}")
+    cases = [("embedding (MiniLM)", lambda: EmbeddingEquivalence(SentenceEmbedder(device=device), 0.9), answers)]
+    with tempfile.TemporaryDirectory(prefix="cic-nli-") as tmp:
+        if nli_questions:
+            location = nli_model_dir(Path(tmp))
+            cases.append(("NLI (BERT-large shape)", lambda: NliEquivalence(location, device=device),
+                          answers[:nli_questions]))
+        for name, make, texts in cases:
+            n_answers = sum(len(t) for t in texts)
+            warm = make()
+            warm.equivalent("warm up", ["the model"])
+            single = make()
+            started = time.perf_counter()
+            expected = [cluster_answers(t, single) for t in texts]
+            single_s = time.perf_counter() - started
+            batched = make()
+            started = time.perf_counter()
+            got = cluster_many(texts, batched)
+            batched_s = time.perf_counter() - started
+            same = all((a == b).all() for a, b in zip(expected, got, strict=True))
+            print(f"  {name:<24} one question at a time {n_answers / single_s:8.1f} answers/s; batched across "
+                  f"questions {n_answers / batched_s:8.1f} answers/s ({single_s / batched_s:.1f}x); "
+                  f"{batched.n_calls} comparisons; identical clusters: {same}")
 
-    started = time.perf_counter()
-    rows = generate_for_questions(AnswerGenerator(loaded, config), questions, prompts, run_key="bench")
-    batched_s = time.perf_counter() - started
 
-    tokenizer, model = loaded.tokenizer, loaded.model
-    newline = tokenizer("\n", add_special_tokens=False)["input_ids"]
-    started = time.perf_counter()
-    for prompt in prompts[:args.loop_questions]:
-        encoded = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
-        for sample in range(1 + config.n_samples):
-            torch.manual_seed(sample)
-            with torch.inference_mode():
-                model.generate(**encoded, max_new_tokens=config.max_new_tokens, do_sample=sample > 0,
-                               temperature=config.temperature if sample else None,
-                               top_p=config.top_p if sample else None, top_k=None,
-                               eos_token_id=[tokenizer.eos_token_id, *newline], pad_token_id=tokenizer.pad_token_id,
-                               output_scores=True, return_dict_in_generate=True)
-    loop_s = (time.perf_counter() - started) / args.loop_questions * len(prompts)
-
-    print(f"generation: {len(prompts)} TriviaQA questions x (1 + {config.n_samples}) answers, "
-          f"max {config.max_new_tokens} new tokens, SmolLM2-135M on CPU")
-    print(f"  batched generator : {batched_s:7.1f} s  {len(prompts) / batched_s:6.2f} questions/s")
-    print(f"  one-by-one loop   : {loop_s:7.1f} s  {len(prompts) / loop_s:6.2f} questions/s "
-          f"(measured on {args.loop_questions} questions, per-question time x {len(prompts)})")
-    print(f"  speed-up          : {loop_s / batched_s:.1f}x   (target >= 3x)")
-
-    embedder = SentenceEmbedder()
-    equivalence = EmbeddingEquivalence(embedder, 0.9)
-    k_total = pairs = 0
-    for _, group in rows.filter(pl.col("sample_index") >= 1).group_by("question_id"):
-        texts = group.get_column("text").to_list()
-        cluster_answers(texts, equivalence)
-        k_total += len(texts)
-        pairs += len(texts) ** 2
-    print(f"equivalence: {equivalence.n_calls} comparisons for {k_total} samples vs {pairs} all pairs (K^2): "
-          f"{pairs / max(equivalence.n_calls, 1):.1f}x fewer; vs K(K-1)/2 = {(pairs - k_total) // 2}: "
-          f"{(pairs - k_total) / 2 / max(equivalence.n_calls, 1):.1f}x fewer")
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shape", choices=sorted(SHAPES), help="random-weight Llama shape (default: SmolLM2)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default=None, help="default: float32 on CPU, bfloat16 on CUDA")
+    parser.add_argument("--questions", type=int, default=10)
+    parser.add_argument("--samples", type=int, default=10, help="K sampled answers (plus the most likely one)")
+    parser.add_argument("--new-tokens", type=int, default=16)
+    parser.add_argument("--prompt-tokens", type=int, default=60, help="prompt length with --shape")
+    parser.add_argument("--questions-per-call", type=int, default=None, help="default: sized from free memory")
+    parser.add_argument("--nli-questions", type=int, default=10, help="0 skips the NLI scoring case")
+    parser.add_argument("--no-warmup", dest="warmup", action="store_false")
+    parser.add_argument("--skip-scoring", action="store_true")
+    args = parser.parse_args()
+    args.dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
+    answers = generation(args)
+    if not args.skip_scoring:
+        scoring(answers, args.device, args.nli_questions)
 
 
 if __name__ == "__main__":

@@ -55,10 +55,23 @@ def shutdown(info: ClusterInfo) -> None:
         ray.shutdown()
 
 
-def actor_options(cluster_gpus: float, *, prefer_gpu: bool = True, cpus_per_actor: float = 1.0) -> dict[str, Any]:
-    """Resource request for one model replica: a whole GPU when the cluster has one, else CPUs."""
+def spare_cpus_per_gpu(nodes: Sequence[dict[str, Any]] | None = None) -> int:
+    """CPUs a GPU actor can take without starving its node's other GPUs: the smallest CPUs/GPUs of a GPU node.
+
+    The embedder, the NLI model's tokenizer and the host side of decoding run on these threads.
+    """
+    nodes = ray.nodes() if nodes is None else nodes
+    shares = [int(n["Resources"].get("CPU", 1) // n["Resources"]["GPU"]) for n in nodes
+              if n.get("Alive", True) and n.get("Resources", {}).get("GPU", 0) >= 1]
+    return max(1, min(shares)) if shares else 1
+
+
+def actor_options(cluster_gpus: float, *, prefer_gpu: bool = True, cpus_per_actor: float = 1.0,
+                  cpus_per_gpu: int = 1) -> dict[str, Any]:
+    """Resource request for one model replica: a whole GPU (and its node's spare CPUs) when the cluster has
+    one, else CPUs."""
     if prefer_gpu and cluster_gpus >= 1:
-        return {"num_gpus": 1, "num_cpus": 1}
+        return {"num_gpus": 1, "num_cpus": cpus_per_gpu}
     return {"num_cpus": cpus_per_actor}
 
 
@@ -100,7 +113,8 @@ class WorkerPool:
             raise ValueError(f"n_actors = {n_actors!r}: need at least one worker")
         self._cls, self._args = actor_cls, tuple(init_args)
         self._max_retries, self._backoff_s, self._timeout = max_retries, backoff_s, ready_timeout_s
-        self._options = actor_options(cluster_gpus, prefer_gpu=prefer_gpu, cpus_per_actor=cpus_per_actor)
+        self._options = actor_options(cluster_gpus, prefer_gpu=prefer_gpu, cpus_per_actor=cpus_per_actor,
+                                      cpus_per_gpu=spare_cpus_per_gpu() if cluster_gpus >= 1 else 1)
         self.actors: list[Any] = []
         for _ in range(n_actors):
             actor, self._options = place_actor(actor_cls, *self._args, options=self._options,

@@ -59,10 +59,11 @@ class Answerer:
                          trust_remote_code=settings.trust_remote_code)
         self.loaded = load_causal_lm(spec, cache_dir=settings.cache_dir)
         self.generator = AnswerGenerator(self.loaded, settings.generation)
-        self.embedder = SentenceEmbedder(settings.embedding_model)
+        device = self.loaded.device  # embedder and NLI share the LLM's device
+        self.embedder = SentenceEmbedder(settings.embedding_model, device=device)
         equivalence = make_equivalence(settings.equivalence, embedder=self.embedder,
                                        threshold=settings.embedding_threshold, nli_model=settings.nli_model,
-                                       variant=settings.nli_variant)
+                                       variant=settings.nli_variant, device=device)
         self.scorer = UncertaintyScorer(equivalence, settings.estimators, embedder=self.embedder)
 
     def ready(self) -> dict[str, Any]:

@@ -1,16 +1,17 @@
 """Answers and their log-probabilities: a most-likely answer plus K samples per question, or option letters.
 
 Open-ended questions: each question's prompt is encoded once (prefill, left-padded across questions), its
-key/value cache is repeated for the 1 + K rows of that question, and one decode loop advances every row,
-stopping a row at end-of-sequence or at a token that contains a newline. Each row samples with its own
-`torch.Generator` seeded from (seed, question id, sample index), so a question's rows do not depend on which
-other questions share its batch — a resumed run reproduces a killed one. Token log-probabilities are those of
-the model itself (log-softmax of the untempered logits) for the generated tokens; the stop token is not part
-of the answer and not counted.
+key/value cache is repeated for the 1 + K rows of that question, and one decode loop advances every row on the
+model's device: sampling (`cic.llm.sampling`: inverse CDF at a counter-based uniform keyed by seed,
+question id, sample index and step), stop tokens, finished rows, token ids and log-probabilities all stay device
+tensors; the host reads a single flag every few steps (to stop when every row is done) and the results once
+per chunk. A row stops at end-of-sequence or at a token that contains a newline. Token log-probabilities are
+those of the model itself (log-softmax of the untempered logits); the stop token is not part of the answer.
+Chunks are sized from free device memory (`cic.llm.batching`).
 
 Multiple choice: one forward pass gives the next-token distribution; each option's probability is the mass
 of its letter tokens ("A" and " A"), renormalised over the options. Sample 0 is the arg-max letter and
-samples 1..K are drawn from that distribution.
+samples 1..K are draws from that distribution with the same counter-based noise.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
     from cic.llm.models import LoadedModel
 
 log = logging.getLogger("cic.generation")
+
+SAMPLER = "counter-cdf-v1"  # how noise is drawn: part of the run key, since it shapes the rows
 
 
 @dataclass(frozen=True)
@@ -63,37 +66,16 @@ class GenerationConfig:
         """The fields that shape the generated rows (for the store's run key)."""
         values = asdict(self)
         values.pop("batch_size")
+        values["sampler"] = SAMPLER
         return values
-
-
-def row_seed(seed: int, question_id: str, sample_index: int) -> int:
-    """A 63-bit seed for one (question, sample): independent of batch composition and order."""
-    return int(schema.stable_hash(str(seed), str(question_id), str(sample_index)), 16) & ((1 << 63) - 1)
-
-
-def filter_logits(logits: Any, temperature: float, top_k: int, top_p: float) -> Any:
-    """Temperature, top-k and nucleus (top-p) filtering of a [rows, vocab] logit tensor → probabilities."""
-    import torch
-
-    scaled = logits / temperature
-    if top_k and top_k < scaled.shape[-1]:
-        kth = torch.topk(scaled, top_k, dim=-1).values[..., -1:]
-        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-    probs = torch.softmax(scaled, dim=-1)
-    if top_p < 1.0:
-        sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
-        cumulative = sorted_probs.cumsum(-1)
-        drop = cumulative - sorted_probs > top_p  # keep the smallest prefix whose mass reaches top_p
-        sorted_probs = sorted_probs.masked_fill(drop, 0.0)
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
-        probs = probs / probs.sum(-1, keepdim=True)
-    return probs
 
 
 class AnswerGenerator:
     """Generates GENERATIONS rows for batches of prompts with one loaded model."""
 
     def __init__(self, loaded: LoadedModel, config: GenerationConfig) -> None:
+        from cic.llm.batching import BatchSizer, ModelShape
+
         self.loaded = loaded
         self.config = config
         tokenizer = loaded.tokenizer
@@ -110,7 +92,12 @@ class AnswerGenerator:
             self.stop_ids |= {i for i, t in enumerate(vocab) if t is not None and
                               ("\n" in tokenizer.convert_tokens_to_string([t]) or t in ("Ċ", "<0x0A>"))}
         self.n_forward_calls = 0
-        self._rows_per_forward = config.batch_size or 64
+        self.forward_s = 0.0  # wall time inside the model's forward (synchronised on CUDA): for benchmarks
+        self.sizer = BatchSizer(ModelShape.of(loaded.model), loaded.device, fixed_rows=config.batch_size)
+        self.sync_every = 4 if str(loaded.device).startswith("cuda") else 1
+        self._stop_mask: Any = None
+        self.chunk_sizes: list[int] = []  # items per chunk of the last call (for benchmarks and logs)
+        self._letter_cache: dict[str, list[int]] = {}
 
     # -- prompts ---------------------------------------------------------------------------------------------
 
@@ -144,19 +131,81 @@ class AnswerGenerator:
         return input_ids.to(self.loaded.device), mask.to(self.loaded.device)
 
     def _forward(self, **inputs: Any) -> Any:
+        import time
+
         import torch
 
         self.n_forward_calls += 1
+        cuda = str(self.loaded.device).startswith("cuda")
+        started = time.perf_counter()
         with torch.inference_mode():
-            return self.loaded.model(**inputs, use_cache=True)
+            out = self.loaded.model(**inputs, use_cache=True, logits_to_keep=1)
+        if cuda:
+            torch.cuda.synchronize(self.loaded.device)
+        self.forward_s += time.perf_counter() - started
+        return out
+
+    def _stop_tokens(self, vocab: int) -> Any:
+        """Boolean [vocab] device tensor: True for end-of-sequence and (optionally) newline tokens."""
+        import torch
+
+        if self._stop_mask is None or self._stop_mask.shape[0] != vocab:
+            mask = torch.zeros(vocab, dtype=torch.bool)
+            ids = [i for i in self.stop_ids if 0 <= i < vocab]
+            if ids:
+                mask[torch.tensor(ids)] = True
+            self._stop_mask = mask.to(self.loaded.device)
+        return self._stop_mask
+
+    def _in_chunks(self, work: Any, n_items: int, chunk_size: Any) -> list[Any]:
+        """Run `work(start, stop)` over consecutive chunks sized by `chunk_size(start)`, halving on OOM."""
+        import torch
+
+        results, start = [], 0
+        self.chunk_sizes = []
+        while start < n_items:
+            stop = min(n_items, start + chunk_size(start))
+            try:
+                results.append(work(start, stop))
+            except (RuntimeError, MemoryError) as exc:
+                oom = isinstance(exc, MemoryError) or "out of memory" in str(exc).lower()
+                if not oom or stop - start == 1 and not self.sizer.out_of_memory():
+                    raise
+                if stop - start > 1:
+                    self.sizer.out_of_memory()
+                log.warning("out of memory at %d questions per chunk: at most %d rows per forward pass now",
+                            stop - start, self.sizer.max_rows)
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+                continue
+            self.sizer.fitted()
+            self.chunk_sizes.append(stop - start)
+            start = stop
+        return results
 
     # -- open-ended ------------------------------------------------------------------------------------------
 
-    def _decode_chunk(self, encoded: Sequence[Sequence[int]], question_ids: Sequence[str]) -> list[list[dict]]:
-        """Greedy + samples for a few questions sharing one prefill; rows per question in sample order."""
+    def _choose(self, logits: Any, keys: Any, step: int, most_likely: Any) -> Any:
+        """Next token per row: samples for sample rows, arg-max (or tempered draw) for most-likely rows."""
         import torch
 
-        cfg, n_rows = self.config, self.config.n_samples + 1
+        from cic.llm.sampling import sample
+
+        cfg = self.config
+        chosen = sample(logits, keys, step, temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p)
+        if cfg.most_likely_temperature > 0:
+            rows = most_likely.nonzero()[:, 0]
+            chosen[rows] = sample(logits[rows], keys[rows], step, temperature=cfg.most_likely_temperature)
+            return chosen
+        return torch.where(most_likely, logits.argmax(-1), chosen)
+
+    def _decode_chunk(self, encoded: Sequence[Sequence[int]], question_ids: Sequence[str]) -> list[list[dict]]:
+        """Most-likely row + samples for a few questions sharing one prefill; rows per question in sample order."""
+        import torch
+
+        from cic.llm.sampling import row_keys
+
+        cfg, n_rows, device = self.config, self.config.n_samples + 1, self.loaded.device
         input_ids, mask = self._padded(encoded)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         out = self._forward(input_ids=input_ids, attention_mask=mask, position_ids=positions)
@@ -164,91 +213,68 @@ class AnswerGenerator:
         cache.batch_repeat_interleave(n_rows)
         logits = out.logits[:, -1, :].float().repeat_interleave(n_rows, dim=0)
         mask = mask.repeat_interleave(n_rows, dim=0)
-        last_pos = positions[:, -1].repeat_interleave(n_rows, dim=0)
-        rows = len(encoded) * n_rows
-        generators = []
-        for q in question_ids:
-            for s in range(n_rows):
-                g = torch.Generator(device="cpu")
-                g.manual_seed(row_seed(cfg.seed, q, s))
-                generators.append(g)
-        tokens: list[list[int]] = [[] for _ in range(rows)]
-        logprobs: list[list[float]] = [[] for _ in range(rows)]
-        done = [False] * rows
-        stopped = [False] * rows
+        last_pos = positions[:, -1:].repeat_interleave(n_rows, dim=0)
+        rows, width = len(encoded) * n_rows, cfg.max_new_tokens
+        keys = row_keys(cfg.seed, question_ids, n_rows, device)
+        most_likely = torch.arange(rows, device=device) % n_rows == 0
+        stop_mask = self._stop_tokens(logits.shape[-1])
         pad = self.loaded.tokenizer.pad_token_id
-        for step in range(cfg.max_new_tokens):
-            log_probs = torch.log_softmax(logits, dim=-1)
-            chosen = torch.empty(rows, dtype=torch.long)
-            sample_probs = filter_logits(logits, cfg.temperature, cfg.top_k, cfg.top_p).cpu()
-            ml_probs = (filter_logits(logits, cfg.most_likely_temperature, 0, 1.0).cpu()
-                        if cfg.most_likely_temperature > 0 else None)
-            argmax = logits.argmax(-1).cpu()
-            for r in range(rows):
-                if r % n_rows == 0:  # the most-likely row of its question
-                    chosen[r] = (argmax[r] if ml_probs is None
-                                 else torch.multinomial(ml_probs[r], 1, generator=generators[r])[0])
-                else:
-                    chosen[r] = torch.multinomial(sample_probs[r], 1, generator=generators[r])[0]
-            for r in range(rows):
-                if done[r]:
-                    continue
-                token = int(chosen[r])
-                if token in self.stop_ids:
-                    done[r], stopped[r] = True, True
-                    continue
-                tokens[r].append(token)
-                logprobs[r].append(float(log_probs[r, token]))
-            if all(done) or step == cfg.max_new_tokens - 1:
+        tokens = torch.full((rows, width), pad, dtype=torch.long, device=device)
+        logprobs = torch.zeros((rows, width), dtype=torch.float32, device=device)
+        finished = torch.zeros(rows, dtype=torch.bool, device=device)
+        stopped = torch.zeros(rows, dtype=torch.bool, device=device)
+        lengths = torch.zeros(rows, dtype=torch.long, device=device)
+        for step in range(width):
+            chosen = self._choose(logits, keys, step, most_likely)
+            token_logprob = logits.gather(-1, chosen[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
+            is_stop = stop_mask[chosen]
+            stopped |= ~finished & is_stop
+            finished |= is_stop
+            live = ~finished
+            tokens[:, step] = torch.where(live, chosen, pad)
+            logprobs[:, step] = torch.where(live, token_logprob, 0.0)
+            lengths += live
+            if step == width - 1 or (step + 1) % self.sync_every == 0 and bool(finished.all()):
                 break
-            feed = torch.tensor([pad if done[r] else int(chosen[r]) for r in range(rows)], dtype=torch.long)
-            mask = torch.cat([mask, torch.tensor([[0 if done[r] else 1] for r in range(rows)],
-                                                 device=mask.device)], dim=1)
+            mask = torch.cat([mask, live[:, None].to(mask.dtype)], dim=1)
             last_pos = last_pos + 1
-            out = self._forward(input_ids=feed.view(-1, 1).to(self.loaded.device), attention_mask=mask,
-                                position_ids=last_pos.view(-1, 1), past_key_values=cache)
+            out = self._forward(input_ids=torch.where(live, chosen, pad)[:, None], attention_mask=mask,
+                                position_ids=last_pos, past_key_values=cache)
             cache = out.past_key_values
             logits = out.logits[:, -1, :].float()
+        host_tokens, host_logprobs = tokens.cpu().tolist(), logprobs.cpu().tolist()
+        host_lengths, host_stopped = lengths.cpu().tolist(), stopped.cpu().tolist()
         results = []
         for qi in range(len(encoded)):
             per_question = []
             for s in range(n_rows):
-                r = qi * n_rows + s
-                per_question.append({"tokens": tokens[r], "logprobs": logprobs[r], "stopped": stopped[r]})
+                r, n = qi * n_rows + s, host_lengths[qi * n_rows + s]
+                per_question.append({"tokens": host_tokens[r][:n], "logprobs": host_logprobs[r][:n],
+                                     "stopped": host_stopped[r]})
             results.append(per_question)
         return results
-
     def _text(self, token_ids: Sequence[int]) -> str:
         return self.loaded.tokenizer.decode(list(token_ids), skip_special_tokens=True).strip()
 
     def generate_open(self, question_ids: Sequence[str], prompts: Sequence[str], *, run_key: str) -> pl.DataFrame:
         """Most-likely answer (sample_index 0) plus n_samples samples per question, as GENERATIONS rows."""
         import polars as pl
-        import torch
 
         if len(question_ids) != len(prompts):
             raise ValueError(f"question_ids ({len(question_ids)}) and prompts ({len(prompts)}) differ in length")
         encoded, truncated = self._encode(prompts)
-        records: list[dict[str, Any]] = []
-        start = 0
-        while start < len(prompts):
-            per_chunk = max(1, self._rows_per_forward // (self.config.n_samples + 1))
-            stop = min(len(prompts), start + per_chunk)
-            try:
-                chunk = self._decode_chunk(encoded[start:stop], question_ids[start:stop])
-            except RuntimeError as exc:
-                if "out of memory" not in str(exc).lower() or per_chunk == 1 and self._rows_per_forward <= 1:
-                    raise
-                self._rows_per_forward = max(1, self._rows_per_forward // 2)
-                log.warning("out of memory: %d rows per forward pass from now on", self._rows_per_forward)
-                if torch.cuda.is_available():
-                    torch.cuda.empty_cache()
-                continue
-            for offset, rows in enumerate(chunk):
-                qi = start + offset
-                for s, row in enumerate(rows):
-                    records.append(self._record(run_key, question_ids[qi], s, row, truncated[qi]))
-            start = stop
+        lengths = [len(ids) for ids in encoded]
+        n_rows = self.config.n_samples + 1
+
+        def chunk_size(start: int) -> int:
+            return self.sizer.questions_per_chunk(lengths[start:], n_rows, self.config.max_new_tokens)
+
+        def decode(start: int, stop: int) -> list[dict[str, Any]]:
+            chunk = self._decode_chunk(encoded[start:stop], question_ids[start:stop])
+            return [self._record(run_key, question_ids[start + offset], s, row, truncated[start + offset])
+                    for offset, rows in enumerate(chunk) for s, row in enumerate(rows)]
+
+        records = [r for part in self._in_chunks(decode, len(prompts), chunk_size) for r in part]
         return schema.conform(pl.DataFrame(records, schema=schema.GENERATIONS.schema), schema.GENERATIONS)
 
     def _record(self, run_key: str, question_id: str, sample_index: int, row: dict, truncated: bool) -> dict:
@@ -270,12 +296,31 @@ class AnswerGenerator:
 
     def _letter_ids(self, label: str) -> list[int]:
         """First token ids of the letter as it may follow the prompt: "A" and " A"."""
-        ids = set()
-        for variant in (label, f" {label}"):
-            tokens = self.loaded.tokenizer(variant, add_special_tokens=False)["input_ids"]
-            if tokens:
-                ids.add(tokens[0])
-        return sorted(ids)
+        if label not in self._letter_cache:
+            ids = set()
+            for variant in (label, f" {label}"):
+                tokens = self.loaded.tokenizer(variant, add_special_tokens=False)["input_ids"]
+                if tokens:
+                    ids.add(tokens[0])
+            self._letter_cache[label] = sorted(ids)
+        return self._letter_cache[label]
+
+    def _option_probs(self, next_token_probs: Any, labels: Sequence[str], question_id: str) -> np.ndarray:
+        """Each option's share of the next-token mass on its letter tokens (uniform if none has any)."""
+        if not labels:
+            raise ValueError(f"question_id {question_id!r}: choice_labels is empty")
+        mass = np.array([float(next_token_probs[self._letter_ids(lab)].sum()) for lab in labels])
+        return mass / mass.sum() if mass.sum() > 0 else np.full(len(labels), 1 / len(labels))
+
+    def _option_draws(self, option_probs: np.ndarray, question_id: str) -> list[int]:
+        """n_samples draws of an option index, noise keyed like the open-ended rows' first step."""
+        import torch
+
+        from cic.llm.sampling import inverse_cdf, row_keys, uniforms
+
+        keys = row_keys(self.config.seed, [question_id], self.config.n_samples + 1)[1:]
+        weights = torch.tensor(option_probs, dtype=torch.float64).expand(len(keys), -1)
+        return inverse_cdf(weights, uniforms(keys, 0, torch.zeros_like(keys[:, :1])).double())[:, 0].tolist()
 
     def choose(self, question_ids: Sequence[str], prompts: Sequence[str], choice_labels: Sequence[Sequence[str]],
                *, run_key: str) -> pl.DataFrame:
@@ -286,32 +331,32 @@ class AnswerGenerator:
         if not len(question_ids) == len(prompts) == len(choice_labels):
             raise ValueError("question_ids, prompts and choice_labels differ in length")
         encoded, truncated = self._encode(prompts)
-        records: list[dict[str, Any]] = []
-        step = max(1, self._rows_per_forward // 4)
-        for start in range(0, len(prompts), step):
-            input_ids, mask = self._padded(encoded[start:start + step])
+        lengths = [len(ids) for ids in encoded]
+
+        def score(start: int, stop: int) -> list[dict[str, Any]]:
+            input_ids, mask = self._padded(encoded[start:stop])
             positions = (mask.cumsum(-1) - 1).clamp(min=0)
             logits = self._forward(input_ids=input_ids, attention_mask=mask, position_ids=positions).logits
             probs_all = torch.softmax(logits[:, -1, :].float(), dim=-1).cpu()
-            for offset in range(input_ids.shape[0]):
+            records = []
+            for offset in range(stop - start):
                 qi = start + offset
                 labels = list(choice_labels[qi])
-                if not labels:
-                    raise ValueError(f"question_id {question_ids[qi]!r}: choice_labels is empty")
-                mass = np.array([float(probs_all[offset, self._letter_ids(lab)].sum()) for lab in labels])
-                option_probs = mass / mass.sum() if mass.sum() > 0 else np.full(len(labels), 1 / len(labels))
-                g = torch.Generator(device="cpu")
-                g.manual_seed(row_seed(self.config.seed, question_ids[qi], 0))
-                draws = torch.multinomial(torch.tensor(option_probs), self.config.n_samples, replacement=True,
-                                          generator=g).tolist()
-                picks = [int(np.argmax(option_probs))] + draws
+                option_probs = self._option_probs(probs_all[offset], labels, question_ids[qi])
+                picks = [int(np.argmax(option_probs))] + self._option_draws(option_probs, question_ids[qi])
                 for s, pick in enumerate(picks):
+                    logprob = math.log(max(option_probs[pick], 1e-300))
                     records.append({
                         "run_key": run_key, "question_id": str(question_ids[qi]), "sample_index": s,
-                        "text": labels[pick], "n_tokens": 1, "logprob_sum": math.log(max(option_probs[pick], 1e-300)),
-                        "logprob_mean": math.log(max(option_probs[pick], 1e-300)), "is_greedy": s == 0,
-                        "option_probs": option_probs.tolist(),
+                        "text": labels[pick], "n_tokens": 1, "logprob_sum": logprob, "logprob_mean": logprob,
+                        "is_greedy": s == 0, "option_probs": option_probs.tolist(),
                         "flags": ["prompt_truncated"] if truncated[qi] else []})
+            return records
+
+        def chunk_size(start: int) -> int:
+            return self.sizer.prompts_per_forward(lengths[start:])
+
+        records = [r for part in self._in_chunks(score, len(prompts), chunk_size) for r in part]
         return schema.conform(pl.DataFrame(records, schema=schema.GENERATIONS.schema), schema.GENERATIONS)
 
 

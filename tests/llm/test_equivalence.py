@@ -12,6 +12,7 @@ from cic.llm.uncertainty import (
     ExactEquivalence,
     NliEquivalence,
     cluster_answers,
+    cluster_many,
     entailment_decision,
     make_equivalence,
 )
@@ -37,6 +38,39 @@ def test_duplicates_merge_without_calls_and_new_answers_meet_one_representative_
     assert ids.tolist() == [0, 0, 0, 0, 1, 1, 2, 1]
     # distinct normalised answers: paris, peking, london, lyon, berlin -> calls 0 + 1 + 1 + 2 + 2
     assert eq.n_calls == 6 <= len(texts) * 3 < len(texts) ** 2
+
+
+class BatchCountingEquivalence(CountingEquivalence):
+    """Also answers many queries at once, counting the batched calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.n_batches = 0
+
+    def equivalent_many(self, queries: list[tuple[str, list[str]]]) -> list[np.ndarray]:
+        self.n_batches += 1
+        return [self.equivalent(answer, reps) for answer, reps in queries]
+
+
+def test_clustering_many_questions_in_lockstep_equals_one_at_a_time() -> None:
+    questions = [["Paris", "paris", "Peking", "London", "Lyon", "Berlin", "london"], ["a", "b", "c"], [],
+                 ["Rome", "rome", "Rome."], ["x", "y", "x", "z", "yy", "zz", "w", "v"]]
+    one_by_one = CountingEquivalence()
+    expected = [cluster_answers(texts, one_by_one) for texts in questions]
+    batched = BatchCountingEquivalence()
+    got = cluster_many(questions, batched)
+    assert [g.tolist() for g in got] == [e.tolist() for e in expected]
+    assert batched.n_calls == one_by_one.n_calls
+    assert batched.n_batches <= max(len(t) for t in questions) - 1  # one call per round, not per answer
+
+
+def test_nli_batched_across_questions_equals_one_question_at_a_time(tiny_nli: Path) -> None:
+    questions = [["paris", "london", "a city", "the capital"], ["london", "is", "paris", "city"], ["a", "the"]]
+    alone = make_equivalence("nli", nli_model=str(tiny_nli), variant="no_contradiction")
+    together = make_equivalence("nli", nli_model=str(tiny_nli), variant="no_contradiction")
+    expected = [cluster_answers(texts, alone).tolist() for texts in questions]
+    assert [ids.tolist() for ids in cluster_many(questions, together)] == expected
+    assert together.n_calls == alone.n_calls
 
 
 def test_exact_equivalence_normalises() -> None:

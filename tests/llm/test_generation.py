@@ -8,7 +8,7 @@ import pytest
 
 from cic import schema
 from cic.data import build_prompt, load_questions
-from cic.llm.generation import AnswerGenerator, GenerationConfig, filter_logits, generate_for_questions
+from cic.llm.generation import SAMPLER, AnswerGenerator, GenerationConfig, generate_for_questions
 
 pytestmark = pytest.mark.slow
 
@@ -26,14 +26,8 @@ def trivia(smollm) -> tuple[pl.DataFrame, list[str]]:
 def test_config_validation_and_shaping() -> None:
     with pytest.raises(ValueError, match="top_p = 1.5"):
         GenerationConfig(top_p=1.5)
-    assert "batch_size" not in GenerationConfig(batch_size=8).shaping()
-
-
-def test_top_p_keeps_the_smallest_prefix_reaching_p() -> None:
-    import torch
-
-    probs = filter_logits(torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])), 1.0, 0, 0.8)
-    assert probs[0].tolist() == pytest.approx([0.5 / 0.8, 0.3 / 0.8, 0.0, 0.0])
+    shaping = GenerationConfig(batch_size=8).shaping()
+    assert "batch_size" not in shaping and shaping["sampler"] == SAMPLER
 
 
 def test_open_ended_rows_shapes_ranges_determinism(smollm, trivia) -> None:
@@ -56,11 +50,51 @@ def test_open_ended_rows_shapes_ranges_determinism(smollm, trivia) -> None:
 
 
 def test_a_questions_rows_do_not_depend_on_its_batch(smollm, trivia) -> None:
+    """On CPU in fp32 a question's tokens are identical alone, in a batch of 6, or in chunks of 2 questions;
+    log-probabilities agree to float32 rounding (padding changes the matmul shapes)."""
     q, prompts = trivia
     config = GenerationConfig(n_samples=3, max_new_tokens=8, seed=0)
-    alone = generate_for_questions(AnswerGenerator(smollm, config), q[3:4], prompts[3:4], run_key="r")
+    columns = ["question_id", "sample_index", "text", "n_tokens", "flags"]
+    alone = pl.concat([generate_for_questions(AnswerGenerator(smollm, config), q[i:i + 1], prompts[i:i + 1],
+                                              run_key="r") for i in range(6)])
     batched = generate_for_questions(AnswerGenerator(smollm, config), q[:6], prompts[:6], run_key="r")
-    assert alone["text"].to_list() == batched.filter(question_id=q["question_id"][3])["text"].to_list()
+    chunked_generator = AnswerGenerator(smollm, GenerationConfig(n_samples=3, max_new_tokens=8, seed=0,
+                                                                 batch_size=8))
+    chunked = generate_for_questions(chunked_generator, q[:6], prompts[:6], run_key="r")
+    assert chunked_generator.n_forward_calls >= 3 * 2  # three chunks of two questions, several steps each
+    for other in (batched, chunked):
+        assert other.select(columns).equals(alone.select(columns))
+    for other in (batched, chunked):
+        assert np.abs(other["logprob_sum"].to_numpy() - alone["logprob_sum"].to_numpy()).max() < 1e-4
+
+
+def test_rows_stop_at_newline_or_run_to_the_token_budget(smollm, trivia) -> None:
+    q, prompts = trivia
+    rows = generate_for_questions(AnswerGenerator(smollm, GenerationConfig(n_samples=5, max_new_tokens=12)),
+                                  q[:6], prompts[:6], run_key="r")
+    assert not any("\n" in t for t in rows["text"])
+    ran_out = rows.filter(pl.col("flags").list.contains("max_tokens"))
+    stopped = rows.filter(~pl.col("flags").list.contains("max_tokens"))
+    assert (ran_out["n_tokens"] == 12).all() and (stopped["n_tokens"] < 12).all() and stopped.height > 0
+    free = generate_for_questions(
+        AnswerGenerator(smollm, GenerationConfig(n_samples=5, max_new_tokens=12, stop_at_newline=False)),
+        q[:6], prompts[:6], run_key="r")
+    assert free.filter(pl.col("flags").list.contains("max_tokens")).height > ran_out.height
+
+
+def test_most_likely_row_is_the_greedy_continuation(smollm, trivia) -> None:
+    import torch
+
+    q, prompts = trivia
+    rows = generate_for_questions(AnswerGenerator(smollm, GenerationConfig(n_samples=2, max_new_tokens=6)),
+                                  q[:2], prompts[:2], run_key="r")
+    for i in range(2):
+        ids = smollm.tokenizer(prompts[i], add_special_tokens=False, return_tensors="pt")["input_ids"]
+        with torch.inference_mode():
+            out = smollm.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                        max_new_tokens=6, pad_token_id=smollm.tokenizer.pad_token_id)
+        greedy = smollm.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True).split("\n")[0].strip()
+        assert rows.filter(question_id=q["question_id"][i], sample_index=0)["text"][0] == greedy
 
 
 def test_default_ten_samples_and_truncation_flag(smollm, trivia) -> None:

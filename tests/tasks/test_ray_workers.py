@@ -43,6 +43,16 @@ def test_in_process_cluster_has_no_gpu_and_asks_for_cpus(cluster: ray_workers.Cl
     assert cluster.started_here and cluster.gpus == 0 and cluster.cpus == 2
     assert ray_workers.actor_options(cluster.gpus) == {"num_cpus": 1.0}
     assert ray_workers.actor_options(2.0) == {"num_gpus": 1, "num_cpus": 1}
+    assert ray_workers.actor_options(2.0, cpus_per_gpu=8) == {"num_gpus": 1, "num_cpus": 8}
+
+
+def test_gpu_actors_take_the_cpus_their_node_can_spare() -> None:
+    nodes = [{"Alive": True, "Resources": {"CPU": 16.0}},                  # a CPU-only head: not counted
+             {"Alive": True, "Resources": {"CPU": 32.0, "GPU": 4.0}},       # 8 per GPU
+             {"Alive": True, "Resources": {"CPU": 12.0, "GPU": 2.0}},       # 6 per GPU: the binding node
+             {"Alive": False, "Resources": {"CPU": 2.0, "GPU": 2.0}}]       # dead
+    assert ray_workers.spare_cpus_per_gpu(nodes) == 6
+    assert ray_workers.spare_cpus_per_gpu(nodes[:1]) == 1
 
 
 def test_gpu_request_on_a_gpu_less_cluster_falls_back_and_finishes(cluster: ray_workers.ClusterInfo) -> None:

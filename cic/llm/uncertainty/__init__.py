@@ -13,6 +13,7 @@ from cic.llm.uncertainty.equivalence import (
     ExactEquivalence,
     NliEquivalence,
     cluster_answers,
+    cluster_many,
     entailment_decision,
     make_equivalence,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "QuestionStats",
     "UncertaintyScorer",
     "cluster_answers",
+    "cluster_many",
     "entailment_decision",
     "get_estimator",
     "list_estimators",

@@ -1,8 +1,10 @@
 """Semantic equivalence of answers, and clustering answers into meaning classes with few model calls.
 
 Exact and normalised-string duplicates are merged before any model is asked; every new distinct answer is
-then compared with one representative per existing cluster (in one batched call), so the number of
-comparisons is at most K × clusters instead of K² all pairs.
+then compared with one representative per existing cluster, so the number of comparisons is at most
+K × clusters instead of K² all pairs. `cluster_many` clusters many questions in lockstep: each round takes
+the next answer of every question and asks the model about all of them in one batched call (NLI), or encodes
+every answer of every question in one call first (embeddings), with the same result as one question at a time.
 """
 
 from __future__ import annotations
@@ -24,6 +26,14 @@ class Equivalence(Protocol):
     def equivalent(self, answer: str, representatives: Sequence[str]) -> np.ndarray:
         """Boolean per representative: does `answer` mean the same?"""
         ...
+
+
+def equivalent_many(equivalence: Any, queries: Sequence[tuple[str, Sequence[str]]]) -> list[np.ndarray]:
+    """`equivalent` for many (answer, representatives) queries: one batched call where the kind has one."""
+    batched = getattr(equivalence, "equivalent_many", None)
+    if batched is not None:
+        return batched(queries)
+    return [equivalence.equivalent(answer, reps) for answer, reps in queries]
 
 
 class ExactEquivalence:
@@ -55,6 +65,10 @@ class EmbeddingEquivalence:
         self.n_calls += len(representatives)
         vectors = self.embedder.encode([answer, *representatives])
         return vectors[1:] @ vectors[0] >= self.threshold
+
+    def prepare(self, texts: Sequence[str]) -> None:
+        """Encode every text the clustering will compare in one batched call (the embedder caches them)."""
+        self.embedder.encode(list(texts))
 
 
 def entailment_decision(forward: np.ndarray, backward: np.ndarray, *, entail: int, contradict: int,
@@ -114,10 +128,29 @@ class NliEquivalence:
         return entailment_decision(logits[:len(reps)], logits[len(reps):], entail=self.entail,
                                    contradict=self.contradict, variant=self.variant)
 
+    def equivalent_many(self, queries: Sequence[tuple[str, Sequence[str]]]) -> list[np.ndarray]:
+        """Every query's pairs, both directions, in one run of batched forward passes."""
+        premises: list[str] = []
+        hypotheses: list[str] = []
+        for answer, reps in queries:
+            premises += [answer] * len(reps) + list(reps)
+            hypotheses += list(reps) + [answer] * len(reps)
+        if not premises:
+            return [np.zeros(0, dtype=bool) for _ in queries]
+        logits = self._logits(premises, hypotheses)
+        out, at = [], 0
+        for _, reps in queries:
+            n = len(reps)
+            self.n_calls += n
+            out.append(entailment_decision(logits[at:at + n], logits[at + n:at + 2 * n], entail=self.entail,
+                                           contradict=self.contradict, variant=self.variant))
+            at += 2 * n
+        return out
+
 
 def make_equivalence(kind: str, *, embedder: Any = None, threshold: float = 0.9, nli_model: str | None = None,
-                     variant: str = "strict") -> Any:
-    """"exact", "embedding" (needs embedder) or "nli" (needs nli_model)."""
+                     variant: str = "strict", device: str | None = None) -> Any:
+    """"exact", "embedding" (needs embedder) or "nli" (needs nli_model; runs on `device`, CPU by default)."""
     if kind == "exact":
         return ExactEquivalence()
     if kind == "embedding":
@@ -127,7 +160,7 @@ def make_equivalence(kind: str, *, embedder: Any = None, threshold: float = 0.9,
     if kind == "nli":
         if not nli_model:
             raise ValueError("equivalence 'nli' needs nli_model (hub id or local path of an MNLI classifier)")
-        return NliEquivalence(nli_model, variant=variant)
+        return NliEquivalence(nli_model, variant=variant, device=device)
     raise ValueError(f"equivalence = {kind!r}: choose from exact, embedding, nli")
 
 
@@ -148,4 +181,38 @@ def cluster_answers(texts: Sequence[str], equivalence: Any) -> np.ndarray:
             representatives.append(text)
         by_key[key] = hit
         ids[i] = hit
+    return ids
+
+
+def cluster_many(text_lists: Sequence[Sequence[str]], equivalence: Any) -> list[np.ndarray]:
+    """`cluster_answers` for many questions at once, batching each round's model calls across questions."""
+    prepare = getattr(equivalence, "prepare", None)
+    if prepare is not None:
+        prepare([text for texts in text_lists for text in texts])
+    ids = [np.empty(len(texts), dtype=np.int64) for texts in text_lists]
+    by_key: list[dict[str, int]] = [{} for _ in text_lists]
+    representatives: list[list[str]] = [[] for _ in text_lists]
+    for position in range(max((len(t) for t in text_lists), default=0)):
+        asking: list[tuple[int, str, str]] = []
+        for q, texts in enumerate(text_lists):
+            if position >= len(texts):
+                continue
+            text = texts[position]
+            key = normalize_answer(text)
+            if key in by_key[q]:
+                ids[q][position] = by_key[q][key]
+            elif not representatives[q]:
+                by_key[q][key] = ids[q][position] = 0
+                representatives[q].append(text)
+            else:
+                asking.append((q, text, key))
+        if not asking:
+            continue
+        answers = equivalent_many(equivalence, [(text, list(representatives[q])) for q, text, _ in asking])
+        for (q, text, key), same in zip(asking, answers, strict=True):
+            hit = int(np.argmax(same)) if same.any() else -1
+            if hit < 0:
+                hit = len(representatives[q])
+                representatives[q].append(text)
+            by_key[q][key] = ids[q][position] = hit
     return ids

@@ -1,4 +1,8 @@
-"""Score generations: build each question's shared statistics once, then run every requested estimator."""
+"""Score generations: build each question's shared statistics once, then run every requested estimator.
+
+The meaning classes of every open-ended question in a batch are found together (`cluster_many`), so the
+equivalence model sees one batched call per round instead of one small call per answer.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import numpy as np
 import polars as pl
 
 from cic import schema
+from cic.llm.uncertainty.equivalence import cluster_many
 from cic.llm.uncertainty.estimators import finite_or_none, get_estimator, stored_name
 from cic.llm.uncertainty.statistics import QuestionStats
 
@@ -44,8 +49,13 @@ class UncertaintyScorer:
     def score(self, generations: pl.DataFrame, *, run_key: str) -> pl.DataFrame:
         records = []
         names = self.stored_names()
-        for (question_id,), rows in generations.group_by("question_id", maintain_order=True):
-            stats = self.question_stats(rows)
+        every = [self.question_stats(rows) for _, rows in generations.group_by("question_id", maintain_order=True)]
+        needs_clusters = any(e.uses_equivalence for e in self.estimators)
+        open_ended = [stats for stats in every if not stats.is_multiple_choice and needs_clusters]
+        for stats, ids in zip(open_ended, cluster_many([s.texts for s in open_ended], self.equivalence), strict=True):
+            stats.set_clusters(ids)
+        for stats in every:
+            question_id = stats.question_id
             for estimator, name in zip(self.estimators, names, strict=True):
                 records.append({"run_key": run_key, "question_id": str(question_id), "estimator": name,
                                 "value": finite_or_none(estimator.compute(stats))})

@@ -39,6 +39,12 @@ class QuestionStats:
                 self._cache["clusters"] = cluster_answers(self.texts, self.equivalence)
         return self._cache["clusters"]
 
+    def set_clusters(self, ids: np.ndarray) -> None:
+        """Meaning classes found elsewhere (batched across questions by the scorer)."""
+        if len(ids) != len(self.texts):
+            raise ValueError(f"question {self.question_id!r}: {len(ids)} cluster ids for {len(self.texts)} samples")
+        self._cache["clusters"] = np.asarray(ids, dtype=np.int64)
+
     @property
     def similarity(self) -> np.ndarray:
         """Symmetric [K, K] similarity in [0, 1] for the graph estimators: clipped cosine of embeddings with

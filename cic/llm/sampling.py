@@ -1,0 +1,169 @@
+"""Token sampling that stays on the model's device and draws counter-based noise.
+
+Each draw inverts the cumulative distribution of the tokens that survive temperature, top-k and nucleus
+(top-p) filtering, taken in a fixed order (descending logit, or token id when nothing is filtered), at a
+uniform U computed by hashing (row key, step). A row's key comes from (seed, question id, sample index), so
+its noise does not depend on which rows share its batch, on the device, or on the order questions run in: a
+resumed run draws the same answers as the run it resumes (up to the model's own kernel differences across
+batch shapes). One uniform per row and step is enough for an exact draw and costs nothing next to the
+filtering (`uniforms` can also hash a token id, for per-token noise).
+
+Nucleus filtering looks at the `candidates` largest logits first and sorts only those; a row whose
+candidates hold less than top_p of the mass (a flat distribution) falls back to a sort of its whole
+vocabulary, so the kept set is always exactly the smallest prefix reaching top_p.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from cic import schema
+
+MASK32 = 0xFFFFFFFF
+DEFAULT_CANDIDATES = 1024
+
+
+def row_key(seed: int, question_id: str, sample_index: int) -> tuple[int, int]:
+    """Two 32-bit words identifying one (seed, question, sample) row: the counter base of its noise."""
+    digest = int(schema.stable_hash(str(seed), str(question_id), str(sample_index)), 16)
+    return digest & MASK32, (digest >> 32) & MASK32
+
+
+def row_keys(seed: int, question_ids: Sequence[str], n_rows: int, device: Any = "cpu") -> Any:
+    """int64 [len(question_ids) × n_rows, 2] keys, rows of a question consecutive in sample order."""
+    import torch
+
+    keys = [row_key(seed, q, s) for q in question_ids for s in range(n_rows)]
+    return torch.tensor(keys, dtype=torch.int64, device=device).view(-1, 2)
+
+
+def _mul32(x: Any, constant: int) -> Any:
+    """(x · constant) mod 2³² for x in [0, 2³²) held in int64, without signed overflow (16-bit halves)."""
+    low, high = constant & 0xFFFF, constant >> 16
+    return (x * low + (((x * high) & 0xFFFF) << 16)) & MASK32
+
+
+def mix32(x: Any) -> Any:
+    """A bijective 32-bit integer hash (Wellons' lowbias32) on an int64 tensor of values in [0, 2³²)."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def uniforms(keys: Any, step: int, token_ids: Any) -> Any:
+    """float32 uniforms in (0, 1), one per (row, token): a pure function of (key, step, token id).
+
+    keys: int64 [rows, 2]; token_ids: int64 [rows, n] (or [n], shared by every row); [rows, 1] of zeros
+    gives the one uniform per row that `sample` uses.
+    """
+    per_row = mix32(keys[:, 1:2] ^ mix32(keys[:, 0:1] ^ mix32(keys.new_tensor(step & MASK32))))
+    bits = mix32(mix32(per_row ^ (token_ids & MASK32)))
+    return ((bits >> 8).float() + 0.5) * (1.0 / (1 << 24))
+
+
+def inverse_cdf(weights: Any, u: Any) -> Any:
+    """Index per row where the running sum of `weights` [rows, n] first exceeds u · total (u [rows, 1])."""
+    import torch
+
+    cumulative = weights.cumsum(-1)
+    picks = torch.searchsorted(cumulative, u * cumulative[:, -1:], right=True)
+    return picks.clamp(max=weights.shape[-1] - 1)
+
+
+def nucleus_mask(sorted_scaled: Any, top_p: float, total_logsumexp: Any) -> Any:
+    """True where a token (logits sorted descending, tempered) belongs to the top-p nucleus.
+
+    A token is kept when the mass of the tokens before it is below top_p: the smallest prefix reaching top_p.
+    `total_logsumexp` [rows, 1] normalises over the whole vocabulary, not only the sorted slice.
+    """
+    import torch
+
+    probs = torch.exp(sorted_scaled - total_logsumexp)
+    before = probs.cumsum(-1) - probs
+    return before < top_p
+
+
+def filtered_weights(logits: Any, temperature: float, top_k: int, top_p: float,
+                     candidates: int = DEFAULT_CANDIDATES) -> list[tuple[Any, Any, Any]]:
+    """Each row's kept tokens and their unnormalised weights, as (rows, token ids, weights) groups.
+
+    The first group covers every row (rows None); a second group, when present, replaces the rows whose
+    `candidates` largest logits hold less than top_p of the mass, sorted over the whole vocabulary. Equivalent
+    to filtering the whole vocabulary: top-k keeps the k largest, top-p the smallest prefix of the (top-k-
+    restricted, renormalised) distribution whose mass reaches top_p; weights are zero outside the kept set.
+    """
+    import torch
+
+    scaled = logits.float() / temperature
+    vocab = scaled.shape[-1]
+    if top_k == 0 and top_p >= 1.0:
+        ids = torch.arange(vocab, device=scaled.device).expand(scaled.shape[0], vocab)
+        return [(None, ids, torch.softmax(scaled, dim=-1))]
+    width = min(vocab, top_k) if top_k else min(vocab, candidates)
+    values, ids = torch.topk(scaled, width, dim=-1, sorted=True)
+    if top_p >= 1.0:
+        return [(None, ids, torch.softmax(values, dim=-1))]
+    total = torch.logsumexp(values if top_k else scaled, dim=-1, keepdim=True)
+    groups = [(None, ids, torch.exp(values - total) * nucleus_mask(values, top_p, total))]
+    if not top_k and width < vocab:
+        covered = torch.exp(torch.logsumexp(values, dim=-1) - total[:, 0]) >= top_p
+        if not bool(covered.all()):  # flat rows: their nucleus may reach past the candidates
+            flat = (~covered).nonzero()[:, 0]
+            full_values, full_ids = torch.sort(scaled[flat], dim=-1, descending=True)
+            keep = nucleus_mask(full_values, top_p, total[flat])
+            groups.append((flat, full_ids, torch.exp(full_values - total[flat]) * keep))
+    return groups
+
+
+def sample(logits: Any, keys: Any, step: int, *, temperature: float, top_k: int = 0, top_p: float = 1.0,
+           candidates: int = DEFAULT_CANDIDATES) -> Any:
+    """One token id per row drawn from the filtered distribution at a counter-based uniform (inverse CDF)."""
+    import torch
+
+    u = uniforms(keys, step, torch.zeros_like(keys[:, :1]))
+    chosen = None
+    for rows, ids, weights in filtered_weights(logits, temperature, top_k, top_p, candidates):
+        picks = ids.gather(-1, inverse_cdf(weights, u if rows is None else u[rows]))[:, 0]
+        if rows is None:
+            chosen = picks
+        else:
+            chosen[rows] = picks
+    return chosen
+
+
+def kept_distribution(logits: Any, temperature: float, top_k: int, top_p: float,
+                      candidates: int = DEFAULT_CANDIDATES) -> Any:
+    """The distribution `sample` draws from, over the whole vocabulary [rows, vocab] (for checks)."""
+    import torch
+
+    out = torch.zeros(logits.shape, dtype=torch.float64, device=logits.device)
+    for rows, ids, weights in filtered_weights(logits, temperature, top_k, top_p, candidates):
+        dense = torch.zeros(ids.shape[0], logits.shape[-1], dtype=torch.float64, device=logits.device)
+        dense.scatter_(-1, ids, weights.double())
+        dense /= dense.sum(-1, keepdim=True)
+        if rows is None:
+            out = dense
+        else:
+            out[rows] = dense
+    return out
+
+
+def reference_probs(logits: Any, temperature: float, top_k: int, top_p: float) -> Any:
+    """The filtered distribution over the whole vocabulary (a direct, slow reference for tests and checks)."""
+    import torch
+
+    scaled = logits.float() / temperature
+    if top_k and top_k < scaled.shape[-1]:
+        kth = torch.topk(scaled, top_k, dim=-1).values[..., -1:]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    probs = torch.softmax(scaled, dim=-1)
+    if top_p < 1.0:
+        sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
+        drop = sorted_probs.cumsum(-1) - sorted_probs >= top_p
+        sorted_probs = sorted_probs.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
