@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cic.generation")
 
-SAMPLER = "counter-cdf-v1"  # how noise is drawn: part of the run key, since it shapes the rows
+SAMPLER = "counter-cdf-v1"
+MIN_SHARED_PREFIX = 16  # tokens: a shorter common prefix is not worth a separate forward pass  # how noise is drawn: part of the run key, since it shapes the rows
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,60 @@ class AnswerGenerator:
         self.forward_s += time.perf_counter() - started
         return out
 
+    def _prefill(self, encoded: Sequence[Sequence[int]], room: int = 0) -> tuple[Any, Any, Any, Any]:
+        """Encode prompts: last-position logits [n, vocab] (float32), the KV cache, attention mask, last positions.
+
+        Prompts that share a leading run of tokens (a few-shot prefix, a chat template) have it encoded once and
+        its cache repeated: [shared prefix][left padding][own suffix], padding masked, positions continuous.
+        With `room` > 0 the cache is preallocated (transformers' StaticCache) for that many more positions, so
+        decoding writes into it in place instead of concatenating every layer's keys and values each step.
+        """
+        import os
+
+        import torch
+        from transformers import DynamicCache, StaticCache
+
+        widest = max(map(len, encoded))
+        shared = min(len(os.path.commonprefix([list(ids) for ids in encoded])), min(map(len, encoded)) - 1)
+        if len(encoded) < 2 or shared < MIN_SHARED_PREFIX:
+            shared = 0
+        cache = (StaticCache(config=self.loaded.model.config, max_cache_len=widest + room) if room
+                 else DynamicCache(config=self.loaded.model.config))
+        device = self.loaded.device
+        if shared:
+            prefix = torch.tensor([list(encoded[0][:shared])], dtype=torch.long, device=device)
+            self._forward(input_ids=prefix, attention_mask=torch.ones_like(prefix),
+                          position_ids=torch.arange(shared, device=device)[None], past_key_values=cache)
+            self._repeat_cache(cache, len(encoded))
+        suffix_ids, suffix_mask = self._padded([ids[shared:] for ids in encoded])
+        positions = (shared + suffix_mask.cumsum(-1) - 1).clamp(min=shared)
+        mask = torch.cat([torch.ones((len(encoded), shared), dtype=suffix_mask.dtype, device=device), suffix_mask],
+                         dim=1)
+        out = self._forward(input_ids=suffix_ids, attention_mask=self._cache_mask(mask, cache),
+                            position_ids=positions, past_key_values=cache)
+        return out.logits[:, -1, :].float(), cache, mask, positions[:, -1:]
+
+    @staticmethod
+    def _repeat_cache(cache: Any, repeats: int) -> None:
+        """Repeat every cached sequence `repeats` times in place (consecutive copies), growing or preallocated."""
+        for layer in cache.layers:
+            if hasattr(layer, "batch_repeat_interleave"):
+                layer.batch_repeat_interleave(repeats)
+            elif getattr(layer, "is_initialized", False):  # a preallocated layer: its tensors, then its batch size
+                layer.keys = layer.keys.repeat_interleave(repeats, dim=0)
+                layer.values = layer.values.repeat_interleave(repeats, dim=0)
+                layer.batch_size = layer.keys.shape[0]
+
+    @staticmethod
+    def _cache_mask(mask: Any, cache: Any) -> Any:
+        """The attention mask as the cache wants it: padded with zeros to a preallocated cache's length."""
+        import torch
+
+        capacity = cache.get_max_length()  # -1 for a growing cache
+        if capacity is None or capacity <= 0 or capacity == mask.shape[1]:
+            return mask
+        return torch.nn.functional.pad(mask, (0, capacity - mask.shape[1]))
+
     def _stop_tokens(self, vocab: int) -> Any:
         """Boolean [vocab] device tensor: True for end-of-sequence and (optionally) newline tokens."""
         import torch
@@ -206,14 +261,11 @@ class AnswerGenerator:
         from cic.llm.sampling import row_keys
 
         cfg, n_rows, device = self.config, self.config.n_samples + 1, self.loaded.device
-        input_ids, mask = self._padded(encoded)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = self._forward(input_ids=input_ids, attention_mask=mask, position_ids=positions)
-        cache = out.past_key_values
-        cache.batch_repeat_interleave(n_rows)
-        logits = out.logits[:, -1, :].float().repeat_interleave(n_rows, dim=0)
+        logits, cache, mask, last_pos = self._prefill(encoded, room=self.config.max_new_tokens)
+        self._repeat_cache(cache, n_rows)
+        logits = logits.repeat_interleave(n_rows, dim=0)
         mask = mask.repeat_interleave(n_rows, dim=0)
-        last_pos = positions[:, -1:].repeat_interleave(n_rows, dim=0)
+        last_pos = last_pos.repeat_interleave(n_rows, dim=0)
         rows, width = len(encoded) * n_rows, cfg.max_new_tokens
         keys = row_keys(cfg.seed, question_ids, n_rows, device)
         most_likely = torch.arange(rows, device=device) % n_rows == 0
@@ -238,9 +290,9 @@ class AnswerGenerator:
                 break
             mask = torch.cat([mask, live[:, None].to(mask.dtype)], dim=1)
             last_pos = last_pos + 1
-            out = self._forward(input_ids=torch.where(live, chosen, pad)[:, None], attention_mask=mask,
-                                position_ids=last_pos, past_key_values=cache)
-            cache = out.past_key_values
+            out = self._forward(input_ids=torch.where(live, chosen, pad)[:, None],
+                                attention_mask=self._cache_mask(mask, cache), position_ids=last_pos,
+                                past_key_values=cache)
             logits = out.logits[:, -1, :].float()
         host_tokens, host_logprobs = tokens.cpu().tolist(), logprobs.cpu().tolist()
         host_lengths, host_stopped = lengths.cpu().tolist(), stopped.cpu().tolist()
@@ -334,10 +386,8 @@ class AnswerGenerator:
         lengths = [len(ids) for ids in encoded]
 
         def score(start: int, stop: int) -> list[dict[str, Any]]:
-            input_ids, mask = self._padded(encoded[start:stop])
-            positions = (mask.cumsum(-1) - 1).clamp(min=0)
-            logits = self._forward(input_ids=input_ids, attention_mask=mask, position_ids=positions).logits
-            probs_all = torch.softmax(logits[:, -1, :].float(), dim=-1).cpu()
+            logits = self._prefill(encoded[start:stop])[0]
+            probs_all = torch.softmax(logits, dim=-1).cpu()
             records = []
             for offset in range(stop - start):
                 qi = start + offset

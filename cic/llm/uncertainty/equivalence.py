@@ -188,7 +188,9 @@ def cluster_many(text_lists: Sequence[Sequence[str]], equivalence: Any) -> list[
     """`cluster_answers` for many questions at once, batching each round's model calls across questions."""
     prepare = getattr(equivalence, "prepare", None)
     if prepare is not None:
-        prepare([text for texts in text_lists for text in texts])
+        every = [text for texts in text_lists for text in texts]
+        if every:
+            prepare(every)
     ids = [np.empty(len(texts), dtype=np.int64) for texts in text_lists]
     by_key: list[dict[str, int]] = [{} for _ in text_lists]
     representatives: list[list[str]] = [[] for _ in text_lists]
