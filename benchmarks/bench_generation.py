@@ -59,10 +59,12 @@ def random_llama(shape: str, device: str, dtype: str) -> Any:
     from cic.llm.models import LoadedModel, ModelSpec
 
     dims = SHAPES[shape]
-    vocab = {f"t{i}": i for i in range(dims["vocab_size"])}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="t2"))
+    specials = {"<eos>": 0, "<pad>": 1, "<unk>": 2}  # names that never occur inside a word token
+    vocab = {**specials, **{f"t{i}": i for i in range(3, dims["vocab_size"])}}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="t0", pad_token="t1", unk_token="t2")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<eos>", pad_token="<pad>",
+                                        unk_token="<unk>")
     tokenizer.padding_side = "left"
     config = LlamaConfig(**dims, max_position_embeddings=4096, tie_word_embeddings=True, bos_token_id=0,
                          eos_token_id=0, pad_token_id=1)

@@ -33,8 +33,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cic.generation")
 
-SAMPLER = "counter-cdf-v1"
-MIN_SHARED_PREFIX = 16  # tokens: a shorter common prefix is not worth a separate forward pass  # how noise is drawn: part of the run key, since it shapes the rows
+SAMPLER = "counter-cdf-v1"  # how noise is drawn: part of the run key, since it shapes the rows
+MIN_SHARED_PREFIX = 16  # tokens: a shorter common prefix is not worth a separate forward pass
 
 
 @dataclass(frozen=True)
@@ -240,14 +240,14 @@ class AnswerGenerator:
 
     # -- open-ended ------------------------------------------------------------------------------------------
 
-    def _choose(self, logits: Any, keys: Any, step: int, most_likely: Any) -> Any:
+    def _choose(self, sampler: Any, logits: Any, keys: Any, step: int, most_likely: Any) -> Any:
         """Next token per row: samples for sample rows, arg-max (or tempered draw) for most-likely rows."""
         import torch
 
         from cic.llm.sampling import sample
 
         cfg = self.config
-        chosen = sample(logits, keys, step, temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p)
+        chosen = sampler(logits, keys, step)
         if cfg.most_likely_temperature > 0:
             rows = most_likely.nonzero()[:, 0]
             chosen[rows] = sample(logits[rows], keys[rows], step, temperature=cfg.most_likely_temperature)
@@ -258,9 +258,10 @@ class AnswerGenerator:
         """Most-likely row + samples for a few questions sharing one prefill; rows per question in sample order."""
         import torch
 
-        from cic.llm.sampling import row_keys
+        from cic.llm.sampling import AdaptiveSampler, row_keys
 
         cfg, n_rows, device = self.config, self.config.n_samples + 1, self.loaded.device
+        sampler = AdaptiveSampler(cfg.temperature, cfg.top_k, cfg.top_p)
         logits, cache, mask, last_pos = self._prefill(encoded, room=self.config.max_new_tokens)
         self._repeat_cache(cache, n_rows)
         logits = logits.repeat_interleave(n_rows, dim=0)
@@ -277,7 +278,7 @@ class AnswerGenerator:
         stopped = torch.zeros(rows, dtype=torch.bool, device=device)
         lengths = torch.zeros(rows, dtype=torch.long, device=device)
         for step in range(width):
-            chosen = self._choose(logits, keys, step, most_likely)
+            chosen = self._choose(sampler, logits, keys, step, most_likely)
             token_logprob = logits.gather(-1, chosen[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
             is_stop = stop_mask[chosen]
             stopped |= ~finished & is_stop

@@ -121,17 +121,44 @@ def filtered_weights(logits: Any, temperature: float, top_k: int, top_p: float,
 def sample(logits: Any, keys: Any, step: int, *, temperature: float, top_k: int = 0, top_p: float = 1.0,
            candidates: int = DEFAULT_CANDIDATES) -> Any:
     """One token id per row drawn from the filtered distribution at a counter-based uniform (inverse CDF)."""
+    return sample_counting(logits, keys, step, temperature=temperature, top_k=top_k, top_p=top_p,
+                           candidates=candidates)[0]
+
+
+def sample_counting(logits: Any, keys: Any, step: int, *, temperature: float, top_k: int = 0, top_p: float = 1.0,
+                    candidates: int = DEFAULT_CANDIDATES) -> tuple[Any, int]:
+    """`sample`, plus how many rows needed a whole-vocabulary sort (to adapt `candidates`)."""
     import torch
 
     u = uniforms(keys, step, torch.zeros_like(keys[:, :1]))
-    chosen = None
+    chosen, flat_rows = None, 0
     for rows, ids, weights in filtered_weights(logits, temperature, top_k, top_p, candidates):
         picks = ids.gather(-1, inverse_cdf(weights, u if rows is None else u[rows]))[:, 0]
         if rows is None:
             chosen = picks
         else:
             chosen[rows] = picks
-    return chosen
+            flat_rows = len(rows)
+    return chosen, flat_rows
+
+
+class AdaptiveSampler:
+    """`sample` with the candidate width chosen from the previous step: when most rows were flat (their top
+    candidates held less than top_p), sort whole vocabularies at once instead of a top-k then a fallback sort;
+    every few steps it tries the narrow path again. The draws are the same either way (exact filtering)."""
+
+    def __init__(self, temperature: float, top_k: int, top_p: float, retry_every: int = 8) -> None:
+        self.temperature, self.top_k, self.top_p, self.retry_every = temperature, top_k, top_p, retry_every
+        self.wide_since: int | None = None
+
+    def __call__(self, logits: Any, keys: Any, step: int) -> Any:
+        wide = self.wide_since is not None and step - self.wide_since < self.retry_every
+        candidates = logits.shape[-1] if wide else DEFAULT_CANDIDATES
+        chosen, flat_rows = sample_counting(logits, keys, step, temperature=self.temperature, top_k=self.top_k,
+                                            top_p=self.top_p, candidates=candidates)
+        if not wide:
+            self.wide_since = step if flat_rows * 2 > logits.shape[0] else None
+        return chosen
 
 
 def kept_distribution(logits: Any, temperature: float, top_k: int, top_p: float,

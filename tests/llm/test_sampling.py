@@ -105,3 +105,17 @@ def test_a_flat_row_falls_back_exactly_and_a_peaked_row_does_not() -> None:
     keys = sampling.row_keys(0, [str(i) for i in range(4000)], 1)
     draws = sampling.sample(flat.expand(4000, -1), keys, 0, temperature=1.0, top_p=0.9, candidates=64)
     assert int(draws.max()) >= 4400 and len(set(draws.tolist())) > 2000  # beyond the candidates, spread out
+
+
+def test_the_adaptive_sampler_draws_what_sample_draws_on_flat_and_peaked_steps() -> None:
+    generator = torch.Generator().manual_seed(0)
+    keys = sampling.row_keys(3, [str(i) for i in range(40)], 1)
+    adaptive = sampling.AdaptiveSampler(1.0, 0, 0.9)
+    widened = []
+    for step in range(24):
+        scale = 0.01 if step < 12 else 8.0  # flat steps (every row falls back), then peaked ones
+        logits = torch.randn(40, 3000, generator=generator) * scale
+        expected = sampling.sample(logits, keys, step, temperature=1.0, top_p=0.9, candidates=1024)
+        assert torch.equal(adaptive(logits, keys, step), expected)
+        widened.append(adaptive.wide_since is not None)
+    assert any(widened[:12]) and not widened[-1]
