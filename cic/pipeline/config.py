@@ -6,6 +6,7 @@ value. `PipelineConfig.fingerprint_params()` lists what shaped the numbers (logg
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -228,8 +229,11 @@ class PipelineConfig(_Strict):
         return self
 
 
-def _describe(error: dict[str, Any]) -> str:
+def _describe(error: dict[str, Any], line_of: Callable[[tuple[Any, ...]], int | None] | None = None) -> str:
     path = ".".join(str(p) for p in error["loc"]) or "(top level)"
+    line = line_of(tuple(error["loc"])) if line_of is not None else None
+    if line is not None:
+        path = f"{path} (line {line})"
     if error["type"] == "extra_forbidden":
         return f"{path}: unknown key"
     if error["type"] == "missing":
@@ -237,14 +241,46 @@ def _describe(error: dict[str, Any]) -> str:
     return f"{path} = {error.get('input')!r}: {error['msg']}"
 
 
-def parse_config(data: Any, source: str = "config") -> PipelineConfig:
-    """Validate a mapping (e.g. parsed YAML) into a PipelineConfig; errors name the source and field."""
+def yaml_line_finder(text: str) -> Callable[[tuple[Any, ...]], int | None]:
+    """Key path → 1-based line of the deepest YAML node on that path (the parent's line for a missing key)."""
+    import yaml
+
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        root = None
+
+    def line_of(loc: tuple[Any, ...]) -> int | None:
+        node, line = root, None
+        for part in loc:
+            if node is None:
+                break
+            line = node.start_mark.line + 1
+            if isinstance(node, yaml.MappingNode):
+                match = [(k, v) for k, v in node.value if getattr(k, "value", None) == str(part)]
+                if not match:
+                    return line
+                line, node = match[0][0].start_mark.line + 1, match[0][1]
+            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+                node = node.value[part]
+                line = node.start_mark.line + 1
+            else:
+                return line
+        return line
+
+    return line_of
+
+
+def parse_config(data: Any, source: str = "config",
+                 line_of: Callable[[tuple[Any, ...]], int | None] | None = None) -> PipelineConfig:
+    """Validate a mapping (e.g. parsed YAML) into a PipelineConfig; errors name the source, field and (given
+    `line_of`) the line."""
     if not isinstance(data, dict):
         raise ValueError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
     try:
         return PipelineConfig.model_validate(data)
     except ValidationError as exc:
-        details = "; ".join(_describe(e) for e in exc.errors())
+        details = "; ".join(_describe(e, line_of) for e in exc.errors())
         raise ValueError(f"{source}: {details}") from None
 
 
@@ -266,11 +302,12 @@ def load_config(path: str | Path) -> PipelineConfig:
     if not p.is_file():
         raise ValueError(f"config = {str(path)!r}: file not found (a YAML path, or one of "
                          f"{', '.join(SHIPPED_CONFIGS)})")
+    text = p.read_text()
     try:
-        data = yaml.safe_load(p.read_text())
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ValueError(f"config = {str(p)!r}: not valid YAML{where}: {problem}") from None
-    return parse_config(data, source=f"config = {str(p)!r}")
+    return parse_config(data, source=f"config = {str(p)!r}", line_of=yaml_line_finder(text))

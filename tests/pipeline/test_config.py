@@ -51,3 +51,24 @@ def test_file_errors(tmp_path: Path) -> None:
     good = tmp_path / "c.yaml"
     good.write_text(yaml.safe_dump({**MINIMAL, "datasets": [{"name": "trivia_qa", "criteria": ["token_f1"]}]}))
     assert load_config(good).datasets[0].criteria == ("token_f1[0.5]",)
+
+
+def test_errors_in_a_file_name_the_line_of_the_key(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "models:\n"                       # 1
+        "  - name: m\n"                   # 2
+        "    spec: x\n"                   # 3
+        "    replicas: 0\n"               # 4
+        "datasets:\n"                     # 5
+        "  - name: trivia_qa\n"           # 6
+        "generation:\n"                   # 7
+        "  temprature: 0.5\n")            # 8
+    with pytest.raises(ValueError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert "models.0.replicas (line 4) = 0" in message
+    assert "generation.temprature (line 8): unknown key" in message
+    path.write_text("datasets:\n  - name: trivia_qa\n")
+    with pytest.raises(ValueError, match=r"models \(line 1\): required key missing"):
+        load_config(path)
