@@ -15,6 +15,7 @@ from typing import Any
 from prefect import flow
 
 from cic.pipeline.config import PipelineConfig, load_config
+from cic.pipeline.progress import ProgressLines
 from cic.store import Store
 from cic.store.resume import missing_work
 from tasks.answer import AnswerStats, RunJob, answer_questions
@@ -56,7 +57,23 @@ def with_overrides(config: PipelineConfig, db: str | None, ray_address: str | No
 @flow(name="cic-pipeline", log_prints=True)
 def pipeline(config_path: str = DEMO_CONFIG, db: str | None = None, ray_address: str | None = None,
              tracking: str | None = None, report_dir: str | None = None, log_to_mlflow: bool = True) -> dict[str, Any]:
-    """Run the whole job for the config; returns a summary (also the flow run's result)."""
+    """Run the whole job for the config; returns a summary (also the flow run's result).
+
+    Stage progress goes to the flow run's log (the Prefect UI, a worker's output) at least every 30 s while a
+    stage runs, whoever started the flow: `cic run`, a deployment's schedule or plain Python.
+    """
+    from prefect import get_run_logger
+    from prefect.runtime import flow_run
+
+    with ProgressLines(get_run_logger().info):
+        summary = run_stages(config_path, db, ray_address, tracking, report_dir, log_to_mlflow)
+    summary["flow_run_id"] = str(flow_run.id) if flow_run.id else None
+    return summary
+
+
+def run_stages(config_path: str, db: str | None, ray_address: str | None, tracking: str | None,
+               report_dir: str | None, log_to_mlflow: bool) -> dict[str, Any]:
+    """The pipeline's stages in order (the flow's body)."""
     import time
 
     from cic.data import DATASETS

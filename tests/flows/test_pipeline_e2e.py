@@ -4,6 +4,7 @@ followed by a rerun (complete, exactly one row per key)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -47,11 +48,35 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, d
     config = write_config(tmp / "c.yaml", tmp, datasets=[{"name": "commonsense_qa", "limit": 6},
                                                         {"name": "trivia_qa", "limit": 6}])
     info = ray_workers.connect(num_cpus=2)
+    run_logs = logging.getLogger("prefect.flow_runs")  # the suite runs Prefect at WARNING; a worker logs INFO
+    level = run_logs.level
+    run_logs.setLevel(logging.INFO)
     try:
         summary = pipeline(config_path=str(config), tracking=uri)
         yield config, summary, MlflowClient(tracking_uri=uri)
     finally:
+        run_logs.setLevel(level)
         ray_workers.shutdown(info)
+
+
+def test_stage_progress_reaches_the_flow_run_log(demo_run: tuple[Path, dict[str, Any], MlflowClient]) -> None:
+    """What the Prefect UI shows for the run: progress lines of every stage, not only warnings."""
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    _, summary, _ = demo_run
+    only_this_run = LogFilter(flow_run_id=LogFilterFlowRunId(any_=[UUID(summary["flow_run_id"])]))
+    deadline, messages = time.monotonic() + 30, []
+    while time.monotonic() < deadline:  # logs reach the API in the background, a batch every few seconds
+        with get_client(sync_client=True) as client:
+            messages = [entry.message for entry in client.read_logs(log_filter=only_this_run)]
+        if any(m.startswith("log: ") and "100.0%" in m for m in messages):
+            break
+        time.sleep(1)
+    for stage in ("answer smollm2", "calibrate", "log"):
+        assert any(m.startswith(f"{stage}: ") for m in messages), (stage, messages[:20])
+    assert "answer smollm2: 12/12 (100.0%)" in " ".join(messages)
 
 
 def _all_runs(client: MlflowClient) -> list[Any]:
