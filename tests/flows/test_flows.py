@@ -123,3 +123,43 @@ def test_cic_calibrate_and_evaluate_read_a_stored_group(setup: tuple[Path, Path,
     assert result.exit_code == 0 and "cp" in result.output
     result = CliRunner().invoke(app, ["calibrate", str(db), "--alpha", "0.3", "--model", "m"])
     assert result.exit_code == 2 and "--estimator, --criterion" in " ".join(result.output.split())
+
+
+@pytest.mark.faults
+def test_mlflow_server_dying_mid_logging_then_cic_log_logs_exactly_the_missing_groups(
+        setup: tuple[Path, Path, MlflowClient], tmp_path: Path) -> None:
+    """The server is SIGKILLed right after the first of two groups is logged; nothing stored is lost, and once
+    the server is back on the same stores `cic log` logs only the second group, once."""
+    from cic.pipeline import progress
+    from tasks.log import log_results
+    from tests.support.mlflow_server import MlflowServer
+
+    config, db, _ = setup
+    calibrate_flow(config_path=str(config), log_to_mlflow=False)
+    server = MlflowServer(tmp_path / "mlflow").start()
+
+    def kill_after_first_group(stage: str, done: int, total: int) -> None:
+        if stage == "log" and done == 1:
+            server.kill()
+
+    unsubscribe = progress.subscribe(kill_after_first_group)
+    try:
+        with pytest.raises(Exception):  # noqa: B017 - whatever the client raises once its server is gone
+            log_results.fn(str(db), tracking=server.url, report_dir=str(tmp_path / "r1"))
+    finally:
+        unsubscribe()
+    with Store.open(db, read_only=True) as store:
+        assert store.counts()["calibrations"] == 8  # the store is untouched by the outage
+    server.start()  # back, same port, same backend and artifacts
+    try:
+        result = CliRunner().invoke(app, ["log", "--db", str(db), "--tracking-uri", server.url,
+                                          "--report-dir", str(tmp_path / "r2")])
+        assert result.exit_code == 0, result.output
+        assert "1 group(s) logged, 1 already in MLflow" in result.output
+        client = MlflowClient(tracking_uri=server.url)
+        runs = list(client.search_runs([e.experiment_id for e in client.search_experiments()], max_results=1000))
+        parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+        assert len(parents) == 2 and len({p.data.tags["cic.log_key"] for p in parents}) == 2
+        assert len(runs) == 10 and all(r.info.status == "FINISHED" for r in runs)
+    finally:
+        server.kill()

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +11,7 @@ mlflow = pytest.importorskip("mlflow")
 from mlflow import MlflowClient  # noqa: E402
 
 from tasks import tracking  # noqa: E402
+from tests.support.mlflow_server import MlflowServer  # noqa: E402
 
 
 def _group(log_key: str = "k1", artifacts: tuple[Path, ...] = ()) -> tracking.GroupLog:
@@ -73,35 +69,13 @@ def test_a_partial_group_from_a_crash_is_replaced_not_duplicated(client: MlflowC
     assert len(runs) == 3 and all(r.info.status == "FINISHED" for r in runs)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def mlflow_server(tmp_path: Path) -> Iterator[str]:
-    port = _free_port()
-    exe = Path(sys.executable).with_name("mlflow")
-    proc = subprocess.Popen([str(exe), "server", "--backend-store-uri", f"sqlite:///{tmp_path}/server.db",
-                             "--artifacts-destination", str(tmp_path / "server-artifacts"), "--host", "127.0.0.1",
-                             "--port", str(port), "--workers", "1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
+    server = MlflowServer(tmp_path).start()
     try:
-        for _ in range(240):
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            raise RuntimeError("mlflow server did not start within 120 s")
-        yield url
+        yield server.url
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        server.kill()
 
 
 @pytest.mark.slow
