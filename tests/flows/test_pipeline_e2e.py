@@ -254,3 +254,45 @@ def test_cic_ask_uses_the_stored_gate(demo_run: tuple[Path, dict[str, Any], Mlfl
     assert "score semantic_entropy[embedding:0.9] = " in text and "threshold = " in text
     missing = CliRunner().invoke(app, ["ask", "Who?", "--config", str(config), "--alpha", "0.42"])
     assert missing.exit_code == 2 and "no stored gate" in missing.output
+
+
+@pytest.mark.faults
+def test_a_ray_worker_killed_mid_run_has_its_batches_retried_with_one_row_per_key(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """SIGKILL of the model's actor process after the first batches: the pool starts a new actor, the lost
+    batch is answered again, and the store ends with exactly one row per key."""
+    import psutil
+    import ray
+
+    from cic.pipeline import progress
+
+    config = write_config(tmp_path / "c.yaml", tmp_path, datasets=[{"name": "trivia_qa", "limit": 8}], per_batch=2)
+    killed: list[int] = []
+
+    def kill_the_worker(stage: str, done: int, total: int) -> None:
+        if stage.startswith("answer") and done >= 2 and not killed:
+            for proc in psutil.process_iter(["cmdline"]):
+                if any("AnswerWorker" in part for part in proc.info["cmdline"] or []):
+                    proc.kill()
+                    killed.append(proc.pid)
+
+    started_here = not ray.is_initialized()
+    info = ray_workers.connect(num_cpus=2)
+    unsubscribe = progress.subscribe(kill_the_worker)
+    try:
+        summary = pipeline(config_path=str(config), log_to_mlflow=False)
+    finally:
+        unsubscribe()
+        if started_here:
+            ray_workers.shutdown(info)
+    assert killed, "no AnswerWorker process was found to kill"
+    assert any("lost on batch" in r.getMessage() for r in caplog.records)  # the pool's retry path ran
+    assert summary["answer"][0]["questions"] == 8
+    with Store.open(tmp_path / "cic.duckdb", read_only=True) as store:
+        generations = store.read("generations")
+        scores = store.read("scores")
+        labels = store.read("labels")
+    assert generations.height == 8 * (1 + K)
+    assert generations.select("question_id", "sample_index").n_unique() == 8 * (1 + K)
+    assert scores.group_by("question_id", "estimator").len().get_column("len").unique().to_list() == [1]
+    assert labels.height == 8 and labels.get_column("question_id").n_unique() == 8
