@@ -30,8 +30,8 @@ def _config(tmp_path: Path, **changes: object) -> Path:
     ({"models": [{"name": "m", "spec": "pkg:no_such_package/x.gguf"}]}, "models.0.spec: model spec names package"),
     ({"datasets": [{"name": "trivia_qa", "source": "/nowhere/t.jsonl"}]}, "datasets.0: source = '/nowhere/t.jsonl'"),
     ({"datasets": [{"name": "squad"}]}, "datasets.0: dataset 'squad' is not registered"),
-    ({"models": 3}, "models = 3"),
-    ({"modles": []}, "modles: unknown key"),
+    ({"models": 3}, "models (line 3) = 3"),
+    ({"modles": []}, "modles (line 6): unknown key"),
 ])
 @pytest.mark.faults
 def test_preflight_names_the_key_and_value(tmp_path: Path, changes: dict, message: str) -> None:
