@@ -155,7 +155,6 @@ def report(name: str, seconds: float, tokens: int, questions: int, forward_s: fl
 def generation(args: argparse.Namespace) -> list[Any]:
     """Time CIC and HF generate on the same prompts; returns the sampled answers per question."""
     import polars as pl
-    import torch
 
     from cic.llm.generation import AnswerGenerator, GenerationConfig
 
@@ -173,7 +172,6 @@ def generation(args: argparse.Namespace) -> list[Any]:
         prompts = [build_prompt(r, tokenizer=loaded.tokenizer) for r in questions.iter_rows(named=True)]
         ids = questions.get_column("question_id").to_list()
         what = "SmolLM2-135M-Instruct"
-    torch.set_num_threads(torch.get_num_threads())
     params = sum(p.numel() for p in loaded.model.parameters())
     rows = args.samples + 1
     config = GenerationConfig(n_samples=args.samples, max_new_tokens=args.new_tokens,

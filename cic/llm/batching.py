@@ -73,7 +73,7 @@ class BatchSizer:
 
     def __init__(self, shape: ModelShape, device: str, *, fixed_rows: int | None = None, share: float = 0.8,
                  cpu_max_rows: int = 256, gpu_max_rows: int = 4096) -> None:
-        self.shape, self.device, self.fixed_rows = shape, str(device), fixed_rows
+        self.shape, self.device = shape, str(device)
         self.max_share = share
         self.share = share
         self.max_rows = gpu_max_rows if self.device.startswith("cuda") else cpu_max_rows

@@ -196,7 +196,7 @@ class AnswerGenerator:
         import torch
 
         capacity = cache.get_max_length()  # -1 for a growing cache
-        if capacity is None or capacity <= 0 or capacity == mask.shape[1]:
+        if capacity <= mask.shape[1]:
             return mask
         return torch.nn.functional.pad(mask, (0, capacity - mask.shape[1]))
 
@@ -224,10 +224,9 @@ class AnswerGenerator:
                 results.append(work(start, stop))
             except (RuntimeError, MemoryError) as exc:
                 oom = isinstance(exc, MemoryError) or "out of memory" in str(exc).lower()
-                if not oom or stop - start == 1 and not self.sizer.out_of_memory():
+                if not oom or stop - start == 1:  # a single question that does not fit cannot shrink further
                     raise
-                if stop - start > 1:
-                    self.sizer.out_of_memory()
+                self.sizer.out_of_memory()
                 log.warning("out of memory at %d questions per chunk: at most %d rows per forward pass now",
                             stop - start, self.sizer.max_rows)
                 if torch.cuda.is_available():

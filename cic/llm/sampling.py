@@ -176,21 +176,3 @@ def kept_distribution(logits: Any, temperature: float, top_k: int, top_p: float,
         else:
             out[rows] = dense
     return out
-
-
-def reference_probs(logits: Any, temperature: float, top_k: int, top_p: float) -> Any:
-    """The filtered distribution over the whole vocabulary (a direct, slow reference for tests and checks)."""
-    import torch
-
-    scaled = logits.float() / temperature
-    if top_k and top_k < scaled.shape[-1]:
-        kth = torch.topk(scaled, top_k, dim=-1).values[..., -1:]
-        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-    probs = torch.softmax(scaled, dim=-1)
-    if top_p < 1.0:
-        sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
-        drop = sorted_probs.cumsum(-1) - sorted_probs >= top_p
-        sorted_probs = sorted_probs.masked_fill(drop, 0.0)
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
-        probs = probs / probs.sum(-1, keepdim=True)
-    return probs
