@@ -14,6 +14,7 @@ from typing import Any
 
 from prefect import flow
 
+from cic.pipeline import progress
 from cic.pipeline.config import PipelineConfig, load_config
 from cic.pipeline.progress import ProgressLines
 from cic.store import Store
@@ -84,7 +85,10 @@ def run_stages(config_path: str, db: str | None, ray_address: str | None, tracki
     summary = PipelineSummary(db=db_path, tracking_uri=tracking_uri(config.mlflow.tracking_uri),
                               report_dir=config.storage.report_dir)
     started = time.perf_counter()
-    questions = {d.name: load_and_store_questions(db_path, d) for d in config.datasets}
+    questions = {}
+    for done, dataset in enumerate(config.datasets, 1):
+        questions[dataset.name] = load_and_store_questions(db_path, dataset)
+        progress.report("questions", done, len(config.datasets))
     summary.stage_seconds["questions"] = time.perf_counter() - started
 
     gen = config.generation

