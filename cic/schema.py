@@ -102,8 +102,24 @@ EVALUATIONS = TableSpec("evaluations", {
     "created_at": pl.Datetime("us", "UTC"),
 }, ("evaluation_id", "alpha", "bound", "search"))
 
+OBSERVATIONS = TableSpec("observations", {
+    "run_key": pl.String(), "question_id": pl.String(),
+    "observed_at": pl.Datetime("us", "UTC"), # when production saw the question: recalibration windows by time
+    "source": pl.String(),                   # the file it was ingested from
+    "created_at": pl.Datetime("us", "UTC"),  # when it was first ingested
+}, ("run_key", "question_id"))
+
+GATE_EVENTS = TableSpec("gate_events", {
+    "event_id": pl.String(),
+    "calibration_id": pl.String(),
+    "state": pl.String(),                    # candidate | live | retired (a gate's state is its newest event's)
+    "reason": pl.String(),                   # who or what moved it, in words
+    "alerts": pl.List(pl.String()),          # what the recalibration that wrote it found; empty when none
+    "created_at": pl.Datetime("us", "UTC"),
+}, ("event_id",))
+
 TABLES: dict[str, TableSpec] = {t.name: t for t in (QUESTIONS, RUNS, GENERATIONS, SCORES, LABELS, CALIBRATIONS,
-                                                     EVALUATIONS)}
+                                                     EVALUATIONS, OBSERVATIONS, GATE_EVENTS)}
 
 
 def conform(frame: pl.DataFrame, spec: TableSpec) -> pl.DataFrame:

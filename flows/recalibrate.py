@@ -1,4 +1,8 @@
-"""The scheduled job: recalibrate on the newest labelled window, compare with the previous gates, log, alert.
+"""The scheduled job: candidate gates on the newest labelled window, drift tests against the live gates' data,
+stored and logged; an alert fails the flow run, so a schedule shows it as a failure, not a tag.
+
+    stored runs + ingested streams ──► new window (after the live gate's) ──► candidates + drift tests (Holm)
+        ──► DuckDB (candidates, their alerts; auto-promotion where the policy allows) ──► MLflow ──► alert? Failed
 
 Deployed with a cron schedule by `infra/prefect.yaml`; `cic recalibrate` runs it once by hand.
 """
@@ -8,36 +12,114 @@ from __future__ import annotations
 from typing import Any
 
 from prefect import flow, get_run_logger
+from prefect.states import Failed, State
 
 from cic.pipeline.config import load_config
-from cic.pipeline.stored_calibration import stored_run_keys
+from cic.pipeline.recalibration import WindowRule, parse_since
 from cic.store import Store
 from flows.pipeline import DEMO_CONFIG, with_overrides
-from tasks.recalibrate import log_recalibrations, recalibrate_runs
+from tasks.log import tracking_uri
+from tasks.recalibrate import RecalibrationPass, log_recalibrations, recalibrate_runs
+from tasks.registry import registry_sync
+
+
+class RecalibrationAlert(RuntimeError):
+    """Raised at the end of a recalibration that found drift or an unattainable alpha (the flow run fails);
+    `summary` holds everything the run stored and logged before."""
+
+    def __init__(self, summary: dict[str, Any]) -> None:
+        lines = [f"{a['model']}/{a['dataset']} {a['estimator']} × {a['criterion']} alpha={a['alpha']:g} "
+                 f"{a['bound']} {a['search']}: {a['alert']}" for a in summary["alerts"]]
+        super().__init__(f"{len(lines)} alert(s) in recalibration: " + "; ".join(lines[:10]))
+        self.summary = summary
+
+
+def recalibration_run_keys(store: Store, models: list[str], datasets: list[str]) -> list[str]:
+    """The config's models × datasets, plus every ingested production stream."""
+    runs = store.read("runs")
+    chosen = runs.filter((runs["model"].is_in(models) & runs["dataset"].is_in(datasets)) |
+                         (runs["split"] == "production"))
+    return chosen.get_column("run_key").to_list()
+
+
+def summarize(result: RecalibrationPass) -> dict[str, Any]:
+    """Plain rows for the CLI, the flow's return value and its Prefect artifact."""
+    def where(c: Any) -> dict[str, Any]:
+        return {"model": c.key.model, "dataset": c.key.dataset, "estimator": c.key.estimator,
+                "criterion": c.key.criterion, "alpha": c.row["alpha"], "bound": c.row["bound"],
+                "search": c.row["search"]}
+
+    return {
+        "gates": len(result.candidates),
+        "candidates": [{**where(c), "gate_id": c.row["calibration_id"], "state": c.state,
+                        "threshold": c.row["threshold"], "n_window": c.row["n_cal"],
+                        "live_threshold": c.live["threshold"] if c.live else None, "alerts": c.alerts}
+                       for c in result.candidates],
+        "alerts": [{**where(c), "alert": a} for c, a in result.alerts],
+        "skipped": [{"model": k.model, "dataset": k.dataset, "estimator": k.estimator, "criterion": k.criterion,
+                     "reason": why} for k, why in result.skipped],
+        "tests": [{"model": k.model, "dataset": k.dataset, "estimator": k.estimator, "criterion": k.criterion,
+                   "test": c.test.name, "p_value": c.test.p_value, "rejected": c.rejected}
+                  for k, c in result.checks],
+        "promoted": result.promoted,
+        "unattainable": sum(c.row["threshold"] is None for c in result.candidates),
+    }
+
+
+def _threshold(value: float | None) -> str:
+    return "unattainable" if value is None else f"{value:.4g}"
+
+
+def markdown_report(summary: dict[str, Any]) -> str:
+    """The run's results table for the Prefect UI."""
+    lines = [f"# Recalibration: {summary['gates']} candidate gate(s), {len(summary['alerts'])} alert(s)", "",
+             "| model | dataset | estimator | criterion | α | bound | search | threshold | live | state | alerts |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in summary["candidates"]:
+        lines.append(f"| {c['model']} | {c['dataset']} | {c['estimator']} | {c['criterion']} | {c['alpha']:g} | "
+                     f"{c['bound']} | {c['search']} | {_threshold(c['threshold'])} | "
+                     f"{'—' if c['live_threshold'] is None else _threshold(c['live_threshold'])} | {c['state']} | "
+                     f"{'; '.join(c['alerts']) or '—'} |")
+    for s in summary["skipped"]:
+        lines.append(f"\nskipped {s['model']}/{s['dataset']} {s['estimator']} × {s['criterion']}: {s['reason']}")
+    return "\n".join(lines)
 
 
 @flow(name="cic-recalibrate", log_prints=True)
 def recalibrate_flow(config_path: str = DEMO_CONFIG, db: str | None = None, tracking: str | None = None,
-                     window: int | None = None, log_to_mlflow: bool = True) -> dict[str, Any]:
-    """Recalibrate every stored run of the config's models × datasets; returns the gates and their alerts."""
-    config = with_overrides(load_config(config_path), db, None, tracking, None)
-    window = window if window is not None else config.recalibration.window
-    with Store.open(config.storage.db) as store:
-        run_keys = stored_run_keys(store, [m.name for m in config.models], [d.name for d in config.datasets])
-    results = recalibrate_runs(config.storage.db, run_keys, config.calibration, window=window,
-                               shift_p_value=config.recalibration.shift_p_value)
-    run_ids = log_recalibrations(results, tracking=config.mlflow.tracking_uri,
-                                 experiment_prefix=config.mlflow.experiment_prefix) if log_to_mlflow else []
-    alerts = [{"model": r.key.model, "dataset": r.key.dataset, "estimator": r.key.estimator,
-               "criterion": r.key.criterion, "alpha": r.row["alpha"], "bound": r.row["bound"],
-               "search": r.row["search"], "alert": a} for r in results for a in r.alerts]
+                     window: int | None = None, since: str | None = None, log_to_mlflow: bool = True,
+                     fail_on_alert: bool = True) -> dict[str, Any] | State:
+    """Recalibrate every stored run of the config's models × datasets and every ingested stream; fails (after
+    storing and logging everything) when a test rejects or an alpha is unattainable, unless `fail_on_alert`
+    is off."""
+    from prefect.artifacts import create_markdown_artifact
+
     logger = get_run_logger()
-    unattainable = [a for a in alerts if "unattainable" in a["alert"]]
-    if unattainable:
-        logger.error("%d gate(s) are UNATTAINABLE: the system abstains on everything there", len(unattainable))
-    return {"gates": len(results), "alerts": alerts, "mlflow_run_ids": run_ids,
-            "unattainable": len(unattainable), "thresholds": [
-                {"model": r.key.model, "dataset": r.key.dataset, "estimator": r.key.estimator,
-                 "criterion": r.key.criterion, "alpha": r.row["alpha"], "bound": r.row["bound"],
-                 "search": r.row["search"], "threshold": r.row["threshold"],
-                 "previous_threshold": r.previous["threshold"] if r.previous else None} for r in results]}
+    config = with_overrides(load_config(config_path), db, None, tracking, None)
+    policy = config.recalibration
+    rule = WindowRule(count=window if window is not None else policy.window,
+                      since=parse_since(since if since is not None else policy.since))
+    with Store.open(config.storage.db, read_only=True, wait_s=300) as store:
+        run_keys = recalibration_run_keys(store, [m.name for m in config.models], [d.name for d in config.datasets])
+    result = recalibrate_runs(config.storage.db, run_keys, config.calibration, policy, rule)
+    summary = summarize(result)
+    summary["mlflow_run_ids"], summary["log_error"] = [], None
+    if log_to_mlflow and result.candidates:
+        try:
+            summary["mlflow_run_ids"] = log_recalibrations(result, tracking=config.mlflow.tracking_uri,
+                                                           experiment_prefix=config.mlflow.experiment_prefix)
+            if result.promoted:
+                registry_sync(config.storage.db, tracking_uri(config.mlflow.tracking_uri), result.promoted,
+                              experiment_prefix=config.mlflow.experiment_prefix)
+        except Exception as exc:  # stored in DuckDB either way; the next run or `cic gate sync` catches up
+            summary["log_error"] = f"{type(exc).__name__}: {exc}"
+            logger.warning("MLflow logging failed (%s); the candidates are stored in %s", summary["log_error"],
+                           config.storage.db)
+    create_markdown_artifact(markdown_report(summary), key="recalibration",
+                             description="candidate gates, live thresholds, states and alerts")
+    if summary["alerts"] and fail_on_alert:
+        alert = RecalibrationAlert(summary)
+        # the run ends Failed (what a schedule, the UI and a notification see); a direct call raises `alert`,
+        # `recalibrate_flow(..., return_state=True).result(raise_on_failure=False)` returns it with .summary
+        return Failed(message=str(alert)[:2000], data=alert)
+    return summary

@@ -11,6 +11,8 @@ from prefect.cache_policies import NO_CACHE
 
 from cic.pipeline import progress
 from cic.pipeline.config import CalibrationConfig
+from cic.pipeline.gates import promote_first_gates
+from cic.pipeline.recalibration import labelled_pairs, span
 from cic.pipeline.stored_calibration import calibration_rows, evaluation_rows, groups_of_run, iter_group_pairs
 from cic.store import Store
 
@@ -25,22 +27,27 @@ class CalibrateStats:
     calibrations: int = 0
     evaluations: int = 0
     unattainable: int = 0
+    promoted: int = 0          # gates that went live because their key had no live gate yet
 
 
 @task(name="calibrate", cache_policy=NO_CACHE)
 def calibrate_runs(db: str, run_keys: Sequence[str], calibration: CalibrationConfig,
                    estimators: Sequence[str] | None = None, criteria: Sequence[str] | None = None) -> CalibrateStats:
-    """Gate per (alpha, bound, search) on each group's pairs plus the split protocol; idempotent upserts."""
+    """Gate per (alpha, bound, search) on each group's pairs plus the split protocol; idempotent upserts. A gate
+    whose key has no live gate yet goes live; later ones wait as candidates (`cic gate promote`)."""
     stats = CalibrateStats()
     with Store.open(db, wait_s=60) as store:
         runs = [r for r in store.read("runs").iter_rows(named=True) if r["run_key"] in set(run_keys)]
         groups = [g for run in runs for g in groups_of_run(store, run, estimators, criteria)]
         for key, pairs in iter_group_pairs(store, groups):
-            calibrations = calibration_rows(key, pairs, calibration)
+            # the window the gates cover (when production saw / labels came): recalibration starts after it
+            calibrations = calibration_rows(key, pairs, calibration, window=span(labelled_pairs(store, key)))
             evaluations = evaluation_rows(key, pairs, calibration)
             with store.transaction():
                 store.upsert("calibrations", calibrations)
                 store.upsert("evaluations", evaluations)
+                stats.promoted += len(promote_first_gates(store, calibrations.get_column("calibration_id"),
+                                                          reason="pipeline: the first gate of its key"))
             stats.groups += 1
             stats.calibrations += calibrations.height
             stats.evaluations += evaluations.height

@@ -1,96 +1,167 @@
-"""Prefect tasks of the scheduled recalibration: new gates on the newest window, stored and logged to MLflow."""
+"""Prefect tasks of the scheduled recalibration: candidate gates on the newest window, drift tests corrected
+together, candidates stored (and promoted where the policy allows), and everything logged to MLflow."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from mlflow import MlflowClient
-from prefect import task
+from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from cic import schema
-from cic.pipeline.config import CalibrationConfig
-from cic.pipeline.recalibration import Recalibration, recalibrate_group
-from cic.pipeline.stored_calibration import groups_of_run
+from cic.pipeline.config import CalibrationConfig, RecalibrationConfig
+from cic.pipeline.gates import current_states, promote, record_candidates
+from cic.pipeline.recalibration import Check, GroupRecalibration, WindowRule, correct_and_alert, recalibrate_group
+from cic.pipeline.stored_calibration import GroupKey, groups_of_run
 from cic.stats.calibration import CalibrationResult
 from cic.store import Store
 from tasks.log import tracking_uri
-from tasks.tracking import ChildRun, GroupLog, log_group
-
-log = logging.getLogger("cic.recalibrate")
-DRIFT_METRICS = ("previous_threshold", "threshold_change", "coverage_previous_threshold", "coverage",
-                 "coverage_change", "ks_statistic", "ks_p_value")
+from tasks.tracking import ChildRun, GroupLog, check_reachable, log_group
 
 
-@task(name="recalibrate", cache_policy=NO_CACHE)
-def recalibrate_runs(db: str, run_keys: Sequence[str], calibration: CalibrationConfig, *, window: int | None,
-                     shift_p_value: float) -> list[Recalibration]:
-    """Recalibrate every group of the runs on its newest window and store the new gates."""
-    results: list[Recalibration] = []
-    with Store.open(db, wait_s=60) as store:
+@dataclass
+class Candidate:
+    """One new gate of a recalibration: its row, the live gate of its slot before the pass, alerts, state."""
+
+    key: GroupKey
+    row: dict[str, Any]
+    live: dict[str, Any] | None
+    alerts: list[str]
+    state: str
+
+
+@dataclass
+class RecalibrationPass:
+    """What one recalibration did: candidates, groups skipped (and why), every drift test with its verdict."""
+
+    candidates: list[Candidate] = field(default_factory=list)
+    skipped: list[tuple[GroupKey, str]] = field(default_factory=list)
+    checks: list[tuple[GroupKey, Check]] = field(default_factory=list)
+    promoted: list[str] = field(default_factory=list)
+
+    @property
+    def alerts(self) -> list[tuple[Candidate, str]]:
+        return [(c, a) for c in self.candidates for a in c.alerts]
+
+
+def _promote_quiet_groups(store: Store, results: Sequence[GroupRecalibration],
+                          alerts: dict[str, list[str]]) -> list[str]:
+    """The `auto` policy: every candidate of a group none of whose candidates raised an alert goes live."""
+    promoted = []
+    for result in results:
+        ids = result.rows.get_column("calibration_id").to_list() if result.skipped is None else []
+        if not ids or any(alerts.get(i) for i in ids):
+            continue
+        for gate_id in ids:
+            promote(store, gate_id, reason="recalibration: policy promotion=auto, no alert in its group")
+            promoted.append(gate_id)
+    return promoted
+
+
+@task(name="recalibrate", cache_policy=NO_CACHE, timeout_seconds=3600)
+def recalibrate_runs(db: str, run_keys: Sequence[str], calibration: CalibrationConfig, policy: RecalibrationConfig,
+                     rule: WindowRule) -> RecalibrationPass:
+    """Candidates for every group of the runs, Holm across all drift tests, candidates stored with their alerts."""
+    logger = get_run_logger()
+    shared: dict[tuple[Any, ...], Check] = {}
+    with Store.open(db, wait_s=300) as store:
         runs = [r for r in store.read("runs").iter_rows(named=True) if r["run_key"] in set(run_keys)]
-        for run in runs:
-            for key in groups_of_run(store, run):
-                rows, found = recalibrate_group(store, key, calibration, window=window, shift_p_value=shift_p_value)
-                store.upsert("calibrations", rows)
-                results.extend(found)
-    for item in results:
-        for alert in item.alerts:
-            log.warning("%s/%s %s × %s, alpha %g (%s, %s): %s", item.key.model, item.key.dataset, item.key.estimator,
-                        item.key.criterion, item.row["alpha"], item.row["bound"], item.row["search"], alert.upper())
-    return results
+        results = [recalibrate_group(store, key, calibration, rule, shared)
+                   for run in runs for key in groups_of_run(store, run)]
+        alerts = correct_and_alert(results, policy.alert_level)
+        with store.transaction():
+            for result in results:
+                if result.skipped is None:
+                    store.upsert("calibrations", result.rows)
+            record_candidates(store, alerts, reason=f"recalibration on window '{rule.describe()}'")
+        promoted = _promote_quiet_groups(store, results, alerts) if policy.promotion == "auto" else []
+        states = dict(current_states(store).select("calibration_id", "state").iter_rows())
+    out = RecalibrationPass(promoted=promoted)
+    for result in results:
+        if result.skipped is not None:
+            out.skipped.append((result.key, result.skipped))
+            logger.info("%s/%s %s × %s: skipped, %s", result.key.model, result.key.dataset, result.key.estimator,
+                        result.key.criterion, result.skipped)
+            continue
+        out.checks.extend((result.key, c) for c in result.checks)
+        for row in result.rows.iter_rows(named=True):
+            live = result.live.get((round(row["alpha"], 12), round(row["delta"], 12), row["bound"], row["search"]))
+            out.candidates.append(Candidate(result.key, row, live, alerts.get(row["calibration_id"], []),
+                                            states.get(row["calibration_id"], "candidate")))
+    for candidate, alert in out.alerts:
+        row = candidate.row
+        logger.error("ALERT %s/%s %s × %s, alpha %g (%s, %s): %s", candidate.key.model, candidate.key.dataset,
+                     candidate.key.estimator, candidate.key.criterion, row["alpha"], row["bound"], row["search"], alert)
+    logger.info("recalibration: %d candidate gate(s), %d alert(s), %d promoted, %d group(s) skipped",
+                len(out.candidates), len(out.alerts), len(promoted), len(out.skipped))
+    return out
 
 
-def _child(item: Recalibration) -> ChildRun:
-    row, drift = item.row, item.drift
+def _child(item: Candidate) -> ChildRun:
+    row, live = item.row, item.live
     metrics: dict[str, float | None] = {"threshold": row["threshold"], "bound_value": row["bound_value"],
                                         "n_cal": row["n_cal"], "n_accepted": row["n_accepted"],
-                                        "feasible": 0.0 if row["threshold"] is None else 1.0}
-    if drift is not None:
-        metrics.update({m: getattr(drift, m) for m in DRIFT_METRICS})
-        metrics["shift_detected"] = float(drift.shift_detected)
-        metrics["became_unattainable"] = float(drift.became_unattainable)
+                                        "n_errors": row["n_errors"],
+                                        "feasible": 0.0 if row["threshold"] is None else 1.0,
+                                        "alerts": float(len(item.alerts))}
+    if live is not None:
+        metrics["live_threshold"] = live["threshold"]
+        if live["threshold"] is not None and row["threshold"] is not None:
+            metrics["threshold_change"] = row["threshold"] - live["threshold"]
     gate = CalibrationResult.from_json(row["result_json"]).gate().to_json()
     return ChildRun(
         name=f"alpha={row['alpha']:g} {row['bound']} {row['search']}",
         params={"alpha": row["alpha"], "bound": row["bound"], "search": row["search"], "delta": row["delta"],
                 "calibration_id": row["calibration_id"],
-                "previous_calibration_id": item.previous["calibration_id"] if item.previous else "none"},
+                "live_calibration_id": live["calibration_id"] if live else "none"},
         metrics=metrics,
-        tags={"cic.alpha_unattainable": str(row["threshold"] is None).lower(),
+        tags={"cic.alpha": f"{row['alpha']:g}", "cic.bound": row["bound"], "cic.search": row["search"],
+              "cic.gate_id": row["calibration_id"], "cic.gate_state": item.state,
+              "cic.alpha_unattainable": str(row["threshold"] is None).lower(),
               "cic.alerts": " | ".join(item.alerts) or "none"},
-        texts={"gate.json": gate, "drift.json": schema.canonical_json(drift.as_dict() if drift else {})})
+        texts={"gate.json": gate, "alerts.json": schema.canonical_json({"alerts": item.alerts})})
 
 
-@task(name="log-recalibration", retries=2, retry_delay_seconds=[5, 30], cache_policy=NO_CACHE)
-def log_recalibrations(results: Sequence[Recalibration], *, tracking: str | None = None,
+@task(name="log-recalibration", retries=2, retry_delay_seconds=[5, 30], cache_policy=NO_CACHE, timeout_seconds=900)
+def log_recalibrations(result: RecalibrationPass, *, tracking: str | None = None,
                        experiment_prefix: str = "cic") -> list[str]:
-    """One MLflow parent run per recalibrated group (tag cic.kind = recalibration), nested per alpha × bound."""
+    """One MLflow parent run per recalibrated group (the pipeline's tags, cic.kind = recalibration), nested per
+    alpha × bound × search with the gate id and state; the group's drift tests as parent metrics."""
+    check_reachable(tracking_uri(tracking))
     client = MlflowClient(tracking_uri=tracking_uri(tracking))
-    by_group: dict[Any, list[Recalibration]] = {}
-    for item in results:
+    by_group: dict[GroupKey, list[Candidate]] = {}
+    for item in result.candidates:
         by_group.setdefault(item.key, []).append(item)
     run_ids = []
     for key, items in by_group.items():
-        ids = sorted(i.row["calibration_id"] for i in items)
-        unattainable = any(i.row["threshold"] is None for i in items)
+        first = items[0].row
+        checks = [c for k, c in result.checks if k == key]
+        shift = [c for c in checks if c.test.name == "score_shift"]
+        metrics: dict[str, float | None] = {
+            "n_window": float(first["n_cal"]), "alerts": float(sum(len(i.alerts) for i in items)),
+            "unattainable_gates": float(sum(i.row["threshold"] is None for i in items))}
+        if shift:
+            metrics.update(ks_statistic=shift[0].test.statistic, ks_p_value=shift[0].test.p_value)
+        errors = [c for c in checks if c.test.name == "error_rate"]
+        if errors:
+            metrics["min_error_rate_p_value"] = min(c.test.p_value for c in errors)
         group = GroupLog(
             experiment=f"{experiment_prefix}-{key.dataset}",
             run_name=f"recalibration · {key.model} · {key.estimator} · {key.criterion}",
-            log_key=schema.stable_hash("recalibration", *ids),
+            log_key=schema.stable_hash("recalibration", *sorted(i.row["calibration_id"] for i in items)),
             tags={"cic.kind": "recalibration", "cic.model": key.model, "cic.dataset": key.dataset,
                   "cic.estimator": key.estimator, "cic.criterion": key.criterion, "cic.run_key": key.run_key,
-                  "cic.alpha_unattainable": str(unattainable).lower(),
-                  "cic.shift_detected": str(any(i.drift is not None and i.drift.shift_detected
-                                                for i in items)).lower()},
-            params={"run_key": key.run_key, "data_fingerprint": items[0].row["data_fingerprint"],
-                    "n_window": items[0].row["n_cal"], "window_from": str(items[0].row["window_from"]),
-                    "window_to": str(items[0].row["window_to"])},
-            metrics={"n_window": float(items[0].row["n_cal"]),
-                     "unattainable_gates": float(sum(i.row["threshold"] is None for i in items))},
-            children=[_child(i) for i in items])
+                  "cic.data_fingerprint": first["data_fingerprint"],
+                  "cic.alpha_unattainable": str(metrics["unattainable_gates"] > 0).lower(),
+                  "cic.shift_detected": str(any(c.rejected for c in shift)).lower(),
+                  "cic.alerts": str(int(metrics["alerts"] or 0))},
+            params={"run_key": key.run_key, "data_fingerprint": first["data_fingerprint"], "n_window": first["n_cal"],
+                    "window_from": str(first["window_from"]), "window_to": str(first["window_to"]),
+                    "drift_tests": [c.test.as_dict() | {"rejected": c.rejected} for c in checks]},
+            metrics=metrics, children=[_child(i) for i in items])
         run_id, _ = log_group(client, group)
         run_ids.append(run_id)
     return run_ids

@@ -1,19 +1,23 @@
 """The `cic` command line: one Typer app, its commands in one module per group.
 
 `stats` works on precomputed (score, error) tables, `store` on datasets and the DuckDB store, `pipeline`
-runs and serves the batch pipeline. Each module lists its commands in `COMMANDS`; this module registers them.
+runs and serves the batch pipeline,
+`gates` takes production traffic in and moves gates between states. Each module lists its commands in
+`COMMANDS` (and sub-apps in `GROUPS`); this module registers them.
 """
 
 from __future__ import annotations
 
 import typer
 
-from cic.cli import pipeline, stats, store
+from cic.cli import gates, pipeline, stats, store
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="CIC: certified abstention thresholds for LLM answers.")
-for group in (stats, store, pipeline):
+for group in (stats, store, pipeline, gates):
     for command_name, command in group.COMMANDS.items():
         app.command(command_name)(command)
+for group_name, sub_app in gates.GROUPS.items():
+    app.add_typer(sub_app, name=group_name)
 
 __all__ = ["app"]

@@ -155,38 +155,61 @@ def recalibrate(
     config: ConfigOpt = "demo",
     db: DbOpt = None,
     tracking_uri: TrackingOpt = None,
-    window: Annotated[int | None, typer.Option("--window", help="Newest labelled questions to use.")] = None,
-    fail_on_alert: Annotated[bool, typer.Option("--fail-on-alert", help="Exit 1 when a gate is unattainable "
-                                                "or the score distribution shifted.")] = False,
+    window: Annotated[int | None, typer.Option("--window", help="Use the newest N new labelled questions.")] = None,
+    since: Annotated[str | None, typer.Option("--since", help="Use new questions seen within this long (7d, 12h).")]
+    = None,
+    fail_on_alert: Annotated[bool, typer.Option("--fail-on-alert/--no-fail-on-alert", help="Exit 1 (and fail the "
+                                                "flow run) when drift is found or an alpha is unattainable.")] = True,
+    no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="Skip MLflow logging.")] = False,
 ) -> None:
-    """Recalibrate every stored run on its newest window and compare with the previous gates."""
+    """Candidate gates on labelled questions newer than each live gate's window, tested for drift against it;
+    candidates wait for `cic gate promote` (or go live under `promotion: auto`)."""
     from cic.pipeline.config import load_config
+    from cic.pipeline.recalibration import WindowRule, parse_since
 
-    load_config(config)  # before any service starts
-    resolved_db = db or load_config(config).storage.db
+    checked = load_config(config)  # before any service starts
+    WindowRule(count=window, since=parse_since(since))
+    resolved_db = db or checked.storage.db
     if not Path(resolved_db).exists():
         raise ValueError(f"db = {resolved_db!r}: no such file (nothing stored to recalibrate; run `cic run` first)")
     prefect_defaults()
-    from flows.recalibrate import recalibrate_flow
+    from flows.recalibrate import RecalibrationAlert, recalibrate_flow
 
-    result = recalibrate_flow(config_path=str(config), db=db, tracking=tracking_uri, window=window)
-    table = Table(title=f"recalibration: {result['gates']} gate(s)")
-    for column in ("model", "dataset", "estimator", "criterion", "α", "bound", "search", "threshold", "previous"):
+    state = recalibrate_flow(config_path=str(config), db=db, tracking=tracking_uri, window=window, since=since,
+                             log_to_mlflow=not no_mlflow, fail_on_alert=fail_on_alert, return_state=True)
+    result = state.result(raise_on_failure=False)
+    failed = isinstance(result, RecalibrationAlert)
+    if failed:
+        result = result.summary
+    elif isinstance(result, BaseException):
+        raise result
+    table = Table(title=f"recalibration: {result['gates']} candidate gate(s)")
+    for column in ("gate", "state", "model", "dataset", "estimator", "criterion", "α", "bound", "search", "n",
+                   "threshold", "live"):
         table.add_column(column)
-    for r in result["thresholds"]:
-        table.add_row(r["model"], r["dataset"], r["estimator"], r["criterion"], f"{r['alpha']:g}",
-                      r["bound"], r["search"],
+    for r in result["candidates"]:
+        table.add_row(r["gate_id"][:12], r["state"], r["model"], r["dataset"], r["estimator"], r["criterion"],
+                      f"{r['alpha']:g}", r["bound"], r["search"], str(r["n_window"]),
                       styled(("unattainable", "red")) if r["threshold"] is None else fmt(r["threshold"], ".4g"),
-                      fmt(r["previous_threshold"], ".4g"))
-    console.print(table)
-    if not result["thresholds"]:
+                      fmt(r["live_threshold"], ".4g"))
+    if result["candidates"]:
+        console.print(table)
+    for skipped in result["skipped"]:
+        console.print(f"skipped {skipped['model']}/{skipped['dataset']} {skipped['estimator']} × "
+                      f"{skipped['criterion']}: {skipped['reason']}", soft_wrap=True)
+    if not result["candidates"] and not result["skipped"]:
         console.print(f"nothing to recalibrate: {resolved_db} holds no labelled results for the models and datasets of "
                       f"{config} (run `cic run --config {config}` first, or check --db)", soft_wrap=True)
     for alert in result["alerts"]:
         err_console.print(styled(("ALERT", "bold red"), f" {alert['model']}/{alert['dataset']} {alert['estimator']} × "
-                                 f"{alert['criterion']} α={alert['alpha']:g} {alert['bound']}: {alert['alert']}"),
-                          highlight=False)
-    if fail_on_alert and result["alerts"]:
+                                 f"{alert['criterion']} α={alert['alpha']:g} {alert['bound']} {alert['search']}: "
+                                 f"{alert['alert']}"), highlight=False, soft_wrap=True)
+    if result.get("log_error"):
+        err_console.print(styled(("MLflow logging failed:", "bold yellow"), f" {result['log_error']}"))
+    if result["candidates"] and not result["promoted"]:
+        console.print("candidates wait for review: `cic gate list --state candidate`, then `cic gate promote ID`",
+                      soft_wrap=True)
+    if failed:
         raise typer.Exit(1)
 
 
@@ -223,7 +246,7 @@ def ask(
     bound: Annotated[str, typer.Option("--bound")] = "cp",
     search: Annotated[str, typer.Option("--search")] = "fixed_sequence",
 ) -> None:
-    """Answer with the stored gate, or abstain; shows the uncertainty score and the certified threshold."""
+    """Answer with the live gate, or abstain; shows the uncertainty score and the certified threshold."""
     from cic.pipeline.asking import ask_question
 
     reply = ask_question(question, config_path=config, db=db, model=model, dataset=dataset, choices=choices,

@@ -1,4 +1,4 @@
-"""`cic ask`: answer one new question with a stored gate, or abstain, showing the score and the threshold."""
+"""`cic ask`: answer one new question with the live gate, or abstain, showing the score and the threshold."""
 
 from __future__ import annotations
 
@@ -34,53 +34,15 @@ def question_row(question: str, dataset: str, choices: Sequence[str] | None) -> 
         "answer": [""], "aliases": [[]]}, schema=schema.QUESTIONS.schema), schema.QUESTIONS)
 
 
-def latest_gate(db: str, *, model: str, dataset: str, estimator: str, criterion: str | None, alpha: float,
-                bound: str, search: str) -> dict:
-    """The newest stored calibration of that key (estimator by stored or base name)."""
+def serving_gate(db: str, *, model: str, dataset: str, estimator: str, criterion: str | None, alpha: float,
+                 bound: str, search: str) -> dict:
+    """The live gate of that key (`cic.pipeline.gates.live_gate`), read without locking the store."""
+    from cic.pipeline.gates import live_gate
     from cic.store import Store
 
-    with Store.open(db, read_only=True) as store:
-        rows = store.read("calibrations", model=model, dataset=dataset, bound=bound, search=search)
-    rows = rows.filter((pl.col("alpha") - alpha).abs() < 1e-12)
-    rows = rows.filter((pl.col("estimator") == estimator) | (pl.col("estimator").str.split("[").list.first() ==
-                                                               estimator))
-    if criterion:
-        rows = rows.filter(criterion=criterion)
-    if rows.height == 0:
-        raise ValueError(f"no stored gate for model={model!r}, dataset={dataset!r}, estimator={estimator!r}, "
-                         f"criterion={criterion!r}, alpha={alpha:g}, bound={bound!r}, search={search!r} in {db}; "
-                         "run `cic run` (or `cic calibrate`) with these settings first")
-    row = rows.sort("created_at").row(-1, named=True)
-    verify_gate(row)
-    return row
-
-
-def verify_gate(row: dict) -> None:
-    """Refuse a stored gate that disagrees with its own stored result, or whose certificate does not hold:
-    the threshold, alpha, delta, bound and search columns must equal the result JSON's, and a threshold
-    needs (n_errors, n_accepted) whose upper bound at the result's level is <= alpha."""
-    import math
-
-    from cic.stats.bounds import ucb
-    from cic.stats.calibration import CalibrationResult
-
-    name = f"stored gate {str(row.get('calibration_id'))[:12]}"
-    try:
-        result = CalibrationResult.from_json(row["result_json"])
-    except (ValueError, TypeError, KeyError) as exc:
-        raise ValueError(f"{name}: its stored result does not parse ({exc}); refusing to serve it") from None
-    for column in ("threshold", "alpha", "delta", "bound", "search", "n_accepted", "n_errors"):
-        stored, certified = row.get(column), getattr(result, column)
-        same = stored == certified or (isinstance(stored, float) and isinstance(certified, float)
-                                       and math.isclose(stored, certified, rel_tol=1e-12))
-        if not same:
-            raise ValueError(f"{name}: column {column} = {stored!r} but its certified result says {certified!r}; "
-                             "the row was altered — refusing to serve it (recalibrate to replace it)")
-    if result.threshold is not None:
-        value = float(ucb(result.bound, result.n_errors, result.n_accepted, result.gamma))
-        if not value <= result.alpha * (1 + 1e-12):
-            raise ValueError(f"{name}: its certificate does not hold (UCB {value:.4g} > alpha {result.alpha:g}); "
-                             "refusing to serve it")
+    with Store.open(db, read_only=True, wait_s=60) as store:
+        return live_gate(store, model=model, dataset=dataset, estimator=estimator, criterion=criterion,
+                         alpha=alpha, bound=bound, search=search)
 
 
 def ask_question(question: str, *, config_path: str | Path, db: str | None, model: str | None, dataset: str,
@@ -98,7 +60,7 @@ def ask_question(question: str, *, config_path: str | Path, db: str | None, mode
     index = names.index(model) if model in names else 0
     if model is not None and model not in names:
         raise ValueError(f"model = {model!r}: not in the config; choose from {names}")
-    gate_row = latest_gate(db or config.storage.db, model=names[index], dataset=dataset, estimator=estimator,
+    gate_row = serving_gate(db or config.storage.db, model=names[index], dataset=dataset, estimator=estimator,
                            criterion=criterion, alpha=alpha, bound=bound, search=search)
     settings = config.answerer_settings(index)
     base = gate_row["estimator"].split("[")[0]

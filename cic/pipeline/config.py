@@ -188,10 +188,22 @@ class StorageConfig(_Strict):
 
 
 class RecalibrationConfig(_Strict):
-    """The scheduled job: how much of the newest labelled data to use and when to warn."""
+    """The scheduled job: which new labelled data to use, the drift tests' level, and the promotion policy."""
 
-    window: int | None = Field(None, ge=10, description="newest labelled questions to use (default: all)")
-    shift_p_value: float = Field(0.01, gt=0, lt=1, description="two-sample test level for the shift warning")
+    window: int | None = Field(None, ge=10, description="newest new labelled questions to use (default: all new)")
+    since: str | None = Field(None, description="only questions seen within this long, e.g. 7d, 12h")
+    alert_level: float = Field(0.01, gt=0, lt=1, description="family-wise level of the drift tests (Holm across "
+                                                              "every test of a recalibration)")
+    promotion: Literal["manual", "auto"] = Field("manual", description="auto: a candidate goes live when its "
+                                                 "group raised no alert; manual: `cic gate promote ID`")
+
+    @field_validator("since")
+    @classmethod
+    def _duration(cls, value: str | None) -> str | None:
+        from cic.pipeline.recalibration import parse_since
+
+        parse_since(value)
+        return value
 
 
 class PipelineConfig(_Strict):

@@ -1,101 +1,201 @@
-"""Scheduled recalibration: recalibrate each group on the newest labelled window and compare with the last gate.
+"""Recalibration: new candidate gates on the newest labelled window, tested against the live gate's data.
 
-The window is the `window` most recently labelled questions of a run (labels' `created_at`), or all of
-them. For every (alpha, bound, search) the new gate is compared with the previous calibration of the same
-key (`cic.stats.drift.compare_calibrations`): threshold change, coverage change on the new window, and a
-two-sample KS test between the previous window's scores and the new ones (an exchangeability warning).
-An alpha that has become unattainable is flagged loudly.
+Per group (run, estimator, criterion):
+1. the labelled pairs, each timed by when production saw it (`observations.observed_at`, for ingested
+   records) or else when its label was stored;
+2. the reference: the window the group's *live* gate was calibrated on (`window_from` .. `window_to`);
+3. the new window: pairs strictly after the reference window — disjoint by construction — then the newest
+   `count` of them and/or those seen within `since`; with no live gate yet, all pairs under the same rule;
+4. candidate gates on the new window for every (alpha, bound, search), and the drift tests: the score
+   distribution once per (run, estimator, reference window), the error rate at each live threshold.
+
+`correct_and_alert` applies Holm across every test of the pass and turns rejections, and any alpha that is
+unattainable on the new window, into alerts attached to the candidates they concern.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from cic import schema
+from cic.pipeline.gates import gates
 from cic.pipeline.stored_calibration import GroupKey, calibration_rows
-from cic.stats.drift import DriftReport, compare_calibrations
+from cic.stats.drift import DriftTest, error_rate_test, holm, score_shift_test
 
 if TYPE_CHECKING:
     from cic.pipeline.config import CalibrationConfig
     from cic.store import Store
 
+MIN_WINDOW = 2
+
 
 @dataclass(frozen=True)
-class Recalibration:
-    """One new gate with its comparison to the previous gate of the same key (None on the first run)."""
+class WindowRule:
+    """Which new labelled pairs to use: the newest `count`, those seen within `since` of `now`, or both."""
+
+    count: int | None = None
+    since: timedelta | None = None
+    now: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.count is not None and (isinstance(self.count, bool) or self.count < MIN_WINDOW):
+            raise ValueError(f"window = {self.count!r}: must be at least {MIN_WINDOW} labelled questions")
+        if self.since is not None and self.since <= timedelta(0):
+            raise ValueError(f"since = {self.since!r}: must be a positive duration")
+
+    def describe(self) -> str:
+        parts = [f"newest {self.count}" if self.count else "", f"seen within {self.since}" if self.since else ""]
+        return " and ".join(p for p in parts if p) or "all new"
+
+
+def parse_since(text: str | None) -> timedelta | None:
+    """'7d', '12h', '30m', '2w' → a timedelta (None stays None)."""
+    if text is None:
+        return None
+    units = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+    value, unit = text.strip()[:-1], text.strip()[-1:].lower()
+    try:
+        amount = float(value)
+    except ValueError:
+        amount = -1.0
+    if unit not in units or not amount > 0:
+        raise ValueError(f"since = {text!r}: expected a positive number and a unit m, h, d or w (e.g. 7d)")
+    return timedelta(**{units[unit]: amount})
+
+
+@dataclass
+class Check:
+    """One drift test, the candidates it concerns, and whether Holm rejected it across the pass."""
+
+    test: DriftTest
+    gate_ids: list[str]
+    rejected: bool = False
+    adjusted_level: float | None = None
+
+
+@dataclass
+class GroupRecalibration:
+    """What recalibrating one group produced: the candidate rows, the live gates, the tests, or why skipped."""
 
     key: GroupKey
-    row: dict[str, Any]
-    previous: dict[str, Any] | None
-    drift: DriftReport | None
+    rows: pl.DataFrame
+    live: dict[tuple[float, float, str, str], dict[str, Any]]
+    window: tuple[datetime | None, datetime | None]
+    reference: tuple[datetime | None, datetime | None] | None
+    checks: list[Check] = field(default_factory=list)
+    skipped: str | None = None
 
-    @property
-    def alerts(self) -> list[str]:
-        if self.drift is not None:
-            return self.drift.warnings()
-        return ["alpha is unattainable on this window: the gate abstains on everything"] \
-            if self.row["threshold"] is None else []
+    def alerts_of(self, row: dict[str, Any]) -> list[str]:
+        """The alerts of one candidate row: unattainable alpha, and every rejected test that concerns it."""
+        out = []
+        live = self.live.get(_slot(row))
+        if row["threshold"] is None:
+            out.append("alpha has become unattainable: the new gate would abstain on everything"
+                       if live is not None and live["threshold"] is not None else
+                       f"alpha is unattainable on the new window ({row['n_cal']} labelled questions): the gate "
+                       "would abstain on everything")
+        out.extend(c.test.detail for c in self.checks if c.rejected and row["calibration_id"] in c.gate_ids)
+        return out
+
+
+def _slot(row: dict[str, Any]) -> tuple[float, float, str, str]:
+    return (round(float(row["alpha"]), 12), round(float(row["delta"]), 12), row["bound"], row["search"])
 
 
 def labelled_pairs(store: Store, key: GroupKey) -> pl.DataFrame:
-    """(question_id, score, error, labelled_at) of a group, newest label last."""
+    """(question_id, score, error, at) of a group, oldest first; `at` is when production saw the question
+    (ingested records) or when its label was stored."""
     rows = store.sql(
-        "SELECT s.question_id, s.value, NOT l.aligned, l.created_at FROM scores s JOIN labels l "
-        "ON s.run_key = l.run_key AND s.question_id = l.question_id "
+        "SELECT s.question_id, s.value, NOT l.aligned, coalesce(o.observed_at, l.created_at) AS seen_at "
+        "FROM scores s JOIN labels l ON s.run_key = l.run_key AND s.question_id = l.question_id "
+        "LEFT JOIN observations o ON o.run_key = s.run_key AND o.question_id = s.question_id "
         "WHERE s.run_key = ? AND s.estimator = ? AND l.criterion = ? AND s.value IS NOT NULL "
-        "ORDER BY l.created_at, s.question_id", [key.run_key, key.estimator, key.criterion])
+        "ORDER BY seen_at, s.question_id", [key.run_key, key.estimator, key.criterion])
     return pl.DataFrame(rows, schema={"question_id": pl.String, "score": pl.Float64, "error": pl.Int8,
-                                      "labelled_at": pl.Datetime("us", "UTC")}, orient="row")
+                                      "at": pl.Datetime("us", "UTC")}, orient="row")
 
 
-def newest_window(pairs: pl.DataFrame, window: int | None) -> pl.DataFrame:
-    """The `window` most recently labelled pairs (all when None)."""
-    return pairs if window is None or pairs.height <= window else pairs.tail(window)
+def span(pairs: pl.DataFrame) -> tuple[datetime | None, datetime | None]:
+    """The (first, last) `at` of some pairs: a gate's window."""
+    if pairs.height == 0:
+        return None, None
+    return pairs.get_column("at").min(), pairs.get_column("at").max()  # type: ignore[return-value]
 
 
-def previous_gate(store: Store, key: GroupKey, row: dict[str, Any]) -> dict[str, Any] | None:
-    """The newest stored calibration of the same key on other data, if any."""
-    found = store.read("calibrations", run_key=key.run_key, estimator=key.estimator, criterion=key.criterion,
-                       alpha=row["alpha"], delta=row["delta"], bound=row["bound"], search=row["search"])
-    found = found.filter(pl.col("data_fingerprint") != row["data_fingerprint"]).sort("created_at")
-    return found.row(-1, named=True) if found.height else None
+def reference_window(live: Sequence[dict[str, Any]]) -> tuple[datetime | None, datetime | None] | None:
+    """The window of the newest live gate (its creation time bounds a gate stored without one)."""
+    if not live:
+        return None
+    newest = max(live, key=lambda r: r["state_at"] or r["created_at"])
+    return newest["window_from"], newest["window_to"] or newest["created_at"]
 
 
-def window_of(pairs: pl.DataFrame, gate: dict[str, Any]) -> pl.DataFrame:
-    """The pairs a stored gate was calibrated on (by its label-time window; before it was made, if unset)."""
-    start: datetime | None = gate.get("window_from")
-    end: datetime | None = gate.get("window_to") or gate.get("created_at")
-    chosen = pairs
-    if start is not None:
-        chosen = chosen.filter(pl.col("labelled_at") >= start)
-    if end is not None:
-        chosen = chosen.filter(pl.col("labelled_at") <= end)
+def new_window(pairs: pl.DataFrame, after: datetime | None, rule: WindowRule) -> pl.DataFrame:
+    """Pairs strictly after `after` (the reference's end), narrowed by the rule."""
+    chosen = pairs if after is None else pairs.filter(pl.col("at") > after)
+    if rule.since is not None:
+        chosen = chosen.filter(pl.col("at") >= (rule.now or datetime.now(UTC)) - rule.since)
+    if rule.count is not None and chosen.height > rule.count:
+        chosen = chosen.tail(rule.count)
     return chosen
 
 
-def recalibrate_group(store: Store, key: GroupKey, config: CalibrationConfig, *, window: int | None,
-                      shift_p_value: float) -> tuple[pl.DataFrame, list[Recalibration]]:
-    """New gates on the newest window (rows for `calibrations`) and their comparisons with the previous gates."""
+def recalibrate_group(store: Store, key: GroupKey, config: CalibrationConfig, rule: WindowRule,
+                      shift_tests: dict[tuple[Any, ...], Check] | None = None) -> GroupRecalibration:
+    """Candidates on the group's new window and its drift tests (shared score tests come from `shift_tests`)."""
     pairs = labelled_pairs(store, key)
-    recent = newest_window(pairs, window)
-    if recent.height < 2:
-        raise ValueError(f"{key.model}/{key.dataset} {key.estimator} × {key.criterion}: only {recent.height} "
-                         "labelled question(s); recalibration needs at least 2")
-    span = (recent.get_column("labelled_at").min(), recent.get_column("labelled_at").max())
+    live_rows = gates(store, run_key=key.run_key, estimator=key.estimator, criterion=key.criterion) \
+        .filter(state="live").to_dicts()
+    live = {_slot(r): r for r in live_rows}
+    reference = reference_window(live_rows)
+    recent = new_window(pairs, reference[1] if reference else None, rule)
+    if recent.height < MIN_WINDOW:
+        since = f" since the live gate's window (to {reference[1]})" if reference else ""
+        return GroupRecalibration(key, pl.DataFrame(schema=schema.CALIBRATIONS.schema), live, span(recent), reference,
+                                  skipped=f"{recent.height} new labelled question(s){since} under rule "
+                                          f"'{rule.describe()}'; at least {MIN_WINDOW} are needed")
     rows = calibration_rows(key, recent.select("question_id", "score", "error"), config, kind="recalibration",
-                            window=span)
-    out = []
+                            window=span(recent))
+    out = GroupRecalibration(key, rows, live, span(recent), reference)
+    ids_by_slot: dict[tuple[float, float, str, str], list[str]] = {}
     for row in rows.iter_rows(named=True):
-        previous = previous_gate(store, key, row)
-        drift = None
-        if previous is not None:
-            before = window_of(pairs, previous).get_column("score").to_numpy()
-            if before.size:
-                drift = compare_calibrations(before, recent.get_column("score").to_numpy(),
-                                             previous_threshold=previous["threshold"], threshold=row["threshold"],
-                                             shift_p_value=shift_p_value)
-        out.append(Recalibration(key, row, previous, drift))
-    return rows, out
+        ids_by_slot.setdefault(_slot(row), []).append(row["calibration_id"])
+    new_scores = recent.get_column("score").to_numpy()
+    if reference is not None:
+        start, end = reference
+        before = pairs.filter(pl.col("at") <= end)
+        if start is not None:
+            before = before.filter(pl.col("at") >= start)
+        if before.height >= MIN_WINDOW:
+            cache_key = (key.run_key, key.estimator, start, end, recent.height, span(recent))
+            shared = (shift_tests or {}).get(cache_key)
+            if shared is None:
+                shared = Check(score_shift_test(before.get_column("score").to_numpy(), new_scores), [])
+                if shift_tests is not None:
+                    shift_tests[cache_key] = shared
+            out.checks.append(shared)
+            shared.gate_ids.extend(rows.get_column("calibration_id").to_list())
+    for slot, gate in live.items():
+        if gate["threshold"] is None:
+            continue
+        test = error_rate_test(new_scores, recent.get_column("error").to_numpy(), threshold=gate["threshold"],
+                               alpha=gate["alpha"])
+        out.checks.append(Check(test, ids_by_slot.get(slot, [])))
+    return out
+
+
+def correct_and_alert(results: Sequence[GroupRecalibration], level: float) -> dict[str, list[str]]:
+    """Holm across every test of the pass (at family-wise `level`); returns each candidate's alerts."""
+    checks = list({id(c): c for r in results for c in r.checks}.values())  # a shared score test counts once
+    if checks:
+        rejected = holm([c.test.p_value for c in checks], level)
+        for check, flag in zip(checks, rejected, strict=True):
+            check.rejected = bool(flag)
+            check.adjusted_level = level / len(checks)
+    return {row["calibration_id"]: r.alerts_of(row) for r in results if r.skipped is None
+            for row in r.rows.iter_rows(named=True)}

@@ -1,8 +1,15 @@
-"""What changed between two calibrations of the same key: threshold, coverage, and the score distribution.
+"""Has traffic moved since the live gate was certified? Two tests on a new labelled window, corrected together.
 
-The guarantee assumes calibration and deployment data are exchangeable. A recalibration therefore compares
-the new labelled window with the previous one: a two-sample Kolmogorov–Smirnov test on the scores warns
-when the distribution has moved (the old certificate may no longer describe current traffic).
+The guarantee assumes calibration and deployment data are exchangeable. A recalibration compares the newest
+window — disjoint from the data the live gate was calibrated on — with that data:
+
+- `score_shift_test`: two-sample Kolmogorov–Smirnov on the uncertainty scores (once per model, dataset and
+  estimator: the scores do not depend on alpha, bound or criterion);
+- `error_rate_test`: among new questions the live gate would answer, is the error rate above the alpha it
+  certifies? One-sided exact binomial test, H0: rate ≤ alpha.
+
+A recalibration runs many of them (models × datasets × estimators, and every live gate): `holm` controls the
+family-wise error across all of them, so a quiet week raises an alarm with probability ≤ the level.
 """
 
 from __future__ import annotations
@@ -12,60 +19,67 @@ from typing import Any
 
 import numpy as np
 
-from cic.stats._validation import as_scores, check_open_unit
+from cic.stats._validation import as_errors, as_scores, check_open_unit
 
 
 @dataclass(frozen=True)
-class DriftReport:
-    """Old vs new threshold and coverage on the new window, with the shift test on the scores."""
+class DriftTest:
+    """One test on the new window: what it measured, its p-value, and a sentence saying so."""
 
-    previous_threshold: float | None
-    threshold: float | None
-    threshold_change: float | None
-    coverage_previous_threshold: float   # share of the new window the old gate would answer
-    coverage: float                      # share of the new window the new gate answers
-    coverage_change: float
-    ks_statistic: float
-    ks_p_value: float
-    shift_detected: bool
-    alpha_unattainable: bool
-    became_unattainable: bool
-
-    def warnings(self) -> list[str]:
-        """Human-readable alerts, loudest first."""
-        out = []
-        if self.became_unattainable:
-            out.append("alpha has become unattainable: the new gate abstains on everything")
-        elif self.alpha_unattainable:
-            out.append("alpha is unattainable on the new window: the gate abstains on everything")
-        if self.shift_detected:
-            out.append(f"score distribution shifted (KS = {self.ks_statistic:.3f}, p = {self.ks_p_value:.2g}): "
-                       "exchangeability with the previous window is doubtful")
-        return out
+    name: str            # "score_shift" or "error_rate"
+    statistic: float     # KS distance, or the error rate among answered questions
+    p_value: float
+    n_reference: int     # questions in the live gate's window (score shift) / 0
+    n: int               # new questions compared (score shift) / answered by the live gate (error rate)
+    detail: str
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def _coverage(scores: np.ndarray, threshold: float | None) -> float:
-    return float((scores <= threshold).mean()) if threshold is not None else 0.0
-
-
-def compare_calibrations(previous_scores: Any, new_scores: Any, *, previous_threshold: float | None,
-                         threshold: float | None, shift_p_value: float = 0.01) -> DriftReport:
-    """Compare a new calibration with the previous one of the same (model, dataset, estimator, ..., alpha) key."""
+def score_shift_test(reference_scores: Any, new_scores: Any) -> DriftTest:
+    """Two-sample KS test: do the new window's scores follow the reference window's distribution?"""
     from scipy.stats import ks_2samp
 
-    old = as_scores(previous_scores, "previous_scores")
-    new = as_scores(new_scores, "new_scores")
-    level = check_open_unit(shift_p_value, "shift_p_value")
-    test = ks_2samp(old, new)
-    cov_old, cov_new = _coverage(new, previous_threshold), _coverage(new, threshold)
-    change = (threshold - previous_threshold) if threshold is not None and previous_threshold is not None else None
-    return DriftReport(
-        previous_threshold=previous_threshold, threshold=threshold, threshold_change=change,
-        coverage_previous_threshold=cov_old, coverage=cov_new, coverage_change=cov_new - cov_old,
-        ks_statistic=float(test.statistic), ks_p_value=float(test.pvalue),
-        shift_detected=bool(test.pvalue < level), alpha_unattainable=threshold is None,
-        became_unattainable=threshold is None and previous_threshold is not None,
-    )
+    before = as_scores(reference_scores, "reference_scores")
+    after = as_scores(new_scores, "new_scores")
+    test = ks_2samp(before, after)
+    return DriftTest("score_shift", float(test.statistic), float(test.pvalue), before.size, after.size,
+                     f"score distribution moved since the live gate's window (KS = {test.statistic:.3f}, "
+                     f"n = {before.size} vs {after.size}, p = {test.pvalue:.2g})")
+
+
+def error_rate_test(scores: Any, errors: Any, *, threshold: float, alpha: float) -> DriftTest:
+    """Among the new questions with score ≤ threshold (those the live gate answers), is the error rate above
+    alpha? p = P(Binomial(n, alpha) ≥ errors); 1 when the gate would answer none of them."""
+    from scipy.stats import binom
+
+    values = as_scores(scores, "scores")
+    wrong = as_errors(errors, "errors")
+    if values.size != wrong.size:
+        raise ValueError(f"scores and errors differ in length ({values.size} vs {wrong.size})")
+    level = check_open_unit(alpha, "alpha")
+    accepted = values <= threshold
+    n, k = int(accepted.sum()), int(wrong[accepted].sum())
+    p = float(binom.sf(k - 1, n, level)) if n else 1.0
+    rate = k / n if n else 0.0
+    return DriftTest("error_rate", rate, min(p, 1.0), 0, n,
+                     f"error rate at the live threshold {threshold:.4g} is {k}/{n} = {rate:.3f} on the new window, "
+                     f"above the certified alpha = {level:g} (binomial p = {p:.2g})")
+
+
+def holm(p_values: Any, level: float) -> np.ndarray:
+    """Holm's step-down rejections (True = reject) at family-wise level `level`: the i-th smallest p-value is
+    compared with level / (m - i), stopping at the first that is not below it."""
+    p = np.asarray(p_values, dtype=float).reshape(-1)
+    check_open_unit(level, "level")
+    if np.isnan(p).any():
+        raise ValueError("p_values contain NaN")
+    order = np.argsort(p, kind="stable")
+    m = p.size
+    rejected = np.zeros(m, dtype=bool)
+    for rank, index in enumerate(order):
+        if p[index] > level / (m - rank):
+            break
+        rejected[index] = True
+    return rejected

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     import duckdb
     import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 CREATED_AT = "created_at"
 _CONNECT_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 _SIMPLE_TYPES: tuple[tuple[pl.DataType, str], ...] = (
@@ -197,9 +197,23 @@ def _migrate_to_1(con: duckdb.DuckDBPyConnection) -> None:
             rebuild_table(con, spec)
 
 
+def _migrate_to_2(con: duckdb.DuckDBPyConnection) -> None:
+    """Version 2 gives gates states (`gate_events`): `cic ask` serves only a live gate. A file from before had
+    served the newest gate of each key, so that gate (of the pipeline's, not a recalibration's) becomes live."""
+    spec = schema.GATE_EVENTS
+    _add_missing(con)  # the gate_events table, and columns a long-unopened file may lack (calibrations.kind)
+    con.execute(
+        f"INSERT INTO {spec.name} ({', '.join(spec.columns)}) "
+        "SELECT 'migrated-' || calibration_id, calibration_id, 'live', "
+        "'schema version 2: the newest pipeline gate of its key, which cic ask served before', [], now() "
+        "FROM calibrations WHERE coalesce(kind, 'pipeline') = 'pipeline' "
+        "QUALIFY row_number() OVER (PARTITION BY model, dataset, estimator, criterion, alpha, delta, bound, search "
+        "ORDER BY created_at DESC, calibration_id) = 1 ON CONFLICT DO NOTHING")
+
+
 # MIGRATIONS[v] upgrades a file from version v - 1 to v. Additive changes (a new nullable column or table in
 # cic.schema) need no entry: `_add_missing` applies them on every read-write open.
-MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: _migrate_to_1}
+MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: _migrate_to_1, 2: _migrate_to_2}
 
 
 def _stored_version(con: duckdb.DuckDBPyConnection) -> int | None:

@@ -18,19 +18,25 @@ if TYPE_CHECKING:
 SUFFIXES = (".parquet", ".pq", ".csv")
 
 
+def input_file(path: str | Path, suffixes: tuple[str, ...]) -> Path:
+    """An existing file with one of the suffixes, or an error naming the path and what is wrong."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ValueError(f"file = {str(p)!r}: does not exist")
+    if p.is_dir():
+        raise ValueError(f"file = {str(p)!r}: is a directory; give a {' or '.join(suffixes)} file")
+    if p.suffix.lower() not in suffixes:
+        raise ValueError(f"file = {str(p)!r}: unsupported type {p.suffix.lower() or '(none)'!r}; use one of "
+                         f"{', '.join(suffixes)}")
+    return p
+
+
 def read_table(path: str | Path) -> pl.DataFrame:
     """Load a Parquet or CSV file as a polars DataFrame."""
     import polars as pl
 
-    p = Path(path)
-    if not p.exists():
-        raise ValueError(f"file = {str(p)!r}: does not exist")
-    if p.is_dir():
-        raise ValueError(f"file = {str(p)!r}: is a directory; give a .parquet or .csv file")
+    p = input_file(path, SUFFIXES)
     suffix = p.suffix.lower()
-    if suffix not in SUFFIXES:
-        raise ValueError(f"file = {str(p)!r}: unsupported type {suffix or '(none)'!r}; use one of "
-                         f"{', '.join(SUFFIXES)}")
     try:
         return pl.read_csv(p) if suffix == ".csv" else pl.read_parquet(p)
     except Exception as exc:  # polars raises several exception types for unreadable files

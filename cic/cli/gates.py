@@ -1,0 +1,202 @@
+"""Production commands: `cic ingest` (labelled traffic in) and `cic gate list|promote|retire|export|sync`
+(review candidates, put one live, hand the live gates to a serving system)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from cic.cli.common import check_output_file, console, err_console, fmt, friendly_errors, styled
+
+StoreOpt = Annotated[Path, typer.Option("--db", help="DuckDB file of the store.")]
+TrackingOpt = Annotated[str | None, typer.Option(
+    "--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db).")]
+PrefixOpt = Annotated[str, typer.Option("--experiment-prefix", help="MLflow experiment prefix of the gate runs.")]
+gate_app = typer.Typer(no_args_is_help=True, help="Review, promote, retire and export gates (candidate → live → "
+                                                  "retired); only a live gate is served.")
+
+
+def _existing(db: Path) -> Path:
+    if not db.exists():
+        raise ValueError(f"--db = {str(db)!r}: no such file")
+    return db
+
+
+@friendly_errors
+def ingest(
+    file: Annotated[Path, typer.Argument(help="Parquet, CSV or JSONL of production records (or of labels alone).")],
+    db: StoreOpt = Path("cic.duckdb"),
+    label_name: Annotated[str, typer.Option("--label-name", help="Criterion name for the `correct` column.")] = "human",
+    criterion: Annotated[str | None, typer.Option("--criterion", help="Label the `gold` column with this criterion "
+                                                  "(exact_match, token_f1[0.5], similarity[0.6]).")] = None,
+    experiment_prefix: PrefixOpt = "cic",
+) -> None:
+    """Store production records (question, answer, scores, timestamp, correctness when known) next to the
+    pipeline's runs; a file of labels alone labels them later. Idempotent; a bad record stores nothing."""
+    from cic.pipeline.ingest import ingest_file
+    from cic.store import Store
+
+    if not db.parent.is_dir():
+        raise ValueError(f"--db = {str(db)!r}: directory {str(db.parent)!r} does not exist")
+    with Store.open(db, wait_s=300) as store:
+        stats = ingest_file(store, file, label_name=label_name, criterion=criterion,
+                            experiment_prefix=experiment_prefix)
+    streams = ", ".join(f"{r['model']}/{r['stream']}" for r in stats.runs)
+    console.print(f"{file}: {stats.records} record(s) stored, {stats.labels} labelled"
+                  + (f", {stats.unlabelled} waiting for labels" if stats.unlabelled else "")
+                  + (f" ({streams})" if streams else "") + f" in {db}")
+
+
+@gate_app.command("list")
+@friendly_errors
+def list_gates(
+    db: StoreOpt = Path("cic.duckdb"),
+    state: Annotated[str | None, typer.Option("--state", help="candidate, live or retired.")] = None,
+    model: Annotated[str | None, typer.Option("--model")] = None,
+    dataset: Annotated[str | None, typer.Option("--dataset")] = None,
+) -> None:
+    """Gates with their state, threshold, window and the alerts their recalibration raised."""
+    from cic.pipeline.gates import STATES, gates
+    from cic.store import Store
+
+    if state is not None and state not in STATES:
+        raise ValueError(f"--state = {state!r}: one of {', '.join(STATES)}")
+    filters = {k: v for k, v in (("model", model), ("dataset", dataset)) if v is not None}
+    with Store.open(_existing(db), read_only=True, wait_s=60) as store:
+        rows = gates(store, **filters)
+    if state is not None:
+        rows = rows.filter(state=state)
+    table = Table(title=f"gates in {db}: {rows.height}")
+    for column in ("id", "state", "kind", "model", "dataset", "estimator", "criterion", "α", "bound", "search",
+                   "threshold", "n", "window to", "alerts"):
+        table.add_column(column)
+    for r in rows.sort("model", "dataset", "estimator", "criterion", "alpha", "bound", "search", "created_at") \
+            .iter_rows(named=True):
+        table.add_row(r["calibration_id"][:12], r["state"], r["kind"] or "pipeline", r["model"], r["dataset"],
+                      r["estimator"], r["criterion"], f"{r['alpha']:g}", r["bound"], r["search"],
+                      "unattainable" if r["threshold"] is None else fmt(r["threshold"], ".4g"), str(r["n_cal"]),
+                      str(r["window_to"] or "—")[:19], "; ".join(r["alerts"]) or "—")
+    console.print(table)
+
+
+def _sync(db: Path, gate_ids: list[str], tracking_uri: str | None, experiment_prefix: str) -> None:
+    """Bring MLflow's registry in line for these gates; an outage is reported, never fatal (`cic gate sync`)."""
+    from tasks.log import tracking_uri as resolve
+    from tasks.registry import registry_sync
+
+    uri = resolve(tracking_uri)
+    try:
+        names = registry_sync(str(db), uri, gate_ids, experiment_prefix=experiment_prefix)
+    except Exception as exc:  # the store already holds the new state
+        err_console.print(styled(("MLflow registry not updated:", "bold yellow"), f" {type(exc).__name__}: {exc} — "
+                                 "the store holds the new state; run `cic gate sync` when MLflow is back"))
+        return
+    for name in names:
+        console.print(f"MLflow registry ({uri}): {name}")
+
+
+@gate_app.command("promote")
+@friendly_errors
+def promote_gate(
+    gate_id: Annotated[str, typer.Argument(help="Gate id (or its first 12 characters, as `cic gate list` shows).")],
+    db: StoreOpt = Path("cic.duckdb"),
+    despite_alerts: Annotated[bool, typer.Option("--despite-alerts", help="Promote a candidate whose recalibration "
+                                                 "raised alerts (after you reviewed them).")] = False,
+    reason: Annotated[str, typer.Option("--reason", help="Recorded with the change.")] = "promoted by hand",
+    tracking_uri: TrackingOpt = None,
+    experiment_prefix: PrefixOpt = "cic",
+    no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="Leave MLflow's registry alone.")] = False,
+) -> None:
+    """Make a gate live (retiring the live gate of its key) and point MLflow's `live` alias at it."""
+    from cic.pipeline.gates import promote
+    from cic.store import Store
+
+    with Store.open(_existing(db), wait_s=300) as store:
+        row, retired = promote(store, gate_id, reason=reason, despite_alerts=despite_alerts)
+    console.print(f"gate {row['calibration_id'][:12]} is live: {row['model']}/{row['dataset']} {row['estimator']} × "
+                  f"{row['criterion']} α={row['alpha']:g} {row['bound']} {row['search']}, threshold "
+                  f"{'unattainable' if row['threshold'] is None else format(row['threshold'], '.4g')}"
+                  + (f"; retired {', '.join(r[:12] for r in retired)}" if retired else ""))
+    if not no_mlflow:
+        _sync(db, [row["calibration_id"], *retired], tracking_uri, experiment_prefix)
+
+
+@gate_app.command("retire")
+@friendly_errors
+def retire_gate(
+    gate_id: Annotated[str, typer.Argument(help="Gate id (or its first 12 characters).")],
+    db: StoreOpt = Path("cic.duckdb"),
+    reason: Annotated[str, typer.Option("--reason")] = "retired by hand",
+    tracking_uri: TrackingOpt = None,
+    experiment_prefix: PrefixOpt = "cic",
+    no_mlflow: Annotated[bool, typer.Option("--no-mlflow")] = False,
+) -> None:
+    """Take a gate out of service; its key serves nothing until another is promoted."""
+    from cic.pipeline.gates import retire
+    from cic.store import Store
+
+    with Store.open(_existing(db), wait_s=300) as store:
+        row = retire(store, gate_id, reason=reason)
+    console.print(f"gate {row['calibration_id'][:12]} is retired")
+    if not no_mlflow:
+        _sync(db, [row["calibration_id"]], tracking_uri, experiment_prefix)
+
+
+@gate_app.command("export")
+@friendly_errors
+def export_gates(
+    out: Annotated[Path, typer.Option("--out", help="JSON file of the live gates.")],
+    db: StoreOpt = Path("cic.duckdb"),
+    model: Annotated[str | None, typer.Option("--model")] = None,
+    dataset: Annotated[str | None, typer.Option("--dataset")] = None,
+) -> None:
+    """Write the live gates (verified against their certificates) for a serving system: one JSON list."""
+    from cic.pipeline.gates import gates, verify_gate
+    from cic.stats.calibration import CalibrationResult
+    from cic.store import Store
+
+    check_output_file(out, "--out")
+    filters = {k: v for k, v in (("model", model), ("dataset", dataset)) if v is not None}
+    with Store.open(_existing(db), read_only=True, wait_s=60) as store:
+        live = gates(store, **filters).filter(state="live")
+    if live.height == 0:
+        raise ValueError(f"no live gate in {db}" + (f" for {filters}" if filters else "") +
+                         "; promote one with `cic gate promote ID`")
+    exported = []
+    ordered = live.sort("model", "dataset", "estimator", "criterion", "alpha", "bound", "search")
+    for row in ordered.iter_rows(named=True):
+        verify_gate(row)
+        exported.append({
+            "gate_id": row["calibration_id"], **{k: row[k] for k in ("model", "dataset", "estimator", "criterion",
+                                                                    "alpha", "delta", "bound", "search", "threshold",
+                                                                    "bound_value", "n_accepted", "n_errors", "n_cal")},
+            "window_from": str(row["window_from"]), "window_to": str(row["window_to"]),
+            "gate": json.loads(CalibrationResult.from_json(row["result_json"]).gate().to_json())})
+    out.write_text(json.dumps(exported, indent=2))
+    console.print(f"{len(exported)} live gate(s) written to {out}")
+
+
+@gate_app.command("sync")
+@friendly_errors
+def sync_registry(
+    db: StoreOpt = Path("cic.duckdb"),
+    tracking_uri: TrackingOpt = None,
+    experiment_prefix: PrefixOpt = "cic",
+) -> None:
+    """Register every live gate in MLflow and point the `live` aliases at them (after an outage, say)."""
+    from cic.pipeline.gates import gates
+    from cic.store import Store
+
+    with Store.open(_existing(db), read_only=True, wait_s=60) as store:
+        ids = gates(store).filter(state="live").get_column("calibration_id").to_list()
+    if not ids:
+        raise ValueError(f"no live gate in {db}; promote one with `cic gate promote ID`")
+    _sync(db, ids, tracking_uri, experiment_prefix)
+
+
+COMMANDS = {"ingest": ingest}
+GROUPS = {"gate": gate_app}

@@ -1,0 +1,187 @@
+"""Gate states: a stored calibration is a *candidate* until promoted *live*; promoting retires the live gate of
+the same serving key. Only a live gate is served (`cic ask`, `cic gate export`, the MLflow alias `live`).
+
+States are an append-only log (`gate_events`): a gate's state is its newest event's, a gate without events is a
+candidate, and every move says who or what made it. The serving key is (model, dataset, estimator, criterion,
+alpha, delta, bound, search): one live gate each. The first gate of a key the pipeline computes goes live (so
+`cic run` → `cic ask` works); every later gate, and every recalibration, waits as a candidate for promotion.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from cic import schema
+
+if TYPE_CHECKING:
+    from cic.store import Store
+
+STATES = ("candidate", "live", "retired")
+SERVING_KEY = ("model", "dataset", "estimator", "criterion", "alpha", "delta", "bound", "search")
+
+
+def current_states(store: Store) -> pl.DataFrame:
+    """(calibration_id, state, reason, alerts, state_at) from each gate's newest event."""
+    events = store.read("gate_events", ordered=False)
+    return (events.sort("created_at", "event_id").group_by("calibration_id", maintain_order=True).last()
+            .select("calibration_id", "state", "reason", "alerts", pl.col("created_at").alias("state_at")))
+
+
+def gates(store: Store, **equals: Any) -> pl.DataFrame:
+    """Stored calibrations (filtered by column equality) with their state; no event = candidate."""
+    rows = store.read("calibrations", **equals)
+    joined = rows.join(current_states(store), on="calibration_id", how="left")
+    return joined.with_columns(pl.col("state").fill_null("candidate"),
+                               pl.col("alerts").fill_null(pl.lit([], dtype=pl.List(pl.String))))
+
+
+def find_gate(store: Store, gate_id: str) -> dict[str, Any]:
+    """The gate whose calibration id is or starts with `gate_id` (the 12-character prefix tables show)."""
+    text = gate_id.strip()
+    if len(text) < 6:
+        raise ValueError(f"gate id = {gate_id!r}: give at least 6 characters of it (`cic gate list` shows them)")
+    found = gates(store).filter(pl.col("calibration_id").str.starts_with(text))
+    if found.height == 0:
+        raise ValueError(f"gate id = {gate_id!r}: no stored gate has it in {store.path} (`cic gate list` shows them)")
+    if found.height > 1:
+        raise ValueError(f"gate id = {gate_id!r}: {found.height} gates start with it; give more characters")
+    return found.row(0, named=True)
+
+
+def _event(store: Store, calibration_id: str, state: str, reason: str, alerts: Sequence[str]) -> dict[str, Any]:
+    """One event row, timed strictly after the gate's previous event (so "newest" is never a tie)."""
+    if state not in STATES:
+        raise ValueError(f"state = {state!r}: one of {', '.join(STATES)}")
+    now = datetime.now(UTC)
+    last = store.sql("SELECT max(created_at) FROM gate_events WHERE calibration_id = ?", [calibration_id])[0][0]
+    if last is not None and now <= last:
+        now = last + timedelta(microseconds=1)
+    return {"event_id": schema.value_hash(calibration_id, state, now.isoformat(), reason),
+            "calibration_id": calibration_id, "state": state, "reason": reason, "alerts": list(alerts),
+            "created_at": now}
+
+
+def _write(store: Store, events: list[dict[str, Any]]) -> None:
+    if events:
+        store.upsert("gate_events", pl.DataFrame(events, schema=schema.GATE_EVENTS.schema))
+
+
+def record_candidates(store: Store, alerts_by_gate: dict[str, Sequence[str]], reason: str) -> None:
+    """Mark new gates as candidates with what their recalibration found (a gate with a state keeps it)."""
+    known = set(current_states(store).get_column("calibration_id").to_list())
+    _write(store, [_event(store, gid, "candidate", reason, alerts) for gid, alerts in alerts_by_gate.items()
+                   if gid not in known])
+
+
+def verify_gate(row: dict[str, Any]) -> None:
+    """Refuse a stored gate that disagrees with its own stored result, or whose certificate does not hold:
+    the threshold, alpha, delta, bound and search columns must equal the result JSON's, and a threshold
+    needs (n_errors, n_accepted) whose upper bound at the result's level is <= alpha."""
+    from cic.stats.bounds import ucb
+    from cic.stats.calibration import CalibrationResult
+
+    name = f"stored gate {str(row.get('calibration_id'))[:12]}"
+    try:
+        result = CalibrationResult.from_json(row["result_json"])
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValueError(f"{name}: its stored result does not parse ({exc}); refusing to serve it") from None
+    for column in ("threshold", "alpha", "delta", "bound", "search", "n_accepted", "n_errors"):
+        stored, certified = row.get(column), getattr(result, column)
+        same = stored == certified or (isinstance(stored, float) and isinstance(certified, float)
+                                       and math.isclose(stored, certified, rel_tol=1e-12))
+        if not same:
+            raise ValueError(f"{name}: column {column} = {stored!r} but its certified result says {certified!r}; "
+                             "the row was altered — refusing to serve it (recalibrate to replace it)")
+    if result.threshold is not None:
+        value = float(ucb(result.bound, result.n_errors, result.n_accepted, result.gamma))
+        if not value <= result.alpha * (1 + 1e-12):
+            raise ValueError(f"{name}: its certificate does not hold (UCB {value:.4g} > alpha {result.alpha:g}); "
+                             "refusing to serve it")
+
+
+def _same_key(frame: pl.DataFrame, row: dict[str, Any]) -> pl.DataFrame:
+    out = frame
+    for column in SERVING_KEY:
+        out = out.filter((pl.col(column) - row[column]).abs() < 1e-12 if column in ("alpha", "delta")
+                         else pl.col(column) == row[column])
+    return out
+
+
+def promote(store: Store, gate_id: str, *, reason: str, despite_alerts: bool = False) -> tuple[dict[str, Any],
+                                                                                                list[str]]:
+    """Make a gate live and retire the live gate of its serving key, in one transaction; returns (the gate,
+    the ids retired). A gate that fails verification is refused; one whose recalibration raised alerts needs
+    `despite_alerts` (a person who has looked at them)."""
+    row = find_gate(store, gate_id)
+    verify_gate(row)
+    if row["alerts"] and not despite_alerts:
+        raise ValueError(f"gate {row['calibration_id'][:12]} was written with alerts ({'; '.join(row['alerts'])}); "
+                         "promote it only after review, with --despite-alerts")
+    if row["state"] == "live":
+        return row, []
+    live = _same_key(gates(store, model=row["model"], dataset=row["dataset"]).filter(state="live"), row)
+    retired = live.get_column("calibration_id").to_list()
+    with store.transaction():
+        _write(store, [_event(store, gid, "retired", f"replaced by {row['calibration_id'][:12]}", [])
+                       for gid in retired])
+        _write(store, [_event(store, row["calibration_id"], "live", reason, row["alerts"])])
+    return {**row, "state": "live"}, retired
+
+
+def retire(store: Store, gate_id: str, *, reason: str) -> dict[str, Any]:
+    """Take a gate out of service (its key then has no live gate: `cic ask` refuses until one is promoted)."""
+    row = find_gate(store, gate_id)
+    if row["state"] != "retired":
+        _write(store, [_event(store, row["calibration_id"], "retired", reason, row["alerts"])])
+    return {**row, "state": "retired"}
+
+
+def promote_first_gates(store: Store, calibration_ids: Iterable[str], *, reason: str) -> list[str]:
+    """Make live each of these gates whose serving key has no live gate yet (the pipeline's first gates)."""
+    wanted = set(calibration_ids)
+    if not wanted:
+        return []
+    table = gates(store)
+    live_keys = {tuple(r[c] for c in SERVING_KEY) for r in table.filter(state="live").iter_rows(named=True)}
+    events, promoted = [], []
+    for row in table.filter(pl.col("calibration_id").is_in(list(wanted)) & (pl.col("state") == "candidate")) \
+            .sort("created_at").iter_rows(named=True):
+        key = tuple(row[c] for c in SERVING_KEY)
+        if key in live_keys or row["alerts"]:
+            continue
+        live_keys.add(key)
+        events.append(_event(store, row["calibration_id"], "live", reason, []))
+        promoted.append(row["calibration_id"])
+    _write(store, events)
+    return promoted
+
+
+def live_gate(store: Store, *, model: str, dataset: str, estimator: str, criterion: str | None, alpha: float,
+              bound: str, search: str) -> dict[str, Any]:
+    """The live gate of that key (estimator by stored or base name), verified; an error lists the candidates
+    when none is live."""
+    rows = gates(store, model=model, dataset=dataset, bound=bound, search=search)
+    rows = rows.filter((pl.col("alpha") - alpha).abs() < 1e-12)
+    rows = rows.filter((pl.col("estimator") == estimator)
+                       | (pl.col("estimator").str.split("[").list.first() == estimator))
+    if criterion:
+        rows = rows.filter(criterion=criterion)
+    wanted = (f"model={model!r}, dataset={dataset!r}, estimator={estimator!r}, criterion={criterion!r}, "
+              f"alpha={alpha:g}, bound={bound!r}, search={search!r}")
+    if rows.height == 0:
+        raise ValueError(f"no stored gate for {wanted} in {store.path}; run `cic run` (or `cic calibrate`) with "
+                         "these settings first")
+    live = rows.filter(state="live")
+    if live.height == 0:
+        waiting = rows.filter(state="candidate").sort("created_at").get_column("calibration_id").to_list()
+        hint = (f"candidates waiting for review: {', '.join(g[:12] for g in waiting[-3:])}; promote one with "
+                "`cic gate promote ID`") if waiting else "every gate of it was retired; promote one"
+        raise ValueError(f"no live gate for {wanted}: {hint}")
+    row = live.sort("state_at").row(-1, named=True)
+    verify_gate(row)
+    return row

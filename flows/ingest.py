@@ -1,0 +1,23 @@
+"""Production traffic in: each file of records (or of labels) is checked and stored; the next recalibration
+uses whatever is labelled. A deployment runs it on a schedule over a drop folder, or once per file.
+
+    files (Parquet / CSV / JSONL) ──► check every record ──► DuckDB (questions, answers, scores, labels, times)
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from prefect import flow
+
+from tasks.ingest import ingest_records
+
+
+@flow(name="cic-ingest", log_prints=True)
+def ingest_flow(paths: list[str], db: str = "cic.duckdb", label_name: str = "human", criterion: str | None = None,
+                experiment_prefix: str = "cic") -> list[dict[str, Any]]:
+    """Ingest the files in order (records before the labels that refer to them); a bad file fails the run and
+    stores nothing of itself, files before it stay stored."""
+    return [asdict(ingest_records(db, path, label_name=label_name, criterion=criterion,
+                                  experiment_prefix=experiment_prefix)) for path in paths]
