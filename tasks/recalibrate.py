@@ -13,8 +13,14 @@ from prefect.cache_policies import NO_CACHE
 
 from cic import schema
 from cic.pipeline.config import CalibrationConfig, RecalibrationConfig
-from cic.pipeline.gates import current_states, promote, record_candidates
-from cic.pipeline.recalibration import Check, GroupRecalibration, WindowRule, correct_and_alert, recalibrate_group
+from cic.pipeline.gates import current_states, record_candidates
+from cic.pipeline.recalibration import (
+    Check,
+    WindowRule,
+    correct_and_alert,
+    promote_quiet_groups,
+    recalibrate_group,
+)
 from cic.pipeline.stored_calibration import GroupKey, groups_of_run
 from cic.stats.calibration import CalibrationResult
 from cic.store import Store
@@ -47,20 +53,6 @@ class RecalibrationPass:
         return [(c, a) for c in self.candidates for a in c.alerts]
 
 
-def _promote_quiet_groups(store: Store, results: Sequence[GroupRecalibration],
-                          alerts: dict[str, list[str]]) -> list[str]:
-    """The `auto` policy: every candidate of a group none of whose candidates raised an alert goes live."""
-    promoted = []
-    for result in results:
-        ids = result.rows.get_column("calibration_id").to_list() if result.skipped is None else []
-        if not ids or any(alerts.get(i) for i in ids):
-            continue
-        for gate_id in ids:
-            promote(store, gate_id, reason="recalibration: policy promotion=auto, no alert in its group")
-            promoted.append(gate_id)
-    return promoted
-
-
 @task(name="recalibrate", cache_policy=NO_CACHE, timeout_seconds=3600)
 def recalibrate_runs(db: str, run_keys: Sequence[str], calibration: CalibrationConfig, policy: RecalibrationConfig,
                      rule: WindowRule) -> RecalibrationPass:
@@ -77,7 +69,7 @@ def recalibrate_runs(db: str, run_keys: Sequence[str], calibration: CalibrationC
                 if result.skipped is None:
                     store.upsert("calibrations", result.rows)
             record_candidates(store, alerts, reason=f"recalibration on window '{rule.describe()}'")
-        promoted = _promote_quiet_groups(store, results, alerts) if policy.promotion == "auto" else []
+        promoted = promote_quiet_groups(store, results, alerts) if policy.promotion == "auto" else []
         states = dict(current_states(store).select("calibration_id", "state").iter_rows())
     out = RecalibrationPass(promoted=promoted)
     for result in results:

@@ -71,7 +71,8 @@ def list_gates(
     if state is not None:
         rows = rows.filter(state=state)
     table = Table(title=f"gates in {db}: {rows.height}")
-    for column in ("id", "state", "kind", "model", "dataset", "estimator", "criterion", "α", "bound", "search",
+    table.add_column("id", no_wrap=True, min_width=12)  # what `cic gate promote` takes
+    for column in ("state", "kind", "model", "dataset", "estimator", "criterion", "α", "bound", "search",
                    "threshold", "n", "window to", "alerts"):
         table.add_column(column)
     for r in rows.sort("model", "dataset", "estimator", "criterion", "alpha", "bound", "search", "created_at") \

@@ -184,7 +184,8 @@ def recalibrate(
     elif isinstance(result, BaseException):
         raise result
     table = Table(title=f"recalibration: {result['gates']} candidate gate(s)")
-    for column in ("gate", "state", "model", "dataset", "estimator", "criterion", "α", "bound", "search", "n",
+    table.add_column("gate", no_wrap=True, min_width=12)
+    for column in ("state", "model", "dataset", "estimator", "criterion", "α", "bound", "search", "n",
                    "threshold", "live"):
         table.add_column(column)
     for r in result["candidates"]:

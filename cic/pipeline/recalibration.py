@@ -199,3 +199,20 @@ def correct_and_alert(results: Sequence[GroupRecalibration], level: float) -> di
             check.adjusted_level = level / len(checks)
     return {row["calibration_id"]: r.alerts_of(row) for r in results if r.skipped is None
             for row in r.rows.iter_rows(named=True)}
+
+
+def promote_quiet_groups(store: Store, results: Sequence[GroupRecalibration],
+                         alerts: dict[str, list[str]]) -> list[str]:
+    """The `promotion: auto` policy: the candidates of a group go live only when none of them raised an alert
+    (an alerting candidate is never promoted without a person: `cic gate promote --despite-alerts`)."""
+    from cic.pipeline.gates import promote
+
+    promoted = []
+    for result in results:
+        ids = result.rows.get_column("calibration_id").to_list() if result.skipped is None else []
+        if not ids or any(alerts.get(i) for i in ids):
+            continue
+        for gate_id in ids:
+            promote(store, gate_id, reason="recalibration: policy promotion=auto, no alert in its group")
+            promoted.append(gate_id)
+    return promoted

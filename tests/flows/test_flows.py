@@ -14,6 +14,7 @@ from mlflow import MlflowClient
 from typer.testing import CliRunner
 
 from cic.cli import app
+from cic.pipeline.gates import gates
 from cic.store import Store
 from flows.calibrate import calibrate_flow
 from flows.recalibrate import recalibrate_flow
@@ -81,36 +82,87 @@ def test_new_alphas_calibrate_without_regenerating_and_cic_log_fills_mlflow(
     assert len(_runs(client, "cic-t-d")) == 2 + 2
 
 
-def test_recalibration_flow_logs_the_drift_and_flags_an_unattainable_alpha(
+def test_recalibration_flow_fails_on_drift_and_logs_candidates_with_the_pipelines_tags(
         setup: tuple[Path, Path, MlflowClient]) -> None:
+    from flows.recalibrate import RecalibrationAlert
+
     config, db, client = setup
-    calibrate_flow(config_path=str(config), log_to_mlflow=False)
+    calibrate_flow(config_path=str(config), log_to_mlflow=False)  # the pipeline's gates: the first go live
     with Store.open(db) as store:  # a new labelled week: every answer wrong, scores moved
         store_run(store, n=300, labelled_at=datetime(2026, 1, 8, tzinfo=UTC), id_offset=5000, shift=0.5,
                   base=1.0, seed=3)
-    result = recalibrate_flow(config_path=str(config), window=300)
-    assert result["gates"] == 8 and result["unattainable"] == 8
-    assert all(t["threshold"] is None for t in result["thresholds"])
-    assert any(t["previous_threshold"] is not None for t in result["thresholds"])
+    state = recalibrate_flow(config_path=str(config), return_state=True)
+    assert state.is_failed() and "alert(s) in recalibration" in state.message
+    alert = state.result(raise_on_failure=False)
+    assert isinstance(alert, RecalibrationAlert)
+    result = alert.summary
+    assert result["gates"] == 8 and result["unattainable"] == 8 and result["promoted"] == []
+    assert all(c["threshold"] is None and c["n_window"] == 300 and c["state"] == "candidate"
+               for c in result["candidates"])
+    assert any(c["live_threshold"] is not None for c in result["candidates"])
     alerts = [a["alert"] for a in result["alerts"]]
     assert any(a.startswith("alpha has become unattainable") for a in alerts)
-    assert any(a.startswith("score distribution shifted") for a in alerts)
-    recal = [r for r in _runs(client, "cic-t-d") if r.data.tags.get("cic.kind") == "recalibration"
-             and "mlflow.parentRunId" not in r.data.tags]
-    assert len(recal) == 2 and all(r.data.tags["cic.alpha_unattainable"] == "true" for r in recal)
-    again = recalibrate_flow(config_path=str(config), window=300)
-    assert again["gates"] == 8
+    assert any(a.startswith("score distribution moved") for a in alerts)
+    assert {t["test"] for t in result["tests"]} == {"score_shift", "error_rate"}
+    recal = [r for r in _runs(client, "cic-t-d") if r.data.tags.get("cic.kind") == "recalibration"]
+    parents = [r for r in recal if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in recal if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 2 and len(children) == 8
+    assert all(r.data.tags["cic.alpha_unattainable"] == "true" and "cic.data_fingerprint" in r.data.tags
+               and float(r.data.metrics["ks_p_value"]) < 0.01 for r in parents)
+    assert all({"cic.alpha", "cic.bound", "cic.search", "cic.gate_id", "cic.gate_state"} <= set(r.data.tags)
+               and r.data.tags["cic.gate_state"] == "candidate" for r in children)
+    with Store.open(db, read_only=True) as store:  # nothing went live: ask still serves the pipeline's gates
+        assert set(gates(store, kind="recalibration")["state"]) == {"candidate"}
+    with pytest.raises(RecalibrationAlert):  # a direct call raises the alert
+        recalibrate_flow(config_path=str(config))
     assert len([r for r in _runs(client, "cic-t-d") if r.data.tags.get("cic.kind") == "recalibration"]) == 2 + 8
 
 
-def test_recalibrate_cli_exits_nonzero_on_alerts_when_asked(setup: tuple[Path, Path, MlflowClient]) -> None:
+def test_recalibrate_cli_exits_1_on_alerts_unless_told_not_to(setup: tuple[Path, Path, MlflowClient]) -> None:
     config, db, _ = setup
     with Store.open(db) as store:
         store_run(store, n=300, labelled_at=datetime(2026, 1, 1, tzinfo=UTC) + timedelta(days=1), id_offset=9000,
                   base=1.0, seed=4)
-    result = CliRunner().invoke(app, ["recalibrate", "--config", str(config), "--window", "200", "--fail-on-alert"])
+    result = CliRunner().invoke(app, ["recalibrate", "--config", str(config), "--window", "200"])
     assert result.exit_code == 1, result.output
-    assert "unattainable" in result.output
+    assert "unattainable" in result.output and "ALERT" in result.output
+    quiet = CliRunner().invoke(app, ["recalibrate", "--config", str(config), "--window", "200",
+                                     "--no-fail-on-alert"])
+    assert quiet.exit_code == 0, quiet.output
+    assert "candidates wait for review" in " ".join(quiet.output.split())
+
+
+def test_a_promoted_gate_is_served_by_mlflow_alias_live(setup: tuple[Path, Path, MlflowClient],
+                                                       tmp_path: Path) -> None:
+    import json
+
+    import mlflow
+
+    from tasks.registry import registered_name
+
+    config, db, client = setup
+    uri = client.tracking_uri
+    calibrate_flow(config_path=str(config), log_to_mlflow=False)
+    with Store.open(db) as store:
+        store_run(store, n=300, labelled_at=datetime(2026, 1, 8, tzinfo=UTC), id_offset=5000, seed=5)
+    recalibrate_flow(config_path=str(config), window=300, fail_on_alert=False, log_to_mlflow=False)
+    with Store.open(db, read_only=True) as store:
+        row = gates(store, kind="recalibration", bound="cp", search="paper", estimator="predictive_entropy") \
+            .filter(alpha=0.3).row(0, named=True)
+    assert row["state"] == "candidate" and row["threshold"] is not None
+    result = CliRunner().invoke(app, ["gate", "promote", row["calibration_id"][:12], "--db", str(db),
+                                      "--tracking-uri", uri, "--experiment-prefix", "cic-t", "--despite-alerts"])
+    assert result.exit_code == 0, result.output
+    name = registered_name(row)
+    assert f"{name}@1" in result.output.replace("\n", "")
+    registry = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
+    version = registry.get_model_version_by_alias(name, "live")
+    assert version.tags["cic.gate_id"] == row["calibration_id"] and version.tags["cic.state"] == "live"
+    mlflow.set_registry_uri(uri)
+    mlflow.set_tracking_uri(uri)
+    fetched = Path(mlflow.artifacts.download_artifacts(f"models:/{name}@live", dst_path=str(tmp_path / "dl")))
+    assert json.loads((fetched / "gate.json").read_text())["threshold"] == row["threshold"]
 
 
 def test_cic_calibrate_and_evaluate_read_a_stored_group(setup: tuple[Path, Path, MlflowClient]) -> None:

@@ -1,0 +1,126 @@
+"""Gate states: the pipeline's first gate goes live, later ones wait; promotion retires the live gate of the key;
+`cic ask` (serving_gate) and `cic gate export` serve the live gate only; an alerting candidate is never promoted
+by policy; stores from before gate states are migrated."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cic.cli import app
+from cic.pipeline.asking import serving_gate
+from cic.pipeline.gates import gates, promote, retire
+from cic.pipeline.recalibration import WindowRule, correct_and_alert, promote_quiet_groups, recalibrate_group
+from cic.store import Store
+from tests.pipeline.test_recalibration import CONFIG, make_live, only_group
+from tests.support.database import raw_sql
+from tests.support.pipeline_data import store_run
+
+START = datetime(2026, 1, 1, tzinfo=UTC)
+ASK = dict(model="m", dataset="d", estimator="semantic_entropy", criterion="similarity[0.6]", alpha=0.3, bound="cp",
+           search="fixed_sequence")
+
+
+def two_weeks(db: Path, *, shift: float = 0.0, base: float = 0.02) -> tuple[str, str]:
+    """A live gate on week 1 and a recalibration candidate on week 2; returns their ids."""
+    with Store.open(db) as store:
+        store_run(store, n=400, labelled_at=START, estimators=("semantic_entropy",))
+        group = only_group(store)
+        live = make_live(store, group)["calibration_id"][0]
+        store_run(store, n=400, labelled_at=START + timedelta(days=7), id_offset=1000, seed=1, shift=shift, base=base,
+                  estimators=("semantic_entropy",))
+        result = recalibrate_group(store, group, CONFIG, WindowRule())
+        store.upsert("calibrations", result.rows)
+        from cic.pipeline.gates import record_candidates
+
+        record_candidates(store, correct_and_alert([result], 0.01), reason="test")
+        return live, result.rows["calibration_id"][0]
+
+
+def test_ask_serves_the_live_gate_until_a_candidate_is_promoted(tmp_path: Path) -> None:
+    db = tmp_path / "g.duckdb"
+    live, candidate = two_weeks(db)
+    assert serving_gate(str(db), **ASK)["calibration_id"] == live  # the candidate is newer, but not live
+    with Store.open(db) as store:
+        promoted, retired = promote(store, candidate[:12], reason="reviewed")
+        states = dict(gates(store).select("calibration_id", "state").iter_rows())
+    assert promoted["calibration_id"] == candidate and retired == [live]
+    assert states == {live: "retired", candidate: "live"}
+    assert serving_gate(str(db), **ASK)["calibration_id"] == candidate
+    with Store.open(db) as store:
+        retire(store, candidate, reason="incident")
+    with pytest.raises(ValueError, match="no live gate for .*every gate of it was retired"):
+        serving_gate(str(db), **ASK)
+    with Store.open(db) as store:  # rolling back = promoting the old gate again
+        promote(store, live, reason="rollback")
+    assert serving_gate(str(db), **ASK)["calibration_id"] == live
+
+
+def test_a_candidate_with_alerts_needs_a_person_and_the_auto_policy_never_promotes_it(tmp_path: Path) -> None:
+    db = tmp_path / "g.duckdb"
+    live, candidate = two_weeks(db, shift=0.5, base=0.3)  # drift: the week-2 candidate carries alerts
+    with Store.open(db) as store:
+        row = gates(store, calibration_id=candidate).row(0, named=True)
+        assert row["state"] == "candidate" and any("score distribution moved" in a for a in row["alerts"])
+        with pytest.raises(ValueError, match="was written with alerts .* --despite-alerts"):
+            promote(store, candidate, reason="no")
+        group = only_group(store)
+        result = recalibrate_group(store, group, CONFIG, WindowRule())
+        assert promote_quiet_groups(store, [result], correct_and_alert([result], 0.01)) == []
+        assert gates(store, calibration_id=live)["state"][0] == "live"
+        promote(store, candidate, reason="reviewed the shift", despite_alerts=True)
+        assert gates(store, calibration_id=candidate)["state"][0] == "live"
+
+
+def test_the_auto_policy_promotes_a_quiet_group(tmp_path: Path) -> None:
+    db = tmp_path / "g.duckdb"
+    live, candidate = two_weeks(db)
+    with Store.open(db) as store:
+        result = recalibrate_group(store, only_group(store), CONFIG, WindowRule())
+        alerts = correct_and_alert([result], 0.01)
+        assert alerts == {candidate: []}
+        assert promote_quiet_groups(store, [result], alerts) == [candidate]
+        assert dict(gates(store).select("calibration_id", "state").iter_rows()) == {live: "retired",
+                                                                                    candidate: "live"}
+
+
+def test_gate_commands_list_promote_and_export_only_live_gates(tmp_path: Path) -> None:
+    db = tmp_path / "g.duckdb"
+    live, candidate = two_weeks(db)
+    listed = CliRunner().invoke(app, ["gate", "list", "--db", str(db), "--state", "candidate"])
+    assert listed.exit_code == 0 and candidate[:12] in listed.output and live[:12] not in listed.output
+    out = tmp_path / "live.json"
+    exported = CliRunner().invoke(app, ["gate", "export", "--db", str(db), "--out", str(out)])
+    assert exported.exit_code == 0, exported.output
+    assert [g["gate_id"] for g in json.loads(out.read_text())] == [live]
+    promoted = CliRunner().invoke(app, ["gate", "promote", candidate[:12], "--db", str(db), "--no-mlflow"])
+    assert promoted.exit_code == 0 and f"retired {live[:12]}" in promoted.output
+    CliRunner().invoke(app, ["gate", "export", "--db", str(db), "--out", str(out)])
+    assert [g["gate_id"] for g in json.loads(out.read_text())] == [candidate]
+    unknown = CliRunner().invoke(app, ["gate", "promote", "ffffffffffff", "--db", str(db), "--no-mlflow"])
+    assert unknown.exit_code == 2 and "no stored gate has it" in unknown.output
+
+
+@pytest.mark.faults
+def test_export_refuses_a_live_gate_edited_behind_the_stores_back(tmp_path: Path) -> None:
+    db = tmp_path / "g.duckdb"
+    live, _ = two_weeks(db)
+    raw_sql(db, f"UPDATE calibrations SET threshold = 0.99 WHERE calibration_id = '{live}'")
+    result = CliRunner().invoke(app, ["gate", "export", "--db", str(db), "--out", str(tmp_path / "x.json")])
+    assert result.exit_code == 2 and "the row was altered" in result.output
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_a_store_from_before_gate_states_serves_what_it_served_before(tmp_path: Path) -> None:
+    db = tmp_path / "old.duckdb"
+    live, candidate = two_weeks(db)
+    raw_sql(db, "DROP TABLE gate_events", "DELETE FROM schema_version", "INSERT INTO schema_version VALUES (1, now())",
+            f"UPDATE calibrations SET kind = 'pipeline' WHERE calibration_id = '{candidate}'")  # a newer pipeline gate
+    with Store.open(db) as store:
+        assert store.schema_version == 2
+        states = dict(gates(store).select("calibration_id", "state").iter_rows())
+    assert states == {live: "candidate", candidate: "live"}  # the newest pipeline gate, as `cic ask` served

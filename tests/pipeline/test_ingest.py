@@ -1,0 +1,148 @@
+"""Production records in: Parquet/CSV/JSONL round trips, idempotence, labels that arrive later, gold answers
+judged by a criterion, and bad records named without anything being written."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from cic.cli import app
+from cic.pipeline.ingest import ingest_file, run_key_of
+from cic.pipeline.recalibration import labelled_pairs
+from cic.pipeline.stored_calibration import groups_of_run
+from cic.store import Store
+
+T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
+
+
+def records(n: int = 6, *, correct: list[object] | None = None) -> pl.DataFrame:
+    return pl.DataFrame({
+        "model": "qwen", "stream": "support-bot", "question_id": [f"r{i}" for i in range(n)],
+        "question": [f"question {i}?" for i in range(n)], "answer": [f"answer {i}" for i in range(n)],
+        # production order is not label order: the last record was seen first
+        "timestamp": [T0 + timedelta(minutes=(n - i) % n) for i in range(n)],
+        "score:semantic_entropy": [0.1 * i for i in range(n)], "score:predictive_entropy": [1.0 + i for i in range(n)],
+        "correct": correct if correct is not None else [i % 3 != 0 for i in range(n)]})
+
+
+def write(frame: pl.DataFrame, path: Path) -> Path:
+    if path.suffix == ".csv" and "timestamp" in frame.columns:
+        frame.with_columns(pl.col("timestamp").dt.to_string("%Y-%m-%dT%H:%M:%SZ")).write_csv(path)
+    elif path.suffix == ".csv":
+        frame.write_csv(path)
+    elif path.suffix == ".jsonl":
+        frame.write_ndjson(path)
+    else:
+        frame.write_parquet(path)
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".csv", ".jsonl"])
+def test_records_round_trip_into_the_store_and_twice_changes_nothing(tmp_path: Path, suffix: str) -> None:
+    source = write(records(), tmp_path / f"traffic{suffix}")
+    with Store.open(tmp_path / "s.duckdb") as store:
+        stats = ingest_file(store, source)
+        first = {t: store.read(t) for t in ("runs", "questions", "generations", "scores", "labels", "observations")}
+        again = ingest_file(store, source)
+        second = {t: store.read(t) for t in first}
+        key = run_key_of("qwen", "support-bot")
+        group = [g for g in groups_of_run(store, store.read("runs").row(0, named=True))
+                 if g.estimator == "semantic_entropy"][0]
+        pairs = labelled_pairs(store, group)
+    assert stats.records == again.records == 6 and stats.labels == 6 and stats.unlabelled == 0
+    assert all(first[t].equals(second[t]) for t in first)  # created_at included: nothing rewritten
+    run = first["runs"].row(0, named=True)
+    assert (run["run_key"], run["model"], run["dataset"], run["split"]) == (key, "qwen", "support-bot", "production")
+    assert first["scores"].height == 12 and set(first["scores"]["estimator"]) == {"semantic_entropy",
+                                                                                   "predictive_entropy"}
+    assert first["generations"].filter(question_id="r2")["text"][0] == "answer 2"
+    assert first["labels"].filter(question_id="r3")["aligned"][0] is False
+    assert first["labels"]["criterion"].unique().to_list() == ["human"]
+    assert first["observations"].filter(question_id="r0")["observed_at"][0] == T0
+    # recalibration windows follow when production saw a question, not when it was stored
+    assert pairs["question_id"].to_list() == ["r0", "r5", "r4", "r3", "r2", "r1"]
+
+
+def test_unlabelled_records_are_kept_and_labelled_later_by_a_labels_only_file(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "s.duckdb") as store:
+        stats = ingest_file(store, write(records(correct=[None] * 6), tmp_path / "week.parquet"))
+        assert stats.records == 6 and stats.labels == 0 and stats.unlabelled == 6 and store.count("labels") == 0
+        labels = pl.DataFrame({"model": "qwen", "stream": "support-bot", "question_id": ["r1", "r4"],
+                               "correct": ["yes", "0"]})
+        later = ingest_file(store, write(labels, tmp_path / "labels.csv"))
+        stored = store.read("labels")
+        assert later.records == 0 and later.labels == 2
+        assert dict(stored.select("question_id", "aligned").iter_rows()) == {"r1": True, "r4": False}
+        assert store.count("generations") == 6  # labels alone touch no record
+
+
+def test_gold_answers_are_labelled_with_a_named_criterion(tmp_path: Path) -> None:
+    frame = records(3).drop("correct").with_columns(gold=pl.Series(["Answer 0", "something else", "answer  2."]))
+    with Store.open(tmp_path / "s.duckdb") as store:
+        ingest_file(store, write(frame, tmp_path / "gold.parquet"), criterion="exact_match")
+        stored = store.read("labels")
+        assert stored["criterion"].unique().to_list() == ["exact_match"]
+        assert dict(stored.select("question_id", "aligned").iter_rows()) == {"r0": True, "r1": False, "r2": True}
+        assert store.read("questions").filter(question_id="r1")["answer"][0] == "something else"
+
+
+BAD = [
+    (lambda f: f.drop("question_id"), "lacks column(s) question_id"),
+    (lambda f: f.with_columns(pl.Series("correct", ["true", "maybe", "false", "1", "0", "1"])),
+     "record 2 (question_id 'r1'): correct = 'maybe'"),
+    (lambda f: f.with_columns(pl.Series("score:semantic_entropy", [0.1, 0.2, 0.3, float("nan"), 0.5, 0.6])),
+     "record 4 (question_id 'r3'): score:semantic_entropy = nan"),
+    (lambda f: f.with_columns(pl.Series("timestamp", ["2026-11-01T09:00:00Z"] * 4 + ["last tuesday", "x"])),
+     "record 5 (question_id 'r4'): timestamp = 'last tuesday'"),
+    (lambda f: f.with_columns(pl.Series("question_id", ["r0", "r1", "r2", "r1", "r4", "r5"])),
+     "records 2, 4 repeat model 'qwen', stream 'support-bot', question_id 'r1'"),
+    (lambda f: f.with_columns(pl.Series("stream", ["s", "s", "", "s", "s", "s"])), "record 3 (question_id 'r2'): "
+                                                                                    "stream is empty"),
+    (lambda f: f.with_columns(extra=pl.lit(1)), "unknown column(s) extra"),
+    (lambda f: f.drop("score:semantic_entropy", "score:predictive_entropy"), "records need score:<estimator>"),
+    (lambda f: f.with_columns(gold=pl.lit("x")), "has a gold column: name the criterion"),
+]
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize(("spoil", "message"), BAD)
+def test_a_bad_record_is_named_and_nothing_of_the_file_is_written(tmp_path: Path, spoil: object,
+                                                                  message: str) -> None:
+    with Store.open(tmp_path / "s.duckdb") as store:
+        ingest_file(store, write(records(), tmp_path / "good.parquet"))
+        before = store.counts()
+        with pytest.raises(ValueError) as caught:
+            frame = spoil(records().with_columns(pl.col("timestamp").cast(pl.String)))  # type: ignore[operator]
+            ingest_file(store, write(frame, tmp_path / "bad.parquet"))
+        assert message in str(caught.value)
+        assert store.counts() == before
+
+
+@pytest.mark.faults
+def test_labels_for_records_never_ingested_are_refused(tmp_path: Path) -> None:
+    labels = pl.DataFrame({"model": "qwen", "stream": "support-bot", "question_id": ["r1", "nope"],
+                           "correct": [True, False]})
+    with Store.open(tmp_path / "s.duckdb") as store:
+        ingest_file(store, write(records(), tmp_path / "good.parquet"))
+        before = store.read("labels")
+        with pytest.raises(ValueError, match="record 2 \\(question_id 'nope'\\): no ingested record"):
+            ingest_file(store, write(labels, tmp_path / "labels.parquet"))
+        assert store.read("labels").equals(before)
+
+
+@pytest.mark.faults
+def test_cic_ingest_reports_and_refuses_in_one_line(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    ok = CliRunner().invoke(app, ["ingest", str(write(records(), tmp_path / "t.parquet")), "--db", str(db)])
+    assert ok.exit_code == 0, ok.output
+    assert "6 record(s) stored, 6 labelled (qwen/support-bot)" in " ".join(ok.output.split())
+    text = tmp_path / "t.txt"
+    text.write_text("hello")
+    bad = CliRunner().invoke(app, ["ingest", str(text), "--db", str(db)])
+    assert bad.exit_code == 2 and "unsupported type '.txt'" in bad.output
+    missing = CliRunner().invoke(app, ["ingest", str(tmp_path / "t.parquet"), "--db", str(tmp_path / "no/s.duckdb")])
+    assert missing.exit_code == 2 and "does not exist" in missing.output
