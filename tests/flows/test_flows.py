@@ -159,8 +159,7 @@ def test_a_promoted_gate_is_served_by_mlflow_alias_live(setup: tuple[Path, Path,
     registry = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
     version = registry.get_model_version_by_alias(name, "live")
     assert version.tags["cic.gate_id"] == row["calibration_id"] and version.tags["cic.state"] == "live"
-    mlflow.set_registry_uri(uri)
-    mlflow.set_tracking_uri(uri)
+    # as a serving system would (MLFLOW_TRACKING_URI is set by the fixture; no global mlflow.set_* state)
     fetched = Path(mlflow.artifacts.download_artifacts(f"models:/{name}@live", dst_path=str(tmp_path / "dl")))
     assert json.loads((fetched / "gate.json").read_text())["threshold"] == row["threshold"]
 
