@@ -1,10 +1,12 @@
-"""The demo main job end to end, then generation throughput with 1 and 2 Ray actors in the same run.
+"""The demo main job end to end; two models answered at once vs one after the other; 1 vs 2 actors of one
+model — all in the same run.
 
-    .venv/bin/python benchmarks/bench_pipeline.py [--config demo] [--questions 30]
+    .venv/bin/python benchmarks/bench_pipeline.py [--config demo] [--questions 30] [--skip-demo]
 
 Prints the wall time of every stage of `cic run` on the demo config (fresh DuckDB and MLflow in a temp
-dir; the converted-model cache is reused, as after install), checks the 5-minute target, then answers the
-same TriviaQA questions with one actor and with two (one CPU each) and prints questions/s and the ratio.
+dir; the converted-model cache is reused, as after install) and checks the 5-minute target; then two models
+(the config's model under two names) × two datasets, both pools drained at once on one CPU each vs one model
+after the other on both CPUs; then the same TriviaQA questions with one actor and with two.
 """
 
 from __future__ import annotations
@@ -43,25 +45,61 @@ def demo(config: Path, work: Path) -> float:
     return total
 
 
-def throughput(config: Path, work: Path, n_questions: int, replicas: int) -> float:
-    """Questions/s of the answer stage (model load excluded) with `replicas` actors on fresh storage."""
-    from cic.data import DATASETS, load_questions
-    from cic.pipeline.config import load_config
+def _run_job(cfg: object, name: str, questions: dict[str, object], db: str) -> list[object]:
+    """One model's RunJobs over the datasets, every question still to generate."""
+    from cic.data import DATASETS
     from cic.store import Store
     from cic.store.resume import RunWork
-    from tasks.answer import RunJob, answer_questions
+    from tasks.answer import RunJob
 
-    cfg = load_config(config)
-    questions = load_questions("trivia_qa", limit=n_questions, seed=1)
-    db = str(work / f"throughput_{replicas}.duckdb")
+    runs = []
     with Store.open(db) as store:
-        store.upsert("questions", questions)
-    ids = questions.get_column("question_id").to_list()
-    job = RunJob(f"bench-{replicas}", "trivia_qa", DATASETS.prompt_for("trivia_qa").prompt_id, ("similarity[0.6]",),
-                 questions, RunWork(f"bench-{replicas}", ids, []))
-    stats = answer_questions.fn(db, "bench", cfg.answerer_settings(0), [job], replicas=replicas,
-                                questions_per_batch=max(1, n_questions // (2 * replicas)), num_cpus=2)
-    return stats.questions_per_s
+        for dataset, frame in questions.items():
+            store.upsert("questions", frame)
+            ids = frame.get_column("question_id").to_list()
+            criteria = ("option_match",) if dataset == "commonsense_qa" else ("similarity[0.6]",)
+            key = f"bench-{name}-{dataset}"
+            runs.append(RunJob(key, dataset, DATASETS.prompt_for(dataset).prompt_id, criteria, frame,
+                               RunWork(key, ids, [])))
+    return runs
+
+
+def answer(cfg: object, db: str, models: list[tuple[str, int, float]], questions: dict[str, object],
+           per_batch: int) -> tuple[float, list[object]]:
+    """Wall seconds of one answer stage over `models` = (name, replicas, CPUs per replica), model load included."""
+    from tasks.answer import ModelJob, answer_questions
+    from tasks.ray_workers import Placement
+
+    jobs = [ModelJob(name, cfg.answerer_settings(0), _run_job(cfg, name, questions, db), replicas,
+                     Placement(0.0, cpus)) for name, replicas, cpus in models]
+    started = time.perf_counter()
+    stats = answer_questions.fn(db, jobs, questions_per_batch=per_batch)
+    return time.perf_counter() - started, stats
+
+
+def throughput(cfg: object, work: Path, n_questions: int, replicas: int) -> float:
+    """Questions/s of one model's answer stage with `replicas` actors (2 CPUs shared) on fresh storage."""
+    from cic.data import load_questions
+
+    questions = {"trivia_qa": load_questions("trivia_qa", limit=n_questions, seed=1)}
+    _, stats = answer(cfg, str(work / f"throughput_{replicas}.duckdb"), [("bench", replicas, 2.0 / replicas)],
+                      questions, max(1, n_questions // (2 * replicas)))
+    return stats[0].questions_per_s
+
+
+def models_at_once(cfg: object, work: Path, n_questions: int) -> tuple[float, float]:
+    """Two models × two datasets: both models at once on one CPU each, vs one model after the other on both
+    CPUs (what the pipeline did before). Returns (concurrent, sequential) wall seconds, model loads included."""
+    from cic.data import load_questions
+
+    questions = {d: load_questions(d, limit=n_questions, seed=1) for d in ("commonsense_qa", "trivia_qa")}
+    per_batch = max(1, n_questions // 2)
+    together, stats = answer(cfg, str(work / "together.duckdb"), [("model-a", 1, 1.0), ("model-b", 1, 1.0)],
+                             questions, per_batch)
+    assert not any(s.error for s in stats), [s.error for s in stats]
+    apart = sum(answer(cfg, str(work / f"apart-{name}.duckdb"), [(name, 1, 2.0)], questions, per_batch)[0]
+                for name in ("model-a", "model-b"))
+    return together, apart
 
 
 def main() -> None:
@@ -70,6 +108,7 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=30)
     parser.add_argument("--skip-demo", action="store_true")
     args = parser.parse_args()
+    from cic.pipeline.config import load_config
     from tasks import ray_workers
 
     with tempfile.TemporaryDirectory(prefix="cic-bench-") as tmp:
@@ -78,10 +117,17 @@ def main() -> None:
         try:
             if not args.skip_demo:
                 demo(args.config, work)
-            one = throughput(args.config, work, args.questions, 1)
-            two = throughput(args.config, work, args.questions, 2)
+            cfg = load_config(args.config)
+            together, apart = models_at_once(cfg, work, args.questions // 2)
+            one = throughput(cfg, work, args.questions, 1)
+            two = throughput(cfg, work, args.questions, 2)
         finally:
             ray_workers.shutdown(info)
+    print(f"two models x two datasets ({args.questions // 2} CommonsenseQA + {args.questions // 2} TriviaQA questions "
+          "each), model loads included:")
+    print(f"  both models at once, one CPU each     : {together:6.1f} s")
+    print(f"  one model after the other, both CPUs  : {apart:6.1f} s   ratio sequential/concurrent = "
+          f"{apart / together:.2f}x")
     print(f"generation + scoring throughput on {args.questions} TriviaQA questions (model load excluded):")
     print(f"  1 actor : {one:6.2f} questions/s")
     print(f"  2 actors: {two:6.2f} questions/s   ratio 2/1 = {two / one if one else float('nan'):.2f}x "

@@ -12,6 +12,7 @@ from cic.pipeline.stored_calibration import stored_run_keys
 from cic.store import Store
 from flows.pipeline import DEMO_CONFIG, with_overrides
 from tasks.calibrate import calibrate_runs
+from tasks.concurrency import store_slot
 from tasks.log import log_results
 
 
@@ -27,9 +28,10 @@ def calibrate_flow(config_path: str = DEMO_CONFIG, db: str | None = None, tracki
     changes = {k: v for k, v in (("alphas", alphas), ("delta", delta), ("bounds", bounds), ("searches", searches))
                if v is not None}
     calibration = CalibrationConfig.model_validate({**config.calibration.model_dump(), **changes})
-    with Store.open(config.storage.db) as store:
-        run_keys = stored_run_keys(store, [m.name for m in config.models], [d.name for d in config.datasets])
-    stats = calibrate_runs(config.storage.db, run_keys, calibration)
+    with store_slot(config.storage.concurrency_limit, timeout_s=config.storage.queue_timeout_s):
+        with Store.open(config.storage.db, read_only=True, wait_s=300) as store:
+            run_keys = stored_run_keys(store, [m.name for m in config.models], [d.name for d in config.datasets])
+        stats = calibrate_runs(config.storage.db, run_keys, calibration)
     logged = None
     if log_to_mlflow:
         logged = log_results(config.storage.db, tracking=config.mlflow.tracking_uri,

@@ -11,13 +11,15 @@ from typing import Any
 
 from prefect import flow
 
+from tasks.concurrency import store_slot
 from tasks.ingest import ingest_records
 
 
 @flow(name="cic-ingest", log_prints=True)
 def ingest_flow(paths: list[str], db: str = "cic.duckdb", label_name: str = "human", criterion: str | None = None,
-                experiment_prefix: str = "cic") -> list[dict[str, Any]]:
+                experiment_prefix: str = "cic", concurrency_limit: str | None = "cic-store") -> list[dict[str, Any]]:
     """Ingest the files in order (records before the labels that refer to them); a bad file fails the run and
     stores nothing of itself, files before it stay stored."""
-    return [asdict(ingest_records(db, path, label_name=label_name, criterion=criterion,
-                                  experiment_prefix=experiment_prefix)) for path in paths]
+    with store_slot(concurrency_limit):
+        return [asdict(ingest_records(db, path, label_name=label_name, criterion=criterion,
+                                      experiment_prefix=experiment_prefix)) for path in paths]

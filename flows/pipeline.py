@@ -1,6 +1,9 @@
-"""The main job: for every model × dataset, generate → score → label → store, then calibrate, evaluate, log.
+"""The main job: every model × dataset at once, generate → score → label → store, then calibrate, evaluate, log.
 
-    questions ──► answer (Ray actors, one per model replica) ──► DuckDB ──► calibrate + split protocol ──► MLflow
+    questions ──► answer (a Ray pool per model, all at once) ──► DuckDB ──► calibrate + split protocol ──► MLflow
+
+A model that fails (cannot be placed, cannot load, keeps failing batches) is reported with its error while the
+others finish, are calibrated and logged; the run then ends Failed naming it, and a rerun retries only it.
 
 Work already in DuckDB is not redone: each run's unfinished questions are computed from the store
 (`cic.store.resume`), so a rerun adds nothing and a killed run resumes where it stopped.
@@ -8,23 +11,25 @@ Work already in DuckDB is not redone: each run's unfinished questions are comput
 
 from __future__ import annotations
 
-import logging
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from prefect import flow
+from prefect.states import Failed, State
 
 from cic.pipeline import progress
-from cic.pipeline.config import PipelineConfig, load_config
+from cic.pipeline.config import ModelConfig, PipelineConfig, load_config
 from cic.pipeline.progress import ProgressLines
 from cic.store import Store
 from cic.store.resume import missing_work
-from tasks.answer import AnswerStats, RunJob, answer_questions
+from tasks import ray_workers
+from tasks.answer import AnswerStats, ModelJob, RunJob, answer_questions, plan_placement
 from tasks.calibrate import CalibrateStats, calibrate_runs
+from tasks.concurrency import store_slot
 from tasks.log import LogStats, log_results, tracking_uri
 from tasks.questions import load_and_store_questions
+from tasks.run_logs import run_logger
 
-log = logging.getLogger("cic.pipeline")
 DEMO_CONFIG = "demo"  # the config shipped in cic/pipeline/configs/demo.yaml
 
 
@@ -55,30 +60,111 @@ def with_overrides(config: PipelineConfig, db: str | None, ray_address: str | No
     return config.model_copy(update={"storage": storage, "ray": ray, "mlflow": mlflow})
 
 
+class ModelsFailed(RuntimeError):
+    """Raised at the end of a pipeline run in which some models failed (the others finished and were calibrated
+    and logged); `summary` says what happened. The flow run ends Failed naming them; a rerun retries only them."""
+
+    def __init__(self, summary: dict[str, Any]) -> None:
+        failed = [f"{a['model']} ({a['error']})" for a in summary["answer"] if a["error"]]
+        super().__init__(f"{len(failed)} model(s) failed: " + "; ".join(failed))
+        self.summary = summary
+
+
 @flow(name="cic-pipeline", log_prints=True)
 def pipeline(config_path: str = DEMO_CONFIG, db: str | None = None, ray_address: str | None = None,
-             tracking: str | None = None, report_dir: str | None = None, log_to_mlflow: bool = True) -> dict[str, Any]:
+             tracking: str | None = None, report_dir: str | None = None,
+             log_to_mlflow: bool = True) -> dict[str, Any] | State:
     """Run the whole job for the config; returns a summary (also the flow run's result).
 
     Stage progress goes to the flow run's log (the Prefect UI, a worker's output) at least every 30 s while a
-    stage runs, whoever started the flow: `cic run`, a deployment's schedule or plain Python.
+    stage runs, whoever started the flow: `cic run`, a deployment's schedule or plain Python. When a model
+    fails, the run ends Failed (a direct call raises `ModelsFailed`; `return_state=True` returns the state,
+    whose result is that exception with its `.summary`).
     """
     from prefect import get_run_logger
+    from prefect.artifacts import create_markdown_artifact
     from prefect.runtime import flow_run
 
-    with ProgressLines(get_run_logger().info):
-        summary = run_stages(config_path, db, ray_address, tracking, report_dir, log_to_mlflow)
-    summary["flow_run_id"] = str(flow_run.id) if flow_run.id else None
+    run_id = str(flow_run.id) if flow_run.id else None
+    storage = load_config(config_path).storage
+    with store_slot(storage.concurrency_limit, timeout_s=storage.queue_timeout_s), ProgressLines(get_run_logger().info):
+        summary = run_stages(config_path, db, ray_address, tracking, report_dir, log_to_mlflow, flow_run_id=run_id)
+    summary["flow_run_id"] = run_id
+    create_markdown_artifact(markdown_summary(summary), key="cic-pipeline",
+                             description="models, stages and the split-protocol results of this run")
+    if any(a["error"] for a in summary["answer"]):
+        failure = ModelsFailed(summary)
+        return Failed(message=str(failure)[:2000], data=failure)
     return summary
 
 
-def run_stages(config_path: str, db: str | None, ray_address: str | None, tracking: str | None,
-               report_dir: str | None, log_to_mlflow: bool) -> dict[str, Any]:
-    """The pipeline's stages in order (the flow's body)."""
-    import time
+def markdown_summary(summary: dict[str, Any]) -> str:
+    """The run's models, stage times and split-protocol results, for the Prefect UI."""
+    lines = ["# CIC pipeline run", "", "| model | questions | generated | actors | placement | status |",
+             "|---|---|---|---|---|---|"]
+    for a in summary["answer"]:
+        lines.append(f"| {a['model']} | {a['questions']} | {a['generated']} | {a['actors']} | {a['options']} | "
+                     f"{'FAILED: ' + a['error'] if a['error'] else 'ok'} |")
+    lines += ["", "stages: " + ", ".join(f"{k} {v:.1f} s" for k, v in summary["stage_seconds"].items()), ""]
+    if summary.get("results"):
+        lines += ["| model | dataset | estimator | criterion | α | bound | search | FDR | coverage | fails |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in summary["results"]:
+            fdr = "—" if r["fdr_mean"] is None else f"{r['fdr_mean']:.3f}"
+            lines.append(f"| {r['model']} | {r['dataset']} | {r['estimator']} | {r['criterion']} | {r['alpha']:g} | "
+                         f"{r['bound']} | {r['search']} | {fdr} | {r['coverage_mean']:.3f} | "
+                         f"{r['fails']}/{r['n_splits']} |")
+    if summary.get("log_error"):
+        lines += ["", f"MLflow logging failed: {summary['log_error']} (run `cic log`)"]
+    return "\n".join(lines)
 
+
+def generation_key(model: ModelConfig, settings: Any) -> dict[str, Any]:
+    """What shapes a model's generations (the run key hashes it): model, decoding settings, explicit dtype."""
+    return {"model_spec": model.spec, **settings.generation.shaping(),
+            # numerics shape the answers: an explicit dtype is its own run ("auto" keeps older keys)
+            **({"dtype": model.dtype} if model.dtype != "auto" else {})}
+
+
+def plan_models(config: PipelineConfig, db_path: str, questions: dict[str, Any], summary: PipelineSummary,
+                cluster: ray_workers.ClusterInfo) -> list[ModelJob]:
+    """Register every (model, dataset) run and what it still lacks; one job per model, placed from its config."""
     from cic.data import DATASETS
     from cic.llm.alignment import default_criteria
+
+    jobs = []
+    score_names = config.uncertainty.score_names()
+    with Store.open(db_path, wait_s=60) as store:
+        for index, model in enumerate(config.models):
+            settings = config.answerer_settings(index)
+            runs = []
+            for dataset in config.datasets:
+                frame = questions[dataset.name]
+                prompt_id = DATASETS.prompt_for(dataset.name).prompt_id
+                is_mc = frame.get_column("choices").is_not_null().any()
+                criteria = tuple(dataset.criteria or default_criteria(bool(is_mc)))
+                # the run key covers what shapes the generations only; scores are keyed by estimator name and
+                # labels by criterion, so a new estimator or criterion re-scores stored answers (no LLM load)
+                key = store.register_run(model.name, dataset.name, dataset.split, prompt_id,
+                                         generation_key(model, settings),
+                                         experiment_prefix=config.mlflow.experiment_prefix)
+                summary.run_keys.append(key)
+                work = missing_work(store, key, frame.get_column("question_id").to_list(),
+                                    n_samples=config.generation.n_samples, estimators=score_names, criteria=criteria)
+                runs.append(RunJob(key, dataset.name, prompt_id, criteria, frame, work))
+            try:
+                placement = plan_placement(model, cluster, n_models=len(config.models),
+                                           prefer_gpu=config.ray.prefer_gpu)
+                jobs.append(ModelJob(model.name, settings, runs, model.replicas, placement))
+            except ray_workers.PlacementError as exc:  # this model cannot run here; the others still do
+                jobs.append(ModelJob(model.name, settings, runs, model.replicas, None, error=str(exc)))
+    return jobs
+
+
+def run_stages(config_path: str, db: str | None, ray_address: str | None, tracking: str | None,
+               report_dir: str | None, log_to_mlflow: bool, *, flow_run_id: str | None = None) -> dict[str, Any]:
+    """The pipeline's stages in order (the flow's body)."""
+    import time
 
     config = with_overrides(load_config(config_path), db, ray_address, tracking, report_dir)
     db_path = config.storage.db
@@ -91,49 +177,49 @@ def run_stages(config_path: str, db: str | None, ray_address: str | None, tracki
         progress.report("questions", done, len(config.datasets))
     summary.stage_seconds["questions"] = time.perf_counter() - started
 
-    gen = config.generation
-    for index, model in enumerate(config.models):
-        settings = config.answerer_settings(index)
-        runs = []
-        with Store.open(db_path, wait_s=60) as store:
-            for dataset in config.datasets:
-                frame = questions[dataset.name]
-                prompt_id = DATASETS.prompt_for(dataset.name).prompt_id
-                is_mc = frame.get_column("choices").is_not_null().any()
-                criteria = tuple(dataset.criteria or default_criteria(bool(is_mc)))
-                key = store.register_run(model.name, dataset.name, dataset.split, prompt_id, {
-                    "model_spec": model.spec, **settings.generation.shaping(),
-                    # numerics shape the answers: an explicit dtype is its own run ("auto" keeps older keys)
-                    **({"dtype": model.dtype} if model.dtype != "auto" else {}),
-                    "estimators": list(config.uncertainty.estimators), "equivalence": config.uncertainty.equivalence,
-                    "embedding_model": config.uncertainty.embedding_model,
-                    "embedding_threshold": config.uncertainty.embedding_threshold,
-                    "nli_model": config.uncertainty.nli_model, "nli_variant": config.uncertainty.nli_variant},
-                    experiment_prefix=config.mlflow.experiment_prefix)
-                summary.run_keys.append(key)
-                work = missing_work(store, key, frame.get_column("question_id").to_list(), n_samples=gen.n_samples,
-                                    n_estimators=len(config.uncertainty.estimators), criteria=criteria)
-                runs.append(RunJob(key, dataset.name, prompt_id, criteria, frame, work))
-        stage = time.perf_counter()
-        summary.answer.append(answer_questions(
-            db_path, model.name, settings, runs, replicas=model.replicas, questions_per_batch=gen.questions_per_batch,
-            ray_address=config.ray.address, prefer_gpu=config.ray.prefer_gpu, num_cpus=config.ray.num_cpus,
-            ready_timeout_s=config.ray.ready_timeout_s))
-        summary.stage_seconds[f"answer {model.name}"] = time.perf_counter() - stage
+    stage = time.perf_counter()
+    cluster = ray_workers.connect(config.ray.address, num_cpus=config.ray.num_cpus,
+                                  runtime_env=config.ray.runtime_env)
+    jobs = plan_models(config, db_path, questions, summary, cluster)
+    summary.answer = answer_questions(db_path, jobs, questions_per_batch=config.generation.questions_per_batch,
+                                      ready_timeout_s=config.ray.ready_timeout_s,
+                                      batch_timeout_s=config.ray.batch_timeout_s)
+    summary.stage_seconds["answer"] = time.perf_counter() - stage
+    failed = {s.model for s in summary.answer if s.error}
+    finished = [r.run_key for job in jobs if job.model not in failed for r in job.runs]  # failed: partial data
 
     stage = time.perf_counter()
-    summary.calibrate = calibrate_runs(db_path, summary.run_keys, config.calibration)
+    summary.calibrate = calibrate_runs(db_path, finished, config.calibration)
     summary.stage_seconds["calibrate"] = time.perf_counter() - stage
-    if log_to_mlflow:
+    if log_to_mlflow and finished:
         stage = time.perf_counter()
         try:
             summary.log = log_results(db_path, tracking=config.mlflow.tracking_uri,
                                       experiment_prefix=config.mlflow.experiment_prefix,
-                                      report_dir=config.storage.report_dir, run_keys=summary.run_keys)
+                                      report_dir=config.storage.report_dir, run_keys=finished,
+                                      flow_run_id=flow_run_id)
         except Exception as exc:  # the results are safe in DuckDB; `cic log` fills MLflow in later
             summary.log_error = f"{type(exc).__name__}: {exc}"
-            log.warning("MLflow logging failed (%s); results are stored in %s, run `cic log` to log them",
-                        summary.log_error, db_path)
+            run_logger().warning("MLflow logging failed (%s); results are stored in %s, run `cic log` to log them",
+                                 summary.log_error, db_path)
         summary.stage_seconds["log"] = time.perf_counter() - stage
     summary.stage_seconds["total"] = time.perf_counter() - started
-    return summary.as_dict()
+    out = summary.as_dict()
+    out["results"] = results_rows(db_path, finished)
+    return out
+
+
+def results_rows(db: str, run_keys: list[str]) -> list[dict[str, Any]]:
+    """The split-protocol rows of these runs (newest per key), for the run's artifact and summary."""
+    if not run_keys:
+        return []
+    with Store.open(db, read_only=True, wait_s=60) as store:
+        rows = store.sql(
+            "SELECT e.model, e.dataset, e.estimator, e.criterion, e.alpha, e.bound, e.search, e.fdr_mean, "
+            "e.coverage_mean, e.fails, e.n_splits FROM evaluations e JOIN (SELECT DISTINCT model, dataset FROM runs "
+            "WHERE list_contains(?, run_key)) r USING (model, dataset) "
+            "QUALIFY row_number() OVER (PARTITION BY e.model, e.dataset, e.estimator, e.criterion, e.alpha, e.bound, "
+            "e.search ORDER BY e.created_at DESC) = 1 ORDER BY 1, 2, 3, 4, 5, 6, 7", [run_keys])
+    names = ("model", "dataset", "estimator", "criterion", "alpha", "bound", "search", "fdr_mean", "coverage_mean",
+             "fails", "n_splits")
+    return [dict(zip(names, r, strict=True)) for r in rows]

@@ -18,6 +18,7 @@ from cic.pipeline.config import load_config
 from cic.pipeline.recalibration import WindowRule, parse_since
 from cic.store import Store
 from flows.pipeline import DEMO_CONFIG, with_overrides
+from tasks.concurrency import store_slot
 from tasks.log import tracking_uri
 from tasks.recalibrate import RecalibrationPass, log_recalibrations, recalibrate_runs
 from tasks.registry import registry_sync
@@ -99,9 +100,11 @@ def recalibrate_flow(config_path: str = DEMO_CONFIG, db: str | None = None, trac
     policy = config.recalibration
     rule = WindowRule(count=window if window is not None else policy.window,
                       since=parse_since(since if since is not None else policy.since))
-    with Store.open(config.storage.db, read_only=True, wait_s=300) as store:
-        run_keys = recalibration_run_keys(store, [m.name for m in config.models], [d.name for d in config.datasets])
-    result = recalibrate_runs(config.storage.db, run_keys, config.calibration, policy, rule)
+    with store_slot(config.storage.concurrency_limit, timeout_s=config.storage.queue_timeout_s):
+        with Store.open(config.storage.db, read_only=True, wait_s=300) as store:
+            run_keys = recalibration_run_keys(store, [m.name for m in config.models],
+                                              [d.name for d in config.datasets])
+        result = recalibrate_runs(config.storage.db, run_keys, config.calibration, policy, rule)
     summary = summarize(result)
     summary["mlflow_run_ids"], summary["log_error"] = [], None
     if log_to_mlflow and result.candidates:

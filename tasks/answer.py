@@ -1,4 +1,4 @@
-"""Prefect task: fan a model's unfinished questions out to Ray actors and store each batch as it lands.
+"""Prefect task: fan every model's unfinished questions out to its Ray actors at once; store batches as they land.
 
 Workers return Arrow batches; this task (in the flow's process, the only DuckDB writer) stores a batch's
 generations, scores and labels in one transaction, so a crash or kill loses at most the batches in flight
@@ -7,7 +7,6 @@ and a rerun picks up exactly what is missing (`cic.store.resume`).
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,8 +20,8 @@ from cic.store import Store
 from cic.store.resume import RunWork, stored_generations
 from tasks import ray_workers
 from tasks.answer_worker import RayAnswerWorker
+from tasks.run_logs import run_logger
 
-log = logging.getLogger("cic.pipeline")
 #: How long a batch write waits for another process to release the store before the task fails.
 WRITE_WAIT_S = 300.0
 
@@ -50,7 +49,10 @@ class AnswerStats:
     actors: int = 0
     options: dict[str, Any] = field(default_factory=dict)
     wall_s: float = 0.0
-    load_s: float = 0.0
+    load_s: float = 0.0        # until its first batch landed (actors start, load the model, answer one batch)
+    llm_loaded: bool = True    # False: every question was only re-scored from stored generations
+    error: str | None = None   # why this model failed (the others went on); None when it finished
+    nodes: list[str] = field(default_factory=list)  # Ray node of each replica that started (replacements too)
 
     @property
     def questions_per_s(self) -> float:
@@ -80,40 +82,81 @@ def store_batch(store: Store, result: dict[str, Any]) -> None:
         store.upsert("labels", result["labels"])
 
 
-@task(name="answer", retries=1, retry_delay_seconds=10)
-def answer_questions(db: str, model: str, settings: AnswererSettings, runs: list[RunJob], *, replicas: int = 1,
-                     questions_per_batch: int = 8, ray_address: str | None = None, prefer_gpu: bool = True,
-                     num_cpus: int | None = None, ready_timeout_s: float = 900.0) -> AnswerStats:
-    """Generate → score → label every unfinished question of `runs` with `replicas` actors of `model`."""
-    stats = AnswerStats(model=model)
+@dataclass(frozen=True)
+class ModelJob:
+    """One model's share of the answer stage: its worker settings, runs, replicas and placement."""
+
+    model: str
+    settings: AnswererSettings
+    runs: list[RunJob]
+    replicas: int
+    placement: ray_workers.Placement | None
+    error: str | None = None  # known before starting (e.g. a GPU the in-process Ray lacks): reported, not run
+
+
+def plan_placement(model: Any, cluster: ray_workers.ClusterInfo, *, n_models: int, prefer_gpu: bool = True) -> \
+        ray_workers.Placement:
+    """A model's replica request from its config (`gpus_per_replica`, `allow_cpu_fallback`); CPU replicas
+    share the cluster's CPUs among every model's replicas."""
+    cpu_share = max(1.0, float(cluster.cpus // max(1, n_models * model.replicas)))
+    return ray_workers.resolve_placement(model.name, model.gpus_per_replica, cluster, cpus_per_cpu_actor=cpu_share,
+                                         allow_cpu_fallback=model.allow_cpu_fallback, prefer_gpu=prefer_gpu,
+                                         resources=model.resources)
+
+
+@task(name="answer", timeout_seconds=7 * 24 * 3600)
+def answer_questions(db: str, models: list[ModelJob], *, questions_per_batch: int = 8,
+                     ready_timeout_s: float = 900.0, batch_timeout_s: float = 3600.0) -> list[AnswerStats]:
+    """Generate → score → label every unfinished question of every model at once: one pool of replicas per model,
+    batches stored as they land from any pool. A model that fails is reported in its stats (`error`); the
+    others finish. Call inside `ray_workers.connect` (the flow does)."""
+    logger = run_logger()
     started = time.perf_counter()
-    with Store.open(db) as store:
-        jobs = make_jobs(store, runs, questions_per_batch)
-    stats.questions = sum(j["questions"].num_rows for j in jobs)
-    if not jobs:
-        progress.report(f"answer {model}", 0, 0)
-        return stats
-    cluster = ray_workers.connect(ray_address, num_cpus=num_cpus)
-    n_actors = max(1, min(replicas, len(jobs)))
-    pool = ray_workers.WorkerPool(RayAnswerWorker, (settings,), n_actors=n_actors, cluster_gpus=cluster.gpus,
-                                  prefer_gpu=prefer_gpu, ready_timeout_s=ready_timeout_s,
-                                  cpus_per_actor=max(1.0, float(cluster.cpus // n_actors)))
-    stats.actors, stats.options = n_actors, pool.options
-    stats.load_s = time.perf_counter() - started
-    done = 0
-    try:
-        for _, result in pool.map("process", jobs):
-            # the file is held only while one batch is written: readers (cic ask, a calibration, the nightly
-            # recalibration) get it between batches, and a reader holding it makes this wait, not fail
-            with Store.open(db, wait_s=WRITE_WAIT_S) as store:
-                store_batch(store, result)
-            done += int(result["stats"]["questions"])
-            stats.generated += int(result["stats"]["generated_questions"])
-            stats.batches += 1
-            progress.report(f"answer {model}", done, stats.questions)
-    finally:
-        pool.close()
-    stats.wall_s = time.perf_counter() - started
-    log.info("%s: %d questions (%d generated) in %d batches on %d actor(s), %.1f s", model, stats.questions,
-             stats.generated, stats.batches, n_actors, stats.wall_s)
-    return stats
+    stats = {m.model: AnswerStats(model=m.model) for m in models}
+    jobs: dict[str, list[dict[str, Any]]] = {}
+    with Store.open(db, read_only=True, wait_s=WRITE_WAIT_S) as store:
+        for m in models:
+            jobs[m.model] = make_jobs(store, m.runs, questions_per_batch)
+            stats[m.model].questions = sum(j["questions"].num_rows for j in jobs[m.model])
+    pools = []
+    for m in models:
+        if m.error is not None or m.placement is None:
+            stats[m.model].error = m.error or "no placement"
+            logger.error("%s FAILED before starting: %s", m.model, stats[m.model].error)
+            continue
+        if not jobs[m.model]:
+            progress.report(f"answer {m.model}", 0, 0)
+            continue
+        needs_llm = any(j["generations"] is None for j in jobs[m.model])
+        pool = ray_workers.WorkerPool(m.model, RayAnswerWorker, (m.settings, needs_llm),
+                                      n_actors=max(1, min(m.replicas, len(jobs[m.model]))),
+                                      placement=m.placement, ready_timeout_s=ready_timeout_s)
+        pools.append(pool)
+        stats[m.model].actors, stats[m.model].options = pool.n_actors, pool.options
+        stats[m.model].llm_loaded = needs_llm
+    done = {m.model: 0 for m in models}
+    first = {}
+    for pool, _, result in ray_workers.drain_pools(pools, {p.name: jobs[p.name] for p in pools}, "process",
+                                                   batch_timeout_s=batch_timeout_s):
+        item = stats[pool.name]
+        first.setdefault(pool.name, time.perf_counter() - started)
+        # the file is held only while one batch is written: readers (cic ask, a calibration, the nightly
+        # recalibration) get it between batches, and a reader holding it makes this wait, not fail
+        with Store.open(db, wait_s=WRITE_WAIT_S) as store:
+            store_batch(store, result)
+        done[pool.name] += int(result["stats"]["questions"])
+        item.generated += int(result["stats"]["generated_questions"])
+        item.batches += 1
+        progress.report(f"answer {pool.name}", done[pool.name], item.questions)
+    for pool in pools:
+        item = stats[pool.name]
+        item.options, item.error, item.nodes = pool.options, pool.error, list(pool.placed_on)
+        item.load_s = first.get(pool.name, 0.0)
+        item.wall_s = time.perf_counter() - started
+        if pool.error:
+            logger.error("%s FAILED after %d of %d questions: %s", pool.name, done[pool.name], item.questions,
+                         pool.error)
+        else:
+            logger.info("%s: %d questions (%d generated) in %d batches on %d actor(s) %s, %.1f s", pool.name,
+                        item.questions, item.generated, item.batches, item.actors, item.options, item.wall_s)
+    return [stats[m.model] for m in models]

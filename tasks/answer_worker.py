@@ -22,15 +22,17 @@ def _threads_for_this_actor() -> int:
 class AnswerWorker:
     """One model replica: `process(job)` generates, scores and labels a batch of questions."""
 
-    def __init__(self, settings: AnswererSettings) -> None:
+    def __init__(self, settings: AnswererSettings, load_llm: bool = True) -> None:
         import torch
 
         if ray.is_initialized() and ray.get_runtime_context().worker.mode == ray.WORKER_MODE:
             torch.set_num_threads(_threads_for_this_actor())
-        self.answerer = Answerer(settings)
+        self.answerer = Answerer(settings, load_llm=load_llm)
 
     def ready(self) -> dict[str, Any]:
-        return self.answerer.ready()
+        """Where this replica runs: its device, dtype and Ray node (answers once the model is loaded)."""
+        node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+        return {**self.answerer.ready(), "node_id": node}
 
     def process(self, job: dict[str, Any]) -> dict[str, Any]:
         """`job`: batch_id, run_key, criteria, prompt_id, questions (Arrow) and stored generations (Arrow or
@@ -42,7 +44,8 @@ class AnswerWorker:
         batch = self.answerer.process(questions, run_key=job["run_key"], criteria=job["criteria"],
                                       generations=stored, prompt_id=job.get("prompt_id"))
         return {"batch_id": job["batch_id"], "generations": batch.generations.to_arrow(),
-                "scores": batch.scores.to_arrow(), "labels": batch.labels.to_arrow(), "stats": batch.stats}
+                "scores": batch.scores.to_arrow(), "labels": batch.labels.to_arrow(),
+                "stats": {**batch.stats, "llm_loaded": float(self.answerer.llm_loaded)}}
 
 
 RayAnswerWorker = ray.remote(AnswerWorker)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -15,8 +14,7 @@ from cic.pipeline.gates import promote_first_gates
 from cic.pipeline.recalibration import labelled_pairs, span
 from cic.pipeline.stored_calibration import calibration_rows, evaluation_rows, groups_of_run, iter_group_pairs
 from cic.store import Store
-
-log = logging.getLogger("cic.pipeline")
+from tasks.run_logs import run_logger
 
 
 @dataclass
@@ -30,7 +28,7 @@ class CalibrateStats:
     promoted: int = 0          # gates that went live because their key had no live gate yet
 
 
-@task(name="calibrate", cache_policy=NO_CACHE)
+@task(name="calibrate", cache_policy=NO_CACHE, timeout_seconds=6 * 3600)
 def calibrate_runs(db: str, run_keys: Sequence[str], calibration: CalibrationConfig,
                    estimators: Sequence[str] | None = None, criteria: Sequence[str] | None = None) -> CalibrateStats:
     """Gate per (alpha, bound, search) on each group's pairs plus the split protocol; idempotent upserts. A gate
@@ -53,6 +51,6 @@ def calibrate_runs(db: str, run_keys: Sequence[str], calibration: CalibrationCon
             stats.evaluations += evaluations.height
             stats.unattainable += calibrations.get_column("threshold").null_count()
             progress.report("calibrate", stats.groups, len(groups))
-    log.info("calibrated %d groups: %d gates (%d unattainable), %d evaluation rows", stats.groups,
+    run_logger().info("calibrated %d groups: %d gates (%d unattainable), %d evaluation rows", stats.groups,
              stats.calibrations, stats.unattainable, stats.evaluations)
     return stats

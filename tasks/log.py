@@ -8,10 +8,9 @@ the `cic.log_key` tag (a hash of the evaluation id and the gate ids) keeps rerun
 from __future__ import annotations
 
 import json
-import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +25,9 @@ from cic.reports.report import ReportConfig, file_slug, write_report
 from cic.stats.calibration import CalibrationResult
 from cic.stats.searches import get_search
 from cic.store import Store
+from tasks.run_logs import run_logger
 from tasks.tracking import ChildRun, DatasetRef, GroupLog, check_reachable, find_logged, log_group
 
-log = logging.getLogger("cic.pipeline")
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 CHILD_METRICS = ("fdr_mean", "fdr_std", "fdr_above_alpha", "coverage_mean", "coverage_std", "correct_coverage_mean",
                  "fails", "base_error_rate", "threshold_mean")
@@ -156,8 +155,10 @@ def build_group(store: Store, unit: dict[str, Any], experiment_prefix: str, repo
 @task(name="log", retries=1, retry_delay_seconds=5, retry_condition_fn=lambda task, run, state: not isinstance(
     state.result(raise_on_failure=False), ConnectionError), cache_policy=NO_CACHE)
 def log_results(db: str, *, tracking: str | None = None, experiment_prefix: str | None = None,
-                report_dir: str = "cic-reports", run_keys: Sequence[str] | None = None) -> LogStats:
-    """Log every stored unit not yet in MLflow (parent per group, nested run per alpha × bound × search).
+                report_dir: str = "cic-reports", run_keys: Sequence[str] | None = None,
+                flow_run_id: str | None = None) -> LogStats:
+    """Log every stored unit not yet in MLflow (parent per group, nested run per alpha × bound × search), tagged
+    with the Prefect flow run that logged it (`cic.flow_run_id`) when there is one.
 
     Each group goes to '<prefix>-<dataset>', the prefix being `experiment_prefix` or, when None, the one the
     run's config recorded in the store — so `cic log` after `cic run` finds everything already there.
@@ -181,11 +182,13 @@ def log_results(db: str, *, tracking: str | None = None, experiment_prefix: str 
             else:
                 prefix = experiment_prefix_of(store, unit["run_key"], experiment_prefix)
                 group = build_group(store, unit, prefix, root)
+                if flow_run_id:  # which Prefect flow run logged it: from the MLflow run to the run's logs and back
+                    group = replace(group, tags={**group.tags, "cic.flow_run_id": flow_run_id})
                 run_id, new = log_group(client, group)
                 stats.logged += int(new)
                 stats.already += int(not new)
                 stats.run_ids.append(run_id)
                 stats.report_dirs.append(str(group.artifacts[0].parent))
             progress.report("log", i, len(units))
-    log.info("MLflow: %d group(s) logged, %d already there", stats.logged, stats.already)
+    run_logger().info("MLflow: %d group(s) logged, %d already there", stats.logged, stats.already)
     return stats

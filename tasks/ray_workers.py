@@ -1,9 +1,11 @@
-"""Ray plumbing: join or start a cluster, place one worker actor per model replica, fan batches out to them.
+"""Ray plumbing: join or start a cluster, place each model's replicas as its config says, drain every pool at once.
 
-Actors ask for a GPU only when the cluster has one: a `num_gpus=1` request on a GPU-less cluster would wait
-forever, so placement checks the cluster's resources and, should a GPU actor still not come up within a
-timeout (e.g. the GPU node is gone), kills it and falls back to a CPU actor. Workers return data (polars
-frames); they never touch DuckDB.
+Placement comes from the config, not from what the cluster has right now: a replica that asks for
+`gpus_per_replica` GPUs (fractional packs several small models on one GPU) is requested as such, so an autoscaler
+sees GPU demand and adds GPU nodes. Every wait is bounded: a replica that does not start within
+`ready_timeout_s` fails its model (or, only when the config allows it, restarts on CPU); a batch that does not
+return within `batch_timeout_s` is taken as lost and retried. One model's failure never stops the others.
+Workers return data (Arrow batches); they never touch DuckDB.
 """
 
 from __future__ import annotations
@@ -11,16 +13,17 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from cic.pipeline.preflight import check_ray_address
 
 log = logging.getLogger("cic.ray")
+POLL_S = 5.0  # how often a drain with nothing finished checks its deadlines
 
 
 @dataclass(frozen=True)
@@ -33,14 +36,15 @@ class ClusterInfo:
     gpus: float
 
 
-def connect(address: str | None = None, *, num_cpus: int | None = None,
-            object_store_mb: int | None = 512) -> ClusterInfo:
-    """Join `address` (or $RAY_ADDRESS); without one, start Ray in this process with the dashboard off."""
+def connect(address: str | None = None, *, num_cpus: int | None = None, object_store_mb: int | None = 512,
+            runtime_env: dict[str, Any] | None = None) -> ClusterInfo:
+    """Join `address` (or $RAY_ADDRESS) with the config's runtime_env; without one, start Ray in this process with
+    the dashboard off."""
     address = address or os.environ.get("RAY_ADDRESS") or None
     if not ray.is_initialized():
         if address:
             check_ray_address(address)
-            ray.init(address=address, log_to_driver=False)
+            ray.init(address=address, log_to_driver=False, runtime_env=runtime_env)
         else:
             ray.init(address="local", include_dashboard=False, num_cpus=num_cpus, log_to_driver=False,
                      object_store_memory=object_store_mb * 1024 * 1024 if object_store_mb else None)
@@ -66,113 +70,236 @@ def spare_cpus_per_gpu(nodes: Sequence[dict[str, Any]] | None = None) -> int:
     return max(1, min(shares)) if shares else 1
 
 
-def actor_options(cluster_gpus: float, *, prefer_gpu: bool = True, cpus_per_actor: float = 1.0,
-                  cpus_per_gpu: int = 1) -> dict[str, Any]:
-    """Resource request for one model replica: a whole GPU (and its node's spare CPUs) when the cluster has
-    one, else CPUs."""
-    if prefer_gpu and cluster_gpus >= 1:
-        return {"num_gpus": 1, "num_cpus": cpus_per_gpu}
-    return {"num_cpus": cpus_per_actor}
+class PlacementError(RuntimeError):
+    """A model's replicas cannot be placed as its config asks; the message says what to change."""
 
 
-def place_actor(actor_cls: Any, *args: Any, options: dict[str, Any], ready_timeout_s: float = 600.0,
-                **kwargs: Any) -> tuple[Any, dict[str, Any]]:
-    """Create an actor and wait until its `ready()` answers; a GPU actor that never starts falls back to CPU.
+@dataclass(frozen=True)
+class Placement:
+    """One replica's resource request: GPUs (0 = CPU only) and CPUs, and whether a CPU restart is allowed."""
 
-    Returns the actor handle and the options it actually runs with. Model loading happens in the actor's
-    constructor, so `ready_timeout_s` must cover it.
-    """
-    actor = actor_cls.options(**options).remote(*args, **kwargs)
-    try:
-        ray.get(actor.ready.remote(), timeout=ready_timeout_s)
-        return actor, options
-    except GetTimeoutError:
-        if not options.get("num_gpus"):
-            ray.kill(actor)
-            raise TimeoutError(f"worker actor did not start within {ready_timeout_s} s on CPU") from None
-        log.warning("a GPU worker did not start within %.0f s (no free GPU?); falling back to CPU",
-                    ready_timeout_s)
-        ray.kill(actor)
-    cpu_options = {"num_cpus": options.get("num_cpus", 1)}
-    actor = actor_cls.options(**cpu_options).remote(*args, **kwargs)
-    ray.get(actor.ready.remote())
-    return actor, cpu_options
-
-
-class WorkerPool:
-    """A fixed set of actors of one class; `map` sends each batch to a free actor and yields results as they land.
-
-    A batch whose actor dies (node lost, OOM kill) is retried on a fresh actor up to `max_retries` times with
-    exponential backoff; other failures propagate.
-    """
-
-    def __init__(self, actor_cls: Any, init_args: Sequence[Any], *, n_actors: int, cluster_gpus: float,
-                 prefer_gpu: bool = True, ready_timeout_s: float = 600.0, max_retries: int = 2,
-                 backoff_s: float = 2.0, cpus_per_actor: float = 1.0) -> None:
-        if n_actors < 1:
-            raise ValueError(f"n_actors = {n_actors!r}: need at least one worker")
-        self._cls, self._args = actor_cls, tuple(init_args)
-        self._max_retries, self._backoff_s, self._timeout = max_retries, backoff_s, ready_timeout_s
-        self._options = actor_options(cluster_gpus, prefer_gpu=prefer_gpu, cpus_per_actor=cpus_per_actor,
-                                      cpus_per_gpu=spare_cpus_per_gpu() if cluster_gpus >= 1 else 1)
-        self.actors: list[Any] = []
-        for _ in range(n_actors):
-            actor, self._options = place_actor(actor_cls, *self._args, options=self._options,
-                                               ready_timeout_s=ready_timeout_s)
-            self.actors.append(actor)
+    gpus: float
+    cpus: float
+    allow_cpu_fallback: bool = False
+    resources: tuple[tuple[str, float], ...] = ()   # custom Ray resources (a node type that fits the model)
 
     @property
     def options(self) -> dict[str, Any]:
-        """The resource request the actors run with (after any GPU fallback)."""
-        return dict(self._options)
+        base: dict[str, Any] = {"num_gpus": self.gpus, "num_cpus": self.cpus} if self.gpus else {"num_cpus": self.cpus}
+        return {**base, "resources": dict(self.resources)} if self.resources else base
 
-    def _replace(self, index: int) -> None:
-        try:
-            ray.kill(self.actors[index])
-        except Exception:  # the actor is already gone
-            pass
-        self.actors[index], self._options = place_actor(self._cls, *self._args, options=self._options,
-                                                        ready_timeout_s=self._timeout)
+    def on_cpu(self, cpus: float | None = None) -> Placement:
+        return Placement(0.0, cpus or self.cpus, allow_cpu_fallback=False)
 
-    def map(self, method: str, batches: Sequence[Any],
-            on_result: Callable[[int, Any], None] | None = None) -> Iterator[tuple[int, Any]]:
-        """Run `actor.<method>(batch)` for every batch across the actors; yield (batch index, result)."""
-        pending: dict[Any, tuple[int, int, int]] = {}  # ref -> (batch index, actor index, attempt)
-        queue = list(range(len(batches)))[::-1]
-        free = list(range(len(self.actors)))
 
-        def submit(batch_index: int, actor_index: int, attempt: int) -> None:
-            ref = getattr(self.actors[actor_index], method).remote(batches[batch_index])
-            pending[ref] = (batch_index, actor_index, attempt)
+def resolve_placement(model: str, gpus_per_replica: float | None, cluster: ClusterInfo, *, cpus_per_cpu_actor: float,
+                      allow_cpu_fallback: bool = False, prefer_gpu: bool = True,
+                      nodes: Sequence[dict[str, Any]] | None = None,
+                      resources: dict[str, float] | None = None) -> Placement:
+    """The request for one replica of `model`. `gpus_per_replica=None` means: a GPU on a cluster joined by address
+    (an autoscaler may add one), and on an in-process Ray a GPU only if this machine has one. An in-process Ray
+    cannot grow, so a GPU it lacks is refused at once (or dropped, when the config allows a CPU fallback)."""
+    if not prefer_gpu:
+        gpus = 0.0
+    elif gpus_per_replica is None:
+        gpus = 1.0 if (not cluster.started_here or cluster.gpus >= 1) else 0.0
+    else:
+        gpus = float(gpus_per_replica)
+    if gpus and cluster.started_here and cluster.gpus < gpus:
+        if not allow_cpu_fallback:
+            raise PlacementError(
+                f"model {model!r}: gpus_per_replica = {gpus:g} but the in-process Ray has {cluster.gpus:g} GPU(s); "
+                "set gpus_per_replica: 0 (CPU), allow_cpu_fallback: true, or --ray-address of a cluster with GPUs")
+        log.warning("model %s: no GPU in the in-process Ray; running on CPU (allow_cpu_fallback)", model)
+        gpus = 0.0
+    custom = tuple(sorted((resources or {}).items()))
+    if not gpus:
+        return Placement(0.0, max(1.0, cpus_per_cpu_actor), allow_cpu_fallback=False, resources=custom)
+    share = max(1, int(spare_cpus_per_gpu(nodes) * min(gpus, 1.0))) if cluster.gpus else 1
+    return Placement(gpus, float(share), allow_cpu_fallback=allow_cpu_fallback, resources=custom)
 
-        while queue and free:
-            submit(queue.pop(), free.pop(), 0)
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
-            batch_index, actor_index, attempt = pending.pop(done[0])
-            try:
-                result = ray.get(done[0])
-            except RayActorError:
-                if attempt >= self._max_retries:
-                    raise
-                delay = self._backoff_s * 2 ** attempt
-                log.warning("worker %d lost on batch %d (attempt %d); retrying in %.0f s", actor_index,
-                            batch_index, attempt + 1, delay)
-                time.sleep(delay)
-                self._replace(actor_index)
-                submit(batch_index, actor_index, attempt + 1)
-                continue
-            if on_result is not None:
-                on_result(batch_index, result)
-            yield batch_index, result
-            if queue:
-                submit(queue.pop(), actor_index, 0)
+
+@dataclass
+class WorkerPool:
+    """The replicas of one model: started together, refilled when one dies, failed as a whole when it cannot run.
+
+    `start()` creates the actors without waiting; the drain (`drain_pools`) waits for every pool's `ready()` at
+    once, each bounded by `ready_timeout_s`.
+    """
+
+    name: str
+    actor_cls: Any
+    init_args: tuple[Any, ...]
+    n_actors: int
+    placement: Placement
+    ready_timeout_s: float = 900.0
+    max_retries: int = 2
+    backoff_s: float = 2.0
+    actors: list[Any] = field(default_factory=list)
+    ready: list[bool] = field(default_factory=list)
+    error: str | None = None
+    info: dict[str, Any] = field(default_factory=dict)       # the last replica's ready() answer
+    placed_on: list[str] = field(default_factory=list)      # node id of each replica that became ready, in order
+
+    def __post_init__(self) -> None:
+        if self.n_actors < 1:
+            raise ValueError(f"n_actors = {self.n_actors!r}: need at least one worker")
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The resource request the actors run with (after any allowed CPU fallback)."""
+        return dict(self.placement.options)
+
+    def _new_actor(self) -> Any:
+        return self.actor_cls.options(**self.placement.options).remote(*self.init_args)
+
+    def start(self) -> list[tuple[Any, int]]:
+        """Create the actors; returns (ready ref, actor index) pairs to wait on."""
+        self.actors = [self._new_actor() for _ in range(self.n_actors)]
+        self.ready = [False] * self.n_actors
+        return [(actor.ready.remote(), i) for i, actor in enumerate(self.actors)]
+
+    def replace(self, index: int) -> Any:
+        """A fresh actor in slot `index` (the old one is killed); returns its ready ref."""
+        _kill(self.actors[index])
+        self.actors[index] = self._new_actor()
+        self.ready[index] = False
+        return self.actors[index].ready.remote()
+
+    def fall_back_to_cpu(self) -> list[tuple[Any, int]]:
+        """Restart every replica on CPU (only when the config allows it)."""
+        log.warning("model %s: no replica started on %g GPU(s) within %.0f s; restarting on CPU "
+                    "(allow_cpu_fallback)", self.name, self.placement.gpus, self.ready_timeout_s)
+        for actor in self.actors:
+            _kill(actor)
+        self.placement = self.placement.on_cpu()
+        return self.start()
+
+    def fail(self, message: str) -> None:
+        self.error = self.error or message
+        self.close()
 
     def close(self) -> None:
         """Stop the actors (the models they hold are freed)."""
         for actor in self.actors:
-            try:
-                ray.kill(actor)
-            except Exception:
-                pass
+            _kill(actor)
         self.actors = []
+
+
+def _kill(actor: Any) -> None:
+    try:
+        ray.kill(actor)
+    except Exception:  # already gone
+        pass
+
+
+@dataclass
+class _Pending:
+    pool: WorkerPool
+    kind: str            # "ready" or "batch"
+    actor: int
+    batch: int = -1
+    attempt: int = 0
+    since: float = field(default_factory=time.monotonic)
+
+
+def drain_pools(pools: Sequence[WorkerPool], jobs: dict[str, Sequence[Any]], method: str, *,
+                batch_timeout_s: float = 3600.0) -> Iterator[tuple[WorkerPool, int, Any]]:
+    """Start every pool, then yield (pool, batch index, result) as batches land from any of them.
+
+    Waits are bounded: a pool none of whose replicas is ready within its `ready_timeout_s` fails (or restarts on
+    CPU if allowed); a batch running longer than `batch_timeout_s`, or whose actor died, is retried on a fresh
+    actor up to the pool's `max_retries`, then fails its pool; an exception raised inside a batch fails its pool.
+    A failed pool's actors are stopped and its error kept in `pool.error`; the other pools go on.
+    """
+    pending: dict[Any, _Pending] = {}
+    queues = {p.name: list(range(len(jobs[p.name])))[::-1] for p in pools}
+    started = {}
+    for pool in pools:
+        started[pool.name] = time.monotonic()
+        for ref, index in pool.start():
+            pending[ref] = _Pending(pool, "ready", index)
+
+    def submit(pool: WorkerPool, actor: int, batch: int, attempt: int = 0) -> None:
+        ref = getattr(pool.actors[actor], method).remote(jobs[pool.name][batch])
+        pending[ref] = _Pending(pool, "batch", actor, batch, attempt)
+
+    def drop(pool: WorkerPool, message: str) -> None:
+        log.error("model %s failed: %s", pool.name, message)
+        pool.fail(message)
+        for ref in [r for r, p in pending.items() if p.pool is pool]:
+            pending.pop(ref)
+        queues[pool.name] = []
+
+    def retry(item: _Pending, why: str) -> None:
+        pool = item.pool
+        if item.attempt >= pool.max_retries:
+            drop(pool, f"batch {item.batch} failed {item.attempt + 1} times ({why})")
+            return
+        delay = pool.backoff_s * 2 ** item.attempt
+        log.warning("model %s: worker %d lost on batch %d (%s, attempt %d); retrying in %.0f s", pool.name,
+                    item.actor, item.batch, why, item.attempt + 1, delay)
+        time.sleep(delay)
+        ref = pool.replace(item.actor)
+        pending[ref] = _Pending(pool, "ready", item.actor)
+        queues[pool.name].append(item.batch)  # the lost batch goes first to the next free actor
+        retries[(pool.name, item.batch)] = item.attempt + 1
+
+    retries: dict[tuple[str, int], int] = {}
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
+        now = time.monotonic()
+        if not done:
+            for ref, item in list(pending.items()):
+                if ref not in pending:
+                    continue
+                limit = item.pool.ready_timeout_s if item.kind == "ready" else batch_timeout_s
+                if now - item.since <= limit:
+                    continue
+                pending.pop(ref)
+                if item.kind == "batch":
+                    retry(item, f"no result within {batch_timeout_s:g} s")
+                elif not any(item.pool.ready) and item.pool.placement.gpus and item.pool.placement.allow_cpu_fallback:
+                    for p_ref in [r for r, p in pending.items() if p.pool is item.pool]:
+                        pending.pop(p_ref)
+                    for new_ref, index in item.pool.fall_back_to_cpu():
+                        pending[new_ref] = _Pending(item.pool, "ready", index)
+                elif not any(item.pool.ready):
+                    where = (f"{item.pool.placement.gpus:g} GPU(s) per replica" if item.pool.placement.gpus
+                             else f"{item.pool.placement.cpus:g} CPU(s)")
+                    drop(item.pool, f"no replica started within {item.pool.ready_timeout_s:g} s asking for {where}"
+                                    " (no node offers it? an autoscaler still adding one? the model still loading?)")
+                else:
+                    _kill(item.pool.actors[item.actor])  # the others carry on
+            continue
+        ref = done[0]
+        item = pending.pop(ref)
+        pool = item.pool
+        try:
+            value = ray.get(ref, timeout=60)
+        except (RayActorError, GetTimeoutError) as exc:
+            if item.kind == "batch":
+                retry(item, type(exc).__name__)
+            elif not any(pool.ready):
+                drop(pool, f"its worker could not start: {_first_line(exc)}")
+            continue
+        except RayTaskError as exc:  # raised by the model's own code: a bug or bad input, not a lost node
+            drop(pool, _first_line(exc.cause if getattr(exc, "cause", None) is not None else exc))
+            continue
+        if item.kind == "ready":
+            pool.ready[item.actor] = True
+            pool.info = value if isinstance(value, dict) else {"ready": value}
+            pool.placed_on.append(str(pool.info.get("node_id", "")))
+        else:
+            yield pool, item.batch, value
+        if queues[pool.name]:
+            batch = queues[pool.name].pop()
+            submit(pool, item.actor, batch, retries.get((pool.name, batch), 0))
+    for pool in pools:
+        if pool.error is None:
+            pool.close()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[-1] if text else ''}"[:500]

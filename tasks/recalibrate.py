@@ -122,8 +122,11 @@ def log_recalibrations(result: RecalibrationPass, *, tracking: str | None = None
                        experiment_prefix: str = "cic") -> list[str]:
     """One MLflow parent run per recalibrated group (the pipeline's tags, cic.kind = recalibration), nested per
     alpha × bound × search with the gate id and state; the group's drift tests as parent metrics."""
+    from prefect.runtime import flow_run
+
     check_reachable(tracking_uri(tracking))
     client = MlflowClient(tracking_uri=tracking_uri(tracking))
+    run_tag = {"cic.flow_run_id": str(flow_run.id)} if flow_run.id else {}
     by_group: dict[GroupKey, list[Candidate]] = {}
     for item in result.candidates:
         by_group.setdefault(item.key, []).append(item)
@@ -149,7 +152,7 @@ def log_recalibrations(result: RecalibrationPass, *, tracking: str | None = None
                   "cic.data_fingerprint": first["data_fingerprint"],
                   "cic.alpha_unattainable": str(metrics["unattainable_gates"] > 0).lower(),
                   "cic.shift_detected": str(any(c.rejected for c in shift)).lower(),
-                  "cic.alerts": str(int(metrics["alerts"] or 0))},
+                  "cic.alerts": str(int(metrics["alerts"] or 0)), **run_tag},
             params={"run_key": key.run_key, "data_fingerprint": first["data_fingerprint"], "n_window": first["n_cal"],
                     "window_from": str(first["window_from"]), "window_to": str(first["window_to"]),
                     "drift_tests": [c.test.as_dict() | {"rejected": c.rejected} for c in checks]},

@@ -124,14 +124,20 @@ def run(
 
     checked = preflight(config, ray_address=ray_address)  # before any service starts: one second, one line
     prefect_defaults()
-    from flows.pipeline import pipeline
+    from flows.pipeline import ModelsFailed, pipeline
 
     # the Prefect server and a local Ray stop with this command, on SIGTERM too; a SIGKILL's leftovers are
     # stopped by the next `cic run` on the same store
     with owned_processes(db or checked.storage.db), (
             StageBars() if console.is_terminal else ProgressLines(lambda text: console.print(text, soft_wrap=True))):
-        summary = pipeline(config_path=str(config), db=db, ray_address=ray_address, tracking=tracking_uri,
-                           report_dir=report_dir, log_to_mlflow=not no_mlflow)
+        state = pipeline(config_path=str(config), db=db, ray_address=ray_address, tracking=tracking_uri,
+                         report_dir=report_dir, log_to_mlflow=not no_mlflow, return_state=True)
+    summary = state.result(raise_on_failure=False)
+    failed = isinstance(summary, ModelsFailed)
+    if failed:
+        summary = summary.summary
+    elif isinstance(summary, BaseException):
+        raise summary
     table, shown = results_table(summary["db"], summary["run_keys"], estimator)
     console.print(table)
     note = unattainable_note(shown)
@@ -148,6 +154,12 @@ def run(
     if summary["log_error"]:
         err_console.print(styled(("MLflow logging failed:", "bold yellow"), f" {summary['log_error']} — results are "
                                  f"in {summary['db']}; run `cic log` to log them"))
+    for item in summary["answer"]:
+        if item["error"]:
+            err_console.print(styled(("FAILED", "bold red"), f" model {item['model']}: {item['error']} — its stored "
+                                     "batches are kept; rerun the same command to retry only it"), soft_wrap=True)
+    if failed:
+        raise typer.Exit(1)
 
 
 @friendly_errors

@@ -33,6 +33,7 @@ class AnswererSettings:
     device: str = "auto"
     trust_remote_code: bool = False
     cache_dir: str | None = None
+    gpu_share: float = 1.0   # the share of its GPU a replica may use (gpus_per_replica below 1)
 
 
 @dataclass
@@ -46,29 +47,59 @@ class AnswerBatch:
 
 
 class Answerer:
-    """Generate, score and label questions with one model (built once, used for many batches)."""
+    """Generate, score and label questions with one model (built once, used for many batches).
 
-    def __init__(self, settings: AnswererSettings) -> None:
+    The LLM is loaded on first use: a worker that only re-scores stored generations (a new estimator or
+    criterion) never loads it (`load_llm=False` says so up front; `llm_loaded` tells).
+    """
+
+    def __init__(self, settings: AnswererSettings, *, load_llm: bool = True) -> None:
         from cic.llm.embeddings import SentenceEmbedder
-        from cic.llm.generation import AnswerGenerator
-        from cic.llm.models import ModelSpec, load_causal_lm
+        from cic.llm.models import pick_device
         from cic.llm.uncertainty import UncertaintyScorer, make_equivalence
 
         self.settings = settings
-        spec = ModelSpec(settings.model_spec, dtype=settings.dtype, device=settings.device,
-                         trust_remote_code=settings.trust_remote_code)
-        self.loaded = load_causal_lm(spec, cache_dir=settings.cache_dir)
-        self.generator = AnswerGenerator(self.loaded, settings.generation)
-        device = self.loaded.device  # embedder and NLI share the LLM's device
+        self._loaded: Any = None
+        self._generator: Any = None
+        if load_llm:
+            self.loaded  # noqa: B018 - load now, so a replica is ready only once its model is
+        device = self._loaded.device if self._loaded is not None else pick_device(settings.device)
+        self.device = device  # embedder and NLI share the LLM's device
         self.embedder = SentenceEmbedder(settings.embedding_model, device=device)
         equivalence = make_equivalence(settings.equivalence, embedder=self.embedder,
                                        threshold=settings.embedding_threshold, nli_model=settings.nli_model,
                                        variant=settings.nli_variant, device=device)
         self.scorer = UncertaintyScorer(equivalence, settings.estimators, embedder=self.embedder)
 
+    @property
+    def llm_loaded(self) -> bool:
+        return self._loaded is not None
+
+    @property
+    def loaded(self) -> Any:
+        """The causal LM (loaded on first access)."""
+        if self._loaded is None:
+            from cic.llm.models import ModelSpec, load_causal_lm
+
+            spec = ModelSpec(self.settings.model_spec, dtype=self.settings.dtype, device=self.settings.device,
+                             trust_remote_code=self.settings.trust_remote_code)
+            self._loaded = load_causal_lm(spec, cache_dir=self.settings.cache_dir, gpu_share=self.settings.gpu_share)
+        return self._loaded
+
+    @property
+    def generator(self) -> Any:
+        if self._generator is None:
+            from cic.llm.generation import AnswerGenerator
+
+            self._generator = AnswerGenerator(self.loaded, self.settings.generation)
+        return self._generator
+
     def ready(self) -> dict[str, Any]:
         """What this worker runs on (answers once the model is loaded: Ray placement waits for it)."""
-        return {"model": self.settings.model_spec, "device": self.loaded.device, "dtype": self.loaded.dtype}
+        if self._loaded is None:
+            return {"model": self.settings.model_spec, "device": self.device, "dtype": None, "llm_loaded": False}
+        return {"model": self.settings.model_spec, "device": self.loaded.device, "dtype": self.loaded.dtype,
+                "llm_loaded": True}
 
     def prompts(self, questions: pl.DataFrame, prompt_id: str | None = None) -> list[str]:
         """The prompt of every question, with the model's chat template when its tokenizer has one."""

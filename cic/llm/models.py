@@ -142,7 +142,65 @@ def converted_gguf(gguf_path: str, cache: str | Path | None = None) -> Path:
     return target
 
 
-def load_causal_lm(spec: ModelSpec | str, *, cache_dir: str | Path | None = None) -> LoadedModel:
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+class ModelDoesNotFitError(ValueError):
+    """The model's weights alone exceed the memory its replica may use; raised before any weight is loaded."""
+
+
+def parameter_count(spec: str) -> int | None:
+    """The model's parameter count from its files' metadata, without loading weights (None when unknown: a hub
+    id that cannot be reached, a directory without safetensors metadata)."""
+    import json
+
+    resolved = resolve_source(spec)
+    if resolved.kind == "gguf":
+        import gguf
+        import numpy as np
+
+        return sum(int(np.prod(t.shape)) for t in gguf.GGUFReader(resolved.path).tensors)
+    if resolved.kind == "dir":
+        root = Path(resolved.path)
+        index = root / "model.safetensors.index.json"
+        stored = json.loads((root / "config.json").read_text()).get("torch_dtype") or "float32"
+        if index.exists():
+            total = json.loads(index.read_text()).get("metadata", {}).get("total_size")
+        else:
+            total = sum(f.stat().st_size for f in root.glob("*.safetensors")) or None
+        return int(total // DTYPE_BYTES.get(str(stored), 4)) if total else None
+    try:
+        from huggingface_hub import get_safetensors_metadata
+
+        return int(sum(get_safetensors_metadata(resolved.path).parameter_count.values()))
+    except Exception:  # offline, gated or no safetensors: the check is skipped, loading says what is wrong
+        return None
+
+
+def check_fits(n_params: int | None, dtype: str, budget_bytes: float | None, *, model: str) -> None:
+    """Refuse, before loading, a model whose weights alone need more than `budget_bytes` (None: no limit known)."""
+    if n_params is None or budget_bytes is None:
+        return
+    need = n_params * DTYPE_BYTES.get(dtype, 4)
+    if need > budget_bytes:
+        gib = 1024 ** 3
+        raise ModelDoesNotFitError(
+            f"model {model!r}: {n_params / 1e9:.1f}B parameters need {need / gib:.1f} GiB in {dtype} for the weights "
+            f"alone, but its replica may use {budget_bytes / gib:.1f} GiB of GPU memory; give it a bigger GPU share "
+            "(gpus_per_replica), a node type that fits (resources), or a smaller dtype")
+
+
+def gpu_budget(device: str, share: float) -> float | None:
+    """Bytes of GPU memory one replica may use: `share` of the device's total (None on CPU)."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    return torch.cuda.get_device_properties(torch.device(device)).total_memory * min(max(share, 0.0), 1.0)
+
+
+def load_causal_lm(spec: ModelSpec | str, *, cache_dir: str | Path | None = None,
+                   gpu_share: float = 1.0) -> LoadedModel:
     """Load model and tokenizer for generation (eval mode, left padding, a pad token)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -154,6 +212,9 @@ def load_causal_lm(spec: ModelSpec | str, *, cache_dir: str | Path | None = None
     location = str(converted_gguf(resolved.path, cache_dir)) if resolved.kind == "gguf" else resolved.path
     device = pick_device(spec.device)
     dtype = pick_dtype(spec.dtype, device)
+    # a model that cannot fit says so before loading (a 14B model in bf16 on a 24 GB GPU, or on half of one)
+    if device.startswith("cuda"):
+        check_fits(parameter_count(spec.spec), dtype, gpu_budget(device, gpu_share), model=spec.spec)
     try:
         tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=spec.trust_remote_code)
         model = AutoModelForCausalLM.from_pretrained(location, dtype=getattr(torch, dtype),

@@ -25,7 +25,13 @@ class ModelConfig(_Strict):
     spec: str = Field(min_length=1, description="hub id, local dir, .gguf file or pkg:<package>/<file>")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     device: str = "auto"
-    replicas: int = Field(1, ge=1, description="Ray actors holding this model (one per GPU)")
+    replicas: int = Field(1, ge=1, description="Ray actors holding this model")
+    gpus_per_replica: float | None = Field(None, ge=0, description="GPUs each replica asks Ray for: 1, 0.5 (two "
+                                           "small models share a GPU), 0 = CPU; unset: a GPU on a cluster joined by "
+                                           "address, on an in-process Ray only if this machine has one")
+    allow_cpu_fallback: bool = Field(False, description="restart on CPU when no GPU replica starts in time")
+    resources: dict[str, float] = Field(default_factory=dict, description="custom Ray resources each replica asks "
+                                        "for, e.g. {gpu_80gb: 1} to land on a node type that fits a 14B model")
     trust_remote_code: bool = False
 
 
@@ -102,6 +108,16 @@ class UncertaintyConfig(_Strict):
             raise ValueError(f"estimators {list(value)} name one estimator twice")
         return value
 
+    def score_names(self) -> tuple[str, ...]:
+        """The estimator names as the scores table stores them (settings that shape a score are in its name)."""
+        from cic.llm.uncertainty.equivalence import equivalence_name
+        from cic.llm.uncertainty.estimators import stored_name
+
+        equivalence = equivalence_name(self.equivalence, threshold=self.embedding_threshold,
+                                       embedding_model=self.embedding_model, nli_model=self.nli_model,
+                                       variant=self.nli_variant)
+        return tuple(stored_name(e, equivalence) for e in self.estimators)
+
     @model_validator(mode="after")
     def _nli_needs_a_model(self) -> UncertaintyConfig:
         if self.equivalence == "nli" and not self.nli_model:
@@ -174,9 +190,13 @@ class RayConfig(_Strict):
     """How generation fans out: join `address` (or $RAY_ADDRESS), else start Ray in-process."""
 
     address: str | None = None
-    prefer_gpu: bool = True
+    prefer_gpu: bool = Field(True, description="false: every replica on CPU, whatever gpus_per_replica says")
     num_cpus: int | None = Field(None, ge=1, description="CPUs of an in-process cluster (default: all)")
-    ready_timeout_s: float = Field(900.0, gt=0)
+    ready_timeout_s: float = Field(900.0, gt=0, description="a replica must load its model within this")
+    batch_timeout_s: float = Field(3600.0, gt=0, description="a batch not back within this is retried elsewhere")
+    runtime_env: dict[str, Any] | None = Field(None, description="Ray runtime_env when joining a cluster by address, "
+                                               "e.g. {working_dir: ., excludes: [.venv, '*.duckdb']} to ship this "
+                                               "checkout's code to the workers")
 
 
 class StorageConfig(_Strict):
@@ -185,6 +205,10 @@ class StorageConfig(_Strict):
     db: str = "cic.duckdb"
     model_cache: str | None = None
     report_dir: str = "cic-reports"
+    concurrency_limit: str | None = Field("cic-store", description="Prefect global concurrency limit the flows "
+                                          "writing this store hold while they run (`prefect gcl create cic-store "
+                                          "--limit 1` queues them); null: none")
+    queue_timeout_s: float = Field(24 * 3600.0, gt=0, description="longest wait for that limit's slot")
 
 
 class RecalibrationConfig(_Strict):
@@ -230,7 +254,8 @@ class PipelineConfig(_Strict):
             equivalence=unc.equivalence, embedding_model=unc.embedding_model,
             embedding_threshold=unc.embedding_threshold, nli_model=unc.nli_model, nli_variant=unc.nli_variant,
             dtype=model.dtype, device=model.device, trust_remote_code=model.trust_remote_code,
-            cache_dir=self.storage.model_cache)
+            cache_dir=self.storage.model_cache,
+            gpu_share=model.gpus_per_replica if model.gpus_per_replica and model.gpus_per_replica < 1 else 1.0)
 
     @model_validator(mode="after")
     def _unique_names(self) -> PipelineConfig:

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     import duckdb
     import pyarrow as pa
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 CREATED_AT = "created_at"
 _CONNECT_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 _SIMPLE_TYPES: tuple[tuple[pl.DataType, str], ...] = (
@@ -211,9 +211,33 @@ def _migrate_to_2(con: duckdb.DuckDBPyConnection) -> None:
         "ORDER BY created_at DESC, calibration_id) = 1 ON CONFLICT DO NOTHING")
 
 
+#: What runs recorded before version 3 in generation_config although it does not shape generations (it shapes
+#: scores, which are keyed by estimator name instead): adding an estimator no longer means a new run.
+SCORING_SETTINGS = ("estimators", "equivalence", "embedding_model", "embedding_threshold", "nli_model", "nli_variant")
+
+
+def _migrate_to_3(con: duckdb.DuckDBPyConnection) -> None:
+    """Version 3 keys a run by what shapes its generations only: the scoring settings leave each run's
+    generation_config. Run keys stay as they are (every stored row, gate id and MLflow log key keeps its key);
+    `register_run` finds a run by its generation_config, so a config with another estimator reuses it."""
+    import json
+
+    _add_missing(con)
+    rows = con.sql("SELECT run_key, generation_config FROM runs").fetchall()
+    for key, text in rows:
+        try:
+            config = json.loads(text)
+        except (TypeError, ValueError):
+            continue
+        if isinstance(config, dict) and any(k in config for k in SCORING_SETTINGS):
+            kept = {k: v for k, v in config.items() if k not in SCORING_SETTINGS}
+            con.execute("UPDATE runs SET generation_config = ? WHERE run_key = ?", [schema.canonical_json(kept), key])
+
+
 # MIGRATIONS[v] upgrades a file from version v - 1 to v. Additive changes (a new nullable column or table in
 # cic.schema) need no entry: `_add_missing` applies them on every read-write open.
-MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: _migrate_to_1, 2: _migrate_to_2}
+MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: _migrate_to_1, 2: _migrate_to_2,
+                                                                      3: _migrate_to_3}
 
 
 def _stored_version(con: duckdb.DuckDBPyConnection) -> int | None:
@@ -471,15 +495,21 @@ class Store:
 
     def register_run(self, model: str, dataset: str, split: str, prompt_id: str,
                      generation_config: Mapping[str, Any], *, experiment_prefix: str | None = None) -> str:
-        """Record a generation run (idempotent) and return its `run_key`; `experiment_prefix` is the MLflow prefix
-        of the config that asked for it, so `cic log` logs where `cic run` would have."""
+        """Record a generation run (idempotent) and return its `run_key`: the stored run with the same model,
+        dataset, split, prompt and generation_config if there is one. `experiment_prefix` is the MLflow prefix of
+        the config that asked for it, so `cic log` logs where `cic run` would have."""
         for name, value in (("model", model), ("dataset", dataset), ("split", split), ("prompt_id", prompt_id)):
             if not isinstance(value, str) or not value:
                 raise ValueError(f"{name} = {value!r}: must be a non-empty string")
-        key = schema.run_key(model, dataset, split, prompt_id, generation_config)
+        config = schema.canonical_json(generation_config)
+        same = self.sql("SELECT run_key FROM runs WHERE model = ? AND dataset = ? AND split = ? AND prompt_id = ? "
+                        "AND generation_config = ? ORDER BY created_at, run_key LIMIT 1",
+                        [model, dataset, split, prompt_id, config])
+        # the run that made these generations, if stored (its key may predate the current key formula)
+        key = str(same[0][0]) if same else schema.run_key(model, dataset, split, prompt_id, generation_config)
         self.upsert("runs", pl.DataFrame({
             "run_key": [key], "model": [model], "dataset": [dataset], "split": [split], "prompt_id": [prompt_id],
-            "generation_config": [schema.canonical_json(generation_config)],
+            "generation_config": [config],
             "experiment_prefix": pl.Series([experiment_prefix], dtype=pl.String)}))
         return key
 

@@ -31,11 +31,14 @@ class RunWork:
         return len(self.to_generate) + len(self.to_score)
 
 
-def missing_work(store: Store, run_key: str, question_ids: Sequence[str], *, n_samples: int, n_estimators: int,
-                 criteria: Sequence[str]) -> RunWork:
-    """Split the run's questions into done, to score/label only, and to generate."""
+def missing_work(store: Store, run_key: str, question_ids: Sequence[str], *, n_samples: int,
+                 estimators: Sequence[str], criteria: Sequence[str]) -> RunWork:
+    """Split the run's questions into done, to score/label only, and to generate; `estimators` are the stored
+    score names (a score of each is needed), `criteria` the label names."""
     ungenerated = store.missing_questions(run_key, question_ids, table="generations", min_rows=n_samples + 1)
-    unscored = set(store.missing_questions(run_key, question_ids, table="scores", min_rows=n_estimators))
+    unscored: set[str] = set()
+    for estimator in estimators:
+        unscored |= set(store.missing_questions(run_key, question_ids, table="scores", estimator=estimator))
     for criterion in criteria:
         unscored |= set(store.missing_questions(run_key, question_ids, table="labels", criterion=criterion))
     pending = set(ungenerated)

@@ -214,3 +214,4 @@ def test_mlflow_server_dying_mid_logging_then_cic_log_logs_exactly_the_missing_g
         assert len(runs) == 10 and all(r.info.status == "FINISHED" for r in runs)
     finally:
         server.kill()
+

@@ -39,7 +39,7 @@ def mlflow_contents(uri: str) -> list[tuple[Any, ...]]:
         runs = client.search_runs([experiment.experiment_id], max_results=5000)
         names = {r.info.run_id: r.info.run_name for r in runs}
         for r in runs:
-            tags = {k: v for k, v in r.data.tags.items() if k.startswith("cic.")}
+            tags = {k: v for k, v in r.data.tags.items() if k.startswith("cic.") and k != "cic.flow_run_id"}
             out.append((experiment.name, r.info.run_name, r.info.status,
                         names.get(r.data.tags.get("mlflow.parentRunId", ""), ""), sorted(r.data.params.items()),
                         sorted(r.data.metrics.items()), sorted(tags.items())))

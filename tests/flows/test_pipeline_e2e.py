@@ -46,14 +46,16 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, d
     config = write_config(tmp / "c.yaml", tmp, datasets=[{"name": "commonsense_qa", "limit": 6},
                                                         {"name": "trivia_qa", "limit": 6}])
     info = ray_workers.connect(num_cpus=2)
-    run_logs = logging.getLogger("prefect.flow_runs")  # the suite runs Prefect at WARNING; a worker logs INFO
-    level = run_logs.level
-    run_logs.setLevel(logging.INFO)
+    run_logs = [logging.getLogger(name) for name in ("prefect.flow_runs", "prefect.task_runs")]
+    levels = [logger.level for logger in run_logs]  # the suite runs Prefect at WARNING; a worker logs INFO
+    for logger in run_logs:
+        logger.setLevel(logging.INFO)
     try:
         summary = pipeline(config_path=str(config), tracking=uri)
         yield config, summary, MlflowClient(tracking_uri=uri)
     finally:
-        run_logs.setLevel(level)
+        for logger, level in zip(run_logs, levels, strict=True):
+            logger.setLevel(level)
         ray_workers.shutdown(info)
 
 
@@ -75,6 +77,9 @@ def test_stage_progress_reaches_the_flow_run_log(demo_run: tuple[Path, dict[str,
     for stage in ("answer smollm2", "calibrate", "log"):
         assert any(m.startswith(f"{stage}: ") for m in messages), (stage, messages[:20])
     assert "answer smollm2: 12/12 (100.0%)" in " ".join(messages)
+    # the tasks' own lines reach the run's log too (the UI shows what each stage did)
+    assert any(m.startswith("smollm2: 12 questions (12 generated)") for m in messages), messages[-20:]
+    assert any(m.startswith("calibrated ") and " groups: " in m for m in messages), messages[-20:]
 
 
 def _all_runs(client: MlflowClient) -> list[Any]:
@@ -255,3 +260,50 @@ def test_a_ray_worker_killed_mid_run_has_its_batches_retried_with_one_row_per_ke
     assert generations.select("question_id", "sample_index").n_unique() == 8 * (1 + K)
     assert scores.group_by("question_id", "estimator").len().get_column("len").unique().to_list() == [1]
     assert labels.height == 8 and labels.get_column("question_id").n_unique() == 8
+
+
+def test_a_new_estimator_rescores_stored_answers_without_loading_the_llm(
+        demo_run: tuple[Path, dict[str, Any], MlflowClient]) -> None:
+    """Runs are keyed by what shapes generations: adding an estimator keeps the runs and their answers and only
+    scores them (the workers never load the LLM). Last in this module: it adds scores to the shared store."""
+    config, summary, _ = demo_run
+    wider = config.parent / "wider.yaml"
+    spec = yaml.safe_load(config.read_text())
+    spec["uncertainty"]["estimators"] = [*ESTIMATORS, "num_semantic_sets"]
+    wider.write_text(yaml.safe_dump(spec))
+    with Store.open(summary["db"]) as store:
+        before = store.read("generations")
+    again = pipeline(config_path=str(wider), log_to_mlflow=False)
+    assert sorted(again["run_keys"]) == sorted(summary["run_keys"])
+    stats = again["answer"][0]
+    assert stats["questions"] == 12 and stats["generated"] == 0 and stats["llm_loaded"] is False
+    with Store.open(summary["db"]) as store:
+        assert store.read("generations").equals(before)
+        new = store.read("scores", estimator="num_semantic_sets[embedding:0.9]")
+    assert new.height == 12 and new.get_column("question_id").n_unique() == 12
+
+
+@pytest.mark.faults
+def test_a_calibration_runs_while_the_answer_stage_is_writing(tmp_path: Path) -> None:
+    """Short write locks: the answer stage holds the DuckDB file only while it writes a batch, so a calibration
+    started mid-stage (another flow, `cic calibrate`) waits for a batch at most, writes, and both finish."""
+    from cic.pipeline.config import CalibrationConfig
+    from tasks.calibrate import calibrate_runs
+
+    config = write_config(tmp_path / "c.yaml", tmp_path, datasets=[{"name": "trivia_qa", "limit": 8}], per_batch=2)
+    db = tmp_path / "cic.duckdb"
+    calibrated: list[Any] = []
+
+    def calibrate_now() -> None:
+        with Store.open(db, read_only=True, wait_s=120) as store:
+            keys = store.read("runs").get_column("run_key").to_list()
+        calibrated.append(calibrate_runs.fn(str(db), keys, CalibrationConfig(alphas=(0.5,), bounds=("cp",),
+                                                                            n_splits=5)))
+
+    code, lines = run_pipeline_process(config, meanwhile=("answer", 2, calibrate_now))
+    assert code == 0 and "FINISHED" in lines, (lines[-5:], (config.parent / "stderr.log").read_text()[-3000:])
+    assert calibrated and calibrated[0].groups >= 1  # calibrated the questions stored so far
+    answered = [int(line.split("|")[2]) for line in lines if line.startswith("PROGRESS|answer")]
+    assert max(answered) == 8 and min(a for a in answered if a) < 8  # it happened mid-stage
+    with Store.open(db, read_only=True) as store:
+        assert store.count("generations") == 8 * (1 + K) and store.count("calibrations") > 0

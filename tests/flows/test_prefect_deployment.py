@@ -4,6 +4,7 @@ on a quiet week (the run completes, candidates logged to MLflow) and on a drifte
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -132,3 +133,96 @@ def test_served_recalibration_completes_on_a_quiet_week_and_fails_on_drift(serve
     experiment = client.get_experiment_by_name("cic-t-d")
     runs = client.search_runs([experiment.experiment_id], filter_string="tags.`cic.kind` = 'recalibration'")
     assert len([r for r in runs if "mlflow.parentRunId" not in r.data.tags]) == 4
+
+
+def test_infra_prefect_yaml_deploys_and_a_process_worker_runs_a_deployment(server: dict[str, str],
+                                                                           tmp_path: Path) -> None:
+    """`prefect deploy --prefect-file infra/prefect.yaml` as the README says, then the calibrate deployment run
+    through a `cic-process` worker: the run completes and the gates are stored."""
+    from cic.pipeline.gates import gates as stored_gates
+
+    db = tmp_path / "cic.duckdb"
+    with Store.open(db) as store:
+        store_run(store, n=200, labelled_at=datetime(2026, 1, 1, tzinfo=UTC))
+    config = write_config(tmp_path / "c.yaml", db, tmp_path / "reports", alphas=[0.3])
+    env = {**server, "CIC_HOME": str(ROOT)}
+
+    def prefect(*args: str, timeout: float = 180) -> str:
+        done = subprocess.run([str(PREFECT), "--no-prompt", *args], env=env, cwd=ROOT, capture_output=True,
+                              text=True, timeout=timeout)
+        assert done.returncode == 0, (args, done.stdout[-2000:], done.stderr[-2000:])
+        return done.stdout
+
+    prefect("work-pool", "create", "cic-process", "--type", "process")
+    deployed = prefect("deploy", "--prefect-file", "infra/prefect.yaml", "--all")
+    for name in ("cic-pipeline/pipeline", "cic-recalibrate/recalibrate-nightly", "cic-calibrate/calibrate",
+                 "cic-ingest/ingest"):
+        assert name in deployed, deployed[-2000:]
+    started = prefect("deployment", "run", "cic-calibrate/calibrate", "--param", f"config_path={config}",
+                      "--param", f"db={db}")
+    run_id = re.search(r"UUID: ([0-9a-f-]{36})", started).group(1)
+    worker = subprocess.run([str(PREFECT), "worker", "start", "--pool", "cic-process", "--run-once"], env=env,
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    state = subprocess.run([sys.executable, "-c", STATE_OF, run_id], env=env, cwd=ROOT, capture_output=True,
+                           text=True, timeout=120)
+    assert "STATE COMPLETED" in state.stdout, (state.stdout, state.stderr[-2000:], worker.stdout[-3000:],
+                                              worker.stderr[-3000:])
+    with Store.open(db, read_only=True) as store:
+        assert stored_gates(store).height == 2 * 2 * 1  # 2 estimators x alpha 0.3 x 2 bounds x paper
+
+
+STATE_OF = """
+import sys, time
+from prefect.client.orchestration import get_client
+with get_client(sync_client=True) as client:
+    deadline = time.time() + 90
+    while True:
+        run = client.read_flow_run(sys.argv[1])
+        if run.state.is_final() or time.time() > deadline:
+            break
+        time.sleep(1)
+print("STATE", run.state.type.value, run.state.message)
+"""
+
+
+CALIBRATE = """
+import sys
+from flows.calibrate import calibrate_flow
+state = calibrate_flow(config_path=sys.argv[1], alphas=[float(sys.argv[2])], log_to_mlflow=False, return_state=True)
+print("STATE", state.type.value, state.state_details.flow_run_id)
+"""
+
+TASK_SPANS = """
+import sys
+from prefect.client.orchestration import get_client
+with get_client(sync_client=True) as client:
+    for run_id in sys.argv[1:]:
+        task = [t for t in client.read_task_runs() if str(t.flow_run_id) == run_id and t.name.startswith("calib")][0]
+        print("SPAN", task.start_time.timestamp(), task.end_time.timestamp())
+"""
+
+
+def test_flows_writing_one_store_queue_on_its_global_concurrency_limit(server: dict[str, str],
+                                                                       tmp_path: Path) -> None:
+    """`prefect gcl create cic-store --limit 1`: two calibration flows of one store, started together in two
+    processes, run one after the other (without the limit, the second would start and wait on the file lock)."""
+    db = tmp_path / "cic.duckdb"
+    with Store.open(db) as store:
+        store_run(store, n=300, labelled_at=datetime(2026, 1, 1, tzinfo=UTC))
+    config = write_config(tmp_path / "c.yaml", db, tmp_path / "reports", n_splits=3000)  # seconds of work
+    created = subprocess.run([str(PREFECT), "--no-prompt", "gcl", "create", "cic-store", "--limit", "1"], env=server,
+                             capture_output=True, text=True, timeout=120)
+    assert created.returncode == 0, created.stderr[-2000:]
+    flows = [subprocess.Popen([sys.executable, "-c", CALIBRATE, str(config), alpha], env=server, cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for alpha in ("0.3", "0.4")]
+    outputs = [f.communicate(timeout=300) for f in flows]
+    run_ids = []
+    for out, err in outputs:
+        line = next((x for x in out.splitlines() if x.startswith("STATE ")), "")
+        assert line.startswith("STATE COMPLETED"), (out[-2000:], err[-3000:])
+        run_ids.append(line.split()[-1])
+    spans = subprocess.run([sys.executable, "-c", TASK_SPANS, *run_ids], env=server, cwd=ROOT, capture_output=True,
+                           text=True, timeout=120)
+    (s1, e1), (s2, e2) = sorted(tuple(map(float, x.split()[1:])) for x in spans.stdout.splitlines()
+                                if x.startswith("SPAN"))
+    assert e1 <= s2, ((s1, e1), (s2, e2))  # the second calibration began after the first had ended

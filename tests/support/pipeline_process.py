@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,9 +27,11 @@ sys.stdout.write("FINISHED\\n")
 
 
 def run_pipeline_process(config: Path, *, kill_at: tuple[str, int] | None = None, tracking: str | None = None,
-                         timeout_s: float = 600) -> tuple[int, list[str]]:
+                         timeout_s: float = 600,
+                         meanwhile: tuple[str, int, Callable[[], None]] | None = None) -> tuple[int, list[str]]:
     """Run the flow on `config` in a new process group; with `kill_at=(stage prefix, n)`, SIGKILL the whole group
-    as soon as that stage reports n units done. Returns (exit code, the lines it printed)."""
+    as soon as that stage reports n units done; with `meanwhile=(stage prefix, n, action)`, run `action` here once
+    when that stage reports n units done, while the flow goes on. Returns (exit code, the lines it printed)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with (config.parent / "stderr.log").open("a") as stderr:
         proc = subprocess.Popen([sys.executable, "-c", DRIVER, str(config), tracking or ""], cwd=ROOT, env=env,
@@ -41,6 +44,10 @@ def run_pipeline_process(config: Path, *, kill_at: tuple[str, int] | None = None
             parts = line.strip().split("|")
             hit = (kill_at is not None and parts[0] == "PROGRESS" and parts[1].startswith(kill_at[0])
                    and int(parts[2]) >= kill_at[1])
+            if (meanwhile is not None and parts[0] == "PROGRESS" and parts[1].startswith(meanwhile[0])
+                    and int(parts[2]) >= meanwhile[1]):
+                meanwhile[2]()
+                meanwhile = None
             if hit or time.time() > deadline:
                 os.killpg(proc.pid, signal.SIGKILL)
                 break

@@ -1,8 +1,10 @@
-"""Ray plumbing on a real in-process cluster: CPU placement, GPU fallback, fan-out and worker-loss retries."""
+"""Ray plumbing on a real in-process cluster: placement from the config, every pool drained at once, bounded waits,
+worker-loss retries, and a failing model that does not stop the others."""
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,16 +13,20 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from tasks import ray_workers  # noqa: E402
+from tasks.ray_workers import ClusterInfo, Placement, PlacementError, WorkerPool  # noqa: E402
 
 pytestmark = pytest.mark.slow
+CPU = Placement(0.0, 1.0)
 
 
 @ray.remote
 class Doubler:
     """A stand-in worker with the pool's protocol (ready + a batch method); real workers hold a model."""
 
-    def __init__(self, crash_marker: str | None = None) -> None:
-        self.crash_marker = crash_marker
+    def __init__(self, crash_marker: str | None = None, broken: bool = False, slow_on: int | None = None) -> None:
+        if broken:
+            raise ValueError("this model does not fit")
+        self.crash_marker, self.slow_on = crash_marker, slow_on  # the marker also records a hang, once
 
     def ready(self) -> bool:
         return True
@@ -29,21 +35,45 @@ class Doubler:
         if self.crash_marker and 13 in batch and not Path(self.crash_marker).exists():
             Path(self.crash_marker).write_text("crashed once")
             os._exit(1)  # the worker process dies, as on a lost node
+        if self.slow_on is not None and self.slow_on in batch and not Path(self.crash_marker).exists():
+            Path(self.crash_marker).write_text("hung once")
+            time.sleep(600)  # a hung batch: the drain's deadline takes it back
+        if -1 in batch:
+            raise RuntimeError("bad input in batch")
         return [2 * x for x in batch]
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[ray_workers.ClusterInfo]:
+def cluster() -> Iterator[ClusterInfo]:
     info = ray_workers.connect(num_cpus=2)
     yield info
     ray_workers.shutdown(info)
 
 
-def test_in_process_cluster_has_no_gpu_and_asks_for_cpus(cluster: ray_workers.ClusterInfo) -> None:
-    assert cluster.started_here and cluster.gpus == 0 and cluster.cpus == 2
-    assert ray_workers.actor_options(cluster.gpus) == {"num_cpus": 1.0}
-    assert ray_workers.actor_options(2.0) == {"num_gpus": 1, "num_cpus": 1}
-    assert ray_workers.actor_options(2.0, cpus_per_gpu=8) == {"num_gpus": 1, "num_cpus": 8}
+def _drain(pools: list[WorkerPool], jobs: dict[str, list], **kwargs: float) -> dict[str, dict[int, list[int]]]:
+    seen: dict[str, dict[int, list[int]]] = {p.name: {} for p in pools}
+    for pool, index, result in ray_workers.drain_pools(pools, jobs, "run", **kwargs):
+        assert index not in seen[pool.name]
+        seen[pool.name][index] = result
+    return seen
+
+
+def test_placement_comes_from_the_config_not_from_what_the_cluster_has_now() -> None:
+    local = ClusterInfo("local", True, cpus=8, gpus=0)
+    remote = ClusterInfo("ray://head:10001", False, cpus=4, gpus=0)  # GPU workers: 0 now, autoscaled later
+    gpu_nodes = [{"Alive": True, "Resources": {"CPU": 16.0, "GPU": 2.0}}]
+    assert ray_workers.resolve_placement("m", None, local, cpus_per_cpu_actor=4).options == {"num_cpus": 4}
+    assert ray_workers.resolve_placement("m", None, remote, cpus_per_cpu_actor=4).options == {"num_gpus": 1.0,
+                                                                                              "num_cpus": 1.0}
+    packed = ray_workers.resolve_placement("m", 0.5, ClusterInfo("a", False, 16, 2), cpus_per_cpu_actor=1,
+                                           nodes=gpu_nodes)
+    assert packed.options == {"num_gpus": 0.5, "num_cpus": 4.0}  # half a GPU, half its node's spare CPUs
+    assert ray_workers.resolve_placement("m", 0, remote, cpus_per_cpu_actor=2).options == {"num_cpus": 2}
+    with pytest.raises(PlacementError, match="gpus_per_replica = 1 but the in-process Ray has 0 GPU"):
+        ray_workers.resolve_placement("m", 1, local, cpus_per_cpu_actor=1)
+    fallback = ray_workers.resolve_placement("m", 1, local, cpus_per_cpu_actor=2, allow_cpu_fallback=True)
+    assert fallback.options == {"num_cpus": 2}
+    assert ray_workers.resolve_placement("m", 1, remote, cpus_per_cpu_actor=2, prefer_gpu=False).gpus == 0
 
 
 def test_gpu_actors_take_the_cpus_their_node_can_spare() -> None:
@@ -55,29 +85,52 @@ def test_gpu_actors_take_the_cpus_their_node_can_spare() -> None:
     assert ray_workers.spare_cpus_per_gpu(nodes[:1]) == 1
 
 
-def test_gpu_request_on_a_gpu_less_cluster_falls_back_and_finishes(cluster: ray_workers.ClusterInfo) -> None:
-    actor, options = ray_workers.place_actor(Doubler, options={"num_gpus": 1, "num_cpus": 1}, ready_timeout_s=3)
-    assert options == {"num_cpus": 1}
-    assert ray.get(actor.run.remote([1, 2])) == [2, 4]
-    ray.kill(actor)
+def test_two_pools_drain_together_every_batch_once(cluster: ClusterInfo) -> None:
+    pools = [WorkerPool("a", Doubler, (), n_actors=1, placement=CPU), WorkerPool("b", Doubler, (), n_actors=1,
+                                                                                   placement=CPU)]
+    jobs = {"a": [[i] for i in range(5)], "b": [[100 + i] for i in range(4)]}
+    seen = _drain(pools, jobs)
+    assert seen == {"a": {i: [2 * i] for i in range(5)}, "b": {i: [200 + 2 * i] for i in range(4)}}
+    assert all(p.error is None and p.actors == [] for p in pools)
 
 
-def test_pool_maps_every_batch_once(cluster: ray_workers.ClusterInfo) -> None:
-    pool = ray_workers.WorkerPool(Doubler, (), n_actors=2, cluster_gpus=cluster.gpus)
-    batches = [[i, i + 100] for i in range(7)]
-    seen = dict(pool.map("run", batches))
-    pool.close()
-    assert seen == {i: [2 * i, 2 * (i + 100)] for i in range(7)}
+def test_a_batch_whose_worker_died_is_retried(cluster: ClusterInfo, tmp_path: Path) -> None:
+    pool = WorkerPool("a", Doubler, (str(tmp_path / "crash"),), n_actors=1, placement=CPU, backoff_s=0.1)
+    seen = _drain([pool], {"a": [[1], [13], [5]]})
+    assert (tmp_path / "crash").exists() and seen["a"] == {0: [2], 1: [26], 2: [10]} and pool.error is None
 
 
-def test_pool_retries_a_batch_whose_worker_died(cluster: ray_workers.ClusterInfo, tmp_path: Path) -> None:
-    marker = tmp_path / "crash"
-    pool = ray_workers.WorkerPool(Doubler, (str(marker),), n_actors=1, cluster_gpus=0, backoff_s=0.1)
-    seen = dict(pool.map("run", [[1], [13], [5]]))
-    pool.close()
-    assert marker.exists() and seen == {0: [2], 1: [26], 2: [10]}
+def test_a_failing_model_is_reported_and_the_other_finishes(cluster: ClusterInfo) -> None:
+    broken = WorkerPool("broken", Doubler, (None, True), n_actors=1, placement=CPU)
+    bad_batch = WorkerPool("bad-batch", Doubler, (), n_actors=1, placement=CPU)
+    fine = WorkerPool("fine", Doubler, (), n_actors=1, placement=CPU)
+    seen = _drain([broken, bad_batch, fine], {"broken": [[1]], "bad-batch": [[1], [-1], [3]],
+                                              "fine": [[i] for i in range(4)]})
+    assert seen["fine"] == {i: [2 * i] for i in range(4)} and fine.error is None
+    assert seen["broken"] == {} and "this model does not fit" in broken.error
+    assert "bad input in batch" in bad_batch.error and 1 not in seen["bad-batch"]
+
+
+def test_a_gpu_request_nothing_can_meet_fails_its_model_in_bounded_time_or_falls_back_when_allowed(
+        cluster: ClusterInfo) -> None:
+    started = time.monotonic()
+    stuck = WorkerPool("stuck", Doubler, (), n_actors=1, placement=Placement(1.0, 1.0), ready_timeout_s=3)
+    fallback = WorkerPool("fallback", Doubler, (), n_actors=1, placement=Placement(1.0, 1.0, allow_cpu_fallback=True),
+                          ready_timeout_s=3)
+    seen = _drain([stuck, fallback], {"stuck": [[1]], "fallback": [[2]]})
+    assert time.monotonic() - started < 60
+    assert "no replica started within 3 s asking for 1 GPU(s) per replica" in stuck.error
+    assert seen == {"stuck": {}, "fallback": {0: [4]}} and fallback.options == {"num_cpus": 1.0}
+
+
+def test_a_hung_batch_is_taken_back_after_the_batch_timeout(cluster: ClusterInfo, tmp_path: Path) -> None:
+    pool = WorkerPool("slow", Doubler, (str(tmp_path / "hung"), False, 7), n_actors=1, placement=CPU, backoff_s=0.1)
+    started = time.monotonic()
+    seen = _drain([pool], {"slow": [[1], [7], [3]]}, batch_timeout_s=4)
+    assert seen["slow"] == {0: [2], 1: [14], 2: [6]} and pool.error is None
+    assert time.monotonic() - started < 60
 
 
 def test_pool_needs_an_actor() -> None:
     with pytest.raises(ValueError, match="n_actors = 0"):
-        ray_workers.WorkerPool(Doubler, (), n_actors=0, cluster_gpus=0)
+        WorkerPool("a", Doubler, (), n_actors=0, placement=CPU)

@@ -36,6 +36,23 @@ def equivalent_many(equivalence: Any, queries: Sequence[tuple[str, Sequence[str]
     return [equivalence.equivalent(answer, reps) for answer, reps in queries]
 
 
+def equivalence_name(kind: str, *, threshold: float = 0.9, embedding_model: str | None = None,
+                     nli_model: str | None = None, variant: str = "strict") -> str:
+    """The name an equivalence gives the scores it shapes ("embedding:0.9", "nli-strict:deberta-large-mnli"),
+    known without loading anything: the pipeline plans re-scoring from it."""
+    from cic.llm.embeddings import DEFAULT_EMBEDDING_MODEL
+
+    if kind == "exact":
+        return "exact"
+    if kind == "embedding":
+        model = embedding_model or DEFAULT_EMBEDDING_MODEL
+        suffix = "" if model == DEFAULT_EMBEDDING_MODEL else f":{model.rstrip('/').split('/')[-1]}"
+        return f"embedding:{float(threshold):g}{suffix}"
+    if kind == "nli":
+        return f"nli-{variant}:{(nli_model or '').rstrip('/').split('/')[-1]}"
+    raise ValueError(f"equivalence = {kind!r}: choose from exact, embedding, nli")
+
+
 class ExactEquivalence:
     """Equal after SQuAD normalisation (no model)."""
 
@@ -56,7 +73,8 @@ class EmbeddingEquivalence:
         if not 0 < threshold <= 1:
             raise ValueError(f"embedding_threshold = {threshold!r}: must lie in (0, 1]")
         self.embedder, self.threshold = embedder, float(threshold)
-        self.name = f"embedding:{self.threshold:g}"
+        self.name = equivalence_name("embedding", threshold=self.threshold,
+                                     embedding_model=getattr(embedder, "spec", None))
         self.n_calls = 0
 
     def equivalent(self, answer: str, representatives: Sequence[str]) -> np.ndarray:
@@ -106,7 +124,7 @@ class NliEquivalence:
                              "'contradiction' (is it an MNLI classifier?)")
         self.entail, self.contradict = labels["entailment"], labels["contradiction"]
         self.variant, self.batch_size, self.device = variant, batch_size, device or "cpu"
-        self.name = f"nli-{variant}:{model.rstrip('/').split('/')[-1]}"
+        self.name = equivalence_name("nli", nli_model=model, variant=variant)
         self.n_calls = 0
         self._torch = torch
 
