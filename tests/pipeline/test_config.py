@@ -26,6 +26,10 @@ def test_demo_and_paper_configs_load() -> None:
 
 @pytest.mark.parametrize(("change", "message"), [
     ({"unknown": 1}, "unknown: unknown key"),
+    ({"models": [{"name": "m", "spec": "x", "quantization": "int4", "gpus_per_replica": 0}]},
+     "quantization = 'int4' needs a GPU, but gpus_per_replica = 0"),
+    ({"models": [{"name": "m", "spec": "x", "gpus_per_replica": -1}]}, "models.0.gpus_per_replica = -1"),
+    ({"recalibration": {"since": "7x"}}, "since = '7x'"),
     ({"calibration": {"alphas": [0.1, 1.5]}}, "alpha 1.5 must lie strictly between 0 and 1"),
     ({"calibration": {"bounds": ["bernstein"]}}, "bernstein"),
     ({"calibration": {"searches": ["greedy"]}}, "search = 'greedy': unknown"),
@@ -72,3 +76,17 @@ def test_errors_in_a_file_name_the_line_of_the_key(tmp_path: Path) -> None:
     path.write_text("datasets:\n  - name: trivia_qa\n")
     with pytest.raises(ValueError, match=r"models \(line 1\): required key missing"):
         load_config(path)
+
+
+def test_placement_and_quantization_enter_the_config_and_quantization_the_run_key() -> None:
+    from flows.pipeline import generation_key
+
+    config = parse_config({**MINIMAL, "models": [
+        {"name": "a", "spec": "org/a", "gpus_per_replica": 0.5, "resources": {"gpu_80gb": 1}},
+        {"name": "b", "spec": "org/a", "quantization": "int4"}]})
+    a, b = config.models
+    assert (a.gpus_per_replica, a.resources, a.allow_cpu_fallback) == (0.5, {"gpu_80gb": 1}, False)
+    assert config.answerer_settings(0).gpu_share == 0.5 and config.answerer_settings(1).quantization == "int4"
+    key_a, key_b = (generation_key(m, config.answerer_settings(i)) for i, m in enumerate(config.models))
+    assert "quantization" not in key_a and key_b["quantization"] == "int4"
+    assert {k: v for k, v in key_b.items() if k != "quantization"} == key_a  # otherwise the same generations
