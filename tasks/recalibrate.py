@@ -20,6 +20,7 @@ from cic.pipeline.recalibration import (
     correct_and_alert,
     promote_quiet_groups,
     recalibrate_group,
+    slot_of,
 )
 from cic.pipeline.stored_calibration import GroupKey, groups_of_run
 from cic.stats.calibration import CalibrationResult
@@ -80,7 +81,7 @@ def recalibrate_runs(db: str, run_keys: Sequence[str], calibration: CalibrationC
             continue
         out.checks.extend((result.key, c) for c in result.checks)
         for row in result.rows.iter_rows(named=True):
-            live = result.live.get((round(row["alpha"], 12), round(row["delta"], 12), row["bound"], row["search"]))
+            live = result.live.get(slot_of(row))
             out.candidates.append(Candidate(result.key, row, live, alerts.get(row["calibration_id"], []),
                                             states.get(row["calibration_id"], "candidate")))
     for candidate, alert in out.alerts:

@@ -17,6 +17,7 @@ from typing import Any
 from mlflow import MlflowClient
 
 from cic import schema
+from cic.pipeline.gates import SERVING_KEY
 from cic.stats.calibration import CalibrationResult
 from tasks.tracking import experiment_id
 
@@ -70,8 +71,7 @@ def sync_gates(client: MlflowClient, rows: Sequence[dict[str, Any]], *, experime
         name = registered_name(row)
         if client.search_registered_models(f"name = '{name}'") == []:
             client.create_registered_model(name, tags={"cic.serving_key": schema.canonical_json(
-                {k: row[k] for k in ("model", "dataset", "estimator", "criterion", "alpha", "delta", "bound",
-                                     "search")})})
+                {k: row[k] for k in SERVING_KEY})})
         version = _version_of(client, name, row["calibration_id"])
         if version is None:
             run = _gate_run(client, row, experiment_prefix)
@@ -91,7 +91,7 @@ def registry_sync(db: str, uri: str, gate_ids: Sequence[str], *, experiment_pref
     so the registry's `live` alias and version states match the store."""
     import polars as pl
 
-    from cic.pipeline.gates import SERVING_KEY, gates
+    from cic.pipeline.gates import gates
     from cic.store import Store
     from tasks.tracking import check_reachable
 

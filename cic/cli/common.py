@@ -40,6 +40,17 @@ def friendly_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def flow_outcome(state: Any, failure: type[BaseException]) -> tuple[dict[str, Any], bool]:
+    """(summary, failed) of a flow called with `return_state=True`: a `failure` result carries the summary of a
+    run that ended Failed on purpose (a failed model, an alert); any other exception is raised."""
+    result = state.result(raise_on_failure=False)
+    if isinstance(result, failure):
+        return result.summary, True  # type: ignore[attr-defined]
+    if isinstance(result, BaseException):
+        raise result
+    return result, False
+
+
 def check_output_file(path: Path | None, option: str) -> None:
     """Refuse, before any work, an output path whose directory is missing or that is itself a directory."""
     if path is None:

@@ -15,7 +15,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from cic.cli.common import console, err_console, fmt, friendly_errors, styled
+from cic.cli.common import console, err_console, flow_outcome, fmt, friendly_errors, styled
 from cic.pipeline.processes import owned_processes
 from cic.pipeline.progress import ProgressLines
 
@@ -132,12 +132,7 @@ def run(
             StageBars() if console.is_terminal else ProgressLines(lambda text: console.print(text, soft_wrap=True))):
         state = pipeline(config_path=str(config), db=db, ray_address=ray_address, tracking=tracking_uri,
                          report_dir=report_dir, log_to_mlflow=not no_mlflow, return_state=True)
-    summary = state.result(raise_on_failure=False)
-    failed = isinstance(summary, ModelsFailed)
-    if failed:
-        summary = summary.summary
-    elif isinstance(summary, BaseException):
-        raise summary
+    summary, failed = flow_outcome(state, ModelsFailed)
     table, shown = results_table(summary["db"], summary["run_keys"], estimator)
     console.print(table)
     note = unattainable_note(shown)
@@ -189,12 +184,7 @@ def recalibrate(
 
     state = recalibrate_flow(config_path=str(config), db=db, tracking=tracking_uri, window=window, since=since,
                              log_to_mlflow=not no_mlflow, fail_on_alert=fail_on_alert, return_state=True)
-    result = state.result(raise_on_failure=False)
-    failed = isinstance(result, RecalibrationAlert)
-    if failed:
-        result = result.summary
-    elif isinstance(result, BaseException):
-        raise result
+    result, failed = flow_outcome(state, RecalibrationAlert)
     table = Table(title=f"recalibration: {result['gates']} candidate gate(s)")
     table.add_column("gate", no_wrap=True, min_width=12)
     for column in ("state", "model", "dataset", "estimator", "criterion", "α", "bound", "search", "n",

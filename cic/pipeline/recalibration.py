@@ -93,7 +93,7 @@ class GroupRecalibration:
     def alerts_of(self, row: dict[str, Any]) -> list[str]:
         """The alerts of one candidate row: unattainable alpha, and every rejected test that concerns it."""
         out = []
-        live = self.live.get(_slot(row))
+        live = self.live.get(slot_of(row))
         if row["threshold"] is None:
             out.append("alpha has become unattainable: the new gate would abstain on everything"
                        if live is not None and live["threshold"] is not None else
@@ -103,7 +103,8 @@ class GroupRecalibration:
         return out
 
 
-def _slot(row: dict[str, Any]) -> tuple[float, float, str, str]:
+def slot_of(row: dict[str, Any]) -> tuple[float, float, str, str]:
+    """(alpha, delta, bound, search) of a gate row: which live gate a candidate is compared with."""
     return (round(float(row["alpha"]), 12), round(float(row["delta"]), 12), row["bound"], row["search"])
 
 
@@ -151,7 +152,7 @@ def recalibrate_group(store: Store, key: GroupKey, config: CalibrationConfig, ru
     pairs = labelled_pairs(store, key)
     live_rows = gates(store, run_key=key.run_key, estimator=key.estimator, criterion=key.criterion) \
         .filter(state="live").to_dicts()
-    live = {_slot(r): r for r in live_rows}
+    live = {slot_of(r): r for r in live_rows}
     reference = reference_window(live_rows)
     recent = new_window(pairs, reference[1] if reference else None, rule)
     if recent.height < MIN_WINDOW:
@@ -164,7 +165,7 @@ def recalibrate_group(store: Store, key: GroupKey, config: CalibrationConfig, ru
     out = GroupRecalibration(key, rows, live, span(recent), reference)
     ids_by_slot: dict[tuple[float, float, str, str], list[str]] = {}
     for row in rows.iter_rows(named=True):
-        ids_by_slot.setdefault(_slot(row), []).append(row["calibration_id"])
+        ids_by_slot.setdefault(slot_of(row), []).append(row["calibration_id"])
     new_scores = recent.get_column("score").to_numpy()
     if reference is not None:
         start, end = reference
