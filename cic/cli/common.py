@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,15 @@ from rich.text import Text
 console = Console(width=None if sys.stdout.isatty() else 140, markup=False, emoji=False, highlight=False)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 140, markup=False, emoji=False,
                       highlight=False)
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: object) -> str:
+    """Text safe for a terminal: control characters and escape sequences (ANSI colours, cursor moves, a
+    carriage return that hides what came before) shown as \\xNN instead of acting on the terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
 
 
 def styled(*parts: str | tuple[str, str]) -> Text:
@@ -34,7 +44,8 @@ def friendly_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except ValueError as exc:
-            err_console.print(styled(("error:", "bold red"), " ", " ".join(str(exc).split())), soft_wrap=True)
+            err_console.print(styled(("error:", "bold red"), " ", printable(" ".join(str(exc).split()))),
+                              soft_wrap=True)
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
@@ -49,16 +60,6 @@ def flow_outcome(state: Any, failure: type[BaseException]) -> tuple[dict[str, An
     if isinstance(result, BaseException):
         raise result
     return result, False
-
-
-def check_output_file(path: Path | None, option: str) -> None:
-    """Refuse, before any work, an output path whose directory is missing or that is itself a directory."""
-    if path is None:
-        return
-    if path.is_dir():
-        raise ValueError(f"{option} = {str(path)!r} is a directory; give a file name")
-    if not path.parent.is_dir():
-        raise ValueError(f"{option} = {str(path)!r}: directory {str(path.parent)!r} does not exist")
 
 
 def parse_floats(text: str, name: str) -> list[float]:
@@ -192,3 +193,5 @@ LabelOpt = Annotated[list[str] | None, typer.Option(help="Label for files withou
 
 
 DbOpt = Annotated[Path, typer.Option("--db", help="DuckDB file of the store.")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Replace an existing database or Parquet file that cic did "
+                                                        "not write (never an input of the command).")]

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from cic.cli.common import check_output_file, console, err_console, fmt, friendly_errors, styled
+from cic.cli.common import ForceOpt, console, err_console, fmt, friendly_errors, printable, styled
 
 StoreOpt = Annotated[Path, typer.Option("--db", help="DuckDB file of the store.")]
 TrackingOpt = Annotated[str | None, typer.Option(
@@ -46,9 +46,9 @@ def ingest(
         stats = ingest_file(store, file, label_name=label_name, criterion=criterion,
                             experiment_prefix=experiment_prefix)
     streams = ", ".join(f"{r['model']}/{r['stream']}" for r in stats.runs)
-    console.print(f"{file}: {stats.records} record(s) stored, {stats.labels} labelled"
-                  + (f", {stats.unlabelled} waiting for labels" if stats.unlabelled else "")
-                  + (f" ({streams})" if streams else "") + f" in {db}")
+    console.print(printable(f"{file}: {stats.records} record(s) stored, {stats.labels} labelled"
+                            + (f", {stats.unlabelled} waiting for labels" if stats.unlabelled else "")
+                            + (f" ({streams})" if streams else "") + f" in {db}"))
 
 
 @gate_app.command("list")
@@ -77,15 +77,20 @@ def list_gates(
         table.add_column(column)
     for r in rows.sort("model", "dataset", "estimator", "criterion", "alpha", "bound", "search", "created_at") \
             .iter_rows(named=True):
-        table.add_row(r["calibration_id"][:12], r["state"], r["kind"] or "pipeline", r["model"], r["dataset"],
-                      r["estimator"], r["criterion"], f"{r['alpha']:g}", r["bound"], r["search"],
-                      "unattainable" if r["threshold"] is None else fmt(r["threshold"], ".4g"), str(r["n_cal"]),
-                      str(r["window_to"] or "—")[:19], "; ".join(r["alerts"]) or "—")
+        table.add_row(*map(printable, (
+            r["calibration_id"][:12], r["state"], r["kind"] or "pipeline", r["model"], r["dataset"], r["estimator"],
+            r["criterion"], f"{r['alpha']:g}", r["bound"], r["search"],
+            "unattainable" if r["threshold"] is None else fmt(r["threshold"], ".4g"), str(r["n_cal"]),
+            str(r["window_to"] or "—")[:19], "; ".join(r["alerts"]) or "—")))
     console.print(table)
 
 
+SYNC_HINT = "run `cic gate sync` when MLflow is back (it reconciles every key's `live` alias with the store)"
+
+
 def _sync(db: Path, gate_ids: list[str], tracking_uri: str | None, experiment_prefix: str) -> None:
-    """Bring MLflow's registry in line for these gates; an outage is reported, never fatal (`cic gate sync`)."""
+    """Bring MLflow's registry in line for these gates' keys; an outage is reported, never fatal: the store holds
+    the new state and `cic gate sync` catches up."""
     from tasks.log import tracking_uri as resolve
     from tasks.registry import registry_sync
 
@@ -93,11 +98,11 @@ def _sync(db: Path, gate_ids: list[str], tracking_uri: str | None, experiment_pr
     try:
         names = registry_sync(str(db), uri, gate_ids, experiment_prefix=experiment_prefix)
     except Exception as exc:  # the store already holds the new state
-        err_console.print(styled(("MLflow registry not updated:", "bold yellow"), f" {type(exc).__name__}: {exc} — "
-                                 "the store holds the new state; run `cic gate sync` when MLflow is back"))
+        err_console.print(styled(("MLflow registry not updated:", "bold yellow"), f" {type(exc).__name__}: "
+                                 f"{printable(str(exc))} — the store holds the new state; {SYNC_HINT}"))
         return
     for name in names:
-        console.print(f"MLflow registry ({uri}): {name}")
+        console.print(f"MLflow registry ({uri}): {printable(name)}")
 
 
 @gate_app.command("promote")
@@ -118,10 +123,11 @@ def promote_gate(
 
     with Store.open(_existing(db), wait_s=300) as store:
         row, retired = promote(store, gate_id, reason=reason, despite_alerts=despite_alerts)
-    console.print(f"gate {row['calibration_id'][:12]} is live: {row['model']}/{row['dataset']} {row['estimator']} × "
-                  f"{row['criterion']} α={row['alpha']:g} {row['bound']} {row['search']}, threshold "
-                  f"{'unattainable' if row['threshold'] is None else format(row['threshold'], '.4g')}"
-                  + (f"; retired {', '.join(r[:12] for r in retired)}" if retired else ""))
+    console.print(printable(
+        f"gate {row['calibration_id'][:12]} is live: {row['model']}/{row['dataset']} {row['estimator']} × "
+        f"{row['criterion']} α={row['alpha']:g} {row['bound']} {row['search']}, threshold "
+        f"{'unattainable' if row['threshold'] is None else format(row['threshold'], '.4g')}"
+        + (f"; retired {', '.join(r[:12] for r in retired)}" if retired else "")))
     if not no_mlflow:
         _sync(db, [row["calibration_id"], *retired], tracking_uri, experiment_prefix)
 
@@ -154,31 +160,25 @@ def export_gates(
     db: StoreOpt = Path("cic.duckdb"),
     model: Annotated[str | None, typer.Option("--model")] = None,
     dataset: Annotated[str | None, typer.Option("--dataset")] = None,
+    force: ForceOpt = False,
 ) -> None:
-    """Write the live gates (verified against their certificates) for a serving system: one JSON list."""
-    from cic.pipeline.gates import gates, verify_gate
-    from cic.stats.calibration import CalibrationResult
+    """Write what a serving system should serve, one JSON list: every live gate (verified against its
+    certificate), and for a key whose gates were all retired an entry that serves nothing (abstain on all)."""
+    from cic.pipeline.gates import served_entries
     from cic.store import Store
+    from cic.store.outputs import guard_output, write_text
 
-    check_output_file(out, "--out")
+    target = guard_output(out, "--out", inputs=[db], force=force)
     filters = {k: v for k, v in (("model", model), ("dataset", dataset)) if v is not None}
     with Store.open(_existing(db), read_only=True, wait_s=60) as store:
-        live = gates(store, **filters).filter(state="live")
-    if live.height == 0:
-        raise ValueError(f"no live gate in {db}" + (f" for {filters}" if filters else "") +
+        exported = served_entries(store, **filters)
+    if not exported:
+        raise ValueError(f"no live or retired gate in {db}" + (f" for {filters}" if filters else "") +
                          "; promote one with `cic gate promote ID`")
-    exported = []
-    ordered = live.sort("model", "dataset", "estimator", "criterion", "alpha", "bound", "search")
-    for row in ordered.iter_rows(named=True):
-        verify_gate(row)
-        exported.append({
-            "gate_id": row["calibration_id"], **{k: row[k] for k in ("model", "dataset", "estimator", "criterion",
-                                                                    "alpha", "delta", "bound", "search", "threshold",
-                                                                    "bound_value", "n_accepted", "n_errors", "n_cal")},
-            "window_from": str(row["window_from"]), "window_to": str(row["window_to"]),
-            "gate": json.loads(CalibrationResult.from_json(row["result_json"]).gate().to_json())})
-    out.write_text(json.dumps(exported, indent=2))
-    console.print(f"{len(exported)} live gate(s) written to {out}")
+    write_text(target, json.dumps(exported, indent=2) + "\n", "--out")
+    live = sum(e["serve"] == "gate" for e in exported)
+    console.print(f"{live} live gate(s)" + (f" and {len(exported) - live} key(s) serving nothing (every gate "
+                                            "retired)" if len(exported) > live else "") + f" written to {target}")
 
 
 @gate_app.command("sync")
@@ -188,15 +188,25 @@ def sync_registry(
     tracking_uri: TrackingOpt = None,
     experiment_prefix: PrefixOpt = "cic",
 ) -> None:
-    """Register every live gate in MLflow and point the `live` aliases at them (after an outage, say)."""
-    from cic.pipeline.gates import gates
-    from cic.store import Store
+    """Reconcile MLflow's registry with the store, both ways: every live or retired gate registered, `live` set
+    where a gate is live and removed where none is. Exits 1 when MLflow cannot be reached."""
+    from tasks.log import tracking_uri as resolve
+    from tasks.registry import registry_sync
 
-    with Store.open(_existing(db), read_only=True, wait_s=60) as store:
-        ids = gates(store).filter(state="live").get_column("calibration_id").to_list()
-    if not ids:
-        raise ValueError(f"no live gate in {db}; promote one with `cic gate promote ID`")
-    _sync(db, ids, tracking_uri, experiment_prefix)
+    _existing(db)
+    uri = resolve(tracking_uri)
+    try:
+        names = registry_sync(str(db), uri, None, experiment_prefix=experiment_prefix)
+    except ValueError:
+        raise
+    except Exception as exc:
+        err_console.print(styled(("MLflow registry not synced:", "bold red"), f" {type(exc).__name__}: "
+                                 f"{printable(str(exc))}"), soft_wrap=True)
+        raise typer.Exit(1) from None
+    if not names:
+        console.print(f"no live or retired gate in {db}: nothing to register")
+    for name in names:
+        console.print(f"MLflow registry ({uri}): {printable(name)}")
 
 
 COMMANDS = {"ingest": ingest}

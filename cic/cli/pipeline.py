@@ -15,7 +15,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from cic.cli.common import console, err_console, flow_outcome, fmt, friendly_errors, styled
+from cic.cli.common import console, err_console, flow_outcome, fmt, friendly_errors, printable, styled
 from cic.pipeline.processes import owned_processes
 from cic.pipeline.progress import ProgressLines
 
@@ -89,8 +89,9 @@ def results_table(db: str, run_keys: list[str], estimator: str | None) -> tuple[
         table.add_column(column, justify="right" if column[0] in "αFcfb" else "left")
     for r in shown.iter_rows(named=True):
         fdr = "—" if r["fdr_mean"] is None else f"{r['fdr_mean']:.3f} ± {r['fdr_std']:.3f}"
-        table.add_row(r["model"], r["dataset"], r["criterion"], r["search"], r["bound"], f"{r['alpha']:g}",
-                      fdr, fmt(r["coverage_mean"]), f"{r['fails']}/{r['n_splits']}", fmt(r["base_error_rate"]))
+        table.add_row(*map(printable, (r["model"], r["dataset"], r["criterion"], r["search"], r["bound"],
+                                       f"{r['alpha']:g}", fdr, fmt(r["coverage_mean"]), f"{r['fails']}/{r['n_splits']}",
+                                       fmt(r["base_error_rate"]))))
     return table, shown
 
 
@@ -157,6 +158,29 @@ def run(
         raise typer.Exit(1)
 
 
+SHOWN_ALERTS = 10
+
+
+def print_alerts(alerts: list[dict[str, Any]]) -> None:
+    """Each alert on its own line when there are few; else counts per kind and the worst SHOWN_ALERTS (the full
+    list is in the flow run's `recalibration` artifact and in `cic gate list`)."""
+    from collections import Counter
+
+    from cic.pipeline.recalibration import alert_kind
+
+    ordered = sorted(alerts, key=lambda a: alert_kind(a["alert"])[0])
+    if len(alerts) > SHOWN_ALERTS:
+        counts = Counter(alert_kind(a["alert"])[1] for a in ordered)
+        groups = len({(a["model"], a["dataset"], a["estimator"], a["criterion"]) for a in alerts})
+        err_console.print(styled(("ALERTS", "bold red"), f" {len(alerts)} in {groups} group(s): " + ", ".join(
+            f"{kind} × {n}" for kind, n in counts.items()) + f"; the {SHOWN_ALERTS} worst follow, the full list is "
+            "in the flow run's 'recalibration' artifact and `cic gate list --state candidate`"), soft_wrap=True)
+    for alert in ordered[:SHOWN_ALERTS]:
+        err_console.print(styled(("ALERT", "bold red"), printable(
+            f" {alert['model']}/{alert['dataset']} {alert['estimator']} × {alert['criterion']} α={alert['alpha']:g} "
+            f"{alert['bound']} {alert['search']}: {alert['alert']}")), highlight=False, soft_wrap=True)
+
+
 @friendly_errors
 def recalibrate(
     config: ConfigOpt = "demo",
@@ -191,22 +215,19 @@ def recalibrate(
                    "threshold", "live"):
         table.add_column(column)
     for r in result["candidates"]:
-        table.add_row(r["gate_id"][:12], r["state"], r["model"], r["dataset"], r["estimator"], r["criterion"],
-                      f"{r['alpha']:g}", r["bound"], r["search"], str(r["n_window"]),
+        table.add_row(*map(printable, (r["gate_id"][:12], r["state"], r["model"], r["dataset"], r["estimator"],
+                                       r["criterion"], f"{r['alpha']:g}", r["bound"], r["search"], str(r["n_window"]))),
                       styled(("unattainable", "red")) if r["threshold"] is None else fmt(r["threshold"], ".4g"),
                       fmt(r["live_threshold"], ".4g"))
     if result["candidates"]:
         console.print(table)
     for skipped in result["skipped"]:
-        console.print(f"skipped {skipped['model']}/{skipped['dataset']} {skipped['estimator']} × "
-                      f"{skipped['criterion']}: {skipped['reason']}", soft_wrap=True)
+        console.print(printable(f"skipped {skipped['model']}/{skipped['dataset']} {skipped['estimator']} × "
+                                f"{skipped['criterion']}: {skipped['reason']}"), soft_wrap=True)
     if not result["candidates"] and not result["skipped"]:
         console.print(f"nothing to recalibrate: {resolved_db} holds no labelled results for the models and datasets of "
                       f"{config} (run `cic run --config {config}` first, or check --db)", soft_wrap=True)
-    for alert in result["alerts"]:
-        err_console.print(styled(("ALERT", "bold red"), f" {alert['model']}/{alert['dataset']} {alert['estimator']} × "
-                                 f"{alert['criterion']} α={alert['alpha']:g} {alert['bound']} {alert['search']}: "
-                                 f"{alert['alert']}"), highlight=False, soft_wrap=True)
+    print_alerts(result["alerts"])
     if result.get("log_error"):
         err_console.print(styled(("MLflow logging failed:", "bold yellow"), f" {result['log_error']}"))
     if result["candidates"] and not result["promoted"]:

@@ -31,7 +31,7 @@ from cic.cli.common import (
     Searches,
     Seed,
     Start,
-    check_output_file,
+    ForceOpt,
     console,
     fmt,
     friendly_errors,
@@ -71,12 +71,17 @@ def calibrate(
     estimator: EstimatorOpt = None,
     criterion: CriterionOpt = None,
     run_key: RunKeyOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """Certify the largest threshold whose error rate among accepted answers is <= ALPHA."""
     from cic.stats.calibration import calibrate as run_calibration
+    from cic.store.outputs import guard_output, write_text
 
-    check_output_file(json_out, "--json")
-    check_output_file(gate_out, "--gate")
+    inputs = [file, pilot]
+    if json_out is not None:
+        json_out = guard_output(json_out, "--json", inputs=inputs, force=force)
+    if gate_out is not None:
+        gate_out = guard_output(gate_out, "--gate", inputs=[*inputs, json_out], force=force)
     scores, errors = load_pairs(file, score_col, error_col, correct_col, {
         "model": model, "dataset": dataset, "estimator": estimator, "criterion": criterion, "run_key": run_key})
     result = run_calibration(scores, errors, alpha=alpha, delta=delta, bound=bound, search=search,
@@ -86,10 +91,10 @@ def calibrate(
     if show_table:
         console.print(result.table())
     if json_out is not None:
-        json_out.write_text(result.to_json(include_table=show_table) + "\n")
+        write_text(json_out, result.to_json(include_table=show_table) + "\n", "--json")
         console.print(f"result written to {json_out}", style="dim")
     if gate_out is not None:
-        gate_out.write_text(result.gate().to_json() + "\n")
+        write_text(gate_out, result.gate().to_json() + "\n", "--gate")
         console.print(f"gate written to {gate_out}", style="dim")
 
 
@@ -118,10 +123,17 @@ def evaluate(
     estimator: EstimatorOpt = None,
     criterion: CriterionOpt = None,
     run_key: RunKeyOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """The paper's protocol: FDR, coverage and fails over repeated calibration/test splits."""
     from cic.stats.protocol import evaluate_splits
     from cic.stats.searches import get_search
+    from cic.store.outputs import guard_output, write_frame
+
+    if out is not None:
+        if out.suffix.lower() not in (".csv", ".parquet", ".pq"):
+            raise ValueError(f"--out = {str(out)!r}: use a .csv or .parquet file name")
+        out = guard_output(out, "--out", inputs=[file, pilot], force=force)
 
     scores, errors = load_pairs(file, score_col, error_col, correct_col, {
         "model": model, "dataset": dataset, "estimator": estimator, "criterion": criterion, "run_key": run_key})
@@ -141,13 +153,7 @@ def evaluate(
                       fmt(row["correct_coverage_mean"]), str(row["fails"]), fmt(row["threshold_mean"], ".4g"))
     console.print(table)
     if out is not None:
-        suffix = out.suffix.lower()
-        if suffix == ".csv":
-            frame.write_csv(out)
-        elif suffix in (".parquet", ".pq"):
-            frame.write_parquet(out)
-        else:
-            raise ValueError(f"--out = {str(out)!r}: use a .csv or .parquet file name")
+        write_frame(frame, out, "--out")
         console.print(f"table written to {out}", style="dim")
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from cic.cli.common import DbOpt, console, friendly_errors
+from cic.cli.common import DbOpt, ForceOpt, console, friendly_errors
 
 
 @friendly_errors
@@ -22,6 +22,7 @@ def datasets(
     db: Annotated[Path | None, typer.Option("--db", help="Also store the questions in this DuckDB file.")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Also write the questions to this .parquet.")] = None,
     show_prompt: Annotated[bool, typer.Option("--prompt", help="Print the prompt of the first question.")] = False,
+    force: ForceOpt = False,
 ) -> None:
     """List the registered datasets, or load one and show, store (--db) or save (--out) its questions."""
     from cic.data import DATASETS, build_prompt, load_questions
@@ -36,11 +37,16 @@ def datasets(
                           spec.description)
         console.print(table)
         return
-    questions = load_questions(name, source, split=split, limit=limit, seed=seed)
+    from cic.store.outputs import guard_output, write_frame
+
     if out is not None:
         if out.suffix.lower() not in (".parquet", ".pq"):
             raise ValueError(f"--out = {str(out)!r}: give a .parquet file name")
-        questions.write_parquet(out)
+        source_path = Path(source) if source and Path(source).exists() else None
+        out = guard_output(out, "--out", inputs=[db, source_path], force=force)
+    questions = load_questions(name, source, split=split, limit=limit, seed=seed)
+    if out is not None:
+        write_frame(questions, out, "--out")
         console.print(f"questions written to {out}", style="dim")
     if db is not None:
         from cic.store import Store
@@ -84,11 +90,15 @@ def export(
     db: DbOpt = Path("cic.duckdb"),
     where: Annotated[list[str] | None, typer.Option("--where", help="Keep rows with COLUMN=VALUE (repeatable).")]
     = None,
+    force: ForceOpt = False,
 ) -> None:
     """Write a stored table to Parquet (read it back anywhere, or `cic import` it into another store)."""
     from cic.store import Store
+    from cic.store.outputs import guard_output
 
     filters = _filters(where or [], table)
+    if out.suffix.lower() in (".parquet", ".pq"):
+        out = guard_output(out, "OUT", inputs=[db], force=force)
     with Store.open(db, read_only=True) as store:
         rows = store.export(table, out, **filters)
     console.print(f"{rows} {table} rows written to {out}")

@@ -185,3 +185,34 @@ def live_gate(store: Store, *, model: str, dataset: str, estimator: str, criteri
     row = live.sort("state_at").row(-1, named=True)
     verify_gate(row)
     return row
+
+
+def served_entries(store: Store, **equals: Any) -> list[dict[str, Any]]:
+    """What a serving system should serve, per serving key: the live gate (verified, `serve` = "gate"), or for a
+    key whose gates were all retired an explicit `serve` = "nothing" entry (abstain on every question) so a
+    serving system replaces the old gate instead of keeping it. Keys that never had a live gate are left out."""
+    import json
+
+    from cic.stats.calibration import CalibrationResult
+
+    table = gates(store, **equals)
+    out = []
+    for key_rows in table.sort(*SERVING_KEY).partition_by(list(SERVING_KEY), maintain_order=True):
+        live = key_rows.filter(state="live")
+        key = {k: key_rows.row(0, named=True)[k] for k in SERVING_KEY}
+        if live.height:
+            row = live.sort("state_at").row(-1, named=True)
+            verify_gate(row)
+            out.append({"serve": "gate", "gate_id": row["calibration_id"], **key,
+                        **{k: row[k] for k in ("threshold", "bound_value", "n_accepted", "n_errors", "n_cal")},
+                        "window_from": str(row["window_from"]), "window_to": str(row["window_to"]),
+                        "gate": json.loads(CalibrationResult.from_json(row["result_json"]).gate().to_json())})
+            continue
+        retired = key_rows.filter(state="retired").sort("state_at")
+        if retired.height:
+            last = retired.row(-1, named=True)
+            out.append({"serve": "nothing", "gate_id": None, **key, "threshold": None,
+                        "retired_gate_id": last["calibration_id"], "retired_at": str(last["state_at"]),
+                        "reason": f"every gate of this key is retired ({last['reason']}); abstain on every question "
+                                  "until one is promoted"})
+    return out

@@ -103,6 +103,22 @@ class GroupRecalibration:
         return out
 
 
+#: alert kinds, most severe first (a summary shows the worst alerts first)
+ALERT_KINDS = (("error rate at the live threshold", "error rate above alpha"),
+               ("labels changed", "labels changed under a gate"),
+               ("score distribution moved", "score shift"),
+               ("alpha has become unattainable", "alpha became unattainable"),
+               ("alpha is unattainable", "alpha unattainable"))
+
+
+def alert_kind(text: str) -> tuple[int, str]:
+    """(severity rank, kind) of an alert's text: 0 is the most severe."""
+    for rank, (prefix, kind) in enumerate(ALERT_KINDS):
+        if text.startswith(prefix):
+            return rank, kind
+    return len(ALERT_KINDS), "other"
+
+
 def slot_of(row: dict[str, Any]) -> tuple[float, float, str, str]:
     """(alpha, delta, bound, search) of a gate row: which live gate a candidate is compared with."""
     return (round(float(row["alpha"]), 12), round(float(row["delta"]), 12), row["bound"], row["search"])

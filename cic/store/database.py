@@ -632,9 +632,10 @@ class Store:
         arrow = self.read(table, **equals).to_arrow()
         arrow = arrow.replace_schema_metadata({**(arrow.schema.metadata or {}), b"cic.table": table.encode(),
                                                b"cic.schema_version": str(self.schema_version).encode()})
-        partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
-        pq.write_table(arrow, partial)
-        partial.replace(target)
+        from cic.store.outputs import atomic_output
+
+        with atomic_output(target, "path") as partial:
+            pq.write_table(arrow, partial)
         return arrow.num_rows
 
     def import_(self, path: str | Path, table: str | None = None) -> tuple[str, int]:

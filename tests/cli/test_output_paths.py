@@ -1,0 +1,146 @@
+"""No output path can destroy an input: every command that writes a file refuses the store, its own inputs and
+a database or Parquet file cic did not write (unless --force), and writes through a renamed temporary file, so
+a full disk leaves the previous file, or nothing, and one clear line."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import resource
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from cic.cli import app
+from cic.pipeline.gates import gates, retire
+from cic.store import Store
+from tests.pipeline.test_recalibration import make_live, only_group
+from tests.support.pipeline_data import store_run
+from tests.support.tables import make_table
+
+pytestmark = pytest.mark.faults
+runner = CliRunner()
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def one_line_error(result: object, *words: str) -> None:
+    text = " ".join(result.output.split())  # type: ignore[attr-defined]
+    assert result.exit_code == 2, result.output  # type: ignore[attr-defined]
+    assert "Traceback" not in result.output  # type: ignore[attr-defined]
+    for word in words:
+        assert word in text, text
+
+
+@pytest.fixture
+def store_with_live_gate(tmp_path: Path) -> Path:
+    db = tmp_path / "prod.duckdb"
+    with Store.open(db) as store:
+        store_run(store, n=400, labelled_at=datetime(2026, 1, 1, tzinfo=UTC), estimators=("semantic_entropy",))
+        make_live(store, only_group(store))
+    return db
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> Path:
+    scores, errors = make_table(np.random.default_rng(3), 600)
+    path = tmp_path / "scores.parquet"
+    pl.DataFrame({"score": scores, "error": errors}).write_parquet(path)
+    return path
+
+
+def test_gate_export_onto_the_store_is_refused_and_the_store_survives(store_with_live_gate: Path) -> None:
+    db = store_with_live_gate
+    before = digest(db)
+    result = runner.invoke(app, ["gate", "export", "--db", str(db), "--out", str(db)])
+    one_line_error(result, "--out", "also an input")
+    assert digest(db) == before
+    with Store.open(db, read_only=True) as store:
+        assert gates(store).filter(state="live").height == 1
+    # even with --force: an input is never an output
+    result = runner.invoke(app, ["gate", "export", "--db", str(db), "--out", str(db), "--force"])
+    one_line_error(result, "also an input")
+    assert digest(db) == before
+
+
+def test_calibrate_refuses_its_input_the_store_a_foreign_database_and_the_same_path_twice(
+        table: Path, store_with_live_gate: Path, tmp_path: Path) -> None:
+    db = store_with_live_gate
+    base = ["calibrate", str(table), "--alpha", "0.2"]
+    for args, words in (
+            (["--gate", str(table)], ("--gate", "also an input")),
+            (["--json", str(table)], ("--json", "also an input")),
+            (["--gate", str(db)], ("--gate", "a DuckDB database that cic did not write")),
+            (["--json", str(tmp_path / "x.json"), "--gate", str(tmp_path / "x.json")], ("--gate", "also an input"))):
+        before = {p: digest(p) for p in (table, db)}
+        one_line_error(runner.invoke(app, base + args), *words)
+        assert {p: digest(p) for p in (table, db)} == before
+    stored_group = ["--model", "m", "--dataset", "d", "--estimator", "semantic_entropy", "--criterion",
+                    "similarity[0.6]"]
+    one_line_error(runner.invoke(app, ["calibrate", str(db), "--alpha", "0.3", *stored_group, "--gate", str(db)]),
+                   "also an input")
+
+
+def test_a_parquet_file_cic_did_not_write_needs_force_one_it_wrote_does_not(table: Path, tmp_path: Path) -> None:
+    foreign = tmp_path / "foreign.parquet"
+    pl.DataFrame({"a": [1, 2]}).write_parquet(foreign)
+    before = digest(foreign)
+    args = ["evaluate", str(table), "--n-splits", "3", "--out"]
+    one_line_error(runner.invoke(app, [*args, str(foreign)]), "a Parquet file that cic did not write", "--force")
+    assert digest(foreign) == before
+    assert runner.invoke(app, [*args, str(foreign), "--force"]).exit_code == 0
+    assert pl.read_parquet(foreign).height == 10  # 5 alphas × 2 bounds
+    # a file cic wrote is replaced on a rerun without --force
+    assert runner.invoke(app, [*args, str(foreign)]).exit_code == 0
+    assert not list(tmp_path.glob(".*.partial"))
+
+
+def test_cic_export_onto_its_own_store_is_refused(store_with_live_gate: Path) -> None:
+    db = store_with_live_gate
+    renamed = db.with_suffix(".parquet")
+    os.replace(db, renamed)  # a store whose name ends in .parquet is still the store
+    before = digest(renamed)
+    one_line_error(runner.invoke(app, ["export", "scores", str(renamed), "--db", str(renamed)]), "also an input")
+    assert digest(renamed) == before
+
+
+def test_retiring_the_last_live_gate_exports_an_explicit_serve_nothing_entry(store_with_live_gate: Path,
+                                                                            tmp_path: Path) -> None:
+    import json
+
+    db, out = store_with_live_gate, tmp_path / "live.json"
+    assert runner.invoke(app, ["gate", "export", "--db", str(db), "--out", str(out)]).exit_code == 0
+    [entry] = json.loads(out.read_text())
+    assert entry["serve"] == "gate" and entry["threshold"] is not None
+    with Store.open(db) as store:
+        retire(store, entry["gate_id"], reason="incident 42")
+    result = runner.invoke(app, ["gate", "export", "--db", str(db), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    [entry] = json.loads(out.read_text())
+    assert entry["serve"] == "nothing" and entry["gate_id"] is None and entry["threshold"] is None
+    assert "incident 42" in entry["reason"] and entry["model"] == "m"
+
+
+def test_a_full_disk_leaves_the_previous_file_and_one_line(store_with_live_gate: Path, tmp_path: Path) -> None:
+    """A real write failure: the command runs under a file-size limit (EFBIG, as a full disk gives ENOSPC)."""
+    db, out = store_with_live_gate, tmp_path / "live.json"
+    out.write_text("previous\n")
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200, 200))
+
+    proc = subprocess.run([str(Path(sys.executable).with_name("cic")), "gate", "export", "--db", str(db), "--out", str(out)],
+                          capture_output=True, text=True, preexec_fn=small_files, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "cannot be written" in proc.stderr and "previous file is unchanged" in proc.stderr
+    assert out.read_text() == "previous\n"
+    assert not list(tmp_path.glob(".*.partial"))
