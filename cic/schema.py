@@ -118,8 +118,16 @@ GATE_EVENTS = TableSpec("gate_events", {
     "created_at": pl.Datetime("us", "UTC"),
 }, ("event_id",))
 
+LABEL_EVENTS = TableSpec("label_events", {
+    "event_id": pl.String(),
+    "run_key": pl.String(), "question_id": pl.String(), "criterion": pl.String(),
+    "old_aligned": pl.Boolean(), "new_aligned": pl.Boolean(),  # a stored label replaced (`cic ingest --relabel`)
+    "source": pl.String(),                   # the file that changed it
+    "created_at": pl.Datetime("us", "UTC"),
+}, ("event_id",))
+
 TABLES: dict[str, TableSpec] = {t.name: t for t in (QUESTIONS, RUNS, GENERATIONS, SCORES, LABELS, CALIBRATIONS,
-                                                     EVALUATIONS, OBSERVATIONS, GATE_EVENTS)}
+                                                     EVALUATIONS, OBSERVATIONS, GATE_EVENTS, LABEL_EVENTS)}
 
 
 def conform(frame: pl.DataFrame, spec: TableSpec) -> pl.DataFrame:

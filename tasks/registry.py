@@ -4,9 +4,10 @@
 
 One registered model per serving key (model, dataset, estimator, criterion, alpha, delta, bound, search), named
 by a readable slug plus a hash of the exact key (two keys never share a name) and tagged with the key, which is
-checked before any alias moves; one version per gate (its run in experiment '<prefix>-gates' holds gate.json and the stored row); the alias
-`live` points at the live gate's version, and each version's tag `cic.state` follows the store. The store
-stays the source of truth: syncing again after an outage brings the registry in line, idempotently.
+checked before any alias moves; one version per gate (its run in experiment '<prefix>-gates' holds gate.json
+and the stored row); the alias `live` points at the live gate's version, and each version's tag `cic.state`
+follows the store. The store stays the source of truth: `cic gate sync` brings the registry in line after an
+outage, both ways, idempotently.
 """
 
 from __future__ import annotations

@@ -33,22 +33,40 @@ def ingest(
     label_name: Annotated[str, typer.Option("--label-name", help="Criterion name for the `correct` column.")] = "human",
     criterion: Annotated[str | None, typer.Option("--criterion", help="Label the `gold` column with this criterion "
                                                   "(exact_match, token_f1[0.5], similarity[0.6]).")] = None,
+    relabel: Annotated[bool, typer.Option("--relabel", help="Allow labels that change stored labels (recorded in "
+                                          "label_events; the gates whose window held them are flagged).")] = False,
+    max_skew: Annotated[str, typer.Option("--max-skew", help="Refuse timestamps later than now + this (clock "
+                                          "skew), e.g. 5m, 1h.")] = "5m",
+    timezone: Annotated[str | None, typer.Option("--timezone", help="Zone of timestamps written without one "
+                                                 "(default: refuse them), e.g. UTC, Europe/Berlin.")] = None,
     experiment_prefix: PrefixOpt = "cic",
 ) -> None:
     """Store production records (question, answer, scores, timestamp, correctness when known) next to the
     pipeline's runs; a file of labels alone labels them later. Idempotent; a bad record stores nothing."""
+    from cic.pipeline.durations import parse_duration
     from cic.pipeline.ingest import ingest_file
+    from cic.pipeline.record_batches import SUFFIXES
     from cic.store import Store
+    from cic.store.score_files import input_file
 
+    input_file(file, SUFFIXES)
+    skew = parse_duration(max_skew, "--max-skew")
     if not db.parent.is_dir():
         raise ValueError(f"--db = {str(db)!r}: directory {str(db.parent)!r} does not exist")
+    if db.exists() and file.exists() and db.resolve() == file.resolve():
+        raise ValueError(f"FILE = {str(file)!r} is the store itself; give the records file")
     with Store.open(db, wait_s=300) as store:
-        stats = ingest_file(store, file, label_name=label_name, criterion=criterion,
-                            experiment_prefix=experiment_prefix)
+        stats = ingest_file(store, file, label_name=label_name, criterion=criterion, relabel=relabel,
+                            max_skew=skew, timezone=timezone, experiment_prefix=experiment_prefix)
     streams = ", ".join(f"{r['model']}/{r['stream']}" for r in stats.runs)
     console.print(printable(f"{file}: {stats.records} record(s) stored, {stats.labels} labelled"
                             + (f", {stats.unlabelled} waiting for labels" if stats.unlabelled else "")
                             + (f" ({streams})" if streams else "") + f" in {db}"))
+    if stats.relabelled:
+        err_console.print(styled(("relabelled:", "bold yellow"), printable(
+            f" {stats.relabelled} stored label(s) changed (label_events); "
+            + (f"gates flagged: {', '.join(g[:12] for g in stats.flagged_gates)} — `cic gate list` shows why"
+               if stats.flagged_gates else "no gate's window held them"))), soft_wrap=True)
 
 
 @gate_app.command("list")

@@ -123,7 +123,7 @@ def run(
     """The main job: generate → score → label → DuckDB → calibrate → split protocol → MLflow."""
     from cic.pipeline.preflight import preflight
 
-    checked = preflight(config, ray_address=ray_address)  # before any service starts: one second, one line
+    checked = preflight(config, ray_address=ray_address, db=db)  # before any service starts: one second, one line
     prefect_defaults()
     from flows.pipeline import ModelsFailed, pipeline
 
@@ -196,18 +196,20 @@ def recalibrate(
     """Candidate gates on labelled questions newer than each live gate's window, tested for drift against it;
     candidates wait for `cic gate promote` (or go live under `promotion: auto`)."""
     from cic.pipeline.config import load_config
+    from cic.pipeline.preflight import check_store
     from cic.pipeline.recalibration import WindowRule, parse_since
 
     checked = load_config(config)  # before any service starts
     WindowRule(count=window, since=parse_since(since))
     resolved_db = db or checked.storage.db
-    if not Path(resolved_db).exists():
-        raise ValueError(f"db = {resolved_db!r}: no such file (nothing stored to recalibrate; run `cic run` first)")
+    check_store(resolved_db, must_exist=True, option="--db" if db else "storage.db")
     prefect_defaults()
     from flows.recalibrate import RecalibrationAlert, recalibrate_flow
 
-    state = recalibrate_flow(config_path=str(config), db=db, tracking=tracking_uri, window=window, since=since,
-                             log_to_mlflow=not no_mlflow, fail_on_alert=fail_on_alert, return_state=True)
+    # Prefect's ephemeral server stops with this command, also when it is killed (see owned_processes)
+    with owned_processes(resolved_db, command="recalibrate"):
+        state = recalibrate_flow(config_path=str(config), db=db, tracking=tracking_uri, window=window, since=since,
+                                 log_to_mlflow=not no_mlflow, fail_on_alert=fail_on_alert, return_state=True)
     result, failed = flow_outcome(state, RecalibrationAlert)
     table = Table(title=f"recalibration: {result['gates']} candidate gate(s)")
     table.add_column("gate", no_wrap=True, min_width=12)

@@ -232,9 +232,9 @@ class RecalibrationConfig(_Strict):
     @field_validator("since")
     @classmethod
     def _duration(cls, value: str | None) -> str | None:
-        from cic.pipeline.recalibration import parse_since
+        from cic.pipeline.durations import parse_duration
 
-        parse_since(value)
+        parse_duration(value, "since")
         return value
 
 
@@ -340,6 +340,26 @@ def config_path(name_or_path: str | Path) -> Path:
     return Path(name_or_path).expanduser()
 
 
+def _refuse_duplicate_keys(node: Any, path: str, trail: str = "") -> None:
+    """YAML lets a later key silently replace an earlier one; a config that repeats a key is refused, naming
+    both lines."""
+    import yaml
+
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for key, value in node.value:
+            name = str(getattr(key, "value", key))
+            line = key.start_mark.line + 1
+            if name in seen:
+                raise ValueError(f"config = {path!r}: key {trail + name!r} appears twice, at lines {seen[name]} and "
+                                 f"{line}; keep one")
+            seen[name] = line
+            _refuse_duplicate_keys(value, path, f"{trail}{name}.")
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _refuse_duplicate_keys(item, path, f"{trail}{index}.")
+
+
 def load_config(path: str | Path) -> PipelineConfig:
     """Read and validate a pipeline YAML file (a path, or the name of a shipped config)."""
     import yaml
@@ -348,9 +368,14 @@ def load_config(path: str | Path) -> PipelineConfig:
     if not p.is_file():
         raise ValueError(f"config = {str(path)!r}: file not found (a YAML path, or one of "
                          f"{', '.join(SHIPPED_CONFIGS)})")
-    text = p.read_text()
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"config = {str(p)!r}: not a text file (byte {exc.start} is not UTF-8); give a YAML "
+                         "file") from None
     try:
         data = yaml.safe_load(text)
+        _refuse_duplicate_keys(yaml.compose(text, Loader=yaml.SafeLoader), str(p))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

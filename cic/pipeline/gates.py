@@ -216,3 +216,14 @@ def served_entries(store: Store, **equals: Any) -> list[dict[str, Any]]:
                         "reason": f"every gate of this key is retired ({last['reason']}); abstain on every question "
                                   "until one is promoted"})
     return out
+
+
+def flag_gates(store: Store, alerts: dict[str, str]) -> list[str]:
+    """Add an alert to each of these gates, keeping its state (an event that repeats the state with the alert
+    appended): `cic gate list` shows it, a flagged candidate is never auto-promoted, and the next recalibration
+    of a flagged live gate's key alerts. Retired gates are left alone; returns the gates flagged."""
+    table = gates(store).filter(pl.col("calibration_id").is_in(list(alerts)) & (pl.col("state") != "retired"))
+    events = [_event(store, row["calibration_id"], row["state"], "flagged: " + alerts[row["calibration_id"]],
+                     [*row["alerts"], alerts[row["calibration_id"]]]) for row in table.iter_rows(named=True)]
+    _write(store, events)
+    return [e["calibration_id"] for e in events]

@@ -6,176 +6,65 @@ A file (Parquet, CSV or JSONL) holds one record a row:
 | column | meaning |
 |---|---|
 | `model`, `stream` | the model that answered and the traffic stream (stored as the dataset name) |
-| `question_id` | the record's id within the stream (re-ingesting it updates it: idempotent) |
+| `question_id` | the record's id within the model's stream (re-ingesting it updates it: idempotent) |
 | `question`, `answer`, `timestamp` | what was asked, what the model answered, when (windows by time use it) |
 | `score:<estimator>` | one column per uncertainty score, e.g. `score:semantic_entropy` (higher = less sure) |
 | `correct` | optional: true/false (1/0), stored under the criterion named by `label_name` (default `human`) |
 | `gold` | optional: the right answer, labelled with a named criterion (`exact_match`, `token_f1[0.5]`, ...) |
 
 A file of `model`, `stream`, `question_id` and `correct` (or `gold`) alone labels records ingested earlier.
-Every row is checked before anything is written; a bad row is named (1 = the first record) with its field and
-value, and nothing of that file is stored. Each (model, stream) is one run (`split` = "production").
+
+History stays append-only and checked: a timestamp needs a time zone (or `timezone` names the one naive times
+are in) and may not lie beyond now + `max_skew` or before 2000; a label that would change a stored label is
+refused unless `relabel`, and then recorded in `label_events` and flagged on every gate whose window held the
+record. Records are keyed by (model, stream, question_id): two models' questions never overwrite each other.
+
+The file is read in batches of `batch_rows` records (memory stays bounded for any size): each batch is checked
+and staged as Parquet beside the store, checks across the whole file (repeated keys, labels of unknown records,
+relabelling) run in DuckDB over the staged files, and only then is everything written in one transaction — a
+bad record is named (1 = the first record) with its field and value, and nothing of that file is stored.
 """
 
 from __future__ import annotations
 
-import math
+import re
+import tempfile
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from cic import schema
+from cic.pipeline.record_batches import SUFFIXES, record_batches
 
 if TYPE_CHECKING:
     from cic.store import Store
 
-SUFFIXES = (".parquet", ".pq", ".csv", ".jsonl", ".ndjson")
 SCORE_PREFIX = "score:"
 SPLIT = "production"
 PROMPT_ID = "ingest"
 KEY_COLUMNS = ("model", "stream", "question_id")
 RECORD_COLUMNS = ("question", "answer", "timestamp")
-TRUE_WORDS, FALSE_WORDS = {"true", "1", "yes", "t", "y"}, {"false", "0", "no", "f", "n"}
+TRUE_WORDS, FALSE_WORDS = ("true", "1", "yes", "t", "y"), ("false", "0", "no", "f", "n")
+BATCH_ROWS = 100_000
+MAX_SKEW = timedelta(minutes=5)
+EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 
 
 @dataclass
 class IngestStats:
-    """What one file added: records (new or updated), labels, and the runs (model, stream) they belong to."""
+    """What one file added: records (new or updated), labels, relabelled labels, gates flagged by relabelling,
+    and the runs (model, stream) they belong to."""
 
     file: str
     records: int = 0
     labels: int = 0
     unlabelled: int = 0
+    relabelled: int = 0
+    flagged_gates: list[str] = field(default_factory=list)
     runs: list[dict[str, str]] = field(default_factory=list)
-
-
-def read_records(path: str | Path) -> pl.DataFrame:
-    """The file as a frame of strings and numbers, or one error naming the file and what is wrong."""
-    from cic.store.score_files import input_file
-
-    p = input_file(path, SUFFIXES)
-    suffix = p.suffix.lower()
-    try:
-        if suffix == ".csv":
-            frame = pl.read_csv(p, infer_schema=False)  # every column as text: checked field by field below
-        elif suffix in (".jsonl", ".ndjson"):
-            frame = pl.read_ndjson(p)
-        else:
-            frame = pl.read_parquet(p)
-    except Exception as exc:  # polars raises several exception types for unreadable files
-        raise ValueError(f"file = {str(p)!r}: cannot be read as {suffix[1:]}: {' '.join(str(exc).split())[:200]}") \
-            from None
-    if frame.height == 0:
-        raise ValueError(f"file = {str(p)!r}: has no records")
-    return frame
-
-
-def _where(source: str, row: int, frame: pl.DataFrame) -> str:
-    qid = frame.get_column("question_id")[row] if "question_id" in frame.columns else None
-    return f"{source} record {row + 1}" + (f" (question_id {qid!r})" if qid is not None else "")
-
-
-def _text_column(frame: pl.DataFrame, name: str, source: str, *, allow_empty: bool = False) -> list[str]:
-    values = frame.get_column(name).to_list()
-    for i, value in enumerate(values):
-        if value is None or (isinstance(value, float) and math.isnan(value)):
-            raise ValueError(f"{_where(source, i, frame)}: {name} is missing")
-        if not isinstance(value, str | int):
-            raise ValueError(f"{_where(source, i, frame)}: {name} = {value!r}: expected text")
-        if not allow_empty and not str(value).strip():
-            raise ValueError(f"{_where(source, i, frame)}: {name} is empty")
-    return [str(v) for v in values]
-
-
-def _bool_column(frame: pl.DataFrame, name: str, source: str) -> list[bool | None]:
-    out: list[bool | None] = []
-    for i, value in enumerate(frame.get_column(name).to_list()):
-        if value is None or (isinstance(value, str) and not value.strip()):
-            out.append(None)
-        elif isinstance(value, bool):
-            out.append(value)
-        elif isinstance(value, int | float) and value in (0, 1):
-            out.append(bool(value))
-        elif isinstance(value, str) and value.strip().lower() in TRUE_WORDS | FALSE_WORDS:
-            out.append(value.strip().lower() in TRUE_WORDS)
-        else:
-            raise ValueError(f"{_where(source, i, frame)}: {name} = {value!r}: expected true/false or 1/0 "
-                             "(empty when not labelled yet)")
-    return out
-
-
-def _score_column(frame: pl.DataFrame, name: str, source: str) -> list[float | None]:
-    out: list[float | None] = []
-    for i, value in enumerate(frame.get_column(name).to_list()):
-        if value is None or (isinstance(value, str) and not value.strip()):
-            out.append(None)
-            continue
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            number = math.nan
-        if isinstance(value, bool) or not math.isfinite(number):
-            raise ValueError(f"{_where(source, i, frame)}: {name} = {value!r}: expected a finite number "
-                             "(empty when the estimator gave none)")
-        out.append(number)
-    return out
-
-
-def _time_column(frame: pl.DataFrame, name: str, source: str) -> list[datetime]:
-    out = []
-    for i, value in enumerate(frame.get_column(name).to_list()):
-        moment = value
-        if isinstance(value, str):
-            try:
-                moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-            except ValueError:
-                moment = None
-        if not isinstance(moment, datetime):
-            raise ValueError(f"{_where(source, i, frame)}: {name} = {value!r}: expected an ISO 8601 time such as "
-                             "2026-11-23T09:30:00Z")
-        out.append(moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC))
-    return out
-
-
-def _check_columns(frame: pl.DataFrame, source: str) -> tuple[list[str], bool]:
-    """(score columns, is a labels-only file); errors name what is missing or unknown."""
-    missing = [c for c in KEY_COLUMNS if c not in frame.columns]
-    if missing:
-        raise ValueError(f"{source} lacks column(s) {', '.join(missing)}; every record needs model, stream, "
-                         f"question_id (columns are: {', '.join(frame.columns)})")
-    scores = [c for c in frame.columns if c.startswith(SCORE_PREFIX)]
-    labels_only = not scores and not any(c in frame.columns for c in RECORD_COLUMNS)
-    known = {*KEY_COLUMNS, *RECORD_COLUMNS, "correct", "gold", *scores}
-    unknown = [c for c in frame.columns if c not in known]
-    if unknown:
-        raise ValueError(f"{source}: unknown column(s) {', '.join(unknown)}; columns are model, stream, question_id, "
-                         f"question, answer, timestamp, {SCORE_PREFIX}<estimator>, correct, gold")
-    if labels_only and "correct" not in frame.columns and "gold" not in frame.columns:
-        raise ValueError(f"{source} has neither records (question, answer, timestamp, {SCORE_PREFIX}<estimator>) nor "
-                         "labels (correct or gold)")
-    if not labels_only:
-        absent = [c for c in RECORD_COLUMNS if c not in frame.columns]
-        if absent or not scores:
-            what = ", ".join(absent + ([] if scores else [f"{SCORE_PREFIX}<estimator>"]))
-            raise ValueError(f"{source}: records need {what} (a labels-only file has model, stream, question_id "
-                             "and correct or gold alone)")
-    for column in scores:
-        if not column[len(SCORE_PREFIX):].strip():
-            raise ValueError(f"{source}: column {column!r} names no estimator")
-    return scores, labels_only
-
-
-def _check_unique(frame: pl.DataFrame, source: str) -> None:
-    keys = frame.select(*KEY_COLUMNS).with_row_index("row")
-    repeated = keys.filter(pl.struct(*KEY_COLUMNS).is_duplicated())
-    if repeated.height:
-        first = repeated.filter(pl.struct(*KEY_COLUMNS) == repeated.select(pl.struct(*KEY_COLUMNS)).row(0)[0])
-        rows = ", ".join(str(r + 1) for r in first.get_column("row").to_list()[:3])
-        raise ValueError(f"{source}: records {rows} repeat model {first.get_column('model')[0]!r}, stream "
-                         f"{first.get_column('stream')[0]!r}, question_id {first.get_column('question_id')[0]!r}")
 
 
 def run_key_of(model: str, stream: str) -> str:
@@ -183,120 +72,463 @@ def run_key_of(model: str, stream: str) -> str:
     return schema.run_key(model, stream, SPLIT, PROMPT_ID, {"source": "ingest"})
 
 
-def ingest_file(store: Store, path: str | Path, *, label_name: str = "human", criterion: str | None = None,
-                embedder: Any = None, experiment_prefix: str = "cic") -> IngestStats:
-    """Check every record of the file, then store it all in one transaction (or nothing)."""
-    source = f"file {str(path)!r}"
-    frame = read_records(path)
-    scores, labels_only = _check_columns(frame, source)
-    if "gold" in frame.columns and criterion is None:
-        raise ValueError(f"{source} has a gold column: name the criterion that labels answers against it "
-                         "(--criterion exact_match, token_f1[0.5], similarity[0.6])")
-    if criterion is not None:
-        from cic.llm.alignment import parse_criterion
+def questions_split(model: str) -> str:
+    """The `questions.split` of a model's production records: question text is kept per model and stream."""
+    return f"{SPLIT}:{model}"
 
-        criterion = parse_criterion(criterion).label
-        if criterion == "option_match":
-            raise ValueError("criterion = 'option_match': ingested records are open answers; use exact_match, "
-                             "token_f1[τ] or similarity[τ]")
-        if "gold" not in frame.columns:
-            raise ValueError(f"criterion = {criterion!r}: {source} has no gold column to label against")
-    if not label_name.strip() or label_name.startswith(("option_match", "similarity", "exact_match", "token_f1")):
-        raise ValueError(f"label_name = {label_name!r}: give a name of your own (criteria's names are reserved)")
-    for name in KEY_COLUMNS:
-        _text_column(frame, name, source)
-    _check_unique(frame, source)
-    models, streams = frame.get_column("model").cast(pl.String), frame.get_column("stream").cast(pl.String)
-    qids = frame.get_column("question_id").cast(pl.String)
-    keys = [run_key_of(m, s) for m, s in zip(models, streams, strict=True)]
-    correct = _bool_column(frame, "correct", source) if "correct" in frame.columns else [None] * frame.height
-    gold = frame.get_column("gold").to_list() if "gold" in frame.columns else [None] * frame.height
-    stats = IngestStats(file=str(path))
 
-    if labels_only:
-        answers = _stored_answers(store, frame, keys, qids.to_list(), source)
-    else:
-        questions = _text_column(frame, "question", source)
-        answers = _text_column(frame, "answer", source, allow_empty=True)
-        observed = _time_column(frame, "timestamp", source)
-        values = {c[len(SCORE_PREFIX):].strip(): _score_column(frame, c, source) for c in scores}
-    labels = _label_rows(frame, keys, qids.to_list(), answers, correct, gold, label_name, criterion, embedder, source)
+def estimator_name(column: str) -> str:
+    """The estimator a `score:` column names, whitespace removed (`score: semantic_entropy ` → semantic_entropy)."""
+    return re.sub(r"\s+", "", column[len(SCORE_PREFIX):])
 
-    with store.transaction():
-        for model, stream in dict.fromkeys(zip(models, streams, strict=True)):
-            store.register_run(model, stream, SPLIT, PROMPT_ID, {"source": "ingest"},
-                               experiment_prefix=experiment_prefix)
-            stats.runs.append({"model": model, "stream": stream, "run_key": run_key_of(model, stream)})
+
+@dataclass(frozen=True)
+class Layout:
+    """What the file holds, decided from its columns: score columns (column → estimator), labels-only or not."""
+
+    columns: tuple[str, ...]
+    scores: dict[str, str]
+    labels_only: bool
+
+    @classmethod
+    def of(cls, columns: list[str], source: str) -> Layout:
+        missing = [c for c in KEY_COLUMNS if c not in columns]
+        if missing:
+            raise ValueError(f"{source} lacks column(s) {', '.join(missing)}; every record needs model, stream, "
+                             f"question_id (columns are: {', '.join(columns)})")
+        raw_scores = [c for c in columns if c.startswith(SCORE_PREFIX)]
+        labels_only = not raw_scores and not any(c in columns for c in RECORD_COLUMNS)
+        known = {*KEY_COLUMNS, *RECORD_COLUMNS, "correct", "gold", *raw_scores}
+        unknown = [c for c in columns if c not in known]
+        if unknown:
+            raise ValueError(f"{source}: unknown column(s) {', '.join(map(repr, unknown))}; columns are model, stream, "
+                             f"question_id, question, answer, timestamp, {SCORE_PREFIX}<estimator>, correct, gold")
+        if labels_only and "correct" not in columns and "gold" not in columns:
+            raise ValueError(f"{source} has neither records (question, answer, timestamp, {SCORE_PREFIX}<estimator>) "
+                             "nor labels (correct or gold)")
         if not labels_only:
-            store.upsert("questions", pl.DataFrame({
-                "dataset": streams, "split": SPLIT, "question_id": qids, "question": questions,
-                "choices": None, "choice_labels": None, "answer": [g if isinstance(g, str) else "" for g in gold],
-                "aliases": [[] for _ in range(frame.height)]}, schema=schema.QUESTIONS.schema))
-            store.upsert("generations", pl.DataFrame({
-                "run_key": keys, "question_id": qids, "sample_index": 0, "text": answers, "n_tokens": None,
-                "logprob_sum": None, "logprob_mean": None, "is_greedy": None, "option_probs": None,
-                "flags": [["ingested"] for _ in range(frame.height)]}, schema=schema.GENERATIONS.schema))
-            store.upsert("scores", pl.concat([pl.DataFrame({
-                "run_key": keys, "question_id": qids, "estimator": name, "value": column},
-                schema=schema.SCORES.schema) for name, column in values.items()]))
-            store.upsert("observations", pl.DataFrame({
-                "run_key": keys, "question_id": qids, "observed_at": observed, "source": Path(path).name},
-                schema={k: v for k, v in schema.OBSERVATIONS.schema.items() if k != "created_at"}))
-            stats.records = frame.height
-        if labels.height:
-            store.upsert("labels", labels)
-    stats.labels = labels.get_column("question_id").n_unique() if labels.height else 0
-    stats.unlabelled = frame.height - stats.labels if not labels_only else 0
+            absent = [c for c in RECORD_COLUMNS if c not in columns]
+            if absent or not raw_scores:
+                what = ", ".join(absent + ([] if raw_scores else [f"{SCORE_PREFIX}<estimator>"]))
+                raise ValueError(f"{source}: records need {what} (a labels-only file has model, stream, question_id "
+                                 "and correct or gold alone)")
+        scores: dict[str, str] = {}
+        for column in raw_scores:
+            name = estimator_name(column)
+            if not name:
+                raise ValueError(f"{source}: column {column!r} names no estimator")
+            clash = [c for c, n in scores.items() if n == name]
+            if clash:
+                raise ValueError(f"{source}: columns {clash[0]!r} and {column!r} both name estimator {name!r} "
+                                 "(names are compared without spaces); keep one")
+            scores[column] = name
+        return cls(tuple(columns), scores, labels_only)
+
+    def conform(self, frame: pl.DataFrame, first: int, source: str) -> pl.DataFrame:
+        """A batch with exactly the file's columns (a JSONL line may omit a key: null)."""
+        extra = [c for c in frame.columns if c not in self.columns]
+        if extra:
+            raise ValueError(f"{source}: column(s) {', '.join(map(repr, extra))} first appear at or after record "
+                             f"{first}; give every record the same fields")
+        missing = [c for c in self.columns if c not in frame.columns]
+        return frame.with_columns(pl.lit(None).alias(c) for c in missing).select(self.columns)
+
+
+@dataclass(frozen=True)
+class Checks:
+    """How records are judged: the clock (`now`), the allowed skew, the zone of naive timestamps."""
+
+    now: datetime
+    max_skew: timedelta = MAX_SKEW
+    timezone: str | None = None
+
+
+class _Batch:
+    """One batch of a file and where its records sit in it, for errors that name a record."""
+
+    def __init__(self, frame: pl.DataFrame, first: int, source: str) -> None:
+        self.frame, self.first, self.source = frame, first, source
+
+    def fail(self, mask: pl.Series, message: Any) -> None:
+        """Raise naming the first record where `mask` is true; `message(value_row_index)` says what is wrong."""
+        hits = mask.fill_null(False)
+        if hits.any():
+            row = int(hits.arg_true()[0])
+            raise ValueError(f"{self.where(row)}: {message(row)}")
+
+    def where(self, row: int) -> str:
+        qid = self.frame.get_column("question_id")[row] if "question_id" in self.frame.columns else None
+        return f"{self.source} record {self.first + row}" + (f" (question_id {qid!r})" if qid is not None else "")
+
+    def value(self, name: str, row: int) -> Any:
+        return self.frame.get_column(name)[row]
+
+
+def _text(batch: _Batch, name: str, *, allow_empty: bool = False) -> pl.Series:
+    column = batch.frame.get_column(name)
+    if column.dtype != pl.String and not column.dtype.is_integer() and column.dtype != pl.Null:
+        batch.fail(column.is_not_null(), lambda r: f"{name} = {batch.value(name, r)!r}: expected text")
+    text = column.cast(pl.String)
+    batch.fail(text.is_null(), lambda r: f"{name} is missing")
+    if not allow_empty:
+        batch.fail(text.str.strip_chars() == "", lambda r: f"{name} is empty")
+    return text
+
+
+def _optional_text(batch: _Batch, name: str) -> pl.Series:
+    """Text that may be absent: null or blank is None."""
+    column = batch.frame.get_column(name)
+    if column.dtype != pl.String and not column.dtype.is_integer() and column.dtype != pl.Null:
+        batch.fail(column.is_not_null(), lambda r: f"{name} = {batch.value(name, r)!r}: expected text")
+    text = column.cast(pl.String)
+    return text.set((text.str.strip_chars() == "").fill_null(False), None)  # type: ignore[arg-type]
+
+
+def _scores(batch: _Batch, name: str) -> pl.Series:
+    column = batch.frame.get_column(name)
+    if column.dtype == pl.Boolean:
+        batch.fail(column.is_not_null(), lambda r: f"{name} = {batch.value(name, r)!r}: expected a finite number")
+    if column.dtype == pl.String:
+        blank = column.str.strip_chars() == ""
+        numbers = column.set(blank, None).str.strip_chars().cast(pl.Float64, strict=False)  # type: ignore[arg-type]
+        bad = column.is_not_null() & ~blank.fill_null(False) & numbers.is_null()
+    elif column.dtype.is_numeric() or column.dtype == pl.Null:
+        numbers, bad = column.cast(pl.Float64), pl.Series([False] * column.len())
+    else:
+        numbers, bad = column.cast(pl.Float64, strict=False), column.is_not_null()
+    bad = bad | numbers.is_nan().fill_null(False) | numbers.is_infinite().fill_null(False)
+    batch.fail(bad, lambda r: f"{name} = {batch.value(name, r)!r}: expected a finite number (empty when the "
+                              "estimator gave none)")
+    return numbers
+
+
+def _bools(batch: _Batch, name: str) -> pl.Series:
+    column = batch.frame.get_column(name)
+    if column.dtype == pl.Boolean:
+        return column
+    if column.dtype == pl.Null:
+        return column.cast(pl.Boolean)
+    if column.dtype == pl.String:
+        words = column.str.strip_chars().str.to_lowercase()
+        known = words.is_in([*TRUE_WORDS, *FALSE_WORDS]) | (words == "") | words.is_null()
+        out = pl.Series(name, [None] * column.len(), dtype=pl.Boolean)
+        out = out.set(words.is_in(list(TRUE_WORDS)).fill_null(False), True)  # type: ignore[arg-type]
+        out = out.set(words.is_in(list(FALSE_WORDS)).fill_null(False), False)  # type: ignore[arg-type]
+        bad = ~known
+    elif column.dtype.is_numeric():
+        numbers = column.cast(pl.Float64)
+        bad = column.is_not_null() & ~numbers.is_in([0.0, 1.0]).fill_null(False)
+        out = numbers.cast(pl.Boolean, strict=False)
+    else:
+        bad, out = column.is_not_null(), column.cast(pl.Boolean, strict=False)
+    batch.fail(bad, lambda r: f"{name} = {batch.value(name, r)!r}: expected true/false or 1/0 (empty when not "
+                              "labelled yet)")
+    return out
+
+
+def _parse_time(value: Any, zone: Any) -> datetime | None | str:
+    """A UTC datetime, None when unparseable, or 'naive' when it has no zone and none was given."""
+    moment = value
+    if isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    if not isinstance(moment, datetime):
+        return None
+    if moment.tzinfo is None:
+        if zone is None:
+            return "naive"
+        moment = moment.replace(tzinfo=zone)
+    return moment.astimezone(UTC)
+
+
+def _times(batch: _Batch, checks: Checks) -> pl.Series:
+    """Timestamps as UTC; naive ones refused unless the zone is given; absurd ones (future beyond the skew, or
+    before 2000) refused — one such record would freeze recalibration windows for its key."""
+    from zoneinfo import ZoneInfo
+
+    zone = ZoneInfo(checks.timezone) if checks.timezone else None
+    column = batch.frame.get_column("timestamp")
+    if isinstance(column.dtype, pl.Datetime):
+        batch.fail(column.is_null(), lambda r: "timestamp is missing")
+        if column.dtype.time_zone is None:
+            if zone is None:
+                batch.fail(column.is_not_null(), lambda r: f"timestamp = '{batch.value('timestamp', r)}' has no time "
+                                                           "zone; write it with one (…Z or +01:00) or name the zone of "
+                                                           "naive times (--timezone Europe/Berlin)")
+            column = column.dt.replace_time_zone(checks.timezone, ambiguous="earliest", non_existent="null")
+        times = column.dt.convert_time_zone("UTC").cast(pl.Datetime("us", "UTC"))
+        batch.fail(times.is_null(), lambda r: f"timestamp = '{batch.value('timestamp', r)}' does not exist in "
+                                              f"{checks.timezone}")
+    else:
+        parsed = [_parse_time(v, zone) for v in column.to_list()]
+        for row, moment in enumerate(parsed):
+            if moment is None:
+                raise ValueError(f"{batch.where(row)}: timestamp = {batch.value('timestamp', row)!r}: expected an "
+                                 "ISO 8601 time such as 2026-11-23T09:30:00Z")
+            if moment == "naive":
+                raise ValueError(f"{batch.where(row)}: timestamp = {batch.value('timestamp', row)!r} has no time "
+                                 "zone; write it with one (…Z or +01:00) or name the zone of naive times "
+                                 "(--timezone Europe/Berlin)")
+        times = pl.Series("timestamp", parsed, dtype=pl.Datetime("us", "UTC"))
+    limit = checks.now + checks.max_skew
+    now_text = checks.now.strftime("%Y-%m-%d %H:%M:%S")
+    batch.fail(times > limit, lambda r: f"timestamp = {times[r].isoformat()} lies {_duration(times[r] - checks.now)} "
+                                        f"in the future (now {now_text} UTC, allowed clock skew "
+                                        f"{_duration(checks.max_skew)}); fix the clock that wrote it, or raise "
+                                        "--max-skew")
+    batch.fail(times < EARLIEST, lambda r: f"timestamp = {times[r].isoformat()} is before "
+                                           f"{EARLIEST:%Y-%m-%d}: not a time production could have seen it")
+    return times
+
+
+def _duration(delta: timedelta) -> str:
+    seconds = delta.total_seconds()
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.3g} {unit}"
+    return f"{seconds:.3g} s"
+
+
+class _Stage:
+    """Staged Parquet files of one ingest (records, scores, labels, label keys), in a temporary directory
+    beside the store; removed when the ingest ends, stored or not."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.files: dict[str, list[str]] = {"records": [], "scores": [], "labels": [], "keys": [], "changed": []}
+
+    def add(self, kind: str, frame: pl.DataFrame) -> str:
+        path = self.dir / f"{kind}-{len(self.files[kind]):06d}.parquet"
+        frame.write_parquet(path)
+        self.files[kind].append(str(path))
+        return str(path)
+
+    def has(self, kind: str) -> bool:
+        return bool(self.files[kind])
+
+
+def ingest_file(store: Store, path: str | Path, *, label_name: str = "human", criterion: str | None = None,
+                embedder: Any = None, experiment_prefix: str = "cic", relabel: bool = False,
+                max_skew: timedelta = MAX_SKEW, timezone: str | None = None, now: datetime | None = None,
+                batch_rows: int = BATCH_ROWS) -> IngestStats:
+    """Check every record of the file (batch by batch, then across the file), then store it all in one
+    transaction, or nothing."""
+    from cic.store.score_files import input_file
+
+    p = input_file(path, SUFFIXES)
+    source = f"file {str(p)!r}"
+    criterion = _checked_options(label_name, criterion, timezone, max_skew)
+    checks = Checks(now=now or datetime.now(UTC), max_skew=max_skew, timezone=timezone)
+    stats = IngestStats(file=str(path))
+    with tempfile.TemporaryDirectory(prefix=".cic-ingest-", dir=store.path.parent) as tmp:
+        stage = _Stage(Path(tmp))
+        layout = None
+        for first, frame in record_batches(p, batch_rows):
+            if layout is None:
+                layout = Layout.of(frame.columns, source)
+                if "gold" in layout.columns and criterion is None:
+                    raise ValueError(f"{source} has a gold column: name the criterion that labels answers against "
+                                     "it (--criterion exact_match, token_f1[0.5], similarity[0.6])")
+                if criterion is not None and "gold" not in layout.columns:
+                    raise ValueError(f"criterion = {criterion!r}: {source} has no gold column to label against")
+            batch = _Batch(layout.conform(frame, first, source), first, source)
+            embedder = _stage_batch(store, stage, batch, layout, checks, label_name, criterion, embedder)
+            stats.records += 0 if layout.labels_only else batch.frame.height
+        if layout is None:
+            raise ValueError(f"file = {str(p)!r}: has no records")
+        _check_unique(store, stage, source)
+        changed = _changed_labels(store, stage, source, relabel)
+        _write(store, stage, layout, p, checks.now, changed, stats, experiment_prefix)
     return stats
 
 
-def _stored_answers(store: Store, frame: pl.DataFrame, keys: list[str], qids: list[str], source: str) -> list[str]:
-    """The stored answer of each labelled record; a label for a record never ingested is an error naming it."""
-    wanted = pl.DataFrame({"run_key": keys, "question_id": qids}).with_row_index("row")
-    stored = store.read("generations", run_key=list(set(keys)), sample_index=0).select("run_key", "question_id",
-                                                                                      "text")
-    joined = wanted.join(stored, on=["run_key", "question_id"], how="left").sort("row")
-    missing = joined.filter(pl.col("text").is_null())
-    if missing.height:
-        row = int(missing.get_column("row")[0])
-        raise ValueError(f"{_where(source, row, frame)}: no ingested record of model "
-                         f"{frame.get_column('model')[row]!r}, stream {frame.get_column('stream')[row]!r} has this "
-                         "question_id; ingest the record (question, answer, timestamp, scores) first")
-    return joined.get_column("text").to_list()
+def _checked_options(label_name: str, criterion: str | None, timezone: str | None, max_skew: timedelta) -> str | None:
+    if not label_name.strip() or label_name.startswith(("option_match", "similarity", "exact_match", "token_f1")):
+        raise ValueError(f"label_name = {label_name!r}: give a name of your own (criteria's names are reserved)")
+    if max_skew < timedelta(0):
+        raise ValueError(f"max_skew = {max_skew}: must not be negative")
+    if timezone is not None:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"timezone = {timezone!r}: not a time zone name (e.g. UTC, Europe/Berlin)") from None
+    if criterion is None:
+        return None
+    from cic.llm.alignment import parse_criterion
+
+    label = parse_criterion(criterion).label
+    if label == "option_match":
+        raise ValueError("criterion = 'option_match': ingested records are open answers; use exact_match, "
+                         "token_f1[τ] or similarity[τ]")
+    return label
 
 
-def _label_rows(frame: pl.DataFrame, keys: list[str], qids: list[str], answers: list[str],
-                correct: list[bool | None], gold: list[Any], label_name: str, criterion: str | None, embedder: Any,
-                source: str) -> pl.DataFrame:
-    """LABELS rows: `correct` as given, and `gold` judged by the criterion (records without either: none)."""
+def _stage_batch(store: Store, stage: _Stage, batch: _Batch, layout: Layout, checks: Checks, label_name: str,
+                 criterion: str | None, embedder: Any) -> Any:
+    """Check one batch field by field and stage its rows; returns the embedder (made once, when needed)."""
+    models, streams, qids = (_text(batch, c) for c in KEY_COLUMNS)
+    pairs = pl.DataFrame({"model": models, "stream": streams}).unique()
+    keys_of = {(m, s): run_key_of(m, s) for m, s in pairs.iter_rows()}
+    run_keys = pl.Series("run_key", [keys_of[(m, s)] for m, s in zip(models, streams, strict=True)])
+    record = pl.int_range(batch.first, batch.first + batch.frame.height, dtype=pl.Int64, eager=True).alias("record")
+    keys = pl.DataFrame({"run_key": run_keys, "model": models, "stream": streams, "question_id": qids,
+                         "record": record})
+    correct = _bools(batch, "correct") if "correct" in layout.columns else None
+    gold = _optional_text(batch, "gold") if "gold" in layout.columns else None
+    if layout.labels_only:
+        stored = store.sql_frame(
+            "SELECT k.record, g.text FROM read_parquet(?) k LEFT JOIN generations g ON g.run_key = k.run_key AND "
+            "g.question_id = k.question_id AND g.sample_index = 0 ORDER BY k.record", [stage.add("keys", keys)])
+        missing = stored.get_column("text").is_null()
+        batch.fail(missing, lambda r: f"no ingested record of model {models[r]!r}, stream {streams[r]!r} has this "
+                                      "question_id; ingest the record (question, answer, timestamp, scores) first")
+        answers = stored.get_column("text")
+    else:
+        questions = _text(batch, "question")
+        answers = _text(batch, "answer", allow_empty=True)
+        observed = _times(batch, checks)
+        scores = {name: _scores(batch, column) for column, name in layout.scores.items()}
+        stage.add("keys", keys)
+        stage.add("records", keys.with_columns(question=questions, answer=answers, observed_at=observed,
+                                               gold=gold if gold is not None else pl.lit(None, dtype=pl.String)))
+        stage.add("scores", pl.concat([pl.DataFrame({"run_key": run_keys, "question_id": qids, "estimator": name,
+                                                     "value": values}, schema=schema.SCORES.schema)
+                                       for name, values in scores.items()]))
+    labels = []
+    if correct is not None:
+        given = correct.is_not_null()
+        labels.append(keys.filter(given).with_columns(criterion=pl.lit(label_name), aligned=correct.filter(given),
+                                                      value=correct.filter(given).cast(pl.Float64)))
+    if gold is not None and criterion is not None:
+        judged, embedder = _judge(keys, answers, gold, criterion, embedder)
+        labels.append(judged)
+    columns = ["run_key", "model", "stream", "question_id", "record", "criterion", "aligned", "value"]
+    if labels and sum(f.height for f in labels):
+        stage.add("labels", pl.concat([f.select(columns) for f in labels]))
+    return embedder
+
+
+def _judge(keys: pl.DataFrame, answers: pl.Series, gold: pl.Series, criterion: str, embedder: Any) -> tuple[
+        pl.DataFrame, Any]:
+    """Label each record with a gold answer by the criterion (records without one get no label)."""
+    from cic.llm.alignment import label_generations
+
+    if criterion.startswith("similarity") and embedder is None:
+        from cic.llm.embeddings import SentenceEmbedder
+
+        embedder = SentenceEmbedder()
+    rows = keys.with_columns(text=answers, gold=gold).filter(pl.col("gold").is_not_null())
     parts = []
-    given = [i for i, c in enumerate(correct) if c is not None]
-    if given:
-        parts.append(pl.DataFrame({
-            "run_key": [keys[i] for i in given], "question_id": [qids[i] for i in given], "criterion": label_name,
-            "aligned": [correct[i] for i in given], "value": [float(bool(correct[i])) for i in given],
-            "created_at": None}, schema=schema.LABELS.schema))
-    with_gold = [i for i, g in enumerate(gold) if g is not None and not (isinstance(g, float) and math.isnan(g))
-                 and str(g).strip()]
-    for i in with_gold:
-        if not isinstance(gold[i], str | int):
-            raise ValueError(f"{_where(source, i, frame)}: gold = {gold[i]!r}: expected text")
-    if with_gold and criterion is not None:
-        from cic.llm.alignment import label_generations
-
-        if criterion.startswith("similarity") and embedder is None:
-            from cic.llm.embeddings import SentenceEmbedder
-
-            embedder = SentenceEmbedder()
-        questions = pl.DataFrame({"question_id": [qids[i] for i in with_gold], "choices": None,
-                                  "answer": [str(gold[i]) for i in with_gold],
-                                  "aliases": [[] for _ in with_gold]},
+    for (run_key,), group in rows.partition_by("run_key", as_dict=True).items():
+        questions = pl.DataFrame({"question_id": group["question_id"], "choices": None, "answer": group["gold"],
+                                  "aliases": [[] for _ in range(group.height)]},
                                  schema={"question_id": pl.String, "choices": pl.List(pl.String),
                                          "answer": pl.String, "aliases": pl.List(pl.String)})
-        for run_key in dict.fromkeys(keys[i] for i in with_gold):
-            rows = [i for i in with_gold if keys[i] == run_key]
-            generations = pl.DataFrame({"question_id": [qids[i] for i in rows], "sample_index": 0,
-                                        "text": [answers[i] for i in rows]})
-            parts.append(label_generations(questions.filter(pl.col("question_id").is_in([qids[i] for i in rows])),
-                                           generations, [criterion], run_key=run_key, embedder=embedder))
-    return pl.concat(parts) if parts else pl.DataFrame(schema=schema.LABELS.schema)
+        generations = group.select("question_id", pl.lit(0).alias("sample_index"), "text")
+        judged = label_generations(questions, generations, [criterion], run_key=run_key, embedder=embedder)
+        parts.append(group.select("run_key", "model", "stream", "question_id", "record")
+                     .join(judged.select("question_id", "criterion", "aligned", "value"), on="question_id"))
+    empty = pl.DataFrame(schema={"run_key": pl.String, "model": pl.String, "stream": pl.String,
+                                 "question_id": pl.String, "record": pl.Int64, "criterion": pl.String,
+                                 "aligned": pl.Boolean, "value": pl.Float64})
+    return (pl.concat(parts) if parts else empty), embedder
+
+
+def _check_unique(store: Store, stage: _Stage, source: str) -> None:
+    """No (model, stream, question_id) twice in the file (checked in DuckDB over every staged batch)."""
+    repeated = store.sql(
+        "SELECT model, stream, question_id, list(record ORDER BY record)[1:3] AS records FROM read_parquet(?) "
+        "GROUP BY model, stream, question_id HAVING count(*) > 1 ORDER BY min(record) LIMIT 1", [stage.files["keys"]])
+    if repeated:
+        model, stream, qid, records = repeated[0]
+        raise ValueError(f"{source}: records {', '.join(map(str, records))} repeat model {model!r}, stream "
+                         f"{stream!r}, question_id {qid!r}")
+
+
+CHANGED_SQL = (
+    "SELECT n.record, n.run_key, n.model, n.stream, n.question_id, n.criterion, l.aligned AS old_aligned, "
+    "n.aligned AS new_aligned FROM read_parquet(?) n JOIN labels l ON l.run_key = n.run_key AND "
+    "l.question_id = n.question_id AND l.criterion = n.criterion WHERE l.aligned IS DISTINCT FROM n.aligned "
+    "ORDER BY n.record")
+
+
+def _changed_labels(store: Store, stage: _Stage, source: str, relabel: bool) -> pl.DataFrame | None:
+    """Stored labels this file would change: refused unless `relabel` (then returned, to be recorded)."""
+    if not stage.has("labels"):
+        return None
+    changed = store.sql_frame(CHANGED_SQL, [stage.files["labels"]])
+    if changed.height == 0:
+        return None
+    if not relabel:
+        row = changed.row(0, named=True)
+        raise ValueError(f"{source} record {row['record']} (question_id {row['question_id']!r}): would change the "
+                         f"stored {row['criterion']} label of model {row['model']!r}, stream {row['stream']!r} from "
+                         f"{'correct' if row['old_aligned'] else 'wrong'} to "
+                         f"{'correct' if row['new_aligned'] else 'wrong'} ({changed.height} stored label(s) in all); "
+                         "history is append-only — pass --relabel to change them (recorded, and every gate whose "
+                         "window held them is flagged)")
+    return changed
+
+
+def _write(store: Store, stage: _Stage, layout: Layout, path: Path, now: datetime, changed: pl.DataFrame | None,
+           stats: IngestStats, experiment_prefix: str) -> None:
+    """Everything staged, in one transaction: runs, questions (per model), answers, scores, times, labels, and
+    for a relabelling its events and the gates it flags."""
+    from cic.pipeline.gates import flag_gates
+
+    pairs = store.sql("SELECT DISTINCT model, stream FROM read_parquet(?) ORDER BY model, stream",
+                      [stage.files["keys"]])
+    with store.transaction():
+        for model, stream in pairs:
+            key = store.register_run(model, stream, SPLIT, PROMPT_ID, {"source": "ingest"},
+                                     experiment_prefix=experiment_prefix)
+            stats.runs.append({"model": model, "stream": stream, "run_key": key})
+        if stage.has("records"):
+            records = stage.files["records"]
+            store.upsert_select("questions", f"SELECT stream, '{SPLIT}:' || model, question_id, question, "
+                                "NULL::VARCHAR[], NULL::VARCHAR[], coalesce(gold, ''), []::VARCHAR[] "
+                                "FROM read_parquet(?)", [records])
+            store.upsert_select("generations", "SELECT run_key, question_id, 0, answer, NULL::INTEGER, NULL::DOUBLE, "
+                                "NULL::DOUBLE, NULL::BOOLEAN, NULL::DOUBLE[], ['ingested'] FROM read_parquet(?)",
+                                [records])
+            store.upsert_select("scores", "SELECT run_key, question_id, estimator, value FROM read_parquet(?)",
+                                [stage.files["scores"]])
+            store.upsert_select("observations", "SELECT run_key, question_id, observed_at, ?, ? FROM read_parquet(?)",
+                                [path.name, now, records])
+        if stage.has("labels"):
+            labels = stage.files["labels"]
+            if changed is not None:
+                store.upsert("label_events", changed.select(
+                    pl.struct("run_key", "question_id", "criterion").map_elements(
+                        lambda r: schema.value_hash(r, now.isoformat(), path.name), return_dtype=pl.String)
+                    .alias("event_id"), "run_key", "question_id", "criterion", "old_aligned", "new_aligned",
+                    pl.lit(path.name).alias("source"), pl.lit(now).alias("created_at")))
+                stats.relabelled = changed.height
+                touched = _gates_touched(store, stage.add("changed", changed))
+                stats.flagged_gates = flag_gates(store, {
+                    gate: f"labels changed under this gate: {n} label(s) in its window relabelled by {path.name} "
+                          f"at {now:%Y-%m-%d %H:%M} UTC; recalibrate and review before trusting it"
+                    for gate, n in touched.items()})
+            store.upsert_select("labels", "SELECT run_key, question_id, criterion, aligned, value, ? "
+                                "FROM read_parquet(?)", [now, labels])
+            stats.labels = store.sql("SELECT count(*) FROM (SELECT DISTINCT run_key, question_id FROM "
+                                     "read_parquet(?))", [labels])[0][0]
+    stats.unlabelled = 0 if layout.labels_only else stats.records - stats.labels
+
+
+def _gates_touched(store: Store, changed_file: str) -> dict[str, int]:
+    """gate id → how many of the changed labels lie in its window (a gate without a window holds them all);
+    a record's time is when production saw it, else when its label was first stored."""
+    rows = store.sql(
+        "SELECT c.calibration_id, count(*) FROM calibrations c JOIN ("
+        "  SELECT ch.run_key, ch.criterion, coalesce(o.observed_at, l.created_at) AS at FROM read_parquet(?) ch "
+        "  JOIN labels l ON l.run_key = ch.run_key AND l.question_id = ch.question_id AND l.criterion = ch.criterion "
+        "  LEFT JOIN observations o ON o.run_key = ch.run_key AND o.question_id = ch.question_id) t "
+        "ON c.run_key = t.run_key AND c.criterion = t.criterion "
+        "AND (c.window_from IS NULL OR t.at >= c.window_from) AND (c.window_to IS NULL OR t.at <= c.window_to) "
+        "GROUP BY c.calibration_id", [changed_file])
+    return {gate_id: int(n) for gate_id, n in rows}

@@ -54,12 +54,37 @@ def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
                          f"({exc.strerror or exc}); start the cluster or fix --ray-address") from None
 
 
-def preflight(config_path: str | Path, *, ray_address: str | None = None) -> PipelineConfig:
+def check_store(db: str | Path, *, must_exist: bool = False, option: str = "storage.db") -> None:
+    """Refuse, before any service starts, a store path whose directory is missing, or a file that is not a
+    readable DuckDB store (damaged, or another kind of file); a store another process holds, or one in an
+    older layout (migrated on the first write), passes."""
+    from cic.store import Store
+    from cic.store.database import DamagedStoreError, NotADuckDBFileError, StoreError
+
+    path = Path(db).expanduser()
+    if not path.parent.is_dir():
+        raise ValueError(f"{option} = {str(db)!r}: directory {str(path.parent)!r} does not exist; create it or "
+                         "point --db elsewhere")
+    if not path.exists():
+        if must_exist:
+            raise ValueError(f"{option} = {str(db)!r}: no such file (nothing stored yet; run `cic run` first)")
+        return
+    try:
+        Store.open(path, read_only=True).close()
+    except (DamagedStoreError, NotADuckDBFileError):
+        raise
+    except StoreError:
+        return  # locked by a writer (writes wait their turn) or an older layout (migrated when written)
+
+
+def preflight(config_path: str | Path, *, ray_address: str | None = None, db: str | None = None) -> PipelineConfig:
     """The validated config; a ValueError naming the file, the key path and the value otherwise. A Ray
-    address (given, the config's, or $RAY_ADDRESS) must answer within seconds."""
+    address (given, the config's, or $RAY_ADDRESS) must answer within seconds; the store (`db` or the
+    config's) must be creatable or readable."""
     import os
 
     config = load_config(config_path)
+    check_store(db or config.storage.db, option="--db" if db else "storage.db")
     address = ray_address or config.ray.address or os.environ.get("RAY_ADDRESS")
     if address:
         check_ray_address(address)

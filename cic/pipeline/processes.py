@@ -1,8 +1,10 @@
-"""`cic run` owns the processes it starts (Prefect's ephemeral server, a local Ray): they stop when it exits,
-on SIGTERM, and — after a SIGKILL, which no handler sees — at the next start, found by the PIDs it recorded.
+"""`cic run` and `cic recalibrate` own the processes they start (Prefect's ephemeral server, a local Ray): they
+stop when the command exits, on SIGTERM, and — after a SIGKILL, which no handler sees — within seconds, stopped
+by a watchdog process (`cic.pipeline.watchdog`) that follows the command's process tree and outlives it.
 
-The record is a small JSON file per store (keyed by the store's absolute path) listing the run's own PID and
-its descendants with their start times, so a recycled PID is never mistaken for one of ours.
+As a second net, a small JSON file per store (keyed by the store's absolute path) records the run's own PID and
+its descendants with their start times (so a recycled PID is never mistaken for one of ours); the next command
+on the same store stops whatever a killed run left if the watchdog itself was killed too.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from typing import Any
 from cic import schema
 
 
-def record_path(db: str | Path, state_dir: str | Path | None = None) -> Path:
-    """Where the PIDs of a run on `db` are recorded ($CIC_CACHE_DIR/runs by default)."""
+def record_path(db: str | Path, state_dir: str | Path | None = None, command: str = "run") -> Path:
+    """Where the PIDs of a `command` on `db` are recorded ($CIC_CACHE_DIR/runs by default); each command has
+    its own record, so a recalibration never overwrites a running pipeline's."""
     base = Path(state_dir or os.environ.get("CIC_CACHE_DIR") or Path.home() / ".cache" / "cic").expanduser()
-    return base / "runs" / f"{schema.value_hash(str(Path(db).expanduser().resolve()))[:16]}.json"
+    name = schema.value_hash(str(Path(db).expanduser().resolve()))[:16]
+    return base / "runs" / (f"{name}.json" if command == "run" else f"{name}.{command}.json")
 
 
 def _identity(proc: Any) -> dict[str, Any]:
@@ -56,10 +60,10 @@ def stop(processes: list[Any], grace_s: float = 5.0) -> None:
 class OwnedProcesses:
     """Record, reap and stop the processes of one `cic run` on one store."""
 
-    def __init__(self, db: str | Path, state_dir: str | Path | None = None) -> None:
+    def __init__(self, db: str | Path, state_dir: str | Path | None = None, command: str = "run") -> None:
         import psutil
 
-        self.path = record_path(db, state_dir)
+        self.path = record_path(db, state_dir, command)
         self.me = psutil.Process()
 
     def reap_stale(self) -> list[int]:
@@ -77,6 +81,16 @@ class OwnedProcesses:
         stop(left)
         self.path.unlink(missing_ok=True)
         return [p.pid for p in left]
+
+    def start_watchdog(self) -> Any:
+        """The supervisor that stops our descendants when we die (its own session: a signal to our process
+        group does not reach it)."""
+        import subprocess
+        import sys
+
+        return subprocess.Popen([sys.executable, "-m", "cic.pipeline.watchdog", str(self.me.pid),
+                                 repr(self.me.create_time())], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
 
     def record(self) -> None:
         """Write our PID and our descendants' (call again as services start)."""
@@ -98,10 +112,12 @@ class OwnedProcesses:
 
 
 @contextlib.contextmanager
-def owned_processes(db: str | Path, state_dir: str | Path | None = None) -> Iterator[OwnedProcesses]:
+def owned_processes(db: str | Path, state_dir: str | Path | None = None,
+                    command: str = "run") -> Iterator[OwnedProcesses]:
     """Reap a killed run's leftovers, turn SIGTERM into a clean exit, and stop our children on the way out."""
-    owner = OwnedProcesses(db, state_dir)
+    owner = OwnedProcesses(db, state_dir, command)
     owner.reap_stale()
+    watchdog = owner.start_watchdog()
     owner.record()
 
     def on_term(signum: int, frame: Any) -> None:
@@ -126,3 +142,5 @@ def owned_processes(db: str | Path, state_dir: str | Path | None = None) -> Iter
         recorder.join(timeout=5)
         signal.signal(signal.SIGTERM, previous)
         owner.stop_all()
+        with contextlib.suppress(Exception):
+            watchdog.wait(timeout=5)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from cic import schema
+from cic.pipeline.durations import parse_duration
 from cic.pipeline.gates import gates
 from cic.pipeline.stored_calibration import GroupKey, calibration_rows
 from cic.stats.drift import DriftTest, error_rate_test, holm, score_shift_test
@@ -55,17 +56,7 @@ class WindowRule:
 
 def parse_since(text: str | None) -> timedelta | None:
     """'7d', '12h', '30m', '2w' → a timedelta (None stays None)."""
-    if text is None:
-        return None
-    units = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-    value, unit = text.strip()[:-1], text.strip()[-1:].lower()
-    try:
-        amount = float(value)
-    except ValueError:
-        amount = -1.0
-    if unit not in units or not amount > 0:
-        raise ValueError(f"since = {text!r}: expected a positive number and a unit m, h, d or w (e.g. 7d)")
-    return timedelta(**{units[unit]: amount})
+    return parse_duration(text, "since")
 
 
 @dataclass
@@ -100,12 +91,15 @@ class GroupRecalibration:
                        f"alpha is unattainable on the new window ({row['n_cal']} labelled questions): the gate "
                        "would abstain on everything")
         out.extend(c.test.detail for c in self.checks if c.rejected and row["calibration_id"] in c.gate_ids)
+        if live is not None:  # the live gate's own data changed under it (`cic ingest --relabel`)
+            out.extend(f"live gate {live['calibration_id'][:12]}: {a}" for a in live["alerts"]
+                       if a.startswith("labels changed"))
         return out
 
 
 #: alert kinds, most severe first (a summary shows the worst alerts first)
 ALERT_KINDS = (("error rate at the live threshold", "error rate above alpha"),
-               ("labels changed", "labels changed under a gate"),
+               ("live gate", "labels changed under the live gate"),
                ("score distribution moved", "score shift"),
                ("alpha has become unattainable", "alpha became unattainable"),
                ("alpha is unattainable", "alpha unattainable"))

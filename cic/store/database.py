@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
@@ -34,7 +33,7 @@ if TYPE_CHECKING:
     import duckdb
     import pyarrow as pa
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 CREATED_AT = "created_at"
 _CONNECT_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 _SIMPLE_TYPES: tuple[tuple[pl.DataType, str], ...] = (
@@ -48,6 +47,10 @@ _batch_names = itertools.count()
 
 class StoreError(ValueError):
     """The store cannot be opened or used as asked; the message says why and what to do."""
+
+
+class DamagedStoreError(StoreError):
+    """The file is a DuckDB database that cannot be read (corrupt blocks, a damaged WAL)."""
 
 
 class StoreLockedError(StoreError):
@@ -234,10 +237,15 @@ def _migrate_to_3(con: duckdb.DuckDBPyConnection) -> None:
             con.execute("UPDATE runs SET generation_config = ? WHERE run_key = ?", [schema.canonical_json(kept), key])
 
 
+def _migrate_to_4(con: duckdb.DuckDBPyConnection) -> None:
+    """Version 4 keeps every change of a stored label (`label_events`): relabelling is explicit and recorded."""
+    _add_missing(con)
+
+
 # MIGRATIONS[v] upgrades a file from version v - 1 to v. Additive changes (a new nullable column or table in
 # cic.schema) need no entry: `_add_missing` applies them on every read-write open.
 MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: _migrate_to_1, 2: _migrate_to_2,
-                                                                      3: _migrate_to_3}
+                                                                      3: _migrate_to_3, 4: _migrate_to_4}
 
 
 def _stored_version(con: duckdb.DuckDBPyConnection) -> int | None:
@@ -405,12 +413,12 @@ class Store:
         try:
             con = _connect(p, read_only)
         except duckdb.Error as exc:  # corrupted blocks, a damaged WAL, ...: never a traceback, never a write
-            raise StoreError(_damaged(p, exc)) from None
+            raise DamagedStoreError(_damaged(p, exc)) from None
         try:
             version = _prepare(con, p, read_only)
         except duckdb.Error as exc:
             con.close()
-            raise StoreError(_damaged(p, exc)) from None
+            raise DamagedStoreError(_damaged(p, exc)) from None
         except BaseException:
             con.close()
             raise
@@ -567,6 +575,35 @@ class Store:
         if not query.lstrip().upper().startswith(("SELECT", "WITH")):
             raise ValueError(f"query = {query[:60]!r}: only SELECT / WITH reads are allowed here")
         return self._con.sql(query, params=list(params)).fetchall()
+
+    def sql_frame(self, query: str, params: Sequence[Any] = ()) -> pl.DataFrame:
+        """`sql` as a polars frame (a joined or grouped read too large for Python tuples)."""
+        if not query.lstrip().upper().startswith(("SELECT", "WITH")):
+            raise ValueError(f"query = {query[:60]!r}: only SELECT / WITH reads are allowed here")
+        result = pl.from_arrow(self._con.sql(query, params=list(params)).to_arrow_table())
+        assert isinstance(result, pl.DataFrame)
+        return result
+
+    def upsert_select(self, table: str, query: str, params: Sequence[Any] = ()) -> int:
+        """Upsert the rows of a SELECT that yields the table's columns in order, key-unique (a bulk write from
+        staged Parquet files: DuckDB streams it, nothing passes through Python); `created_at` keeps its first
+        value, as in `upsert`. Returns the rows the SELECT produced."""
+        if self.read_only:
+            raise StoreError(f"{self!r} was opened read-only; open it without read_only to write")
+        spec = _table_spec(table)
+        updated = [c for c in spec.columns if c not in spec.key and c != CREATED_AT]
+        action = ("DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in updated)) if updated else "DO NOTHING"
+        import duckdb
+
+        try:
+            with self.transaction():
+                count = self._con.execute(f"INSERT INTO {table} ({', '.join(spec.columns)}) SELECT * FROM ({query}) "
+                                          f"ON CONFLICT ({', '.join(spec.key)}) {action}", list(params)).fetchall()
+        except duckdb.IOException as exc:  # a full disk, a file-size limit: the transaction rolled back
+            raise StoreError(f"db = {str(self.path)!r}: writing {table} rows failed "
+                             f"({' '.join(str(exc).split())[:200]}); nothing of this write was stored and earlier "
+                             "rows are intact — free space and rerun") from None
+        return int(count[0][0]) if count else 0
 
     def find_runs(self, model: str, dataset: str, **equals: Any) -> pl.DataFrame:
         """Runs of a model on a dataset (optionally also by split, prompt_id, run_key)."""

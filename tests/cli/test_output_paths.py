@@ -137,8 +137,9 @@ def test_a_full_disk_leaves_the_previous_file_and_one_line(store_with_live_gate:
     def small_files() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (200, 200))
 
-    proc = subprocess.run([str(Path(sys.executable).with_name("cic")), "gate", "export", "--db", str(db), "--out", str(out)],
-                          capture_output=True, text=True, preexec_fn=small_files, timeout=120)
+    cic = str(Path(sys.executable).with_name("cic"))
+    proc = subprocess.run([cic, "gate", "export", "--db", str(db), "--out", str(out)], capture_output=True,
+                          text=True, preexec_fn=small_files, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "cannot be written" in proc.stderr and "previous file is unchanged" in proc.stderr

@@ -215,3 +215,40 @@ def test_mlflow_server_dying_mid_logging_then_cic_log_logs_exactly_the_missing_g
     finally:
         server.kill()
 
+
+
+@pytest.mark.faults
+def test_kill_9_of_cic_recalibrate_leaves_no_prefect_server_behind(setup: tuple[Path, Path, MlflowClient]) -> None:
+    """The real command, SIGKILLed while Prefect's ephemeral server is up: its watchdog stops the server."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    config, db, _ = setup
+    cic = str(Path(sys.executable).with_name("cic"))
+    run = subprocess.Popen([cic, "recalibrate", "--config", str(config), "--no-mlflow"], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, env={**os.environ, "CIC_CACHE_DIR": str(db.parent)})
+    tree: list[psutil.Process] = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and run.poll() is None:
+        tree = psutil.Process(run.pid).children(recursive=True)
+        if any("uvicorn" in " ".join(p.cmdline()) or "prefect" in " ".join(p.cmdline()) for p in tree
+               if p.is_running()):
+            break
+        time.sleep(0.1)
+    assert run.poll() is None, "the recalibration ended before its Prefect server was seen"
+    time.sleep(1.0)  # the watchdog's next look
+    tree = psutil.Process(run.pid).children(recursive=True)
+    assert any("prefect" in " ".join(p.cmdline()) or "uvicorn" in " ".join(p.cmdline()) for p in tree)
+    run.send_signal(signal.SIGKILL)
+    run.wait(timeout=10)
+    deadline = time.monotonic() + 15
+    alive = tree
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        time.sleep(0.2)
+    assert alive == [], [" ".join(p.cmdline())[:120] for p in alive]

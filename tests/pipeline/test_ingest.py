@@ -102,7 +102,7 @@ BAD = [
      "records 2, 4 repeat model 'qwen', stream 'support-bot', question_id 'r1'"),
     (lambda f: f.with_columns(pl.Series("stream", ["s", "s", "", "s", "s", "s"])), "record 3 (question_id 'r2'): "
                                                                                     "stream is empty"),
-    (lambda f: f.with_columns(extra=pl.lit(1)), "unknown column(s) extra"),
+    (lambda f: f.with_columns(extra=pl.lit(1)), "unknown column(s) 'extra'"),
     (lambda f: f.drop("score:semantic_entropy", "score:predictive_entropy"), "records need score:<estimator>"),
     (lambda f: f.with_columns(gold=pl.lit("x")), "has a gold column: name the criterion"),
 ]

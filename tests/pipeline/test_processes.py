@@ -88,3 +88,45 @@ def test_sigterm_stops_the_children_with_the_run(tmp_path: Path) -> None:
     assert run.wait(timeout=30) == 128 + signal.SIGTERM
     assert not any(psutil.pid_exists(k) and psutil.Process(k).status() != psutil.STATUS_ZOMBIE for k in kids)
     assert not record_path(tmp_path / "s.duckdb", tmp_path).exists()
+
+
+def _gone(pids: list[int], within_s: float) -> list[int]:
+    """The PIDs still running (not zombies) after waiting up to `within_s` seconds for them to end."""
+    deadline = time.monotonic() + within_s
+    while True:
+        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.2)
+
+
+@pytest.mark.faults
+def test_after_kill_9_the_watchdog_stops_every_child_within_seconds(tmp_path: Path) -> None:
+    """No later command needed: the supervisor outlives the killed command and stops its process tree,
+    grandchildren and a child that ignores SIGTERM included."""
+    code = (
+        "import subprocess, sys, time\n"
+        "from cic.pipeline.processes import owned_processes\n"
+        f"with owned_processes({str(tmp_path / 's.duckdb')!r}, {str(tmp_path)!r}):\n"
+        "    stubborn = 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)'\n"
+        "    kids = [subprocess.Popen([sys.executable, '-c', stubborn]),\n"
+        "            subprocess.Popen([sys.executable, '-c', 'import subprocess, sys, time; '\n"
+        "                              'subprocess.Popen([sys.executable, \"-c\", \"import time; time.sleep(600)\"]); '\n"
+        "                              'time.sleep(600)'])]\n"
+        "    print(' '.join(str(k.pid) for k in kids), flush=True); time.sleep(600)\n")
+    run = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    try:
+        kids = [int(p) for p in run.stdout.readline().split()]
+        time.sleep(2.0)  # the grandchild starts and the watchdog's next look finds it
+        tree = [p.pid for p in psutil.Process(run.pid).children(recursive=True)]
+        watchdogs = [p for p in tree if "cic.pipeline.watchdog" in " ".join(psutil.Process(p).cmdline())]
+        assert len(watchdogs) == 1 and set(kids) < set(tree) and len(tree) >= 4
+        run.send_signal(signal.SIGKILL)
+        run.wait(timeout=10)
+        assert _gone([p for p in tree if p not in watchdogs], within_s=10) == []
+        assert _gone(watchdogs, within_s=10) == []  # and the watchdog itself is gone
+    finally:
+        for proc in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                proc.kill()

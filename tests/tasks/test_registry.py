@@ -15,7 +15,7 @@ from cic.cli import app
 from cic.pipeline.gates import gates, retire
 from cic.store import Store
 from tasks.registry import RegistryMismatch, legacy_name, registered_name, registry_sync
-from tests.pipeline.test_recalibration import make_live, only_group
+from tests.pipeline.test_recalibration import make_live
 from tests.support.pipeline_data import store_run
 
 pytestmark = pytest.mark.faults
