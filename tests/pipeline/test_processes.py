@@ -109,10 +109,11 @@ def test_after_kill_9_the_watchdog_stops_every_child_within_seconds(tmp_path: Pa
         "from cic.pipeline.processes import owned_processes\n"
         f"with owned_processes({str(tmp_path / 's.duckdb')!r}, {str(tmp_path)!r}):\n"
         "    stubborn = 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)'\n"
+        "    grandparent = ('import subprocess, sys, time; '\n"
+        "                   'subprocess.Popen([sys.executable, \"-c\", \"import time; time.sleep(600)\"]); '\n"
+        "                   'time.sleep(600)')\n"
         "    kids = [subprocess.Popen([sys.executable, '-c', stubborn]),\n"
-        "            subprocess.Popen([sys.executable, '-c', 'import subprocess, sys, time; '\n"
-        "                              'subprocess.Popen([sys.executable, \"-c\", \"import time; time.sleep(600)\"]); '\n"
-        "                              'time.sleep(600)'])]\n"
+        "            subprocess.Popen([sys.executable, '-c', grandparent])]\n"
         "    print(' '.join(str(k.pid) for k in kids), flush=True); time.sleep(600)\n")
     run = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
