@@ -99,8 +99,23 @@ def list_gates(
             r["calibration_id"][:12], r["state"], r["kind"] or "pipeline", r["model"], r["dataset"], r["estimator"],
             r["criterion"], f"{r['alpha']:g}", r["bound"], r["search"],
             "unattainable" if r["threshold"] is None else fmt(r["threshold"], ".4g"), str(r["n_cal"]),
-            str(r["window_to"] or "—")[:19], "; ".join(r["alerts"]) or "—")))
+            str(r["window_to"] or "—")[:19], _alert_summary(r["alerts"]))))
     console.print(table)
+    for r in rows.sort("model", "dataset", "created_at").iter_rows(named=True):
+        for alert in r["alerts"]:
+            console.print(printable(f"{r['calibration_id'][:12]} alert: {alert}"), soft_wrap=True)
+
+
+def _alert_summary(alerts: list[str]) -> str:
+    """The alerts column: how many, of which kinds (the full texts follow the table)."""
+    from collections import Counter
+
+    from cic.pipeline.recalibration import alert_kind
+
+    if not alerts:
+        return "—"
+    kinds = Counter(alert_kind(a)[1] for a in alerts)
+    return ", ".join(f"{kind}" + (f" ×{n}" if n > 1 else "") for kind, n in kinds.items())
 
 
 SYNC_HINT = "run `cic gate sync` when MLflow is back (it reconciles every key's `live` alias with the store)"

@@ -100,6 +100,7 @@ class GroupRecalibration:
 #: alert kinds, most severe first (a summary shows the worst alerts first)
 ALERT_KINDS = (("error rate at the live threshold", "error rate above alpha"),
                ("live gate", "labels changed under the live gate"),
+               ("labels changed", "labels changed under this gate"),
                ("score distribution moved", "score shift"),
                ("alpha has become unattainable", "alpha became unattainable"),
                ("alpha is unattainable", "alpha unattainable"))

@@ -1,0 +1,151 @@
+"""History stays append-only and checked: absurd or zone-less timestamps refused, relabelling refused unless asked
+(then recorded and flagged on the gates it touches), records keyed by model, score columns normalised, files
+streamed in batches with the same result as in one piece, broken JSON lines named."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from cic.cli import app
+from cic.pipeline.gates import gates
+from cic.pipeline.ingest import ingest_file
+from cic.pipeline.recalibration import WindowRule, recalibrate_group
+from cic.store import Store
+from tests.pipeline.test_ingest import T0, records, write
+from tests.pipeline.test_recalibration import CONFIG, make_live, only_group
+
+pytestmark = pytest.mark.faults
+NOW = T0 + timedelta(days=1)
+
+
+def test_a_timestamp_beyond_now_plus_the_skew_is_refused_and_the_skew_is_configurable(tmp_path: Path) -> None:
+    future = records().with_columns(pl.Series("timestamp", [T0] * 5 + [NOW + timedelta(days=3650)]))
+    with Store.open(tmp_path / "s.duckdb") as store:
+        with pytest.raises(ValueError, match=r"record 6 \(question_id 'r5'\): timestamp = 2036-.* lies 3.65e\+03 d in "
+                                             r"the future .* allowed clock skew 5 min"):
+            ingest_file(store, write(future, tmp_path / "f.parquet"), now=NOW)
+        assert store.count("observations") == 0
+        near = records().with_columns(pl.Series("timestamp", [T0] * 5 + [NOW + timedelta(minutes=3)]))
+        ingest_file(store, write(near, tmp_path / "near.parquet"), now=NOW)  # within the default skew
+        later = records().with_columns(pl.Series("timestamp", [T0] * 5 + [NOW + timedelta(hours=2)]))
+        with pytest.raises(ValueError, match="lies 2 h in the future"):
+            ingest_file(store, write(later, tmp_path / "later.parquet"), now=NOW)
+        ingest_file(store, write(later, tmp_path / "later.parquet"), now=NOW, max_skew=timedelta(hours=3))
+        old = records().with_columns(pl.Series("timestamp", [datetime(1970, 1, 1, tzinfo=UTC)] * 6))
+        with pytest.raises(ValueError, match="record 1 .* is before 2000-01-01"):
+            ingest_file(store, write(old, tmp_path / "old.parquet"), now=NOW)
+
+
+def test_naive_timestamps_are_refused_unless_their_zone_is_named(tmp_path: Path) -> None:
+    naive = records().with_columns(pl.col("timestamp").dt.replace_time_zone(None))
+    text = tmp_path / "n.csv"
+    naive.with_columns(pl.col("timestamp").dt.to_string("%Y-%m-%dT%H:%M:%S")).write_csv(text)
+    with Store.open(tmp_path / "s.duckdb") as store:
+        for path in (write(naive, tmp_path / "n.parquet"), text):
+            with pytest.raises(ValueError, match="record 1 .*has no time zone.*--timezone"):
+                ingest_file(store, path, now=NOW)
+        ingest_file(store, text, now=NOW, timezone="Europe/Berlin")
+        seen = store.read("observations").sort("question_id")["observed_at"][0]
+    assert seen == T0 - timedelta(hours=1)  # 09:00 in Berlin in November is 08:00 UTC
+    with pytest.raises(ValueError, match="timezone = 'Mars/Olympus'"):
+        with Store.open(tmp_path / "s.duckdb") as store:
+            ingest_file(store, text, now=NOW, timezone="Mars/Olympus")
+
+
+def _stream(n: int, seed: int, start: datetime, offset: int = 0) -> pl.DataFrame:
+    rng = np.random.default_rng(seed)
+    score = rng.random(n)
+    return pl.DataFrame({
+        "model": "qwen", "stream": "bot", "question_id": [f"q{i + offset}" for i in range(n)],
+        "question": "?", "answer": "a", "timestamp": [start + timedelta(minutes=i) for i in range(n)],
+        "score:semantic_entropy": score, "correct": rng.random(n) >= 0.02 + 0.5 * score})
+
+
+def test_relabelling_is_refused_unless_asked_then_recorded_and_the_live_gate_flagged(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    with Store.open(db) as store:
+        ingest_file(store, write(_stream(400, 1, T0 - timedelta(days=20)), tmp_path / "week1.parquet"), now=NOW)
+        group = only_group(store, "bot")
+        live = make_live(store, group.__class__(**{**group.__dict__, "criterion": "human"}))["calibration_id"][0]
+        before = store.read("labels")
+        flips = before.head(300).select("question_id", ~pl.col("aligned")).rename({"aligned": "correct"})
+        labels = flips.with_columns(model=pl.lit("qwen"), stream=pl.lit("bot"))
+        with pytest.raises(ValueError, match=r"record 1 \(question_id 'q0'\): would change the stored human label .*"
+                                             r"\(300 stored label\(s\) in all\).*--relabel"):
+            ingest_file(store, write(labels, tmp_path / "flips.csv"), now=NOW)
+        assert store.read("labels").equals(before) and store.count("label_events") == 0
+        same = before.head(5).select("question_id", pl.col("aligned").alias("correct"))
+        ingest_file(store, write(same.with_columns(model=pl.lit("qwen"), stream=pl.lit("bot")),
+                                 tmp_path / "same.csv"), now=NOW)  # labels that change nothing are fine
+
+        stats = ingest_file(store, write(labels, tmp_path / "flips.csv"), now=NOW, relabel=True)
+        assert stats.relabelled == 300 and stats.flagged_gates == [live]
+        events = store.read("label_events")
+        assert events.height == 300 and set(events["source"]) == {"flips.csv"}
+        assert (events["old_aligned"] != events["new_aligned"]).all()
+        row = gates(store).filter(calibration_id=live).row(0, named=True)
+        assert row["state"] == "live" and row["alerts"][0].startswith("labels changed under this gate: 300 label(s)")
+        # the next recalibration of that key says so on every candidate
+        ingest_file(store, write(_stream(100, 2, T0 - timedelta(days=2), offset=1000), tmp_path / "w2.parquet"),
+                    now=NOW)
+        human = group.__class__(**{**group.__dict__, "criterion": "human"})
+        result = recalibrate_group(store, human, CONFIG, WindowRule())
+        candidate = result.rows.row(0, named=True)
+        assert any(a.startswith(f"live gate {live[:12]}: labels changed") for a in result.alerts_of(candidate))
+    listed = CliRunner().invoke(app, ["gate", "list", "--db", str(db), "--state", "live"])
+    assert f"{live[:12]} alert: labels changed under this gate: 300 label(s)" in " ".join(listed.output.split())
+
+
+def test_two_models_on_one_stream_keep_their_own_question_text(tmp_path: Path) -> None:
+    a = records(2)
+    b = records(2).with_columns(model=pl.lit("llama"), question=pl.Series(["other 0?", "other 1?"]))
+    with Store.open(tmp_path / "s.duckdb") as store:
+        ingest_file(store, write(pl.concat([a, b]), tmp_path / "both.parquet"), now=NOW)
+        questions = store.read("questions").filter(question_id="r0")
+    assert dict(questions.select("split", "question").iter_rows()) == {"production:qwen": "question 0?",
+                                                                        "production:llama": "other 0?"}
+
+
+def test_score_columns_are_normalised_and_names_that_collide_are_refused(tmp_path: Path) -> None:
+    spaced = records().rename({"score:semantic_entropy": "score: semantic_entropy "})
+    with Store.open(tmp_path / "s.duckdb") as store:
+        ingest_file(store, write(spaced, tmp_path / "spaced.parquet"), now=NOW)
+        assert set(store.read("scores")["estimator"]) == {"semantic_entropy", "predictive_entropy"}
+        both = records().with_columns(pl.col("score:semantic_entropy").alias("score:semantic_entropy "))
+        with pytest.raises(ValueError, match="columns 'score:semantic_entropy' and 'score:semantic_entropy ' both name "
+                                             "estimator 'semantic_entropy'"):
+            ingest_file(store, write(both, tmp_path / "both.parquet"), now=NOW)
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".csv", ".jsonl"])
+def test_batches_give_what_one_piece_gives_and_repeats_across_batches_are_caught(tmp_path: Path,
+                                                                                 suffix: str) -> None:
+    frame = records(7)
+    tables = ("runs", "questions", "generations", "scores", "labels", "observations")
+    path = write(frame, tmp_path / f"t{suffix}")
+    with Store.open(tmp_path / "one.duckdb") as one, Store.open(tmp_path / "many.duckdb") as many:
+        ingest_file(one, path, now=NOW)
+        stats = ingest_file(many, path, now=NOW, batch_rows=2)
+        assert stats.records == 7 and stats.labels == 7
+        for table in tables:
+            drop = [c for c in ("created_at",) if c in one.read(table).columns]
+            assert one.read(table).drop(drop).equals(many.read(table).drop(drop)), table
+        repeated = frame.with_columns(pl.Series("question_id", ["r0", "r1", "r2", "r3", "r4", "r5", "r1"]))
+        with pytest.raises(ValueError, match="records 2, 7 repeat model 'qwen', stream 'support-bot', "
+                                             "question_id 'r1'"):
+            ingest_file(many, write(repeated, tmp_path / f"rep{suffix}"), now=NOW, batch_rows=2)
+
+
+def test_a_broken_jsonl_line_is_named_by_its_number(tmp_path: Path) -> None:
+    path = write(records(4), tmp_path / "t.jsonl")
+    lines = path.read_text().splitlines()
+    lines[2] = lines[2][:-5]  # a line cut short, as a crashed writer leaves it
+    path.write_text("\n".join(lines) + "\n")
+    with Store.open(tmp_path / "s.duckdb") as store, pytest.raises(ValueError, match="line 3 is not JSON"):
+        ingest_file(store, path, now=NOW)
