@@ -4,7 +4,6 @@ together, candidates stored (and promoted where the policy allows), and everythi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from mlflow import MlflowClient
@@ -13,83 +12,38 @@ from prefect.cache_policies import NO_CACHE
 
 from cic import schema
 from cic.pipeline.config import CalibrationConfig, RecalibrationConfig
-from cic.pipeline.gates import current_states, record_candidates
-from cic.pipeline.recalibration import (
-    Check,
-    WindowRule,
-    correct_and_alert,
-    promote_quiet_groups,
-    recalibrate_group,
-    slot_of,
-)
-from cic.pipeline.stored_calibration import GroupKey, groups_of_run
+from cic.pipeline.recalibration import Candidate, RecalibrationPass, WindowRule, alert_kind, recalibrate_store
+from cic.pipeline.stored_calibration import GroupKey
 from cic.stats.calibration import CalibrationResult
 from cic.store import Store
 from tasks.log import tracking_uri
 from tasks.tracking import ChildRun, GroupLog, check_reachable, log_group
 
-
-@dataclass
-class Candidate:
-    """One new gate of a recalibration: its row, the live gate of its slot before the pass, alerts, state."""
-
-    key: GroupKey
-    row: dict[str, Any]
-    live: dict[str, Any] | None
-    alerts: list[str]
-    state: str
-
-
-@dataclass
-class RecalibrationPass:
-    """What one recalibration did: candidates, groups skipped (and why), every drift test with its verdict."""
-
-    candidates: list[Candidate] = field(default_factory=list)
-    skipped: list[tuple[GroupKey, str]] = field(default_factory=list)
-    checks: list[tuple[GroupKey, Check]] = field(default_factory=list)
-    promoted: list[str] = field(default_factory=list)
-
-    @property
-    def alerts(self) -> list[tuple[Candidate, str]]:
-        return [(c, a) for c in self.candidates for a in c.alerts]
+__all__ = ["Candidate", "RecalibrationPass", "log_recalibrations", "recalibrate_runs"]
+LOGGED_ALERTS = 20
 
 
 @task(name="recalibrate", cache_policy=NO_CACHE, timeout_seconds=3600)
 def recalibrate_runs(db: str, run_keys: Sequence[str], calibration: CalibrationConfig, policy: RecalibrationConfig,
                      rule: WindowRule) -> RecalibrationPass:
-    """Candidates for every group of the runs, Holm across all drift tests, candidates stored with their alerts."""
+    """Candidates for every group of the runs in one pass over the store, Holm across all drift tests,
+    candidates stored with their alerts (and promoted where the policy allows)."""
     logger = get_run_logger()
-    shared: dict[tuple[Any, ...], Check] = {}
     with Store.open(db, wait_s=300) as store:
-        runs = [r for r in store.read("runs").iter_rows(named=True) if r["run_key"] in set(run_keys)]
-        results = [recalibrate_group(store, key, calibration, rule, shared)
-                   for run in runs for key in groups_of_run(store, run)]
-        alerts = correct_and_alert(results, policy.alert_level)
-        with store.transaction():
-            for result in results:
-                if result.skipped is None:
-                    store.upsert("calibrations", result.rows)
-            record_candidates(store, alerts, reason=f"recalibration on window '{rule.describe()}'")
-        promoted = promote_quiet_groups(store, results, alerts) if policy.promotion == "auto" else []
-        states = dict(current_states(store).select("calibration_id", "state").iter_rows())
-    out = RecalibrationPass(promoted=promoted)
-    for result in results:
-        if result.skipped is not None:
-            out.skipped.append((result.key, result.skipped))
-            logger.info("%s/%s %s × %s: skipped, %s", result.key.model, result.key.dataset, result.key.estimator,
-                        result.key.criterion, result.skipped)
-            continue
-        out.checks.extend((result.key, c) for c in result.checks)
-        for row in result.rows.iter_rows(named=True):
-            live = result.live.get(slot_of(row))
-            out.candidates.append(Candidate(result.key, row, live, alerts.get(row["calibration_id"], []),
-                                            states.get(row["calibration_id"], "candidate")))
-    for candidate, alert in out.alerts:
+        out = recalibrate_store(store, run_keys, calibration, policy.alert_level, rule,
+                                auto_promote=policy.promotion == "auto")
+    for key, why in out.skipped[:LOGGED_ALERTS]:
+        logger.info("%s/%s %s × %s: skipped, %s", key.model, key.dataset, key.estimator, key.criterion, why)
+    worst = sorted(out.alerts, key=lambda item: alert_kind(item[1])[0])
+    for candidate, alert in worst[:LOGGED_ALERTS]:
         row = candidate.row
         logger.error("ALERT %s/%s %s × %s, alpha %g (%s, %s): %s", candidate.key.model, candidate.key.dataset,
                      candidate.key.estimator, candidate.key.criterion, row["alpha"], row["bound"], row["search"], alert)
+    if len(worst) > LOGGED_ALERTS:
+        logger.error("… and %d more alert(s): the run's 'recalibration' artifact lists them all",
+                     len(worst) - LOGGED_ALERTS)
     logger.info("recalibration: %d candidate gate(s), %d alert(s), %d promoted, %d group(s) skipped",
-                len(out.candidates), len(out.alerts), len(promoted), len(out.skipped))
+                len(out.candidates), len(out.alerts), len(out.promoted), len(out.skipped))
     return out
 
 
@@ -131,10 +85,13 @@ def log_recalibrations(result: RecalibrationPass, *, tracking: str | None = None
     by_group: dict[GroupKey, list[Candidate]] = {}
     for item in result.candidates:
         by_group.setdefault(item.key, []).append(item)
+    checks_by_group: dict[GroupKey, list[Any]] = {}
+    for key, check in result.checks:
+        checks_by_group.setdefault(key, []).append(check)
     run_ids = []
     for key, items in by_group.items():
         first = items[0].row
-        checks = [c for k, c in result.checks if k == key]
+        checks = checks_by_group.get(key, [])
         shift = [c for c in checks if c.test.name == "score_shift"]
         metrics: dict[str, float | None] = {
             "n_window": float(first["n_cal"]), "alerts": float(sum(len(i.alerts) for i in items)),

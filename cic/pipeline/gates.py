@@ -55,15 +55,31 @@ def find_gate(store: Store, gate_id: str) -> dict[str, Any]:
 
 def _event(store: Store, calibration_id: str, state: str, reason: str, alerts: Sequence[str]) -> dict[str, Any]:
     """One event row, timed strictly after the gate's previous event (so "newest" is never a tie)."""
-    if state not in STATES:
-        raise ValueError(f"state = {state!r}: one of {', '.join(STATES)}")
+    return _events(store, [(calibration_id, state, reason, alerts)])[0]
+
+
+def _events(store: Store, moves: Sequence[tuple[str, str, str, Sequence[str]]]) -> list[dict[str, Any]]:
+    """Event rows for (calibration id, state, reason, alerts) moves, each timed strictly after its gate's
+    previous event; one query for all of them."""
+    for _, state, _, _ in moves:
+        if state not in STATES:
+            raise ValueError(f"state = {state!r}: one of {', '.join(STATES)}")
+    if not moves:
+        return []
+    last = dict(store.sql("SELECT calibration_id, max(created_at) FROM gate_events WHERE calibration_id IN "
+                          "(SELECT unnest(?)) GROUP BY calibration_id", [[m[0] for m in moves]]))
     now = datetime.now(UTC)
-    last = store.sql("SELECT max(created_at) FROM gate_events WHERE calibration_id = ?", [calibration_id])[0][0]
-    if last is not None and now <= last:
-        now = last + timedelta(microseconds=1)
-    return {"event_id": schema.value_hash(calibration_id, state, now.isoformat(), reason),
-            "calibration_id": calibration_id, "state": state, "reason": reason, "alerts": list(alerts),
-            "created_at": now}
+    out = []
+    for calibration_id, state, reason, alerts in moves:
+        at = now
+        previous = last.get(calibration_id)
+        if previous is not None and at <= previous:
+            at = previous + timedelta(microseconds=1)
+        last[calibration_id] = at  # two moves of one gate in a batch stay ordered
+        out.append({"event_id": schema.value_hash(calibration_id, state, at.isoformat(), reason),
+                    "calibration_id": calibration_id, "state": state, "reason": reason, "alerts": list(alerts),
+                    "created_at": at})
+    return out
 
 
 def _write(store: Store, events: list[dict[str, Any]]) -> None:
@@ -74,8 +90,8 @@ def _write(store: Store, events: list[dict[str, Any]]) -> None:
 def record_candidates(store: Store, alerts_by_gate: dict[str, Sequence[str]], reason: str) -> None:
     """Mark new gates as candidates with what their recalibration found (a gate with a state keeps it)."""
     known = set(current_states(store).get_column("calibration_id").to_list())
-    _write(store, [_event(store, gid, "candidate", reason, alerts) for gid, alerts in alerts_by_gate.items()
-                   if gid not in known])
+    _write(store, _events(store, [(gid, "candidate", reason, alerts) for gid, alerts in alerts_by_gate.items()
+                                  if gid not in known]))
 
 
 def verify_gate(row: dict[str, Any]) -> None:
@@ -141,6 +157,40 @@ def retire(store: Store, gate_id: str, *, reason: str) -> dict[str, Any]:
     return {**row, "state": "retired"}
 
 
+def promote_many(store: Store, gate_ids: Sequence[str], *, reason: str) -> list[str]:
+    """Make these gates live (one per serving key: the last given wins) and retire the live gates they replace,
+    in one transaction and one read; alerting or unverifiable gates are refused. Returns the ids made live."""
+    if not gate_ids:
+        return []
+    table = gates(store)
+    chosen = {row["calibration_id"]: row for row in
+              table.filter(pl.col("calibration_id").is_in(list(gate_ids))).iter_rows(named=True)}
+    by_key: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for gate_id in gate_ids:
+        row = chosen.get(gate_id)
+        if row is None:
+            raise ValueError(f"gate id = {gate_id!r}: no stored gate has it in {store.path}")
+        verify_gate(row)
+        if row["alerts"]:
+            raise ValueError(f"gate {gate_id[:12]} was written with alerts; promote it by hand after review")
+        by_key[_key_of(row)] = row
+    moves = []
+    for row in table.filter(state="live").iter_rows(named=True):
+        new = by_key.get(_key_of(row))
+        if new is not None and new["calibration_id"] != row["calibration_id"]:
+            moves.append((row["calibration_id"], "retired", f"replaced by {new['calibration_id'][:12]}", []))
+    promoted = [r["calibration_id"] for r in by_key.values() if r["state"] != "live"]
+    moves += [(gid, "live", reason, []) for gid in promoted]
+    with store.transaction():
+        _write(store, _events(store, moves))
+    return promoted
+
+
+def _key_of(row: dict[str, Any]) -> tuple[Any, ...]:
+    """A row's serving key, with alpha and delta rounded as `_same_key` compares them."""
+    return tuple(round(float(row[c]), 12) if c in ("alpha", "delta") else row[c] for c in SERVING_KEY)
+
+
 def promote_first_gates(store: Store, calibration_ids: Iterable[str], *, reason: str) -> list[str]:
     """Make live each of these gates whose serving key has no live gate yet (the pipeline's first gates)."""
     wanted = set(calibration_ids)
@@ -155,9 +205,9 @@ def promote_first_gates(store: Store, calibration_ids: Iterable[str], *, reason:
         if key in live_keys or row["alerts"]:
             continue
         live_keys.add(key)
-        events.append(_event(store, row["calibration_id"], "live", reason, []))
+        events.append((row["calibration_id"], "live", reason, []))
         promoted.append(row["calibration_id"])
-    _write(store, events)
+    _write(store, _events(store, events))
     return promoted
 
 
@@ -223,7 +273,7 @@ def flag_gates(store: Store, alerts: dict[str, str]) -> list[str]:
     appended): `cic gate list` shows it, a flagged candidate is never auto-promoted, and the next recalibration
     of a flagged live gate's key alerts. Retired gates are left alone; returns the gates flagged."""
     table = gates(store).filter(pl.col("calibration_id").is_in(list(alerts)) & (pl.col("state") != "retired"))
-    events = [_event(store, row["calibration_id"], row["state"], "flagged: " + alerts[row["calibration_id"]],
-                     [*row["alerts"], alerts[row["calibration_id"]]]) for row in table.iter_rows(named=True)]
+    events = _events(store, [(row["calibration_id"], row["state"], "flagged: " + alerts[row["calibration_id"]],
+                              [*row["alerts"], alerts[row["calibration_id"]]]) for row in table.iter_rows(named=True)])
     _write(store, events)
     return [e["calibration_id"] for e in events]

@@ -65,6 +65,7 @@ class OwnedProcesses:
 
         self.path = record_path(db, state_dir, command)
         self.me = psutil.Process()
+        self.before = {p.pid for p in self.me.children(recursive=True)}  # not ours: running before we started
 
     def reap_stale(self) -> list[int]:
         """Stop what a killed earlier run left behind (its main process gone, its children still running)."""
@@ -106,8 +107,8 @@ class OwnedProcesses:
         partial.replace(self.path)
 
     def stop_all(self) -> None:
-        """Stop every descendant and forget the record."""
-        stop(self.me.children(recursive=True))
+        """Stop every descendant started since we began and forget the record."""
+        stop([p for p in self.me.children(recursive=True) if p.pid not in self.before])
         self.path.unlink(missing_ok=True)
 
 

@@ -157,12 +157,22 @@ def new_window(pairs: pl.DataFrame, after: datetime | None, rule: WindowRule) ->
     return chosen
 
 
+def live_gates_of(store: Store, key: GroupKey) -> list[dict[str, Any]]:
+    """The live gates of one group (one per alpha × delta × bound × search)."""
+    return gates(store, run_key=key.run_key, estimator=key.estimator, criterion=key.criterion) \
+        .filter(state="live").to_dicts()
+
+
 def recalibrate_group(store: Store, key: GroupKey, config: CalibrationConfig, rule: WindowRule,
                       shift_tests: dict[tuple[Any, ...], Check] | None = None) -> GroupRecalibration:
     """Candidates on the group's new window and its drift tests (shared score tests come from `shift_tests`)."""
-    pairs = labelled_pairs(store, key)
-    live_rows = gates(store, run_key=key.run_key, estimator=key.estimator, criterion=key.criterion) \
-        .filter(state="live").to_dicts()
+    return recalibrate_pairs(key, labelled_pairs(store, key), live_gates_of(store, key), config, rule, shift_tests)
+
+
+def recalibrate_pairs(key: GroupKey, pairs: pl.DataFrame, live_rows: list[dict[str, Any]],
+                      config: CalibrationConfig, rule: WindowRule,
+                      shift_tests: dict[tuple[Any, ...], Check] | None = None) -> GroupRecalibration:
+    """`recalibrate_group` on a group's labelled pairs (oldest first) and live gates already loaded."""
     live = {slot_of(r): r for r in live_rows}
     reference = reference_window(live_rows)
     recent = new_window(pairs, reference[1] if reference else None, rule)
@@ -217,14 +227,98 @@ def promote_quiet_groups(store: Store, results: Sequence[GroupRecalibration],
                          alerts: dict[str, list[str]]) -> list[str]:
     """The `promotion: auto` policy: the candidates of a group go live only when none of them raised an alert
     (an alerting candidate is never promoted without a person: `cic gate promote --despite-alerts`)."""
-    from cic.pipeline.gates import promote
+    from cic.pipeline.gates import promote_many
 
-    promoted = []
+    chosen = []
     for result in results:
         ids = result.rows.get_column("calibration_id").to_list() if result.skipped is None else []
-        if not ids or any(alerts.get(i) for i in ids):
+        if ids and not any(alerts.get(i) for i in ids):
+            chosen.extend(ids)
+    return promote_many(store, chosen, reason="recalibration: policy promotion=auto, no alert in its group")
+
+
+def pairs_of_runs(store: Store, run_keys: Sequence[str]) -> pl.DataFrame:
+    """The labelled pairs of every group of these runs in one query: (run_key, estimator, criterion,
+    question_id, score, error, at), each group's rows oldest first (as `labelled_pairs` gives them)."""
+    return store.sql_frame(
+        "SELECT s.run_key, s.estimator, l.criterion, s.question_id, s.value AS score, "
+        "CAST(NOT l.aligned AS TINYINT) AS error, coalesce(o.observed_at, l.created_at) AS seen_at "
+        "FROM scores s JOIN labels l ON s.run_key = l.run_key AND s.question_id = l.question_id "
+        "LEFT JOIN observations o ON o.run_key = s.run_key AND o.question_id = s.question_id "
+        "WHERE s.run_key IN (SELECT unnest(?)) AND s.value IS NOT NULL "
+        "ORDER BY s.run_key, s.estimator, l.criterion, seen_at, s.question_id", [list(run_keys)]) \
+        .rename({"seen_at": "at"})
+
+
+@dataclass
+class Candidate:
+    """One new gate of a recalibration: its row, the live gate of its slot before the pass, alerts, state."""
+
+    key: GroupKey
+    row: dict[str, Any]
+    live: dict[str, Any] | None
+    alerts: list[str]
+    state: str
+
+
+@dataclass
+class RecalibrationPass:
+    """What one recalibration did: candidates, groups skipped (and why), every drift test with its verdict."""
+
+    candidates: list[Candidate] = field(default_factory=list)
+    skipped: list[tuple[GroupKey, str]] = field(default_factory=list)
+    checks: list[tuple[GroupKey, Check]] = field(default_factory=list)
+    promoted: list[str] = field(default_factory=list)
+
+    @property
+    def alerts(self) -> list[tuple[Candidate, str]]:
+        return [(c, a) for c in self.candidates for a in c.alerts]
+
+
+def recalibrate_store(store: Store, run_keys: Sequence[str], config: CalibrationConfig, level: float,
+                      rule: WindowRule, *, auto_promote: bool = False, reason: str | None = None,
+                      chunk_runs: int = 1000) -> RecalibrationPass:
+    """One pass over the store: every group of the runs recalibrated (pairs read in one query per `chunk_runs`
+    runs, live gates once), Holm across all tests, candidates stored with their alerts in one transaction,
+    quiet groups promoted when `auto_promote`."""
+    from cic.pipeline.gates import current_states, record_candidates
+
+    wanted = set(run_keys)
+    runs = {r["run_key"]: r for r in store.read("runs").iter_rows(named=True) if r["run_key"] in wanted}
+    live_by_group: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for row in gates(store).filter(pl.col("run_key").is_in(list(runs)) & (pl.col("state") == "live")) \
+            .iter_rows(named=True):
+        live_by_group.setdefault((row["run_key"], row["estimator"], row["criterion"]), []).append(row)
+    shared: dict[tuple[Any, ...], Check] = {}
+    results: list[GroupRecalibration] = []
+    keys = sorted(runs)
+    for start in range(0, len(keys), chunk_runs):
+        pairs = pairs_of_runs(store, keys[start:start + chunk_runs])
+        for (run_key, estimator, criterion), group in pairs.partition_by(
+                ["run_key", "estimator", "criterion"], as_dict=True, maintain_order=True).items():
+            run = runs[run_key]
+            key = GroupKey(run_key, run["model"], run["dataset"], estimator, criterion)
+            results.append(recalibrate_pairs(key, group.select("question_id", "score", "error", "at"),
+                                             live_by_group.get((run_key, estimator, criterion), []), config, rule,
+                                             shared))
+    alerts = correct_and_alert(results, level)
+    written = [r.rows for r in results if r.skipped is None and r.rows.height]
+    with store.transaction():
+        if written:
+            store.upsert("calibrations", pl.concat(written))
+        record_candidates(store, alerts, reason=reason or f"recalibration on window '{rule.describe()}'")
+    promoted = promote_quiet_groups(store, results, alerts) if auto_promote else []
+    ids = [i for frame in written for i in frame.get_column("calibration_id").to_list()]
+    states = dict(current_states(store).filter(pl.col("calibration_id").is_in(ids))
+                  .select("calibration_id", "state").iter_rows())
+    out = RecalibrationPass(promoted=promoted)
+    for result in results:
+        if result.skipped is not None:
+            out.skipped.append((result.key, result.skipped))
             continue
-        for gate_id in ids:
-            promote(store, gate_id, reason="recalibration: policy promotion=auto, no alert in its group")
-            promoted.append(gate_id)
-    return promoted
+        out.checks.extend((result.key, c) for c in result.checks)
+        for row in result.rows.iter_rows(named=True):
+            out.candidates.append(Candidate(result.key, row, result.live.get(slot_of(row)),
+                                            alerts.get(row["calibration_id"], []),
+                                            states.get(row["calibration_id"], "candidate")))
+    return out

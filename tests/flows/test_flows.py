@@ -120,17 +120,20 @@ def test_recalibration_flow_fails_on_drift_and_logs_candidates_with_the_pipeline
 
 
 def test_recalibrate_cli_exits_1_on_alerts_unless_told_not_to(setup: tuple[Path, Path, MlflowClient]) -> None:
+    import subprocess
+    import sys
+
     config, db, _ = setup
     with Store.open(db) as store:
         store_run(store, n=300, labelled_at=datetime(2026, 1, 1, tzinfo=UTC) + timedelta(days=1), id_offset=9000,
                   base=1.0, seed=4)
-    result = CliRunner().invoke(app, ["recalibrate", "--config", str(config), "--window", "200"])
-    assert result.exit_code == 1, result.output
-    assert "unattainable" in result.output and "ALERT" in result.output
-    quiet = CliRunner().invoke(app, ["recalibrate", "--config", str(config), "--window", "200",
-                                     "--no-fail-on-alert"])
-    assert quiet.exit_code == 0, quiet.output
-    assert "candidates wait for review" in " ".join(quiet.output.split())
+    cic = [str(Path(sys.executable).with_name("cic")), "recalibrate", "--config", str(config), "--window", "200"]
+    result = subprocess.run(cic, capture_output=True, text=True, timeout=300)  # one process per command, as used
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "unattainable" in result.stderr and "ALERT" in result.stderr
+    quiet = subprocess.run([*cic, "--no-fail-on-alert"], capture_output=True, text=True, timeout=300)
+    assert quiet.returncode == 0, quiet.stdout + quiet.stderr
+    assert "candidates wait for review" in " ".join(quiet.stdout.split())
 
 
 def test_a_promoted_gate_is_served_by_mlflow_alias_live(setup: tuple[Path, Path, MlflowClient],
