@@ -71,16 +71,35 @@ def _threshold(value: float | None) -> str:
     return "unattainable" if value is None else f"{value:.4g}"
 
 
+SHOWN_CANDIDATES = 500
+
+
 def markdown_report(summary: dict[str, Any]) -> str:
-    """The run's results table for the Prefect UI."""
-    lines = [f"# Recalibration: {summary['gates']} candidate gate(s), {len(summary['alerts'])} alert(s)", "",
-             "| model | dataset | estimator | criterion | α | bound | search | threshold | live | state | alerts |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for c in summary["candidates"]:
+    """The run's results for the Prefect UI: alert counts by kind, every alert, and the candidates table
+    (alerting candidates first, at most SHOWN_CANDIDATES rows; `cic gate list` has them all)."""
+    from collections import Counter
+
+    from cic.pipeline.recalibration import alert_kind
+
+    kinds = Counter(alert_kind(a["alert"])[1] for a in summary["alerts"])
+    lines = [f"# Recalibration: {summary['gates']} candidate gate(s), {len(summary['alerts'])} alert(s)", ""]
+    if kinds:
+        lines += ["| alert kind | count |", "|---|---|", *(f"| {k} | {n} |" for k, n in kinds.most_common()), ""]
+    candidates = sorted(summary["candidates"], key=lambda c: not c["alerts"])
+    lines += ["| model | dataset | estimator | criterion | α | bound | search | threshold | live | state | alerts |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in candidates[:SHOWN_CANDIDATES]:
         lines.append(f"| {c['model']} | {c['dataset']} | {c['estimator']} | {c['criterion']} | {c['alpha']:g} | "
                      f"{c['bound']} | {c['search']} | {_threshold(c['threshold'])} | "
                      f"{'—' if c['live_threshold'] is None else _threshold(c['live_threshold'])} | {c['state']} | "
                      f"{'; '.join(c['alerts']) or '—'} |")
+    if len(candidates) > SHOWN_CANDIDATES:
+        lines.append(f"\n{len(candidates) - SHOWN_CANDIDATES} more candidate(s): `cic gate list --state candidate`")
+    if summary["alerts"] and len(candidates) > SHOWN_CANDIDATES:
+        lines += ["", "## Every alert", ""]
+        ordered = sorted(summary["alerts"], key=lambda a: alert_kind(a["alert"]))
+        lines += [f"- {a['model']}/{a['dataset']} {a['estimator']} × {a['criterion']} α={a['alpha']:g} {a['bound']} "
+                  f"{a['search']}: {a['alert']}" for a in ordered]
     for s in summary["skipped"]:
         lines.append(f"\nskipped {s['model']}/{s['dataset']} {s['estimator']} × {s['criterion']}: {s['reason']}")
     return "\n".join(lines)

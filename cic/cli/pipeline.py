@@ -159,6 +159,7 @@ def run(
 
 
 SHOWN_ALERTS = 10
+SHOWN_CANDIDATES = 50
 
 
 def print_alerts(alerts: list[dict[str, Any]]) -> None:
@@ -216,16 +217,23 @@ def recalibrate(
     for column in ("state", "model", "dataset", "estimator", "criterion", "α", "bound", "search", "n",
                    "threshold", "live"):
         table.add_column(column)
-    for r in result["candidates"]:
+    shown = sorted(result["candidates"], key=lambda c: not c["alerts"])[:SHOWN_CANDIDATES]
+    for r in shown:
         table.add_row(*map(printable, (r["gate_id"][:12], r["state"], r["model"], r["dataset"], r["estimator"],
                                        r["criterion"], f"{r['alpha']:g}", r["bound"], r["search"], str(r["n_window"]))),
                       styled(("unattainable", "red")) if r["threshold"] is None else fmt(r["threshold"], ".4g"),
                       fmt(r["live_threshold"], ".4g"))
     if result["candidates"]:
         console.print(table)
-    for skipped in result["skipped"]:
+    if len(result["candidates"]) > SHOWN_CANDIDATES:
+        console.print(f"{len(result['candidates']) - SHOWN_CANDIDATES} more candidate(s) not shown: `cic gate list "
+                      "--state candidate`", soft_wrap=True)
+    for skipped in result["skipped"][:SHOWN_ALERTS]:
         console.print(printable(f"skipped {skipped['model']}/{skipped['dataset']} {skipped['estimator']} × "
                                 f"{skipped['criterion']}: {skipped['reason']}"), soft_wrap=True)
+    if len(result["skipped"]) > SHOWN_ALERTS:
+        console.print(f"{len(result['skipped']) - SHOWN_ALERTS} more group(s) skipped (the flow run's log and "
+                      "artifact list them)", soft_wrap=True)
     if not result["candidates"] and not result["skipped"]:
         console.print(f"nothing to recalibrate: {resolved_db} holds no labelled results for the models and datasets of "
                       f"{config} (run `cic run --config {config}` first, or check --db)", soft_wrap=True)

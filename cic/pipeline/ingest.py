@@ -483,10 +483,12 @@ def _write(store: Store, stage: _Stage, layout: Layout, path: Path, now: datetim
     pairs = store.sql("SELECT DISTINCT model, stream FROM read_parquet(?) ORDER BY model, stream",
                       [stage.files["keys"]])
     with store.transaction():
-        for model, stream in pairs:
-            key = store.register_run(model, stream, SPLIT, PROMPT_ID, {"source": "ingest"},
-                                     experiment_prefix=experiment_prefix)
-            stats.runs.append({"model": model, "stream": stream, "run_key": key})
+        store.upsert("runs", pl.DataFrame({
+            "run_key": [run_key_of(m, s) for m, s in pairs], "model": [m for m, _ in pairs],
+            "dataset": [s for _, s in pairs], "split": SPLIT, "prompt_id": PROMPT_ID,
+            "generation_config": schema.canonical_json({"source": "ingest"}), "created_at": None,
+            "experiment_prefix": experiment_prefix}, schema=schema.RUNS.schema))  # every (model, stream) at once
+        stats.runs.extend({"model": m, "stream": s, "run_key": run_key_of(m, s)} for m, s in pairs)
         if stage.has("records"):
             records = stage.files["records"]
             store.upsert_select("questions", f"SELECT stream, '{SPLIT}:' || model, question_id, question, "
