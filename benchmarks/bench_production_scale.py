@@ -153,8 +153,8 @@ def write_records(path: Path, records: int, streams: int, chunk: int = 500_000) 
         frame = pl.DataFrame({
             "model": "m", "stream": pl.Series(index // per_stream).cast(pl.String),
             "question_id": pl.Series(index).cast(pl.String), "question": "what is it?", "answer": "an answer",
-            "timestamp": pl.Series(START + pl.Series(index % (28 * 86400)).cast(pl.Duration("s")).to_numpy()
-                                   .astype("timedelta64[us]")).cast(pl.Datetime("us", "UTC")),
+            "timestamp": pl.Series((index % (28 * 86400)) * 1_000_000 + int(START.timestamp() * 1e6))
+            .cast(pl.Datetime("us")).dt.replace_time_zone("UTC"),
             "score:semantic_entropy": score, "score:predictive_entropy": score + rng.random(n),
             "correct": rng.random(n) >= 0.4 * score ** 2})
         table = frame.to_arrow()

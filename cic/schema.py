@@ -126,8 +126,18 @@ LABEL_EVENTS = TableSpec("label_events", {
     "created_at": pl.Datetime("us", "UTC"),
 }, ("event_id",))
 
+INGESTS = TableSpec("ingests", {
+    "file": pl.String(),                     # absolute path of an ingested file written in several commits
+    "records": pl.Int64(),
+    "state": pl.String(),                    # writing | done: recalibration waits while any is writing
+    "started_at": pl.Datetime("us", "UTC"),
+    "finished_at": pl.Datetime("us", "UTC"),
+    "created_at": pl.Datetime("us", "UTC"),
+}, ("file",))
+
 TABLES: dict[str, TableSpec] = {t.name: t for t in (QUESTIONS, RUNS, GENERATIONS, SCORES, LABELS, CALIBRATIONS,
-                                                     EVALUATIONS, OBSERVATIONS, GATE_EVENTS, LABEL_EVENTS)}
+                                                     EVALUATIONS, OBSERVATIONS, GATE_EVENTS, LABEL_EVENTS,
+                                                     INGESTS)}
 
 
 def conform(frame: pl.DataFrame, spec: TableSpec) -> pl.DataFrame:

@@ -21,8 +21,13 @@ record. Records are keyed by (model, stream, question_id): two models' questions
 
 The file is read in batches of `batch_rows` records (memory stays bounded for any size): each batch is checked
 and staged as Parquet beside the store, checks across the whole file (repeated keys, labels of unknown records,
-relabelling) run in DuckDB over the staged files, and only then is everything written in one transaction — a
-bad record is named (1 = the first record) with its field and value, and nothing of that file is stored.
+relabelling) run in DuckDB over the staged files, and only then is anything written — a bad record is named
+(1 = the first record) with its field and value, and nothing of that file is stored. A file of up to
+`commit_records` records is written in one transaction (a kill stores all or nothing). A larger one is written in
+commits of that size — DuckDB keeps the index entries of a transaction's rows in memory, so one transaction
+of 10^7 records would need gigabytes — under an `ingests` journal entry that stays 'writing' until the last
+commit: recalibration refuses to run on a store with an unfinished ingest, and rerunning the same ingest
+(idempotent) completes it.
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ KEY_COLUMNS = ("model", "stream", "question_id")
 RECORD_COLUMNS = ("question", "answer", "timestamp")
 TRUE_WORDS, FALSE_WORDS = ("true", "1", "yes", "t", "y"), ("false", "0", "no", "f", "n")
 BATCH_ROWS = 100_000
+COMMIT_RECORDS = 500_000  # a file up to this size is stored in one transaction; a larger one in steps
+MEMORY_LIMIT = "1GB"      # DuckDB's limit while writing (indexes of a transaction's rows stay in memory)
 MAX_SKEW = timedelta(minutes=5)
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 
@@ -312,7 +319,7 @@ class _Stage:
 def ingest_file(store: Store, path: str | Path, *, label_name: str = "human", criterion: str | None = None,
                 embedder: Any = None, experiment_prefix: str = "cic", relabel: bool = False,
                 max_skew: timedelta = MAX_SKEW, timezone: str | None = None, now: datetime | None = None,
-                batch_rows: int = BATCH_ROWS) -> IngestStats:
+                batch_rows: int = BATCH_ROWS, commit_records: int = COMMIT_RECORDS) -> IngestStats:
     """Check every record of the file (batch by batch, then across the file), then store it all in one
     transaction, or nothing."""
     from cic.store.score_files import input_file
@@ -340,7 +347,8 @@ def ingest_file(store: Store, path: str | Path, *, label_name: str = "human", cr
             raise ValueError(f"file = {str(p)!r}: has no records")
         _check_unique(store, stage, source)
         changed = _changed_labels(store, stage, source, relabel)
-        _write(store, stage, layout, p, checks.now, changed, stats, experiment_prefix)
+        _write(store, stage, layout, p, checks.now, changed, stats, experiment_prefix,
+               commit_files=max(1, commit_records // batch_rows))
     return stats
 
 
@@ -475,51 +483,77 @@ def _changed_labels(store: Store, stage: _Stage, source: str, relabel: bool) -> 
 
 
 def _write(store: Store, stage: _Stage, layout: Layout, path: Path, now: datetime, changed: pl.DataFrame | None,
-           stats: IngestStats, experiment_prefix: str) -> None:
-    """Everything staged, in one transaction: runs, questions (per model), answers, scores, times, labels, and
-    for a relabelling its events and the gates it flags."""
+           stats: IngestStats, experiment_prefix: str, commit_files: int) -> None:
+    """Everything staged, under a bounded DuckDB memory limit: runs, questions (per model), answers, scores,
+    times, labels, and for a relabelling its events and the gates it flags. Up to `commit_files` staged batches
+    of each kind go in one transaction; a larger file commits in steps under its `ingests` journal entry
+    ('writing' until the last step; recalibration waits for it and rerunning the ingest completes it)."""
     from cic.pipeline.gates import flag_gates
 
     pairs = store.sql("SELECT DISTINCT model, stream FROM read_parquet(?) ORDER BY model, stream",
                       [stage.files["keys"]])
-    with store.transaction():
+    steps = [(kind, files[i:i + commit_files]) for kind in ("records", "scores", "labels")
+             for files in [stage.files[kind]] for i in range(0, len(files), commit_files)]
+    journal = {"file": str(path.resolve()), "records": stats.records, "started_at": now, "created_at": None}
+    with store.memory_limit(MEMORY_LIMIT), store.transaction():
         store.upsert("runs", pl.DataFrame({
             "run_key": [run_key_of(m, s) for m, s in pairs], "model": [m for m, _ in pairs],
             "dataset": [s for _, s in pairs], "split": SPLIT, "prompt_id": PROMPT_ID,
             "generation_config": schema.canonical_json({"source": "ingest"}), "created_at": None,
             "experiment_prefix": experiment_prefix}, schema=schema.RUNS.schema))  # every (model, stream) at once
         stats.runs.extend({"model": m, "stream": s, "run_key": run_key_of(m, s)} for m, s in pairs)
-        if stage.has("records"):
-            records = stage.files["records"]
-            store.upsert_select("questions", f"SELECT stream, '{SPLIT}:' || model, question_id, question, "
-                                "NULL::VARCHAR[], NULL::VARCHAR[], coalesce(gold, ''), []::VARCHAR[] "
-                                "FROM read_parquet(?)", [records])
-            store.upsert_select("generations", "SELECT run_key, question_id, 0, answer, NULL::INTEGER, NULL::DOUBLE, "
-                                "NULL::DOUBLE, NULL::BOOLEAN, NULL::DOUBLE[], ['ingested'] FROM read_parquet(?)",
-                                [records])
-            store.upsert_select("scores", "SELECT run_key, question_id, estimator, value FROM read_parquet(?)",
-                                [stage.files["scores"]])
-            store.upsert_select("observations", "SELECT run_key, question_id, observed_at, ?, ? FROM read_parquet(?)",
-                                [path.name, now, records])
-        if stage.has("labels"):
-            labels = stage.files["labels"]
-            if changed is not None:
-                store.upsert("label_events", changed.select(
-                    pl.struct("run_key", "question_id", "criterion").map_elements(
-                        lambda r: schema.value_hash(r, now.isoformat(), path.name), return_dtype=pl.String)
-                    .alias("event_id"), "run_key", "question_id", "criterion", "old_aligned", "new_aligned",
-                    pl.lit(path.name).alias("source"), pl.lit(now).alias("created_at")))
-                stats.relabelled = changed.height
-                touched = _gates_touched(store, stage.add("changed", changed))
-                stats.flagged_gates = flag_gates(store, {
-                    gate: f"labels changed under this gate: {n} label(s) in its window relabelled by {path.name} "
-                          f"at {now:%Y-%m-%d %H:%M} UTC; recalibrate and review before trusting it"
-                    for gate, n in touched.items()})
-            store.upsert_select("labels", "SELECT run_key, question_id, criterion, aligned, value, ? "
-                                "FROM read_parquet(?)", [now, labels])
-            stats.labels = store.sql("SELECT count(*) FROM (SELECT DISTINCT run_key, question_id FROM "
-                                     "read_parquet(?))", [labels])[0][0]
+        if changed is not None:
+            store.upsert("label_events", changed.select(
+                pl.struct("run_key", "question_id", "criterion").map_elements(
+                    lambda r: schema.value_hash(r, now.isoformat(), path.name), return_dtype=pl.String)
+                .alias("event_id"), "run_key", "question_id", "criterion", "old_aligned", "new_aligned",
+                pl.lit(path.name).alias("source"), pl.lit(now).alias("created_at")))
+            stats.relabelled = changed.height
+            touched = _gates_touched(store, stage.add("changed", changed))
+            stats.flagged_gates = flag_gates(store, {
+                gate: f"labels changed under this gate: {n} label(s) in its window relabelled by {path.name} "
+                      f"at {now:%Y-%m-%d %H:%M} UTC; recalibrate and review before trusting it"
+                for gate, n in touched.items()})
+        if len(steps) <= 3 and len({kind for kind, _ in steps}) == len(steps):  # one step per kind: all at once
+            for kind, files in steps:
+                _write_step(store, kind, files, path, now)
+            steps = []
+        store.upsert("ingests", pl.DataFrame([{**journal, "state": "writing" if steps else "done",
+                                               "finished_at": None if steps else now}],
+                                             schema=schema.INGESTS.schema))
+    for kind, files in steps:  # a large file: one commit per step, the journal says it is unfinished
+        with store.memory_limit(MEMORY_LIMIT), store.transaction():
+            _write_step(store, kind, files, path, now)
+    if steps:
+        with store.transaction():
+            store.upsert("ingests", pl.DataFrame([{**journal, "state": "done", "finished_at": datetime.now(UTC)}],
+                                                 schema=schema.INGESTS.schema))
+    if stage.has("labels"):
+        stats.labels = store.sql("SELECT count(*) FROM (SELECT DISTINCT run_key, question_id FROM read_parquet(?))",
+                                 [stage.files["labels"]])[0][0]
     stats.unlabelled = 0 if layout.labels_only else stats.records - stats.labels
+
+
+def _write_step(store: Store, kind: str, files: list[str], path: Path, now: datetime) -> None:
+    """Upsert one kind of staged file into its tables."""
+    if kind == "records":
+        store.upsert_select("questions", f"SELECT stream, '{SPLIT}:' || model, question_id, question, "
+                            "NULL::VARCHAR[], NULL::VARCHAR[], coalesce(gold, ''), []::VARCHAR[] "
+                            "FROM read_parquet(?)", [files])
+        store.upsert_select("generations", "SELECT run_key, question_id, 0, answer, NULL::INTEGER, NULL::DOUBLE, "
+                            "NULL::DOUBLE, NULL::BOOLEAN, NULL::DOUBLE[], ['ingested'] FROM read_parquet(?)", [files])
+        store.upsert_select("observations", "SELECT run_key, question_id, observed_at, ?, ? FROM read_parquet(?)",
+                            [path.name, now, files])
+    elif kind == "scores":
+        store.upsert_select("scores", "SELECT run_key, question_id, estimator, value FROM read_parquet(?)", [files])
+    else:
+        store.upsert_select("labels", "SELECT run_key, question_id, criterion, aligned, value, ? FROM read_parquet(?)",
+                            [now, files])
+
+
+def unfinished_ingests(store: Store) -> list[str]:
+    """Files whose ingest was cut off between commits (a kill, a full disk): rerunning it completes it."""
+    return [f for (f,) in store.sql("SELECT file FROM ingests WHERE state = 'writing' ORDER BY started_at")]
 
 
 def _gates_touched(store: Store, changed_file: str) -> dict[str, int]:
@@ -527,10 +561,11 @@ def _gates_touched(store: Store, changed_file: str) -> dict[str, int]:
     a record's time is when production saw it, else when its label was first stored."""
     rows = store.sql(
         "SELECT c.calibration_id, count(*) FROM calibrations c JOIN ("
-        "  SELECT ch.run_key, ch.criterion, coalesce(o.observed_at, l.created_at) AS at FROM read_parquet(?) ch "
+        "  SELECT ch.run_key, ch.criterion, coalesce(o.observed_at, l.created_at) AS seen_at FROM read_parquet(?) ch "
         "  JOIN labels l ON l.run_key = ch.run_key AND l.question_id = ch.question_id AND l.criterion = ch.criterion "
         "  LEFT JOIN observations o ON o.run_key = ch.run_key AND o.question_id = ch.question_id) t "
         "ON c.run_key = t.run_key AND c.criterion = t.criterion "
-        "AND (c.window_from IS NULL OR t.at >= c.window_from) AND (c.window_to IS NULL OR t.at <= c.window_to) "
+        "AND (c.window_from IS NULL OR t.seen_at >= c.window_from) "
+        "AND (c.window_to IS NULL OR t.seen_at <= c.window_to) "
         "GROUP BY c.calibration_id", [changed_file])
     return {gate_id: int(n) for gate_id, n in rows}

@@ -282,7 +282,12 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
     runs, live gates once), Holm across all tests, candidates stored with their alerts in one transaction,
     quiet groups promoted when `auto_promote`."""
     from cic.pipeline.gates import current_states, record_candidates
+    from cic.pipeline.ingest import unfinished_ingests
 
+    cut = unfinished_ingests(store)
+    if cut:
+        raise ValueError(f"the ingest of {cut[0]!r} was cut off before its last commit ({len(cut)} unfinished in "
+                         f"{store.path}); rerun `cic ingest {cut[0]}` to complete it, then recalibrate")
     wanted = set(run_keys)
     runs = {r["run_key"]: r for r in store.read("runs").iter_rows(named=True) if r["run_key"] in wanted}
     live_by_group: dict[tuple[str, str, str], list[dict[str, Any]]] = {}

@@ -238,7 +238,8 @@ def _migrate_to_3(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _migrate_to_4(con: duckdb.DuckDBPyConnection) -> None:
-    """Version 4 keeps every change of a stored label (`label_events`): relabelling is explicit and recorded."""
+    """Version 4 keeps every change of a stored label (`label_events`): relabelling is explicit and recorded;
+    and journals ingests written in several commits (`ingests`)."""
     _add_missing(con)
 
 
@@ -438,6 +439,19 @@ class Store:
         return f"Store({str(self.path)!r}, {mode}, schema version {self.schema_version})"
 
     # -- writing ---------------------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def memory_limit(self, limit: str) -> Iterator[Store]:
+        """Run a block under a DuckDB memory limit such as '1GB' (it spills to disk beyond it where it can),
+        restoring the previous limit after."""
+        if not re.fullmatch(r"\d+(\.\d+)?\s*(KB|MB|GB|KiB|MiB|GiB)", limit):
+            raise ValueError(f"memory limit = {limit!r}: expected a size such as 512MB or 1GB")
+        previous = self._con.sql("SELECT current_setting('memory_limit')").fetchall()[0][0]
+        self._con.execute(f"SET memory_limit = '{limit}'")
+        try:
+            yield self
+        finally:
+            self._con.execute(f"SET memory_limit = '{previous}'")
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Store]:

@@ -149,3 +149,45 @@ def test_a_broken_jsonl_line_is_named_by_its_number(tmp_path: Path) -> None:
     path.write_text("\n".join(lines) + "\n")
     with Store.open(tmp_path / "s.duckdb") as store, pytest.raises(ValueError, match="line 3 is not JSON"):
         ingest_file(store, path, now=NOW)
+
+
+def test_a_large_ingest_killed_between_commits_blocks_recalibration_until_rerun(tmp_path: Path) -> None:
+    """kill -9 (of the real process, at a fixed point: after its first commit) of an ingest written in steps."""
+    import os
+    import subprocess
+    import sys
+
+    from cic.pipeline.config import CalibrationConfig
+    from cic.pipeline.ingest import unfinished_ingests
+    from cic.pipeline.recalibration import recalibrate_store
+
+    path = write(_stream(40, 3, T0 - timedelta(days=3)), tmp_path / "big.parquet")
+    db = tmp_path / "s.duckdb"
+    code = (
+        "import os, signal, sys\n"
+        "from datetime import datetime, UTC\n"
+        "import cic.pipeline.ingest as ingest\n"
+        "from cic.store import Store\n"
+        "real, calls = ingest._write_step, []\n"
+        "def killing(*args, **kwargs):\n"
+        "    calls.append(1)\n"
+        "    if len(calls) == 2:\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n"
+        "    real(*args, **kwargs)\n"
+        "ingest._write_step = killing\n"
+        f"with Store.open({str(db)!r}) as store:\n"
+        f"    ingest.ingest_file(store, {str(path)!r}, now=datetime.fromisoformat({NOW.isoformat()!r}), "
+        "batch_rows=10, commit_records=10)\n")
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert child.returncode == -9, child.stderr
+    with Store.open(db) as store:
+        assert unfinished_ingests(store) == [str(path.resolve())]
+        assert 0 < store.count("generations") < 40  # partly written: exactly why recalibration must wait
+        with pytest.raises(ValueError, match="cut off before its last commit.*rerun `cic ingest"):
+            recalibrate_store(store, store.read("runs")["run_key"].to_list(), CalibrationConfig(), 0.01,
+                              WindowRule())
+        stats = ingest_file(store, path, now=NOW, batch_rows=10, commit_records=10)  # the rerun completes it
+        assert stats.records == 40 and unfinished_ingests(store) == []
+        assert store.count("generations") == 40 and store.count("labels") == 40 and store.count("scores") == 40
+        assert store.read("ingests")["state"].to_list() == ["done"]
