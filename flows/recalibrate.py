@@ -134,9 +134,10 @@ def recalibrate_flow(config_path: str = DEMO_CONFIG, db: str | None = None, trac
                 registry_sync(config.storage.db, tracking_uri(config.mlflow.tracking_uri), result.promoted,
                               experiment_prefix=config.mlflow.experiment_prefix)
         except Exception as exc:  # stored in DuckDB either way; the next run or `cic gate sync` catches up
-            summary["log_error"] = f"{type(exc).__name__}: {exc}"
-            logger.warning("MLflow logging failed (%s); the candidates are stored in %s", summary["log_error"],
-                           config.storage.db)
+            summary["log_error"] = (f"{type(exc).__name__}: {exc} — the candidates are stored in "
+                                    f"{config.storage.db}; once MLflow is back, `cic gate sync` brings the registry "
+                                    "in line")
+            logger.warning("MLflow logging failed: %s", summary["log_error"])
     create_markdown_artifact(markdown_report(summary), key="recalibration",
                              description="candidate gates, live thresholds, states and alerts")
     if summary["alerts"] and fail_on_alert:

@@ -8,7 +8,6 @@ the environment names a real service: --db, MLFLOW_TRACKING_URI / --tracking-uri
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -124,6 +123,9 @@ def run(
     from cic.pipeline.preflight import preflight
 
     checked = preflight(config, ray_address=ray_address, db=db)  # before any service starts: one second, one line
+    from cic.store.outputs import guard_output_dir
+
+    guard_output_dir(report_dir or checked.storage.report_dir, "--report-dir" if report_dir else "storage.report_dir")
     prefect_defaults()
     from flows.pipeline import ModelsFailed, pipeline
 
@@ -256,7 +258,8 @@ def recalibrate(
                       f"{config} (run `cic run --config {config}` first, or check --db)", soft_wrap=True)
     print_alerts(result["alerts"])
     if result.get("log_error"):
-        err_console.print(styled(("MLflow logging failed:", "bold yellow"), f" {result['log_error']}"))
+        err_console.print(styled(("MLflow logging failed:", "bold yellow"), printable(f" {result['log_error']}")),
+                          soft_wrap=True)
     if result["candidates"] and not result["promoted"]:
         console.print("candidates wait for review: `cic gate list --state candidate`, then `cic gate promote ID`",
                       soft_wrap=True)
@@ -275,10 +278,12 @@ def log_command(
 ) -> None:
     """Log to MLflow every stored result not logged yet (after a tracking-server outage, say)."""
     prefect_defaults()
+    from cic.pipeline.preflight import check_store
+    from cic.store.outputs import guard_output_dir
     from tasks.log import log_results
 
-    if not Path(db).exists():
-        raise ValueError(f"db = {db!r}: no such file")
+    check_store(db, must_exist=True, option="--db")
+    guard_output_dir(report_dir, "--report-dir")
     stats = log_results.fn(db, tracking=tracking_uri, experiment_prefix=experiment_prefix, report_dir=report_dir)
     console.print(f"{stats.logged} group(s) logged, {stats.already} already in MLflow", highlight=False)
 

@@ -220,8 +220,10 @@ def report(
     import polars as pl
 
     from cic.reports.report import ReportConfig, write_report
+    from cic.store.outputs import guard_output_dir
     from cic.store.score_files import read_long_table
 
+    guard_output_dir(out, "--out")
     client = mlflow_client(mlflow_run_id) if mlflow_run_id else None
     labels = {name: per_file(values, len(files), name) for name, values in
               (("model", model), ("dataset", dataset), ("estimator", estimator), ("criterion", criterion))}
@@ -259,7 +261,9 @@ def validity(
 ) -> None:
     """Monte-Carlo validity of every search and bound: violation rates with exact CIs against delta."""
     from cic.reports.validity import write_validity
+    from cic.store.outputs import guard_output_dir
 
+    guard_output_dir(out, "--out")
     table, _ = write_validity(out, figure=not no_figure, scenarios=parse_names(scenarios), ns=parse_ints(ns, "--ns"),
                               alphas=parse_floats(alphas, "--alphas"), searches=parse_names(searches),
                               bounds=parse_names(bounds),

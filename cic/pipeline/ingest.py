@@ -55,7 +55,7 @@ RECORD_COLUMNS = ("question", "answer", "timestamp")
 TRUE_WORDS, FALSE_WORDS = ("true", "1", "yes", "t", "y"), ("false", "0", "no", "f", "n")
 BATCH_ROWS = 100_000
 COMMIT_RECORDS = 500_000  # a file up to this size is stored in one transaction; a larger one in steps
-MEMORY_LIMIT = "1GB"      # DuckDB's limit while writing (indexes of a transaction's rows stay in memory)
+MEMORY_LIMIT = "1GB"      # DuckDB's limit while ingesting (it spills beyond it; a transaction's index entries cannot)
 MAX_SKEW = timedelta(minutes=5)
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 
@@ -329,7 +329,8 @@ def ingest_file(store: Store, path: str | Path, *, label_name: str = "human", cr
     criterion = _checked_options(label_name, criterion, timezone, max_skew)
     checks = Checks(now=now or datetime.now(UTC), max_skew=max_skew, timezone=timezone)
     stats = IngestStats(file=str(path))
-    with tempfile.TemporaryDirectory(prefix=".cic-ingest-", dir=store.path.parent) as tmp:
+    with tempfile.TemporaryDirectory(prefix=".cic-ingest-", dir=store.path.parent) as tmp, \
+            store.memory_limit(MEMORY_LIMIT):
         stage = _Stage(Path(tmp))
         layout = None
         for first, frame in record_batches(p, batch_rows):
@@ -484,7 +485,7 @@ def _changed_labels(store: Store, stage: _Stage, source: str, relabel: bool) -> 
 
 def _write(store: Store, stage: _Stage, layout: Layout, path: Path, now: datetime, changed: pl.DataFrame | None,
            stats: IngestStats, experiment_prefix: str, commit_files: int) -> None:
-    """Everything staged, under a bounded DuckDB memory limit: runs, questions (per model), answers, scores,
+    """Everything staged: runs, questions (per model), answers, scores,
     times, labels, and for a relabelling its events and the gates it flags. Up to `commit_files` staged batches
     of each kind go in one transaction; a larger file commits in steps under its `ingests` journal entry
     ('writing' until the last step; recalibration waits for it and rerunning the ingest completes it)."""
@@ -495,7 +496,7 @@ def _write(store: Store, stage: _Stage, layout: Layout, path: Path, now: datetim
     steps = [(kind, files[i:i + commit_files]) for kind in ("records", "scores", "labels")
              for files in [stage.files[kind]] for i in range(0, len(files), commit_files)]
     journal = {"file": str(path.resolve()), "records": stats.records, "started_at": now, "created_at": None}
-    with store.memory_limit(MEMORY_LIMIT), store.transaction():
+    with store.transaction():
         store.upsert("runs", pl.DataFrame({
             "run_key": [run_key_of(m, s) for m, s in pairs], "model": [m for m, _ in pairs],
             "dataset": [s for _, s in pairs], "split": SPLIT, "prompt_id": PROMPT_ID,
@@ -522,7 +523,7 @@ def _write(store: Store, stage: _Stage, layout: Layout, path: Path, now: datetim
                                                "finished_at": None if steps else now}],
                                              schema=schema.INGESTS.schema))
     for kind, files in steps:  # a large file: one commit per step, the journal says it is unfinished
-        with store.memory_limit(MEMORY_LIMIT), store.transaction():
+        with store.transaction():
             _write_step(store, kind, files, path, now)
     if steps:
         with store.transaction():

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from cic.store import Store
 
 MIN_WINDOW = 2
+MEMORY_LIMIT = "1GB"  # DuckDB's limit while reading a pass's pairs (it spills beyond it)
 
 
 @dataclass(frozen=True)
@@ -277,7 +278,7 @@ class RecalibrationPass:
 
 def recalibrate_store(store: Store, run_keys: Sequence[str], config: CalibrationConfig, level: float,
                       rule: WindowRule, *, auto_promote: bool = False, reason: str | None = None,
-                      chunk_runs: int = 1000) -> RecalibrationPass:
+                      chunk_runs: int = 250) -> RecalibrationPass:
     """One pass over the store: every group of the runs recalibrated (pairs read in one query per `chunk_runs`
     runs, live gates once), Holm across all tests, candidates stored with their alerts in one transaction,
     quiet groups promoted when `auto_promote`."""
@@ -297,15 +298,20 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
     shared: dict[tuple[Any, ...], Check] = {}
     results: list[GroupRecalibration] = []
     keys = sorted(runs)
-    for start in range(0, len(keys), chunk_runs):
-        pairs = pairs_of_runs(store, keys[start:start + chunk_runs])
-        for (run_key, estimator, criterion), group in pairs.partition_by(
-                ["run_key", "estimator", "criterion"], as_dict=True, maintain_order=True).items():
-            run = runs[run_key]
-            key = GroupKey(run_key, run["model"], run["dataset"], estimator, criterion)
-            results.append(recalibrate_pairs(key, group.select("question_id", "score", "error", "at"),
-                                             live_by_group.get((run_key, estimator, criterion), []), config, rule,
-                                             shared))
+    with store.memory_limit(MEMORY_LIMIT):
+        for start in range(0, len(keys), chunk_runs):
+            pairs = pairs_of_runs(store, keys[start:start + chunk_runs])
+            bounds = pairs.select("run_key", "estimator", "criterion").with_row_index("first") \
+                .group_by("run_key", "estimator", "criterion", maintain_order=True) \
+                .agg(pl.col("first").first(), pl.len().alias("rows"))
+            values = pairs.select("question_id", "score", "error", "at")
+            for run_key, estimator, criterion, first, length in bounds.iter_rows():
+                run = runs[run_key]
+                key = GroupKey(run_key, run["model"], run["dataset"], estimator, criterion)
+                results.append(recalibrate_pairs(key, values.slice(first, length),  # a view: no copy per group
+                                                 live_by_group.get((run_key, estimator, criterion), []), config,
+                                                 rule, shared))
+            del pairs, values
     alerts = correct_and_alert(results, level)
     written = [r.rows for r in results if r.skipped is None and r.rows.height]
     with store.transaction():

@@ -122,3 +122,13 @@ def write_frame(frame: object, target: str | Path, option: str) -> None:
             arrow = frame.to_arrow()  # type: ignore[attr-defined]
             pq.write_table(arrow.replace_schema_metadata({**(arrow.schema.metadata or {}),
                                                           WRITTEN_BY_KEY: WRITTEN_BY}), partial)
+
+
+def guard_output_dir(path: str | Path, option: str) -> Path:
+    """A directory a command writes several files into: refused when the path is an existing file (a store, an
+    input) — writing there would fail half-way or replace it."""
+    target = Path(path).expanduser()
+    if target.exists() and not target.is_dir():
+        raise OutputError(f"{option} = {str(target)!r} is an existing file, not a directory; give a directory to "
+                          "write into (it is created if missing)")
+    return target

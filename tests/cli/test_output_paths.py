@@ -145,3 +145,14 @@ def test_a_full_disk_leaves_the_previous_file_and_one_line(store_with_live_gate:
     assert "cannot be written" in proc.stderr and "previous file is unchanged" in proc.stderr
     assert out.read_text() == "previous\n"
     assert not list(tmp_path.glob(".*.partial"))
+
+
+def test_a_report_directory_that_is_an_existing_file_is_refused(table: Path, store_with_live_gate: Path) -> None:
+    db = store_with_live_gate
+    before = digest(db)
+    one_line_error(runner.invoke(app, ["report", str(table), "--out", str(db), "--no-figures"]),
+                   "--out", "is an existing file, not a directory")
+    one_line_error(runner.invoke(app, ["validity", "--out", str(db), "--trials", "5"]), "is an existing file")
+    one_line_error(runner.invoke(app, ["log", "--db", str(db), "--report-dir", str(db)]), "--report-dir",
+                   "is an existing file")
+    assert digest(db) == before
