@@ -25,6 +25,7 @@ from cic.reports.report import ReportConfig, file_slug, write_report
 from cic.stats.calibration import CalibrationResult
 from cic.stats.searches import get_search
 from cic.store import Store
+from cic.store.outputs import write_frame
 from tasks.run_logs import run_logger
 from tasks.tracking import ChildRun, DatasetRef, GroupLog, check_reachable, find_logged, log_group
 
@@ -128,7 +129,7 @@ def build_group(store: Store, unit: dict[str, Any], experiment_prefix: str, repo
                           delta=first["delta"], n_splits=first["n_splits"], cal_fraction=first["cal_fraction"],
                           seed=first["seed"], sensitivity_fractions=(), baselines=())
     write_report(frame, out, config)
-    evaluations.write_csv(out / "tables" / "evaluations.csv")
+    write_frame(evaluations, out / "tables" / "evaluations.csv", "--report-dir")
     params = {"model": unit["model"], "dataset": unit["dataset"], "split": run["split"],
               "prompt_id": run["prompt_id"], "estimator": unit["estimator"], "criterion": unit["criterion"],
               "run_key": unit["run_key"], "data_fingerprint": unit["data_fingerprint"],

@@ -14,8 +14,9 @@ SOURCES = sorted(p for d in ("cic", "tasks", "flows") for p in (ROOT / d).rglob(
 # what an f-string handed to DuckDB may interpolate: identifiers that come from cic.schema (table and column
 # names checked against it) and clauses built from them with "?" placeholders; never a value from a caller
 SQL_PIECES = {"spec.name", "name", "table", "column", "columns", "select", "where", "order", "field",
-              "action", "duckdb_type(dtype)", "', '.join(spec.columns)", "', '.join(spec.key)", "name or spec.name"}
-SQL_CALLS = {"execute", "sql", "_scalar"}
+              "action", "duckdb_type(dtype)", "', '.join(spec.columns)", "', '.join(spec.key)", "name or spec.name",
+              "query"}  # query: a whole SELECT handed to Store.upsert_select, itself checked where it is written
+SQL_CALLS = {"execute", "sql", "_scalar", "sql_frame", "upsert_select"}
 
 
 def _calls(tree: ast.AST) -> list[ast.Call]:
@@ -30,7 +31,7 @@ def test_sql_interpolates_only_schema_identifiers(path: Path) -> None:
     bad = []
     for call in _calls(tree):
         name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
-        args = call.args[1:] if name == "_scalar" else call.args
+        args = call.args[1:] if name in ("_scalar", "upsert_select") else call.args
         if name not in SQL_CALLS or not args:
             continue
         query = args[0]

@@ -538,9 +538,9 @@ def _write(store: Store, stage: _Stage, layout: Layout, path: Path, now: datetim
 def _write_step(store: Store, kind: str, files: list[str], path: Path, now: datetime) -> None:
     """Upsert one kind of staged file into its tables."""
     if kind == "records":
-        store.upsert_select("questions", f"SELECT stream, '{SPLIT}:' || model, question_id, question, "
-                            "NULL::VARCHAR[], NULL::VARCHAR[], coalesce(gold, ''), []::VARCHAR[] "
-                            "FROM read_parquet(?)", [files])
+        store.upsert_select("questions", "SELECT stream, ? || model, question_id, question, NULL::VARCHAR[], "
+                            "NULL::VARCHAR[], coalesce(gold, ''), []::VARCHAR[] FROM read_parquet(?)",
+                            [f"{SPLIT}:", files])
         store.upsert_select("generations", "SELECT run_key, question_id, 0, answer, NULL::INTEGER, NULL::DOUBLE, "
                             "NULL::DOUBLE, NULL::BOOLEAN, NULL::DOUBLE[], ['ingested'] FROM read_parquet(?)", [files])
         store.upsert_select("observations", "SELECT run_key, question_id, observed_at, ?, ? FROM read_parquet(?)",

@@ -70,8 +70,11 @@ def _title(ax: Any, text: str, size: int = 9) -> None:
 
 
 def _save(fig: Figure, path: Path) -> Path:
+    from cic.store.outputs import atomic_output
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI)
+    with atomic_output(path, "figure") as partial:
+        fig.savefig(partial, dpi=DPI, format=path.suffix.lstrip(".") or "png")
     return path
 
 

@@ -24,6 +24,7 @@ from cic.stats.calibration import calibrate
 from cic.stats.curves import rejection_curve, risk_coverage_curve
 from cic.stats.protocol import DEFAULT_ALPHAS, evaluate_splits
 from cic.stats.searches import get_search
+from cic.store.outputs import write_frame, write_text
 from cic.store.score_files import GROUP_KEYS, check_long_frame
 
 if TYPE_CHECKING:
@@ -218,7 +219,7 @@ def file_slug(*parts: str) -> str:
 
 def _write(path: Path, text: str, files: list[Path], root: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    write_text(path, text, "report file")
     files.append(path.relative_to(root))
 
 
@@ -266,7 +267,7 @@ def write_report(frame: pl.DataFrame, out_dir: str | Path, config: ReportConfig 
 
     tables.mkdir(exist_ok=True)
     results = evaluate_groups(frame, config)
-    results.write_csv(tables / "results.csv")
+    write_frame(results, tables / "results.csv", "report file")
     files.tables.append(Path("tables/results.csv"))
     for metric in rt.METRICS:
         _write(tables / f"{metric}.md", rt.paper_table_markdown(results, metric), files.tables, out)
@@ -274,16 +275,16 @@ def write_report(frame: pl.DataFrame, out_dir: str | Path, config: ReportConfig 
 
     sensitivity = sensitivity_study(frame, config, results) if config.sensitivity_fractions else None
     if sensitivity is not None:
-        sensitivity.write_csv(tables / "sensitivity.csv")
+        write_frame(sensitivity, tables / "sensitivity.csv", "report file")
         files.tables.append(Path("tables/sensitivity.csv"))
         _write(tables / "sensitivity.md", rt.sensitivity_markdown(sensitivity), files.tables, out)
     comparison = baselines_study(frame, config, results) if config.baselines else None
     if comparison is not None:
-        comparison.write_csv(tables / "baselines.csv")
+        write_frame(comparison, tables / "baselines.csv", "report file")
         files.tables.append(Path("tables/baselines.csv"))
         _write(tables / "baselines.md", rt.baselines_markdown(comparison), files.tables, out)
     prr = prr_study(frame)
-    prr.write_csv(tables / "prr.csv")
+    write_frame(prr, tables / "prr.csv", "report file")
     files.tables.append(Path("tables/prr.csv"))
     _write(tables / "prr.md", rt.prr_markdown(prr), files.tables, out)
 
@@ -299,7 +300,7 @@ def write_report(frame: pl.DataFrame, out_dir: str | Path, config: ReportConfig 
         files.figures.append(rf.prr_figure(prr, figures / "prr.png").relative_to(out))
 
     index = out / "README.md"
-    index.write_text(_index(frame, config, results, files), encoding="utf-8")
+    write_text(index, _index(frame, config, results, files), "report file")
     files.index = index.relative_to(out)
     return files
 

@@ -101,15 +101,16 @@ def validity_study(*, scenarios: Sequence[str] = tuple(SCENARIOS), ns: Sequence[
 def write_validity(out_dir: str | Path, *, figure: bool = True, **study: Any) -> tuple[pl.DataFrame, list[Path]]:
     """Run `validity_study(**study)` and write validity.csv, validity.md, validity.png and README.md."""
     from cic.reports.tables import validity_markdown
+    from cic.store.outputs import write_frame, write_text
 
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ValueError(f"out_dir = {str(out)!r}: exists and is not a directory")
     table = validity_study(**study)
     out.mkdir(parents=True, exist_ok=True)
-    table.write_csv(out / "validity.csv")
+    write_frame(table, out / "validity.csv", "--out")
     body = validity_markdown(table)
-    (out / "validity.md").write_text(body, encoding="utf-8")
+    write_text(out / "validity.md", body, "--out")
     written = [out / "validity.csv", out / "validity.md"]
     if figure:
         from cic.reports.figures import validity_figure
@@ -124,6 +125,6 @@ def write_validity(out_dir: str | Path, *, figure: bool = True, **study: Any) ->
              f"Scenarios (U ~ Uniform(0, 1)):\n\n{scen}\n\n"
              + ("![violation rates](validity.png)\n\n" if figure else "") + body
              + "\nFiles: [validity.csv](validity.csv), [validity.md](validity.md)\n")
-    (out / "README.md").write_text(index, encoding="utf-8")
+    write_text(out / "README.md", index, "--out")
     written.append(out / "README.md")
     return table, written

@@ -447,11 +447,11 @@ class Store:
         if not re.fullmatch(r"\d+(\.\d+)?\s*(KB|MB|GB|KiB|MiB|GiB)", limit):
             raise ValueError(f"memory limit = {limit!r}: expected a size such as 512MB or 1GB")
         previous = self._con.sql("SELECT current_setting('memory_limit')").fetchall()[0][0]
-        self._con.execute(f"SET memory_limit = '{limit}'")
+        self._con.execute("SET memory_limit = ?", [limit])
         try:
             yield self
         finally:
-            self._con.execute(f"SET memory_limit = '{previous}'")
+            self._con.execute("SET memory_limit = ?", [previous])
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Store]:
