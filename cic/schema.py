@@ -127,13 +127,14 @@ LABEL_EVENTS = TableSpec("label_events", {
 }, ("event_id",))
 
 INGESTS = TableSpec("ingests", {
-    "file": pl.String(),                     # absolute path of an ingested file written in several commits
+    "digest": pl.String(),                   # sha256 of the file's bytes: a renamed file is the same ingest
+    "file": pl.String(),                     # absolute path it was last ingested from
     "records": pl.Int64(),
     "state": pl.String(),                    # writing | done: recalibration waits while any is writing
     "started_at": pl.Datetime("us", "UTC"),
     "finished_at": pl.Datetime("us", "UTC"),
     "created_at": pl.Datetime("us", "UTC"),
-}, ("file",))
+}, ("digest",))
 
 TABLES: dict[str, TableSpec] = {t.name: t for t in (QUESTIONS, RUNS, GENERATIONS, SCORES, LABELS, CALIBRATIONS,
                                                      EVALUATIONS, OBSERVATIONS, GATE_EVENTS, LABEL_EVENTS,

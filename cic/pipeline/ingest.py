@@ -495,7 +495,8 @@ def _write(store: Store, stage: _Stage, layout: Layout, path: Path, now: datetim
                       [stage.files["keys"]])
     steps = [(kind, files[i:i + commit_files]) for kind in ("records", "scores", "labels")
              for files in [stage.files[kind]] for i in range(0, len(files), commit_files)]
-    journal = {"file": str(path.resolve()), "records": stats.records, "started_at": now, "created_at": None}
+    journal = {"digest": file_digest(path), "file": str(path.resolve()), "records": stats.records,
+               "started_at": now, "created_at": None}
     with store.transaction():
         store.upsert("runs", pl.DataFrame({
             "run_key": [run_key_of(m, s) for m, s in pairs], "model": [m for m, _ in pairs],
@@ -550,6 +551,17 @@ def _write_step(store: Store, kind: str, files: list[str], path: Path, now: date
     else:
         store.upsert_select("labels", "SELECT run_key, question_id, criterion, aligned, value, ? FROM read_parquet(?)",
                             [now, files])
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file's bytes, read in 1 MiB blocks: what the ingest journal knows a file by."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def unfinished_ingests(store: Store) -> list[str]:
