@@ -126,6 +126,20 @@ LABEL_EVENTS = TableSpec("label_events", {
     "created_at": pl.Datetime("us", "UTC"),
 }, ("event_id",))
 
+GATE_MONITOR = TableSpec("gate_monitor", {
+    "calibration_id": pl.String(),           # the live gate watched
+    "checked_at": pl.Datetime("us", "UTC"),  # the recalibration pass that updated it
+    "seen_to": pl.Datetime("us", "UTC"),     # the newest labelled pair counted so far (each pair counts once)
+    "nights": pl.Int64(),                    # updates since the gate went live
+    "n": pl.Int64(),                         # answered questions since its window, and the errors among them
+    "k": pl.Int64(),
+    "e_value": pl.Float64(),                 # evidence against "error rate among answered <= alpha"
+    "alarm_at": pl.Float64(),                # the e-value that alarms: (live gates monitored) / level
+    "rate_lower_bound": pl.Float64(),        # anytime-valid lower confidence bound on that rate
+    "alarmed": pl.Boolean(),
+    "created_at": pl.Datetime("us", "UTC"),
+}, ("calibration_id", "checked_at"))
+
 INGESTS = TableSpec("ingests", {
     "digest": pl.String(),                   # sha256 of the file's bytes: a renamed file is the same ingest
     "file": pl.String(),                     # absolute path it was last ingested from
@@ -138,7 +152,7 @@ INGESTS = TableSpec("ingests", {
 
 TABLES: dict[str, TableSpec] = {t.name: t for t in (QUESTIONS, RUNS, GENERATIONS, SCORES, LABELS, CALIBRATIONS,
                                                      EVALUATIONS, OBSERVATIONS, GATE_EVENTS, LABEL_EVENTS,
-                                                     INGESTS)}
+                                                     INGESTS, GATE_MONITOR)}
 
 
 def conform(frame: pl.DataFrame, spec: TableSpec) -> pl.DataFrame:

@@ -56,7 +56,11 @@ def summarize(result: RecalibrationPass) -> dict[str, Any]:
                         "threshold": c.row["threshold"], "n_window": c.row["n_cal"],
                         "live_threshold": c.live["threshold"] if c.live else None, "alerts": c.alerts}
                        for c in result.candidates],
-        "alerts": [{**where(c), "alert": a} for c, a in result.alerts],
+        "alerts": [{**where(c), "alert": a} for c, a in result.alerts]
+        + [{**_monitored(m), "alert": m.alert()} for m in result.monitor_alarms],
+        "monitors": [{**_monitored(m), "gate_id": m.gate["calibration_id"], "threshold": m.gate["threshold"],
+                      **{k: m.row[k] for k in ("nights", "n", "k", "e_value", "alarm_at", "rate_lower_bound",
+                                               "alarmed")}, "new_pairs": m.new_pairs} for m in result.monitors],
         "skipped": [{"model": k.model, "dataset": k.dataset, "estimator": k.estimator, "criterion": k.criterion,
                      "reason": why} for k, why in result.skipped],
         "tests": [{"model": k.model, "dataset": k.dataset, "estimator": k.estimator, "criterion": k.criterion,
@@ -65,6 +69,13 @@ def summarize(result: RecalibrationPass) -> dict[str, Any]:
         "promoted": result.promoted,
         "unattainable": sum(c.row["threshold"] is None for c in result.candidates),
     }
+
+
+def _monitored(m: Any) -> dict[str, Any]:
+    """Where a monitored live gate sits: its group and slot."""
+    return {"model": m.key.model, "dataset": m.key.dataset, "estimator": m.key.estimator,
+            "criterion": m.key.criterion, "alpha": m.gate["alpha"], "bound": m.gate["bound"],
+            "search": m.gate["search"]}
 
 
 def _threshold(value: float | None) -> str:
@@ -100,6 +111,18 @@ def markdown_report(summary: dict[str, Any]) -> str:
         ordered = sorted(summary["alerts"], key=lambda a: alert_kind(a["alert"]))
         lines += [f"- {a['model']}/{a['dataset']} {a['estimator']} × {a['criterion']} α={a['alpha']:g} {a['bound']} "
                   f"{a['search']}: {a['alert']}" for a in ordered]
+    monitors = sorted(summary.get("monitors", []), key=lambda m: (not m["alarmed"], -m["e_value"]))
+    if monitors:
+        lines += ["", "## Live gates: anytime-valid monitor", "",
+                  "Evidence against \"error rate among answered ≤ α\", kept since each gate went live; an alarm "
+                  "(e-value ≥ live gates / level) has probability ≤ level over the whole schedule while the rate "
+                  "stays ≤ α.", "",
+                  "| model | dataset | estimator | criterion | α | bound | search | checks | answered | errors | "
+                  "e-value | alarm at | rate ≥ | alarm |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {m['model']} | {m['dataset']} | {m['estimator']} | {m['criterion']} | {m['alpha']:g} | "
+                  f"{m['bound']} | {m['search']} | {m['nights']} | {m['n']} | {m['k']} | {m['e_value']:.3g} | "
+                  f"{m['alarm_at']:g} | {m['rate_lower_bound']:.3f} | {'ALARM' if m['alarmed'] else '—'} |"
+                  for m in monitors[:SHOWN_CANDIDATES]]
     for s in summary["skipped"]:
         lines.append(f"\nskipped {s['model']}/{s['dataset']} {s['estimator']} × {s['criterion']}: {s['reason']}")
     return "\n".join(lines)

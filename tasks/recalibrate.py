@@ -47,7 +47,7 @@ def recalibrate_runs(db: str, run_keys: Sequence[str], calibration: CalibrationC
     return out
 
 
-def _child(item: Candidate) -> ChildRun:
+def _child(item: Candidate, monitor_of: dict[str, dict[str, Any]]) -> ChildRun:
     row, live = item.row, item.live
     metrics: dict[str, float | None] = {"threshold": row["threshold"], "bound_value": row["bound_value"],
                                         "n_cal": row["n_cal"], "n_accepted": row["n_accepted"],
@@ -56,6 +56,10 @@ def _child(item: Candidate) -> ChildRun:
                                         "alerts": float(len(item.alerts))}
     if live is not None:
         metrics["live_threshold"] = live["threshold"]
+        monitor = monitor_of.get(live["calibration_id"])
+        if monitor is not None:  # the live gate's anytime-valid monitor, as of this pass
+            metrics.update(live_monitor_e_value=monitor["e_value"], live_rate_lower_bound=monitor["rate_lower_bound"],
+                           live_monitor_alarmed=float(monitor["alarmed"]), live_monitor_answered=float(monitor["n"]))
         if live["threshold"] is not None and row["threshold"] is not None:
             metrics["threshold_change"] = row["threshold"] - live["threshold"]
     gate = CalibrationResult.from_json(row["result_json"]).gate().to_json()
@@ -85,6 +89,7 @@ def log_recalibrations(result: RecalibrationPass, *, tracking: str | None = None
     by_group: dict[GroupKey, list[Candidate]] = {}
     for item in result.candidates:
         by_group.setdefault(item.key, []).append(item)
+    monitor_of = {m.gate["calibration_id"]: m.row for m in result.monitors}
     checks_by_group: dict[GroupKey, list[Any]] = {}
     for key, check in result.checks:
         checks_by_group.setdefault(key, []).append(check)
@@ -114,7 +119,7 @@ def log_recalibrations(result: RecalibrationPass, *, tracking: str | None = None
             params={"run_key": key.run_key, "data_fingerprint": first["data_fingerprint"], "n_window": first["n_cal"],
                     "window_from": str(first["window_from"]), "window_to": str(first["window_to"]),
                     "drift_tests": [c.test.as_dict() | {"rejected": c.rejected} for c in checks]},
-            metrics=metrics, children=[_child(i) for i in items])
+            metrics=metrics, children=[_child(i, monitor_of) for i in items])
         run_id, _ = log_group(client, group)
         run_ids.append(run_id)
     return run_ids

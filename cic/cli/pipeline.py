@@ -200,6 +200,22 @@ def _refuse_unfinished_ingests(db: str) -> None:
                          f"--db {db}` to complete it, then recalibrate")
 
 
+def print_monitors(monitors: list[dict[str, Any]]) -> None:
+    """The live gates' anytime-valid monitors: alarmed first, then by evidence (at most SHOWN_CANDIDATES)."""
+    if not monitors:
+        return
+    table = Table(title=f"live gates: anytime-valid monitor ({len(monitors)}; alarm at e-value ≥ live gates / level)")
+    for column in ("model", "dataset", "estimator", "α", "checks", "answered", "errors", "e-value", "rate ≥",
+                   "alarm"):
+        table.add_column(column)
+    ordered = sorted(monitors, key=lambda m: (not m["alarmed"], -m["e_value"]))
+    for m in ordered[:SHOWN_CANDIDATES]:
+        table.add_row(*map(printable, (m["model"], m["dataset"], m["estimator"], f"{m['alpha']:g}", str(m["nights"]),
+                                       str(m["n"]), str(m["k"]), f"{m['e_value']:.3g}",
+                                       f"{m['rate_lower_bound']:.3f}", "ALARM" if m["alarmed"] else "—")))
+    console.print(table)
+
+
 @friendly_errors
 def recalibrate(
     config: ConfigOpt = "demo",
@@ -244,6 +260,7 @@ def recalibrate(
                       fmt(r["live_threshold"], ".4g"))
     if result["candidates"]:
         console.print(table)
+    print_monitors(result.get("monitors", []))
     if len(result["candidates"]) > SHOWN_CANDIDATES:
         console.print(f"{len(result['candidates']) - SHOWN_CANDIDATES} more candidate(s) not shown: `cic gate list "
                       "--state candidate`", soft_wrap=True)

@@ -270,10 +270,16 @@ class RecalibrationPass:
     skipped: list[tuple[GroupKey, str]] = field(default_factory=list)
     checks: list[tuple[GroupKey, Check]] = field(default_factory=list)
     promoted: list[str] = field(default_factory=list)
+    monitors: list[Any] = field(default_factory=list)  # cic.pipeline.monitoring.MonitorUpdate, one per live gate
 
     @property
     def alerts(self) -> list[tuple[Candidate, str]]:
         return [(c, a) for c in self.candidates for a in c.alerts]
+
+    @property
+    def monitor_alarms(self) -> list[Any]:
+        """The live gates whose anytime-valid monitor has alarmed (they stay alarmed until replaced)."""
+        return [m for m in self.monitors if m.row["alarmed"]]
 
 
 def recalibrate_store(store: Store, run_keys: Sequence[str], config: CalibrationConfig, level: float,
@@ -282,6 +288,7 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
     """One pass over the store: every group of the runs recalibrated (pairs read in one query per `chunk_runs`
     runs, live gates once), Holm across all tests, candidates stored with their alerts in one transaction,
     quiet groups promoted when `auto_promote`."""
+    from cic.pipeline import monitoring
     from cic.pipeline.gates import current_states, record_candidates
     from cic.pipeline.ingest import unfinished_ingests
 
@@ -297,6 +304,8 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
         live_by_group.setdefault((row["run_key"], row["estimator"], row["criterion"]), []).append(row)
     shared: dict[tuple[Any, ...], Check] = {}
     results: list[GroupRecalibration] = []
+    updates: list[Any] = []
+    previous, now = monitoring.previous_states(store), datetime.now(UTC)
     keys = sorted(runs)
     with store.memory_limit(MEMORY_LIMIT):
         for start in range(0, len(keys), chunk_runs):
@@ -308,13 +317,15 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
             for run_key, estimator, criterion, first, length in bounds.iter_rows():
                 run = runs[run_key]
                 key = GroupKey(run_key, run["model"], run["dataset"], estimator, criterion)
-                results.append(recalibrate_pairs(key, values.slice(first, length),  # a view: no copy per group
-                                                 live_by_group.get((run_key, estimator, criterion), []), config,
-                                                 rule, shared))
+                group, live = values.slice(first, length), live_by_group.get((run_key, estimator, criterion), [])
+                results.append(recalibrate_pairs(key, group, live, config, rule, shared))  # a slice: no copy
+                updates.extend(monitoring.monitor_group(key, group, live, previous, now))
             del pairs, values
     alerts = correct_and_alert(results, level)
+    monitoring.finish(updates, level)
     written = [r.rows for r in results if r.skipped is None and r.rows.height]
     with store.transaction():
+        monitoring.store_updates(store, updates)
         if written:
             store.upsert("calibrations", pl.concat(written))
         record_candidates(store, alerts, reason=reason or f"recalibration on window '{rule.describe()}'")
@@ -322,7 +333,7 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
     ids = [i for frame in written for i in frame.get_column("calibration_id").to_list()]
     states = dict(current_states(store).filter(pl.col("calibration_id").is_in(ids))
                   .select("calibration_id", "state").iter_rows())
-    out = RecalibrationPass(promoted=promoted)
+    out = RecalibrationPass(promoted=promoted, monitors=updates)
     for result in results:
         if result.skipped is not None:
             out.skipped.append((result.key, result.skipped))

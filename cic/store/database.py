@@ -239,7 +239,8 @@ def _migrate_to_3(con: duckdb.DuckDBPyConnection) -> None:
 
 def _migrate_to_4(con: duckdb.DuckDBPyConnection) -> None:
     """Version 4 keeps every change of a stored label (`label_events`): relabelling is explicit and recorded;
-    and journals ingests written in several commits (`ingests`)."""
+    and journals ingests written in several commits (`ingests`); and keeps each live gate's anytime-valid monitor,
+    night by night (`gate_monitor`)."""
     _add_missing(con)
 
 

@@ -1,0 +1,93 @@
+"""The anytime-valid monitor of every live gate, updated by each recalibration pass and kept in DuckDB
+(`gate_monitor`): per live gate, the answered questions and errors among the labelled pairs that arrived since
+its window (each pair counted once), the e-value against "error rate among answered ≤ α", and the rate's
+anytime-valid lower confidence bound (`cic.stats.monitoring`).
+
+The family: all G live gates with a threshold that a pass monitors; a gate alarms when its e-value reaches
+G / level (Bonferroni over e-values, valid under any dependence between gates), and stays alarmed until it is
+replaced. While a gate's rate stays ≤ α, the chance that it ever alarms is ≤ level / G, however many nights run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from cic import schema
+from cic.stats.monitoring import e_value, lower_bound
+
+if TYPE_CHECKING:
+    from cic.pipeline.stored_calibration import GroupKey
+    from cic.store import Store
+
+
+@dataclass
+class MonitorUpdate:
+    """One live gate's monitor after this pass (its previous state when no new labelled pair arrived)."""
+
+    key: GroupKey
+    gate: dict[str, Any]
+    row: dict[str, Any]
+    new_pairs: int
+
+    def alert(self) -> str:
+        """The alarm's sentence: the gate, the evidence, the rate's bound, the nights since it went live."""
+        r, g = self.row, self.gate
+        since = g.get("state_at") or g["created_at"]
+        nights = max((r["checked_at"] - since).days, 0) if since is not None else r["nights"]
+        return (f"anytime-valid monitor of live gate {g['calibration_id'][:12]} (α={g['alpha']:g}): error rate among "
+                f"answered questions above α — e-value {r['e_value']:.3g} ≥ {r['alarm_at']:g}, rate ≥ "
+                f"{r['rate_lower_bound']:.3f} ({r['k']} errors in {r['n']} answered, {r['nights']} check(s)), "
+                f"{nights} night(s) since it went live")
+
+
+def previous_states(store: Store) -> dict[str, dict[str, Any]]:
+    """The newest monitor row of each gate."""
+    rows = store.sql_frame("SELECT * FROM gate_monitor QUALIFY row_number() OVER (PARTITION BY calibration_id "
+                           "ORDER BY checked_at DESC) = 1")
+    return {r["calibration_id"]: r for r in rows.iter_rows(named=True)}
+
+
+def monitor_group(key: GroupKey, pairs: pl.DataFrame, live_rows: list[dict[str, Any]],
+                  previous: dict[str, dict[str, Any]], now: datetime) -> list[MonitorUpdate]:
+    """Each live gate of a group (with a threshold): its counts after the pairs that arrived since it last
+    looked (or since its window ended). The e-value and alarm are set by `finish` once the family is known."""
+    out = []
+    for gate in live_rows:
+        if gate["threshold"] is None:
+            continue
+        before = previous.get(gate["calibration_id"])
+        after = before["seen_to"] if before else (gate["window_to"] or gate["created_at"])
+        new = pairs.filter(pl.col("at") > after) if after is not None else pairs
+        answered = new.filter(pl.col("score") <= gate["threshold"])
+        n = (before["n"] if before else 0) + answered.height
+        k = (before["k"] if before else 0) + int(answered.get_column("error").sum() or 0)
+        out.append(MonitorUpdate(key, gate, {
+            "calibration_id": gate["calibration_id"], "checked_at": now,
+            "seen_to": new.get_column("at").max() if new.height else after,
+            "nights": (before["nights"] if before else 0) + (1 if new.height else 0), "n": n, "k": k,
+            "e_value": None, "alarm_at": None, "rate_lower_bound": before["rate_lower_bound"] if before else 0.0,
+            "alarmed": bool(before["alarmed"]) if before else False, "created_at": now}, new.height))
+    return out
+
+
+def finish(updates: list[MonitorUpdate], level: float) -> list[MonitorUpdate]:
+    """E-values, bounds and alarms for the family of gates monitored in this pass (alarm at G / level)."""
+    family = max(len(updates), 1)
+    for update in updates:
+        row, alpha = update.row, float(update.gate["alpha"])
+        row["e_value"] = e_value(row["n"], row["k"], alpha)
+        row["alarm_at"] = family / level
+        row["rate_lower_bound"] = max(row["rate_lower_bound"], lower_bound(row["n"], row["k"], level / family))
+        row["alarmed"] = row["alarmed"] or row["e_value"] >= row["alarm_at"]
+    return updates
+
+
+def store_updates(store: Store, updates: list[MonitorUpdate]) -> None:
+    """One `gate_monitor` row per gate that saw new labelled pairs this pass."""
+    rows = [u.row for u in updates if u.new_pairs]
+    if rows:
+        store.upsert("gate_monitor", pl.DataFrame(rows, schema=schema.GATE_MONITOR.schema))

@@ -1,0 +1,56 @@
+"""Each recalibration pass updates the anytime-valid monitor of every live gate, in DuckDB: every labelled pair
+counts once, a quiet gate stays quiet night after night, a gate whose answered questions go wrong alarms and the
+alarm names the gate, the evidence and the nights since it went live."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from cic.pipeline.recalibration import WindowRule, recalibrate_store
+from cic.store import Store
+from tests.pipeline.test_recalibration import CONFIG, make_live, only_group
+from tests.support.pipeline_data import store_run
+
+START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def nightly(db: Path, *, nights: int, base: float) -> list:
+    """A live gate on week 1, then `nights` recalibration passes, each after 100 new labelled questions."""
+    with Store.open(db) as store:
+        store_run(store, n=400, labelled_at=START, estimators=("semantic_entropy",))
+        make_live(store, only_group(store))
+        passes = []
+        for night in range(1, nights + 1):
+            store_run(store, n=100, labelled_at=START + timedelta(days=7 + night), id_offset=1000 * night,
+                      seed=night, base=base, error_slope=0.6 if base < 0.5 else 0.0, estimators=("semantic_entropy",))
+            passes.append(recalibrate_store(store, store.read("runs")["run_key"].to_list(), CONFIG, 0.01,
+                                            WindowRule()))
+        again = recalibrate_store(store, store.read("runs")["run_key"].to_list(), CONFIG, 0.01, WindowRule())
+        stored = store.read("gate_monitor").sort("checked_at")
+    return [*passes, again, stored]
+
+
+def test_a_quiet_gate_stays_quiet_and_every_pair_counts_once(tmp_path: Path) -> None:
+    *passes, again, stored = nightly(tmp_path / "q.duckdb", nights=4, base=0.02)
+    [first], [last] = passes[0].monitors, passes[-1].monitors
+    assert not any(p.monitor_alarms for p in passes)
+    assert 0 < first.row["n"] < last.row["n"] <= 400 and last.row["nights"] == 4
+    assert stored.height == 4 and stored["n"].is_sorted() and not stored["alarmed"].any()
+    [unchanged] = again.monitors  # no new pair: nothing counted twice, no new row
+    assert unchanged.new_pairs == 0 and unchanged.row["n"] == last.row["n"]
+
+
+def test_a_gate_whose_answers_go_wrong_alarms_and_says_which_and_since_when(tmp_path: Path) -> None:
+    *passes, again, stored = nightly(tmp_path / "w.duckdb", nights=3, base=1.0)  # every new answer wrong
+    alarmed = [p for p in passes if p.monitor_alarms]
+    assert alarmed, [p.monitors[0].row for p in passes]
+    update = alarmed[0].monitor_alarms[0]
+    gate_id = update.gate["calibration_id"]
+    assert update.row["e_value"] >= update.row["alarm_at"] == 100.0  # one live gate: 1 / level
+    assert update.row["rate_lower_bound"] > update.gate["alpha"]
+    text = update.alert()
+    assert text.startswith(f"anytime-valid monitor of live gate {gate_id[:12]}")
+    assert "night(s) since it went live" in text
+    assert again.monitor_alarms  # an alarmed gate stays alarmed until it is replaced
+    assert stored.filter(calibration_id=gate_id)["alarmed"].to_list()[-1] is True
