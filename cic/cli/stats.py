@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -42,6 +42,7 @@ from cic.cli.common import (
     parse_ints,
     parse_names,
     per_file,
+    printable,
 )
 from cic.stats.searches import SEARCH_NAMES
 
@@ -71,9 +72,14 @@ def calibrate(
     estimator: EstimatorOpt = None,
     criterion: CriterionOpt = None,
     run_key: RunKeyOpt = None,
+    group_col: Annotated[str | None, typer.Option("--group", help="One threshold per value of this column, all "
+                                                  "certified at once (each group at delta / G).")] = None,
+    pooled_fallback: Annotated[bool, typer.Option("--pooled-fallback", help="With --group: serve a group too "
+                                                  "small to certify the pooled gate (no per-group guarantee).")]
+    = False,
     force: ForceOpt = False,
 ) -> None:
-    """Certify the largest threshold whose error rate among accepted answers is <= ALPHA."""
+    """Certify the largest threshold whose error rate among accepted answers is <= ALPHA (per group with --group)."""
     from cic.stats.calibration import calibrate as run_calibration
     from cic.store.outputs import guard_output, write_text
 
@@ -82,6 +88,11 @@ def calibrate(
         json_out = guard_output(json_out, "--json", inputs=inputs, force=force)
     if gate_out is not None:
         gate_out = guard_output(gate_out, "--gate", inputs=[*inputs, json_out], force=force)
+    if group_col is not None:
+        _calibrate_groups(file, group_col, score_col, error_col, correct_col, alpha=alpha, delta=delta, bound=bound,
+                          search=search, grid=parse_grid(grid, pilot, grid_size, score_col), n_min=n_min,
+                          start=start, pooled_fallback=pooled_fallback, json_out=json_out, gate_out=gate_out)
+        return
     scores, errors = load_pairs(file, score_col, error_col, correct_col, {
         "model": model, "dataset": dataset, "estimator": estimator, "criterion": criterion, "run_key": run_key})
     result = run_calibration(scores, errors, alpha=alpha, delta=delta, bound=bound, search=search,
@@ -96,6 +107,60 @@ def calibrate(
     if gate_out is not None:
         write_text(gate_out, result.gate().to_json() + "\n", "--gate")
         console.print(f"gate written to {gate_out}", style="dim")
+
+
+def _calibrate_groups(file: Path, group_col: str, score_col: str, error_col: str, correct_col: str | None, *,
+                      pooled_fallback: bool, json_out: Path | None, gate_out: Path | None, **settings: Any) -> None:
+    """`cic calibrate --group COL`: per-group gates with a simultaneous guarantee, their table, JSON and gates."""
+    import json
+
+    from cic.stats.gate import Gate
+    from cic.stats.groups import calibrate_groups
+    from cic.store.outputs import write_text
+    from cic.store.score_files import read_table, score_error_arrays
+
+    if file.suffix == ".duckdb":
+        raise ValueError(f"--group = {group_col!r}: give a Parquet or CSV table holding that column (per-group "
+                         "calibration of a stored run is not supported yet)")
+    frame = read_table(file)
+    if group_col not in frame.columns:
+        raise ValueError(f"--group = {group_col!r}: no such column in {str(file)!r}; columns are "
+                         f"{', '.join(frame.columns)}")
+    labels = frame.get_column(group_col)
+    if labels.null_count():
+        raise ValueError(f"--group = {group_col!r}: missing value at row {int(labels.is_null().arg_true()[0])} of "
+                         f"{str(file)!r}")
+    scores, errors = score_error_arrays(frame, score_col=score_col, error_col=error_col, correct_col=correct_col,
+                                        source=repr(str(file)))
+    fitted = calibrate_groups(scores, errors, labels.cast(str).to_numpy(), pooled_fallback=pooled_fallback,
+                              **{k: v for k, v in settings.items() if v is not None})
+    table = Table(title=f"{file.name}: {len(fitted.groups)} groups, alpha {fitted.alpha:g}, delta {fitted.delta:g} "
+                        f"(each group at {fitted.delta / len(fitted.groups):.3g})")
+    for column in ("group", "size", "threshold", "served", "accepted", "errors", "UCB"):
+        table.add_column(column, justify="left" if column in ("group", "served") else "right")
+    for row in fitted.as_rows():
+        served = {"group": "its own certificate", "pooled": "pooled gate (no per-group guarantee)",
+                  "none": "nothing: alpha unattainable for this group"}[row["served"]]
+        table.add_row(printable(row["group"]), str(row["size"]), fmt(row["threshold"], ".4g"), served,
+                      str(row["n_accepted"]), str(row["n_errors"]), fmt(row["bound_value"], ".4f"))
+    console.print(table)
+    console.print(f"pooled gate (all groups, average guarantee only): threshold {fmt(fitted.pooled.threshold, '.4g')}",
+                  highlight=False)
+    console.print(f"guarantee: {fitted.guarantee}", style="dim", highlight=False)
+    document = {"alpha": fitted.alpha, "delta": fitted.delta, "guarantee": fitted.guarantee,
+                "groups": fitted.as_rows(), "pooled_threshold": fitted.pooled.threshold}
+    if json_out is not None:
+        write_text(json_out, json.dumps(document, indent=2) + "\n", "--json")
+        console.print(f"result written to {json_out}", style="dim")
+    if gate_out is not None:
+        gates = {row["group"]: json.loads(Gate(row["threshold"], {"group": row["group"], "served": row["served"],
+                                                                  "alpha": fitted.alpha, "delta": fitted.delta})
+                                          .to_json()) for row in fitted.as_rows()}
+        write_text(gate_out, json.dumps({"guarantee": fitted.guarantee, "groups": gates,
+                                         "other_groups": json.loads(Gate(fitted.pooled.threshold, {
+                                             "served": "pooled (no per-group guarantee)"}).to_json())}, indent=2)
+                   + "\n", "--gate")
+        console.print(f"gates written to {gate_out}", style="dim")
 
 
 @friendly_errors

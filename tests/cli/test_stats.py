@@ -135,3 +135,27 @@ def test_output_into_a_missing_directory_or_onto_a_directory_fails_before_any_wo
         result = CliRunner().invoke(app, ["calibrate", str(table), "--alpha", "0.3", option, str(target)])
         assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
         assert "answer when" not in result.output  # refused before calibrating
+
+
+def test_calibrate_per_group_prints_each_group_and_writes_their_gates(tmp_path: Path) -> None:
+    from cic.stats.groups import calibrate_groups
+
+    rng = np.random.default_rng(7)
+    scores = rng.random(3000)
+    groups = np.array(["web", "api", "tiny"])[np.r_[rng.integers(0, 2, 2990), np.full(10, 2)]]
+    errors = (rng.random(3000) < 0.02 + 0.4 * scores + 0.06 * (groups == "api")).astype(int)
+    path = tmp_path / "traffic.parquet"
+    pl.DataFrame({"score": scores, "error": errors, "stream": groups}).write_parquet(path)
+    gates = tmp_path / "gates.json"
+    result = runner.invoke(app, ["calibrate", str(path), "--alpha", "0.2", "--group", "stream", "--n-min", "150",
+                                 "--gate", str(gates)])
+    assert result.exit_code == 0, result.output
+    expected = calibrate_groups(scores, errors, groups, alpha=0.2, n_min=150)
+    text = " ".join(result.output.split())
+    assert "3 groups" in text and "each group at 0.0167" in text and "alpha unattainable for this group" in text
+    written = json.loads(gates.read_text())
+    for row in expected.as_rows():
+        assert written["groups"][row["group"]]["threshold"] == row["threshold"]
+    assert written["groups"]["tiny"]["threshold"] is None and "every group's error rate" in written["guarantee"]
+    missing = runner.invoke(app, ["calibrate", str(path), "--alpha", "0.2", "--group", "region"])
+    assert missing.exit_code == 2 and "--group = 'region': no such column" in missing.output
