@@ -109,14 +109,9 @@ def calibrate(
         console.print(f"gate written to {gate_out}", style="dim")
 
 
-def _calibrate_groups(file: Path, group_col: str, score_col: str, error_col: str, correct_col: str | None, *,
-                      pooled_fallback: bool, json_out: Path | None, gate_out: Path | None, **settings: Any) -> None:
-    """`cic calibrate --group COL`: per-group gates with a simultaneous guarantee, their table, JSON and gates."""
-    import json
-
-    from cic.stats.gate import Gate
-    from cic.stats.groups import calibrate_groups
-    from cic.store.outputs import write_text
+def _group_table(file: Path, group_col: str, score_col: str, error_col: str, correct_col: str | None) -> tuple[
+        Any, Any, Any]:
+    """(scores, errors, group labels) of a Parquet/CSV table with a group column."""
     from cic.store.score_files import read_table, score_error_arrays
 
     if file.suffix == ".duckdb":
@@ -132,7 +127,50 @@ def _calibrate_groups(file: Path, group_col: str, score_col: str, error_col: str
                          f"{str(file)!r}")
     scores, errors = score_error_arrays(frame, score_col=score_col, error_col=error_col, correct_col=correct_col,
                                         source=repr(str(file)))
-    fitted = calibrate_groups(scores, errors, labels.cast(str).to_numpy(), pooled_fallback=pooled_fallback,
+    return scores, errors, labels.cast(str).to_numpy()
+
+
+def _evaluate_groups(file: Path, group_col: str, score_col: str, error_col: str, correct_col: str | None,
+                     out: Path | None, *, alphas: str, bounds: str, search: str, **settings: Any) -> None:
+    """`cic evaluate --group COL`: the per-group FDR / coverage table, per-group gates beside the pooled gate."""
+    import polars as pl
+
+    from cic.stats.groups import evaluate_group_splits
+    from cic.store.outputs import write_frame
+
+    scores, errors, labels = _group_table(file, group_col, score_col, error_col, correct_col)
+    rows = []
+    for bound in parse_names(bounds):
+        for name in parse_names(search):
+            rows += [{**r, "bound": bound, "search": name} for r in evaluate_group_splits(
+                scores, errors, labels, alphas=tuple(parse_floats(alphas, "--alphas")), bound=bound, search=name,
+                **{k: v for k, v in settings.items() if v is not None})]
+    table = Table(title=f"{file.name}: per group ({group_col}), {settings['n_splits']} splits, delta "
+                        f"{settings['delta']:g} (per-group gates at delta / G)")
+    for column in ("α", "bound", "search", "group", "size", "gate", "FDR mean", "test FDR > α", "coverage",
+                   "fails"):
+        table.add_column(column, justify="left" if column in ("bound", "search", "group", "gate") else "right")
+    for r in rows:
+        table.add_row(f"{r['alpha']:g}", r["bound"], r["search"], printable(r["group"]), str(r["size"]),
+                      "per group" if r["gate"] == "per_group" else "pooled", fmt(r["fdr_mean"]),
+                      fmt(r["fdr_above_alpha"], ".2f"), fmt(r["coverage_mean"]), f"{r['fails']}/{r['n_splits']}")
+    console.print(table)
+    if out is not None:
+        write_frame(pl.DataFrame(rows), out, "--out")
+        console.print(f"table written to {out}", style="dim")
+
+
+def _calibrate_groups(file: Path, group_col: str, score_col: str, error_col: str, correct_col: str | None, *,
+                      pooled_fallback: bool, json_out: Path | None, gate_out: Path | None, **settings: Any) -> None:
+    """`cic calibrate --group COL`: per-group gates with a simultaneous guarantee, their table, JSON and gates."""
+    import json
+
+    from cic.stats.gate import Gate
+    from cic.stats.groups import calibrate_groups
+    from cic.store.outputs import write_text
+
+    scores, errors, labels = _group_table(file, group_col, score_col, error_col, correct_col)
+    fitted = calibrate_groups(scores, errors, labels, pooled_fallback=pooled_fallback,
                               **{k: v for k, v in settings.items() if v is not None})
     table = Table(title=f"{file.name}: {len(fitted.groups)} groups, alpha {fitted.alpha:g}, delta {fitted.delta:g} "
                         f"(each group at {fitted.delta / len(fitted.groups):.3g})")
@@ -188,9 +226,12 @@ def evaluate(
     estimator: EstimatorOpt = None,
     criterion: CriterionOpt = None,
     run_key: RunKeyOpt = None,
+    group_col: Annotated[str | None, typer.Option("--group", help="Per-group table: per-group gates (each at "
+                                                  "delta / G) and the pooled gate judged on each group.")] = None,
     force: ForceOpt = False,
 ) -> None:
-    """The paper's protocol: FDR, coverage and fails over repeated calibration/test splits."""
+    """The paper's protocol: FDR, coverage and fails over repeated calibration/test splits (per group with
+    --group)."""
     from cic.stats.protocol import evaluate_splits
     from cic.stats.searches import get_search
     from cic.store.outputs import guard_output, write_frame
@@ -200,6 +241,11 @@ def evaluate(
             raise ValueError(f"--out = {str(out)!r}: use a .csv or .parquet file name")
         out = guard_output(out, "--out", inputs=[file, pilot], force=force)
 
+    if group_col is not None:
+        _evaluate_groups(file, group_col, score_col, error_col, correct_col, out, alphas=alphas, bounds=bounds,
+                         search=search, delta=delta, n_splits=n_splits, cal_fraction=cal_fraction, seed=seed,
+                         n_min=n_min, start=start)
+        return
     scores, errors = load_pairs(file, score_col, error_col, correct_col, {
         "model": model, "dataset": dataset, "estimator": estimator, "criterion": criterion, "run_key": run_key})
     frame = evaluate_splits(scores, errors, alphas=parse_floats(alphas, "--alphas"), bounds=parse_names(bounds),

@@ -130,3 +130,46 @@ def group_validity(*, alpha: float = 0.25, delta: float = 0.1, sizes: tuple[int,
             "worse_group_coverage_per_group": float(np.mean(coverage_group)),
             "worse_group_coverage_pooled": float(np.mean(coverage_pooled)), "repetitions": repetitions,
             "delta": delta, "alpha": alpha}
+
+
+def evaluate_group_splits(scores: Any, errors: Any, groups: Any, *, alphas: tuple[float, ...] = (0.1, 0.2),
+                          delta: float = 0.05, bound: str = "cp", search: str = "fixed_sequence",
+                          n_splits: int = 100, cal_fraction: float = 0.5, seed: int = 0,
+                          pooled_fallback: bool = False, **search_args: Any) -> list[dict[str, Any]]:
+    """The split protocol per group: over `n_splits` random calibration/test splits, per-group gates
+    (`calibrate_groups`) and the pooled gate are fitted on the calibration part and judged on each group's test
+    part. One row per (alpha, group, gate): test FDR mean (splits where the group was served a threshold that
+    accepted something), the share of those above alpha, coverage mean (accepted / the group's test size; 0 when
+    it abstains), fails (splits where the group was served nothing) — the per-group FDR/coverage table."""
+    values, wrong = as_pair(scores, errors)
+    labels = np.asarray(groups).astype(str)
+    if labels.shape != values.shape:
+        raise ValueError(f"groups has {labels.size} entries for {values.size} scores; give one group per item")
+    check_open_unit(cal_fraction, "cal_fraction")
+    names = sorted(set(labels.tolist()))
+    rng = np.random.default_rng(seed)
+    outcomes: dict[tuple[float, str, str], list[tuple[float | None, float]]] = {}
+    for _ in range(n_splits):
+        order = rng.permutation(values.size)
+        cut = int(round(cal_fraction * values.size))
+        cal, test = order[:cut], order[cut:]
+        for alpha in alphas:
+            fitted = calibrate_groups(values[cal], wrong[cal], labels[cal], alpha=alpha, delta=delta, bound=bound,
+                                      search=search, pooled_fallback=pooled_fallback, **search_args)
+            for name in names:
+                mask = labels[test] == name
+                u, e = values[test][mask], wrong[test][mask]
+                for gate, threshold in (("per_group", fitted.threshold_of(name)), ("pooled", fitted.pooled.threshold)):
+                    accepted = u <= threshold if threshold is not None else np.zeros(u.size, dtype=bool)
+                    fdr = float(e[accepted].mean()) if accepted.any() else None
+                    coverage = float(accepted.mean()) if u.size else 0.0
+                    outcomes.setdefault((alpha, name, gate), []).append((fdr, coverage))
+    rows = []
+    for (alpha, name, gate), results in outcomes.items():
+        fdrs = [f for f, _ in results if f is not None]
+        rows.append({"alpha": alpha, "group": name, "gate": gate, "size": int((labels == name).sum()),
+                     "fdr_mean": float(np.mean(fdrs)) if fdrs else None,
+                     "fdr_above_alpha": float(np.mean([f > alpha for f in fdrs])) if fdrs else None,
+                     "coverage_mean": float(np.mean([c for _, c in results])),
+                     "fails": sum(f is None for f, _ in results), "n_splits": n_splits})
+    return sorted(rows, key=lambda r: (r["alpha"], r["group"], r["gate"]))

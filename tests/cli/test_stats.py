@@ -159,3 +159,19 @@ def test_calibrate_per_group_prints_each_group_and_writes_their_gates(tmp_path: 
     assert written["groups"]["tiny"]["threshold"] is None and "every group's error rate" in written["guarantee"]
     missing = runner.invoke(app, ["calibrate", str(path), "--alpha", "0.2", "--group", "region"])
     assert missing.exit_code == 2 and "--group = 'region': no such column" in missing.output
+
+
+def test_evaluate_per_group_prints_both_gates_for_each_group(tmp_path: Path) -> None:
+    rng = np.random.default_rng(8)
+    labels = np.array(["web"] * 2000 + ["api"] * 1000)
+    scores = rng.random(3000)
+    errors = (rng.random(3000) < 0.02 + 0.4 * scores + 0.1 * (labels == "api")).astype(int)
+    path, out = tmp_path / "t.csv", tmp_path / "groups.csv"
+    pl.DataFrame({"score": scores, "error": errors, "stream": labels}).write_csv(path)
+    result = runner.invoke(app, ["evaluate", str(path), "--group", "stream", "--alphas", "0.2", "--bounds", "cp",
+                                 "--search", "fixed_sequence", "--n-splits", "5", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "per group (stream)" in text and "pooled" in text and "per group" in text
+    written = pl.read_csv(out)
+    assert written.height == 4 and set(written["group"]) == {"web", "api"}

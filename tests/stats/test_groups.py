@@ -49,3 +49,20 @@ def test_by_simulation_every_group_is_controlled_where_the_pooled_gate_fails_the
     assert study["per_group_violation"] * 300 <= binom.ppf(0.999, 300, study["delta"])
     assert study["pooled_violation"] > 3 * study["delta"]
     assert study["worse_group_coverage_pooled"] > study["worse_group_coverage_per_group"]
+
+
+def test_the_per_group_split_protocol_shows_the_pooled_gate_failing_the_worse_group() -> None:
+    from cic.stats.groups import evaluate_group_splits
+
+    rng = np.random.default_rng(3)
+    labels = np.array(["a"] * 4000 + ["worse"] * 2000)
+    scores = rng.random(6000)
+    errors = (rng.random(6000) < 0.02 + 0.4 * scores + 0.12 * (labels == "worse")).astype(int)
+    rows = evaluate_group_splits(scores, errors, labels, alphas=(0.2,), delta=0.1, n_splits=20, n_min=200)
+    table = {(r["group"], r["gate"]): r for r in rows}
+    assert set(table) == {("a", "per_group"), ("a", "pooled"), ("worse", "per_group"), ("worse", "pooled")}
+    assert all(r["n_splits"] == 20 and r["size"] in (4000, 2000) for r in rows)
+    pooled, own = table[("worse", "pooled")], table[("worse", "per_group")]
+    assert pooled["fdr_mean"] > 0.2 and pooled["fdr_above_alpha"] > 0.5  # the pool's gate is too lax for it
+    assert own["fails"] == 20 or own["fdr_mean"] <= 0.2 + 0.03  # its own gate holds (or abstains)
+    assert own["coverage_mean"] < pooled["coverage_mean"]
