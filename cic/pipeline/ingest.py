@@ -171,11 +171,16 @@ class _Batch:
         return self.frame.get_column(name)[row]
 
 
-def _text(batch: _Batch, name: str, *, allow_empty: bool = False) -> pl.Series:
+def _as_text(batch: _Batch, name: str) -> pl.Series:
+    """A column as text: strings and integers are; any other value is an error naming its record."""
     column = batch.frame.get_column(name)
     if column.dtype != pl.String and not column.dtype.is_integer() and column.dtype != pl.Null:
         batch.fail(column.is_not_null(), lambda r: f"{name} = {batch.value(name, r)!r}: expected text")
-    text = column.cast(pl.String)
+    return column.cast(pl.String)
+
+
+def _text(batch: _Batch, name: str, *, allow_empty: bool = False) -> pl.Series:
+    text = _as_text(batch, name)
     batch.fail(text.is_null(), lambda r: f"{name} is missing")
     if not allow_empty:
         batch.fail(text.str.strip_chars() == "", lambda r: f"{name} is empty")
@@ -184,10 +189,7 @@ def _text(batch: _Batch, name: str, *, allow_empty: bool = False) -> pl.Series:
 
 def _optional_text(batch: _Batch, name: str) -> pl.Series:
     """Text that may be absent: null or blank is None."""
-    column = batch.frame.get_column(name)
-    if column.dtype != pl.String and not column.dtype.is_integer() and column.dtype != pl.Null:
-        batch.fail(column.is_not_null(), lambda r: f"{name} = {batch.value(name, r)!r}: expected text")
-    text = column.cast(pl.String)
+    text = _as_text(batch, name)
     return text.set((text.str.strip_chars() == "").fill_null(False), None)  # type: ignore[arg-type]
 
 

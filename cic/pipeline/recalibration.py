@@ -123,14 +123,8 @@ def slot_of(row: dict[str, Any]) -> tuple[float, float, str, str]:
 def labelled_pairs(store: Store, key: GroupKey) -> pl.DataFrame:
     """(question_id, score, error, at) of a group, oldest first; `at` is when production saw the question
     (ingested records) or when its label was stored."""
-    rows = store.sql(
-        "SELECT s.question_id, s.value, NOT l.aligned, coalesce(o.observed_at, l.created_at) AS seen_at "
-        "FROM scores s JOIN labels l ON s.run_key = l.run_key AND s.question_id = l.question_id "
-        "LEFT JOIN observations o ON o.run_key = s.run_key AND o.question_id = s.question_id "
-        "WHERE s.run_key = ? AND s.estimator = ? AND l.criterion = ? AND s.value IS NOT NULL "
-        "ORDER BY seen_at, s.question_id", [key.run_key, key.estimator, key.criterion])
-    return pl.DataFrame(rows, schema={"question_id": pl.String, "score": pl.Float64, "error": pl.Int8,
-                                      "at": pl.Datetime("us", "UTC")}, orient="row")
+    return pairs_of_runs(store, [key.run_key], estimator=key.estimator, criterion=key.criterion) \
+        .select("question_id", "score", "error", "at")
 
 
 def span(pairs: pl.DataFrame) -> tuple[datetime | None, datetime | None]:
@@ -238,17 +232,18 @@ def promote_quiet_groups(store: Store, results: Sequence[GroupRecalibration],
     return promote_many(store, chosen, reason="recalibration: policy promotion=auto, no alert in its group")
 
 
-def pairs_of_runs(store: Store, run_keys: Sequence[str]) -> pl.DataFrame:
-    """The labelled pairs of every group of these runs in one query: (run_key, estimator, criterion,
-    question_id, score, error, at), each group's rows oldest first (as `labelled_pairs` gives them)."""
+def pairs_of_runs(store: Store, run_keys: Sequence[str], *, estimator: str | None = None,
+                  criterion: str | None = None) -> pl.DataFrame:
+    """The labelled pairs of every group of these runs (or of one estimator / criterion) in one query:
+    (run_key, estimator, criterion, question_id, score, error, at), each group's rows oldest first."""
     return store.sql_frame(
         "SELECT s.run_key, s.estimator, l.criterion, s.question_id, s.value AS score, "
         "CAST(NOT l.aligned AS TINYINT) AS error, coalesce(o.observed_at, l.created_at) AS seen_at "
         "FROM scores s JOIN labels l ON s.run_key = l.run_key AND s.question_id = l.question_id "
         "LEFT JOIN observations o ON o.run_key = s.run_key AND o.question_id = s.question_id "
-        "WHERE s.run_key IN (SELECT unnest(?)) AND s.value IS NOT NULL "
-        "ORDER BY s.run_key, s.estimator, l.criterion, seen_at, s.question_id", [list(run_keys)]) \
-        .rename({"seen_at": "at"})
+        "WHERE s.run_key IN (SELECT unnest(?)) AND s.value IS NOT NULL AND (? IS NULL OR s.estimator = ?) "
+        "AND (? IS NULL OR l.criterion = ?) ORDER BY s.run_key, s.estimator, l.criterion, seen_at, s.question_id",
+        [list(run_keys), estimator, estimator, criterion, criterion]).rename({"seen_at": "at"})
 
 
 @dataclass
