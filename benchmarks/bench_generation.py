@@ -207,8 +207,29 @@ def generation(args: argparse.Namespace) -> list[Any]:
     if args.device == "cpu" and not args.shape:
         line += f"   (CPU target >= {CPU_TARGET:.0f}x: {'met' if hf_s / ours_s >= CPU_TARGET else 'NOT met'})"
     print(line)
+    if args.alone:
+        batch_invariance(loaded, config, ids[:args.alone], prompts[:args.alone], rows_out)
     samples = rows_out.filter(pl.col("sample_index") >= 1).sort("question_id", "sample_index")
     return [g.get_column("text").to_list() for _, g in samples.group_by("question_id", maintain_order=True)]
+
+
+def batch_invariance(loaded: Any, config: Any, ids: list[str], prompts: list[str], batched: Any) -> None:
+    """Regenerate questions one per call and print the share of rows identical to the batched run's rows."""
+    import dataclasses
+
+    import polars as pl
+
+    from cic.llm.generation import AnswerGenerator
+
+    alone_config = dataclasses.replace(config, batch_size=config.n_samples + 1)
+    alone = pl.concat([AnswerGenerator(loaded, alone_config).generate_open([i], [p], run_key="bench")
+                       for i, p in zip(ids, prompts, strict=True)])
+    keys = ["question_id", "sample_index"]
+    both = alone.select(*keys, "text").join(batched.select(*keys, pl.col("text").alias("batched")), on=keys)
+    same = both.with_columns(same=pl.col("text") == pl.col("batched"))
+    per_question = same.group_by("question_id").agg(pl.col("same").all())
+    print(f"  batch invariance: {same['same'].sum()}/{same.height} rows and {per_question['same'].sum()}/"
+          f"{per_question.height} questions identical generated alone (one question per call) and in the batch")
 
 
 def nli_model_dir(work: Path) -> str:
@@ -273,6 +294,8 @@ def main() -> None:
     parser.add_argument("--nli-questions", type=int, default=10, help="0 skips the NLI scoring case")
     parser.add_argument("--no-warmup", dest="warmup", action="store_false")
     parser.add_argument("--skip-scoring", action="store_true")
+    parser.add_argument("--alone", type=int, default=0,
+                        help="regenerate the first N questions one per call and compare with the batched rows")
     args = parser.parse_args()
     args.dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
     answers = generation(args)
