@@ -86,7 +86,9 @@ CALIBRATIONS = TableSpec("calibrations", {
     "window_from": pl.Datetime("us", "UTC"), # label created_at range of the calibration window
     "window_to": pl.Datetime("us", "UTC"),
     "kind": pl.String(),                     # "pipeline" (all stored data) or "recalibration" (newest window)
-}, ("calibration_id",))
+    "groups": pl.Int64(),                    # datasets (streams) of its model certified together, each at
+                                             # delta / groups (Bonferroni); null: certified alone at delta
+}, ("calibration_id",), added_later=("groups",))
 
 EVALUATIONS = TableSpec("evaluations", {
     "evaluation_id": pl.String(),
@@ -150,9 +152,23 @@ INGESTS = TableSpec("ingests", {
     "created_at": pl.Datetime("us", "UTC"),
 }, ("digest",))
 
+GROUP_EVALUATIONS = TableSpec("group_evaluations", {
+    "evaluation_id": pl.String(),            # one per (model, estimator, criterion) study over its datasets
+    "model": pl.String(), "estimator": pl.String(), "criterion": pl.String(),
+    "dataset": pl.String(),                  # the dataset (production stream) judged
+    "gate": pl.String(),                     # per_group (each dataset its own gate at delta / G) | pooled
+    "alpha": pl.Float64(), "delta": pl.Float64(), "bound": pl.String(), "search": pl.String(),
+    "size": pl.Int64(),                      # the group's labelled questions
+    "fdr_mean": pl.Float64(),                # test FDR over the splits where the group was served a threshold
+    "fdr_above_alpha": pl.Float64(),         # share of those splits whose test FDR exceeded alpha
+    "coverage_mean": pl.Float64(), "fails": pl.Int64(), "n_splits": pl.Int64(), "cal_fraction": pl.Float64(),
+    "seed": pl.Int64(),
+    "created_at": pl.Datetime("us", "UTC"),
+}, ("evaluation_id", "dataset", "gate", "alpha", "bound", "search"))
+
 TABLES: dict[str, TableSpec] = {t.name: t for t in (QUESTIONS, RUNS, GENERATIONS, SCORES, LABELS, CALIBRATIONS,
                                                      EVALUATIONS, OBSERVATIONS, GATE_EVENTS, LABEL_EVENTS,
-                                                     INGESTS, GATE_MONITOR)}
+                                                     INGESTS, GATE_MONITOR, GROUP_EVALUATIONS)}
 
 
 def conform(frame: pl.DataFrame, spec: TableSpec) -> pl.DataFrame:

@@ -18,10 +18,10 @@ from tasks.ingest import ingest_records
 @flow(name="cic-ingest", log_prints=True)
 def ingest_flow(paths: list[str], db: str = "cic.duckdb", label_name: str = "human", criterion: str | None = None,
                 experiment_prefix: str = "cic", concurrency_limit: str | None = "cic-store", relabel: bool = False,
-                max_skew: str = "5m", timezone: str | None = None) -> list[dict[str, Any]]:
+                max_skew: str = "5m", timezone: str | None = None, group: str | None = None) -> list[dict[str, Any]]:
     """Ingest the files in order (records before the labels that refer to them); a bad file fails the run and
     stores nothing of itself, files before it stay stored."""
     with store_slot(concurrency_limit):
         return [asdict(ingest_records(db, path, label_name=label_name, criterion=criterion,
                                       experiment_prefix=experiment_prefix, relabel=relabel, max_skew=max_skew,
-                                      timezone=timezone)) for path in paths]
+                                      timezone=timezone, group=group)) for path in paths]

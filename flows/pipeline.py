@@ -114,6 +114,17 @@ def markdown_summary(summary: dict[str, Any]) -> str:
             lines.append(f"| {r['model']} | {r['dataset']} | {r['estimator']} | {r['criterion']} | {r['alpha']:g} | "
                          f"{r['bound']} | {r['search']} | {fdr} | {r['coverage_mean']:.3f} | "
                          f"{r['fails']}/{r['n_splits']} |")
+    if summary.get("per_dataset"):
+        lines += ["", "Per dataset (`group_by: dataset`): per-dataset gates certified at once (δ / G each) beside "
+                  "the pooled gate; the largest share of splits with test FDR > α over every estimator, α and bound "
+                  f"(full table: {summary.get('per_dataset_file')}):", "",
+                  "| model | dataset | gate | largest share FDR > α | rows |", "|---|---|---|---|---|"]
+        for model, dataset, gate, share, count in per_dataset_digest(summary["per_dataset"]):
+            shown = "—" if share is None else f"{share:.2f}"
+            lines.append(f"| {model} | {dataset} | {'per dataset' if gate == 'per_group' else 'pooled'} | {shown} | "
+                         f"{count} |")
+    if summary.get("per_dataset_note"):
+        lines += ["", summary["per_dataset_note"]]
     if summary.get("log_error"):
         lines += ["", f"MLflow logging failed: {summary['log_error']} (run `cic log`)"]
     return "\n".join(lines)
@@ -208,20 +219,73 @@ def run_stages(config_path: str, db: str | None, ray_address: str | None, tracki
     summary.stage_seconds["total"] = time.perf_counter() - started
     out = summary.as_dict()
     out["results"] = results_rows(db_path, finished)
+    out["per_dataset"] = per_dataset_rows(db_path, finished) if config.calibration.group_by == "dataset" else []
+    if out["per_dataset"]:
+        out["per_dataset_file"] = write_per_dataset(out["per_dataset"], config.storage.report_dir)
+    elif config.calibration.group_by == "dataset" and finished:
+        out["per_dataset_note"] = ("per dataset: every dataset's gate is certified at δ / G with its model's other "
+                                   "datasets, but no estimator × criterion is shared by two datasets of a model "
+                                   "(each dataset labels with its own criterion), so there is no per-dataset table "
+                                   "comparing them with a pooled gate")
     return out
+
+
+def per_dataset_rows(db: str, run_keys: list[str]) -> list[dict[str, Any]]:
+    """The per-dataset split-protocol rows (`group_evaluations`) of these runs' models, newest study per
+    (model, estimator, criterion)."""
+    return _rows_of_runs(db, run_keys, (
+        "SELECT g.* EXCLUDE (created_at) FROM group_evaluations g WHERE g.model IN (SELECT model FROM runs WHERE "
+        "list_contains(?, run_key)) QUALIFY g.evaluation_id = first_value(g.evaluation_id) OVER (PARTITION BY "
+        "g.model, g.estimator, g.criterion ORDER BY g.created_at DESC, g.evaluation_id) "
+        "ORDER BY g.model, g.estimator, g.criterion, g.bound, g.alpha, g.dataset, g.gate"))
+
+
+def _rows_of_runs(db: str, run_keys: list[str], sql: str) -> list[dict[str, Any]]:
+    """Rows of a query over these runs (its one parameter: the run keys), read without holding a write lock."""
+    if not run_keys:
+        return []
+    with Store.open(db, read_only=True, wait_s=60) as store:
+        return store.sql_frame(sql, [run_keys]).to_dicts()
+
+
+def write_per_dataset(rows: list[dict[str, Any]], report_dir: str) -> str:
+    """`<report_dir>/per_dataset.md` (and .csv): the per-dataset table; returns the Markdown file's path."""
+    from pathlib import Path
+
+    import polars as pl
+
+    from cic.reports.tables import per_group_markdown
+    from cic.store.outputs import guard_output_dir, write_frame, write_text
+
+    out = Path(report_dir)
+    guard_output_dir(out, "report_dir")
+    out.mkdir(parents=True, exist_ok=True)
+    frame = pl.DataFrame(rows)
+    write_frame(frame, out / "per_dataset.csv", "report_dir")
+    write_text(out / "per_dataset.md", "# Per dataset: per-dataset gates (δ / G each) beside the pooled gate\n\n"
+               + per_group_markdown(frame), "report_dir")
+    return str(out / "per_dataset.md")
+
+
+def per_dataset_digest(rows: list[dict[str, Any]]) -> list[tuple[str, str, str, float | None, int]]:
+    """Per (model, dataset, gate): the largest share of splits whose test FDR exceeded α over every estimator,
+    criterion, bound and α, and how many rows that covers — the per-dataset table in one line each."""
+    worst: dict[tuple[str, str, str], tuple[float | None, int]] = {}
+    for r in rows:
+        key = (r["model"], r["dataset"], r["gate"])
+        share, count = worst.get(key, (None, 0))
+        value = r["fdr_above_alpha"]
+        if value is not None and (share is None or value > share):
+            share = value
+        worst[key] = (share, count + 1)
+    return [(*key, share, count) for key, (share, count) in sorted(worst.items())]
 
 
 def results_rows(db: str, run_keys: list[str]) -> list[dict[str, Any]]:
     """The split-protocol rows of these runs (newest per key), for the run's artifact and summary."""
-    if not run_keys:
-        return []
-    with Store.open(db, read_only=True, wait_s=60) as store:
-        rows = store.sql(
-            "SELECT e.model, e.dataset, e.estimator, e.criterion, e.alpha, e.bound, e.search, e.fdr_mean, "
-            "e.coverage_mean, e.fails, e.n_splits FROM evaluations e JOIN (SELECT DISTINCT model, dataset FROM runs "
-            "WHERE list_contains(?, run_key)) r USING (model, dataset) "
-            "QUALIFY row_number() OVER (PARTITION BY e.model, e.dataset, e.estimator, e.criterion, e.alpha, e.bound, "
-            "e.search ORDER BY e.created_at DESC) = 1 ORDER BY 1, 2, 3, 4, 5, 6, 7", [run_keys])
-    names = ("model", "dataset", "estimator", "criterion", "alpha", "bound", "search", "fdr_mean", "coverage_mean",
-             "fails", "n_splits")
-    return [dict(zip(names, r, strict=True)) for r in rows]
+    return _rows_of_runs(db, run_keys, (
+        "SELECT e.model, e.dataset, e.estimator, e.criterion, e.alpha, e.bound, e.search, e.fdr_mean, "
+        "e.coverage_mean, e.fails, e.n_splits FROM evaluations e JOIN (SELECT DISTINCT model, dataset FROM runs "
+        "WHERE list_contains(?, run_key)) r USING (model, dataset) "
+        "QUALIFY row_number() OVER (PARTITION BY e.model, e.dataset, e.estimator, e.criterion, e.alpha, e.bound, "
+        "e.search ORDER BY e.created_at DESC) = 1 ORDER BY 1, 2, 3, 4, 5, 6, 7"))

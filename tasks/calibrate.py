@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import polars as pl
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
@@ -12,7 +13,15 @@ from cic.pipeline import progress
 from cic.pipeline.config import CalibrationConfig
 from cic.pipeline.gates import promote_first_gates
 from cic.pipeline.recalibration import labelled_pairs, span
-from cic.pipeline.stored_calibration import calibration_rows, evaluation_rows, groups_of_run, iter_group_pairs
+from cic.pipeline.stored_calibration import (
+    GroupKey,
+    calibration_rows,
+    evaluation_rows,
+    group_counts,
+    group_evaluation_rows,
+    groups_of_run,
+    iter_group_pairs,
+)
 from cic.store import Store
 from tasks.run_logs import run_logger
 
@@ -26,6 +35,7 @@ class CalibrateStats:
     evaluations: int = 0
     unattainable: int = 0
     promoted: int = 0          # gates that went live because their key had no live gate yet
+    group_studies: int = 0     # (model, estimator, criterion) studies over datasets (`group_by: dataset`)
 
 
 @task(name="calibrate", cache_policy=NO_CACHE, timeout_seconds=6 * 3600)
@@ -37,9 +47,14 @@ def calibrate_runs(db: str, run_keys: Sequence[str], calibration: CalibrationCon
     with Store.open(db, wait_s=60) as store:
         runs = [r for r in store.read("runs").iter_rows(named=True) if r["run_key"] in set(run_keys)]
         groups = [g for run in runs for g in groups_of_run(store, run, estimators, criteria)]
+        together = group_counts(runs, calibration)  # G per model with `group_by: dataset`, else 1
+        by_family: dict[tuple[str, str, str], list[tuple[GroupKey, pl.DataFrame]]] = {}
         for key, pairs in iter_group_pairs(store, groups):
+            if calibration.group_by == "dataset":
+                by_family.setdefault((key.model, key.estimator, key.criterion), []).append((key, pairs))
             # the window the gates cover (when production saw / labels came): recalibration starts after it
-            calibrations = calibration_rows(key, pairs, calibration, window=span(labelled_pairs(store, key)))
+            calibrations = calibration_rows(key, pairs, calibration, window=span(labelled_pairs(store, key)),
+                                            groups=together[key.model])
             evaluations = evaluation_rows(key, pairs, calibration)
             with store.transaction():
                 store.upsert("calibrations", calibrations)
@@ -51,6 +66,13 @@ def calibrate_runs(db: str, run_keys: Sequence[str], calibration: CalibrationCon
             stats.evaluations += evaluations.height
             stats.unattainable += calibrations.get_column("threshold").null_count()
             progress.report("calibrate", stats.groups, len(groups))
-    run_logger().info("calibrated %d groups: %d gates (%d unattainable), %d evaluation rows", stats.groups,
-             stats.calibrations, stats.unattainable, stats.evaluations)
+        for parts in by_family.values():
+            if len(parts) >= 2:  # the per-dataset table: per-dataset gates beside the pooled gate
+                rows = group_evaluation_rows(parts, calibration)
+                with store.transaction():
+                    store.upsert("group_evaluations", rows)
+                stats.group_studies += 1
+    run_logger().info("calibrated %d groups: %d gates (%d unattainable), %d evaluation rows, %d per-dataset "
+                      "studies", stats.groups, stats.calibrations, stats.unattainable, stats.evaluations,
+                      stats.group_studies)
     return stats

@@ -66,7 +66,7 @@ def _child(item: Candidate, monitor_of: dict[str, dict[str, Any]]) -> ChildRun:
     return ChildRun(
         name=f"alpha={row['alpha']:g} {row['bound']} {row['search']}",
         params={"alpha": row["alpha"], "bound": row["bound"], "search": row["search"], "delta": row["delta"],
-                "calibration_id": row["calibration_id"],
+                "certified_together": row.get("groups") or 1, "calibration_id": row["calibration_id"],
                 "live_calibration_id": live["calibration_id"] if live else "none"},
         metrics=metrics,
         tags={"cic.alpha": f"{row['alpha']:g}", "cic.bound": row["bound"], "cic.search": row["search"],

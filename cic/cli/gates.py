@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -40,6 +40,9 @@ def ingest(
     timezone: Annotated[str | None, typer.Option("--timezone", help="Zone of timestamps written without one "
                                                  "(default: refuse them), e.g. UTC, Europe/Berlin.")] = None,
     experiment_prefix: PrefixOpt = "cic",
+    group: Annotated[str | None, typer.Option("--group", metavar="COLUMN", help="Column holding each record's "
+                                              "group (user segment, tier): the record is stored in stream "
+                                              "'<stream>/<group>', so each group gets its own gates.")] = None,
 ) -> None:
     """Store production records (question, answer, scores, timestamp, correctness when known) next to the
     pipeline's runs; a file of labels alone labels them later. Idempotent; a bad record stores nothing."""
@@ -57,7 +60,7 @@ def ingest(
         raise ValueError(f"FILE = {str(file)!r} is the store itself; give the records file")
     with Store.open(db, wait_s=300) as store:
         stats = ingest_file(store, file, label_name=label_name, criterion=criterion, relabel=relabel,
-                            max_skew=skew, timezone=timezone, experiment_prefix=experiment_prefix)
+                            max_skew=skew, timezone=timezone, experiment_prefix=experiment_prefix, group=group)
     streams = ", ".join(f"{r['model']}/{r['stream']}" for r in stats.runs)
     console.print(printable(f"{file}: {stats.records} record(s) stored, {stats.labels} labelled"
                             + (f", {stats.unlabelled} waiting for labels" if stats.unlabelled else "")
@@ -90,20 +93,27 @@ def list_gates(
         rows = rows.filter(state=state)
     table = Table(title=f"gates in {db}: {rows.height}")
     table.add_column("id", no_wrap=True, min_width=12)  # what `cic gate promote` takes
-    for column in ("state", "kind", "model", "dataset", "estimator", "criterion", "α", "bound", "search",
-                   "threshold", "n", "window to", "alerts"):
-        table.add_column(column)
+    for column in ("state", "model · dataset", "estimator · criterion", "α · δ", "bound · search", "threshold", "n",
+                   "window to", "alerts"):
+        table.add_column(column, overflow="fold")  # a narrow terminal wraps values, never cuts them
     for r in rows.sort("model", "dataset", "estimator", "criterion", "alpha", "bound", "search", "created_at") \
             .iter_rows(named=True):
+        kind = "" if (r["kind"] or "pipeline") == "pipeline" else f" ({r['kind']})"
         table.add_row(*map(printable, (
-            r["calibration_id"][:12], r["state"], r["kind"] or "pipeline", r["model"], r["dataset"], r["estimator"],
-            r["criterion"], f"{r['alpha']:g}", r["bound"], r["search"],
+            r["calibration_id"][:12], r["state"] + kind, f"{r['model']} · {r['dataset']}",
+            f"{r['estimator']} · {r['criterion']}", f"{r['alpha']:g} · {_delta(r)}", f"{r['bound']} · {r['search']}",
             "unattainable" if r["threshold"] is None else fmt(r["threshold"], ".4g"), str(r["n_cal"]),
             str(r["window_to"] or "—")[:19], _alert_summary(r["alerts"]))))
     console.print(table)
     for r in rows.sort("model", "dataset", "created_at").iter_rows(named=True):
         for alert in r["alerts"]:
             console.print(printable(f"{r['calibration_id'][:12]} alert: {alert}"), soft_wrap=True)
+
+
+def _delta(row: dict[str, Any]) -> str:
+    """The δ column: the gate's own, or `δ/G` for one of G datasets certified at once (each at δ / G)."""
+    together = row.get("groups") or 1
+    return f"{row['delta']:g}" if together == 1 else f"{row['delta']:g}/{together}"
 
 
 def _alert_summary(alerts: list[str]) -> str:

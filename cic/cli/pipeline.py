@@ -141,6 +141,17 @@ def run(
     note = unattainable_note(shown)
     if note:
         console.print(note, highlight=False, markup=False)
+    if summary.get("per_dataset"):
+        from flows.pipeline import per_dataset_digest
+
+        for model, dataset, gate, share, count in per_dataset_digest(summary["per_dataset"]):
+            console.print(printable(f"per dataset: {model} · {dataset} · "
+                                    f"{'per-dataset gate (δ/G)' if gate == 'per_group' else 'pooled gate'}: largest "
+                                    f"share of splits with test FDR > α {'—' if share is None else f'{share:.2f}'} "
+                                    f"over {count} rows"), highlight=False, markup=False)
+        console.print(f"per-dataset table: {summary['per_dataset_file']}", highlight=False)
+    if summary.get("per_dataset_note"):
+        console.print(summary["per_dataset_note"], highlight=False)
     timing = ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in summary["stage_seconds"].items())
     console.print(f"stages: {timing}", highlight=False)
     console.print(f"DuckDB: {summary['db']}", highlight=False)

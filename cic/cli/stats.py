@@ -326,6 +326,9 @@ def report(
     no_figures: Annotated[bool, typer.Option("--no-figures", help="Tables only.")] = False,
     mlflow_run_id: Annotated[str | None, typer.Option("--mlflow-run-id", help="Log the report directory as "
                                                                              "artifacts of this MLflow run.")] = None,
+    group_by: Annotated[str | None, typer.Option("--group-by", metavar="dataset", help="Add the per-dataset table: "
+                                                 "each model's datasets given gates certified at once (δ / G each) "
+                                                 "beside the pooled gate, judged per dataset.")] = None,
 ) -> None:
     """Paper-style report: FDR / power tables, split-ratio study, baselines, figures, written to --out."""
     import polars as pl
@@ -334,6 +337,8 @@ def report(
     from cic.store.outputs import guard_output_dir
     from cic.store.score_files import read_long_table
 
+    if group_by not in (None, "dataset"):
+        raise ValueError(f"--group-by = {group_by!r}: the report groups by 'dataset' (or leave it out)")
     guard_output_dir(out, "--out")
     client = mlflow_client(mlflow_run_id) if mlflow_run_id else None
     labels = {name: per_file(values, len(files), name) for name, values in
@@ -347,7 +352,8 @@ def report(
         grid=None if grid is None else tuple(parse_grid(grid, None, None, score_col)),
         sensitivity_fractions=tuple(parse_floats(fractions, "--fractions")),
         sensitivity_alphas=tuple(parse_floats(sensitivity_alphas, "--sensitivity-alphas")),
-        baselines=tuple(parse_names(baselines)), baseline_bound=baseline_bound, figures=not no_figures)
+        baselines=tuple(parse_names(baselines)), baseline_bound=baseline_bound, figures=not no_figures,
+        group_by=group_by)
     written = write_report(pl.concat(frames), out, config)
     console.print(f"report written to {out}/ ({len(written.tables)} tables, {len(written.figures)} figures); "
                   f"start at {out / 'README.md'}", highlight=False)

@@ -161,6 +161,10 @@ class CalibrationConfig(_Strict):
     seed: int = 0
     grid: GridConfig = GridConfig()
     n_min: int | None = Field(None, ge=1)
+    group_by: Literal["dataset"] | None = Field(None, description="dataset: the gates of a model's datasets "
+                                                "(production streams) certified at once, each at delta / G for the "
+                                                "G datasets of that model, so with probability >= 1 - delta every "
+                                                "dataset's error rate among its accepted answers is <= alpha")
 
     @field_validator("alphas")
     @classmethod

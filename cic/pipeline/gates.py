@@ -96,8 +96,9 @@ def record_candidates(store: Store, alerts_by_gate: dict[str, Sequence[str]], re
 
 def verify_gate(row: dict[str, Any]) -> None:
     """Refuse a stored gate that disagrees with its own stored result, or whose certificate does not hold:
-    the threshold, alpha, delta, bound and search columns must equal the result JSON's, and a threshold
-    needs (n_errors, n_accepted) whose upper bound at the result's level is <= alpha."""
+    the threshold, alpha, delta (delta / groups for a gate certified with its model's other datasets), bound and
+    search columns must equal the result JSON's, and a threshold needs (n_errors, n_accepted) whose upper bound at
+    the result's level is <= alpha."""
     from cic.stats.bounds import ucb
     from cic.stats.calibration import CalibrationResult
 
@@ -106,8 +107,13 @@ def verify_gate(row: dict[str, Any]) -> None:
         result = CalibrationResult.from_json(row["result_json"])
     except (ValueError, TypeError, KeyError) as exc:
         raise ValueError(f"{name}: its stored result does not parse ({exc}); refusing to serve it") from None
+    together = row.get("groups") or 1  # one of G gates certified at once: its result is at delta / G
+    if not (isinstance(together, int) and together >= 1):
+        raise ValueError(f"{name}: column groups = {together!r} is not a positive count; refusing to serve it")
     for column in ("threshold", "alpha", "delta", "bound", "search", "n_accepted", "n_errors"):
         stored, certified = row.get(column), getattr(result, column)
+        if column == "delta" and isinstance(certified, float):
+            certified *= together
         same = stored == certified or (isinstance(stored, float) and isinstance(certified, float)
                                        and math.isclose(stored, certified, rel_tol=1e-12))
         if not same:
@@ -255,6 +261,7 @@ def served_entries(store: Store, **equals: Any) -> list[dict[str, Any]]:
             verify_gate(row)
             out.append({"serve": "gate", "gate_id": row["calibration_id"], **key,
                         **{k: row[k] for k in ("threshold", "bound_value", "n_accepted", "n_errors", "n_cal")},
+                        "certified_with": _certified_with(row),
                         "window_from": str(row["window_from"]), "window_to": str(row["window_to"]),
                         "gate": json.loads(CalibrationResult.from_json(row["result_json"]).gate().to_json())})
             continue
@@ -266,6 +273,15 @@ def served_entries(store: Store, **equals: Any) -> list[dict[str, Any]]:
                         "reason": f"every gate of this key is retired ({last['reason']}); abstain on every question "
                                   "until one is promoted"})
     return out
+
+
+def _certified_with(row: dict[str, Any]) -> str:
+    """In words, what the gate's delta covers: itself alone, or every dataset of its model at once."""
+    together = row.get("groups") or 1
+    if together == 1:
+        return f"alone: its error rate among accepted answers is <= alpha with probability >= 1 - {row['delta']:g}"
+    return (f"with the {together} datasets of model {row['model']!r}, each at delta / {together}: with probability "
+            f">= 1 - {row['delta']:g} every one of them is <= alpha at once")
 
 
 def flag_gates(store: Store, alerts: dict[str, str]) -> list[str]:

@@ -11,6 +11,13 @@ A file (Parquet, CSV or JSONL) holds one record a row:
 | `score:<estimator>` | one column per uncertainty score, e.g. `score:semantic_entropy` (higher = less sure) |
 | `correct` | optional: true/false (1/0), stored under the criterion named by `label_name` (default `human`) |
 | `gold` | optional: the right answer, labelled with a named criterion (`exact_match`, `token_f1[0.5]`, ...) |
+| the column `group` names | optional: the record's group (user segment, tier); stored in stream `<stream>/<group>` |
+
+Grouped records get gates of their own per group, certified at once with `calibration.group_by: dataset`.
+
+A record keeps its group: one whose (model, question_id) is stored in another group of its stream (or, without
+`group`, in a group of it) is refused, as are two groups for one record in a file; group values may not
+contain '/'.
 
 A file of `model`, `stream`, `question_id` and `correct` (or `gold`) alone labels records ingested earlier.
 
@@ -96,16 +103,24 @@ class Layout:
     columns: tuple[str, ...]
     scores: dict[str, str]
     labels_only: bool
+    group: str | None = None
 
     @classmethod
-    def of(cls, columns: list[str], source: str) -> Layout:
+    def of(cls, columns: list[str], source: str, group: str | None = None) -> Layout:
+        if group is not None:
+            if group in (*KEY_COLUMNS, *RECORD_COLUMNS, "correct", "gold") or group.startswith(SCORE_PREFIX):
+                raise ValueError(f"group = {group!r}: that column already has a role in a records file; name the "
+                                 "column that holds each record's group (e.g. tier, segment)")
+            if group not in columns:
+                raise ValueError(f"group = {group!r}: {source} has no such column (columns are: "
+                                 f"{', '.join(columns)})")
         missing = [c for c in KEY_COLUMNS if c not in columns]
         if missing:
             raise ValueError(f"{source} lacks column(s) {', '.join(missing)}; every record needs model, stream, "
                              f"question_id (columns are: {', '.join(columns)})")
         raw_scores = [c for c in columns if c.startswith(SCORE_PREFIX)]
         labels_only = not raw_scores and not any(c in columns for c in RECORD_COLUMNS)
-        known = {*KEY_COLUMNS, *RECORD_COLUMNS, "correct", "gold", *raw_scores}
+        known = {*KEY_COLUMNS, *RECORD_COLUMNS, "correct", "gold", *raw_scores, *([group] if group else [])}
         unknown = [c for c in columns if c not in known]
         if unknown:
             raise ValueError(f"{source}: unknown column(s) {', '.join(map(repr, unknown))}; columns are model, stream, "
@@ -129,7 +144,7 @@ class Layout:
                 raise ValueError(f"{source}: columns {clash[0]!r} and {column!r} both name estimator {name!r} "
                                  "(names are compared without spaces); keep one")
             scores[column] = name
-        return cls(tuple(columns), scores, labels_only)
+        return cls(tuple(columns), scores, labels_only, group)
 
     def conform(self, frame: pl.DataFrame, first: int, source: str) -> pl.DataFrame:
         """A batch with exactly the file's columns (a JSONL line may omit a key: null)."""
@@ -321,7 +336,8 @@ class _Stage:
 def ingest_file(store: Store, path: str | Path, *, label_name: str = "human", criterion: str | None = None,
                 embedder: Any = None, experiment_prefix: str = "cic", relabel: bool = False,
                 max_skew: timedelta = MAX_SKEW, timezone: str | None = None, now: datetime | None = None,
-                batch_rows: int = BATCH_ROWS, commit_records: int = COMMIT_RECORDS) -> IngestStats:
+                batch_rows: int = BATCH_ROWS, commit_records: int = COMMIT_RECORDS,
+                group: str | None = None) -> IngestStats:
     """Check every record of the file (batch by batch, then across the file), then store it all in one
     transaction, or nothing."""
     from cic.store.score_files import input_file
@@ -337,7 +353,7 @@ def ingest_file(store: Store, path: str | Path, *, label_name: str = "human", cr
         layout = None
         for first, frame in record_batches(p, batch_rows):
             if layout is None:
-                layout = Layout.of(frame.columns, source)
+                layout = Layout.of(frame.columns, source, group)
                 if "gold" in layout.columns and criterion is None:
                     raise ValueError(f"{source} has a gold column: name the criterion that labels answers against "
                                      "it (--criterion exact_match, token_f1[0.5], similarity[0.6])")
@@ -349,6 +365,7 @@ def ingest_file(store: Store, path: str | Path, *, label_name: str = "human", cr
         if layout is None:
             raise ValueError(f"file = {str(p)!r}: has no records")
         _check_unique(store, stage, source)
+        _check_groups(store, stage, source)
         changed = _changed_labels(store, stage, source, relabel)
         _write(store, stage, layout, p, checks.now, changed, stats, experiment_prefix,
                commit_files=max(1, commit_records // batch_rows))
@@ -382,12 +399,18 @@ def _stage_batch(store: Store, stage: _Stage, batch: _Batch, layout: Layout, che
                  criterion: str | None, embedder: Any) -> Any:
     """Check one batch field by field and stage its rows; returns the embedder (made once, when needed)."""
     models, streams, qids = (_text(batch, c) for c in KEY_COLUMNS)
+    bases = streams
+    if layout.group is not None:
+        groups = _text(batch, layout.group)
+        batch.fail(groups.str.contains("/", literal=True), lambda r: f"{layout.group} = {groups[r]!r}: a group may "
+                   "not contain '/' (the record is stored in stream '<stream>/<group>')")
+        streams = (streams + "/" + groups).alias("stream")
     pairs = pl.DataFrame({"model": models, "stream": streams}).unique()
     keys_of = {(m, s): run_key_of(m, s) for m, s in pairs.iter_rows()}
     run_keys = pl.Series("run_key", [keys_of[(m, s)] for m, s in zip(models, streams, strict=True)])
     record = pl.int_range(batch.first, batch.first + batch.frame.height, dtype=pl.Int64, eager=True).alias("record")
     keys = pl.DataFrame({"run_key": run_keys, "model": models, "stream": streams, "question_id": qids,
-                         "record": record})
+                         "record": record, "base": bases})
     correct = _bools(batch, "correct") if "correct" in layout.columns else None
     gold = _optional_text(batch, "gold") if "gold" in layout.columns else None
     if layout.labels_only:
@@ -396,7 +419,9 @@ def _stage_batch(store: Store, stage: _Stage, batch: _Batch, layout: Layout, che
             "g.question_id = k.question_id AND g.sample_index = 0 ORDER BY k.record", [stage.add("keys", keys)])
         missing = stored.get_column("text").is_null()
         batch.fail(missing, lambda r: f"no ingested record of model {models[r]!r}, stream {streams[r]!r} has this "
-                                      "question_id; ingest the record (question, answer, timestamp, scores) first")
+                                      "question_id; ingest the record (question, answer, timestamp, scores) first"
+                                      " (records ingested with --group COL are in stream '<stream>/<group>': "
+                                      "label them with --group COL too)")
         answers = stored.get_column("text")
     else:
         questions = _text(batch, "question")
@@ -460,6 +485,42 @@ def _check_unique(store: Store, stage: _Stage, source: str) -> None:
                          f"{stream!r}, question_id {qid!r}")
 
 
+GROUP_MOVES_SQL = (  # a record stored under another group of its stream (or grouped, when this file is not)
+    "SELECT k.record, k.model, k.question_id, k.stream, r.dataset FROM read_parquet(?) k JOIN runs r ON "
+    "r.model = k.model AND r.split = 'production' AND r.dataset <> k.stream AND (json_extract_string("
+    "r.generation_config, '$.stream') = k.base OR (k.stream <> k.base AND r.dataset = k.base)) JOIN observations o "
+    "ON o.run_key = r.run_key AND o.question_id = k.question_id ORDER BY k.record LIMIT 1")
+
+
+def _check_groups(store: Store, stage: _Stage, source: str) -> None:
+    """A record keeps its group: not two groups in one file, not another group than the one it is stored in."""
+    split = store.sql(
+        "SELECT model, base, question_id, list(DISTINCT stream ORDER BY stream)[1:2], list(record ORDER BY record)"
+        "[1:2] FROM read_parquet(?) GROUP BY model, base, question_id HAVING count(DISTINCT stream) > 1 "
+        "ORDER BY min(record) LIMIT 1", [stage.files["keys"]])
+    if split:
+        model, base, qid, streams, records = split[0]
+        raise ValueError(f"{source}: records {', '.join(map(str, records))} put question_id {qid!r} of model "
+                         f"{model!r}, stream {base!r} in two groups ({' and '.join(map(repr, streams))}); a record "
+                         "has one group")
+    clash = store.sql(
+        "SELECT k.record, k.model, k.stream, k.base, json_extract_string(r.generation_config, '$.stream') FROM "
+        "read_parquet(?) k JOIN runs r ON r.run_key = k.run_key WHERE coalesce(json_extract_string("
+        "r.generation_config, '$.stream'), r.dataset) <> k.base ORDER BY k.record LIMIT 1", [stage.files["keys"]])
+    if clash:
+        record, model, stream, base, stored_base = clash[0]
+        stored = f"a group of stream {stored_base!r}" if stored_base else "a stream of its own (no group)"
+        now = f"a group of stream {base!r}" if base != stream else "a stream of its own (no group)"
+        raise ValueError(f"{source} record {record}: stream {stream!r} of model {model!r} is stored as {stored}, and "
+                         f"this file would make it {now}; give the group or the stream another name")
+    moved = store.sql(GROUP_MOVES_SQL, [stage.files["keys"]])
+    if moved:
+        record, model, qid, stream, stored = moved[0]
+        raise ValueError(f"{source} record {record} (question_id {qid!r}): model {model!r} has this question stored "
+                         f"in stream {stored!r}, not {stream!r}; a record keeps its group — ingest it with the "
+                         "group it was stored with, or under a new question_id")
+
+
 CHANGED_SQL = (
     "SELECT n.record, n.run_key, n.model, n.stream, n.question_id, n.criterion, l.aligned AS old_aligned, "
     "n.aligned AS new_aligned FROM read_parquet(?) n JOIN labels l ON l.run_key = n.run_key AND "
@@ -493,7 +554,7 @@ def _write(store: Store, stage: _Stage, layout: Layout, path: Path, now: datetim
     ('writing' until the last step; recalibration waits for it and rerunning the ingest completes it)."""
     from cic.pipeline.gates import flag_gates
 
-    pairs = store.sql("SELECT DISTINCT model, stream FROM read_parquet(?) ORDER BY model, stream",
+    pairs = store.sql("SELECT DISTINCT model, stream, base FROM read_parquet(?) ORDER BY model, stream",
                       [stage.files["keys"]])
     steps = [(kind, files[i:i + commit_files]) for kind in ("records", "scores", "labels")
              for files in [stage.files[kind]] for i in range(0, len(files), commit_files)]
@@ -501,11 +562,13 @@ def _write(store: Store, stage: _Stage, layout: Layout, path: Path, now: datetim
                "started_at": now, "created_at": None}
     with store.transaction():
         store.upsert("runs", pl.DataFrame({
-            "run_key": [run_key_of(m, s) for m, s in pairs], "model": [m for m, _ in pairs],
-            "dataset": [s for _, s in pairs], "split": SPLIT, "prompt_id": PROMPT_ID,
-            "generation_config": schema.canonical_json({"source": "ingest"}), "created_at": None,
-            "experiment_prefix": experiment_prefix}, schema=schema.RUNS.schema))  # every (model, stream) at once
-        stats.runs.extend({"model": m, "stream": s, "run_key": run_key_of(m, s)} for m, s in pairs)
+            "run_key": [run_key_of(m, s) for m, s, _ in pairs], "model": [m for m, _, _ in pairs],
+            "dataset": [s for _, s, _ in pairs], "split": SPLIT, "prompt_id": PROMPT_ID,
+            "generation_config": [schema.canonical_json({"source": "ingest"} if s == b else {  # the key is the same
+                "source": "ingest", "stream": b, "group_column": layout.group}) for _, s, b in pairs],
+            "created_at": None, "experiment_prefix": experiment_prefix},
+            schema=schema.RUNS.schema))  # every (model, stream) at once
+        stats.runs.extend({"model": m, "stream": s, "run_key": run_key_of(m, s)} for m, s, _ in pairs)
         if changed is not None:
             store.upsert("label_events", changed.select(
                 pl.struct("run_key", "question_id", "criterion").map_elements(

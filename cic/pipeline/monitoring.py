@@ -38,7 +38,8 @@ class MonitorUpdate:
         r, g = self.row, self.gate
         since = g.get("state_at") or g["created_at"]
         nights = max((r["checked_at"] - since).days, 0) if since is not None else r["nights"]
-        return (f"anytime-valid monitor of live gate {g['calibration_id'][:12]} (α={g['alpha']:g}): error rate among "
+        return (f"anytime-valid monitor of live gate {g['calibration_id'][:12]} ({self.key.model} · dataset "
+                f"{self.key.dataset} · {self.key.estimator}, α={g['alpha']:g}): error rate among "
                 f"answered questions above α — e-value {r['e_value']:.3g} ≥ {r['alarm_at']:g}, rate ≥ "
                 f"{r['rate_lower_bound']:.3f} ({r['k']} errors in {r['n']} answered, {r['nights']} check(s)), "
                 f"{nights} night(s) since it went live")

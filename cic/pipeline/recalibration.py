@@ -25,7 +25,7 @@ import polars as pl
 from cic import schema
 from cic.pipeline.durations import parse_duration
 from cic.pipeline.gates import gates
-from cic.pipeline.stored_calibration import GroupKey, calibration_rows
+from cic.pipeline.stored_calibration import GroupKey, calibration_rows, group_counts
 from cic.stats.drift import DriftTest, error_rate_test, holm, score_shift_test
 
 if TYPE_CHECKING:
@@ -166,8 +166,9 @@ def recalibrate_group(store: Store, key: GroupKey, config: CalibrationConfig, ru
 
 def recalibrate_pairs(key: GroupKey, pairs: pl.DataFrame, live_rows: list[dict[str, Any]],
                       config: CalibrationConfig, rule: WindowRule,
-                      shift_tests: dict[tuple[Any, ...], Check] | None = None) -> GroupRecalibration:
-    """`recalibrate_group` on a group's labelled pairs (oldest first) and live gates already loaded."""
+                      shift_tests: dict[tuple[Any, ...], Check] | None = None, groups: int = 1) -> GroupRecalibration:
+    """`recalibrate_group` on a group's labelled pairs (oldest first) and live gates already loaded; `groups`:
+    how many datasets of the model are certified together (`calibration_rows`)."""
     live = {slot_of(r): r for r in live_rows}
     reference = reference_window(live_rows)
     recent = new_window(pairs, reference[1] if reference else None, rule)
@@ -177,7 +178,7 @@ def recalibrate_pairs(key: GroupKey, pairs: pl.DataFrame, live_rows: list[dict[s
                                   skipped=f"{recent.height} new labelled question(s){since} under rule "
                                           f"'{rule.describe()}'; at least {MIN_WINDOW} are needed")
     rows = calibration_rows(key, recent.select("question_id", "score", "error"), config, kind="recalibration",
-                            window=span(recent))
+                            window=span(recent), groups=groups)
     out = GroupRecalibration(key, rows, live, span(recent), reference)
     ids_by_slot: dict[tuple[float, float, str, str], list[str]] = {}
     for row in rows.iter_rows(named=True):
@@ -302,6 +303,7 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
     updates: list[Any] = []
     previous, now = monitoring.previous_states(store), datetime.now(UTC)
     keys = sorted(runs)
+    together = group_counts(runs.values(), config)
     with store.memory_limit(MEMORY_LIMIT):
         for start in range(0, len(keys), chunk_runs):
             pairs = pairs_of_runs(store, keys[start:start + chunk_runs])
@@ -313,7 +315,8 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
                 run = runs[run_key]
                 key = GroupKey(run_key, run["model"], run["dataset"], estimator, criterion)
                 group, live = values.slice(first, length), live_by_group.get((run_key, estimator, criterion), [])
-                results.append(recalibrate_pairs(key, group, live, config, rule, shared))  # a slice: no copy
+                results.append(recalibrate_pairs(key, group, live, config, rule, shared,  # a slice: no copy
+                                                 groups=together[run["model"]]))
                 updates.extend(monitoring.monitor_group(key, group, live, previous, now))
             del pairs, values
     alerts = correct_and_alert(results, level)

@@ -11,7 +11,7 @@ seeded pilot share of the group, takes score quantiles from it and calibrates/ev
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -97,29 +97,41 @@ def search_plan(pairs: pl.DataFrame, search: str, config: CalibrationConfig) -> 
     return pairs, {}
 
 
+def group_counts(runs: Iterable[dict[str, Any]], config: CalibrationConfig) -> dict[str, int]:
+    """G per model: how many of its datasets (streams) among `runs` are certified together (`group_by:
+    dataset`), each at delta / G; 1 for every model otherwise. Counting every run of the model, also one with
+    too few pairs to calibrate, only makes each share smaller: still valid."""
+    datasets: dict[str, set[str]] = {}
+    for run in runs:
+        datasets.setdefault(run["model"], set()).add(run["dataset"])
+    return {model: len(names) if config.group_by == "dataset" else 1 for model, names in datasets.items()}
+
+
 def calibration_rows(key: GroupKey, pairs: pl.DataFrame, config: CalibrationConfig, *, kind: str = "pipeline",
-                     window: tuple[datetime | None, datetime | None] = (None, None)) -> pl.DataFrame:
-    """One `calibrations` row per (alpha, bound, search): the deployable gate on all the group's pairs."""
+                     window: tuple[datetime | None, datetime | None] = (None, None), groups: int = 1) -> pl.DataFrame:
+    """One `calibrations` row per (alpha, bound, search): the deployable gate on all the group's pairs. With
+    `groups` G > 1 the gate is one of G certified together: at delta / G (the row keeps the family's delta)."""
     fingerprint = data_fingerprint(pairs)
+    share = config.delta / groups
+    together = (groups,) if groups > 1 else ()  # ids of gates certified alone stay what they always were
     rows = []
     for search in config.searches:
         used, extra = search_plan(pairs, search, config)
         scores, errors = used.get_column("score").to_numpy(), used.get_column("error").to_numpy()
         for alpha in config.alphas:
             for bound in config.bounds:
-                result = calibrate(scores, errors, alpha=alpha, delta=config.delta, bound=bound, search=search,
-                                   **extra)
+                result = calibrate(scores, errors, alpha=alpha, delta=share, bound=bound, search=search, **extra)
                 rows.append({
                     "calibration_id": schema.value_hash(kind, key.run_key, key.estimator, key.criterion, alpha,
                                                          config.delta, bound, search, fingerprint,
-                                                         schema.canonical_json(extra_json(extra))),
+                                                         schema.canonical_json(extra_json(extra)), *together),
                     **{k: v for k, v in key.as_dict().items() if k != "run_key"},
                     "alpha": alpha, "delta": config.delta, "bound": bound, "search": search,
                     "threshold": result.threshold, "bound_value": result.bound_value,
                     "n_accepted": result.n_accepted, "n_errors": result.n_errors, "n_cal": result.n_calibration,
                     "data_fingerprint": fingerprint, "result_json": result.to_json(indent=None),
                     "created_at": datetime.now(UTC), "run_key": key.run_key, "window_from": window[0],
-                    "window_to": window[1], "kind": kind,
+                    "window_to": window[1], "kind": kind, "groups": groups if groups > 1 else None,
                 })
     return schema.conform(pl.DataFrame(rows, schema=schema.CALIBRATIONS.schema), schema.CALIBRATIONS)
 
@@ -148,6 +160,40 @@ def evaluation_rows(key: GroupKey, pairs: pl.DataFrame, config: CalibrationConfi
             seed=pl.lit(config.seed), data_fingerprint=pl.lit(fingerprint),
             created_at=pl.lit(datetime.now(UTC), dtype=pl.Datetime("us", "UTC"))))
     return schema.conform(pl.concat(parts, how="diagonal_relaxed"), schema.EVALUATIONS)
+
+
+def group_evaluation_rows(parts: Sequence[tuple[GroupKey, pl.DataFrame]], config: CalibrationConfig) -> pl.DataFrame:
+    """The split protocol per dataset for one (model, estimator, criterion) over its datasets' pairs: per-dataset
+    gates certified at once (each at delta / G) beside the pooled gate, each judged on every dataset's test part
+    (`cic.stats.groups.evaluate_group_splits`), with the first search and every bound. One
+    `group_evaluations` row per (alpha, bound, dataset, gate)."""
+    from cic.stats.groups import evaluate_group_splits
+
+    first = parts[0][0]
+    pooled = pl.concat([pairs.select("question_id", "score", "error").with_columns(group=pl.lit(key.dataset))
+                        for key, pairs in parts])
+    search = config.searches[0]
+    used, extra = search_plan(pooled, search, config)
+    evaluation_id = schema.value_hash("group", first.model, first.estimator, first.criterion,
+                                      sorted((key.dataset, data_fingerprint(pairs)) for key, pairs in parts),
+                                      config.delta, config.n_splits, config.cal_fraction, config.seed, search,
+                                      schema.canonical_json(extra_json(extra)))
+    rows, now = [], datetime.now(UTC)  # one time per study: its rows are found together
+    for bound in config.bounds:
+        for row in evaluate_group_splits(used.get_column("score").to_numpy(), used.get_column("error").to_numpy(),
+                                         used.get_column("group").to_numpy(), alphas=config.alphas,
+                                         delta=config.delta, bound=bound, search=search, n_splits=config.n_splits,
+                                         cal_fraction=config.cal_fraction, seed=config.seed, **extra):
+            rows.append({**_dataset_named(row), "evaluation_id": evaluation_id, "model": first.model,
+                         "estimator": first.estimator, "criterion": first.criterion, "delta": config.delta,
+                         "bound": bound, "search": search, "cal_fraction": config.cal_fraction, "seed": config.seed,
+                         "created_at": now})
+    return schema.conform(pl.DataFrame(rows), schema.GROUP_EVALUATIONS)
+
+
+def _dataset_named(row: dict[str, Any]) -> dict[str, Any]:
+    """A per-group row with its group called what it is here: the dataset."""
+    return {("dataset" if k == "group" else k): v for k, v in row.items()}
 
 
 def iter_group_pairs(store: Store, groups: Sequence[GroupKey]) -> Iterator[tuple[GroupKey, pl.DataFrame]]:

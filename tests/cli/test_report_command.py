@@ -53,6 +53,8 @@ def test_report_reads_group_columns_from_a_long_file(tmp_path: Path) -> None:
     (["--model", "a", "--model", "b", "--model", "c"], "--model was given 3 times for 1 files"),
     (["--alphas", "0.1,zz"], "--alphas = '0.1,zz'"),
     (["--baselines", "oracle"], "baseline = 'oracle'"),
+    (["--group-by", "stream"], "--group-by = 'stream': the report groups by 'dataset'"),
+    (["--group-by", "dataset"], "no model has two or more datasets in this table"),
 ])
 def test_report_bad_input_is_one_clear_line(tmp_path: Path, args: list[str], message: str) -> None:
     path = _scores_file(tmp_path / "long.csv", 3, model="m", dataset="d")
@@ -119,3 +121,30 @@ def test_validity_command_writes_the_study(tmp_path: Path) -> None:
     assert "violation rate" in result.output and not (out / "validity.png").exists()
     bad = runner.invoke(app, ["validity", "--out", str(out), "--ns", "10,x"])
     assert bad.exit_code == 2 and "--ns = '10,x'" in bad.output
+
+
+def test_report_per_dataset_table_puts_per_dataset_gates_beside_the_pooled_gate(tmp_path: Path) -> None:
+    """`--group-by dataset` on two files of one model, one far worse: per_group.md/.csv hold, per dataset and α,
+    the per-dataset gates (δ / G) and the pooled gate; the pooled gate's share of splits above α on the worse
+    dataset is at least the per-dataset gate's (it certifies the mix, not the dataset)."""
+    rng = np.random.default_rng(0)
+    paths = []
+    for name, excess in (("easy", 0.0), ("hard", 0.2)):
+        u = rng.random(1500)
+        wrong = (rng.random(1500) < 0.05 + 0.5 * u + excess).astype(int)
+        paths.append(tmp_path / f"{name}.parquet")
+        pl.DataFrame({"uncertainty": u, "wrong": wrong}).write_parquet(paths[-1])
+    out = tmp_path / "r"
+    result = runner.invoke(app, ["report", *map(str, paths), "--out", str(out), "--model", "m", "--dataset", "easy",
+                                 "--dataset", "hard", "--estimator", "se", "--criterion", "c", "--score-col",
+                                 "uncertainty", "--error-col", "wrong", "--alphas", "0.3", "--search",
+                                 "fixed_sequence", "--group-by", "dataset", *FAST])
+    assert result.exit_code == 0, result.output
+    table = pl.read_csv(out / "tables" / "per_group.csv")
+    assert sorted(zip(table["dataset"], table["gate"], strict=True)) == [
+        ("easy", "per_group"), ("easy", "pooled"), ("hard", "per_group"), ("hard", "pooled")]
+    hard = {r["gate"]: r for r in table.filter(pl.col("dataset") == "hard").iter_rows(named=True)}
+    assert hard["pooled"]["fdr_above_alpha"] >= (hard["per_group"]["fdr_above_alpha"] or 0.0)
+    assert hard["pooled"]["fdr_above_alpha"] > 0.5  # the mix's gate accepts hard answers above α
+    assert "per dataset (δ/G)" in (out / "tables" / "per_group.md").read_text()
+    assert "tables/per_group.md" in (out / "README.md").read_text()

@@ -255,3 +255,50 @@ def test_kill_9_of_cic_recalibrate_leaves_no_prefect_server_behind(setup: tuple[
         alive = [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
         time.sleep(0.2)
     assert alive == [], [" ".join(p.cmdline())[:120] for p in alive]
+
+
+def test_group_by_dataset_certifies_a_models_datasets_at_once_and_recalibrates_them_so(tmp_path: Path) -> None:
+    """`calibration.group_by: dataset`: the calibrate flow certifies each of the model's two datasets at
+    delta / 2, stores the per-dataset study, `cic gate list` shows δ as 0.05/2, the export says what the delta
+    covers, and a recalibration keeps the same split."""
+    import json
+
+    db = tmp_path / "cic.duckdb"
+    with Store.open(db) as store:
+        for i, (name, base) in enumerate((("d", 0.02), ("e", 0.25))):
+            store_run(store, dataset=name, n=300, seed=i, base=base, labelled_at=datetime(2026, 1, 1, tzinfo=UTC))
+    config = write_config(tmp_path / "c.yaml", db, tmp_path / "reports", datasets=("d", "e"), group_by="dataset",
+                          searches=["fixed_sequence"], bounds=["cp"])
+    calibrate_flow(config_path=str(config), log_to_mlflow=False)
+    with Store.open(db, read_only=True) as store:
+        stored = store.read("calibrations")
+        studies = store.read("group_evaluations")
+    assert stored.height == 2 * 2 * 2 and set(stored["groups"]) == {2} and set(stored["delta"]) == {0.05}
+    assert {json.loads(r)["delta"] for r in stored["result_json"]} == {0.025}
+    assert set(studies["dataset"]) == {"d", "e"} and set(studies["gate"]) == {"per_group", "pooled"}
+    assert studies.height == 2 * 2 * 2 * 2  # estimators × alphas × datasets × gates (one bound)
+    listed = CliRunner().invoke(app, ["gate", "list", "--db", str(db)], env={"COLUMNS": "250"})
+    assert listed.exit_code == 0 and "0.05/2" in listed.output
+    exported = CliRunner().invoke(app, ["gate", "export", "--out", str(tmp_path / "g.json"), "--db", str(db)])
+    assert exported.exit_code == 0, exported.output
+    entries = json.loads((tmp_path / "g.json").read_text())
+    assert entries and all("with the 2 datasets of model 'm'" in e["certified_with"] for e in entries)
+    with Store.open(db) as store:  # a new labelled week on both datasets
+        for i, name in enumerate(("d", "e")):
+            store_run(store, dataset=name, n=300, seed=10 + i, id_offset=5000,
+                      labelled_at=datetime(2026, 1, 8, tzinfo=UTC))
+    from flows.pipeline import markdown_summary, per_dataset_rows, write_per_dataset
+
+    with Store.open(db, read_only=True) as store:
+        run_keys = store.read("runs")["run_key"].to_list()
+    rows = per_dataset_rows(str(db), run_keys)  # what `cic run` shows and writes with `group_by: dataset`
+    assert len(rows) == studies.height and {r["dataset"] for r in rows} == {"d", "e"}
+    written = write_per_dataset(rows, str(tmp_path / "reports"))
+    assert "| m | predictive_entropy | similarity[0.6] | UCB-CP | 0.2 | e | 300 | pooled (δ) |" in \
+        Path(written).read_text()
+    shown = markdown_summary({"answer": [], "stage_seconds": {}, "per_dataset": rows, "per_dataset_file": written})
+    assert "| m | e | pooled |" in shown and "| m | d | per dataset |" in shown
+    recalibrate_flow(config_path=str(config), fail_on_alert=False, log_to_mlflow=False)
+    with Store.open(db, read_only=True) as store:
+        again = store.read("calibrations").filter(kind="recalibration")
+    assert again.height == 8 and set(again["groups"]) == {2}

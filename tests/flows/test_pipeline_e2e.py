@@ -33,7 +33,7 @@ def write_config(path: Path, tmp: Path, *, datasets: list[dict[str, Any]], per_b
         "name": "e2e", "models": [{"name": "smollm2", "spec": MODEL}], "datasets": datasets,
         "generation": {"n_samples": K, "max_new_tokens": 12, "seed": 0, "questions_per_batch": per_batch},
         "uncertainty": {"estimators": ESTIMATORS},
-        "calibration": {"alphas": [0.5, 0.9], "bounds": ["hoeffding", "cp"], "n_splits": 10},
+        "calibration": {"alphas": [0.5, 0.9], "bounds": ["hoeffding", "cp"], "n_splits": 10, "group_by": "dataset"},
         "mlflow": {"experiment_prefix": "cic-e2e"}, "ray": {"num_cpus": 2},
         "storage": {"db": str(tmp / "cic.duckdb"), "report_dir": str(tmp / "reports"), "model_cache": cache}}))
     return path
@@ -101,6 +101,18 @@ def test_every_table_is_filled(demo_run: tuple[Path, dict[str, Any], MlflowClien
     assert counts["calibrations"] > 0 and counts["evaluations"] > 0
     assert summary["answer"][0]["generated"] == 12
     assert summary["calibrate"]["groups"] >= 4
+
+
+def test_group_by_dataset_certifies_both_datasets_at_once_and_reports_per_dataset(
+        demo_run: tuple[Path, dict[str, Any], MlflowClient]) -> None:
+    from flows.pipeline import markdown_summary
+
+    config, summary, _ = demo_run
+    with Store.open(summary["db"], read_only=True) as store:
+        assert set(store.read("calibrations", kind="pipeline")["groups"]) == {2}  # two datasets, δ / 2 each
+    # each dataset labels with its own criterion (option_match, similarity[0.6]): nothing to pool, and it says so
+    assert summary["per_dataset"] == [] and "no estimator × criterion is shared" in summary["per_dataset_note"]
+    assert summary["per_dataset_note"] in markdown_summary(summary)
 
 
 def test_mlflow_has_parents_children_metrics_and_artifacts(demo_run: tuple[Path, dict[str, Any], MlflowClient]) -> None:

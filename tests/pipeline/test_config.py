@@ -32,6 +32,7 @@ def test_demo_and_paper_configs_load() -> None:
     ({"recalibration": {"since": "7x"}}, "since = '7x'"),
     ({"calibration": {"alphas": [0.1, 1.5]}}, "alpha 1.5 must lie strictly between 0 and 1"),
     ({"calibration": {"bounds": ["bernstein"]}}, "bernstein"),
+    ({"calibration": {"group_by": "stream"}}, "calibration.group_by = 'stream'"),
     ({"calibration": {"searches": ["greedy"]}}, "search = 'greedy': unknown"),
     ({"uncertainty": {"estimators": ["entropy"]}}, "estimator 'entropy' is unknown"),
     ({"uncertainty": {"equivalence": "nli"}}, "needs nli_model"),

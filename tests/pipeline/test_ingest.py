@@ -146,3 +146,50 @@ def test_cic_ingest_reports_and_refuses_in_one_line(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "unsupported type '.txt'" in bad.output
     missing = CliRunner().invoke(app, ["ingest", str(tmp_path / "t.parquet"), "--db", str(tmp_path / "no/s.duckdb")])
     assert missing.exit_code == 2 and "does not exist" in missing.output
+
+
+def test_group_column_stores_each_group_as_its_own_stream_and_a_record_keeps_its_group(tmp_path: Path) -> None:
+    """`--group tier`: records go to streams '<stream>/<tier>'; the same record under another group (in the store
+    or in one file), a group with '/', a missing group column and a group column with another role are refused
+    naming record and value, and nothing of the refused file is stored."""
+    frame = records().with_columns(tier=pl.Series(["gold", "free"] * 3))
+    db = tmp_path / "s.duckdb"
+    with Store.open(db) as store:
+        stats = ingest_file(store, write(frame, tmp_path / "a.parquet"), group="tier")
+        runs = store.read("runs")
+        assert sorted(runs["dataset"]) == ["support-bot/free", "support-bot/gold"]
+        assert stats.records == 6 and sorted(r["stream"] for r in stats.runs) == sorted(runs["dataset"])
+        assert ingest_file(store, write(frame, tmp_path / "a.parquet"), group="tier").records == 6  # idempotent
+        labels = frame.select("model", "stream", "question_id", "tier", "correct")
+        assert ingest_file(store, write(labels, tmp_path / "l.parquet"), group="tier").labels == 6
+        before = {t: store.read(t) for t in ("runs", "questions", "observations", "labels")}
+        moved = frame.with_columns(tier=pl.Series(["free", "free"] * 3))  # r0 was gold
+        with pytest.raises(ValueError, match="record 1 \\(question_id 'r0'\\): model 'qwen' has this question "
+                                             "stored in stream 'support-bot/gold', not 'support-bot/free'"):
+            ingest_file(store, write(moved, tmp_path / "m.parquet"), group="tier")
+        with pytest.raises(ValueError, match="stored in stream 'support-bot/gold', not 'support-bot'"):
+            ingest_file(store, write(records(), tmp_path / "plain.parquet"))  # ungrouped: still the same record
+        twice = pl.concat([frame.head(1), frame.head(1).with_columns(tier=pl.lit("free"))])
+        with pytest.raises(ValueError, match="records 1, 2 put question_id 'r0' of model 'qwen', stream "
+                                             "'support-bot' in two groups \\('support-bot/free' and "
+                                             "'support-bot/gold'\\)"):
+            ingest_file(store, write(twice, tmp_path / "t.parquet"), group="tier")
+        with pytest.raises(ValueError, match="tier = 'a/b': a group may not contain '/'"):
+            ingest_file(store, write(frame.with_columns(tier=pl.lit("a/b")), tmp_path / "s.parquet"), group="tier")
+        with pytest.raises(ValueError, match="record 1 \\(question_id 'r0'\\): tier is empty"):
+            ingest_file(store, write(frame.with_columns(tier=pl.lit(" ")), tmp_path / "e.parquet"), group="tier")
+        with pytest.raises(ValueError, match="group = 'segment': .* has no such column"):
+            ingest_file(store, write(frame, tmp_path / "a.parquet"), group="segment")
+        with pytest.raises(ValueError, match="group = 'stream': that column already has a role"):
+            ingest_file(store, write(frame, tmp_path / "a.parquet"), group="stream")
+        slash = records().with_columns(stream=pl.lit("support-bot/gold"), question_id=pl.lit("x") + pl.col(
+            "question_id"))  # an ungrouped stream named like a group of another
+        with pytest.raises(ValueError, match="stream 'support-bot/gold' of model 'qwen' is stored as a group of "
+                                             "stream 'support-bot', and this file would make it a stream of its own"):
+            ingest_file(store, write(slash, tmp_path / "slash.parquet"))
+        with pytest.raises(ValueError, match="unknown column\\(s\\) 'tier'"):
+            ingest_file(store, write(frame, tmp_path / "a.parquet"))  # the column is not silently dropped
+        after = {t: store.read(t) for t in before}
+    assert all(before[t].equals(after[t]) for t in before)
+    result = CliRunner().invoke(app, ["ingest", str(tmp_path / "a.parquet"), "--db", str(db), "--group", "nope"])
+    assert result.exit_code == 2 and "group = 'nope'" in result.output and "Traceback" not in result.output

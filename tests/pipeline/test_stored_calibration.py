@@ -102,3 +102,60 @@ def test_a_stored_gate_that_was_altered_is_not_served(tmp_path: Path) -> None:
         serving_gate(str(db), alpha=0.01, **ask)
     with pytest.raises(ValueError, match="column n_errors = 0"):
         serving_gate(str(db), alpha=0.3, **ask)
+
+
+def test_gates_certified_together_share_delta_and_say_so(tmp_path: Path) -> None:
+    """`group_by: dataset`: each of G datasets' gates is certified at delta / G; the row keeps the family's delta
+    and G, its id differs from the gate certified alone, and serving checks the result against delta / G."""
+    from cic.pipeline.asking import serving_gate
+    from cic.pipeline.gates import promote_first_gates, verify_gate
+    from cic.pipeline.stored_calibration import group_counts
+
+    db = tmp_path / "g.duckdb"
+    config = CalibrationConfig(alphas=(0.3,), bounds=("cp",), searches=("fixed_sequence",), group_by="dataset")
+    with Store.open(db) as store:
+        keys = [store_run(store, dataset=name, n=300, seed=i) for i, name in enumerate(("d", "e", "f"))]
+        runs = store.read("runs").to_dicts()
+        assert group_counts(runs, config) == {"m": 3}
+        assert group_counts(runs, CalibrationConfig()) == {"m": 1}
+        group = groups_of_run(store, next(r for r in runs if r["run_key"] == keys[0]))[0]
+        pairs = store.calibration_frame(group.model, group.dataset, group.estimator, group.criterion,
+                                        run_key=keys[0], allow_partial=True)
+        together = calibration_rows(group, pairs, config, groups=3).row(0, named=True)
+        alone = calibration_rows(group, pairs, config).row(0, named=True)
+        direct = calibrate(pairs.get_column("score").to_numpy(), pairs.get_column("error").to_numpy(), alpha=0.3,
+                           delta=0.05 / 3, bound="cp", search="fixed_sequence")
+        assert together["threshold"] == direct.threshold and together["n_accepted"] == direct.n_accepted
+        assert together["delta"] == 0.05 and together["groups"] == 3 and alone["groups"] is None
+        assert together["calibration_id"] != alone["calibration_id"]
+        assert alone["threshold"] >= together["threshold"]  # a smaller share of delta certifies no more
+        verify_gate(together)
+        with pytest.raises(ValueError, match="column delta = 0.05 but its certified result says 0.01666"):
+            verify_gate({**together, "groups": 1})  # G lost: the stored result no longer matches the row
+        store.upsert("calibrations", calibration_rows(group, pairs, config, groups=3))
+        promote_first_gates(store, [together["calibration_id"]], reason="test")
+    served = serving_gate(str(db), model="m", dataset="d", estimator=group.estimator, criterion=group.criterion,
+                          alpha=0.3, bound="cp", search="fixed_sequence")
+    assert served["calibration_id"] == together["calibration_id"]
+    raw_sql(db, "UPDATE calibrations SET groups = 1")
+    with pytest.raises(ValueError, match="column delta = 0.05 but its certified result says 0.0166"):
+        serving_gate(str(db), model="m", dataset="d", estimator=group.estimator, criterion=group.criterion,
+                     alpha=0.3, bound="cp", search="fixed_sequence")
+
+
+def test_per_dataset_study_judges_per_dataset_gates_and_the_pooled_gate(store: Store) -> None:
+    from cic.pipeline.stored_calibration import group_evaluation_rows
+
+    for i, (name, base) in enumerate((("easy", 0.02), ("hard", 0.3))):
+        store_run(store, dataset=name, n=400, seed=i, base=base)
+    config = CalibrationConfig(alphas=(0.3,), bounds=("cp",), searches=("fixed_sequence",), n_splits=10)
+    parts = [(g, p) for g, p in iter_group_pairs(store, [g for r in store.read("runs").to_dicts()
+                                                           for g in groups_of_run(store, r)])
+             if g.estimator == "predictive_entropy"]
+    rows = group_evaluation_rows(parts, config)
+    assert sorted(set(zip(rows["dataset"], rows["gate"], strict=True))) == [
+        ("easy", "per_group"), ("easy", "pooled"), ("hard", "per_group"), ("hard", "pooled")]
+    assert set(rows["size"]) == {400} and set(rows["n_splits"]) == {10}
+    store.upsert("group_evaluations", rows)
+    store.upsert("group_evaluations", group_evaluation_rows(parts, config))  # same data, same keys
+    assert store.count("group_evaluations") == rows.height

