@@ -11,14 +11,16 @@ from typing import Any
 
 from prefect import flow
 
+from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
 from tasks.concurrency import store_slot
 from tasks.ingest import ingest_records
 
 
 @flow(name="cic-ingest", log_prints=True)
 def ingest_flow(paths: list[str], db: str = "cic.duckdb", label_name: str = "human", criterion: str | None = None,
-                experiment_prefix: str = "cic", concurrency_limit: str | None = "cic-store", relabel: bool = False,
-                max_skew: str = "5m", timezone: str | None = None, group: str | None = None) -> list[dict[str, Any]]:
+                experiment_prefix: str = DEFAULT_EXPERIMENT_PREFIX, concurrency_limit: str | None = "cic-store",
+                relabel: bool = False, max_skew: str = "5m", timezone: str | None = None,
+                group: str | None = None) -> list[dict[str, Any]]:
     """Ingest the files in order (records before the labels that refer to them); a bad file fails the run and
     stores nothing of itself, files before it stay stored."""
     with store_slot(concurrency_limit):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
+from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
 from cic.pipeline.durations import parse_duration
 from cic.pipeline.ingest import IngestStats, ingest_file
 from cic.store import Store
@@ -12,7 +13,7 @@ from cic.store import Store
 
 @task(name="ingest", cache_policy=NO_CACHE, timeout_seconds=1800)
 def ingest_records(db: str, path: str, *, label_name: str = "human", criterion: str | None = None,
-                   experiment_prefix: str = "cic", relabel: bool = False, max_skew: str = "5m",
+                   experiment_prefix: str = DEFAULT_EXPERIMENT_PREFIX, relabel: bool = False, max_skew: str = "5m",
                    timezone: str | None = None, group: str | None = None) -> IngestStats:
     """Check every record, then store the whole file in one transaction (or nothing, naming the bad record)."""
     skew = parse_duration(max_skew, "max_skew")

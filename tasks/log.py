@@ -21,6 +21,7 @@ from prefect.cache_policies import NO_CACHE
 
 from cic import schema
 from cic.pipeline import progress
+from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
 from cic.reports.report import ReportConfig, file_slug, write_report
 from cic.stats.calibration import CalibrationResult
 from cic.stats.searches import get_search
@@ -90,7 +91,7 @@ def experiment_prefix_of(store: Store, run_key: str, explicit: str | None) -> st
     if explicit:
         return explicit
     rows = store.read("runs", run_key=run_key)
-    return (rows.get_column("experiment_prefix")[0] if rows.height else None) or "cic"
+    return (rows.get_column("experiment_prefix")[0] if rows.height else None) or DEFAULT_EXPERIMENT_PREFIX
 
 
 def alpha_series(calibrations: pl.DataFrame, evaluations: pl.DataFrame) -> dict[str, dict[int, float | None]]:

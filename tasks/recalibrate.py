@@ -11,7 +11,7 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from cic import schema
-from cic.pipeline.config import CalibrationConfig, RecalibrationConfig
+from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX, CalibrationConfig, RecalibrationConfig
 from cic.pipeline.recalibration import Candidate, RecalibrationPass, WindowRule, alert_kind, recalibrate_store
 from cic.pipeline.stored_calibration import GroupKey
 from cic.stats.calibration import CalibrationResult
@@ -78,7 +78,7 @@ def _child(item: Candidate, monitor_of: dict[str, dict[str, Any]]) -> ChildRun:
 
 @task(name="log-recalibration", retries=2, retry_delay_seconds=[5, 30], cache_policy=NO_CACHE, timeout_seconds=900)
 def log_recalibrations(result: RecalibrationPass, *, tracking: str | None = None,
-                       experiment_prefix: str = "cic") -> list[str]:
+                       experiment_prefix: str = DEFAULT_EXPERIMENT_PREFIX) -> list[str]:
     """One MLflow parent run per recalibrated group (the pipeline's tags, cic.kind = recalibration), nested per
     alpha × bound × search with the gate id and state; the group's drift tests as parent metrics."""
     from prefect.runtime import flow_run

@@ -20,6 +20,7 @@ from typing import Any
 from mlflow import MlflowClient
 
 from cic import schema
+from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
 from cic.pipeline.gates import SERVING_KEY
 from cic.stats.calibration import CalibrationResult
 from tasks.tracking import experiment_id
@@ -151,7 +152,8 @@ def _sync_key(client: MlflowClient, rows: list[dict[str, Any]], experiment_prefi
     return out
 
 
-def sync_gates(client: MlflowClient, rows: Sequence[dict[str, Any]], *, experiment_prefix: str = "cic") -> list[str]:
+def sync_gates(client: MlflowClient, rows: Sequence[dict[str, Any]], *,
+               experiment_prefix: str = DEFAULT_EXPERIMENT_PREFIX) -> list[str]:
     """Register each gate (with its state) and reconcile each serving key's `live` alias with the store: on the
     live gate's version, or absent when none is live; returns 'name@version' of each gate."""
     by_key: dict[str, list[dict[str, Any]]] = {}
@@ -163,7 +165,8 @@ def sync_gates(client: MlflowClient, rows: Sequence[dict[str, Any]], *, experime
     return out
 
 
-def registry_sync(db: str, uri: str, gate_ids: Sequence[str] | None, *, experiment_prefix: str = "cic") -> list[str]:
+def registry_sync(db: str, uri: str, gate_ids: Sequence[str] | None, *,
+                  experiment_prefix: str = DEFAULT_EXPERIMENT_PREFIX) -> list[str]:
     """Bring the registry in line with the store for the serving keys of these gates (every key that has a live
     or retired gate when `gate_ids` is None): every live and retired gate of each key is registered and the
     key's `live` alias follows the store. Raises when MLflow cannot be reached."""

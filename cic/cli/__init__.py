@@ -8,16 +8,33 @@ runs and serves the batch pipeline,
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from cic.cli import gates, pipeline, stats, store
+from cic.cli.help_format import ReadableCommand, ReadableGroup
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(add_completion=False, no_args_is_help=True, cls=ReadableGroup,
                   help="CIC: certified abstention thresholds for LLM answers.")
 for group in (stats, store, pipeline, gates):
     for command_name, command in group.COMMANDS.items():
-        app.command(command_name)(command)
+        app.command(command_name, cls=ReadableCommand)(command)
 for group_name, sub_app in gates.GROUPS.items():
     app.add_typer(sub_app, name=group_name)
+
+
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        from importlib.metadata import version
+
+        typer.echo(f"cic {version('cic')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                                help="Print cic's version and exit.")] = False) -> None:
+    """CIC: certified abstention thresholds for LLM answers."""
 
 __all__ = ["app"]

@@ -148,7 +148,7 @@ Bounds = Annotated[str, typer.Option("--bounds", help="Comma-separated bounds.")
 Searches = Annotated[str, typer.Option("--search", help="Comma-separated searches.")]
 NSplits = Annotated[int, typer.Option("--n-splits", help="Random calibration/test splits.")]
 CalFraction = Annotated[float, typer.Option("--cal-fraction", help="Share of items used to calibrate.")]
-Seed = Annotated[int, typer.Option("--seed")]
+Seed = Annotated[int, typer.Option("--seed", help="Seed of the random splits (same seed, same splits).")]
 
 
 def fmt(value: float | None, spec: str = ".3f") -> str:

@@ -11,13 +11,17 @@ import typer
 from rich.table import Table
 
 from cic.cli.common import ForceOpt, console, err_console, fmt, friendly_errors, printable, styled
+from cic.cli.help_format import ReadableCommand, ReadableGroup
+from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
 
 StoreOpt = Annotated[Path, typer.Option("--db", help="DuckDB file of the store.")]
 TrackingOpt = Annotated[str | None, typer.Option(
     "--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db).")]
-PrefixOpt = Annotated[str, typer.Option("--experiment-prefix", help="MLflow experiment prefix of the gate runs.")]
-gate_app = typer.Typer(no_args_is_help=True, help="Review, promote, retire and export gates (candidate → live → "
-                                                  "retired); only a live gate is served.")
+PrefixOpt = Annotated[str, typer.Option("--experiment-prefix", help="MLflow experiments '<prefix>-<dataset>' of the "
+                                        "gate runs (the pipeline config's default too).")]
+gate_app = typer.Typer(no_args_is_help=True, cls=ReadableGroup, help="Review, promote, retire and export gates "
+                                                                     "(candidate → live → retired); only a live gate "
+                                                                     "is served.")
 
 
 def _existing(db: Path) -> Path:
@@ -39,7 +43,7 @@ def ingest(
                                           "skew), e.g. 5m, 1h.")] = "5m",
     timezone: Annotated[str | None, typer.Option("--timezone", help="Zone of timestamps written without one "
                                                  "(default: refuse them), e.g. UTC, Europe/Berlin.")] = None,
-    experiment_prefix: PrefixOpt = "cic",
+    experiment_prefix: PrefixOpt = DEFAULT_EXPERIMENT_PREFIX,
     group: Annotated[str | None, typer.Option("--group", metavar="COLUMN", help="Column holding each record's "
                                               "group (user segment, tier): the record is stored in stream "
                                               "'<stream>/<group>', so each group gets its own gates.")] = None,
@@ -72,13 +76,13 @@ def ingest(
                if stats.flagged_gates else "no gate's window held them"))), soft_wrap=True)
 
 
-@gate_app.command("list")
+@gate_app.command("list", cls=ReadableCommand)
 @friendly_errors
 def list_gates(
     db: StoreOpt = Path("cic.duckdb"),
     state: Annotated[str | None, typer.Option("--state", help="candidate, live or retired.")] = None,
-    model: Annotated[str | None, typer.Option("--model")] = None,
-    dataset: Annotated[str | None, typer.Option("--dataset")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Only this model's gates.")] = None,
+    dataset: Annotated[str | None, typer.Option("--dataset", help="Only this dataset's (stream's) gates.")] = None,
 ) -> None:
     """Gates with their state, threshold, window and the alerts their recalibration raised."""
     from cic.pipeline.gates import STATES, gates
@@ -148,7 +152,7 @@ def _sync(db: Path, gate_ids: list[str], tracking_uri: str | None, experiment_pr
         console.print(f"MLflow registry ({uri}): {printable(name)}")
 
 
-@gate_app.command("promote")
+@gate_app.command("promote", cls=ReadableCommand)
 @friendly_errors
 def promote_gate(
     gate_id: Annotated[str, typer.Argument(help="Gate id (or its first 12 characters, as `cic gate list` shows).")],
@@ -157,7 +161,7 @@ def promote_gate(
                                                  "raised alerts (after you reviewed them).")] = False,
     reason: Annotated[str, typer.Option("--reason", help="Recorded with the change.")] = "promoted by hand",
     tracking_uri: TrackingOpt = None,
-    experiment_prefix: PrefixOpt = "cic",
+    experiment_prefix: PrefixOpt = DEFAULT_EXPERIMENT_PREFIX,
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="Leave MLflow's registry alone.")] = False,
 ) -> None:
     """Make a gate live (retiring the live gate of its key) and point MLflow's `live` alias at it."""
@@ -175,15 +179,17 @@ def promote_gate(
         _sync(db, [row["calibration_id"], *retired], tracking_uri, experiment_prefix)
 
 
-@gate_app.command("retire")
+@gate_app.command("retire", cls=ReadableCommand)
 @friendly_errors
 def retire_gate(
     gate_id: Annotated[str, typer.Argument(help="Gate id (or its first 12 characters).")],
     db: StoreOpt = Path("cic.duckdb"),
-    reason: Annotated[str, typer.Option("--reason")] = "retired by hand",
+    reason: Annotated[str, typer.Option("--reason", help="Why, in words (kept in the gate's event log).")] = \
+        "retired by hand",
     tracking_uri: TrackingOpt = None,
-    experiment_prefix: PrefixOpt = "cic",
-    no_mlflow: Annotated[bool, typer.Option("--no-mlflow")] = False,
+    experiment_prefix: PrefixOpt = DEFAULT_EXPERIMENT_PREFIX,
+    no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="Leave MLflow's registry alone (`cic gate sync` "
+                                            "later).")] = False,
 ) -> None:
     """Take a gate out of service; its key serves nothing until another is promoted."""
     from cic.pipeline.gates import retire
@@ -196,13 +202,13 @@ def retire_gate(
         _sync(db, [row["calibration_id"]], tracking_uri, experiment_prefix)
 
 
-@gate_app.command("export")
+@gate_app.command("export", cls=ReadableCommand)
 @friendly_errors
 def export_gates(
     out: Annotated[Path, typer.Option("--out", help="JSON file of the live gates.")],
     db: StoreOpt = Path("cic.duckdb"),
-    model: Annotated[str | None, typer.Option("--model")] = None,
-    dataset: Annotated[str | None, typer.Option("--dataset")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Only this model's gates.")] = None,
+    dataset: Annotated[str | None, typer.Option("--dataset", help="Only this dataset's (stream's) gates.")] = None,
     force: ForceOpt = False,
 ) -> None:
     """Write what a serving system should serve, one JSON list: every live gate (verified against its
@@ -224,12 +230,12 @@ def export_gates(
                                             "retired)" if len(exported) > live else "") + f" written to {target}")
 
 
-@gate_app.command("sync")
+@gate_app.command("sync", cls=ReadableCommand)
 @friendly_errors
 def sync_registry(
     db: StoreOpt = Path("cic.duckdb"),
     tracking_uri: TrackingOpt = None,
-    experiment_prefix: PrefixOpt = "cic",
+    experiment_prefix: PrefixOpt = DEFAULT_EXPERIMENT_PREFIX,
 ) -> None:
     """Reconcile MLflow's registry with the store, both ways: every live or retired gate registered, `live` set
     where a gate is live and removed where none is. Exits 1 when MLflow cannot be reached."""

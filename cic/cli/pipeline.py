@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from cic.cli.common import console, err_console, flow_outcome, fmt, friendly_errors, printable, styled
+from cic.cli.service_logs import services_log_path, services_logged_to
 from cic.pipeline.processes import owned_processes
 from cic.pipeline.progress import ProgressLines
 
@@ -64,9 +65,9 @@ class StageBars:
 REAL_EXAMPLE = "infra/examples/real/README.md"
 
 
-def results_table(db: str, run_keys: list[str], estimator: str | None) -> tuple[Table, Any]:
-    """FDR / coverage / fails per alpha and bound for one estimator per (model, dataset, criterion), and the
-    evaluation rows shown."""
+def results_tables(db: str, run_keys: list[str], estimator: str | None) -> tuple[list[Table], Any]:
+    """FDR / coverage / fails per alpha and bound for one estimator, one table per (model, dataset, criterion) so
+    each fits 100 columns, and the evaluation rows shown."""
     import polars as pl
 
     from cic.store import Store
@@ -82,16 +83,18 @@ def results_table(db: str, run_keys: list[str], estimator: str | None) -> tuple[
                                                                         "bound", "search", "created_at")
     shown = shown.unique(subset=["model", "dataset", "estimator", "criterion", "alpha", "bound", "search"],
                          keep="last", maintain_order=True)
-    table = Table(title=(f"split protocol ({', '.join(chosen) or 'no estimator'}): test FDR, coverage, fails"))
-    for column in ("model", "dataset", "criterion", "search", "bound", "α", "FDR mean ± std", "coverage",
-                   "fails / splits", "base error"):
-        table.add_column(column, justify="right" if column[0] in "αFcfb" else "left")
-    for r in shown.iter_rows(named=True):
-        fdr = "—" if r["fdr_mean"] is None else f"{r['fdr_mean']:.3f} ± {r['fdr_std']:.3f}"
-        table.add_row(*map(printable, (r["model"], r["dataset"], r["criterion"], r["search"], r["bound"],
-                                       f"{r['alpha']:g}", fdr, fmt(r["coverage_mean"]), f"{r['fails']}/{r['n_splits']}",
-                                       fmt(r["base_error_rate"]))))
-    return table, shown
+    tables = []
+    for (model, dataset, criterion), part in shown.group_by("model", "dataset", "criterion", maintain_order=True):
+        table = Table(title=printable(f"{model} · {dataset} · {criterion} — split protocol of "
+                                      f"{', '.join(chosen)}: test FDR, coverage, fails"), title_justify="left")
+        for column in ("search", "bound", "α", "FDR mean ± std", "coverage", "fails / splits", "base error"):
+            table.add_column(column, justify="left" if column in ("search", "bound") else "right", overflow="fold")
+        for r in part.iter_rows(named=True):
+            fdr = "—" if r["fdr_mean"] is None else f"{r['fdr_mean']:.3f} ± {r['fdr_std']:.3f}"
+            table.add_row(*map(printable, (r["search"], r["bound"], f"{r['alpha']:g}", fdr, fmt(r["coverage_mean"]),
+                                           f"{r['fails']}/{r['n_splits']}", fmt(r["base_error_rate"]))))
+        tables.append(table)
+    return tables, shown
 
 
 def unattainable_note(shown: Any) -> str | None:
@@ -131,13 +134,15 @@ def run(
 
     # the Prefect server and a local Ray stop with this command, on SIGTERM too; a SIGKILL's leftovers are
     # stopped by the next `cic run` on the same store
-    with owned_processes(db or checked.storage.db), (
+    store_file = db or checked.storage.db
+    with owned_processes(store_file), services_logged_to(services_log_path(store_file)) as service_log, (
             StageBars() if console.is_terminal else ProgressLines(lambda text: console.print(text, soft_wrap=True))):
         state = pipeline(config_path=str(config), db=db, ray_address=ray_address, tracking=tracking_uri,
                          report_dir=report_dir, log_to_mlflow=not no_mlflow, return_state=True)
     summary, failed = flow_outcome(state, ModelsFailed)
-    table, shown = results_table(summary["db"], summary["run_keys"], estimator)
-    console.print(table)
+    tables, shown = results_tables(summary["db"], summary["run_keys"], estimator)
+    for table in tables:
+        console.print(table)
     note = unattainable_note(shown)
     if note:
         console.print(note, highlight=False, markup=False)
@@ -155,6 +160,7 @@ def run(
     timing = ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in summary["stage_seconds"].items())
     console.print(f"stages: {timing}", highlight=False)
     console.print(f"DuckDB: {summary['db']}", highlight=False)
+    console.print(f"Ray and MLflow service messages: {service_log}", highlight=False)
     if summary["log"]:
         console.print(f"MLflow ({summary['tracking_uri']}): {summary['log']['logged']} group(s) logged, "
                       f"{summary['log']['already']} already there", highlight=False)
@@ -254,7 +260,7 @@ def recalibrate(
     from flows.recalibrate import RecalibrationAlert, recalibrate_flow
 
     # Prefect's ephemeral server stops with this command, also when it is killed (see owned_processes)
-    with owned_processes(resolved_db, command="recalibrate"):
+    with owned_processes(resolved_db, command="recalibrate"), services_logged_to(services_log_path(resolved_db)):
         state = recalibrate_flow(config_path=str(config), db=db, tracking=tracking_uri, window=window, since=since,
                                  log_to_mlflow=not no_mlflow, fail_on_alert=fail_on_alert, return_state=True)
     result, failed = flow_outcome(state, RecalibrationAlert)
@@ -302,7 +308,8 @@ def log_command(
     experiment_prefix: Annotated[str | None, typer.Option(
         "--experiment-prefix", help="MLflow experiments '<prefix>-<dataset>' (default: the prefix of the config "
                                     "each stored run came from)")] = None,
-    report_dir: Annotated[str, typer.Option("--report-dir")] = "cic-reports",
+    report_dir: Annotated[str, typer.Option("--report-dir", help="Where each group's tables and plots are written "
+                                            "before they are logged as artifacts.")] = "cic-reports",
 ) -> None:
     """Log to MLflow every stored result not logged yet (after a tracking-server outage, say)."""
     prefect_defaults()
@@ -312,7 +319,8 @@ def log_command(
 
     check_store(db, must_exist=True, option="--db")
     guard_output_dir(report_dir, "--report-dir")
-    stats = log_results.fn(db, tracking=tracking_uri, experiment_prefix=experiment_prefix, report_dir=report_dir)
+    with services_logged_to(services_log_path(db)):
+        stats = log_results.fn(db, tracking=tracking_uri, experiment_prefix=experiment_prefix, report_dir=report_dir)
     console.print(f"{stats.logged} group(s) logged, {stats.already} already in MLflow", highlight=False)
 
 
@@ -324,11 +332,13 @@ def ask(
     model: Annotated[str | None, typer.Option("--model", help="Model name from the config (default: first).")] = None,
     dataset: Annotated[str, typer.Option("--dataset", help="Whose prompt and gate to use.")] = "trivia_qa",
     choices: Annotated[list[str] | None, typer.Option("--choice", help="An option (multiple choice; repeat).")] = None,
-    estimator: Annotated[str, typer.Option("--estimator")] = "semantic_entropy",
+    estimator: Annotated[str, typer.Option("--estimator", help="Uncertainty score the gate thresholds.")] = \
+        "semantic_entropy",
     criterion: Annotated[str | None, typer.Option("--criterion", help="Default: the dataset's.")] = None,
-    alpha: Annotated[float, typer.Option("--alpha")] = 0.25,
-    bound: Annotated[str, typer.Option("--bound")] = "cp",
-    search: Annotated[str, typer.Option("--search")] = "fixed_sequence",
+    alpha: Annotated[float, typer.Option("--alpha", help="The gate's risk level: its error rate among accepted "
+                                         "answers is certified <= this.")] = 0.25,
+    bound: Annotated[str, typer.Option("--bound", help="The gate's bound: cp or hoeffding.")] = "cp",
+    search: Annotated[str, typer.Option("--search", help="The gate's search.")] = "fixed_sequence",
 ) -> None:
     """Answer with the live gate, or abstain; shows the uncertainty score and the certified threshold."""
     from cic.pipeline.asking import ask_question

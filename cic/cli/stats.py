@@ -210,7 +210,7 @@ def evaluate(
     correct_col: CorrectCol = None,
     alphas: Alphas = "0.05,0.10,0.15,0.20,0.25",
     bounds: Bounds = "hoeffding,cp",
-    search: Searches = "paper",
+    search: Searches = "fixed_sequence",
     delta: Delta = 0.05,
     n_splits: NSplits = 100,
     cal_fraction: CalFraction = 0.5,
@@ -271,10 +271,11 @@ def evaluate(
 @friendly_errors
 def simulate(
     n: Annotated[int, typer.Option("--n", help="Calibration set size.")] = 1000,
-    alpha: Annotated[float, typer.Option("--alpha")] = 0.1,
+    alpha: Annotated[float, typer.Option("--alpha", help="Target error rate among accepted answers.")] = 0.1,
     delta: Delta = 0.05,
-    bound: Annotated[str, typer.Option("--bound")] = "cp",
-    search: Search = "paper",
+    bound: Annotated[str, typer.Option("--bound", help="cp | hoeffding | hoeffding_kl | bentkus | "
+                                                       "hoeffding_bentkus")] = "cp",
+    search: Search = "fixed_sequence",
     grid: GridOpt = None,
     n_min: NMin = None,
     start: Start = None,
@@ -282,7 +283,7 @@ def simulate(
     low: Annotated[float, typer.Option("--low", help="P(error | score = 0).")] = 0.0,
     high: Annotated[float, typer.Option("--high", help="P(error | score = 1).")] = 0.4,
     power: Annotated[float, typer.Option("--power", help="Shape of P(error | score).")] = 1.0,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the simulated calibration sets.")] = 0,
 ) -> None:
     """Monte-Carlo validity: how often the certified threshold's true risk exceeds ALPHA."""
     from cic.stats.simulation import PowerRisk
@@ -308,7 +309,7 @@ def report(
     correct_col: CorrectCol = None,
     alphas: Alphas = "0.05,0.10,0.15,0.20,0.25",
     bounds: Bounds = "hoeffding,cp",
-    search: Searches = "paper",
+    search: Searches = "fixed_sequence",
     delta: Delta = 0.05,
     n_splits: NSplits = 100,
     cal_fraction: CalFraction = 0.5,
@@ -367,8 +368,9 @@ def validity(
     trials: Annotated[int, typer.Option("--trials", help="Monte-Carlo calibration sets per row.")] = 2000,
     ns: Annotated[str, typer.Option("--ns", help="Comma-separated calibration set sizes.")] = "200,1000,5000",
     alphas: Alphas = "0.1,0.2",
-    searches: Annotated[str, typer.Option("--searches")] = ",".join(SEARCH_NAMES),
-    bounds: Annotated[str, typer.Option("--bounds")] = "hoeffding,cp",
+    searches: Annotated[str, typer.Option("--searches", help="Comma-separated searches to check.")] = \
+        ",".join(SEARCH_NAMES),
+    bounds: Annotated[str, typer.Option("--bounds", help="Comma-separated bounds to check.")] = "hoeffding,cp",
     scenarios: Annotated[str, typer.Option("--scenarios", help="crossing (R = 2αt), flat (R = 1.2α).")]
     = "crossing,flat",
     delta: Delta = 0.05,

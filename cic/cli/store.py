@@ -16,7 +16,7 @@ def datasets(
     name: Annotated[str | None, typer.Argument(help="Dataset to load; omit to list the registry.")] = None,
     source: Annotated[str | None, typer.Option("--source", help="'sample' (default), 'hub', a hub id, or a "
                                                                "JSONL/Parquet file or directory.")] = None,
-    split: Annotated[str, typer.Option("--split")] = "validation",
+    split: Annotated[str, typer.Option("--split", help="Which split of the dataset to load.")] = "validation",
     limit: Annotated[int | None, typer.Option("--limit", help="Keep this many questions.")] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="With --limit: a seeded random subset.")] = None,
     db: Annotated[Path | None, typer.Option("--db", help="Also store the questions in this DuckDB file.")] = None,

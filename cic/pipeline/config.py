@@ -191,10 +191,13 @@ class CalibrationConfig(_Strict):
         return tuple(get_search(s).name for s in value)
 
 
+DEFAULT_EXPERIMENT_PREFIX = "cic"  # every command's default too (cic gate, ingest, log), so they find each other
+
+
 class MlflowConfig(_Strict):
     """Where results are logged: experiment name per dataset is '<experiment_prefix>-<dataset>'."""
 
-    experiment_prefix: str = "cic"
+    experiment_prefix: str = DEFAULT_EXPERIMENT_PREFIX
     tracking_uri: str | None = Field(None, description="default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db")
 
 

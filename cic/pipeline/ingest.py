@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from cic import schema
+from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
 from cic.pipeline.record_batches import SUFFIXES, record_batches
 
 if TYPE_CHECKING:
@@ -334,7 +335,7 @@ class _Stage:
 
 
 def ingest_file(store: Store, path: str | Path, *, label_name: str = "human", criterion: str | None = None,
-                embedder: Any = None, experiment_prefix: str = "cic", relabel: bool = False,
+                embedder: Any = None, experiment_prefix: str = DEFAULT_EXPERIMENT_PREFIX, relabel: bool = False,
                 max_skew: timedelta = MAX_SKEW, timezone: str | None = None, now: datetime | None = None,
                 batch_rows: int = BATCH_ROWS, commit_records: int = COMMIT_RECORDS,
                 group: str | None = None) -> IngestStats:

@@ -46,7 +46,7 @@ class ReportConfig:
 
     alphas: tuple[float, ...] = DEFAULT_ALPHAS
     bounds: tuple[str, ...] = ("hoeffding", "cp")
-    searches: tuple[str, ...] = ("paper",)
+    searches: tuple[str, ...] = ("fixed_sequence",)
     delta: float = 0.05
     n_splits: int = 100
     cal_fraction: float = 0.5

@@ -32,12 +32,13 @@ def _small_config(tmp_path: Path) -> Path:
 
 def test_cic_run_prints_the_table_says_where_things_went_and_why_nothing_certified(tmp_path: Path) -> None:
     config = _small_config(tmp_path)
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db", "COLUMNS": "200"}
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db", "COLUMNS": "100"}
     proc = subprocess.run([str(CIC), "run", "--config", str(config)], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=900)
     out = proc.stdout
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "split protocol (semantic_entropy" in out and "fixed_sequence" in out and "10/10" in out
+    assert "smollm2 · trivia_qa · similarity[0.6] — split protocol of" in out.replace("\n", " ")
+    assert "fixed_sequence" in out and "10/10" in out and "…" not in out  # fits 100 columns: nothing cut
     assert f"DuckDB: {tmp_path / 'small.duckdb'}" in out.replace("\n", "") or "DuckDB: small.duckdb" in out
     assert (tmp_path / "small.duckdb").is_file() and (tmp_path / "mlflow.db").is_file()
     assert any((tmp_path / "reports").iterdir())
@@ -46,6 +47,10 @@ def test_cic_run_prints_the_table_says_where_things_went_and_why_nothing_certifi
     # six questions cannot certify alpha = 0.1: the closing lines say why and where a real result is
     assert "Every α was unattainable" in out and "infra/examples/real/README.md" in out
     assert not (tmp_path / "mlruns").exists()  # artifacts beside the SQLite file, not in the working directory
+    chatter = ("Started a local Ray instance", "Creating initial MLflow database tables")
+    assert not any(line in proc.stdout + proc.stderr for line in chatter)  # the services' lines: in their log
+    services = (tmp_path / "cic-services.log").read_text()
+    assert all(line in services for line in chatter) and "cic-services.log" in out
 
 
 @pytest.mark.faults

@@ -25,7 +25,7 @@ from cic.stats import bounds
 from cic.store.score_files import check_long_frame
 
 N_SPLITS = 10
-FAST = dict(n_splits=N_SPLITS, sensitivity_fractions=(), baselines=(), figures=False)
+FAST = dict(n_splits=N_SPLITS, sensitivity_fractions=(), baselines=(), figures=False, searches=("paper",))
 
 
 def _group(model: str, dataset: str, scores: np.ndarray, errors: np.ndarray, estimator: str = "se") -> pl.DataFrame:
@@ -181,7 +181,7 @@ def test_sensitivity_study_runs_each_fraction_on_its_own_splits() -> None:
     s = rng.random(600)
     e = (rng.random(600) < 0.3 * s).astype(int)
     table = sensitivity_study(_group("m", "d", s, e), ReportConfig(n_splits=8, sensitivity_fractions=(0.5, 0.1),
-                                                                   sensitivity_alphas=(0.15,)))
+                                                                   sensitivity_alphas=(0.15,), searches=("paper",)))
     assert sorted(set(table["cal_fraction"])) == [0.1, 0.5]
     for f in (0.5, 0.1):
         expected = cic.evaluate_splits(s, e, alphas=[0.15], n_splits=8, cal_fraction=f)
@@ -232,7 +232,7 @@ def test_write_report_writes_every_table_figure_and_an_index_that_links_them(tmp
         s = rng.random(400)
         parts.append(_group(model, "d", s, (rng.random(400) < 0.4 * s).astype(int)))
     out = tmp_path / "report"
-    files = write_report(pl.concat(parts), out, n_splits=8, sensitivity_fractions=(0.5, 0.2))
+    files = write_report(pl.concat(parts), out, n_splits=8, sensitivity_fractions=(0.5, 0.2), searches=("paper",))
     names = {p.as_posix() for p in files.all()}
     for name in ("README.md", "tables/fdr.md", "tables/fdr.tex", "tables/coverage.md", "tables/coverage.tex",
                  "tables/correct_coverage.md", "tables/results.csv", "tables/sensitivity.md", "tables/sensitivity.csv",
@@ -272,23 +272,25 @@ def test_reusing_the_main_results_changes_nothing() -> None:
 
 
 def test_committed_example_report_is_current(tmp_path: Path) -> None:
-    """infra/examples/report (shown in the README) is what `cic report` writes today for the demo table."""
+    """infra/examples/report (shown in the README) is what `cic report --search paper` writes today for the demo
+    table."""
     from cic.store.score_files import read_long_table
 
     root = Path(__file__).resolve().parents[2] / "infra" / "examples"
     frame = read_long_table(root / "scores_demo.csv", labels={"model": "demo-model", "dataset": "demo"})
-    write_report(frame, tmp_path, figures=False)
+    write_report(frame, tmp_path, figures=False, searches=("paper",))  # the paper's tables: `--search paper`
     for fresh in sorted((tmp_path / "tables").iterdir()):
         assert fresh.read_text() == (root / "report" / "tables" / fresh.name).read_text(), fresh.name
 
 
 @pytest.mark.slow
 def test_committed_real_example_report_is_reproduced_by_its_table(tmp_path: Path) -> None:
-    """infra/examples/real/report is what `cic report TABLE --no-figures` writes from the committed table."""
+    """infra/examples/real/report is what `cic report TABLE --search paper --no-figures` writes from the committed
+    table."""
     from cic.store.score_files import read_long_table
 
     root = Path(__file__).resolve().parents[2] / "infra" / "examples" / "real"
-    write_report(read_long_table(root / "qwen2.5-coder-1.5b.parquet"), tmp_path, figures=False)
+    write_report(read_long_table(root / "qwen2.5-coder-1.5b.parquet"), tmp_path, figures=False, searches=("paper",))
     for fresh in sorted((tmp_path / "tables").iterdir()):
         assert fresh.read_text() == (root / "report" / "tables" / fresh.name).read_text(), fresh.name
 
