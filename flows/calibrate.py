@@ -11,12 +11,13 @@ from cic.pipeline.config import load_config
 from cic.pipeline.stored_calibration import stored_run_keys
 from cic.store import Store
 from flows.pipeline import DEMO_CONFIG, with_overrides
+from flows.run_names import flow_run_name
 from tasks.calibrate import calibrate_runs
 from tasks.concurrency import store_slot
 from tasks.log import log_results
 
 
-@flow(name="cic-calibrate", log_prints=True)
+@flow(name="cic-calibrate", flow_run_name=flow_run_name("calibrate"), log_prints=True)
 def calibrate_flow(config_path: str = DEMO_CONFIG, db: str | None = None, tracking: str | None = None,
                    alphas: Sequence[float] | None = None, delta: float | None = None,
                    bounds: Sequence[str] | None = None, searches: Sequence[str] | None = None,

@@ -22,6 +22,7 @@ from cic.pipeline.config import ModelConfig, PipelineConfig, load_config
 from cic.pipeline.progress import ProgressLines
 from cic.store import Store
 from cic.store.resume import missing_work
+from flows.run_names import flow_run_name
 from tasks import ray_workers
 from tasks.answer import AnswerStats, ModelJob, RunJob, answer_questions, plan_placement
 from tasks.calibrate import CalibrateStats, calibrate_runs
@@ -40,6 +41,7 @@ class PipelineSummary:
     db: str
     tracking_uri: str
     report_dir: str
+    experiment_prefix: str = "cic"
     run_keys: list[str] = field(default_factory=list)
     answer: list[AnswerStats] = field(default_factory=list)
     calibrate: CalibrateStats | None = None
@@ -70,7 +72,7 @@ class ModelsFailed(RuntimeError):
         self.summary = summary
 
 
-@flow(name="cic-pipeline", log_prints=True)
+@flow(name="cic-pipeline", flow_run_name=flow_run_name(), log_prints=True)
 def pipeline(config_path: str = DEMO_CONFIG, db: str | None = None, ray_address: str | None = None,
              tracking: str | None = None, report_dir: str | None = None,
              log_to_mlflow: bool = True) -> dict[str, Any] | State:
@@ -82,7 +84,7 @@ def pipeline(config_path: str = DEMO_CONFIG, db: str | None = None, ray_address:
     whose result is that exception with its `.summary`).
     """
     from prefect import get_run_logger
-    from prefect.artifacts import create_markdown_artifact
+    from prefect.artifacts import create_markdown_artifact, create_table_artifact
     from prefect.runtime import flow_run
 
     run_id = str(flow_run.id) if flow_run.id else None
@@ -90,30 +92,70 @@ def pipeline(config_path: str = DEMO_CONFIG, db: str | None = None, ray_address:
     with store_slot(storage.concurrency_limit, timeout_s=storage.queue_timeout_s), ProgressLines(get_run_logger().info):
         summary = run_stages(config_path, db, ray_address, tracking, report_dir, log_to_mlflow, flow_run_id=run_id)
     summary["flow_run_id"] = run_id
+    if summary["results"]:  # the full split-protocol table: sortable in the UI, not hundreds of Markdown rows
+        create_table_artifact(summary["results"], key=RESULTS_ARTIFACT,
+                              description="every split-protocol row of this run: model, dataset, estimator, "
+                                          "criterion, alpha, bound, search, FDR, coverage, fails")
     create_markdown_artifact(markdown_summary(summary), key="cic-pipeline",
-                             description="models, stages and the split-protocol results of this run")
+                             description="what this run did: models × datasets, certified and unattainable cells, "
+                                         "where the MLflow runs are, stage times")
     if any(a["error"] for a in summary["answer"]):
         failure = ModelsFailed(summary)
         return Failed(message=str(failure)[:2000], data=failure)
     return summary
 
 
+RESULTS_ARTIFACT = "cic-pipeline-results"
+
+
+def digest_lines(summary: dict[str, Any]) -> list[str]:
+    """The run in a few sentences: models × datasets, how many result cells certify, why the others do not,
+    where the MLflow runs are."""
+    from cic.stats.bounds import min_certifiable_n
+
+    results = summary.get("results") or []
+    models = [a["model"] for a in summary["answer"]]
+    datasets = sorted({r["dataset"] for r in results})
+    failed = [a["model"] for a in summary["answer"] if a["error"]]
+    lines = [f"**{len(models)} model(s) × {len(datasets)} dataset(s)**: {', '.join(models) or 'none'} on "
+             f"{', '.join(datasets) or 'no dataset'}" + (f"; failed: {', '.join(failed)}" if failed else "") + "."]
+    if results:
+        certified = [r for r in results if r["fails"] < r["n_splits"]]
+        lines.append(f"**{len(certified)} of {len(results)} result cells certify** (model × dataset × estimator × "
+                     "criterion × α × bound × search in which some calibration split found a threshold).")
+        worst: dict[tuple[str, str], dict[str, Any]] = {}
+        for r in results:
+            key = (r["model"], r["dataset"])
+            if r["fails"] == r["n_splits"] and r["alpha"] >= worst.get(key, {"alpha": -1.0})["alpha"]:
+                worst[key] = r
+        for (model, dataset), r in sorted(worst.items()):
+            cells = [c for c in results if (c["model"], c["dataset"]) == (model, dataset)]
+            need = min_certifiable_n("cp", r["alpha"], r["delta"])
+            lines.append(f"- {model} · {dataset}: {sum(c['fails'] == c['n_splits'] for c in cells)} of {len(cells)} "
+                         f"cells unattainable, up to α = {r['alpha']:g} ({r['estimator']}, {r['bound']}, "
+                         f"{r['search']}): base error rate {r['base_error_rate']:.2f}, {r['n_cal']} answers per "
+                         f"calibration split, and even with zero errors Clopper–Pearson needs {need} accepted "
+                         f"answers to certify α = {r['alpha']:g} at δ = {r['delta']:g}.")
+    if summary.get("log"):
+        experiments = ", ".join(f"{summary['experiment_prefix']}-{d}" for d in datasets)
+        lines.append(f"MLflow: {summary['tracking_uri']}, experiments {experiments} "
+                     f"({summary['log']['logged']} group(s) logged, {summary['log']['already']} already there).")
+    elif summary.get("log_error"):
+        lines.append(f"MLflow logging failed: {summary['log_error']} (run `cic log`).")
+    return lines
+
+
 def markdown_summary(summary: dict[str, Any]) -> str:
-    """The run's models, stage times and split-protocol results, for the Prefect UI."""
-    lines = ["# CIC pipeline run", "", "| model | questions | generated | actors | placement | status |",
-             "|---|---|---|---|---|---|"]
+    """The run's digest first, then its models and stage times, for the Prefect UI; every split-protocol row is
+    in the table artifact `cic-pipeline-results`."""
+    lines = ["# CIC pipeline run", "", *digest_lines(summary), ""]
+    if summary.get("results"):
+        lines += [f"Every split-protocol row: the table artifact `{RESULTS_ARTIFACT}` of this run.", ""]
+    lines += ["| model | questions | generated | actors | placement | status |", "|---|---|---|---|---|---|"]
     for a in summary["answer"]:
         lines.append(f"| {a['model']} | {a['questions']} | {a['generated']} | {a['actors']} | {a['options']} | "
                      f"{'FAILED: ' + a['error'] if a['error'] else 'ok'} |")
-    lines += ["", "stages: " + ", ".join(f"{k} {v:.1f} s" for k, v in summary["stage_seconds"].items()), ""]
-    if summary.get("results"):
-        lines += ["| model | dataset | estimator | criterion | α | bound | search | FDR | coverage | fails |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
-        for r in summary["results"]:
-            fdr = "—" if r["fdr_mean"] is None else f"{r['fdr_mean']:.3f}"
-            lines.append(f"| {r['model']} | {r['dataset']} | {r['estimator']} | {r['criterion']} | {r['alpha']:g} | "
-                         f"{r['bound']} | {r['search']} | {fdr} | {r['coverage_mean']:.3f} | "
-                         f"{r['fails']}/{r['n_splits']} |")
+    lines += ["", "stages: " + ", ".join(f"{k} {v:.1f} s" for k, v in summary["stage_seconds"].items())]
     if summary.get("per_dataset"):
         lines += ["", "Per dataset (`group_by: dataset`): per-dataset gates certified at once (δ / G each) beside "
                   "the pooled gate; the largest share of splits with test FDR > α over every estimator, α and bound "
@@ -125,9 +167,7 @@ def markdown_summary(summary: dict[str, Any]) -> str:
                          f"{count} |")
     if summary.get("per_dataset_note"):
         lines += ["", summary["per_dataset_note"]]
-    if summary.get("log_error"):
-        lines += ["", f"MLflow logging failed: {summary['log_error']} (run `cic log`)"]
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n"
 
 
 def generation_key(model: ModelConfig, settings: Any) -> dict[str, Any]:
@@ -182,7 +222,7 @@ def run_stages(config_path: str, db: str | None, ray_address: str | None, tracki
     config = with_overrides(load_config(config_path), db, ray_address, tracking, report_dir)
     db_path = config.storage.db
     summary = PipelineSummary(db=db_path, tracking_uri=tracking_uri(config.mlflow.tracking_uri),
-                              report_dir=config.storage.report_dir)
+                              report_dir=config.storage.report_dir, experiment_prefix=config.mlflow.experiment_prefix)
     started = time.perf_counter()
     questions = {}
     for done, dataset in enumerate(config.datasets, 1):
@@ -285,7 +325,8 @@ def results_rows(db: str, run_keys: list[str]) -> list[dict[str, Any]]:
     """The split-protocol rows of these runs (newest per key), for the run's artifact and summary."""
     return _rows_of_runs(db, run_keys, (
         "SELECT e.model, e.dataset, e.estimator, e.criterion, e.alpha, e.bound, e.search, e.fdr_mean, "
-        "e.coverage_mean, e.fails, e.n_splits FROM evaluations e JOIN (SELECT DISTINCT model, dataset FROM runs "
+        "e.coverage_mean, e.fails, e.n_splits, e.delta, e.n_cal, e.base_error_rate FROM evaluations e JOIN "
+        "(SELECT DISTINCT model, dataset FROM runs "
         "WHERE list_contains(?, run_key)) r USING (model, dataset) "
         "QUALIFY row_number() OVER (PARTITION BY e.model, e.dataset, e.estimator, e.criterion, e.alpha, e.bound, "
         "e.search ORDER BY e.created_at DESC) = 1 ORDER BY 1, 2, 3, 4, 5, 6, 7"))

@@ -18,6 +18,7 @@ from cic.pipeline.config import load_config
 from cic.pipeline.recalibration import WindowRule, parse_since
 from cic.store import Store
 from flows.pipeline import DEMO_CONFIG, with_overrides
+from flows.run_names import flow_run_name
 from tasks.concurrency import store_slot
 from tasks.log import tracking_uri
 from tasks.recalibrate import RecalibrationPass, log_recalibrations, recalibrate_runs
@@ -128,7 +129,7 @@ def markdown_report(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-@flow(name="cic-recalibrate", log_prints=True)
+@flow(name="cic-recalibrate", flow_run_name=flow_run_name("recalibrate"), log_prints=True)
 def recalibrate_flow(config_path: str = DEMO_CONFIG, db: str | None = None, tracking: str | None = None,
                      window: int | None = None, since: str | None = None, log_to_mlflow: bool = True,
                      fail_on_alert: bool = True) -> dict[str, Any] | State:

@@ -104,7 +104,15 @@ def plan_placement(model: Any, cluster: ray_workers.ClusterInfo, *, n_models: in
                                          resources=model.resources)
 
 
-@task(name="answer", timeout_seconds=7 * 24 * 3600)
+def answer_run_name() -> str:
+    """The answer task run's name in the Prefect UI: the models it answers with."""
+    from prefect.runtime import task_run
+
+    models = (task_run.parameters or {}).get("models") or []
+    return "answer · " + (", ".join(getattr(m, "model", str(m)) for m in models) or "no model")
+
+
+@task(name="answer", task_run_name=answer_run_name, timeout_seconds=7 * 24 * 3600)
 def answer_questions(db: str, models: list[ModelJob], *, questions_per_batch: int = 8,
                      ready_timeout_s: float = 900.0, batch_timeout_s: float = 3600.0) -> list[AnswerStats]:
     """Generate → score → label every unfinished question of every model at once: one pool of replicas per model,

@@ -16,7 +16,8 @@ def source_argument(source: str) -> str | None:
     return None if source == "bundled" else source
 
 
-@task(name="load-questions", retries=2, retry_delay_seconds=5, cache_policy=NO_CACHE)
+@task(name="load-questions", task_run_name="load-questions · {dataset.name}", retries=2, retry_delay_seconds=5,
+      cache_policy=NO_CACHE)
 def load_and_store_questions(db: str, dataset: DatasetConfig) -> pl.DataFrame:
     """The dataset's questions (limit/seed applied), upserted into the `questions` table."""
     questions = load_questions(dataset.name, source_argument(dataset.source), split=dataset.split,

@@ -31,7 +31,8 @@ def prefect_defaults() -> None:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("DO_NOT_TRACK", "true")
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    # INFO reaches the flow run's log in the Prefect UI (stage progress, summaries); the console shows warnings only
+    os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
     # a tracking server that dies mid-run costs seconds, not MLflow's default minutes of backoff
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")

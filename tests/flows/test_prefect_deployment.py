@@ -3,14 +3,9 @@ on a quiet week (the run completes, candidates logged to MLflow) and on a drifte
 
 from __future__ import annotations
 
-import os
 import re
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -46,44 +41,6 @@ print("CRON", deployment.schedules[0].schedule.cron)
 run = run_deployment(name, timeout=300)
 print("STATE", run.state.type.value, run.state.message)
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[dict[str, str]]:
-    port = _free_port()
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-server"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-           "DO_NOT_TRACK": "true", "PREFECT_UI_ENABLED": "false"}
-    env.pop("PREFECT_API_URL", None)
-    log = (tmp_path / "server.log").open("w")
-    proc = subprocess.Popen([str(PREFECT), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                            env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/api"
-    deadline = time.time() + 150
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as reply:
-                if reply.status == 200:
-                    break
-        except OSError:
-            pass
-        if proc.poll() is not None or time.time() > deadline:
-            proc.kill()
-            pytest.fail(f"prefect server did not start: {(tmp_path / 'server.log').read_text()[-2000:]}")
-        time.sleep(1)
-    client_env = {**env, "PREFECT_API_URL": url, "PREFECT_HOME": str(tmp_path / "prefect-client"),
-                  "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db", "PYTHONPATH": str(ROOT)}
-    yield client_env
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
 
 
 def _trigger(server: dict[str, str], tmp_path: Path) -> str:
