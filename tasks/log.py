@@ -64,7 +64,10 @@ def log_units(store: Store, run_keys: Sequence[str] | None = None) -> list[dict[
     return [u for u in units if run_keys is None or u["run_key"] in set(run_keys)]
 
 
-def _child_runs(calibrations: pl.DataFrame, evaluations: pl.DataFrame) -> list[ChildRun]:
+def _child_runs(calibrations: pl.DataFrame, evaluations: pl.DataFrame, unit: dict[str, Any]) -> list[ChildRun]:
+    """One nested run per (bound, search, alpha): named so a runs table reads without opening it, alpha as a
+    metric too (so MLflow's charts can put it on the x-axis across runs), every metric present (an unattainable
+    alpha: feasible = 0, fails = every split, no threshold)."""
     children = []
     for gate in calibrations.sort("search", "bound", "alpha").iter_rows(named=True):
         match = evaluations.filter(alpha=gate["alpha"], bound=gate["bound"], search=gate["search"])
@@ -73,11 +76,12 @@ def _child_runs(calibrations: pl.DataFrame, evaluations: pl.DataFrame) -> list[C
         unattainable = gate["threshold"] is None
         gate_json = CalibrationResult.from_json(gate["result_json"]).gate().to_json()
         children.append(ChildRun(
-            name=f"alpha={gate['alpha']:g} {gate['bound']} {gate['search']}",
+            name=f"{unit['model']} · {unit['estimator']} · {unit['criterion']} · {gate['bound']} · {gate['search']} · "
+                 f"α={gate['alpha']:g}",
             params={"alpha": gate["alpha"], "bound": gate["bound"], "search": gate["search"],
                     "delta": gate["delta"], "calibration_id": gate["calibration_id"],
                     "n_candidates": result.get("n_candidates")},
-            metrics={"threshold": gate["threshold"], "bound_value": gate["bound_value"],
+            metrics={"alpha": gate["alpha"], "threshold": gate["threshold"], "bound_value": gate["bound_value"],
                      "n_accepted": gate["n_accepted"], "n_errors": gate["n_errors"], "n_cal": gate["n_cal"],
                      "feasible": 0.0 if unattainable else 1.0, **{m: split.get(m) for m in CHILD_METRICS}},
             tags={"cic.alpha": f"{gate['alpha']:g}", "cic.bound": gate["bound"], "cic.search": gate["search"],
@@ -94,17 +98,21 @@ def experiment_prefix_of(store: Store, run_key: str, explicit: str | None) -> st
     return (rows.get_column("experiment_prefix")[0] if rows.height else None) or DEFAULT_EXPERIMENT_PREFIX
 
 
+ALPHA_STEP = "_by_alpha_pct"  # in a series' name: its step is 100·alpha (MLflow steps are integers)
+
+
 def alpha_series(calibrations: pl.DataFrame, evaluations: pl.DataFrame) -> dict[str, dict[int, float | None]]:
-    """threshold, UCB, FDR and coverage per (bound, search) as metrics whose step is alpha x 100."""
+    """threshold, UCB, FDR and coverage per (bound, search) as metrics whose step is alpha x 100, named so:
+    `coverage_by_alpha_pct.cp.fixed_sequence` (the nested runs carry alpha itself as a metric)."""
     series: dict[str, dict[int, float | None]] = {}
     for gate in calibrations.iter_rows(named=True):
         step, suffix = round(gate["alpha"] * 100), f"{gate['bound']}.{gate['search']}"
-        series.setdefault(f"threshold.{suffix}", {})[step] = gate["threshold"]
-        series.setdefault(f"ucb.{suffix}", {})[step] = gate["bound_value"]
+        series.setdefault(f"threshold{ALPHA_STEP}.{suffix}", {})[step] = gate["threshold"]
+        series.setdefault(f"ucb{ALPHA_STEP}.{suffix}", {})[step] = gate["bound_value"]
     for row in evaluations.iter_rows(named=True):
         step, suffix = round(row["alpha"] * 100), f"{row['bound']}.{row['search']}"
-        series.setdefault(f"fdr.{suffix}", {})[step] = row["fdr_mean"]
-        series.setdefault(f"coverage.{suffix}", {})[step] = row["coverage_mean"]
+        series.setdefault(f"fdr{ALPHA_STEP}.{suffix}", {})[step] = row["fdr_mean"]
+        series.setdefault(f"coverage{ALPHA_STEP}.{suffix}", {})[step] = row["coverage_mean"]
     return series
 
 
@@ -146,12 +154,17 @@ def build_group(store: Store, unit: dict[str, Any], experiment_prefix: str, repo
         run_name=f"{unit['model']} · {unit['estimator']} · {unit['criterion']}",
         log_key=slug, tags=tags, params=params,
         metrics={"base_error_rate": first["base_error_rate"], "n_questions": float(pairs.height)},
-        artifacts=[out / "README.md", out / "tables", out / "figures"],
-        children=_child_runs(calibrations, evaluations), series=alpha_series(calibrations, evaluations),
-        dataset=DatasetRef(name=f"{unit['dataset']}/{run['split']}", digest=unit["data_fingerprint"][:36],
+        artifacts=[out / "tables", out / "figures"],  # each renders in MLflow's artifact view on its own
+        children=_child_runs(calibrations, evaluations, unit), series=alpha_series(calibrations, evaluations),
+        dataset=DatasetRef(name=f"{unit['dataset']}/{run['split']}", digest=question_set_digest(pairs, unit),
                            source=f"{store.path.name}#run_key={unit['run_key']}",
-                           profile={"questions": pairs.height, "errors": int(pairs.get_column("error").sum()),
-                                    "estimator": unit["estimator"], "criterion": unit["criterion"]}))
+                           profile={"questions": pairs.height}))
+
+
+def question_set_digest(pairs: pl.DataFrame, unit: dict[str, Any]) -> str:
+    """MLflow's dataset digest: the questions (dataset and ids), not the estimator or criterion that scored and
+    labelled them, so one question set is one dataset version in MLflow's Datasets filter."""
+    return schema.stable_hash(unit["dataset"], *sorted(pairs.get_column("question_id").to_list()), length=36)
 
 
 @task(name="log", retries=1, retry_delay_seconds=5, retry_condition_fn=lambda task, run, state: not isinstance(

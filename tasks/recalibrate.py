@@ -49,7 +49,8 @@ def recalibrate_runs(db: str, run_keys: Sequence[str], calibration: CalibrationC
 
 def _child(item: Candidate, monitor_of: dict[str, dict[str, Any]]) -> ChildRun:
     row, live = item.row, item.live
-    metrics: dict[str, float | None] = {"threshold": row["threshold"], "bound_value": row["bound_value"],
+    metrics: dict[str, float | None] = {"alpha": row["alpha"], "threshold": row["threshold"],
+                                        "bound_value": row["bound_value"],
                                         "n_cal": row["n_cal"], "n_accepted": row["n_accepted"],
                                         "n_errors": row["n_errors"],
                                         "feasible": 0.0 if row["threshold"] is None else 1.0,
@@ -64,7 +65,8 @@ def _child(item: Candidate, monitor_of: dict[str, dict[str, Any]]) -> ChildRun:
             metrics["threshold_change"] = row["threshold"] - live["threshold"]
     gate = CalibrationResult.from_json(row["result_json"]).gate().to_json()
     return ChildRun(
-        name=f"alpha={row['alpha']:g} {row['bound']} {row['search']}",
+        name=f"{item.key.model} · {item.key.estimator} · {item.key.criterion} · {row['bound']} · {row['search']} · "
+             f"α={row['alpha']:g}",
         params={"alpha": row["alpha"], "bound": row["bound"], "search": row["search"], "delta": row["delta"],
                 "certified_together": row.get("groups") or 1, "calibration_id": row["calibration_id"],
                 "live_calibration_id": live["calibration_id"] if live else "none"},

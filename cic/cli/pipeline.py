@@ -8,6 +8,7 @@ the environment names a real service: --db, MLFLOW_TRACKING_URI / --tracking-uri
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -304,25 +305,64 @@ def recalibrate(
 
 @friendly_errors
 def log_command(
-    db: Annotated[str, typer.Option("--db", help="DuckDB file.")] = "cic.duckdb",
+    table: Annotated[Path | None, typer.Argument(help="A long (score, error) table (Parquet or CSV: model, dataset, "
+                                                      "estimator, criterion, score, error, question_id) to "
+                                                      "calibrate, evaluate and log in the pipeline's layout; "
+                                                      "without it, the store's results.")] = None,
+    db: Annotated[str, typer.Option("--db", help="DuckDB file (not read when TABLE is given).")] = "cic.duckdb",
     tracking_uri: TrackingOpt = None,
     experiment_prefix: Annotated[str | None, typer.Option(
         "--experiment-prefix", help="MLflow experiments '<prefix>-<dataset>' (default: the prefix of the config "
-                                    "each stored run came from)")] = None,
+                                    "each stored run came from; for TABLE, cic)")] = None,
     report_dir: Annotated[str, typer.Option("--report-dir", help="Where each group's tables and plots are written "
                                             "before they are logged as artifacts.")] = "cic-reports",
+    n_splits: Annotated[int, typer.Option("--n-splits", min=1, help="With TABLE: calibration/test splits of the "
+                                          "split protocol.")] = 100,
 ) -> None:
-    """Log to MLflow every stored result not logged yet (after a tracking-server outage, say)."""
+    """Log to MLflow every stored result not logged yet (after a tracking-server outage, say), or a (score,
+    error) table — the committed real example, say — as the pipeline would have logged it."""
     prefect_defaults()
-    from cic.pipeline.preflight import check_store
     from cic.store.outputs import guard_output_dir
     from tasks.log import log_results
 
-    check_store(db, must_exist=True, option="--db")
     guard_output_dir(report_dir, "--report-dir")
+    if table is not None:
+        _log_table(table, tracking_uri, experiment_prefix, report_dir, n_splits)
+        return
+    from cic.pipeline.preflight import check_store
+
+    check_store(db, must_exist=True, option="--db")
     with services_logged_to(services_log_path(db)):
         stats = log_results.fn(db, tracking=tracking_uri, experiment_prefix=experiment_prefix, report_dir=report_dir)
     console.print(f"{stats.logged} group(s) logged, {stats.already} already in MLflow", highlight=False)
+
+
+def _log_table(table: Path, tracking_uri: str | None, experiment_prefix: str | None, report_dir: str,
+               n_splits: int) -> None:
+    """`cic log TABLE`: the table into a temporary store, the pipeline's calibrate and log tasks on it."""
+    import tempfile
+
+    from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX, CalibrationConfig
+    from cic.pipeline.ingest import file_digest
+    from cic.pipeline.score_tables import store_long_table
+    from cic.store import Store
+    from cic.store.score_files import read_long_table
+    from tasks.calibrate import calibrate_runs
+    from tasks.log import log_results
+
+    frame = read_long_table(table)
+    with tempfile.TemporaryDirectory(prefix="cic-log-") as tmp:
+        store_file = str(Path(tmp) / "table.duckdb")
+        with Store.open(store_file) as store:
+            run_keys = store_long_table(store, frame, source=f"TABLE = {str(table)!r}", digest=file_digest(table))
+        calibration = CalibrationConfig(n_splits=n_splits)
+        with services_logged_to(Path(tmp) / "services.log"):
+            calibrate_runs.fn(store_file, run_keys, calibration)
+            stats = log_results.fn(store_file, tracking=tracking_uri, report_dir=report_dir, run_keys=run_keys,
+                                   experiment_prefix=experiment_prefix or DEFAULT_EXPERIMENT_PREFIX)
+    console.print(printable(f"{table}: {stats.logged} group(s) logged, {stats.already} already in MLflow "
+                            f"(experiments {experiment_prefix or DEFAULT_EXPERIMENT_PREFIX}-<dataset>)"),
+                  highlight=False)
 
 
 @friendly_errors

@@ -138,13 +138,18 @@ def _metric_vs_alpha_figure(results: pl.DataFrame, path: Path, metric: str, ylab
         if diagonal:
             ax.plot([0, top * 1.05], [0, top * 1.05], color="k", ls="--", lw=1, label="y = α")
         sub = results.filter(bound=bound).sort("alpha")
+        drawn = 0
         for group, color in zip(groups, colors, strict=True):
             rows = [r for r in sub.iter_rows(named=True) if tuple(r[k] for k in keys) == group
-                    and r[f"{metric}_mean"] is not None]
+                    and r[f"{metric}_mean"] is not None and (metric != "fdr" or r["fails"] < r["n_splits"])]
             if rows:
+                drawn += 1
                 ax.errorbar([r["alpha"] for r in rows], [r[f"{metric}_mean"] for r in rows],
                             yerr=[r[f"{metric}_std"] for r in rows], marker="o", ms=3, lw=1, capsize=2,
                             color=color, label=" / ".join(group) or "all")
+        if not drawn or (metric == "coverage" and all(r["fails"] == r["n_splits"] for r in sub.iter_rows(named=True))):
+            ax.text(0.5, 0.5, "nothing certified: every split was\nunattainable at every α", ha="center",
+                    va="center", transform=ax.transAxes, fontsize=8, color="0.3")
         _title(ax, f"{bound_label(bound)} (search {', '.join(sorted(set(sub['search'])))})")
         ax.set_xlabel("target risk level α")
         ax.set_ylabel(ylabel)

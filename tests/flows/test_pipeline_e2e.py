@@ -129,7 +129,11 @@ def test_mlflow_has_parents_children_metrics_and_artifacts(demo_run: tuple[Path,
     figures = {a.path for a in client.list_artifacts(parent.info.run_id, "figures")}
     assert {"figures/fdr_vs_alpha.png", "figures/coverage_vs_alpha.png"} <= figures
     mine = [r for r in children if r.data.tags["mlflow.parentRunId"] == parent.info.run_id]
-    assert all({"coverage_mean", "fails", "n_accepted", "feasible"} <= set(r.data.metrics) for r in mine)
+    assert all({"alpha", "coverage_mean", "fails", "n_accepted", "feasible"} <= set(r.data.metrics) for r in mine)
+    assert all(r.info.run_name == f"smollm2 · {r.data.tags['cic.estimator']} · {r.data.tags['cic.criterion']} · "
+               f"{r.data.params['bound']} · {r.data.params['search']} · α={float(r.data.params['alpha']):g}"
+               and r.data.metrics["alpha"] == float(r.data.params["alpha"]) for r in mine)
+    assert {a.path for a in client.list_artifacts(parent.info.run_id)} == {"figures", "tables"}  # no relative links
     with Store.open(summary["db"]) as store:
         fdr = {(r["estimator"], r["criterion"], r["alpha"], r["bound"]): r["fdr_mean"]
                for r in store.read("evaluations").iter_rows(named=True)}
@@ -173,9 +177,11 @@ def test_cic_log_after_cic_run_adds_nothing_and_runs_compare_in_mlflow(
     parent = next(r for r in _all_runs(client) if "mlflow.parentRunId" not in r.data.tags)
     inputs = parent.inputs.dataset_inputs
     assert len(inputs) == 1 and inputs[0].dataset.name == f"{parent.data.tags['cic.dataset']}/validation"
-    assert inputs[0].dataset.digest == parent.data.params["data_fingerprint"][:36]
-    history = client.get_metric_history(parent.info.run_id, "coverage.cp.paper")
-    assert sorted(m.step for m in history) == [50, 90]  # one point per alpha (x 100)
+    same_questions = {r.inputs.dataset_inputs[0].dataset.digest for r in _all_runs(client)
+                      if "mlflow.parentRunId" not in r.data.tags and r.data.tags["cic.dataset"] == "trivia_qa"}
+    assert len(same_questions) == 1  # one question set, one dataset version, whatever the estimator
+    history = client.get_metric_history(parent.info.run_id, "coverage_by_alpha_pct.cp.paper")
+    assert sorted(m.step for m in history) == [50, 90]  # one point per alpha (x 100), and the name says so
 
 
 @pytest.mark.faults
