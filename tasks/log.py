@@ -27,6 +27,7 @@ from cic.stats.calibration import CalibrationResult
 from cic.stats.searches import get_search
 from cic.store import Store
 from cic.store.outputs import write_frame
+from tasks.artifact_locations import check_not_moved
 from tasks.run_logs import run_logger
 from tasks.tracking import ChildRun, DatasetRef, GroupLog, check_reachable, find_logged, log_group
 
@@ -179,6 +180,7 @@ def log_results(db: str, *, tracking: str | None = None, experiment_prefix: str 
     run's config recorded in the store — so `cic log` after `cic run` finds everything already there.
     """
     check_reachable(tracking_uri(tracking))
+    check_not_moved(tracking_uri(tracking))
     client = MlflowClient(tracking_uri=tracking_uri(tracking))
     stats = LogStats()
     root = Path(report_dir)

@@ -16,6 +16,7 @@ from cic.pipeline.recalibration import Candidate, RecalibrationPass, WindowRule,
 from cic.pipeline.stored_calibration import GroupKey
 from cic.stats.calibration import CalibrationResult
 from cic.store import Store
+from tasks.artifact_locations import check_not_moved
 from tasks.log import tracking_uri
 from tasks.tracking import ChildRun, GroupLog, check_reachable, log_group
 
@@ -86,6 +87,7 @@ def log_recalibrations(result: RecalibrationPass, *, tracking: str | None = None
     from prefect.runtime import flow_run
 
     check_reachable(tracking_uri(tracking))
+    check_not_moved(tracking_uri(tracking))
     client = MlflowClient(tracking_uri=tracking_uri(tracking))
     run_tag = {"cic.flow_run_id": str(flow_run.id)} if flow_run.id else {}
     by_group: dict[GroupKey, list[Candidate]] = {}

@@ -174,9 +174,11 @@ def registry_sync(db: str, uri: str, gate_ids: Sequence[str] | None, *,
 
     from cic.pipeline.gates import gates
     from cic.store import Store
+    from tasks.artifact_locations import check_not_moved
     from tasks.tracking import check_reachable
 
     check_reachable(uri)
+    check_not_moved(uri)
     with Store.open(db, read_only=True, wait_s=300) as store:
         table = gates(store)
     chosen = table if gate_ids is None else table.filter(pl.col("calibration_id").is_in(list(gate_ids)))

@@ -19,7 +19,7 @@ from typing import Any
 from mlflow import MlflowClient
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunStatus
 
-from cic import schema
+from tasks.artifact_locations import local_artifact_location
 
 log = logging.getLogger("cic.tracking")
 
@@ -84,15 +84,6 @@ def check_reachable(tracking_uri: str, timeout_s: float = 5.0) -> None:
     except (OSError, ValueError) as exc:
         raise ConnectionError(f"MLflow tracking server {tracking_uri} does not answer within {timeout_s:g} s "
                               f"({getattr(exc, 'reason', exc)})") from None
-
-
-def local_artifact_location(tracking_uri: str, experiment: str) -> str | None:
-    """Artifacts of a local SQLite store go beside its file (mlartifacts/<experiment>), not into ./mlruns of
-    whatever directory the job was started from; other stores keep their own default."""
-    if not tracking_uri.startswith("sqlite:///"):
-        return None
-    db_file = Path(tracking_uri.removeprefix("sqlite:///")).resolve()
-    return (db_file.parent / "mlartifacts" / schema.value_hash(experiment)[:16]).as_uri()
 
 
 def experiment_id(client: MlflowClient, name: str, artifact_location: str | None = None) -> str:

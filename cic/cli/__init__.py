@@ -2,7 +2,8 @@
 
 `stats` works on precomputed (score, error) tables, `store` on datasets and the DuckDB store, `pipeline`
 runs and serves the batch pipeline,
-`gates` takes production traffic in and moves gates between states. Each module lists its commands in
+`gates` takes production traffic in and moves gates between states, `mlflow_store` looks after the local
+MLflow store. Each module lists its commands in
 `COMMANDS` (and sub-apps in `GROUPS`); this module registers them.
 """
 
@@ -12,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from cic.cli import gates, pipeline, stats, store
+from cic.cli import gates, mlflow_store, pipeline, stats, store
 from cic.cli.help_format import ReadableCommand, ReadableGroup
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, cls=ReadableGroup,
@@ -20,7 +21,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, cls=ReadableGroup,
 for group in (stats, store, pipeline, gates):
     for command_name, command in group.COMMANDS.items():
         app.command(command_name, cls=ReadableCommand)(command)
-for group_name, sub_app in gates.GROUPS.items():
+for group_name, sub_app in {**gates.GROUPS, **mlflow_store.GROUPS}.items():
     app.add_typer(sub_app, name=group_name)
 
 

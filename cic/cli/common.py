@@ -33,6 +33,9 @@ def styled(*parts: str | tuple[str, str]) -> Text:
     """A line whose (text, style) parts are styled and whose plain parts are printed verbatim."""
     return Text.assemble(*parts)
 
+TrackingOpt = Annotated[str | None, typer.Option(
+    "--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db).")]
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 

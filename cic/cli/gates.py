@@ -10,13 +10,11 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from cic.cli.common import ForceOpt, console, err_console, fmt, friendly_errors, printable, styled
+from cic.cli.common import ForceOpt, TrackingOpt, console, err_console, fmt, friendly_errors, printable, styled
 from cic.cli.help_format import ReadableCommand, ReadableGroup
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
 
 StoreOpt = Annotated[Path, typer.Option("--db", help="DuckDB file of the store.")]
-TrackingOpt = Annotated[str | None, typer.Option(
-    "--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db).")]
 PrefixOpt = Annotated[str, typer.Option("--experiment-prefix", help="MLflow experiments '<prefix>-<dataset>' of the "
                                         "gate runs (the pipeline config's default too).")]
 gate_app = typer.Typer(no_args_is_help=True, cls=ReadableGroup, help="Review, promote, retire and export gates "

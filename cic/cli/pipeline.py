@@ -15,7 +15,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from cic.cli.common import console, err_console, flow_outcome, fmt, friendly_errors, printable, styled
+from cic.cli.common import TrackingOpt, console, err_console, flow_outcome, fmt, friendly_errors, printable, styled
 from cic.cli.service_logs import services_log_path, services_logged_to
 from cic.pipeline.processes import owned_processes
 from cic.pipeline.progress import ProgressLines
@@ -23,8 +23,6 @@ from cic.pipeline.progress import ProgressLines
 ConfigOpt = Annotated[str, typer.Option("--config", help="Pipeline YAML (models, datasets, estimators, ...), or the "
                                        "name of a shipped config: demo, paper, example.")]
 DbOpt = Annotated[str | None, typer.Option("--db", help="DuckDB file (default: the config's, ./cic.duckdb).")]
-TrackingOpt = Annotated[str | None, typer.Option(
-    "--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db).")]
 
 
 def prefect_defaults() -> None:
@@ -131,6 +129,8 @@ def run(
     from cic.store.outputs import guard_output_dir
 
     guard_output_dir(report_dir or checked.storage.report_dir, "--report-dir" if report_dir else "storage.report_dir")
+    if not no_mlflow:
+        _refuse_moved_mlflow_store(tracking_uri or checked.mlflow.tracking_uri)
     prefect_defaults()
     from flows.pipeline import ModelsFailed, pipeline
 
@@ -235,6 +235,14 @@ def print_monitors(monitors: list[dict[str, Any]]) -> None:
     console.print(table)
 
 
+def _refuse_moved_mlflow_store(explicit: str | None) -> None:
+    """Before any work: a moved local MLflow store would get its new artifacts in the old folder."""
+    from tasks.artifact_locations import check_not_moved
+    from tasks.log import tracking_uri as resolve
+
+    check_not_moved(resolve(explicit))
+
+
 @friendly_errors
 def recalibrate(
     config: ConfigOpt = "demo",
@@ -258,6 +266,8 @@ def recalibrate(
     resolved_db = db or checked.storage.db
     check_store(resolved_db, must_exist=True, option="--db" if db else "storage.db")
     _refuse_unfinished_ingests(resolved_db)
+    if not no_mlflow:
+        _refuse_moved_mlflow_store(tracking_uri or checked.mlflow.tracking_uri)
     prefect_defaults()
     from flows.recalibrate import RecalibrationAlert, recalibrate_flow
 
@@ -326,6 +336,7 @@ def log_command(
     from tasks.log import log_results
 
     guard_output_dir(report_dir, "--report-dir")
+    _refuse_moved_mlflow_store(tracking_uri)
     if table is not None:
         _log_table(table, tracking_uri, experiment_prefix, report_dir, n_splits)
         return

@@ -21,16 +21,19 @@ def free_port() -> int:
 class MlflowServer:
     """`start()` waits (≤ 120 s) until /health answers; `kill()` is a SIGKILL of the whole server group."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, backend: str | None = None, artifacts: Path | None = None) -> None:
+        """Stores under `root` (server.db, server-artifacts/) unless `backend` (a URI) / `artifacts` say."""
         self.root, self.port = root, free_port()
+        self.backend = backend or f"sqlite:///{root}/server.db"
+        self.artifacts = artifacts or root / "server-artifacts"
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> MlflowServer:
         exe = Path(sys.executable).with_name("mlflow")
         self.proc = subprocess.Popen(
-            [str(exe), "server", "--backend-store-uri", f"sqlite:///{self.root}/server.db", "--artifacts-destination",
-             str(self.root / "server-artifacts"), "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"],
+            [str(exe), "server", "--backend-store-uri", self.backend, "--artifacts-destination", str(self.artifacts),
+             "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:

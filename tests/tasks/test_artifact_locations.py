@@ -1,0 +1,79 @@
+"""Artifact locations that survive a move: a tracking server's served artifacts (`mlflow-artifacts:`) need no
+rewrite; a local SQLite store's relocation is all or nothing. Real MLflow stores and a real `mlflow server`."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import mlflow
+import pytest
+from mlflow import MlflowClient
+
+from tasks import artifact_locations
+from tasks.artifact_locations import check_not_moved, moved_experiments, relocate
+from tasks.registry import registry_sync
+from tests.support.mlflow_server import MlflowServer
+from tests.tasks.test_registry import live_store
+
+pytestmark = pytest.mark.faults
+
+
+def test_a_served_artifact_store_moves_with_its_folder_and_needs_no_relocation(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    old, new = tmp_path / "a", tmp_path / "b"
+    old.mkdir()
+    [row] = live_store(old / "g.duckdb", ("m",))
+    server = MlflowServer(old, artifacts=old / "mlartifacts").start()
+    try:
+        [registered] = registry_sync(str(old / "g.duckdb"), server.url, None)
+        name = registered.rsplit("@", 1)[0]
+    finally:
+        server.kill()
+    shutil.move(old, new)
+    server = MlflowServer(new, artifacts=new / "mlartifacts").start()
+    try:
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", server.url)
+        client = MlflowClient()
+        version = client.get_model_version_by_alias(name, "live")
+        assert client.get_run(version.run_id).info.artifact_uri.startswith("mlflow-artifacts:/")
+        check_not_moved(server.url)  # nothing recorded is absolute
+        fetched = Path(mlflow.artifacts.download_artifacts(f"models:/{name}@live", dst_path=str(tmp_path / "dl")))
+        assert '"threshold"' in (fetched / "gate.json").read_text() and row["state"] == "live"
+        with pytest.raises(ValueError, match="only a local SQLite store"):
+            relocate(server.url)
+    finally:
+        server.kill()
+
+
+def test_a_relocation_stopped_midway_leaves_every_location_as_it_was(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    old, new = tmp_path / "a", tmp_path / "b"
+    old.mkdir()
+    live_store(old / "g.duckdb", ("m",))
+    registry_sync(str(old / "g.duckdb"), f"sqlite:///{old}/mlflow.db", None)
+    shutil.move(old, new)
+    uri = f"sqlite:///{new}/mlflow.db"
+    [before] = moved_experiments(uri)
+    calls = []
+    real_columns = artifact_locations._columns
+
+    def dies_on_the_third_table(conn: object, table: str) -> set[str]:
+        calls.append(table)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # a kill between two UPDATEs
+        return real_columns(conn, table)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(artifact_locations, "_columns", dies_on_the_third_table)
+    with pytest.raises(KeyboardInterrupt):
+        relocate(uri)
+    assert moved_experiments(uri) == [before]
+    run = MlflowClient(tracking_uri=uri).search_runs([before.experiment_id])[0]
+    assert run.info.artifact_uri.startswith(before.recorded)  # the runs' UPDATE was rolled back too
+    monkeypatch.undo()
+    assert relocate(uri) == [before] and moved_experiments(uri) == []
+
+
+def test_a_store_that_does_not_exist_is_not_created_by_the_check(tmp_path: Path) -> None:
+    check_not_moved(f"sqlite:///{tmp_path}/absent.db")
+    assert moved_experiments(f"sqlite:///{tmp_path}/absent.db") == [] and not (tmp_path / "absent.db").exists()
