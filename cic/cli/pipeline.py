@@ -129,9 +129,9 @@ def run(
     from cic.store.outputs import guard_output_dir
 
     guard_output_dir(report_dir or checked.storage.report_dir, "--report-dir" if report_dir else "storage.report_dir")
+    prefect_defaults()  # before anything imports Prefect: its logging reads these settings once
     if not no_mlflow:
         _refuse_moved_mlflow_store(tracking_uri or checked.mlflow.tracking_uri)
-    prefect_defaults()
     from flows.pipeline import ModelsFailed, pipeline
 
     # the Prefect server and a local Ray stop with this command, on SIGTERM too; a SIGKILL's leftovers are
@@ -266,9 +266,9 @@ def recalibrate(
     resolved_db = db or checked.storage.db
     check_store(resolved_db, must_exist=True, option="--db" if db else "storage.db")
     _refuse_unfinished_ingests(resolved_db)
+    prefect_defaults()  # before anything imports Prefect: its logging reads these settings once
     if not no_mlflow:
         _refuse_moved_mlflow_store(tracking_uri or checked.mlflow.tracking_uri)
-    prefect_defaults()
     from flows.recalibrate import RecalibrationAlert, recalibrate_flow
 
     # Prefect's ephemeral server stops with this command, also when it is killed (see owned_processes)
