@@ -83,17 +83,18 @@ def _path_of(uri: str) -> Path | None:
     return None
 
 
-def _connect(db_file: Path, *, write: bool) -> sqlite3.Connection:
+def _connect(db_file: Path, *, write: bool, wait_s: float = 30) -> sqlite3.Connection:
     if not db_file.is_file():
         raise ValueError(f"MLflow store {str(db_file)!r} does not exist (--tracking-uri names a SQLite file that "
                          f"is not there)")
     mode = "rw" if write else "ro"  # never creates a file, and a read never takes the write lock
-    return sqlite3.connect(f"{db_file.as_uri()}?mode={mode}", uri=True, timeout=30, isolation_level=None)
+    return sqlite3.connect(f"{db_file.as_uri()}?mode={mode}", uri=True, timeout=wait_s, isolation_level=None)
 
 
-def _store_error(db_file: Path, exc: sqlite3.DatabaseError) -> ValueError:
+def _store_error(db_file: Path, exc: sqlite3.DatabaseError, wait_s: float = 30) -> ValueError:
     if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
-        return ValueError(f"MLflow store {str(db_file)!r} stayed locked by another writer for 30 s; try again")
+        return ValueError(f"MLflow store {str(db_file)!r} stayed locked by another writer for {wait_s:g} s; "
+                          f"nothing changed, try again")
     return ValueError(f"{str(db_file)!r} is not an MLflow SQLite store ({exc})")
 
 
@@ -137,7 +138,7 @@ def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
     return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
 
 
-def relocate(tracking_uri: str) -> list[MovedExperiment]:
+def relocate(tracking_uri: str, wait_s: float = 30) -> list[MovedExperiment]:
     """Point every moved experiment of a SQLite store at the artifacts beside the store's file, in one
     transaction (a kill leaves the store as it was); refused, with nothing changed, when any experiment's
     artifacts are missing there. Returns what was relocated (empty: nothing had moved)."""
@@ -145,11 +146,11 @@ def relocate(tracking_uri: str) -> list[MovedExperiment]:
     if db_file is None:
         raise ValueError(f"--tracking-uri = {tracking_uri!r}: only a local SQLite store (sqlite:///PATH) keeps "
                          f"absolute artifact paths; a tracking server's mlflow-artifacts: locations move with it")
-    with closing(_connect(db_file, write=True)) as conn:
+    with closing(_connect(db_file, write=True, wait_s=wait_s)) as conn:
         try:
             conn.execute("BEGIN IMMEDIATE")  # no other writer between reading the locations and rewriting them
         except sqlite3.DatabaseError as exc:
-            raise _store_error(db_file, exc) from None
+            raise _store_error(db_file, exc, wait_s) from None
         try:
             moved = _moved(conn, db_file)
             missing = [m for m in moved if not m.present_dir.is_dir()]

@@ -77,3 +77,24 @@ def test_a_relocation_stopped_midway_leaves_every_location_as_it_was(
 def test_a_store_that_does_not_exist_is_not_created_by_the_check(tmp_path: Path) -> None:
     check_not_moved(f"sqlite:///{tmp_path}/absent.db")
     assert moved_experiments(f"sqlite:///{tmp_path}/absent.db") == [] and not (tmp_path / "absent.db").exists()
+
+
+def test_a_store_another_writer_holds_is_refused_after_the_wait_and_left_as_it_was(tmp_path: Path) -> None:
+    import sqlite3
+
+    old, new = tmp_path / "a", tmp_path / "b"
+    old.mkdir()
+    live_store(old / "g.duckdb", ("m",))
+    registry_sync(str(old / "g.duckdb"), f"sqlite:///{old}/mlflow.db", None)
+    shutil.move(old, new)
+    uri = f"sqlite:///{new}/mlflow.db"
+    before = moved_experiments(uri)
+    writer = sqlite3.connect(new / "mlflow.db", isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")  # an MLflow server mid-write, say
+    try:
+        with pytest.raises(ValueError, match="stayed locked by another writer for 0.2 s; nothing changed"):
+            relocate(uri, wait_s=0.2)
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    assert moved_experiments(uri) == before
