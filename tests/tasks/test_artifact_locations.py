@@ -46,14 +46,19 @@ def test_a_served_artifact_store_moves_with_its_folder_and_needs_no_relocation(
         server.kill()
 
 
-def test_a_relocation_stopped_midway_leaves_every_location_as_it_was(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _moved_sqlite_store(tmp_path: Path) -> str:
+    """A local store with a registered live gate, created in tmp/a and moved to tmp/b: its tracking URI."""
     old, new = tmp_path / "a", tmp_path / "b"
     old.mkdir()
     live_store(old / "g.duckdb", ("m",))
     registry_sync(str(old / "g.duckdb"), f"sqlite:///{old}/mlflow.db", None)
     shutil.move(old, new)
-    uri = f"sqlite:///{new}/mlflow.db"
+    return f"sqlite:///{new}/mlflow.db"
+
+
+def test_a_relocation_stopped_midway_leaves_every_location_as_it_was(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    uri = _moved_sqlite_store(tmp_path)
     [before] = moved_experiments(uri)
     calls = []
     real_columns = artifact_locations._columns
@@ -82,14 +87,9 @@ def test_a_store_that_does_not_exist_is_not_created_by_the_check(tmp_path: Path)
 def test_a_store_another_writer_holds_is_refused_after_the_wait_and_left_as_it_was(tmp_path: Path) -> None:
     import sqlite3
 
-    old, new = tmp_path / "a", tmp_path / "b"
-    old.mkdir()
-    live_store(old / "g.duckdb", ("m",))
-    registry_sync(str(old / "g.duckdb"), f"sqlite:///{old}/mlflow.db", None)
-    shutil.move(old, new)
-    uri = f"sqlite:///{new}/mlflow.db"
+    uri = _moved_sqlite_store(tmp_path)
     before = moved_experiments(uri)
-    writer = sqlite3.connect(new / "mlflow.db", isolation_level=None)
+    writer = sqlite3.connect(tmp_path / "b" / "mlflow.db", isolation_level=None)
     writer.execute("BEGIN IMMEDIATE")  # an MLflow server mid-write, say
     try:
         with pytest.raises(ValueError, match="stayed locked by another writer for 0.2 s; nothing changed"):
