@@ -83,7 +83,7 @@ def list_gates(
     dataset: Annotated[str | None, typer.Option("--dataset", help="Only this dataset's (stream's) gates.")] = None,
 ) -> None:
     """Gates with their state, threshold, window and the alerts their recalibration raised."""
-    from cic.pipeline.gates import STATES, gates
+    from cic.pipeline.gates import STATES, gates, live_families
     from cic.store import Store
 
     if state is not None and state not in STATES:
@@ -91,6 +91,7 @@ def list_gates(
     filters = {k: v for k, v in (("model", model), ("dataset", dataset)) if v is not None}
     with Store.open(_existing(db), read_only=True, wait_s=60) as store:
         rows = gates(store, **filters)
+        families = live_families(store)
     if state is not None:
         rows = rows.filter(state=state)
     table = Table(title=f"gates in {db}: {rows.height}")
@@ -110,6 +111,16 @@ def list_gates(
     for r in rows.sort("model", "dataset", "created_at").iter_rows(named=True):
         for alert in r["alerts"]:
             console.print(printable(f"{r['calibration_id'][:12]} alert: {alert}"), soft_wrap=True)
+    shown = set(rows.get_column("model").to_list())
+    _warn_over_budget({key: family for key, family in families.items() if family[0]["model"] in shown})
+
+
+def _warn_over_budget(families: dict[tuple[Any, ...], list[dict[str, Any]]]) -> None:
+    """Say where live gates of one model and configuration spent more than their delta together."""
+    from cic.pipeline.gates import over_budget
+
+    for line in over_budget(families):
+        err_console.print(styled(("over budget:", "bold yellow"), " ", printable(line)), soft_wrap=True)
 
 
 def _delta(row: dict[str, Any]) -> str:
@@ -163,16 +174,19 @@ def promote_gate(
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="Leave MLflow's registry alone.")] = False,
 ) -> None:
     """Make a gate live (retiring the live gate of its key) and point MLflow's `live` alias at it."""
-    from cic.pipeline.gates import promote
+    from cic.pipeline.gates import FAMILY_KEY, live_families, promote
     from cic.store import Store
 
     with Store.open(_existing(db), wait_s=300) as store:
         row, retired = promote(store, gate_id, reason=reason, despite_alerts=despite_alerts)
+        key = tuple(row[k] for k in FAMILY_KEY)
+        family = {key: live_families(store).get(key, [])}
     console.print(printable(
         f"gate {row['calibration_id'][:12]} is live: {row['model']}/{row['dataset']} {row['estimator']} × "
         f"{row['criterion']} α={row['alpha']:g} {row['bound']} {row['search']}, threshold "
         f"{'unattainable' if row['threshold'] is None else format(row['threshold'], '.4g')}"
         + (f"; retired {', '.join(r[:12] for r in retired)}" if retired else "")))
+    _warn_over_budget(family)
     if not no_mlflow:
         _sync(db, [row["calibration_id"], *retired], tracking_uri, experiment_prefix)
 

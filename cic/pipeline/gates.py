@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 STATES = ("candidate", "live", "retired")
 SERVING_KEY = ("model", "dataset", "estimator", "criterion", "alpha", "delta", "bound", "search")
+# a grouped certificate speaks for a model's live gates of one configuration across its datasets (streams)
+FAMILY_KEY = tuple(k for k in SERVING_KEY if k != "dataset")
 
 
 def current_states(store: Store) -> pl.DataFrame:
@@ -252,6 +254,7 @@ def served_entries(store: Store, **equals: Any) -> list[dict[str, Any]]:
     from cic.stats.calibration import CalibrationResult
 
     table = gates(store, **equals)
+    families = live_families(store)  # every dataset's: a filter on one dataset still states the whole family
     out = []
     for key_rows in table.sort(*SERVING_KEY).partition_by(list(SERVING_KEY), maintain_order=True):
         live = key_rows.filter(state="live")
@@ -261,7 +264,7 @@ def served_entries(store: Store, **equals: Any) -> list[dict[str, Any]]:
             verify_gate(row)
             out.append({"serve": "gate", "gate_id": row["calibration_id"], **key,
                         **{k: row[k] for k in ("threshold", "bound_value", "n_accepted", "n_errors", "n_cal")},
-                        "certified_with": _certified_with(row),
+                        "certified_with": _certified_with(row, families[tuple(row[k] for k in FAMILY_KEY)]),
                         "window_from": str(row["window_from"]), "window_to": str(row["window_to"]),
                         "gate": json.loads(CalibrationResult.from_json(row["result_json"]).gate().to_json())})
             continue
@@ -275,13 +278,55 @@ def served_entries(store: Store, **equals: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _certified_with(row: dict[str, Any]) -> str:
-    """In words, what the gate's delta covers: itself alone, or every dataset of its model at once."""
+def delta_share(row: dict[str, Any]) -> float:
+    """The confidence a gate spent: delta / G for one of G gates certified at once, else its delta."""
+    return float(row["delta"]) / (row.get("groups") or 1)
+
+
+def live_families(store: Store) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
+    """Live gates by everything in their serving key but the dataset: per model, estimator, criterion, alpha,
+    delta, bound and search, its live gates across datasets — the family a grouped certificate speaks for."""
+    families: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for row in gates(store).filter(state="live").sort("dataset").iter_rows(named=True):
+        families.setdefault(tuple(row[k] for k in FAMILY_KEY), []).append(row)
+    return families
+
+
+def family_spent(family: Sequence[dict[str, Any]]) -> float:
+    """What the live gates of a family spent together: with probability >= 1 - this, every one holds at once
+    (a union bound, whatever passes certified them)."""
+    return math.fsum(delta_share(r) for r in family)
+
+
+def over_budget(families: dict[tuple[Any, ...], list[dict[str, Any]]]) -> list[str]:
+    """A line per family that holds a grouped gate (one that claims its model's datasets at once) and whose live
+    gates spent more than the family's delta together — gates promoted from passes with different G, say."""
+    lines = []
+    for family in families.values():
+        first, spent = family[0], family_spent(family)
+        if any((r.get("groups") or 1) > 1 for r in family) and spent > first["delta"] * (1 + 1e-12):
+            shares = ", ".join(f"{r['dataset']} {delta_share(r):.4g}" for r in family)
+            lines.append(f"model {first['model']!r} {first['estimator']} × {first['criterion']} "
+                         f"alpha={first['alpha']:g} {first['bound']} {first['search']}: its live gates spent "
+                         f"{spent:.4g} together ({shares}), more than delta = {first['delta']:g} — every one holds "
+                         f"at once with probability >= {1 - spent:.4g} only; recalibrate the model's datasets "
+                         f"together (calibration.group_by: dataset) and promote the whole pass")
+    return lines
+
+
+def _certified_with(row: dict[str, Any], family: Sequence[dict[str, Any]]) -> str:
+    """In words, what the gate's delta covers: itself alone, or with the model's other live gates of the same
+    configuration, at the confidence their shares leave together (1 - delta when they came from one pass)."""
     together = row.get("groups") or 1
     if together == 1:
         return f"alone: its error rate among accepted answers is <= alpha with probability >= 1 - {row['delta']:g}"
-    return (f"with the {together} datasets of model {row['model']!r}, each at delta / {together}: with probability "
-            f">= 1 - {row['delta']:g} every one of them is <= alpha at once")
+    spent, datasets = family_spent(family), ", ".join(r["dataset"] for r in family)
+    text = (f"with the {len(family)} live gates of model {row['model']!r} on {datasets}, this one at delta / "
+            f"{together}: with probability >= 1 - {spent:.4g} every one of them is <= alpha at once")
+    if spent > row["delta"] * (1 + 1e-12):
+        text += (f" (more than delta = {row['delta']:g}: they come from passes with different G; recalibrate "
+                 f"the model's datasets together)")
+    return text
 
 
 def flag_gates(store: Store, alerts: dict[str, str]) -> list[str]:

@@ -125,3 +125,45 @@ def test_a_store_from_before_gate_states_serves_what_it_served_before(tmp_path: 
         assert store.schema_version == SCHEMA_VERSION
         states = dict(gates(store).select("calibration_id", "state").iter_rows())
     assert states == {live: "candidate", candidate: "live"}  # the newest pipeline gate, as `cic ask` served
+
+
+def test_live_gates_from_passes_with_different_g_say_what_they_spent_together(tmp_path: Path) -> None:
+    """Two datasets certified at once (δ/2 each), then one of them recalibrated alone (δ) and promoted: the live
+    family spent 1.5δ. Export states the confidence that is left, promote and list say the family is over budget."""
+    from cic.pipeline.gates import live_families, over_budget, promote_first_gates, record_candidates, served_entries
+    from cic.pipeline.recalibration import labelled_pairs, span
+    from cic.pipeline.stored_calibration import calibration_rows
+
+    db = tmp_path / "g.duckdb"
+    with Store.open(db) as store:
+        for i, dataset in enumerate(("d", "e")):
+            store_run(store, dataset=dataset, n=400, seed=i, labelled_at=START, estimators=("semantic_entropy",))
+        for dataset in ("d", "e"):  # one pass over both datasets: each at delta / 2
+            group = only_group(store, dataset)
+            pairs = labelled_pairs(store, group)
+            rows = calibration_rows(group, pairs.select("question_id", "score", "error"), CONFIG, window=span(pairs),
+                                    groups=2)
+            store.upsert("calibrations", rows)
+            promote_first_gates(store, rows.get_column("calibration_id"), reason="test")
+        assert over_budget(live_families(store)) == []
+        assert all("with probability >= 1 - 0.05 every one" in e["certified_with"] for e in served_entries(store))
+        store_run(store, dataset="d", n=400, seed=7, id_offset=1000, labelled_at=START + timedelta(days=7),
+                  estimators=("semantic_entropy",))
+        alone = recalibrate_group(store, only_group(store, "d"), CONFIG, WindowRule())  # a pass on d alone: delta
+        store.upsert("calibrations", alone.rows)
+        record_candidates(store, correct_and_alert([alone], 0.01), reason="test")
+    candidate = alone.rows.get_column("calibration_id")[0]
+
+    runner = CliRunner()
+    promoted = runner.invoke(app, ["gate", "promote", candidate[:12], "--db", str(db), "--no-mlflow",
+                                   "--despite-alerts"])
+    assert promoted.exit_code == 0, promoted.output
+    said = " ".join(promoted.output.split())
+    assert "over budget:" in said and "spent 0.075 together (d 0.05, e 0.025), more than delta = 0.05" in said
+    listed = runner.invoke(app, ["gate", "list", "--db", str(db)])
+    assert listed.exit_code == 0 and "spent 0.075 together" in " ".join(listed.output.split())
+    with Store.open(db, read_only=True) as store:
+        claims = {e["dataset"]: e["certified_with"] for e in served_entries(store)}
+    assert claims["d"].startswith("alone: ") and "1 - 0.05" in claims["d"]
+    assert claims["e"].startswith("with the 2 live gates of model 'm' on d, e, this one at delta / 2: with "
+                                  "probability >= 1 - 0.075 every one of them is <= alpha at once (more than delta")
