@@ -174,13 +174,12 @@ def promote_gate(
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="Leave MLflow's registry alone.")] = False,
 ) -> None:
     """Make a gate live (retiring the live gate of its key) and point MLflow's `live` alias at it."""
-    from cic.pipeline.gates import FAMILY_KEY, live_families, promote
+    from cic.pipeline.gates import family_of, live_families, promote
     from cic.store import Store
 
     with Store.open(_existing(db), wait_s=300) as store:
         row, retired = promote(store, gate_id, reason=reason, despite_alerts=despite_alerts)
-        key = tuple(row[k] for k in FAMILY_KEY)
-        family = {key: live_families(store).get(key, [])}
+        family = {family_of(row): live_families(store).get(family_of(row), [])}
     console.print(printable(
         f"gate {row['calibration_id'][:12]} is live: {row['model']}/{row['dataset']} {row['estimator']} × "
         f"{row['criterion']} α={row['alpha']:g} {row['bound']} {row['search']}, threshold "

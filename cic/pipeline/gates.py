@@ -264,7 +264,7 @@ def served_entries(store: Store, **equals: Any) -> list[dict[str, Any]]:
             verify_gate(row)
             out.append({"serve": "gate", "gate_id": row["calibration_id"], **key,
                         **{k: row[k] for k in ("threshold", "bound_value", "n_accepted", "n_errors", "n_cal")},
-                        "certified_with": _certified_with(row, families[tuple(row[k] for k in FAMILY_KEY)]),
+                        "certified_with": _certified_with(row, families[family_of(row)]),
                         "window_from": str(row["window_from"]), "window_to": str(row["window_to"]),
                         "gate": json.loads(CalibrationResult.from_json(row["result_json"]).gate().to_json())})
             continue
@@ -283,13 +283,22 @@ def delta_share(row: dict[str, Any]) -> float:
     return float(row["delta"]) / (row.get("groups") or 1)
 
 
+def family_of(row: dict[str, Any]) -> tuple[Any, ...]:
+    """A gate's family key: its serving key without the dataset (alpha and delta rounded as `_key_of` does)."""
+    return tuple(round(float(row[c]), 12) if c in ("alpha", "delta") else row[c] for c in FAMILY_KEY)
+
+
+def _families(rows: Iterable[dict[str, Any]]) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
+    families: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for row in sorted(rows, key=lambda r: r["dataset"]):
+        families.setdefault(family_of(row), []).append(row)
+    return families
+
+
 def live_families(store: Store) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
     """Live gates by everything in their serving key but the dataset: per model, estimator, criterion, alpha,
     delta, bound and search, its live gates across datasets — the family a grouped certificate speaks for."""
-    families: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for row in gates(store).filter(state="live").sort("dataset").iter_rows(named=True):
-        families.setdefault(tuple(row[k] for k in FAMILY_KEY), []).append(row)
-    return families
+    return _families(gates(store).filter(state="live").iter_rows(named=True))
 
 
 def family_spent(family: Sequence[dict[str, Any]]) -> float:
@@ -298,7 +307,7 @@ def family_spent(family: Sequence[dict[str, Any]]) -> float:
     return math.fsum(delta_share(r) for r in family)
 
 
-def over_budget(families: dict[tuple[Any, ...], list[dict[str, Any]]]) -> list[str]:
+def over_budget(families: dict[tuple[Any, ...], list[dict[str, Any]]], spent_word: str = "spent") -> list[str]:
     """A line per family that holds a grouped gate (one that claims its model's datasets at once) and whose live
     gates spent more than the family's delta together — gates promoted from passes with different G, say."""
     lines = []
@@ -307,11 +316,26 @@ def over_budget(families: dict[tuple[Any, ...], list[dict[str, Any]]]) -> list[s
         if any((r.get("groups") or 1) > 1 for r in family) and spent > first["delta"] * (1 + 1e-12):
             shares = ", ".join(f"{r['dataset']} {delta_share(r):.4g}" for r in family)
             lines.append(f"model {first['model']!r} {first['estimator']} × {first['criterion']} "
-                         f"alpha={first['alpha']:g} {first['bound']} {first['search']}: its live gates spent "
+                         f"alpha={first['alpha']:g} {first['bound']} {first['search']}: its live gates {spent_word} "
                          f"{spent:.4g} together ({shares}), more than delta = {first['delta']:g} — every one holds "
                          f"at once with probability >= {1 - spent:.4g} only; recalibrate the model's datasets "
                          f"together (calibration.group_by: dataset) and promote the whole pass")
     return lines
+
+
+def held_over_budget(store: Store, gate_ids: Sequence[str]) -> dict[str, str]:
+    """The gates among `gate_ids` whose promotion together would leave their family spending more than delta (a
+    pass whose G differs from the live gates' it leaves in place): id -> why. Those wait for a person."""
+    table = gates(store)
+    incoming = list(table.filter(pl.col("calibration_id").is_in(list(gate_ids))).iter_rows(named=True))
+    replaced = {_key_of(row) for row in incoming}
+    staying = [row for row in table.filter(state="live").iter_rows(named=True) if _key_of(row) not in replaced]
+    ids, held = {row["calibration_id"] for row in incoming}, {}
+    for key, family in _families([*staying, *incoming]).items():
+        for line in over_budget({key: family}, spent_word="would spend"):
+            held.update({r["calibration_id"]: f"family over budget: {line}" for r in family
+                         if r["calibration_id"] in ids})
+    return held
 
 
 def _certified_with(row: dict[str, Any], family: Sequence[dict[str, Any]]) -> str:

@@ -103,6 +103,7 @@ ALERT_KINDS = (("error rate at the live threshold", "error rate above alpha"),
                ("live gate", "labels changed under the live gate"),
                ("labels changed", "labels changed under this gate"),
                ("score distribution moved", "score shift"),
+               ("family over budget", "family over delta"),
                ("alpha has become unattainable", "alpha became unattainable"),
                ("alpha is unattainable", "alpha unattainable"))
 
@@ -220,17 +221,23 @@ def correct_and_alert(results: Sequence[GroupRecalibration], level: float) -> di
 
 
 def promote_quiet_groups(store: Store, results: Sequence[GroupRecalibration],
-                         alerts: dict[str, list[str]]) -> list[str]:
+                         alerts: dict[str, list[str]]) -> tuple[list[str], dict[str, str]]:
     """The `promotion: auto` policy: the candidates of a group go live only when none of them raised an alert
-    (an alerting candidate is never promoted without a person: `cic gate promote --despite-alerts`)."""
-    from cic.pipeline.gates import promote_many
+    (an alerting candidate is never promoted without a person: `cic gate promote --despite-alerts`), and only
+    when their family's live gates would not spend more than delta together (`held_over_budget`: those are
+    flagged with why and wait for a person). Returns (promoted ids, held id -> why)."""
+    from cic.pipeline.gates import flag_gates, held_over_budget, promote_many
 
     chosen = []
     for result in results:
         ids = result.rows.get_column("calibration_id").to_list() if result.skipped is None else []
         if ids and not any(alerts.get(i) for i in ids):
             chosen.extend(ids)
-    return promote_many(store, chosen, reason="recalibration: policy promotion=auto, no alert in its group")
+    held = held_over_budget(store, chosen)
+    promoted = promote_many(store, [i for i in chosen if i not in held],
+                            reason="recalibration: policy promotion=auto, no alert in its group")
+    flag_gates(store, held)
+    return promoted, held
 
 
 def pairs_of_runs(store: Store, run_keys: Sequence[str], *, estimator: str | None = None,
@@ -327,7 +334,9 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
         if written:
             store.upsert("calibrations", pl.concat(written))
         record_candidates(store, alerts, reason=reason or f"recalibration on window '{rule.describe()}'")
-    promoted = promote_quiet_groups(store, results, alerts) if auto_promote else []
+    promoted, held = promote_quiet_groups(store, results, alerts) if auto_promote else ([], {})
+    for gate_id, why in held.items():  # a held candidate alerts like any other: a person decides
+        alerts.setdefault(gate_id, []).append(why)
     ids = [i for frame in written for i in frame.get_column("calibration_id").to_list()]
     states = dict(current_states(store).filter(pl.col("calibration_id").is_in(ids))
                   .select("calibration_id", "state").iter_rows())

@@ -71,7 +71,7 @@ def test_a_candidate_with_alerts_needs_a_person_and_the_auto_policy_never_promot
             promote(store, candidate, reason="no")
         group = only_group(store)
         result = recalibrate_group(store, group, CONFIG, WindowRule())
-        assert promote_quiet_groups(store, [result], correct_and_alert([result], 0.01)) == []
+        assert promote_quiet_groups(store, [result], correct_and_alert([result], 0.01)) == ([], {})
         assert gates(store, calibration_id=live)["state"][0] == "live"
         promote(store, candidate, reason="reviewed the shift", despite_alerts=True)
         assert gates(store, calibration_id=candidate)["state"][0] == "live"
@@ -84,7 +84,7 @@ def test_the_auto_policy_promotes_a_quiet_group(tmp_path: Path) -> None:
         result = recalibrate_group(store, only_group(store), CONFIG, WindowRule())
         alerts = correct_and_alert([result], 0.01)
         assert alerts == {candidate: []}
-        assert promote_quiet_groups(store, [result], alerts) == [candidate]
+        assert promote_quiet_groups(store, [result], alerts) == ([candidate], {})
         assert dict(gates(store).select("calibration_id", "state").iter_rows()) == {live: "retired",
                                                                                     candidate: "live"}
 
@@ -130,29 +130,26 @@ def test_a_store_from_before_gate_states_serves_what_it_served_before(tmp_path: 
 def test_live_gates_from_passes_with_different_g_say_what_they_spent_together(tmp_path: Path) -> None:
     """Two datasets certified at once (δ/2 each), then one of them recalibrated alone (δ) and promoted: the live
     family spent 1.5δ. Export states the confidence that is left, promote and list say the family is over budget."""
-    from cic.pipeline.gates import live_families, over_budget, promote_first_gates, record_candidates, served_entries
-    from cic.pipeline.recalibration import labelled_pairs, span
-    from cic.pipeline.stored_calibration import calibration_rows
+    from cic.pipeline.gates import live_families, over_budget, record_candidates, served_entries
+    from tests.pipeline.test_recalibration import live_together
 
     db = tmp_path / "g.duckdb"
     with Store.open(db) as store:
-        for i, dataset in enumerate(("d", "e")):
-            store_run(store, dataset=dataset, n=400, seed=i, labelled_at=START, estimators=("semantic_entropy",))
-        for dataset in ("d", "e"):  # one pass over both datasets: each at delta / 2
-            group = only_group(store, dataset)
-            pairs = labelled_pairs(store, group)
-            rows = calibration_rows(group, pairs.select("question_id", "score", "error"), CONFIG, window=span(pairs),
-                                    groups=2)
-            store.upsert("calibrations", rows)
-            promote_first_gates(store, rows.get_column("calibration_id"), reason="test")
+        live_together(store, ("d", "e"))  # one pass over both datasets: each at delta / 2
         assert over_budget(live_families(store)) == []
         assert all("with probability >= 1 - 0.05 every one" in e["certified_with"] for e in served_entries(store))
         store_run(store, dataset="d", n=400, seed=7, id_offset=1000, labelled_at=START + timedelta(days=7),
                   estimators=("semantic_entropy",))
         alone = recalibrate_group(store, only_group(store, "d"), CONFIG, WindowRule())  # a pass on d alone: delta
         store.upsert("calibrations", alone.rows)
-        record_candidates(store, correct_and_alert([alone], 0.01), reason="test")
-    candidate = alone.rows.get_column("calibration_id")[0]
+        alerts = correct_and_alert([alone], 0.01)
+        record_candidates(store, alerts, reason="test")
+        candidate = alone.rows.get_column("calibration_id")[0]
+        assert alerts[candidate] == []  # quiet: auto-promotion would take it, but the family would spend 1.5 delta
+        promoted, held = promote_quiet_groups(store, [alone], alerts)
+        assert promoted == [] and "family over budget: " in held[candidate] and "would spend 0.075" in held[candidate]
+        row = gates(store).filter(calibration_id=candidate).row(0, named=True)
+        assert row["state"] == "candidate" and row["alerts"] == [held[candidate]]  # flagged: a person decides
 
     runner = CliRunner()
     promoted = runner.invoke(app, ["gate", "promote", candidate[:12], "--db", str(db), "--no-mlflow",

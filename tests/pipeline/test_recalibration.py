@@ -127,3 +127,37 @@ def test_drift_alarms_on_a_simulated_stream_fire_on_shift_and_stay_below_the_lev
           f"no shift {quiet:.3f} ({runs} runs), 0.25 SD {small:.2f} (50 runs), 0.5 SD {large:.3f} ({runs} runs)")
     assert quiet <= 0.05
     assert large >= 0.9 and small > quiet
+
+
+def live_together(store: Store, datasets: tuple[str, ...]) -> None:
+    """Week-1 runs of model m on these datasets, certified in one pass (each at delta / G) and made live."""
+    for i, dataset in enumerate(datasets):
+        store_run(store, dataset=dataset, n=400, seed=i, labelled_at=START, estimators=("semantic_entropy",))
+        group = only_group(store, dataset)
+        pairs = labelled_pairs(store, group)
+        rows = calibration_rows(group, pairs.select("question_id", "score", "error"), CONFIG, window=span(pairs),
+                                groups=len(datasets))
+        store.upsert("calibrations", rows)
+        promote_first_gates(store, rows.get_column("calibration_id"), reason="test")
+
+
+def test_auto_promotion_holds_a_pass_that_would_leave_the_models_family_over_delta(store: Store) -> None:
+    """A model's datasets d, e live at delta / 2; a week later d has new labels and a new stream f appears: the
+    pass certifies d and f at delta / 3, which beside e's delta / 2 would spend 7/6 delta. Auto-promotion holds
+    both, flagged, and the pass alerts (the nightly run fails and a person decides)."""
+    from cic.pipeline.gates import gates
+    from cic.pipeline.recalibration import recalibrate_store
+
+    grouped = CONFIG.model_copy(update={"group_by": "dataset"})
+    live_together(store, ("d", "e"))
+    week2 = START + timedelta(days=7)
+    store_run(store, dataset="d", n=400, seed=7, id_offset=1000, labelled_at=week2, estimators=("semantic_entropy",))
+    store_run(store, dataset="f", n=400, seed=8, labelled_at=week2, estimators=("semantic_entropy",))
+    out = recalibrate_store(store, store.read("runs").get_column("run_key").to_list(), grouped, 0.01, WindowRule(),
+                            auto_promote=True)
+    assert out.promoted == [] and [key.dataset for key, _ in out.skipped] == ["e"]
+    held = {c.row["dataset"]: a for c, a in out.alerts if a.startswith("family over budget")}
+    assert set(held) == {"d", "f"} and all("would spend 0.05833 together (d 0.01667, e 0.025, f 0.01667)" in a
+                                           for a in held.values())
+    states = gates(store).filter(pl.col("calibration_id").is_in([c.row["calibration_id"] for c in out.candidates]))
+    assert set(states["state"]) == {"candidate"} and all(len(a) for a in states["alerts"].to_list())
