@@ -101,6 +101,10 @@ def _store_error(db_file: Path, exc: sqlite3.DatabaseError, wait_s: float = 30) 
 def _moved(conn: sqlite3.Connection, db_file: Path) -> list[MovedExperiment]:
     try:
         rows = conn.execute("SELECT experiment_id, name, artifact_location FROM experiments").fetchall()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return []  # an empty SQLite file: MLflow creates its tables on first use, nothing can have moved
+        raise _store_error(db_file, exc) from None
     except sqlite3.DatabaseError as exc:
         raise _store_error(db_file, exc) from None
     here = db_file.parent / ARTIFACTS_DIR

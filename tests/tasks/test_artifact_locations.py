@@ -79,9 +79,12 @@ def test_a_relocation_stopped_midway_leaves_every_location_as_it_was(
     assert relocate(uri) == [before] and moved_experiments(uri) == []
 
 
-def test_a_store_that_does_not_exist_is_not_created_by_the_check(tmp_path: Path) -> None:
+def test_a_store_that_does_not_exist_is_not_created_by_the_check_and_an_empty_one_passes(tmp_path: Path) -> None:
     check_not_moved(f"sqlite:///{tmp_path}/absent.db")
     assert moved_experiments(f"sqlite:///{tmp_path}/absent.db") == [] and not (tmp_path / "absent.db").exists()
+    (tmp_path / "empty.db").touch()  # MLflow initialises an empty file on first use: nothing to refuse
+    check_not_moved(f"sqlite:///{tmp_path}/empty.db")
+    assert relocate(f"sqlite:///{tmp_path}/empty.db") == []
 
 
 def test_a_store_another_writer_holds_is_refused_after_the_wait_and_left_as_it_was(tmp_path: Path) -> None:
