@@ -3,8 +3,8 @@
 A SQLite tracking store records each experiment's artifact location as an absolute `file://` URI (MLflow
 resolves relative ones when the experiment is created: mlflow/mlflow#7670), so a run directory that is moved
 or copied keeps pointing at the old place: MLflow's UI and client then list no artifacts, the registry's
-`models:/…@live` download fails, and new runs would write into the old folder. CIC puts a SQLite store's
-artifacts beside its file (`<dir>/mlartifacts/<experiment hash>`), which makes a move recognisable:
+`models:/…@live` download returns an empty folder, and new runs would write into the old folder. CIC puts a
+SQLite store's artifacts beside its file (`<dir>/mlartifacts/<experiment hash>`), which makes a move recognisable:
 
 - `moved_experiments` finds experiments whose artifacts were put beside the store at another place;
 - `relocate` rewrites their locations (experiments, runs, logged models, registry versions, trace tags) to

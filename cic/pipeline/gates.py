@@ -194,9 +194,9 @@ def promote_many(store: Store, gate_ids: Sequence[str], *, reason: str) -> list[
     return promoted
 
 
-def _key_of(row: dict[str, Any]) -> tuple[Any, ...]:
-    """A row's serving key, with alpha and delta rounded as `_same_key` compares them."""
-    return tuple(round(float(row[c]), 12) if c in ("alpha", "delta") else row[c] for c in SERVING_KEY)
+def _key_of(row: dict[str, Any], columns: Sequence[str] = SERVING_KEY) -> tuple[Any, ...]:
+    """A row's serving key (or those `columns` of it), with alpha and delta rounded as `_same_key` compares them."""
+    return tuple(round(float(row[c]), 12) if c in ("alpha", "delta") else row[c] for c in columns)
 
 
 def promote_first_gates(store: Store, calibration_ids: Iterable[str], *, reason: str) -> list[str]:
@@ -284,8 +284,8 @@ def delta_share(row: dict[str, Any]) -> float:
 
 
 def family_of(row: dict[str, Any]) -> tuple[Any, ...]:
-    """A gate's family key: its serving key without the dataset (alpha and delta rounded as `_key_of` does)."""
-    return tuple(round(float(row[c]), 12) if c in ("alpha", "delta") else row[c] for c in FAMILY_KEY)
+    """A gate's family key: its serving key without the dataset."""
+    return _key_of(row, FAMILY_KEY)
 
 
 def _families(rows: Iterable[dict[str, Any]]) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
@@ -307,13 +307,17 @@ def family_spent(family: Sequence[dict[str, Any]]) -> float:
     return math.fsum(delta_share(r) for r in family)
 
 
+def _beyond_delta(family: Sequence[dict[str, Any]]) -> bool:
+    return family_spent(family) > family[0]["delta"] * (1 + 1e-12)
+
+
 def over_budget(families: dict[tuple[Any, ...], list[dict[str, Any]]], spent_word: str = "spent") -> list[str]:
     """A line per family that holds a grouped gate (one that claims its model's datasets at once) and whose live
     gates spent more than the family's delta together — gates promoted from passes with different G, say."""
     lines = []
     for family in families.values():
         first, spent = family[0], family_spent(family)
-        if any((r.get("groups") or 1) > 1 for r in family) and spent > first["delta"] * (1 + 1e-12):
+        if any((r.get("groups") or 1) > 1 for r in family) and _beyond_delta(family):
             shares = ", ".join(f"{r['dataset']} {delta_share(r):.4g}" for r in family)
             lines.append(f"model {first['model']!r} {first['estimator']} × {first['criterion']} "
                          f"alpha={first['alpha']:g} {first['bound']} {first['search']}: its live gates {spent_word} "
@@ -347,7 +351,7 @@ def _certified_with(row: dict[str, Any], family: Sequence[dict[str, Any]]) -> st
     spent, datasets = family_spent(family), ", ".join(r["dataset"] for r in family)
     text = (f"with the {len(family)} live gates of model {row['model']!r} on {datasets}, this one at delta / "
             f"{together}: with probability >= 1 - {spent:.4g} every one of them is <= alpha at once")
-    if spent > row["delta"] * (1 + 1e-12):
+    if _beyond_delta(family):
         text += (f" (more than delta = {row['delta']:g}: they come from passes with different G; recalibrate "
                  f"the model's datasets together)")
     return text
