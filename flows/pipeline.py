@@ -233,10 +233,13 @@ def run_stages(config_path: str, db: str | None, ray_address: str | None, tracki
     stage = time.perf_counter()
     cluster = ray_workers.connect(config.ray.address, num_cpus=config.ray.num_cpus,
                                   runtime_env=config.ray.runtime_env)
-    jobs = plan_models(config, db_path, questions, summary, cluster)
-    summary.answer = answer_questions(db_path, jobs, questions_per_batch=config.generation.questions_per_batch,
-                                      ready_timeout_s=config.ray.ready_timeout_s,
-                                      batch_timeout_s=config.ray.batch_timeout_s)
+    try:
+        jobs = plan_models(config, db_path, questions, summary, cluster)
+        summary.answer = answer_questions(db_path, jobs, questions_per_batch=config.generation.questions_per_batch,
+                                          ready_timeout_s=config.ray.ready_timeout_s,
+                                          batch_timeout_s=config.ray.batch_timeout_s)
+    finally:  # the answers are in DuckDB: leave Ray (an in-process one stops) while its processes still answer
+        ray_workers.shutdown(cluster)
     summary.stage_seconds["answer"] = time.perf_counter() - stage
     failed = {s.model for s in summary.answer if s.error}
     finished = [r.run_key for job in jobs if job.model not in failed for r in job.runs]  # failed: partial data

@@ -34,6 +34,7 @@ class ClusterInfo:
     started_here: bool
     cpus: float
     gpus: float
+    joined_here: bool = True   # this call joined (a caller that had joined already keeps its connection)
 
 
 def connect(address: str | None = None, *, num_cpus: int | None = None, object_store_mb: int | None = 512,
@@ -41,7 +42,8 @@ def connect(address: str | None = None, *, num_cpus: int | None = None, object_s
     """Join `address` (or $RAY_ADDRESS) with the config's runtime_env; without one, start Ray in this process with
     the dashboard off."""
     address = address or os.environ.get("RAY_ADDRESS") or None
-    if not ray.is_initialized():
+    joined_here = not ray.is_initialized()
+    if joined_here:
         if address:
             check_ray_address(address)
             ray.init(address=address, log_to_driver=False, runtime_env=runtime_env)
@@ -50,12 +52,13 @@ def connect(address: str | None = None, *, num_cpus: int | None = None, object_s
                      object_store_memory=object_store_mb * 1024 * 1024 if object_store_mb else None)
     resources = ray.cluster_resources()
     return ClusterInfo(address=address or "local", started_here=not address, cpus=resources.get("CPU", 0.0),
-                       gpus=resources.get("GPU", 0.0))
+                       gpus=resources.get("GPU", 0.0), joined_here=joined_here)
 
 
 def shutdown(info: ClusterInfo) -> None:
-    """Leave the cluster; an in-process cluster stops with it."""
-    if ray.is_initialized():
+    """Leave the cluster if `connect` joined it (an in-process cluster stops with it), while its processes still
+    answer: a driver whose GCS was stopped under it retries for 60 s at exit and then ends the process with exit 1."""
+    if info.joined_here and ray.is_initialized():
         ray.shutdown()
 
 

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from cic.cli.common import TrackingOpt, console, err_console, flow_outcome, fmt, friendly_errors, printable, styled
 from cic.cli.service_logs import services_log_path, services_logged_to
-from cic.pipeline.processes import owned_processes
+from cic.cli.services import command_services
 from cic.pipeline.progress import ProgressLines
 
 ConfigOpt = Annotated[str, typer.Option("--config", help="Pipeline YAML (models, datasets, estimators, ...), or the "
@@ -137,7 +137,7 @@ def run(
     # the Prefect server and a local Ray stop with this command, on SIGTERM too; a SIGKILL's leftovers are
     # stopped by the next `cic run` on the same store
     store_file = db or checked.storage.db
-    with owned_processes(store_file), services_logged_to(services_log_path(store_file)) as service_log, (
+    with command_services(store_file) as service_log, (
             StageBars() if console.is_terminal else ProgressLines(lambda text: console.print(text, soft_wrap=True))):
         state = pipeline(config_path=str(config), db=db, ray_address=ray_address, tracking=tracking_uri,
                          report_dir=report_dir, log_to_mlflow=not no_mlflow, return_state=True)
@@ -272,7 +272,7 @@ def recalibrate(
     from flows.recalibrate import RecalibrationAlert, recalibrate_flow
 
     # Prefect's ephemeral server stops with this command, also when it is killed (see owned_processes)
-    with owned_processes(resolved_db, command="recalibrate"), services_logged_to(services_log_path(resolved_db)):
+    with command_services(resolved_db, command="recalibrate"):
         state = recalibrate_flow(config_path=str(config), db=db, tracking=tracking_uri, window=window, since=since,
                                  log_to_mlflow=not no_mlflow, fail_on_alert=fail_on_alert, return_state=True)
     result, failed = flow_outcome(state, RecalibrationAlert)

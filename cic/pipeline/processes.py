@@ -13,7 +13,7 @@ import contextlib
 import json
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -113,9 +113,10 @@ class OwnedProcesses:
 
 
 @contextlib.contextmanager
-def owned_processes(db: str | Path, state_dir: str | Path | None = None,
-                    command: str = "run") -> Iterator[OwnedProcesses]:
-    """Reap a killed run's leftovers, turn SIGTERM into a clean exit, and stop our children on the way out."""
+def owned_processes(db: str | Path, state_dir: str | Path | None = None, command: str = "run",
+                    before_stop: Callable[[], None] | None = None) -> Iterator[OwnedProcesses]:
+    """Reap a killed run's leftovers, turn SIGTERM into a clean exit, and stop our children on the way out —
+    after `before_stop` (leave Ray, flush Prefect's queues) while they still answer."""
     owner = OwnedProcesses(db, state_dir, command)
     owner.reap_stale()
     watchdog = owner.start_watchdog()
@@ -142,6 +143,10 @@ def owned_processes(db: str | Path, state_dir: str | Path | None = None,
         done.set()
         recorder.join(timeout=5)
         signal.signal(signal.SIGTERM, previous)
-        owner.stop_all()
+        try:
+            if before_stop is not None:
+                before_stop()
+        finally:
+            owner.stop_all()
         with contextlib.suppress(Exception):
             watchdog.wait(timeout=5)
