@@ -26,7 +26,7 @@ from cic.reports.report import ReportConfig, file_slug, write_report
 from cic.stats.calibration import CalibrationResult
 from cic.stats.searches import get_search
 from cic.store import Store
-from cic.store.outputs import write_frame
+from cic.store.outputs import guard_output_dir, write_frame
 from tasks.artifact_locations import check_not_moved
 from tasks.run_logs import run_logger
 from tasks.tracking import ChildRun, DatasetRef, GroupLog, check_reachable, find_logged, log_group
@@ -181,6 +181,7 @@ def log_results(db: str, *, tracking: str | None = None, experiment_prefix: str 
     """
     check_reachable(tracking_uri(tracking))
     check_not_moved(tracking_uri(tracking))
+    guard_output_dir(report_dir, "report_dir")  # cic's own directory (marked), never one holding other files
     client = MlflowClient(tracking_uri=tracking_uri(tracking))
     stats = LogStats()
     root = Path(report_dir)

@@ -15,6 +15,7 @@ import typer
 
 from cic.cli import gates, mlflow_store, pipeline, stats, store
 from cic.cli.help_format import ReadableCommand, ReadableGroup
+from cic.cli.services import service_defaults
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, cls=ReadableGroup,
                   help="CIC: certified abstention thresholds for LLM answers.")
@@ -37,5 +38,6 @@ def _print_version(wanted: bool) -> None:
 def _root(version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
                                                 help="Print cic's version and exit.")] = False) -> None:
     """CIC: certified abstention thresholds for LLM answers."""
+    service_defaults()
 
 __all__ = ["app"]

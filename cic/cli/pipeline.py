@@ -7,7 +7,6 @@ the environment names a real service: --db, MLFLOW_TRACKING_URI / --tracking-uri
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -23,18 +22,6 @@ from cic.pipeline.progress import ProgressLines
 ConfigOpt = Annotated[str, typer.Option("--config", help="Pipeline YAML (models, datasets, estimators, ...), or the "
                                        "name of a shipped config: demo, paper, example.")]
 DbOpt = Annotated[str | None, typer.Option("--db", help="DuckDB file (default: the config's, ./cic.duckdb).")]
-
-
-def prefect_defaults() -> None:
-    """Settings that make Prefect's local ephemeral API quiet and patient (unless already set)."""
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("DO_NOT_TRACK", "true")
-    # INFO reaches the flow run's log in the Prefect UI (stage progress, summaries); the console shows warnings only
-    os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
-    # a tracking server that dies mid-run costs seconds, not MLflow's default minutes of backoff
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
 
 
 class StageBars:
@@ -129,7 +116,6 @@ def run(
     from cic.store.outputs import guard_output_dir
 
     guard_output_dir(report_dir or checked.storage.report_dir, "--report-dir" if report_dir else "storage.report_dir")
-    prefect_defaults()  # before anything imports Prefect: its logging reads these settings once
     if not no_mlflow:
         _refuse_moved_mlflow_store(tracking_uri or checked.mlflow.tracking_uri)
     from flows.pipeline import ModelsFailed, pipeline
@@ -266,7 +252,6 @@ def recalibrate(
     resolved_db = db or checked.storage.db
     check_store(resolved_db, must_exist=True, option="--db" if db else "storage.db")
     _refuse_unfinished_ingests(resolved_db)
-    prefect_defaults()  # before anything imports Prefect: its logging reads these settings once
     if not no_mlflow:
         _refuse_moved_mlflow_store(tracking_uri or checked.mlflow.tracking_uri)
     from flows.recalibrate import RecalibrationAlert, recalibrate_flow
@@ -331,11 +316,10 @@ def log_command(
 ) -> None:
     """Log to MLflow every stored result not logged yet (after a tracking-server outage, say), or a (score,
     error) table — the committed real example, say — as the pipeline would have logged it."""
-    prefect_defaults()
     from cic.store.outputs import guard_output_dir
     from tasks.log import log_results
 
-    guard_output_dir(report_dir, "--report-dir")
+    guard_output_dir(report_dir, "--report-dir", inputs=[table])
     _refuse_moved_mlflow_store(tracking_uri)
     if table is not None:
         _log_table(table, tracking_uri, experiment_prefix, report_dir, n_splits)

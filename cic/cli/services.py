@@ -10,6 +10,7 @@ with exit 1 sixty seconds after the last line, and Prefect's log worker drained 
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +20,21 @@ from cic.cli.service_logs import services_log_path, services_logged_to
 from cic.pipeline.processes import owned_processes
 
 FLUSH_TIMEOUT_S = 5.0  # Prefect's own bound on a flush from a synchronous caller
+
+
+def service_defaults() -> None:
+    """Settings that make the services quiet and patient (unless already set); every command runs this before
+    anything imports Prefect or MLflow, whose logging reads them once."""
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("DO_NOT_TRACK", "true")
+    # INFO reaches the flow run's log in the Prefect UI (stage progress, summaries); the console shows warnings only
+    os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
+    # a tracking server that dies mid-run costs seconds, not MLflow's default minutes of backoff
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+    # MLflow prints two "View run / View experiment" lines per run against a server: hundreds per command
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 
 
 def release_services() -> None:

@@ -85,9 +85,10 @@ def calibrate(
 
     inputs = [file, pilot]
     if json_out is not None:
-        json_out = guard_output(json_out, "--json", inputs=inputs, force=force)
+        json_out = guard_output(json_out, "--json", inputs=inputs, force=force, writes="json")
     if gate_out is not None:
-        gate_out = guard_output(gate_out, "--gate", inputs=[*inputs, json_out], force=force)
+        gate_out = guard_output(gate_out, "--gate", inputs=inputs, force=force, writes="json",
+                                others={"--json": json_out})
     if group_col is not None:
         _calibrate_groups(file, group_col, score_col, error_col, correct_col, alpha=alpha, delta=delta, bound=bound,
                           search=search, grid=parse_grid(grid, pilot, grid_size, score_col), n_min=n_min,
@@ -131,7 +132,8 @@ def _group_table(file: Path, group_col: str, score_col: str, error_col: str, cor
 
 
 def _evaluate_groups(file: Path, group_col: str, score_col: str, error_col: str, correct_col: str | None,
-                     out: Path | None, *, alphas: str, bounds: str, search: str, **settings: Any) -> None:
+                     out: Path | None, *, alphas: str, bounds: str, search: str, force: bool = False,
+                     **settings: Any) -> None:
     """`cic evaluate --group COL`: the per-group FDR / coverage table, per-group gates beside the pooled gate."""
     import polars as pl
 
@@ -156,7 +158,7 @@ def _evaluate_groups(file: Path, group_col: str, score_col: str, error_col: str,
                       fmt(r["fdr_above_alpha"], ".2f"), fmt(r["coverage_mean"]), f"{r['fails']}/{r['n_splits']}")
     console.print(table)
     if out is not None:
-        write_frame(pl.DataFrame(rows), out, "--out")
+        write_frame(pl.DataFrame(rows), out, "--out", force=force)
         console.print(f"table written to {out}", style="dim")
 
 
@@ -185,8 +187,8 @@ def _calibrate_groups(file: Path, group_col: str, score_col: str, error_col: str
     console.print(f"pooled gate (all groups, average guarantee only): threshold {fmt(fitted.pooled.threshold, '.4g')}",
                   highlight=False)
     console.print(f"guarantee: {fitted.guarantee}", style="dim", highlight=False)
-    document = {"alpha": fitted.alpha, "delta": fitted.delta, "guarantee": fitted.guarantee,
-                "groups": fitted.as_rows(), "pooled_threshold": fitted.pooled.threshold}
+    document = {"kind": "cic.group_calibration", "alpha": fitted.alpha, "delta": fitted.delta,
+                "guarantee": fitted.guarantee, "groups": fitted.as_rows(), "pooled_threshold": fitted.pooled.threshold}
     if json_out is not None:
         write_text(json_out, json.dumps(document, indent=2) + "\n", "--json")
         console.print(f"result written to {json_out}", style="dim")
@@ -194,7 +196,7 @@ def _calibrate_groups(file: Path, group_col: str, score_col: str, error_col: str
         gates = {row["group"]: json.loads(Gate(row["threshold"], {"group": row["group"], "served": row["served"],
                                                                   "alpha": fitted.alpha, "delta": fitted.delta})
                                           .to_json()) for row in fitted.as_rows()}
-        write_text(gate_out, json.dumps({"guarantee": fitted.guarantee, "groups": gates,
+        write_text(gate_out, json.dumps({"kind": "cic.group_gates", "guarantee": fitted.guarantee, "groups": gates,
                                          "other_groups": json.loads(Gate(fitted.pooled.threshold, {
                                              "served": "pooled (no per-group guarantee)"}).to_json())}, indent=2)
                    + "\n", "--gate")
@@ -239,12 +241,12 @@ def evaluate(
     if out is not None:
         if out.suffix.lower() not in (".csv", ".parquet", ".pq"):
             raise ValueError(f"--out = {str(out)!r}: use a .csv or .parquet file name")
-        out = guard_output(out, "--out", inputs=[file, pilot], force=force)
+        out = guard_output(out, "--out", inputs=[file, pilot], force=force, writes="frame")
 
     if group_col is not None:
         _evaluate_groups(file, group_col, score_col, error_col, correct_col, out, alphas=alphas, bounds=bounds,
                          search=search, delta=delta, n_splits=n_splits, cal_fraction=cal_fraction, seed=seed,
-                         n_min=n_min, start=start)
+                         n_min=n_min, start=start, force=force)
         return
     scores, errors = load_pairs(file, score_col, error_col, correct_col, {
         "model": model, "dataset": dataset, "estimator": estimator, "criterion": criterion, "run_key": run_key})
@@ -264,7 +266,7 @@ def evaluate(
                       fmt(row["correct_coverage_mean"]), str(row["fails"]), fmt(row["threshold_mean"], ".4g"))
     console.print(table)
     if out is not None:
-        write_frame(frame, out, "--out")
+        write_frame(frame, out, "--out", force=force)
         console.print(f"table written to {out}", style="dim")
 
 
@@ -330,6 +332,8 @@ def report(
     group_by: Annotated[str | None, typer.Option("--group-by", metavar="dataset", help="Add the per-dataset table: "
                                                  "each model's datasets given gates certified at once (δ / G each) "
                                                  "beside the pooled gate, judged per dataset.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Write into a directory that holds files cic did not "
+                                        "write (cic replaces its own files there).")] = False,
 ) -> None:
     """Paper-style report: FDR / power tables, split-ratio study, baselines, figures, written to --out."""
     import polars as pl
@@ -340,8 +344,8 @@ def report(
 
     if group_by not in (None, "dataset"):
         raise ValueError(f"--group-by = {group_by!r}: the report groups by 'dataset' (or leave it out)")
-    guard_output_dir(out, "--out")
     client = mlflow_client(mlflow_run_id) if mlflow_run_id else None
+    guard_output_dir(out, "--out", inputs=files, force=force)
     labels = {name: per_file(values, len(files), name) for name, values in
               (("model", model), ("dataset", dataset), ("estimator", estimator), ("criterion", criterion))}
     frames = [read_long_table(path, labels={k: v[i] for k, v in labels.items()}, score_col=score_col,
@@ -377,12 +381,14 @@ def validity(
     grid_size: Annotated[int, typer.Option("--grid-size", help="Bonferroni grid points over [0.05, 1].")] = 20,
     seed: Seed = 0,
     no_figure: Annotated[bool, typer.Option("--no-figure", help="Table only.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Write into a directory that holds files cic did not "
+                                        "write (cic replaces its own files there).")] = False,
 ) -> None:
     """Monte-Carlo validity of every search and bound: violation rates with exact CIs against delta."""
     from cic.reports.validity import write_validity
     from cic.store.outputs import guard_output_dir
 
-    guard_output_dir(out, "--out")
+    guard_output_dir(out, "--out", force=force)
     table, _ = write_validity(out, figure=not no_figure, scenarios=parse_names(scenarios), ns=parse_ints(ns, "--ns"),
                               alphas=parse_floats(alphas, "--alphas"), searches=parse_names(searches),
                               bounds=parse_names(bounds),

@@ -43,10 +43,10 @@ def datasets(
         if out.suffix.lower() not in (".parquet", ".pq"):
             raise ValueError(f"--out = {str(out)!r}: give a .parquet file name")
         source_path = Path(source) if source and Path(source).exists() else None
-        out = guard_output(out, "--out", inputs=[db, source_path], force=force)
+        out = guard_output(out, "--out", inputs=[db, source_path], force=force, writes="frame")
     questions = load_questions(name, source, split=split, limit=limit, seed=seed)
     if out is not None:
-        write_frame(questions, out, "--out")
+        write_frame(questions, out, "--out", force=force)
         console.print(f"questions written to {out}", style="dim")
     if db is not None:
         from cic.store import Store
@@ -97,8 +97,9 @@ def export(
     from cic.store.outputs import guard_output
 
     filters = _filters(where or [], table)
-    if out.suffix.lower() in (".parquet", ".pq"):
-        out = guard_output(out, "OUT", inputs=[db], force=force)
+    if out.suffix.lower() not in (".parquet", ".pq"):
+        raise ValueError(f"OUT = {str(out)!r}: give a .parquet file name")
+    out = guard_output(out, "OUT", inputs=[db], force=force, writes="frame")
     with Store.open(db, read_only=True) as store:
         rows = store.export(table, out, **filters)
     console.print(f"{rows} {table} rows written to {out}")
