@@ -11,6 +11,7 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from cic import schema
+from cic.pipeline import progress
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX, CalibrationConfig, RecalibrationConfig
 from cic.pipeline.recalibration import Candidate, RecalibrationPass, WindowRule, alert_kind, recalibrate_store
 from cic.pipeline.stored_calibration import GroupKey
@@ -98,7 +99,7 @@ def log_recalibrations(result: RecalibrationPass, *, tracking: str | None = None
     for key, check in result.checks:
         checks_by_group.setdefault(key, []).append(check)
     run_ids = []
-    for key, items in by_group.items():
+    for done, (key, items) in enumerate(by_group.items(), 1):
         first = items[0].row
         checks = checks_by_group.get(key, [])
         shift = [c for c in checks if c.test.name == "score_shift"]
@@ -126,4 +127,5 @@ def log_recalibrations(result: RecalibrationPass, *, tracking: str | None = None
             metrics=metrics, children=[_child(i, monitor_of) for i in items])
         run_id, _ = log_group(client, group)
         run_ids.append(run_id)
+        progress.report("log recalibrations", done, len(by_group))
     return run_ids

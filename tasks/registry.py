@@ -1,20 +1,22 @@
-"""Live gates in MLflow's model registry, so a serving system fetches one by name:
+"""Live gates in MLflow's model registry, so a serving system fetches one by name and alias:
 
-    mlflow.artifacts.download_artifacts("models:/<registered name>@live")   # → gate.json
+    mlflow.artifacts.download_artifacts("models:/<registered name>@live-cp-fixed_sequence-a0p1-d0p05")  # gate.json
 
-One registered model per serving key (model, dataset, estimator, criterion, alpha, delta, bound, search), named
-by a readable slug plus a hash of the exact key (two keys never share a name) and tagged with the key, which is
-checked before any alias moves; one version per gate (its run in experiment '<prefix>-gates' holds gate.json
-and the stored row); the alias `live` points at the live gate's version, and each version's tag `cic.state`
-follows the store. The store stays the source of truth: `cic gate sync` brings the registry in line after an
-outage, both ways, idempotently.
+One registered model per (model, dataset, estimator, criterion) — what a person looks for — named by a readable
+slug plus a hash of that group (two groups never share a name) and tagged with it; one version per gate that
+serves answers, so a model's versions are its gates over time, each tagged with its α, δ, bound, search, state and
+exact serving key; one alias per configuration, `live-<bound>-<search>-a<α>-d<δ>` ('.' written 'p', '-' written
+'m'), on the live gate's version, moved only after the version's tags are checked against the gate. A gate that
+serves nothing (α unattainable: no threshold) is never registered, and a key whose live gate serves nothing has
+no alias. The store stays the source of truth: `cic gate sync` brings the registry in line after an outage, both
+ways, idempotently, and clears the `live` aliases of the per-key names earlier versions registered.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from mlflow import MlflowClient
@@ -25,10 +27,13 @@ from cic.pipeline.gates import SERVING_KEY
 from cic.stats.calibration import CalibrationResult
 from tasks.tracking import experiment_id
 
-LIVE_ALIAS = "live"
+LIVE_ALIAS = "live"           # the alias of the per-key registered models earlier versions wrote (cleared)
 GATE_ID_TAG = "cic.gate_id"
 STATE_TAG = "cic.state"
 KEY_TAG = "cic.serving_key"
+GROUP_TAG = "cic.group_key"
+GROUP_KEY = ("model", "dataset", "estimator", "criterion")
+NAME_PREFIX = "cic-gate."
 _SLUG_MAX = 160
 
 
@@ -41,20 +46,53 @@ def serving_key_json(row: dict[str, Any]) -> str:
     return schema.canonical_json({k: (float(row[k]) if k in ("alpha", "delta") else row[k]) for k in SERVING_KEY})
 
 
+def group_key_json(row: dict[str, Any]) -> str:
+    """The (model, dataset, estimator, criterion) a registered model holds the gates of, as canonical JSON."""
+    return schema.canonical_json({k: row[k] for k in GROUP_KEY})
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._=-]+", "_", text)[:_SLUG_MAX]
+
+
 def registered_name(row: dict[str, Any]) -> str:
-    """The registered model of a gate's serving key: a readable slug (only letters, digits, '.', '_', '-', so
-    it is safe to quote in any search) and a hash of the exact key, so two keys never share a name."""
+    """The registered model of a gate's group: a readable slug (only letters, digits, '.', '_', '=', '-', so it is
+    safe to quote in any search) and a hash of the exact group, so two groups never share a name."""
+    readable = _slug(f"{row['model']}.{row['dataset']}.{row['estimator']}.{row['criterion']}")
+    return f"{NAME_PREFIX}{readable}.{schema.value_hash(group_key_json(row))[:12]}"
+
+
+def _number(value: float) -> str:
+    """A float in an alias, one-to-one: repr's digits with '.' as 'p', '-' as 'm', '+' dropped."""
+    return repr(float(value)).replace(".", "p").replace("-", "m").replace("+", "")
+
+
+def live_alias(row: dict[str, Any]) -> str:
+    """The alias of a configuration's live gate within its group's registered model (MLflow allows letters,
+    digits, '_' and '-'): `live-cp-fixed_sequence-a0p1-d0p05`."""
+    names = f"{row['bound']}-{row['search']}"
+    if not re.fullmatch(r"[A-Za-z0-9_]+-[A-Za-z0-9_]+", names):  # registry names are; anything else gets a hash
+        names = schema.value_hash(names)[:12]
+    return f"live-{names}-a{_number(row['alpha'])}-d{_number(row['delta'])}"
+
+
+def per_key_name(row: dict[str, Any]) -> str:
+    """The per-serving-key name earlier versions registered (only ever cleared of `live`, never served)."""
     readable = (f"{row['model']}.{row['dataset']}.{row['estimator']}.{row['criterion']}.alpha={row['alpha']:g}"
                 f".delta={row['delta']:g}.{row['bound']}.{row['search']}")
-    slug = re.sub(r"[^A-Za-z0-9._=-]+", "_", readable)[:_SLUG_MAX]
-    return f"cic-gate.{slug}.{schema.value_hash(serving_key_json(row))[:12]}"
+    return f"{NAME_PREFIX}{_slug(readable)}.{schema.value_hash(serving_key_json(row))[:12]}"
 
 
 def legacy_name(row: dict[str, Any]) -> str:
-    """The name earlier versions registered a key under (not injective: only ever cleared, never served)."""
+    """The name the first versions registered a key under (not injective: only ever cleared, never served)."""
     name = (f"cic-gate.{row['model']}.{row['dataset']}.{row['estimator']}.{row['criterion']}.alpha={row['alpha']:g}"
             f".delta={row['delta']:g}.{row['bound']}.{row['search']}")
     return re.sub(r"[/:]", "_", name)
+
+
+def serves(row: dict[str, Any]) -> bool:
+    """Whether a gate answers anything: a gate without a threshold (α unattainable) abstains on every question."""
+    return row.get("threshold") is not None
 
 
 def _quoted(value: str) -> str:
@@ -105,68 +143,110 @@ def registry_client(uri: str) -> MlflowClient:
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 
-def _check_key(model: Any, key: str, name: str) -> None:
-    found = (model.tags or {}).get(KEY_TAG)
-    if found != key:
-        raise RegistryMismatch(f"registered model {name!r} belongs to serving key {found} but was about to serve "
-                               f"{key}; nothing was moved — rename or delete that registered model")
+def _check_group(model: Any, group: str, name: str) -> None:
+    found = (model.tags or {}).get(GROUP_TAG)
+    if found != group:
+        raise RegistryMismatch(f"registered model {name!r} belongs to {found} but was about to serve a gate of "
+                               f"{group}; nothing was moved — rename or delete that registered model")
 
 
-def _sync_key(client: MlflowClient, rows: list[dict[str, Any]], experiment_prefix: str) -> list[str]:
-    """One serving key: register each gate, tag its state, point `live` at the live gate's version (after checking
-    the version's tags name that gate and key) or remove `live` when no gate is live; clear a legacy name's alias."""
-    key = serving_key_json(rows[0])
+def _version_tags(row: dict[str, Any]) -> dict[str, str]:
+    """What a version says of its gate, readable in the registry UI and checked before an alias moves."""
+    return {GATE_ID_TAG: row["calibration_id"], KEY_TAG: serving_key_json(row), "cic.alpha": f"{row['alpha']:g}",
+            "cic.delta": f"{row['delta']:g}", "cic.bound": row["bound"], "cic.search": row["search"],
+            "cic.threshold": f"{row['threshold']:.6g}"}
+
+
+def _sync_group(client: MlflowClient, rows: list[dict[str, Any]], experiment_prefix: str,
+                existing: dict[str, Any]) -> list[str]:
+    """One group's registered model: a version per serving gate (tagged with its state), and per configuration
+    the alias on the live gate's version (after checking the version's tags name that gate and key) or no alias
+    when no serving gate is live. Returns 'name@alias' for each alias that points somewhere."""
     name = registered_name(rows[0])
-    model = _registered(client, name)
+    group = group_key_json(rows[0])
+    serving = [r for r in rows if serves(r)]
+    model = existing.get(name)
+    if model is None and not serving:
+        return []  # nothing answers: nothing to register
     if model is None:
-        client.create_registered_model(name, tags={KEY_TAG: key})
-        model = client.get_registered_model(name)
-    _check_key(model, key, name)
-    by_gate = {v.tags.get(GATE_ID_TAG): v for v in _versions(client, name)}
-    out, live_version = [], None
-    for row in sorted(rows, key=lambda r: r["state"] == "live"):
+        model = client.create_registered_model(name, tags={GROUP_TAG: group, **{
+            f"cic.{k}": str(rows[0][k]) for k in GROUP_KEY}}, description=(
+            f"Certified abstention gates of {rows[0]['model']} on {rows[0]['dataset']} ({rows[0]['estimator']}, "
+            f"{rows[0]['criterion']}); each version one gate, each alias live-<bound>-<search>-a<α>-d<δ> the live "
+            "gate of that configuration."))
+    _check_group(model, group, name)
+    by_gate = {v.tags.get(GATE_ID_TAG): v for v in _versions(client, name)} if existing.get(name) else {}
+    aliases = dict(getattr(model, "aliases", None) or {})
+    wanted: dict[str, str] = {}
+    for row in sorted(serving, key=lambda r: r["state"] == "live"):
+        tags = _version_tags(row)
         version = by_gate.get(row["calibration_id"])
         if version is None:
             run = _gate_run(client, row, experiment_prefix)
             version = client.create_model_version(name, f"{run.info.artifact_uri}/gate", run_id=run.info.run_id,
-                                                  tags={GATE_ID_TAG: row["calibration_id"], KEY_TAG: key})
-        if version.tags.get(KEY_TAG, key) != key or version.tags.get(GATE_ID_TAG) != row["calibration_id"]:
+                                                  tags={**tags, STATE_TAG: row["state"]}, await_creation_for=0)
+        elif version.tags.get(STATE_TAG) != row["state"]:
+            client.set_model_version_tag(name, version.version, STATE_TAG, row["state"])
+        if version.tags.get(KEY_TAG) != tags[KEY_TAG] or version.tags.get(GATE_ID_TAG) != row["calibration_id"]:
             raise RegistryMismatch(f"{name} version {version.version} is tagged gate "
                                    f"{version.tags.get(GATE_ID_TAG)!r}, key {version.tags.get(KEY_TAG)!r}, not gate "
-                                   f"{row['calibration_id']!r} of {key}; nothing was moved")
-        client.set_model_version_tag(name, version.version, STATE_TAG, row["state"])
+                                   f"{row['calibration_id']!r} of {tags[KEY_TAG]}; nothing was moved")
         if row["state"] == "live":
-            live_version = str(version.version)
-        out.append(f"{name}@{version.version}")
-    current = client.get_registered_model(name).aliases.get(LIVE_ALIAS)
-    if live_version is not None and str(current) != live_version:
-        client.set_registered_model_alias(name, LIVE_ALIAS, live_version)
-    elif live_version is None and current is not None:
-        client.delete_registered_model_alias(name, LIVE_ALIAS)  # every gate retired: nothing serves
-    legacy = legacy_name(rows[0])
-    if legacy != name:
-        old = _registered(client, legacy)
-        if old is not None and (old.tags or {}).get(KEY_TAG) is not None and LIVE_ALIAS in (old.aliases or {}):
-            if json.loads(old.tags[KEY_TAG]) == json.loads(key):
-                client.delete_registered_model_alias(legacy, LIVE_ALIAS)  # served from the injective name now
+            wanted[live_alias(row)] = str(version.version)
+    for row in rows:  # a configuration whose live gate serves nothing, or that has none: no alias
+        wanted.setdefault(live_alias(row), "")
+    out = []
+    for alias, version_number in wanted.items():
+        current = aliases.get(alias)
+        if version_number and str(current) != version_number:
+            client.set_registered_model_alias(name, alias, version_number)
+        elif not version_number and current is not None:
+            client.delete_registered_model_alias(name, alias)
+        if version_number:
+            out.append(f"{name}@{alias}")
+    for row in rows:  # names earlier versions served this key under: they serve nothing now
+        for old in {per_key_name(row), legacy_name(row)}:
+            found = existing.get(old)
+            if found is not None and LIVE_ALIAS in (found.aliases or {}) and \
+                    (found.tags or {}).get(KEY_TAG) is not None and \
+                    json.loads(found.tags[KEY_TAG]) == json.loads(serving_key_json(row)):
+                client.delete_registered_model_alias(old, LIVE_ALIAS)
     return out
 
 
+def registered_gate_models(client: MlflowClient) -> dict[str, Any]:
+    """Every registered model cic named (`cic-gate.…`), with its tags and aliases, in one paged search."""
+    found: dict[str, Any] = {}
+    token = None
+    while True:
+        page = client.search_registered_models(filter_string=f"name LIKE '{NAME_PREFIX}%'", max_results=1000,
+                                               page_token=token)
+        found.update({m.name: m for m in page})
+        token = page.token
+        if not token:
+            return found
+
+
 def sync_gates(client: MlflowClient, rows: Sequence[dict[str, Any]], *,
-               experiment_prefix: str = DEFAULT_EXPERIMENT_PREFIX) -> list[str]:
-    """Register each gate (with its state) and reconcile each serving key's `live` alias with the store: on the
-    live gate's version, or absent when none is live; returns 'name@version' of each gate."""
-    by_key: dict[str, list[dict[str, Any]]] = {}
+               experiment_prefix: str = DEFAULT_EXPERIMENT_PREFIX,
+               progress: Callable[[int, int], None] | None = None) -> list[str]:
+    """Register each serving gate (with its state) and reconcile each configuration's alias with the store: on
+    the live gate's version, or absent when no serving gate is live; returns 'name@alias' of each live alias."""
+    by_group: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
-        by_key.setdefault(serving_key_json(row), []).append(row)
+        by_group.setdefault(group_key_json(row), []).append(row)
+    existing = registered_gate_models(client)
     out = []
-    for key_rows in by_key.values():
-        out.extend(_sync_key(client, key_rows, experiment_prefix))
+    for done, group_rows in enumerate(by_group.values(), 1):
+        out.extend(_sync_group(client, group_rows, experiment_prefix, existing))
+        if progress is not None:
+            progress(done, len(by_group))
     return out
 
 
 def registry_sync(db: str, uri: str, gate_ids: Sequence[str] | None, *,
-                  experiment_prefix: str = DEFAULT_EXPERIMENT_PREFIX) -> list[str]:
+                  experiment_prefix: str = DEFAULT_EXPERIMENT_PREFIX,
+                  progress: Callable[[int, int], None] | None = None) -> list[str]:
     """Bring the registry in line with the store for the serving keys of these gates (every key that has a live
     or retired gate when `gate_ids` is None): every live and retired gate of each key is registered and the
     key's `live` alias follows the store. Raises when MLflow cannot be reached."""
@@ -186,4 +266,5 @@ def registry_sync(db: str, uri: str, gate_ids: Sequence[str] | None, *,
     related = table.join(keys, on=list(SERVING_KEY)).filter(pl.col("state").is_in(["live", "retired"]))
     if gate_ids is not None:
         related = pl.concat([related, chosen]).unique("calibration_id", keep="first")
-    return sync_gates(registry_client(uri), related.to_dicts(), experiment_prefix=experiment_prefix)
+    return sync_gates(registry_client(uri), related.to_dicts(), experiment_prefix=experiment_prefix,
+                      progress=progress)

@@ -11,42 +11,16 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from cic.cli.common import TrackingOpt, console, err_console, flow_outcome, fmt, friendly_errors, printable, styled
+from cic.cli.progress_view import progress_view
 from cic.cli.service_logs import services_log_path, services_logged_to
 from cic.cli.services import command_services
-from cic.pipeline.progress import ProgressLines
 
 ConfigOpt = Annotated[str, typer.Option("--config", help="Pipeline YAML (models, datasets, estimators, ...), or the "
                                        "name of a shipped config: demo, paper, example.")]
 DbOpt = Annotated[str | None, typer.Option("--db", help="DuckDB file (default: the config's, ./cic.duckdb).")]
-
-
-class StageBars:
-    """Rich progress bars, one per pipeline stage, fed by `cic.pipeline.progress`."""
-
-    def __init__(self) -> None:
-        self.progress = Progress(TextColumn("{task.description:<28}", markup=False), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=console, transient=False)
-        self.tasks: dict[str, Any] = {}
-
-    def __call__(self, stage: str, done: int, total: int) -> None:
-        if stage not in self.tasks:
-            self.tasks[stage] = self.progress.add_task(stage, total=max(total, 1))
-        self.progress.update(self.tasks[stage], completed=done if total else 1, total=max(total, 1))
-
-    def __enter__(self) -> StageBars:
-        from cic.pipeline import progress
-
-        self.progress.start()
-        self._unsubscribe = progress.subscribe(self)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._unsubscribe()
-        self.progress.stop()
 
 
 REAL_EXAMPLE = "infra/examples/real/README.md"
@@ -123,8 +97,7 @@ def run(
     # the Prefect server and a local Ray stop with this command, on SIGTERM too; a SIGKILL's leftovers are
     # stopped by the next `cic run` on the same store
     store_file = db or checked.storage.db
-    with command_services(store_file) as service_log, (
-            StageBars() if console.is_terminal else ProgressLines(lambda text: console.print(text, soft_wrap=True))):
+    with command_services(store_file) as service_log, progress_view():
         state = pipeline(config_path=str(config), db=db, ray_address=ray_address, tracking=tracking_uri,
                          report_dir=report_dir, log_to_mlflow=not no_mlflow, return_state=True)
     summary, failed = flow_outcome(state, ModelsFailed)
@@ -257,7 +230,7 @@ def recalibrate(
     from flows.recalibrate import RecalibrationAlert, recalibrate_flow
 
     # Prefect's ephemeral server stops with this command, also when it is killed (see owned_processes)
-    with command_services(resolved_db, command="recalibrate"):
+    with command_services(resolved_db, command="recalibrate"), progress_view():
         state = recalibrate_flow(config_path=str(config), db=db, tracking=tracking_uri, window=window, since=since,
                                  log_to_mlflow=not no_mlflow, fail_on_alert=fail_on_alert, return_state=True)
     result, failed = flow_outcome(state, RecalibrationAlert)
@@ -327,7 +300,7 @@ def log_command(
     from cic.pipeline.preflight import check_store
 
     check_store(db, must_exist=True, option="--db")
-    with services_logged_to(services_log_path(db)):
+    with services_logged_to(services_log_path(db)), progress_view():
         stats = log_results.fn(db, tracking=tracking_uri, experiment_prefix=experiment_prefix, report_dir=report_dir)
     console.print(f"{stats.logged} group(s) logged, {stats.already} already in MLflow", highlight=False)
 
@@ -351,7 +324,7 @@ def _log_table(table: Path, tracking_uri: str | None, experiment_prefix: str | N
         with Store.open(store_file) as store:
             run_keys = store_long_table(store, frame, source=f"TABLE = {str(table)!r}", digest=file_digest(table))
         calibration = CalibrationConfig(n_splits=n_splits)
-        with services_logged_to(Path(tmp) / "services.log"):
+        with services_logged_to(Path(tmp) / "services.log"), progress_view():
             calibrate_runs.fn(store_file, run_keys, calibration)
             stats = log_results.fn(store_file, tracking=tracking_uri, report_dir=report_dir, run_keys=run_keys,
                                    experiment_prefix=experiment_prefix or DEFAULT_EXPERIMENT_PREFIX)

@@ -40,7 +40,8 @@ def _registered_store(root: Path) -> tuple[str, str, float]:
     synced = runner.invoke(app, ["gate", "sync", "--db", str(root / "g.duckdb"), "--tracking-uri", uri])
     assert synced.exit_code == 0, synced.output
     [model] = MlflowClient(tracking_uri=uri, registry_uri=uri).search_registered_models()
-    return uri, model.name, row["threshold"]
+    [alias] = model.aliases
+    return uri, f"{model.name}@{alias}", row["threshold"]
 
 
 def test_a_moved_store_is_refused_then_relocated_and_serves_its_gate_to_client_registry_and_ui(
@@ -57,7 +58,7 @@ def test_a_moved_store_is_refused_then_relocated_and_serves_its_gate_to_client_r
     uri = f"sqlite:///{new_root}/mlflow.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # how a serving system names the store (registry too)
     before = _locations(new_root / "mlflow.db")
-    stale = mlflow.artifacts.download_artifacts(f"models:/{name}@live", dst_path=str(tmp_path / "dl0"))
+    stale = mlflow.artifacts.download_artifacts(f"models:/{name}", dst_path=str(tmp_path / "dl0"))
     assert not (Path(stale) / "gate.json").exists()  # MLflow finds nothing at the recorded folder, silently
     refused = runner.invoke(app, ["gate", "sync", "--db", str(new_root / "g.duckdb"), "--tracking-uri", uri])
     assert refused.exit_code == 2
@@ -69,8 +70,8 @@ def test_a_moved_store_is_refused_then_relocated_and_serves_its_gate_to_client_r
     assert relocated.exit_code == 0, relocated.output
     assert "cic-gates:" in relocated.output and "mine" not in relocated.output
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
-    version = client.get_model_version_by_alias(name, "live")
-    gate_file = Path(mlflow.artifacts.download_artifacts(f"models:/{name}@live", dst_path=str(tmp_path / "dl")))
+    version = client.get_model_version_by_alias(*name.split("@"))
+    gate_file = Path(mlflow.artifacts.download_artifacts(f"models:/{name}", dst_path=str(tmp_path / "dl")))
     gate_file = gate_file / "gate.json"
     assert json.loads(gate_file.read_text())["threshold"] == threshold
     here = (new_root / "mlartifacts").as_uri()
@@ -87,7 +88,7 @@ def test_a_moved_store_is_refused_then_relocated_and_serves_its_gate_to_client_r
         query = urllib.parse.urlencode({"path": "gate/gate.json", "run_uuid": version.run_id})
         with urllib.request.urlopen(f"{server.url}/get-artifact?{query}", timeout=30) as response:
             assert json.loads(response.read())["threshold"] == threshold
-        query = urllib.parse.urlencode({"path": "gate.json", "name": name, "version": version.version})
+        query = urllib.parse.urlencode({"path": "gate.json", "name": name.split("@")[0], "version": version.version})
         with urllib.request.urlopen(f"{server.url}/model-versions/get-artifact?{query}", timeout=30) as response:
             assert json.loads(response.read())["threshold"] == threshold
     finally:

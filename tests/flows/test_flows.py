@@ -142,7 +142,7 @@ def test_a_promoted_gate_is_served_by_mlflow_alias_live(setup: tuple[Path, Path,
 
     import mlflow
 
-    from tasks.registry import registered_name
+    from tasks.registry import live_alias, registered_name
 
     config, db, client = setup
     uri = client.tracking_uri
@@ -157,13 +157,13 @@ def test_a_promoted_gate_is_served_by_mlflow_alias_live(setup: tuple[Path, Path,
     result = CliRunner().invoke(app, ["gate", "promote", row["calibration_id"][:12], "--db", str(db),
                                       "--tracking-uri", uri, "--experiment-prefix", "cic-t", "--despite-alerts"])
     assert result.exit_code == 0, result.output
-    name = registered_name(row)
-    assert f"{name}@1" in result.output.replace("\n", "")
+    name, alias = registered_name(row), live_alias(row)
+    assert f"models:/{name}@{alias}" in result.output.replace("\n", "")
     registry = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
-    version = registry.get_model_version_by_alias(name, "live")
+    version = registry.get_model_version_by_alias(name, alias)
     assert version.tags["cic.gate_id"] == row["calibration_id"] and version.tags["cic.state"] == "live"
     # as a serving system would (MLFLOW_TRACKING_URI is set by the fixture; no global mlflow.set_* state)
-    fetched = Path(mlflow.artifacts.download_artifacts(f"models:/{name}@live", dst_path=str(tmp_path / "dl")))
+    fetched = Path(mlflow.artifacts.download_artifacts(f"models:/{name}@{alias}", dst_path=str(tmp_path / "dl")))
     assert json.loads((fetched / "gate.json").read_text())["threshold"] == row["threshold"]
 
 

@@ -27,7 +27,7 @@ def test_a_served_artifact_store_moves_with_its_folder_and_needs_no_relocation(
     server = MlflowServer(old, artifacts=old / "mlartifacts").start()
     try:
         [registered] = registry_sync(str(old / "g.duckdb"), server.url, None)
-        name = registered.rsplit("@", 1)[0]
+        name, alias = registered.rsplit("@", 1)
     finally:
         server.kill()
     shutil.move(old, new)
@@ -35,10 +35,10 @@ def test_a_served_artifact_store_moves_with_its_folder_and_needs_no_relocation(
     try:
         monkeypatch.setenv("MLFLOW_TRACKING_URI", server.url)
         client = MlflowClient()
-        version = client.get_model_version_by_alias(name, "live")
+        version = client.get_model_version_by_alias(name, alias)
         assert client.get_run(version.run_id).info.artifact_uri.startswith("mlflow-artifacts:/")
         check_not_moved(server.url)  # nothing recorded is absolute
-        fetched = Path(mlflow.artifacts.download_artifacts(f"models:/{name}@live", dst_path=str(tmp_path / "dl")))
+        fetched = Path(mlflow.artifacts.download_artifacts(f"models:/{name}@{alias}", dst_path=str(tmp_path / "dl")))
         assert '"threshold"' in (fetched / "gate.json").read_text() and row["state"] == "live"
         with pytest.raises(ValueError, match="only a local SQLite store"):
             relocate(server.url)

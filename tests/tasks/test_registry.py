@@ -12,9 +12,9 @@ from mlflow import MlflowClient
 from typer.testing import CliRunner
 
 from cic.cli import app
-from cic.pipeline.gates import gates, retire
+from cic.pipeline.gates import gates
 from cic.store import Store
-from tasks.registry import RegistryMismatch, legacy_name, registered_name, registry_sync
+from tasks.registry import RegistryMismatch, legacy_name, live_alias, per_key_name, registered_name, registry_sync
 from tests.pipeline.test_recalibration import make_live
 from tests.support.pipeline_data import store_run
 
@@ -52,7 +52,7 @@ def test_models_whose_old_names_collided_get_their_own_registered_model(tmp_path
     registry_sync(str(db), uri, None)
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     for row in (a, b):
-        version = client.get_model_version_by_alias(registered_name(row), "live")
+        version = client.get_model_version_by_alias(registered_name(row), live_alias(row))
         assert version.tags["cic.gate_id"] == row["calibration_id"]
 
 
@@ -62,7 +62,7 @@ def test_a_quote_in_a_model_name_registers_and_serves(tmp_path: Path, uri: str) 
     result = runner.invoke(app, ["gate", "sync", "--db", str(db), "--tracking-uri", uri])
     assert result.exit_code == 0, result.output
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
-    assert client.get_model_version_by_alias(registered_name(row), "live").tags["cic.gate_id"] == \
+    assert client.get_model_version_by_alias(registered_name(row), live_alias(row)).tags["cic.gate_id"] == \
         row["calibration_id"]
 
 
@@ -70,8 +70,8 @@ def test_the_alias_never_moves_onto_a_registered_model_of_another_key(tmp_path: 
     db = tmp_path / "g.duckdb"
     [row] = live_store(db, ("m",))
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
-    client.create_registered_model(registered_name(row), tags={"cic.serving_key": '{"model": "other"}'})
-    with pytest.raises(RegistryMismatch, match="belongs to serving key"):
+    client.create_registered_model(registered_name(row), tags={"cic.group_key": '{"model": "other"}'})
+    with pytest.raises(RegistryMismatch, match="belongs to"):
         registry_sync(str(db), uri, None)
     assert client.get_registered_model(registered_name(row)).aliases == {}
 
@@ -82,13 +82,15 @@ def test_retire_during_an_outage_then_sync_clears_live_and_sync_fails_while_down
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     assert runner.invoke(app, ["gate", "sync", "--db", str(db), "--tracking-uri", uri]).exit_code == 0
     name = registered_name(row)
-    assert client.get_registered_model(name).aliases == {"live": 1}
+    alias = live_alias(row)
+    assert alias == "live-cp-fixed_sequence-a0p3-d0p05", alias  # readable: bound, search, α, δ
+    assert client.get_registered_model(name).aliases == {alias: 1}
 
     retired = runner.invoke(app, ["gate", "retire", row["calibration_id"][:12], "--db", str(db),
                                   "--tracking-uri", DOWN])
     assert retired.exit_code == 0, retired.output  # the store holds the new state
     assert "cic gate sync" in " ".join(retired.output.split())
-    assert client.get_registered_model(name).aliases == {"live": 1}  # the outage left it behind
+    assert client.get_registered_model(name).aliases == {alias: 1}  # the outage left it behind
 
     down = runner.invoke(app, ["gate", "sync", "--db", str(db), "--tracking-uri", DOWN])
     assert down.exit_code == 1 and "not synced" in down.output and "does not answer" in down.output
@@ -105,13 +107,45 @@ def test_sync_clears_the_alias_left_on_a_legacy_name(tmp_path: Path, uri: str) -
     db = tmp_path / "g.duckdb"
     [row] = live_store(db, ("m",))
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
-    old = legacy_name(row)
     key = {k: row[k] for k in ("model", "dataset", "estimator", "criterion", "alpha", "delta", "bound", "search")}
-    client.create_registered_model(old, tags={"cic.serving_key": json.dumps(key)})
     run = client.create_run(client.create_experiment("legacy"))
-    version = client.create_model_version(old, f"{run.info.artifact_uri}/gate", run_id=run.info.run_id)
-    client.set_registered_model_alias(old, "live", version.version)
-    with Store.open(db) as store:
-        retire(store, row["calibration_id"], reason="test")
+    for old in (legacy_name(row), per_key_name(row)):  # the first versions' names, then one model per key
+        client.create_registered_model(old, tags={"cic.serving_key": json.dumps(key)})
+        version = client.create_model_version(old, f"{run.info.artifact_uri}/gate", run_id=run.info.run_id)
+        client.set_registered_model_alias(old, "live", version.version)
     registry_sync(str(db), uri, None)
-    assert client.get_registered_model(old).aliases == {}
+    for old in (legacy_name(row), per_key_name(row)):
+        assert client.get_registered_model(old).aliases == {}  # served from the group's model and its alias now
+    assert client.get_model_version_by_alias(registered_name(row), live_alias(row)).tags["cic.gate_id"] == \
+        row["calibration_id"]
+
+
+def test_gates_that_serve_nothing_are_never_registered_and_one_model_holds_a_group(tmp_path: Path,
+                                                                                  uri: str) -> None:
+    """380 registered models with `@live` on `"threshold": null` gates: now a group is one registered model, its
+    configurations aliases, and a gate without a threshold registers nothing."""
+    import polars as pl
+
+    from tests.pipeline.test_recalibration import CONFIG, only_group
+
+    db = tmp_path / "g.duckdb"
+    with Store.open(db) as store:
+        store_run(store, n=400, labelled_at=datetime(2026, 1, 1, tzinfo=UTC), estimators=("semantic_entropy",))
+        group = only_group(store)
+        make_live(store, group, CONFIG.model_copy(update={"alphas": [0.001, 0.3, 0.4]}))
+        live = gates(store).filter(state="live")
+    nothing = live.filter(pl.col("threshold").is_null()).to_dicts()
+    serving = live.filter(pl.col("threshold").is_not_null()).to_dicts()
+    assert nothing and len(serving) >= 2  # α = 0.001 is unattainable on 400 questions
+    result = runner.invoke(app, ["gate", "sync", "--db", str(db), "--tracking-uri", uri])
+    assert result.exit_code == 0, result.output
+    assert "not registered" in result.output and len(result.output.splitlines()) <= 2 + len(serving)
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    models = client.search_registered_models()
+    assert [m.name for m in models] == [registered_name(serving[0])]  # one model for the group
+    versions = client.search_model_versions(f"name = '{models[0].name}'")
+    assert sorted(v.tags["cic.gate_id"] for v in versions) == sorted(r["calibration_id"] for r in serving)
+    assert set(models[0].aliases) == {live_alias(r) for r in serving}  # no alias for the unattainable α
+    for row in serving:
+        version = client.get_model_version_by_alias(models[0].name, live_alias(row))
+        assert version.tags["cic.alpha"] == f"{row['alpha']:g}" and version.tags["cic.state"] == "live"
