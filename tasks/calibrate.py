@@ -24,6 +24,7 @@ from cic.pipeline.stored_calibration import (
 )
 from cic.store import Store
 from tasks.run_logs import run_logger
+from tasks.task_names import named_by_runs
 
 
 @dataclass
@@ -38,7 +39,7 @@ class CalibrateStats:
     group_studies: int = 0     # (model, estimator, criterion) studies over datasets (`group_by: dataset`)
 
 
-@task(name="calibrate", cache_policy=NO_CACHE, timeout_seconds=6 * 3600)
+@task(name="calibrate", task_run_name=named_by_runs("calibrate"), cache_policy=NO_CACHE, timeout_seconds=6 * 3600)
 def calibrate_runs(db: str, run_keys: Sequence[str], calibration: CalibrationConfig,
                    estimators: Sequence[str] | None = None, criteria: Sequence[str] | None = None) -> CalibrateStats:
     """Gate per (alpha, bound, search) on each group's pairs plus the split protocol; idempotent upserts. A gate

@@ -9,9 +9,10 @@ from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
 from cic.pipeline.durations import parse_duration
 from cic.pipeline.ingest import IngestStats, ingest_file
 from cic.store import Store
+from tasks.task_names import named_by_runs
 
 
-@task(name="ingest", cache_policy=NO_CACHE, timeout_seconds=1800)
+@task(name="ingest", task_run_name=named_by_runs("ingest"), cache_policy=NO_CACHE, timeout_seconds=1800)
 def ingest_records(db: str, path: str, *, label_name: str = "human", criterion: str | None = None,
                    experiment_prefix: str = DEFAULT_EXPERIMENT_PREFIX, relabel: bool = False, max_skew: str = "5m",
                    timezone: str | None = None, group: str | None = None) -> IngestStats:

@@ -29,6 +29,7 @@ from cic.store import Store
 from cic.store.outputs import guard_output_dir, write_frame
 from tasks.artifact_locations import check_not_moved
 from tasks.run_logs import run_logger
+from tasks.task_names import named_by_runs
 from tasks.tracking import ChildRun, DatasetRef, GroupLog, check_reachable, find_logged, log_group
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
@@ -168,7 +169,8 @@ def question_set_digest(pairs: pl.DataFrame, unit: dict[str, Any]) -> str:
     return schema.stable_hash(unit["dataset"], *sorted(pairs.get_column("question_id").to_list()), length=36)
 
 
-@task(name="log", retries=1, retry_delay_seconds=5, retry_condition_fn=lambda task, run, state: not isinstance(
+@task(name="log", task_run_name=named_by_runs("log"), retries=1, retry_delay_seconds=5,
+      retry_condition_fn=lambda task, run, state: not isinstance(
     state.result(raise_on_failure=False), ConnectionError), cache_policy=NO_CACHE)
 def log_results(db: str, *, tracking: str | None = None, experiment_prefix: str | None = None,
                 report_dir: str = "cic-reports", run_keys: Sequence[str] | None = None,

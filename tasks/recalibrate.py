@@ -19,13 +19,14 @@ from cic.stats.calibration import CalibrationResult
 from cic.store import Store
 from tasks.artifact_locations import check_not_moved
 from tasks.log import tracking_uri
+from tasks.task_names import named_by_runs
 from tasks.tracking import ChildRun, GroupLog, check_reachable, log_group
 
 __all__ = ["Candidate", "RecalibrationPass", "log_recalibrations", "recalibrate_runs"]
 LOGGED_ALERTS = 20
 
 
-@task(name="recalibrate", cache_policy=NO_CACHE, timeout_seconds=3600)
+@task(name="recalibrate", task_run_name=named_by_runs("recalibrate"), cache_policy=NO_CACHE, timeout_seconds=3600)
 def recalibrate_runs(db: str, run_keys: Sequence[str], calibration: CalibrationConfig, policy: RecalibrationConfig,
                      rule: WindowRule) -> RecalibrationPass:
     """Candidates for every group of the runs in one pass over the store, Holm across all drift tests,
@@ -80,7 +81,8 @@ def _child(item: Candidate, monitor_of: dict[str, dict[str, Any]]) -> ChildRun:
         texts={"gate.json": gate, "alerts.json": schema.canonical_json({"alerts": item.alerts})})
 
 
-@task(name="log-recalibration", retries=2, retry_delay_seconds=[5, 30], cache_policy=NO_CACHE, timeout_seconds=900)
+@task(name="log-recalibration", task_run_name=named_by_runs("log-recalibration"), retries=2,
+      retry_delay_seconds=[5, 30], cache_policy=NO_CACHE, timeout_seconds=900)
 def log_recalibrations(result: RecalibrationPass, *, tracking: str | None = None,
                        experiment_prefix: str = DEFAULT_EXPERIMENT_PREFIX) -> list[str]:
     """One MLflow parent run per recalibrated group (the pipeline's tags, cic.kind = recalibration), nested per

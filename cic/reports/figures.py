@@ -126,9 +126,18 @@ def coverage_vs_alpha_figure(results: pl.DataFrame, path: Path) -> Path:
     return _metric_vs_alpha_figure(results, path, "coverage", "coverage (mean ± std)", diagonal=False)
 
 
+def curve_keys(results: pl.DataFrame) -> list[str]:
+    """The columns that make one line of a metric-against-α panel: the group columns that vary and the search
+    when several are shown (else two searches' points were drawn as one zig-zag line under one legend entry)."""
+    keys = varying_keys(results)
+    if "search" in results.columns and results.get_column("search").n_unique() > 1 and "search" not in keys:
+        keys = [*keys, "search"] if results.select(keys).n_unique() > 1 else ["search"]
+    return keys
+
+
 def _metric_vs_alpha_figure(results: pl.DataFrame, path: Path, metric: str, ylabel: str, *,
                             diagonal: bool) -> Path:
-    keys = varying_keys(results)
+    keys = curve_keys(results)
     bounds = list(dict.fromkeys(results.get_column("bound").to_list()))
     fig, axes = _figure(len(bounds), panel_size=(4.4, 3.4), max_cols=2, top_in=0.3)
     groups = list(dict.fromkeys(tuple(r[k] for k in keys) for r in results.iter_rows(named=True)))

@@ -74,7 +74,8 @@ def test_cic_run_shows_in_the_prefect_and_mlflow_uis(server: dict[str, str], mlf
     assert any(m.startswith("calibrated 1 groups") for m in messages), messages
 
     tasks = {t["name"] for t in _post(api, "/task_runs/filter", {"flow_runs": {"id": {"any_": [run_id]}}})}
-    assert {"load-questions · trivia_qa", "answer · smollm2"} <= tasks, tasks
+    assert {"load-questions · trivia_qa", "answer · smollm2", "calibrate · 1 run(s)", "log · 1 run(s)"} <= tasks, tasks
+    assert not any(re.fullmatch(r"[a-z-]+-[0-9a-f]{3}", name) for name in tasks), tasks  # no random names left
 
     found = _post(api, "/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [run_id]}}})
     artifacts = {a["key"]: a for a in found}

@@ -298,3 +298,18 @@ def test_committed_real_example_report_is_reproduced_by_its_table(tmp_path: Path
 def test_a_summary_never_prints_negative_zero() -> None:
     result = cic.calibrate(np.zeros(400) * -1.0, np.zeros(400), alpha=0.2)
     assert "score <= 0:" in result.summary() and "-0" not in result.summary()
+
+
+def test_each_search_is_its_own_line_in_the_metric_against_alpha_figures() -> None:
+    """Parent figures drew fixed_sequence and paper as one zig-zag line with one legend entry."""
+    from cic.reports.figures import curve_keys
+
+    one_group = pl.DataFrame({"dataset": ["d"] * 4, "estimator": ["e"] * 4, "criterion": ["c"] * 4,
+                              "model": ["m"] * 4, "search": ["fixed_sequence", "paper"] * 2,
+                              "alpha": [0.1, 0.1, 0.2, 0.2]})
+    assert curve_keys(one_group) == ["search"]
+    two_groups = one_group.with_columns(pl.Series("estimator", ["e", "e", "f", "f"]))
+    keys = curve_keys(two_groups)
+    assert "search" in keys and "estimator" in keys
+    assert two_groups.select(keys).n_unique() == 4  # every (estimator, search) its own line
+    assert curve_keys(one_group.filter(search="paper")) != ["search"]  # one search: no split needed
