@@ -98,13 +98,23 @@ def _store_error(db_file: Path, exc: sqlite3.DatabaseError, wait_s: float = 30) 
     return ValueError(f"{str(db_file)!r} is not an MLflow SQLite store ({exc})")
 
 
+def _tables(conn: sqlite3.Connection) -> list[str]:
+    """The tables of a SQLite file, by name (none in a file MLflow has not initialised yet)."""
+    return [name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+
+
 def _moved(conn: sqlite3.Connection, db_file: Path) -> list[MovedExperiment]:
     try:
         rows = conn.execute("SELECT experiment_id, name, artifact_location FROM experiments").fetchall()
     except sqlite3.OperationalError as exc:
-        if "no such table" in str(exc):
+        if "no such table" not in str(exc):
+            raise _store_error(db_file, exc) from None
+        tables = _tables(conn)
+        if not tables:
             return []  # an empty SQLite file: MLflow creates its tables on first use, nothing can have moved
-        raise _store_error(db_file, exc) from None
+        shown = ", ".join(tables[:5]) + (f" and {len(tables) - 5} more" if len(tables) > 5 else "")
+        raise ValueError(f"{str(db_file)!r} is not an MLflow SQLite store: it holds table(s) {shown} but no "
+                         "experiments table; nothing changed (point --tracking-uri at MLflow's database)") from None
     except sqlite3.DatabaseError as exc:
         raise _store_error(db_file, exc) from None
     here = db_file.parent / ARTIFACTS_DIR

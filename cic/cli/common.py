@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import re
 import sys
 from collections.abc import Callable
@@ -20,13 +21,15 @@ err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 140, m
                       highlight=False)
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_NAMED = {"\n": "\\n", "\t": "\\t"}
 
 
 def printable(text: object) -> str:
-    """Text safe for a terminal: control characters and escape sequences (ANSI colours, cursor moves, a
-    carriage return that hides what came before) shown as \\xNN instead of acting on the terminal."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+    """Text safe for a terminal on one line: a newline or tab as \\n / \\t (a name from a user's file must not
+    split a line or a table row) and other control characters and escape sequences (ANSI colours, cursor moves, a
+    carriage return that hides what came before) as \\xNN instead of acting on the terminal."""
+    return _CONTROL.sub(lambda m: _NAMED.get(m.group(), f"\\x{ord(m.group()):02x}"), str(text))
 
 
 def styled(*parts: str | tuple[str, str]) -> Text:
@@ -39,11 +42,46 @@ TrackingOpt = Annotated[str | None, typer.Option(
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _run_log(record: logging.LogRecord) -> bool:
+    """Logger filter on Prefect's flow- and task-run loggers: mark their records for `_console_view` (which the
+    console handler gets on first use: Prefect creates it when it is imported). The run's log in the Prefect UI
+    keeps every record as it was."""
+    record.cic_run_log = True
+    exc = record.exc_info[1] if record.exc_info else None
+    if exc is not None and "cic.store" in sys.modules:
+        from cic.store.database import StoreError
+
+        record.cic_store_error = isinstance(exc, StoreError)
+    for handler in logging.getLogger().handlers:  # Prefect's console handler sits on the root logger
+        if not isinstance(handler, logging.FileHandler) and _console_view not in handler.filters:
+            handler.addFilter(_console_view)
+    return True
+
+
+def _console_view(record: logging.LogRecord) -> bool:
+    """Console filter for flow- and task-run records: names from users' files printed escaped (`printable`), and
+    a run that a store error ended (a damaged block, a full disk) left out, traceback and all: `friendly_errors`
+    prints it as one line."""
+    if not getattr(record, "cic_run_log", False):
+        return True
+    if getattr(record, "cic_store_error", False):
+        return False
+    message = record.getMessage()
+    safe = printable(message)
+    if safe != message:  # the API handler already sent the record (its handlers run before the root's)
+        record.msg, record.args = safe, ()
+    return True
+
+
 def friendly_errors(func: F) -> F:
     """Turn input errors (ValueError) into a one-line message and exit status 2, not a traceback."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        for name in ("prefect.flow_runs", "prefect.task_runs"):
+            run_logger = logging.getLogger(name)
+            if _run_log not in run_logger.filters:
+                run_logger.addFilter(_run_log)
         try:
             return func(*args, **kwargs)
         except ValueError as exc:
@@ -196,5 +234,6 @@ LabelOpt = Annotated[list[str] | None, typer.Option(help="Label for files withou
 
 
 DbOpt = Annotated[Path, typer.Option("--db", help="DuckDB file of the store.")]
-ForceOpt = Annotated[bool, typer.Option("--force", help="Replace an existing database or Parquet file that cic did "
-                                                        "not write (never an input of the command).")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Replace an existing file that cic did not write (a "
+                                                        "database, Parquet, CSV or JSON file; never an input of the "
+                                                        "command, a device or a directory).")]

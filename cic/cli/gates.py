@@ -30,7 +30,8 @@ def _existing(db: Path) -> Path:
 
 @friendly_errors
 def ingest(
-    file: Annotated[Path, typer.Argument(help="Parquet, CSV or JSONL of production records (or of labels alone).")],
+    file: Annotated[Path | None, typer.Argument(help="Parquet, CSV or JSONL of production records (or of labels "
+                                                "alone).")] = None,
     db: StoreOpt = Path("cic.duckdb"),
     label_name: Annotated[str, typer.Option("--label-name", help="Criterion name for the `correct` column.")] = "human",
     criterion: Annotated[str | None, typer.Option("--criterion", help="Label the `gold` column with this criterion "
@@ -45,6 +46,11 @@ def ingest(
     group: Annotated[str | None, typer.Option("--group", metavar="COLUMN", help="Column holding each record's "
                                               "group (user segment, tier): the record is stored in stream "
                                               "'<stream>/<group>', so each group gets its own gates.")] = None,
+    complete: Annotated[str | None, typer.Option("--complete", metavar="ID", help="Finish an ingest cut off between "
+                                                 "commits from its staged data, without its file (ID: the sha256 "
+                                                 "prefix `cic recalibrate` names).")] = None,
+    abandon: Annotated[str | None, typer.Option("--abandon", metavar="ID", help="Undo an ingest cut off between "
+                                                "commits: remove what it stored, in one transaction.")] = None,
 ) -> None:
     """Store production records (question, answer, scores, timestamp, correctness when known) next to the
     pipeline's runs; a file of labels alone labels them later. Idempotent; a bad record stores nothing."""
@@ -54,6 +60,12 @@ def ingest(
     from cic.store import Store
     from cic.store.score_files import input_file
 
+    given = [name for name, value in (("FILE", file), ("--complete", complete), ("--abandon", abandon)) if value]
+    if len(given) != 1:
+        raise ValueError(f"{' and '.join(given) or 'FILE'}: give exactly one of FILE, --complete ID, --abandon ID")
+    if file is None:
+        _journal_command(_existing(db), complete, abandon)
+        return
     input_file(file, SUFFIXES)
     skew = parse_duration(max_skew, "--max-skew")
     if not db.parent.is_dir():
@@ -72,6 +84,23 @@ def ingest(
             f" {stats.relabelled} stored label(s) changed (label_events); "
             + (f"gates flagged: {', '.join(g[:12] for g in stats.flagged_gates)} — `cic gate list` shows why"
                if stats.flagged_gates else "no gate's window held them"))), soft_wrap=True)
+
+
+def _journal_command(db: Path, complete: str | None, abandon: str | None) -> None:
+    """`cic ingest --complete ID` / `--abandon ID`: finish or undo an ingest cut off between its commits."""
+    from cic.pipeline.ingest import abandon_ingest, complete_ingest
+    from cic.store import Store
+
+    with Store.open(db, wait_s=300) as store:
+        if complete is not None:
+            stats = complete_ingest(store, complete)
+            console.print(printable(f"ingest {complete} completed from its staged data: {stats.records} record(s), "
+                                    f"{stats.labels} labelled, in {db}"))
+            return
+        assert abandon is not None
+        done = abandon_ingest(store, abandon)
+    removed = ", ".join(f"{n} {table}" for table, n in done.items() if n) or "nothing stored yet"
+    console.print(printable(f"ingest {abandon} abandoned: removed {removed} in {db}"))
 
 
 @gate_app.command("list", cls=ReadableCommand)
@@ -157,8 +186,11 @@ def _sync(db: Path, gate_ids: list[str], tracking_uri: str | None, experiment_pr
         err_console.print(styled(("MLflow registry not updated:", "bold yellow"), f" {type(exc).__name__}: "
                                  f"{printable(str(exc))} — the store holds the new state; {SYNC_HINT}"))
         return
-    for name in names:
-        console.print(f"MLflow registry ({uri}): {printable(name)}")
+    for name in names[:SHOWN_NAMES]:
+        console.print(printable(f"MLflow registry ({uri}): models:/{name}"), soft_wrap=True, highlight=False)
+
+
+SHOWN_NAMES = 10
 
 
 @gate_app.command("promote", cls=ReadableCommand)
@@ -188,6 +220,24 @@ def promote_gate(
     _warn_over_budget(family)
     if not no_mlflow:
         _sync(db, [row["calibration_id"], *retired], tracking_uri, experiment_prefix)
+
+
+@gate_app.command("confirm", cls=ReadableCommand)
+@friendly_errors
+def confirm_gate(
+    gate_id: Annotated[str, typer.Argument(help="Id of a flagged live gate (or its first 12 characters).")],
+    db: StoreOpt = Path("cic.duckdb"),
+    reason: Annotated[str, typer.Option("--reason", help="Who confirms it and why (kept in the gate's event "
+                                        "log).")] = "confirmed by hand after review",
+) -> None:
+    """Keep serving a flagged live gate after review: recorded in its event log; `cic gate export` serves it
+    again. (A newer gate promoted for its key clears the flag too.)"""
+    from cic.pipeline.gates import confirm
+    from cic.store import Store
+
+    with Store.open(_existing(db), wait_s=300) as store:
+        row = confirm(store, gate_id, reason=reason)
+    console.print(f"gate {row['calibration_id'][:12]} confirmed: it is served again by `cic gate export`")
 
 
 @gate_app.command("retire", cls=ReadableCommand)
@@ -223,12 +273,13 @@ def export_gates(
     force: ForceOpt = False,
 ) -> None:
     """Write what a serving system should serve, one JSON list: every live gate (verified against its
-    certificate), and for a key whose gates were all retired an entry that serves nothing (abstain on all)."""
+    certificate), and for a key whose gates were all retired, or whose live gate is flagged (until it is
+    recalibrated or confirmed with `cic gate confirm`), an entry that serves nothing (abstain on all)."""
     from cic.pipeline.gates import served_entries
     from cic.store import Store
     from cic.store.outputs import guard_output, write_text
 
-    target = guard_output(out, "--out", inputs=[db], force=force)
+    target = guard_output(out, "--out", inputs=[db], force=force, writes="json")
     filters = {k: v for k, v in (("model", model), ("dataset", dataset)) if v is not None}
     with Store.open(_existing(db), read_only=True, wait_s=60) as store:
         exported = served_entries(store, **filters)
@@ -237,8 +288,13 @@ def export_gates(
                          "; promote one with `cic gate promote ID`")
     write_text(target, json.dumps(exported, indent=2) + "\n", "--out")
     live = sum(e["serve"] == "gate" for e in exported)
-    console.print(f"{live} live gate(s)" + (f" and {len(exported) - live} key(s) serving nothing (every gate "
-                                            "retired)" if len(exported) > live else "") + f" written to {target}")
+    flagged = [e for e in exported if e.get("flagged")]
+    retired = len(exported) - live - len(flagged)
+    console.print(f"{live} live gate(s)" + (f" and {retired} key(s) serving nothing (every gate retired)"
+                                            if retired else "") + f" written to {target}")
+    for entry in flagged:
+        err_console.print(styled(("flagged, serving nothing:", "bold yellow"), " ", printable(entry["reason"])),
+                          soft_wrap=True)
 
 
 @gate_app.command("sync", cls=ReadableCommand)
@@ -250,23 +306,32 @@ def sync_registry(
 ) -> None:
     """Reconcile MLflow's registry with the store, both ways: every live or retired gate registered, `live` set
     where a gate is live and removed where none is. Exits 1 when MLflow cannot be reached."""
+    from cic.cli.progress_view import progress_view
+    from cic.cli.service_logs import services_log_path, services_logged_to
+    from cic.pipeline import progress
     from tasks.log import tracking_uri as resolve
     from tasks.registry import registry_sync
 
     _existing(db)
     uri = resolve(tracking_uri)
     try:
-        names = registry_sync(str(db), uri, None, experiment_prefix=experiment_prefix)
+        with services_logged_to(services_log_path(db)), progress_view():
+            names = registry_sync(str(db), uri, None, experiment_prefix=experiment_prefix,
+                                  progress=lambda done, total: progress.report("registry", done, total))
     except ValueError:
         raise
     except Exception as exc:
         err_console.print(styled(("MLflow registry not synced:", "bold red"), f" {type(exc).__name__}: "
                                  f"{printable(str(exc))}"), soft_wrap=True)
         raise typer.Exit(1) from None
-    if not names:
-        console.print(f"no live or retired gate in {db}: nothing to register")
-    for name in names:
-        console.print(f"MLflow registry ({uri}): {printable(name)}")
+    models = sorted({name.split("@")[0] for name in names})
+    console.print(printable(f"MLflow registry ({uri}): {len(names)} live gate(s) in {len(models)} registered "
+                            "model(s); gates that serve nothing (α unattainable) are not registered"),
+                  soft_wrap=True, highlight=False)
+    for name in names[:SHOWN_NAMES]:
+        console.print(printable(f"  models:/{name}"), soft_wrap=True, highlight=False)
+    if len(names) > SHOWN_NAMES:
+        console.print(f"  … and {len(names) - SHOWN_NAMES} more (`cic gate list --state live`)", highlight=False)
 
 
 COMMANDS = {"ingest": ingest}

@@ -9,13 +9,32 @@ from __future__ import annotations
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+# Upper limits of the numeric settings: far beyond any sensible run, low enough that a typo (an extra zero, a YAML
+# .inf) is refused before anything starts instead of running for days or sampling from an infinite temperature
+MAX_SAMPLES = 1_000
+MAX_TEMPERATURE = 10.0
+MAX_TOP_K = 1_000_000
+MAX_NEW_TOKENS = 32_768
+MAX_CONTEXT_TOKENS = 1_048_576
+MAX_BATCH = 100_000  # rows per forward pass, questions per Ray batch
+MAX_REPLICAS = 1_024
+MAX_GPUS_PER_REPLICA = 64
+MAX_QUESTIONS = 100_000_000  # dataset limit, n_min, recalibration window
+MAX_SPLITS = 10_000
+MAX_GRID = 100_000
+MAX_CPUS = 65_536
+MAX_SEED = 2**32 - 1  # numpy's and torch's seeds both take it
+MAX_WAIT_S = 30 * 24 * 3600.0  # timeouts: finite, at most 30 days
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
+
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: a YAML .inf or .nan is refused for every float (no bound catches NaN)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelConfig(_Strict):
@@ -25,12 +44,14 @@ class ModelConfig(_Strict):
     spec: str = Field(min_length=1, description="hub id, local dir, .gguf file or pkg:<package>/<file>")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     device: str = "auto"
-    replicas: int = Field(1, ge=1, description="Ray actors holding this model")
-    gpus_per_replica: float | None = Field(None, ge=0, description="GPUs each replica asks Ray for: 1, 0.5 (two "
+    replicas: int = Field(1, ge=1, le=MAX_REPLICAS, description="Ray actors holding this model")
+    gpus_per_replica: float | None = Field(None, ge=0, le=MAX_GPUS_PER_REPLICA,
+                                           description="GPUs each replica asks Ray for: 1, 0.5 (two "
                                            "small models share a GPU), 0 = CPU; unset: a GPU on a cluster joined by "
                                            "address, on an in-process Ray only if this machine has one")
     allow_cpu_fallback: bool = Field(False, description="restart on CPU when no GPU replica starts in time")
-    resources: dict[str, float] = Field(default_factory=dict, description="custom Ray resources each replica asks "
+    resources: dict[str, Annotated[float, Field(ge=0, le=1e9)]] = Field(
+        default_factory=dict, description="custom Ray resources each replica asks "
                                         "for, e.g. {gpu_80gb: 1} to land on a node type that fits a 14B model")
     quantization: Literal["none", "int8", "int4"] = Field("none", description="bitsandbytes weights on a GPU: a 14B "
                                                           "model in int4 (~7 GB) fits a 24 GB GPU")
@@ -49,8 +70,8 @@ class DatasetConfig(_Strict):
     name: str = Field(min_length=1)
     source: str = Field("bundled", description="bundled | hub | a local JSONL/Parquet file or directory")
     split: str = "validation"
-    limit: int | None = Field(None, ge=1)
-    seed: int = 0
+    limit: int | None = Field(None, ge=1, le=MAX_QUESTIONS)
+    seed: Seed = 0
     criteria: tuple[str, ...] = Field(default=(), description="empty: the dataset's default criterion")
 
     @field_validator("criteria")
@@ -67,17 +88,18 @@ class GenerationSettings(_Strict):
     `questions_per_batch` only decides how questions are sharded across Ray workers; it never changes a row.
     """
 
-    n_samples: int = Field(10, ge=1)
-    temperature: float = Field(1.0, gt=0)
+    n_samples: int = Field(10, ge=1, le=MAX_SAMPLES)
+    temperature: float = Field(1.0, gt=0, le=MAX_TEMPERATURE)
     top_p: float = Field(0.9, gt=0, le=1)
-    top_k: int = Field(0, ge=0)
-    most_likely_temperature: float = Field(0.0, ge=0, description="0 = greedy")
-    max_new_tokens: int = Field(32, ge=1)
+    top_k: int = Field(0, ge=0, le=MAX_TOP_K, description="0 = no top-k cut")
+    most_likely_temperature: float = Field(0.0, ge=0, le=MAX_TEMPERATURE, description="0 = greedy")
+    max_new_tokens: int = Field(32, ge=1, le=MAX_NEW_TOKENS)
     stop_at_newline: bool = True
-    seed: int = 0
-    batch_size: int | None = Field(None, ge=1, description="rows per forward pass; None adapts to memory")
-    max_context_tokens: int | None = Field(None, ge=8)
-    questions_per_batch: int = Field(8, ge=1)
+    seed: Seed = 0
+    batch_size: int | None = Field(None, ge=1, le=MAX_BATCH, description="rows per forward pass; None adapts to "
+                                   "memory")
+    max_context_tokens: int | None = Field(None, ge=8, le=MAX_CONTEXT_TOKENS)
+    questions_per_batch: int = Field(8, ge=1, le=MAX_BATCH)
 
     def generation_config(self) -> Any:
         """The `cic.llm.generation.GenerationConfig` these settings describe (imports torch-free module lazily)."""
@@ -139,7 +161,7 @@ class GridConfig(_Strict):
     kind: Literal["uniform", "pilot_quantiles"] = "pilot_quantiles"
     low: float | None = None
     high: float | None = None
-    k: int = Field(20, ge=1)
+    k: int = Field(20, ge=1, le=MAX_GRID)
     pilot_fraction: float = Field(0.2, gt=0, lt=1)
 
     @model_validator(mode="after")
@@ -156,11 +178,11 @@ class CalibrationConfig(_Strict):
     delta: float = Field(0.05, gt=0, lt=1)
     bounds: tuple[str, ...] = ("hoeffding", "cp")
     searches: tuple[str, ...] = ("fixed_sequence", "paper")
-    n_splits: int = Field(100, ge=1)
+    n_splits: int = Field(100, ge=1, le=MAX_SPLITS)
     cal_fraction: float = Field(0.5, gt=0, lt=1)
-    seed: int = 0
+    seed: Seed = 0
     grid: GridConfig = GridConfig()
-    n_min: int | None = Field(None, ge=1)
+    n_min: int | None = Field(None, ge=1, le=MAX_QUESTIONS)
     group_by: Literal["dataset"] | None = Field(None, description="dataset: the gates of a model's datasets "
                                                 "(production streams) certified at once, each at delta / G for the "
                                                 "G datasets of that model, so with probability >= 1 - delta every "
@@ -206,9 +228,10 @@ class RayConfig(_Strict):
 
     address: str | None = None
     prefer_gpu: bool = Field(True, description="false: every replica on CPU, whatever gpus_per_replica says")
-    num_cpus: int | None = Field(None, ge=1, description="CPUs of an in-process cluster (default: all)")
-    ready_timeout_s: float = Field(900.0, gt=0, description="a replica must load its model within this")
-    batch_timeout_s: float = Field(3600.0, gt=0, description="a batch not back within this is retried elsewhere")
+    num_cpus: int | None = Field(None, ge=1, le=MAX_CPUS, description="CPUs of an in-process cluster (default: all)")
+    ready_timeout_s: float = Field(900.0, gt=0, le=MAX_WAIT_S, description="a replica must load its model within this")
+    batch_timeout_s: float = Field(3600.0, gt=0, le=MAX_WAIT_S, description="a batch not back within this is "
+                                   "retried elsewhere")
     runtime_env: dict[str, Any] | None = Field(None, description="Ray runtime_env when joining a cluster by address, "
                                                "e.g. {working_dir: ., excludes: [.venv, '*.duckdb']} to ship this "
                                                "checkout's code to the workers")
@@ -223,13 +246,14 @@ class StorageConfig(_Strict):
     concurrency_limit: str | None = Field("cic-store", description="Prefect global concurrency limit the flows "
                                           "writing this store hold while they run (`prefect gcl create cic-store "
                                           "--limit 1` queues them); null: none")
-    queue_timeout_s: float = Field(24 * 3600.0, gt=0, description="longest wait for that limit's slot")
+    queue_timeout_s: float = Field(24 * 3600.0, gt=0, le=MAX_WAIT_S, description="longest wait for that limit's slot")
 
 
 class RecalibrationConfig(_Strict):
     """The scheduled job: which new labelled data to use, the drift tests' level, and the promotion policy."""
 
-    window: int | None = Field(None, ge=10, description="newest new labelled questions to use (default: all new)")
+    window: int | None = Field(None, ge=10, le=MAX_QUESTIONS, description="newest new labelled questions to use "
+                               "(default: all new)")
     since: str | None = Field(None, description="only questions seen within this long, e.g. 7d, 12h")
     alert_level: float = Field(0.01, gt=0, lt=1, description="family-wise level of the drift tests (Holm across "
                                                               "every test of a recalibration)")

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from cic.store import Store
 
 STATES = ("candidate", "live", "retired")
+FLAGGED = "flagged: "      # the reason of an event that flags a gate (`flag_gates`), keeping its state
+CONFIRMED = "confirmed: "  # the reason of an event by which a person confirms a flagged live gate (`confirm`)
 SERVING_KEY = ("model", "dataset", "estimator", "criterion", "alpha", "delta", "bound", "search")
 # a grouped certificate speaks for a model's live gates of one configuration across its datasets (streams)
 FAMILY_KEY = tuple(k for k in SERVING_KEY if k != "dataset")
@@ -147,6 +149,10 @@ def promote(store: Store, gate_id: str, *, reason: str, despite_alerts: bool = F
         raise ValueError(f"gate {row['calibration_id'][:12]} was written with alerts ({'; '.join(row['alerts'])}); "
                          "promote it only after review, with --despite-alerts")
     if row["state"] == "live":
+        if flag_of(row) is not None:
+            raise ValueError(f"gate id = {gate_id!r}: gate {row['calibration_id'][:12]} is live and flagged "
+                             f"({flag_of(row)}); after review confirm it with `cic gate confirm "
+                             f"{row['calibration_id'][:12]}`, or promote a newer gate of its key")
         return row, []
     live = _same_key(gates(store, model=row["model"], dataset=row["dataset"]).filter(state="live"), row)
     retired = live.get_column("calibration_id").to_list()
@@ -155,6 +161,31 @@ def promote(store: Store, gate_id: str, *, reason: str, despite_alerts: bool = F
                        for gid in retired])
         _write(store, [_event(store, row["calibration_id"], "live", reason, row["alerts"])])
     return {**row, "state": "live"}, retired
+
+
+def flag_of(row: dict[str, Any]) -> str | None:
+    """Why a live gate is flagged (its newest event flagged it: a relabel touched its window), else None; a
+    flagged gate is not served by `cic gate export` until a newer gate is promoted or a person confirms it."""
+    reason = row.get("reason") or ""
+    return reason[len(FLAGGED):] if row.get("state") == "live" and reason.startswith(FLAGGED) else None
+
+
+def confirm(store: Store, gate_id: str, *, reason: str) -> dict[str, Any]:
+    """Record (append-only, in `gate_events`) that a person reviewed a flagged live gate and keeps serving it; its
+    alerts stay listed. Anything but a flagged live gate is refused: there is nothing to confirm."""
+    row = find_gate(store, gate_id)
+    if row["state"] != "live":
+        raise ValueError(f"gate id = {gate_id!r}: gate {row['calibration_id'][:12]} is {row['state']}, not live; "
+                         "only a flagged live gate is confirmed (`cic gate promote` puts a gate live)")
+    flag = flag_of(row)
+    if flag is None:
+        raise ValueError(f"gate id = {gate_id!r}: gate {row['calibration_id'][:12]} is live and not flagged; "
+                         "nothing to confirm")
+    if not reason.strip():
+        raise ValueError(f"reason = {reason!r}: say who confirms it and why")
+    _write(store, [_event(store, row["calibration_id"], "live", f"{CONFIRMED}{reason} (was flagged: {flag})",
+                          row["alerts"])])
+    return {**row, "reason": f"{CONFIRMED}{reason}"}
 
 
 def retire(store: Store, gate_id: str, *, reason: str) -> dict[str, Any]:
@@ -247,8 +278,9 @@ def live_gate(store: Store, *, model: str, dataset: str, estimator: str, criteri
 
 def served_entries(store: Store, **equals: Any) -> list[dict[str, Any]]:
     """What a serving system should serve, per serving key: the live gate (verified, `serve` = "gate"), or for a
-    key whose gates were all retired an explicit `serve` = "nothing" entry (abstain on every question) so a
-    serving system replaces the old gate instead of keeping it. Keys that never had a live gate are left out."""
+    key whose gates were all retired, or whose live gate is flagged (`flag_of`: with `flagged` = why), an explicit
+    `serve` = "nothing" entry (abstain on every question) so a serving system replaces the old gate instead of
+    keeping it. Keys that never had a live gate are left out."""
     import json
 
     from cic.stats.calibration import CalibrationResult
@@ -261,6 +293,15 @@ def served_entries(store: Store, **equals: Any) -> list[dict[str, Any]]:
         key = {k: key_rows.row(0, named=True)[k] for k in SERVING_KEY}
         if live.height:
             row = live.sort("state_at").row(-1, named=True)
+            flag = flag_of(row)
+            if flag is not None:  # a relabel touched its window: not served until recalibrated or confirmed
+                short = row["calibration_id"][:12]
+                out.append({"serve": "nothing", "gate_id": None, **key, "threshold": None,
+                            "flagged_gate_id": row["calibration_id"], "flagged": flag,
+                            "flagged_at": str(row["state_at"]),
+                            "reason": f"live gate {short} is flagged ({flag}); abstain on every question until a "
+                                      f"newer gate is promoted or a person confirms it (`cic gate confirm {short}`)"})
+                continue
             verify_gate(row)
             out.append({"serve": "gate", "gate_id": row["calibration_id"], **key,
                         **{k: row[k] for k in ("threshold", "bound_value", "n_accepted", "n_errors", "n_cal")},
@@ -362,7 +403,7 @@ def flag_gates(store: Store, alerts: dict[str, str]) -> list[str]:
     appended): `cic gate list` shows it, a flagged candidate is never auto-promoted, and the next recalibration
     of a flagged live gate's key alerts. Retired gates are left alone; returns the gates flagged."""
     table = gates(store).filter(pl.col("calibration_id").is_in(list(alerts)) & (pl.col("state") != "retired"))
-    events = _events(store, [(row["calibration_id"], row["state"], "flagged: " + alerts[row["calibration_id"]],
+    events = _events(store, [(row["calibration_id"], row["state"], FLAGGED + alerts[row["calibration_id"]],
                               [*row["alerts"], alerts[row["calibration_id"]]]) for row in table.iter_rows(named=True)])
     _write(store, events)
     return [e["calibration_id"] for e in events]

@@ -164,6 +164,7 @@ class Checks:
     now: datetime
     max_skew: timedelta = MAX_SKEW
     timezone: str | None = None
+    stamp: datetime | None = None  # what rows are stamped with: a rerun of a cut-off ingest keeps its first one
 
 
 class _Batch:
@@ -347,6 +348,12 @@ def ingest_file(store: Store, path: str | Path, *, label_name: str = "human", cr
     source = f"file {str(p)!r}"
     criterion = _checked_options(label_name, criterion, timezone, max_skew)
     checks = Checks(now=now or datetime.now(UTC), max_skew=max_skew, timezone=timezone)
+    digest = file_digest(p)
+    journal = _journal(store, digest)
+    if journal is not None and journal["state"] == "writing":  # a cut-off ingest of these bytes: complete it
+        if _staged_manifest(store, digest) is not None:
+            return complete_ingest(store, digest, file=p)
+        checks = Checks(now=checks.now, max_skew=max_skew, timezone=timezone, stamp=journal["started_at"])
     stats = IngestStats(file=str(path))
     with tempfile.TemporaryDirectory(prefix=".cic-ingest-", dir=store.path.parent) as tmp, \
             store.memory_limit(MEMORY_LIMIT):
@@ -368,8 +375,8 @@ def ingest_file(store: Store, path: str | Path, *, label_name: str = "human", cr
         _check_unique(store, stage, source)
         _check_groups(store, stage, source)
         changed = _changed_labels(store, stage, source, relabel)
-        _write(store, stage, layout, p, checks.now, changed, stats, experiment_prefix,
-               commit_files=max(1, commit_records // batch_rows))
+        _write(store, stage, layout, p, checks.stamp or checks.now, changed, stats, experiment_prefix,
+               commit_files=max(1, commit_records // batch_rows), digest=digest)
     return stats
 
 
@@ -548,7 +555,7 @@ def _changed_labels(store: Store, stage: _Stage, source: str, relabel: bool) -> 
 
 
 def _write(store: Store, stage: _Stage, layout: Layout, path: Path, now: datetime, changed: pl.DataFrame | None,
-           stats: IngestStats, experiment_prefix: str, commit_files: int) -> None:
+           stats: IngestStats, experiment_prefix: str, commit_files: int, digest: str) -> None:
     """Everything staged: runs, questions (per model), answers, scores,
     times, labels, and for a relabelling its events and the gates it flags. Up to `commit_files` staged batches
     of each kind go in one transaction; a larger file commits in steps under its `ingests` journal entry
@@ -559,8 +566,15 @@ def _write(store: Store, stage: _Stage, layout: Layout, path: Path, now: datetim
                       [stage.files["keys"]])
     steps = [(kind, files[i:i + commit_files]) for kind in ("records", "scores", "labels")
              for files in [stage.files[kind]] for i in range(0, len(files), commit_files)]
-    journal = {"digest": file_digest(path), "file": str(path.resolve()), "records": stats.records,
+    journal = {"digest": digest, "file": str(path.resolve()), "records": stats.records,
                "started_at": now, "created_at": None}
+    if stage.has("labels"):
+        stats.labels = store.sql("SELECT count(*) FROM (SELECT DISTINCT run_key, question_id FROM read_parquet(?))",
+                                 [stage.files["labels"]])[0][0]
+    stats.unlabelled = 0 if layout.labels_only else stats.records - stats.labels
+    journaled = not (len(steps) <= 3 and len({kind for kind, _ in steps}) == len(steps))
+    if journaled:  # its checked data outlives a kill: the journal can be completed from it, or abandoned
+        steps = _persist(store, digest, path, now, steps, stats)
     with store.transaction():
         store.upsert("runs", pl.DataFrame({
             "run_key": [run_key_of(m, s) for m, s, _ in pairs], "model": [m for m, _, _ in pairs],
@@ -582,24 +596,15 @@ def _write(store: Store, stage: _Stage, layout: Layout, path: Path, now: datetim
                 gate: f"labels changed under this gate: {n} label(s) in its window relabelled by {path.name} "
                       f"at {now:%Y-%m-%d %H:%M} UTC; recalibrate and review before trusting it"
                 for gate, n in touched.items()})
-        if len(steps) <= 3 and len({kind for kind, _ in steps}) == len(steps):  # one step per kind: all at once
+        if not journaled:  # one step per kind: all at once
             for kind, files in steps:
                 _write_step(store, kind, files, path, now)
             steps = []
         store.upsert("ingests", pl.DataFrame([{**journal, "state": "writing" if steps else "done",
                                                "finished_at": None if steps else now}],
                                              schema=schema.INGESTS.schema))
-    for kind, files in steps:  # a large file: one commit per step, the journal says it is unfinished
-        with store.transaction():
-            _write_step(store, kind, files, path, now)
-    if steps:
-        with store.transaction():
-            store.upsert("ingests", pl.DataFrame([{**journal, "state": "done", "finished_at": datetime.now(UTC)}],
-                                                 schema=schema.INGESTS.schema))
-    if stage.has("labels"):
-        stats.labels = store.sql("SELECT count(*) FROM (SELECT DISTINCT run_key, question_id FROM read_parquet(?))",
-                                 [stage.files["labels"]])[0][0]
-    stats.unlabelled = 0 if layout.labels_only else stats.records - stats.labels
+    if steps:  # a large file: one commit per step, the journal says it is unfinished
+        _commit_steps(store, digest, steps, 0, path.name, now)
 
 
 def _write_step(store: Store, kind: str, files: list[str], path: Path, now: datetime) -> None:
@@ -617,6 +622,173 @@ def _write_step(store: Store, kind: str, files: list[str], path: Path, now: date
     else:
         store.upsert_select("labels", "SELECT run_key, question_id, criterion, aligned, value, ? FROM read_parquet(?)",
                             [now, files])
+
+
+MANIFEST = "manifest.json"
+
+
+def staging_dir(store: Store, digest: str) -> Path:
+    """Where a journaled ingest keeps its checked, staged data until its last commit (beside the store, named by
+    the store and the file's sha256): what `complete_ingest` completes from and `abandon_ingest` removes."""
+    return store.path.parent / f".cic-ingest-{store.path.name}-{digest[:16]}"
+
+
+def _persist(store: Store, digest: str, path: Path, now: datetime, steps: list[tuple[str, list[str]]],
+             stats: IngestStats) -> list[tuple[str, list[str]]]:
+    """Move the steps' staged files into the ingest's staging directory and write its manifest (last, so a
+    manifest means the staged data is complete); returns the steps with their new paths."""
+    import os
+    import shutil
+
+    target = staging_dir(store, digest)
+    shutil.rmtree(target, ignore_errors=True)  # a superseded attempt's
+    target.mkdir()
+    moved = []
+    for kind, files in steps:
+        names = []
+        for file in files:
+            name = f"{kind}-{Path(file).name}"
+            os.replace(file, target / name)
+            names.append(name)
+        moved.append((kind, names))
+    _write_manifest(target, {"digest": digest, "file": str(path.resolve()), "source": path.name,
+                             "stamp": now.isoformat(), "records": stats.records, "labels": stats.labels,
+                             "steps": moved, "committed": 0})
+    return [(kind, [str(target / n) for n in names]) for kind, names in moved]
+
+
+def _write_manifest(directory: Path, manifest: dict[str, Any]) -> None:
+    import json
+    import os
+
+    partial = directory / (MANIFEST + ".partial")
+    partial.write_text(json.dumps(manifest))
+    os.replace(partial, directory / MANIFEST)
+
+
+def _staged_manifest(store: Store, digest: str) -> dict[str, Any] | None:
+    """The manifest of an ingest's staged data when it is complete (the manifest and every file it names), else
+    None."""
+    import json
+
+    directory = staging_dir(store, digest)
+    try:
+        manifest = json.loads((directory / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    if manifest.get("digest") != digest:
+        return None
+    if not all((directory / name).is_file() for _, names in manifest["steps"] for name in names):
+        return None
+    return manifest
+
+
+def _commit_steps(store: Store, digest: str, steps: list[tuple[str, list[str]]], first: int, source: str,
+                  stamp: datetime, file: Path | None = None) -> None:
+    """Commit the steps from `first` on, one transaction each (the manifest counts them after each commit, so a
+    completion redoes at most one: upserts are idempotent), then mark the journal done and drop the staged data."""
+    import shutil
+
+    directory = staging_dir(store, digest)
+    manifest = _staged_manifest(store, digest)
+    for index in range(first, len(steps)):
+        kind, files = steps[index]
+        with store.transaction():
+            _write_step(store, kind, files, Path(source), stamp)
+        if manifest is not None:
+            _write_manifest(directory, {**manifest, "committed": index + 1})
+    with store.transaction():
+        row = store.read("ingests", digest=digest).row(0, named=True)
+        store.upsert("ingests", pl.DataFrame([{**row, "state": "done", "finished_at": datetime.now(UTC),
+                                               **({"file": str(file.resolve())} if file else {})}],
+                                             schema=schema.INGESTS.schema))
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def _journal(store: Store, digest: str) -> dict[str, Any] | None:
+    rows = store.read("ingests", digest=digest)
+    return rows.row(0, named=True) if rows.height else None
+
+
+def find_ingest(store: Store, ingest_id: str, option: str) -> dict[str, Any]:
+    """The unfinished journal entry that `ingest_id` names: its sha256 (or a prefix of at least 6 characters, as
+    the recalibration refusal shows) or its file's path."""
+    text = ingest_id.strip()
+    rows = store.read("ingests")
+    by_file = rows.filter(pl.col("file") == str(Path(text).expanduser().resolve())) if text else rows.clear()
+    found = by_file if by_file.height else (rows.filter(pl.col("digest").str.starts_with(text.lower()))
+                                            if len(text) >= 6 else rows.clear())
+    unfinished = ", ".join(f"{r['digest'][:12]} ({r['file']})" for r in rows.filter(state="writing")
+                           .iter_rows(named=True)) or "none"
+    if found.height != 1:
+        why = "matches several; give more characters" if found.height else "names no ingest journal entry"
+        raise ValueError(f"{option} = {ingest_id!r}: {why} (unfinished ingests in {store.path}: {unfinished})")
+    row = found.row(0, named=True)
+    if row["state"] != "writing":
+        raise ValueError(f"{option} = {ingest_id!r}: the ingest of {row['file']!r} is {row['state']}, not "
+                         f"unfinished; nothing to do (unfinished ingests: {unfinished})")
+    return row
+
+
+def complete_ingest(store: Store, ingest_id: str, *, file: Path | None = None) -> IngestStats:
+    """Finish a cut-off ingest from its staged data (checked before its first commit), without its file: the
+    steps not yet committed, then the journal marked done. Refused, saying what to do, when that data is gone."""
+    journal = find_ingest(store, ingest_id, "--complete")
+    digest = journal["digest"]
+    manifest = _staged_manifest(store, digest)
+    if manifest is None:
+        raise ValueError(f"--complete = {ingest_id!r}: the staged data of the ingest of {journal['file']!r} is gone "
+                         f"or incomplete ({staging_dir(store, digest)}); rerun `cic ingest FILE` with that file's "
+                         f"bytes (any name) to complete it, or `cic ingest --abandon {digest[:12]}` to undo what it "
+                         "stored")
+    directory = staging_dir(store, digest)
+    steps = [(kind, [str(directory / n) for n in names]) for kind, names in manifest["steps"]]
+    stats = IngestStats(file=str(file or journal["file"]), records=int(manifest["records"]),
+                        labels=int(manifest["labels"]))
+    _commit_steps(store, digest, steps, int(manifest["committed"]), manifest["source"],
+                  datetime.fromisoformat(manifest["stamp"]), file)
+    return stats
+
+
+def abandon_ingest(store: Store, ingest_id: str) -> dict[str, int]:
+    """Undo a cut-off ingest in one transaction: every row it stored first (records, questions, answers, scores,
+    labels, the runs it registered that hold nothing else), labels it relabelled back to their old value, its
+    label events and the gate flags they raised; the journal entry is marked abandoned and its staged data
+    removed. Returns rows removed per table."""
+    import shutil
+
+    from cic.store.database import delete_ingest_rows
+
+    journal = find_ingest(store, ingest_id, "--abandon")
+    digest = journal["digest"]
+    manifest = _staged_manifest(store, digest)
+    directory = staging_dir(store, digest)
+    staged = None if manifest is None else {kind: [str(directory / n) for k, names in manifest["steps"] if k == kind
+                                                   for n in names] for kind in ("records", "labels")}
+    with store.transaction():
+        done = delete_ingest_rows(store, stamp=journal["started_at"], records=staged and staged["records"],
+                                  labels=staged and staged["labels"])
+        store.upsert("ingests", pl.DataFrame([{**journal, "state": "abandoned", "finished_at": datetime.now(UTC)}],
+                                             schema=schema.INGESTS.schema))
+    shutil.rmtree(directory, ignore_errors=True)
+    return done
+
+
+def refusal(store: Store) -> str | None:
+    """Why recalibration must wait (an ingest cut off between commits) and both ways out, or None."""
+    cut = store.read("ingests", state="writing").sort("started_at")
+    if cut.height == 0:
+        return None
+    row = cut.row(0, named=True)
+    short, db = row["digest"][:12], store.path
+    staged = _staged_manifest(store, row["digest"]) is not None
+    complete = (f"complete it — `cic ingest --complete {short} --db {db}` (from its staged data, no file needed) or "
+                f"rerun `cic ingest {row['file']} --db {db}`" if staged else
+                f"complete it — its staged data is gone, so rerun `cic ingest {row['file']} --db {db}` (the same "
+                "bytes, any name)")
+    return (f"the ingest of {row['file']!r} (id {short}) was cut off before its last commit ({cut.height} unfinished "
+            f"in {db}); {complete} — or undo what it stored with `cic ingest --abandon {short} --db {db}`; then "
+            "recalibrate")
 
 
 def file_digest(path: Path) -> str:

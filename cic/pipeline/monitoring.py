@@ -1,7 +1,8 @@
 """The anytime-valid monitor of every live gate, updated by each recalibration pass and kept in DuckDB
-(`gate_monitor`): per live gate, the answered questions and errors among the labelled pairs that arrived since
-its window (each pair counted once), the e-value against "error rate among answered ≤ α", and the rate's
-anytime-valid lower confidence bound (`cic.stats.monitoring`).
+(`gate_monitor`): per live gate, the answered questions and errors among the labelled pairs seen after its window
+(each pair counted once, whenever its label arrives: the counts are over the set of such pairs, so a late label
+counts on the next pass), the e-value against "error rate among answered ≤ α", and the rate's anytime-valid lower
+confidence bound (`cic.stats.monitoring`).
 
 The family: all G live gates with a threshold that a pass monitors; a gate alarms when its e-value reaches
 G / level (Bonferroni over e-values, valid under any dependence between gates), and stays alarmed until it is
@@ -32,6 +33,7 @@ class MonitorUpdate:
     gate: dict[str, Any]
     row: dict[str, Any]
     new_pairs: int
+    changed: bool = True  # (n, k) moved since the last stored row: a new row is stored
 
     def alert(self) -> str:
         """The alarm's sentence: the gate, the evidence, the rate's bound, the nights since it went live."""
@@ -54,24 +56,30 @@ def previous_states(store: Store) -> dict[str, dict[str, Any]]:
 
 def monitor_group(key: GroupKey, pairs: pl.DataFrame, live_rows: list[dict[str, Any]],
                   previous: dict[str, dict[str, Any]], now: datetime) -> list[MonitorUpdate]:
-    """Each live gate of a group (with a threshold): its counts after the pairs that arrived since it last
-    looked (or since its window ended). The e-value and alarm are set by `finish` once the family is known."""
+    """Each live gate of a group (with a threshold): its counts over every labelled pair seen after its window,
+    whenever the label arrived. Counted as a set, not since a time mark: a label that arrives late for a record
+    seen before the last pass's newest pair still counts, and a pass with nothing new counts nothing twice
+    (the e-value depends on (n, k) alone, so recounting the set is the same as adding each pair once).
+    The e-value and alarm are set by `finish` once the family is known."""
     out = []
     for gate in live_rows:
         if gate["threshold"] is None:
             continue
         before = previous.get(gate["calibration_id"])
-        after = before["seen_to"] if before else (gate["window_to"] or gate["created_at"])
-        new = pairs.filter(pl.col("at") > after) if after is not None else pairs
-        answered = new.filter(pl.col("score") <= gate["threshold"])
-        n = (before["n"] if before else 0) + answered.height
-        k = (before["k"] if before else 0) + int(answered.get_column("error").sum() or 0)
+        after = gate["window_to"] or gate["created_at"]
+        seen = pairs.filter(pl.col("at") > after) if after is not None else pairs
+        answered = seen.filter(pl.col("score") <= gate["threshold"])
+        n, k = answered.height, int(answered.get_column("error").sum() or 0)
+        old_n, old_k = (before["n"], before["k"]) if before else (0, 0)
+        changed = (n, k) != (old_n, old_k)
+        newest = seen.get_column("at").max() if seen.height else after
         out.append(MonitorUpdate(key, gate, {
             "calibration_id": gate["calibration_id"], "checked_at": now,
-            "seen_to": new.get_column("at").max() if new.height else after,
-            "nights": (before["nights"] if before else 0) + (1 if new.height else 0), "n": n, "k": k,
+            "seen_to": newest if changed or not before else before["seen_to"],
+            "nights": (before["nights"] if before else 0) + (1 if changed else 0), "n": n, "k": k,
             "e_value": None, "alarm_at": None, "rate_lower_bound": before["rate_lower_bound"] if before else 0.0,
-            "alarmed": bool(before["alarmed"]) if before else False, "created_at": now}, new.height))
+            "alarmed": bool(before["alarmed"]) if before else False, "created_at": now},
+            max(n - old_n, 0), changed))
     return out
 
 
@@ -88,7 +96,7 @@ def finish(updates: list[MonitorUpdate], level: float) -> list[MonitorUpdate]:
 
 
 def store_updates(store: Store, updates: list[MonitorUpdate]) -> None:
-    """One `gate_monitor` row per gate that saw new labelled pairs this pass."""
-    rows = [u.row for u in updates if u.new_pairs]
+    """One `gate_monitor` row per gate whose counts moved this pass (new labels, late ones included)."""
+    rows = [u.row for u in updates if u.changed]
     if rows:
         store.upsert("gate_monitor", pl.DataFrame(rows, schema=schema.GATE_MONITOR.schema))

@@ -293,12 +293,11 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
     quiet groups promoted when `auto_promote`."""
     from cic.pipeline import monitoring
     from cic.pipeline.gates import current_states, record_candidates
-    from cic.pipeline.ingest import unfinished_ingests
+    from cic.pipeline.ingest import refusal
 
-    cut = unfinished_ingests(store)
+    cut = refusal(store)
     if cut:
-        raise ValueError(f"the ingest of {cut[0]!r} was cut off before its last commit ({len(cut)} unfinished in "
-                         f"{store.path}); rerun `cic ingest {cut[0]}` to complete it, then recalibrate")
+        raise ValueError(cut)
     wanted = set(run_keys)
     runs = {r["run_key"]: r for r in store.read("runs").iter_rows(named=True) if r["run_key"] in wanted}
     live_by_group: dict[tuple[str, str, str], list[dict[str, Any]]] = {}

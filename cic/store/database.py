@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
@@ -111,6 +112,55 @@ def _damaged(path: Path, exc: Exception) -> str:
     return (f"db = {str(path)!r} is damaged and cannot be read ({type(exc).__name__}: {first}). It was not "
             "changed. Recover: copy it aside, then `cic export TABLE out.parquet --db COPY` for each table that "
             "still reads, or restore from your Parquet exports, and `cic import` them into a new file")
+
+
+# what DuckDB says when a block of its own file cannot be read (checksums, short reads); a database invalidated by
+# such an error repeats it as its "Original error"
+_DAMAGE = re.compile(r"corrupt database file|checksum .* does not match|could not read all bytes"
+                     r"|failed to load metadata|block id|block_id", re.IGNORECASE)
+# what it says when the file (or its WAL) cannot grow: a full disk, a quota, a file-size limit
+_NO_SPACE = re.compile(r"file too large|no space left|quota exceeded|could not (write|truncate|extend) file"
+                       r"|failed to create checkpoint", re.IGNORECASE)
+
+
+def _duckdb_errors(exc: BaseException | None) -> Iterator[BaseException]:
+    """The DuckDB errors in an exception and the ones it was raised while handling (the first one is the cause)."""
+    import duckdb
+
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, duckdb.Error):
+            yield exc
+        exc = exc.__context__
+
+
+def is_damage(exc: BaseException) -> bool:
+    """Whether a DuckDB error says the file itself is damaged (not a bug, a lock or bad input)."""
+    return any(_DAMAGE.search(str(e)) for e in _duckdb_errors(exc))
+
+
+def is_no_space(exc: BaseException) -> bool:
+    """Whether a DuckDB error says the file could not be written: the disk or the file-size limit is full."""
+    return any(_NO_SPACE.search(str(e)) for e in _duckdb_errors(exc))
+
+
+def _no_space(path: Path, exc: BaseException) -> str:
+    """The one-line error for a write that found no room: the store keeps what was committed before it."""
+    cause = [e for e in _duckdb_errors(exc) if _NO_SPACE.search(str(e))][-1]
+    first = " ".join(str(cause).split())[:200]
+    return (f"db = {str(path)!r}: disk full or file too large while writing ({type(cause).__name__}: {first}); the "
+            "write that failed was rolled back and the store is unchanged by it (what was committed before stays) — "
+            "free space (or raise the quota or file-size limit) and rerun the same command")
+
+
+def _damaged_in_query(path: Path, exc: BaseException) -> str:
+    """The one-line error for damage found by a query after the file opened: what failed and how to recover."""
+    first = " ".join(str(exc).split())[:200]
+    return (f"db = {str(path)!r} is damaged: a block of it could not be read ({type(exc).__name__}: {first}). The "
+            "command stopped and the failed transaction wrote nothing. Recover: restore the file from a copy, or "
+            "copy it aside, `cic export TABLE out.parquet --db COPY` for each table that still reads and "
+            "`cic import` them into a new file")
 
 
 def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
@@ -432,8 +482,18 @@ class Store:
     def __enter__(self) -> Store:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        """Close the file; a DuckDB error from any query made in the block that says the file is damaged, or
+        that it could not grow (disk full, a file-size limit), becomes one `StoreError` naming the file and what to
+        do (every command reads and writes through here)."""
+        if exc is None or isinstance(exc, StoreError) or not (is_no_space(exc) or is_damage(exc)):
+            self.close()
+            return
+        with contextlib.suppress(Exception):  # a connection DuckDB invalidated may fail to close as well
+            self.close()
+        if is_no_space(exc):
+            raise StoreError(_no_space(self.path, exc)) from None
+        raise DamagedStoreError(_damaged_in_query(self.path, exc)) from None
 
     def __repr__(self) -> str:
         mode = "read-only" if self.read_only else "read-write"
@@ -449,10 +509,15 @@ class Store:
             raise ValueError(f"memory limit = {limit!r}: expected a size such as 512MB or 1GB")
         previous = self._con.sql("SELECT current_setting('memory_limit')").fetchall()[0][0]
         self._con.execute("SET memory_limit = ?", [limit])
+        import duckdb
+
         try:
             yield self
-        finally:
-            self._con.execute("SET memory_limit = ?", [previous])
+        except BaseException:
+            with contextlib.suppress(duckdb.Error):  # a connection DuckDB invalidated refuses even this
+                self._con.execute("SET memory_limit = ?", [previous])
+            raise
+        self._con.execute("SET memory_limit = ?", [previous])
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Store]:
@@ -460,13 +525,16 @@ class Store:
         if self._in_transaction:
             yield self
             return
+        import duckdb
+
         self._con.begin()
         self._in_transaction = True
         try:
             yield self
             self._con.commit()
         except BaseException:
-            self._con.rollback()
+            with contextlib.suppress(duckdb.Error):  # a failed commit (no room to checkpoint) may refuse a rollback
+                self._con.rollback()
             raise
         finally:
             self._in_transaction = False
@@ -513,8 +581,16 @@ class Store:
                              f"({' '.join(str(exc).split())[:200]}); nothing of this batch was written and earlier "
                              "rows are intact — free space and rerun (it resumes)") from None
         finally:
-            self._con.unregister(name)
+            self._unregister(name)
         return rows.height
+
+    def _unregister(self, name: str) -> None:
+        """Drop a registered batch; in a transaction a failed statement aborted, DuckDB refuses even that, and
+        its refusal must not hide the error that aborted it (a damaged block, a full disk)."""
+        import duckdb
+
+        with contextlib.suppress(duckdb.TransactionException):
+            self._con.unregister(name)
 
     def register_run(self, model: str, dataset: str, split: str, prompt_id: str,
                      generation_config: Mapping[str, Any], *, experiment_prefix: str | None = None) -> str:
@@ -582,7 +658,7 @@ class Store:
                 f"{where} GROUP BY question_id) d USING (question_id) WHERE coalesce(d.n, 0) < ? "
                 f"ORDER BY i.position", params=[*params, min_rows]).fetchall()
         finally:
-            self._con.unregister(name)
+            self._unregister(name)
         return [q for (q,) in done]
 
     def sql(self, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
@@ -686,7 +762,7 @@ class Store:
                                                b"cic.schema_version": str(self.schema_version).encode()})
         from cic.store.outputs import atomic_output
 
-        with atomic_output(target, "path") as partial:
+        with atomic_output(Path(os.path.realpath(target)) if target.is_symlink() else target, "path") as partial:
             pq.write_table(arrow, partial)
         return arrow.num_rows
 
@@ -709,3 +785,65 @@ class Store:
         name = table or recorded
         assert name is not None
         return name, self.upsert(name, arrow)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Undoing an unfinished ingest (`cic ingest --abandon`)
+
+
+def delete_ingest_rows(store: Store, *, stamp: datetime, records: Sequence[str] | None,
+                       labels: Sequence[str] | None) -> dict[str, int]:
+    """Delete what an unfinished ingest stamped `stamp` stored first (rows an earlier ingest stored stay, relabelled
+    labels get their old value back), so it can be abandoned; run inside the caller's transaction. `records` /
+    `labels`: its staged Parquet files, narrowing the rows to its keys (None: gone, the stamp alone decides).
+    Returns rows deleted (or restored) per table."""
+    con = store._con
+    if store.read_only:
+        raise StoreError(f"{store!r} was opened read-only; open it without read_only to write")
+
+    def run(sql: str, params: Sequence[Any]) -> int:
+        result = con.execute(sql, list(params)).fetchall()
+        return int(result[0][0]) if result else 0
+
+    mine = " AND (run_key, question_id) IN (SELECT run_key, question_id FROM read_parquet(?))"
+    obs_params: list[Any] = [stamp]
+    obs_where = "created_at = ?"
+    if records is not None:
+        obs_where += mine if records else " AND false"
+        obs_params += [list(records)] if records else []
+    con.execute("CREATE OR REPLACE TEMP TABLE cic_abandoned AS SELECT run_key, question_id FROM observations "
+                f"WHERE {obs_where}", obs_params)
+    done: dict[str, int] = {}
+    try:
+        done["questions"] = run(
+            "DELETE FROM questions q WHERE EXISTS (SELECT 1 FROM cic_abandoned a JOIN runs r USING (run_key) WHERE "
+            "q.dataset = r.dataset AND q.split = 'production:' || r.model AND q.question_id = a.question_id)", [])
+        for table in ("generations", "scores"):
+            done[table] = run(f"DELETE FROM {table} WHERE (run_key, question_id) IN "
+                              "(SELECT run_key, question_id FROM cic_abandoned)", [])
+        done["labels restored"] = run(
+            "UPDATE labels l SET aligned = e.old_aligned, value = CASE WHEN l.value = CAST(e.new_aligned AS DOUBLE) "
+            "THEN CAST(e.old_aligned AS DOUBLE) ELSE l.value END FROM label_events e WHERE e.created_at = ? AND "
+            "l.run_key = e.run_key AND l.question_id = e.question_id AND l.criterion = e.criterion AND "
+            "l.aligned IS NOT DISTINCT FROM e.new_aligned", [stamp])
+        label_where, label_params = "created_at = ?", [stamp]
+        if labels is not None:
+            label_where += (" AND (run_key, question_id, criterion) IN (SELECT run_key, question_id, criterion "
+                            "FROM read_parquet(?))") if labels else " AND false"
+            label_params += [list(labels)] if labels else []
+        done["labels"] = run(f"DELETE FROM labels WHERE ({label_where}) OR (run_key, question_id) IN "
+                             "(SELECT run_key, question_id FROM cic_abandoned)", label_params)
+        done["label_events"] = run("DELETE FROM label_events WHERE created_at = ?", [stamp])
+        done["gate_events"] = run(  # the flags its relabelling raised, where nothing happened to the gate since
+            "DELETE FROM gate_events g WHERE g.reason LIKE 'flagged: labels changed under this gate: %' AND "
+            "g.reason LIKE ? AND g.created_at >= ? AND g.created_at = (SELECT max(created_at) FROM gate_events h "
+            "WHERE h.calibration_id = g.calibration_id)", [f"% relabelled by % at {stamp:%Y-%m-%d %H:%M} UTC;%", stamp])
+        done["observations"] = run("DELETE FROM observations WHERE (run_key, question_id) IN "
+                                   "(SELECT run_key, question_id FROM cic_abandoned)", [])
+        done["runs"] = run(  # production runs it registered that hold nothing now
+            "DELETE FROM runs r WHERE r.split = 'production' AND r.created_at >= ? AND " + " AND ".join(
+                f"NOT EXISTS (SELECT 1 FROM {t} x WHERE x.run_key = r.run_key)"
+                for t in ("observations", "generations", "scores", "labels", "calibrations")), [stamp])
+    finally:
+        con.execute("DROP TABLE IF EXISTS cic_abandoned")
+    return done

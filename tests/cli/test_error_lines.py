@@ -78,3 +78,69 @@ def test_names_are_printed_with_control_characters_escaped(tmp_path: Path) -> No
     assert result.exit_code == 0, result.output
     assert "\x1b" not in result.output and "\r" not in result.output
     assert "evil\\x1" in result.output.replace("\n", "").replace("│", "").replace(" ", "")
+
+
+RECORDS = ("model,stream,question_id,question,answer,timestamp,score:semantic_entropy,correct\n"
+           "m,d,z1,q?,a,2026-11-01T09:00:00Z,0.1,true\nm,d,z2,q?,a,2026-11-01T09:00:00Z,0.2,false\n")
+
+
+def test_damage_a_query_finds_after_open_is_one_line_naming_the_file_and_the_recovery(tmp_path: Path) -> None:
+    from tests.store.test_store import damage_blocks_after_open
+
+    db = tmp_path / "s.duckdb"
+    with Store.open(db) as store:
+        store_run(store, n=400, labelled_at=datetime(2026, 1, 1, tzinfo=UTC), estimators=("semantic_entropy",))
+        make_live(store, only_group(store))
+    assert damage_blocks_after_open(db) > 0
+    before = db.read_bytes()
+    (tmp_path / "r.csv").write_text(RECORDS)
+    for args in (("gate", "list", "--db", "s.duckdb"), ("gate", "export", "--out", "live.json", "--db", "s.duckdb"),
+                 ("export", "scores", "scores.parquet", "--db", "s.duckdb"),
+                 ("calibrate", "s.duckdb", "--model", "m", "--dataset", "d", "--estimator", "semantic_entropy",
+                  "--criterion", "similarity[0.6]", "--alpha", "0.2"),
+                 ("ingest", "r.csv", "--db", "s.duckdb"), ("gate", "sync", "--db", "s.duckdb")):
+        proc = cic(*args, cwd=tmp_path)
+        one_line(proc, "db = 's.duckdb' is damaged", "Corrupt database file", "Recover: restore the file from a copy",
+                 "`cic export TABLE")
+        assert "MLflow" not in proc.stderr, proc.stderr
+    # recalibrate finds the damage inside its flow run: a real (ephemeral) Prefect server, still one line
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/m.db"}
+    env.pop("PREFECT_API_URL", None)
+    proc = subprocess.run([CIC, "recalibrate", "--db", "s.duckdb"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    one_line(proc, "db = 's.duckdb' is damaged", "Recover:")
+    assert db.read_bytes() == before
+    assert not (tmp_path / "live.json").exists() and not (tmp_path / "scores.parquet").exists()
+
+
+@pytest.mark.parametrize("room_kib", [0, 16_384])  # the insert fails / the checkpoint at commit fails (FATAL)
+def test_a_full_disk_during_ingest_is_one_line_and_leaves_the_store_readable_and_unchanged(
+        tmp_path: Path, room_kib: int) -> None:
+    """A file-size limit (RLIMIT_FSIZE) stands in for a full disk or a quota while the store grows."""
+    import resource
+
+    import polars as pl
+
+    from tests.store.test_store import every_table
+
+    db = tmp_path / "s.duckdb"
+    (tmp_path / "r.csv").write_text(RECORDS)
+    assert cic("ingest", "r.csv", "--db", "s.duckdb", cwd=tmp_path).returncode == 0
+    n, t0 = 200_000, datetime(2026, 11, 1, 9, tzinfo=UTC)
+    pl.DataFrame({"model": "m", "stream": "d", "question_id": [f"b{i}" for i in range(n)],
+                  "question": [f"question {i}?" for i in range(n)], "answer": [f"answer {i}" for i in range(n)],
+                  "timestamp": t0, "score:semantic_entropy": [i / n for i in range(n)],
+                  "correct": [i % 3 != 0 for i in range(n)]}).write_parquet(tmp_path / "big.parquet")
+    before = every_table(db)
+    limit = db.stat().st_size + room_kib * 1024
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    env = {**os.environ, "PREFECT_API_URL": "http://127.0.0.1:9/api"}
+    proc = subprocess.run([CIC, "ingest", "big.parquet", "--db", "s.duckdb"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, preexec_fn=small_files, timeout=300)
+    one_line(proc, "db = 's.duckdb': ", "File too large", "free space")
+    assert "earlier rows are intact" in proc.stderr or "the store is unchanged by it" in proc.stderr, proc.stderr
+    assert every_table(db) == before  # readable, and holds exactly what it held
+    assert cic("ingest", "big.parquet", "--db", "s.duckdb", cwd=tmp_path).returncode == 0  # room again: it resumes

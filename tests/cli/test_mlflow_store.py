@@ -133,3 +133,21 @@ def test_run_and_log_refuse_a_moved_store_before_any_work(tmp_path: Path) -> Non
         result = runner.invoke(app, [*args, "--tracking-uri", uri])
         assert result.exit_code == 2 and "was moved" in result.output, result.output
         assert not (tmp_path / "c.duckdb").exists() and not (tmp_path / "a").exists()
+
+
+def test_relocate_refuses_a_sqlite_file_that_is_not_an_mlflow_store_and_leaves_it_alone(tmp_path: Path) -> None:
+    other = tmp_path / "app.db"
+    with closing(sqlite3.connect(other)) as conn:
+        conn.execute("CREATE TABLE users (id INTEGER, name TEXT)")
+        conn.execute("INSERT INTO users VALUES (1, 'ada')")
+        conn.commit()
+    before = other.read_bytes()
+    result = runner.invoke(app, ["mlflow", "relocate", "--tracking-uri", f"sqlite:///{other}"])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 2 and "nothing to relocate" not in text, result.output
+    assert "is not an MLflow SQLite store: it holds table(s) users but no experiments table" in text, text
+    assert other.read_bytes() == before
+    empty = tmp_path / "empty.db"
+    empty.touch()  # a file MLflow has not initialised yet is not refused
+    ok = runner.invoke(app, ["mlflow", "relocate", "--tracking-uri", f"sqlite:///{empty}"])
+    assert ok.exit_code == 0 and "nothing to relocate" in ok.output, ok.output

@@ -91,3 +91,76 @@ def test_placement_and_quantization_enter_the_config_and_quantization_the_run_ke
     key_a, key_b = (generation_key(m, config.answerer_settings(i)) for i, m in enumerate(config.models))
     assert "quantization" not in key_a and key_b["quantization"] == "int4"
     assert {k: v for k, v in key_b.items() if k != "quantization"} == key_a  # otherwise the same generations
+
+
+INF, NAN = float("inf"), float("nan")
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"generation": {"temperature": INF}}, "generation.temperature = inf: Input should be a finite number"),
+    ({"generation": {"temperature": NAN}}, "generation.temperature = nan"),
+    ({"generation": {"temperature": 10.5}}, "generation.temperature = 10.5: .* less than or equal to 10"),
+    ({"generation": {"most_likely_temperature": INF}}, "generation.most_likely_temperature = inf"),
+    ({"generation": {"top_p": 1.5}}, "generation.top_p = 1.5"),
+    ({"generation": {"top_p": NAN}}, "generation.top_p = nan"),
+    ({"generation": {"top_k": 10**9}}, "generation.top_k = 1000000000"),
+    ({"generation": {"n_samples": 100_000_000}}, "generation.n_samples = 100000000: .* less than or equal to 1000"),
+    ({"generation": {"max_new_tokens": 10**7}}, "generation.max_new_tokens = 10000000"),
+    ({"generation": {"max_context_tokens": 10**9}}, "generation.max_context_tokens = 1000000000"),
+    ({"generation": {"batch_size": 10**7}}, "generation.batch_size = 10000000"),
+    ({"generation": {"questions_per_batch": 10**7}}, "generation.questions_per_batch = 10000000"),
+    ({"generation": {"seed": -1}}, "generation.seed = -1"),
+    ({"models": [{"name": "m", "spec": "x", "replicas": 10**6}]}, "models.0.replicas = 1000000"),
+    ({"models": [{"name": "m", "spec": "x", "gpus_per_replica": INF}]}, "models.0.gpus_per_replica = inf"),
+    ({"models": [{"name": "m", "spec": "x", "resources": {"gpu_80gb": -1}}]}, "models.0.resources.gpu_80gb = -1"),
+    ({"datasets": [{"name": "trivia_qa", "limit": 10**12}]}, "datasets.0.limit = 1000000000000"),
+    ({"calibration": {"n_splits": 10**7}}, "calibration.n_splits = 10000000"),
+    ({"calibration": {"alphas": [NAN]}}, "calibration.alphas.0 = nan"),
+    ({"calibration": {"delta": INF}}, "calibration.delta = inf"),
+    ({"calibration": {"delta": 1.5}}, "calibration.delta = 1.5"),
+    ({"calibration": {"cal_fraction": NAN}}, "calibration.cal_fraction = nan"),
+    ({"calibration": {"n_min": 10**12}}, "calibration.n_min = 1000000000000"),
+    ({"calibration": {"grid": {"k": 10**7}}}, "calibration.grid.k = 10000000"),
+    ({"calibration": {"grid": {"kind": "uniform", "low": 0, "high": INF}}}, "calibration.grid.high = inf"),
+    ({"ray": {"num_cpus": 10**7}}, "ray.num_cpus = 10000000"),
+    ({"ray": {"batch_timeout_s": INF}}, "ray.batch_timeout_s = inf"),
+    ({"ray": {"ready_timeout_s": 1e12}}, "ray.ready_timeout_s = 1000000000000.0"),
+    ({"storage": {"queue_timeout_s": INF}}, "storage.queue_timeout_s = inf"),
+    ({"recalibration": {"window": 10**12}}, "recalibration.window = 1000000000000"),
+    ({"recalibration": {"alert_level": NAN}}, "recalibration.alert_level = nan"),
+    ({"uncertainty": {"embedding_threshold": NAN}}, "uncertainty.embedding_threshold = nan"),
+])
+def test_absurd_numbers_are_refused_naming_the_key_and_value(change: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_config({**MINIMAL, **change}, source="c.yaml")
+
+
+def test_the_largest_allowed_values_pass() -> None:
+    config = parse_config({**MINIMAL, "generation": {"temperature": 10, "n_samples": 1000, "top_p": 1,
+                                                     "max_new_tokens": 32_768, "questions_per_batch": 100_000},
+                           "calibration": {"n_splits": 10_000}}, source="c.yaml")
+    assert config.generation.n_samples == 1000 and config.generation.temperature == 10
+
+
+@pytest.mark.faults
+def test_an_infinite_temperature_in_a_file_is_one_line_exit_2_before_any_work(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "c.yaml").write_text(
+        "models:\n  - name: m\n    spec: x\n"          # 1-3
+        "datasets:\n  - name: trivia_qa\n"              # 4-5
+        "generation:\n  temperature: .inf\n"            # 6-7
+        "  n_samples: 100000000\n"                      # 8
+        "storage:\n  db: s.duckdb\n")                   # 9-10
+    cic = str(Path(sys.executable).with_name("cic"))
+    env = {**os.environ, "PREFECT_API_URL": "http://127.0.0.1:9/api"}
+    proc = subprocess.run([cic, "run", "--config", "c.yaml"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "config = 'c.yaml'" in proc.stderr or "c.yaml'" in proc.stderr, proc.stderr
+    assert "generation.temperature (line 7) = inf" in proc.stderr, proc.stderr
+    assert "generation.n_samples (line 8) = 100000000" in proc.stderr, proc.stderr
+    assert not (tmp_path / "s.duckdb").exists()

@@ -164,3 +164,47 @@ def test_live_gates_from_passes_with_different_g_say_what_they_spent_together(tm
     assert claims["d"].startswith("alone: ") and "1 - 0.05" in claims["d"]
     assert claims["e"].startswith("with the 2 live gates of model 'm' on d, e, this one at delta / 2: with "
                                   "probability >= 1 - 0.075 every one of them is <= alpha at once (more than delta")
+
+
+def test_a_flagged_live_gate_is_exported_serving_nothing_until_a_person_confirms_it(tmp_path: Path) -> None:
+    import polars as pl
+
+    from cic.pipeline.ingest import ingest_file
+    from tests.pipeline.test_ingest import T0, write
+    from tests.pipeline.test_ingest_history import NOW, _stream
+
+    db = tmp_path / "f.duckdb"
+    with Store.open(db) as store:
+        ingest_file(store, write(_stream(200, 1, T0 - timedelta(days=20)), tmp_path / "week1.parquet"), now=NOW)
+        group = only_group(store, "bot")
+        live = make_live(store, group.__class__(**{**group.__dict__, "criterion": "human"}))["calibration_id"][0]
+        flips = store.read("labels").head(10).select("question_id", (~pl.col("aligned")).alias("correct"))
+    write(flips.with_columns(model=pl.lit("qwen"), stream=pl.lit("bot")), tmp_path / "flips.csv")
+    runner = CliRunner()
+    not_flagged = runner.invoke(app, ["gate", "confirm", live[:12], "--db", str(db)])
+    assert not_flagged.exit_code == 2 and "is live and not flagged; nothing to confirm" in not_flagged.output
+    relabelled = runner.invoke(app, ["ingest", str(tmp_path / "flips.csv"), "--db", str(db), "--relabel"])
+    assert relabelled.exit_code == 0, relabelled.output
+
+    exported = runner.invoke(app, ["gate", "export", "--db", str(db), "--out", str(tmp_path / "a.json")])
+    assert exported.exit_code == 0, exported.output
+    [entry] = json.loads((tmp_path / "a.json").read_text())
+    assert entry["serve"] == "nothing" and entry["gate_id"] is None and entry["flagged_gate_id"] == live
+    assert entry["flagged"].startswith("labels changed under this gate: 10 label(s)")
+    assert f"cic gate confirm {live[:12]}" in entry["reason"] and "flagged, serving nothing" in exported.output
+    refused = runner.invoke(app, ["gate", "promote", live[:12], "--db", str(db), "--no-mlflow", "--despite-alerts"])
+    assert refused.exit_code == 2 and "cic gate confirm" in refused.output
+
+    confirmed = runner.invoke(app, ["gate", "confirm", live[:12], "--db", str(db), "--reason", "ana: flips checked"])
+    assert confirmed.exit_code == 0, confirmed.output
+    again = runner.invoke(app, ["gate", "export", "--db", str(db), "--out", str(tmp_path / "b.json")])
+    assert again.exit_code == 0, again.output
+    [served] = json.loads((tmp_path / "b.json").read_text())
+    assert served["serve"] == "gate" and served["gate_id"] == live and "flagged" not in served
+    with Store.open(db, read_only=True) as store:
+        events = store.read("gate_events").filter(calibration_id=live).sort("created_at")
+        row = gates(store).filter(calibration_id=live).row(0, named=True)
+    assert events["reason"].to_list()[-1].startswith("confirmed: ana: flips checked (was flagged: labels changed")
+    assert events.height == 3 and row["state"] == "live" and row["alerts"]  # append-only; the alert stays listed
+    twice = runner.invoke(app, ["gate", "confirm", live[:12], "--db", str(db)])
+    assert twice.exit_code == 2 and "not flagged" in twice.output

@@ -192,3 +192,93 @@ def test_a_large_ingest_killed_between_commits_blocks_recalibration_until_rerun(
         assert stats.records == 40 and unfinished_ingests(store) == []
         assert store.count("generations") == 40 and store.count("labels") == 40 and store.count("scores") == 40
         assert store.read("ingests").select("state", "file").rows() == [("done", str(moved.resolve()))]
+
+
+def _cut_off(tmp_path: Path, db: Path, *, fail_at: int) -> tuple[Path, dict[str, int], pl.DataFrame]:
+    """A store with 20 labelled records, then a 60-record file (those 20 again, 5 of them relabelled, and 40 new
+    ones in a new stream) written in steps of 10 and cut off by a full disk at step `fail_at`."""
+    import cic.pipeline.ingest as ingest
+
+    before = _stream(20, 5, T0 - timedelta(days=5))
+    with Store.open(db) as store:
+        ingest_file(store, write(before, tmp_path / "before.parquet"), now=NOW - timedelta(hours=2))
+        counts = store.counts()
+        labels = store.read("labels")
+    flipped = before.with_columns(pl.when(pl.int_range(pl.len()) < 5).then(~pl.col("correct"))
+                                  .otherwise(pl.col("correct")).alias("correct"))
+    big = pl.concat([flipped, _stream(40, 6, T0 - timedelta(days=3), offset=100).with_columns(stream=pl.lit("bot2"))])
+    path = write(big, tmp_path / "big.parquet")
+    real, calls = ingest._write_step, []
+
+    def failing(*args: object, **kwargs: object) -> None:
+        calls.append(1)
+        if len(calls) == fail_at:
+            raise OSError("No space left on device")
+        real(*args, **kwargs)
+
+    with Store.open(db) as store, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ingest, "_write_step", failing)
+        with pytest.raises(OSError):
+            ingest_file(store, path, now=NOW, batch_rows=10, commit_records=10, relabel=True)
+    return path, counts, labels
+
+
+@pytest.mark.parametrize("staged", [True, False])
+def test_a_cut_off_ingest_is_abandoned_in_one_transaction(tmp_path: Path, staged: bool) -> None:
+    import shutil
+
+    from cic.pipeline.config import CalibrationConfig
+    from cic.pipeline.ingest import file_digest, staging_dir
+    from cic.pipeline.recalibration import recalibrate_store
+
+    db = tmp_path / "s.duckdb"
+    path, counts, labels = _cut_off(tmp_path, db, fail_at=18)  # 17 of 18 steps committed: labels relabelled too
+    short = file_digest(path)[:12]
+    with Store.open(db) as store:
+        assert store.count("label_events") == 5 and store.count("observations") == 60
+        assert store.read("labels").join(labels, on=["run_key", "question_id", "criterion"]) \
+            .filter(pl.col("aligned") != pl.col("aligned_right")).height == 5
+        with pytest.raises(ValueError, match=rf"cut off before its last commit.*(--complete {short}|rerun `cic "
+                                             rf"ingest).*`cic ingest --abandon {short} --db"):
+            recalibrate_store(store, store.read("runs")["run_key"].to_list(), CalibrationConfig(), 0.01, WindowRule())
+        if not staged:
+            shutil.rmtree(staging_dir(store, file_digest(path)))
+        untouched = store.counts()
+    runner = CliRunner()
+    bad = runner.invoke(app, ["ingest", "--abandon", "zzzzzz", "--db", str(db)])
+    assert bad.exit_code == 2 and "--abandon = 'zzzzzz': names no ingest journal entry" in bad.output
+    both = runner.invoke(app, ["ingest", str(path), "--abandon", short, "--db", str(db)])
+    assert both.exit_code == 2 and "give exactly one of" in both.output
+    with Store.open(db) as store:
+        assert store.counts() == untouched  # refused: nothing changed
+    done = runner.invoke(app, ["ingest", "--abandon", short, "--db", str(db)])
+    assert done.exit_code == 0, done.output
+    assert f"ingest {short} abandoned: removed" in done.output
+    with Store.open(db) as store:
+        after = store.counts()
+        assert {t: after[t] for t in counts if t != "ingests"} == {t: n for t, n in counts.items() if t != "ingests"}
+        assert store.read("labels").equals(labels)  # relabelled labels have their old value back
+        assert store.read("ingests").filter(state="abandoned").height == 1
+        assert not staging_dir(store, file_digest(path)).exists()
+        recalibrate_store(store, store.read("runs")["run_key"].to_list(), CalibrationConfig(), 0.01, WindowRule())
+    again = runner.invoke(app, ["ingest", "--abandon", short, "--db", str(db)])
+    assert again.exit_code == 2 and "is abandoned, not unfinished" in again.output
+
+
+def test_a_cut_off_ingest_is_completed_from_its_staged_data_without_its_file(tmp_path: Path) -> None:
+    from cic.pipeline.ingest import file_digest, staging_dir, unfinished_ingests
+
+    db = tmp_path / "s.duckdb"
+    path, _, _ = _cut_off(tmp_path, db, fail_at=4)
+    digest = file_digest(path)
+    short = digest[:12]
+    assert (tmp_path / f".cic-ingest-{db.name}-{digest[:16]}" / "manifest.json").is_file()  # checked and staged
+    path.unlink()  # the file is gone
+    done = CliRunner().invoke(app, ["ingest", "--complete", short, "--db", str(db)])
+    assert done.exit_code == 0, done.output
+    with Store.open(db) as store:
+        assert unfinished_ingests(store) == [] and not staging_dir(store, digest).exists()
+        assert store.count("observations") == 60 and store.count("labels") == 60 and store.count("scores") == 60
+        assert store.count("label_events") == 5 and store.read("ingests").filter(state="done").height == 2
+    missing = CliRunner().invoke(app, ["ingest", "--complete", short, "--db", str(db)])
+    assert missing.exit_code == 2 and "is done, not unfinished" in missing.output

@@ -54,3 +54,44 @@ def test_a_gate_whose_answers_go_wrong_alarms_and_says_which_and_since_when(tmp_
     assert "night(s) since it went live" in text
     assert again.monitor_alarms  # an alarmed gate stays alarmed until it is replaced
     assert stored.filter(calibration_id=gate_id)["alarmed"].to_list()[-1] is True
+
+
+def test_late_labels_reach_the_monitor_exactly_once(tmp_path: Path) -> None:
+    """Records seen at T1 but labelled after a pass that already looked past T1 still count, once."""
+    import polars as pl
+
+    from cic.pipeline.ingest import ingest_file
+    from cic.pipeline.recalibration import labelled_pairs
+    from tests.pipeline.test_ingest import T0, write
+    from tests.pipeline.test_ingest_history import NOW, _stream
+
+    with Store.open(tmp_path / "late.duckdb") as store:
+        ingest_file(store, write(_stream(400, 1, T0 - timedelta(days=20)), tmp_path / "week1.parquet"), now=NOW)
+        group = only_group(store, "bot")
+        human = group.__class__(**{**group.__dict__, "criterion": "human"})
+        gate = make_live(store, human).row(0, named=True)
+        traffic = _stream(200, 2, T0 - timedelta(days=2), offset=1000)  # the first 100 wait for their labels
+        early = traffic.head(100)
+        unlabelled = traffic.with_columns(pl.when(pl.int_range(pl.len()) < 100).then(None)
+                                          .otherwise(pl.col("correct")).alias("correct"))
+        ingest_file(store, write(unlabelled, tmp_path / "traffic.parquet"), now=NOW)
+        runs = store.read("runs")["run_key"].to_list()
+
+        def counts() -> tuple[int, int]:
+            pairs = labelled_pairs(store, human)
+            answered = pairs.filter((pl.col("at") > gate["window_to"]) & (pl.col("score") <= gate["threshold"]))
+            return answered.height, int(answered["error"].sum())
+
+        [first] = recalibrate_store(store, runs, CONFIG, 0.01, WindowRule()).monitors
+        assert (first.row["n"], first.row["k"]) == counts() and first.row["n"] > 0
+        late = early.select("model", "stream", "question_id", pl.lit(False).alias("correct"))  # every one wrong
+        ingest_file(store, write(late, tmp_path / "late-labels.csv"), now=NOW)
+        [second] = recalibrate_store(store, runs, CONFIG, 0.01, WindowRule()).monitors
+        answered_late = early.filter(pl.col("score:semantic_entropy") <= gate["threshold"]).height
+        assert answered_late > 0
+        assert second.row["n"] == first.row["n"] + answered_late == counts()[0]
+        assert second.row["k"] == first.row["k"] + answered_late == counts()[1]
+        assert second.new_pairs == answered_late and second.row["nights"] == 2
+        [third] = recalibrate_store(store, runs, CONFIG, 0.01, WindowRule()).monitors  # nothing new
+        assert (third.row["n"], third.row["k"]) == (second.row["n"], second.row["k"]) and third.new_pairs == 0
+        assert store.read("gate_monitor").height == 2  # no row for a pass that counted nothing

@@ -500,3 +500,60 @@ def test_a_full_disk_gives_a_clear_error_and_keeps_earlier_rows(db: Path) -> Non
         proc.stdout + proc.stderr[-2000:]
     with Store.open(db, read_only=True) as store:
         assert store.count("questions") == 50 and store.count("scores") == 0
+
+
+BLOCK, HEADERS = 262_144, 12_288  # DuckDB's block size and the three header blocks before the first block
+
+
+def damage_blocks_after_open(db: Path) -> int:
+    """Overwrite every data block (never the headers) whose damage still lets the file open, so the damage is
+    found by a query, not at open; returns how many blocks were overwritten."""
+    damaged = 0
+    for start in range(HEADERS, db.stat().st_size, BLOCK):
+        before = db.read_bytes()
+        data = bytearray(before)
+        data[start:start + BLOCK] = b"\xab" * len(data[start:start + BLOCK])
+        db.write_bytes(bytes(data))
+        try:
+            Store.open(db, read_only=True).close()
+            damaged += 1
+        except StoreError:
+            db.write_bytes(before)  # this block holds what open reads: keep it
+    return damaged
+
+
+@pytest.mark.faults
+def test_damage_found_by_a_query_after_open_is_one_damaged_store_error(db: Path) -> None:
+    import hashlib
+
+    from cic.store.database import DamagedStoreError
+
+    with Store.open(db) as store:
+        key = store.register_run("m", "d", "validation", "p", {"k": 1})
+        store.upsert("scores", scores_frame(key, [f"q{i}" for i in range(2000)]))
+    assert damage_blocks_after_open(db) > 0
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    for read_only in (True, False):
+        with pytest.raises(DamagedStoreError, match=r"is damaged: a block of it could not be read .*Corrupt database "
+                                                    r"file.* Recover: restore the file from a copy.*cic export"):
+            with Store.open(db, read_only=read_only) as store:
+                store.read("scores")
+    with pytest.raises(DamagedStoreError, match="is damaged"):  # a write in a transaction: not "transaction aborted"
+        with Store.open(db) as store, store.transaction():
+            store.upsert("runs", pl.DataFrame({"run_key": ["r2"], "model": ["m"], "dataset": ["d2"],
+                                               "split": ["s"], "prompt_id": ["p"], "generation_config": ["{}"]}))
+            store.upsert("scores", scores_frame("r2", ["x"]))
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+
+
+def test_errors_that_are_not_damage_keep_their_type(db: Path) -> None:
+    with pytest.raises(duckdb.CatalogException), Store.open(db) as store:
+        store.sql("SELECT * FROM no_such_table")
+    with pytest.raises(KeyError), Store.open(db) as store:
+        raise KeyError("a bug stays a bug")
+
+
+def every_table(db: Path) -> dict[str, list[tuple]]:
+    """Every row of every table of a store, opened read-only (what a test compares before and after a fault)."""
+    with Store.open(db, read_only=True) as store:
+        return {name: store.read(name).rows() for name in schema.TABLES}
