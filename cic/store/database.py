@@ -805,14 +805,15 @@ def delete_ingest_rows(store: Store, *, stamp: datetime, records: Sequence[str] 
         result = con.execute(sql, list(params)).fetchall()
         return int(result[0][0]) if result else 0
 
-    mine = " AND (run_key, question_id) IN (SELECT run_key, question_id FROM read_parquet(?))"
-    obs_params: list[Any] = [stamp]
-    obs_where = "created_at = ?"
-    if records is not None:
-        obs_where += mine if records else " AND false"
-        obs_params += [list(records)] if records else []
-    con.execute("CREATE OR REPLACE TEMP TABLE cic_abandoned AS SELECT run_key, question_id FROM observations "
-                f"WHERE {obs_where}", obs_params)
+    abandoned = ("CREATE OR REPLACE TEMP TABLE cic_abandoned AS SELECT run_key, question_id FROM observations "
+                 "WHERE created_at = ?")
+    if records is None:
+        con.execute(abandoned, [stamp])
+    elif records:
+        con.execute(abandoned + " AND (run_key, question_id) IN (SELECT run_key, question_id FROM read_parquet(?))",
+                    [stamp, list(records)])
+    else:
+        con.execute(abandoned + " AND false", [stamp])
     done: dict[str, int] = {}
     try:
         done["questions"] = run(
