@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -30,9 +31,10 @@ from cic.store.outputs import guard_output_dir, write_frame
 from tasks.artifact_locations import check_not_moved
 from tasks.run_logs import run_logger
 from tasks.task_names import named_by_runs
-from tasks.tracking import ChildRun, DatasetRef, GroupLog, check_reachable, find_logged, log_group
+from tasks.tracking import ChildRun, DatasetRef, GroupLog, check_reachable, find_logged, log_group, requests_in_flight
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+GROUPS_IN_FLIGHT = 2  # against a server: one group sent while the next renders (x REQUESTS_IN_FLIGHT each)
 CHILD_METRICS = ("fdr_mean", "fdr_std", "fdr_above_alpha", "coverage_mean", "coverage_std", "correct_coverage_mean",
                  "fails", "base_error_rate", "threshold_mean")
 
@@ -64,6 +66,19 @@ def log_units(store: Store, run_keys: Sequence[str] | None = None) -> list[dict[
     names = ("run_key", "evaluation_id", "model", "dataset", "estimator", "criterion", "data_fingerprint")
     units = [dict(zip(names, r, strict=True)) for r in rows]
     return [u for u in units if run_keys is None or u["run_key"] in set(run_keys)]
+
+
+def pipeline_calibrations(store: Store, unit: dict[str, Any]) -> pl.DataFrame:
+    """The pipeline's gates of one unit (a recalibration's gates are logged by the recalibrate flow)."""
+    calibrations = store.read("calibrations", run_key=unit["run_key"], estimator=unit["estimator"],
+                              criterion=unit["criterion"], data_fingerprint=unit["data_fingerprint"])
+    return calibrations.filter(pl.col("kind").fill_null("pipeline") == "pipeline")
+
+
+def log_key(evaluation_id: str, calibrations: pl.DataFrame) -> str:
+    """A unit's MLflow idempotency key (`cic.log_key`): its evaluation and the ids of its gates, so a unit is
+    logged once and a unit whose gates changed is logged anew."""
+    return schema.stable_hash(evaluation_id, *calibrations.get_column("calibration_id").sort().to_list())
 
 
 def _child_runs(calibrations: pl.DataFrame, evaluations: pl.DataFrame, unit: dict[str, Any]) -> list[ChildRun]:
@@ -121,14 +136,12 @@ def alpha_series(calibrations: pl.DataFrame, evaluations: pl.DataFrame) -> dict[
 def build_group(store: Store, unit: dict[str, Any], experiment_prefix: str, report_root: Path) -> GroupLog:
     """Parent run params/metrics/artifacts and nested runs for one unit, from the store."""
     run = store.read("runs", run_key=unit["run_key"]).row(0, named=True)
-    calibrations = store.read("calibrations", run_key=unit["run_key"], estimator=unit["estimator"],
-                              criterion=unit["criterion"], data_fingerprint=unit["data_fingerprint"])
-    calibrations = calibrations.filter(pl.col("kind").fill_null("pipeline") == "pipeline")
+    calibrations = pipeline_calibrations(store, unit)
     evaluations = store.read("evaluations", evaluation_id=unit["evaluation_id"])
     first = evaluations.row(0, named=True)
     pairs = store.calibration_frame(unit["model"], unit["dataset"], unit["estimator"], unit["criterion"],
                                     run_key=unit["run_key"], allow_partial=True)
-    slug = schema.stable_hash(unit["evaluation_id"], *calibrations.get_column("calibration_id").sort().to_list())
+    slug = log_key(unit["evaluation_id"], calibrations)
     out = report_root / file_slug(unit["model"], unit["dataset"], unit["estimator"], unit["criterion"], slug[:10])
     frame = pairs.select(pl.lit(unit["model"]).alias("model"), pl.lit(unit["dataset"]).alias("dataset"),
                          pl.lit(unit["estimator"]).alias("estimator"), pl.lit(unit["criterion"]).alias("criterion"),
@@ -181,34 +194,49 @@ def log_results(db: str, *, tracking: str | None = None, experiment_prefix: str 
     Each group goes to '<prefix>-<dataset>', the prefix being `experiment_prefix` or, when None, the one the
     run's config recorded in the store — so `cic log` after `cic run` finds everything already there.
     """
-    check_reachable(tracking_uri(tracking))
-    check_not_moved(tracking_uri(tracking))
+    uri = tracking_uri(tracking)
+    check_reachable(uri)
+    check_not_moved(uri)
     guard_output_dir(report_dir, "report_dir")  # cic's own directory (marked), never one holding other files
-    client = MlflowClient(tracking_uri=tracking_uri(tracking))
-    stats = LogStats()
-    root = Path(report_dir)
-    with Store.open(db, read_only=True, wait_s=60) as store:  # reads only: never blocks a writer
+    client = MlflowClient(tracking_uri=uri)
+    in_flight = requests_in_flight(uri)
+    sent: list[tuple[Future[tuple[str, bool]], str | None]] = []  # per unit: (run id, new), its report dir
+    with Store.open(db, read_only=True, wait_s=60) as store, \
+            ThreadPoolExecutor(GROUPS_IN_FLIGHT if in_flight > 1 else 1, thread_name_prefix="cic-log") as pool:
         units = log_units(store, run_keys)
-        for i, unit in enumerate(units, 1):
-            group_key = schema.stable_hash(unit["evaluation_id"], *sorted(
-                c for (c,) in store.sql("SELECT calibration_id FROM calibrations WHERE run_key = ? AND estimator = ? "
-                                        "AND criterion = ? AND data_fingerprint = ? AND coalesce(kind, 'pipeline') = "
-                                        "'pipeline'", [unit["run_key"], unit["estimator"], unit["criterion"],
-                                                       unit["data_fingerprint"]])))
-            existing = find_logged(client, group_key)
+        keys = [log_key(unit["evaluation_id"], pipeline_calibrations(store, unit)) for unit in units]
+        found = list(pool.map(lambda key: find_logged(client, key), keys))  # lookups concurrently too
+        for unit, existing in zip(units, found, strict=True):
             if existing is not None:
-                stats.already += 1
-                stats.run_ids.append(existing)
-            else:
-                prefix = experiment_prefix_of(store, unit["run_key"], experiment_prefix)
-                group = build_group(store, unit, prefix, root)
-                if flow_run_id:  # which Prefect flow run logged it: from the MLflow run to the run's logs and back
+                done: Future[tuple[str, bool]] = Future()
+                done.set_result((existing, False))
+                sent.append((done, None))
+            else:  # store reads and figures here, one group at a time (matplotlib is not thread-safe), while
+                # the groups before it are sent
+                group = build_group(store, unit, experiment_prefix_of(store, unit["run_key"], experiment_prefix),
+                                    Path(report_dir))
+                if flow_run_id:  # which Prefect flow run logged it: from the MLflow run to its logs and back
                     group = replace(group, tags={**group.tags, "cic.flow_run_id": flow_run_id})
-                run_id, new = log_group(client, group)
-                stats.logged += int(new)
-                stats.already += int(not new)
-                stats.run_ids.append(run_id)
-                stats.report_dirs.append(str(group.artifacts[0].parent))
-            progress.report("log", i, len(units))
+                sent.append((pool.submit(log_group, client, group, in_flight=in_flight),
+                             str(group.artifacts[0].parent)))
+            _report_progress([future for future, _ in sent], len(units))
+        for _ in as_completed(future for future, _ in sent):
+            _report_progress([future for future, _ in sent], len(units))
+    stats = LogStats()
+    for future, report in sent:
+        run_id, new = future.result()
+        stats.logged += int(new)
+        stats.already += int(not new)
+        stats.run_ids.append(run_id)
+        stats.report_dirs += [report] if new and report else []
     run_logger().info("MLflow: %d group(s) logged, %d already there", stats.logged, stats.already)
     return stats
+
+
+def _report_progress(futures: list[Future[tuple[str, bool]]], total: int) -> None:
+    """Progress counts groups whose logging finished; a group that failed stops the pass at once (its error
+    raised here), not after every other group."""
+    for future in futures:
+        if future.done() and future.exception() is not None:
+            raise future.exception()
+    progress.report("log", sum(future.done() for future in futures), total)

@@ -11,13 +11,16 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Mapping, Sequence
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mlflow import MlflowClient
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunStatus
+from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 
 from tasks.artifact_locations import local_artifact_location
 
@@ -28,6 +31,9 @@ LOG_KEY_TAG = "cic.log_key"
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 MODEL_KIND = "custom_model_development"  # MLflow 3 opens these on the runs view, not GenAI traces
 PARENT_LOG_KEY_TAG = "cic.parent_log_key"
+# requests one logger keeps in flight against a server: below urllib3's pool of 10 connections per host
+# (MLFLOW_HTTP_POOL_MAXSIZE), with two groups logged at once
+REQUESTS_IN_FLIGHT = 4
 
 
 @dataclass(frozen=True)
@@ -132,38 +138,71 @@ def _metrics(values: Mapping[str, float | None], timestamp: int) -> list[Metric]
             if v is not None and math.isfinite(float(v))]
 
 
-def log_group(client: MlflowClient, group: GroupLog, *, artifact_location: str | None = None) -> tuple[str, bool]:
-    """Log a group (parent + nested runs) unless already logged; returns (parent run id, newly logged)."""
+def requests_in_flight(tracking_uri: str) -> int:
+    """How many requests a logger keeps in flight: several against a server (each request waits on the network
+    and the server's database, not on this process), one against a local store (its writes serialise anyway)."""
+    return REQUESTS_IN_FLIGHT if tracking_uri.startswith(("http://", "https://")) else 1
+
+
+def log_group(client: MlflowClient, group: GroupLog, *, artifact_location: str | None = None,
+              in_flight: int = 1) -> tuple[str, bool]:
+    """Log a group (parent + nested runs) unless already logged; returns (parent run id, newly logged).
+
+    With `in_flight` > 1 the parent's inputs and artifacts and the nested runs are sent concurrently (a nested
+    run's own calls stay in order); the parent is marked FINISHED only after every one of them succeeded, so a
+    cut-off or failed group is found and replaced by the next logging pass (`find_logged`).
+    """
     existing = find_logged(client, group.log_key)
     if existing is not None:
         return existing, False
     exp_id = experiment_id(client, group.experiment, artifact_location)
     parent = client.create_run(exp_id, run_name=group.run_name, tags={**group.tags, LOG_KEY_TAG: group.log_key})
     run_id = parent.info.run_id
+    now = parent.info.start_time
+    steps: list[Callable[[], None]] = [lambda: client.log_batch(
+        run_id, metrics=_metrics(group.metrics, now) + _series(group.series, now), params=_params(group.params))]
+    if group.dataset is not None:
+        steps.append(lambda: _log_dataset(client, run_id, group.dataset))
+    steps += [lambda path=path: _log_artifact(client, run_id, path) for path in group.artifacts]
+    steps += [lambda child=child: _log_child(client, exp_id, run_id, group, child, now) for child in group.children]
     try:
-        now = parent.info.start_time
-        client.log_batch(run_id, metrics=_metrics(group.metrics, now) + _series(group.series, now),
-                         params=_params(group.params))
-        if group.dataset is not None:
-            ref = group.dataset
-            client.log_inputs(run_id, datasets=[DatasetInput(
-                Dataset(name=ref.name, digest=ref.digest, source_type="cic-store", source=ref.source,
-                        profile=json.dumps(dict(ref.profile), default=str)),
-                tags=[InputTag("mlflow.data.context", "calibration")])])
-        for path in group.artifacts:
-            if path.is_dir():
-                client.log_artifacts(run_id, str(path), artifact_path=path.name)
-            else:
-                client.log_artifact(run_id, str(path))
-        for child in group.children:
-            sub = client.create_run(exp_id, run_name=child.name, tags={
-                **group.tags, **child.tags, PARENT_RUN_TAG: run_id, PARENT_LOG_KEY_TAG: group.log_key})
-            client.log_batch(sub.info.run_id, metrics=_metrics(child.metrics, now), params=_params(child.params))
-            for name, text in child.texts.items():
-                client.log_text(sub.info.run_id, text, name)
-            client.set_terminated(sub.info.run_id, "FINISHED")
+        if in_flight > 1:
+            with ThreadPoolExecutor(in_flight, thread_name_prefix="cic-mlflow") as pool:
+                for sent in [pool.submit(step) for step in steps]:
+                    sent.result()
+        else:
+            for step in steps:
+                step()
     except Exception:
         client.set_terminated(run_id, "FAILED")
         raise
     client.set_terminated(run_id, "FINISHED")
     return run_id, True
+
+
+def _log_dataset(client: MlflowClient, run_id: str, ref: DatasetRef) -> None:
+    client.log_inputs(run_id, datasets=[DatasetInput(
+        Dataset(name=ref.name, digest=ref.digest, source_type="cic-store", source=ref.source,
+                profile=json.dumps(dict(ref.profile), default=str)),
+        tags=[InputTag("mlflow.data.context", "calibration")])])
+
+
+def _log_artifact(client: MlflowClient, run_id: str, path: Path) -> None:
+    if path.is_dir():
+        client.log_artifacts(run_id, str(path), artifact_path=path.name)
+    else:
+        client.log_artifact(run_id, str(path))
+
+
+def _log_child(client: MlflowClient, exp_id: str, parent_id: str, group: GroupLog, child: ChildRun,
+               now: int) -> None:
+    """One nested run: created, filled and finished in order (four requests with its texts)."""
+    sub = client.create_run(exp_id, run_name=child.name, tags={
+        **group.tags, **child.tags, PARENT_RUN_TAG: parent_id, PARENT_LOG_KEY_TAG: group.log_key})
+    client.log_batch(sub.info.run_id, metrics=_metrics(child.metrics, now), params=_params(child.params))
+    if child.texts:  # straight to the run's artifact location (client.log_text would look the run up first)
+        with tempfile.TemporaryDirectory(prefix="cic-texts-") as texts:
+            for name, text in child.texts.items():
+                (Path(texts) / name).write_text(text, encoding="utf-8")
+            get_artifact_repository(sub.info.artifact_uri, tracking_uri=client.tracking_uri).log_artifacts(texts)
+    client.set_terminated(sub.info.run_id, "FINISHED")

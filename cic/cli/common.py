@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -14,11 +15,22 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+PIPED_WIDTH = 140  # a log file's lines when nothing says how wide: a table's columns are not folded early
+
+
+def console_width(stream: Any) -> int | None:
+    """The width to print at: the terminal's, else $COLUMNS (a pipe whose reader said how wide, e.g.
+    `COLUMNS=100 cic gate list | less`), else PIPED_WIDTH. None lets rich measure the terminal."""
+    if stream.isatty():
+        return None
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and 20 <= int(columns) <= 1000 else PIPED_WIDTH
+
+
 # markup and emoji codes are off: file names, model names and values in errors are printed as they are
 # (a "[/]" or ":b:" in them is text, not a style); styled words are built as rich Text, never parsed
-console = Console(width=None if sys.stdout.isatty() else 140, markup=False, emoji=False, highlight=False)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 140, markup=False, emoji=False,
-                      highlight=False)
+console = Console(width=console_width(sys.stdout), markup=False, emoji=False, highlight=False)
+err_console = Console(stderr=True, width=console_width(sys.stderr), markup=False, emoji=False, highlight=False)
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")

@@ -123,20 +123,14 @@ def list_gates(
         families = live_families(store)
     if state is not None:
         rows = rows.filter(state=state)
-    table = Table(title=f"gates in {db}: {rows.height}")
-    table.add_column("id", no_wrap=True, min_width=12)  # what `cic gate promote` takes
-    for column in ("state", "model · dataset", "estimator · criterion", "α · δ", "bound · search", "threshold", "n",
-                   "window to", "alerts"):
-        table.add_column(column, overflow="fold")  # a narrow terminal wraps values, never cuts them
-    for r in rows.sort("model", "dataset", "estimator", "criterion", "alpha", "bound", "search", "created_at") \
-            .iter_rows(named=True):
-        kind = "" if (r["kind"] or "pipeline") == "pipeline" else f" ({r['kind']})"
-        table.add_row(*map(printable, (
-            r["calibration_id"][:12], r["state"] + kind, f"{r['model']} · {r['dataset']}",
-            f"{r['estimator']} · {r['criterion']}", f"{r['alpha']:g} · {_delta(r)}", f"{r['bound']} · {r['search']}",
-            "unattainable" if r["threshold"] is None else fmt(r["threshold"], ".4g"), str(r["n_cal"]),
-            str(r["window_to"] or "—")[:19], _alert_summary(r["alerts"]))))
-    console.print(table)
+    cells = [tuple(map(printable, (
+        r["calibration_id"][:12], r["state"] + ("" if (r["kind"] or "pipeline") == "pipeline" else f" ({r['kind']})"),
+        f"{r['model']} · {r['dataset']}", f"{r['estimator']} · {r['criterion']}", f"{r['alpha']:g} · {_delta(r)}",
+        f"{r['bound']} · {r['search']}", "unattainable" if r["threshold"] is None else fmt(r["threshold"], ".4g"),
+        str(r["n_cal"]), str(r["window_to"] or "—")[:19], _alert_summary(r["alerts"]))))
+        for r in rows.sort("model", "dataset", "estimator", "criterion", "alpha", "bound", "search", "created_at")
+        .iter_rows(named=True)]
+    _print_gates(f"gates in {db}: {rows.height}", cells)
     for r in rows.sort("model", "dataset", "created_at").iter_rows(named=True):
         for alert in r["alerts"]:
             console.print(printable(f"{r['calibration_id'][:12]} alert: {alert}"), soft_wrap=True)
@@ -150,6 +144,44 @@ def _warn_over_budget(families: dict[tuple[Any, ...], list[dict[str, Any]]]) -> 
 
     for line in over_budget(families):
         err_console.print(styled(("over budget:", "bold yellow"), " ", printable(line)), soft_wrap=True)
+
+
+GATE_COLUMNS = ("id", "state", "model · dataset", "estimator · criterion", "α · δ", "bound · search", "threshold",
+                "n", "window to", "alerts")
+
+
+def _print_gates(title: str, cells: list[tuple[str, ...]]) -> None:
+    """The gates as a table whose columns are as wide as their longest word (values wrap between words, never
+    inside one) when that fits the console; else a block per gate, `column: value` lines wrapped between words."""
+    longest = [max([len(word) for value in column for word in value.split()] + [len(word) for word in name.split()])
+               for name, column in zip(GATE_COLUMNS, zip(*cells, strict=True) if cells else [()] * len(GATE_COLUMNS),
+                                       strict=True)]
+    if sum(longest) + 2 * len(longest) <= console.width:  # SIMPLE_HEAD: one space either side, no borders
+        from rich import box
+
+        table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
+        for name, width in zip(GATE_COLUMNS, longest, strict=True):
+            table.add_column(name, min_width=width, overflow="fold")
+        for row in cells:
+            table.add_row(*row)
+        console.print(table)
+        return
+    console.print(title)
+    for row in cells:
+        for line in _packed([f"{row[0]}  {row[1]}  {row[2]}"] + [
+                f"{name}: {value}" for name, value in zip(GATE_COLUMNS[3:], row[3:], strict=True)], console.width):
+            console.print(line, overflow="fold")  # only a value wider than the console itself is folded
+
+
+def _packed(parts: list[str], width: int, indent: str = "    ", gap: str = "   ") -> list[str]:
+    """`parts` on as few lines of `width` as fit whole parts: a line breaks between parts, never inside one."""
+    lines = [parts[0]]
+    for part in parts[1:]:
+        if len(lines[-1]) + len(gap) + len(part) <= width and len(lines) > 1:
+            lines[-1] += gap + part
+        else:
+            lines.append(indent + part)
+    return lines
 
 
 def _delta(row: dict[str, Any]) -> str:

@@ -83,11 +83,32 @@ def test_logging_to_a_real_mlflow_server(mlflow_server: str, tmp_path: Path) -> 
     client = MlflowClient(tracking_uri=mlflow_server)
     table = tmp_path / "table.csv"
     table.write_text("alpha,fdr\n0.1,0.05\n")
-    parent_id, new = tracking.log_group(client, _group("k3", artifacts=(table,)))
+    in_flight = tracking.requests_in_flight(mlflow_server)
+    assert in_flight > 1 and tracking.requests_in_flight("sqlite:///x.db") == 1  # a server: requests overlap
+    parent_id, new = tracking.log_group(client, _group("k3", artifacts=(table,)), in_flight=in_flight)
     assert new
-    assert len(_runs(client, "cic-trivia_qa")) == 3
+    runs = _runs(client, "cic-trivia_qa")
+    assert len(runs) == 3 and all(r.info.status == "FINISHED" for r in runs)
     assert [a.path for a in client.list_artifacts(parent_id)] == ["table.csv"]
-    assert tracking.log_group(client, _group("k3", artifacts=(table,))) == (parent_id, False)
+    for child in (r for r in runs if r.info.run_id != parent_id):  # texts go straight to the run's location
+        assert [a.path for a in client.list_artifacts(child.info.run_id)] == ["gate.json"]
+        fetched = Path(client.download_artifacts(child.info.run_id, "gate.json", str(tmp_path)))
+        assert fetched.read_text() == '{"kind": "cic.gate", "threshold": 0.5}'
+    assert tracking.log_group(client, _group("k3", artifacts=(table,)), in_flight=in_flight) == (parent_id, False)
+
+    # a nested run the server refuses (a param name over MLflow's limit) while its siblings are in flight: the
+    # parent ends FAILED, and the next pass replaces the whole group instead of keeping a partial one
+    broken = _group("k4")
+    broken = tracking.GroupLog(**{**broken.__dict__, "children": [*broken.children, tracking.ChildRun(
+        name="refused", params={"x" * 300: 1}, metrics={})]})
+    with pytest.raises(mlflow.exceptions.MlflowException):
+        tracking.log_group(client, broken, in_flight=in_flight)
+    failed = [r for r in _runs(client, "cic-trivia_qa") if r.data.tags.get(tracking.LOG_KEY_TAG) == "k4"]
+    assert [r.info.status for r in failed] == ["FAILED"]
+    again, new = tracking.log_group(client, _group("k4"), in_flight=in_flight)
+    assert new and again != failed[0].info.run_id
+    assert {r.data.tags.get(tracking.LOG_KEY_TAG) or r.data.tags[tracking.PARENT_LOG_KEY_TAG]
+            for r in _runs(client, "cic-trivia_qa")} == {"k3", "k4"} and len(_runs(client, "cic-trivia_qa")) == 6
 
 
 @pytest.mark.faults
