@@ -184,16 +184,16 @@ def _sync_group(client: MlflowClient, rows: list[dict[str, Any]], experiment_pre
         if version is None:
             run = _gate_run(client, row, experiment_prefix)
             version = client.create_model_version(name, f"{run.info.artifact_uri}/gate", run_id=run.info.run_id,
-                                                  tags={**tags, STATE_TAG: row["state"]}, await_creation_for=0)
-        elif version.tags.get(STATE_TAG) != row["state"]:
-            client.set_model_version_tag(name, version.version, STATE_TAG, row["state"])
+                                                  tags={**tags, STATE_TAG: registry_state(row)}, await_creation_for=0)
+        elif version.tags.get(STATE_TAG) != registry_state(row):
+            client.set_model_version_tag(name, version.version, STATE_TAG, registry_state(row))
         if version.tags.get(KEY_TAG) != tags[KEY_TAG] or version.tags.get(GATE_ID_TAG) != row["calibration_id"]:
             raise RegistryMismatch(f"{name} version {version.version} is tagged gate "
                                    f"{version.tags.get(GATE_ID_TAG)!r}, key {version.tags.get(KEY_TAG)!r}, not gate "
                                    f"{row['calibration_id']!r} of {tags[KEY_TAG]}; nothing was moved")
-        if row["state"] == "live":
+        if registry_state(row) == "live":
             wanted[live_alias(row)] = str(version.version)
-    for row in rows:  # a configuration whose live gate serves nothing, or that has none: no alias
+    for row in rows:  # a configuration whose live gate serves nothing (or is flagged), or that has none: no alias
         wanted.setdefault(live_alias(row), "")
     out = []
     for alias, version_number in wanted.items():
@@ -212,6 +212,14 @@ def _sync_group(client: MlflowClient, rows: list[dict[str, Any]], experiment_pre
                     json.loads(found.tags[KEY_TAG]) == json.loads(serving_key_json(row)):
                 client.delete_registered_model_alias(old, LIVE_ALIAS)
     return out
+
+
+def registry_state(row: dict[str, Any]) -> str:
+    """A version's `cic.state` tag: the gate's state, or "flagged" for a live gate a relabel flagged (it serves
+    nothing and holds no alias until a newer gate is promoted or a person confirms it)."""
+    from cic.pipeline.gates import flag_of
+
+    return "flagged" if flag_of(row) is not None else row["state"]
 
 
 def registered_gate_models(client: MlflowClient) -> dict[str, Any]:

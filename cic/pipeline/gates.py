@@ -253,7 +253,7 @@ def promote_first_gates(store: Store, calibration_ids: Iterable[str], *, reason:
 def live_gate(store: Store, *, model: str, dataset: str, estimator: str, criterion: str | None, alpha: float,
               bound: str, search: str) -> dict[str, Any]:
     """The live gate of that key (estimator by stored or base name), verified; an error lists the candidates
-    when none is live."""
+    when none is live, and says why when the live gate is flagged (it serves nothing, as in `served_entries`)."""
     rows = gates(store, model=model, dataset=dataset, bound=bound, search=search)
     rows = rows.filter((pl.col("alpha") - alpha).abs() < 1e-12)
     rows = rows.filter((pl.col("estimator") == estimator)
@@ -272,6 +272,11 @@ def live_gate(store: Store, *, model: str, dataset: str, estimator: str, criteri
                 "`cic gate promote ID`") if waiting else "every gate of it was retired; promote one"
         raise ValueError(f"no live gate for {wanted}: {hint}")
     row = live.sort("state_at").row(-1, named=True)
+    flag = flag_of(row)
+    if flag is not None:  # as `cic gate export` serves it: nothing, until reviewed or replaced
+        short = row["calibration_id"][:12]
+        raise ValueError(f"live gate {short} for {wanted} is flagged ({flag}); it serves nothing until a newer gate "
+                         f"is promoted or a person confirms it with `cic gate confirm {short}`")
     verify_gate(row)
     return row
 

@@ -167,7 +167,11 @@ def test_live_gates_from_passes_with_different_g_say_what_they_spent_together(tm
 
 
 def test_a_flagged_live_gate_is_exported_serving_nothing_until_a_person_confirms_it(tmp_path: Path) -> None:
+    """Export, `cic ask` and the registry agree: a flagged live gate serves nothing until a person confirms it."""
     import polars as pl
+    from mlflow import MlflowClient
+
+    from tasks.registry import registry_sync
 
     from cic.pipeline.ingest import ingest_file
     from tests.pipeline.test_ingest import T0, write
@@ -194,6 +198,14 @@ def test_a_flagged_live_gate_is_exported_serving_nothing_until_a_person_confirms
     assert f"cic gate confirm {live[:12]}" in entry["reason"] and "flagged, serving nothing" in exported.output
     refused = runner.invoke(app, ["gate", "promote", live[:12], "--db", str(db), "--no-mlflow", "--despite-alerts"])
     assert refused.exit_code == 2 and "cic gate confirm" in refused.output
+    key = dict(model="qwen", dataset="bot", estimator=group.estimator, criterion="human", alpha=0.3, bound="cp",
+               search="fixed_sequence")
+    with pytest.raises(ValueError, match=f"live gate {live[:12]} .* is flagged .*cic gate confirm {live[:12]}"):
+        serving_gate(str(db), **key)  # `cic ask` serves it no more than the export does
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    assert registry_sync(str(db), uri, None) == []  # registered, tagged flagged, no alias
+    [version] = MlflowClient(uri).search_model_versions()
+    assert version.tags["cic.state"] == "flagged" and not version.aliases
 
     confirmed = runner.invoke(app, ["gate", "confirm", live[:12], "--db", str(db), "--reason", "ana: flips checked"])
     assert confirmed.exit_code == 0, confirmed.output
@@ -201,6 +213,10 @@ def test_a_flagged_live_gate_is_exported_serving_nothing_until_a_person_confirms
     assert again.exit_code == 0, again.output
     [served] = json.loads((tmp_path / "b.json").read_text())
     assert served["serve"] == "gate" and served["gate_id"] == live and "flagged" not in served
+    assert serving_gate(str(db), **key)["calibration_id"] == live
+    [alias] = registry_sync(str(db), uri, None)
+    [version] = MlflowClient(uri).search_model_versions()
+    assert version.tags["cic.state"] == "live" and alias.endswith("@live-cp-fixed_sequence-a0p3-d0p05")
     with Store.open(db, read_only=True) as store:
         events = store.read("gate_events").filter(calibration_id=live).sort("created_at")
         row = gates(store).filter(calibration_id=live).row(0, named=True)
