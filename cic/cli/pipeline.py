@@ -347,7 +347,7 @@ def ask(
     alpha: Annotated[float, typer.Option("--alpha", help="The gate's risk level: its error rate among accepted "
                                          "answers is certified <= this.")] = 0.25,
     bound: Annotated[str, typer.Option("--bound", help="The gate's bound: cp or hoeffding.")] = "cp",
-    search: Annotated[str, typer.Option("--search", help="The gate's search.")] = "fixed_sequence",
+    search: Annotated[str, typer.Option("--search", help="The gate's search.")] = "geometric",
 ) -> None:
     """Answer with the live gate, or abstain; shows the uncertainty score and the certified threshold."""
     from cic.pipeline.asking import ask_question

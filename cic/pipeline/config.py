@@ -177,7 +177,7 @@ class CalibrationConfig(_Strict):
     alphas: tuple[float, ...] = (0.05, 0.10, 0.15, 0.20, 0.25)
     delta: float = Field(0.05, gt=0, lt=1)
     bounds: tuple[str, ...] = ("hoeffding", "cp")
-    searches: tuple[str, ...] = ("fixed_sequence", "paper")
+    searches: tuple[str, ...] = ("geometric", "paper")
     n_splits: int = Field(100, ge=1, le=MAX_SPLITS)
     cal_fraction: float = Field(0.5, gt=0, lt=1)
     seed: Seed = 0

@@ -46,7 +46,7 @@ class ReportConfig:
 
     alphas: tuple[float, ...] = DEFAULT_ALPHAS
     bounds: tuple[str, ...] = ("hoeffding", "cp")
-    searches: tuple[str, ...] = ("fixed_sequence",)
+    searches: tuple[str, ...] = ("geometric",)
     delta: float = 0.05
     n_splits: int = 100
     cal_fraction: float = 0.5
@@ -163,7 +163,7 @@ def baselines_study(frame: pl.DataFrame, config: ReportConfig = ReportConfig(),
     import polars as pl
 
     frame = check_long_frame(frame)
-    wanted = (*config.searches, "fixed_sequence", "multistart")
+    wanted = (*config.searches, "geometric", "fixed_sequence", "multistart")
     cic_searches = [s for s in dict.fromkeys(wanted) if config.grid is not None or not get_search(s).needs_grid]
     parts = []
     for key, scores, errors in iter_groups(frame):

@@ -26,7 +26,16 @@ from cic.stats._validation import (
     parse_document,
 )
 from cic.stats.gate import Gate
-from cic.stats.searches import DEFAULT_SEARCH, FixedSequence, LargestFeasible, get_search
+from cic.stats.searches import (
+    DEFAULT_SEARCH,
+    FixedSequence,
+    GeometricStarts,
+    LargestFeasible,
+    Setting,
+    feasibility_table,
+    geometric_chains,
+    get_search,
+)
 
 if TYPE_CHECKING:
     import polars as pl
@@ -392,8 +401,9 @@ def calibrate(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05, bo
         A name of `cic.stats.bounds.BOUNDS`: "cp" (Clopper–Pearson), "hoeffding", "hoeffding_kl", "bentkus",
         "hoeffding_bentkus".
     search : str
-        A name of `cic.stats.searches.SEARCHES`: "fixed_sequence" (default: upwards from `start` or the
-        `n_min`-th score at delta, FWER <= delta; by default n_min is the smallest count at which an empirical
+        A name of `cic.stats.searches.SEARCHES`: "geometric" (default: fixed-sequence chains from n/2, n/4, ...
+        accepted answers, chain k at delta·(1/k)/H_J, FWER <= delta), "fixed_sequence" (one chain upwards from
+        `start` or the `n_min`-th score at delta; by default n_min is the smallest count at which an empirical
         risk of alpha/2 would be certified, `bounds.half_alpha_n`), "multistart" (four such chains at
         delta / 4), "holm" and "bonferroni" (a `grid` fixed in advance), "paper" (Algorithm 1: every unique
         score at delta, no simultaneous guarantee).
@@ -458,9 +468,18 @@ def calibrate(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05, bo
         best = search_paper(fd, n, bound=bound, alpha=alpha, gamma=gamma)
     elif isinstance(plan, FixedSequence) and plan.n_starts == 1:
         best, n_tested = search_fixed_sequence(fd, n, eligible, bound=bound, alpha=alpha, gamma=gamma)
+    elif isinstance(plan, GeometricStarts):  # each chain scanned lazily from its start to its first failure
+        best, n_tested = -1, 0
+        for first, level in geometric_chains(int(s.shape[0]), bound, alpha, delta):
+            end, tested = search_fixed_sequence(fd, n, eligible & (n >= first), bound=bound, alpha=alpha, gamma=level)
+            n_tested += tested
+            if end > best:
+                best, gamma = end, level
     else:
-        chosen, levels = plan.select(eligible[None, :], lambda g: np.asarray(
-            _bounds.feasible(bound, fd, n, alpha, g), dtype=bool)[None, :], delta, k)
+        n_max = int(n.max(initial=0))  # feasibility by the largest certifiable FD per count: one gather per level
+        chosen, levels = plan.select(eligible[None, :], lambda g: (fd <= feasibility_table(
+            bound, n_max, alpha, g)[n])[None, :], delta, k, counts=n[None, :],
+            setting=Setting(int(s.shape[0]), bound, alpha))
         best = int(chosen[0])
         gamma = float(levels[0]) if best >= 0 else gamma
 

@@ -25,7 +25,7 @@ from cic.stats import bounds as _bounds
 from cic.stats import searches
 from cic.stats._validation import as_pair, check_open_unit, check_positive_int
 from cic.stats.calibration import check_search_args
-from cic.stats.searches import Search, get_search
+from cic.stats.searches import Search, Setting, get_search
 
 if TYPE_CHECKING:
     import polars as pl
@@ -274,7 +274,8 @@ def _iter_outcomes(scores: Any, errors: Any, *, alphas: Sequence[float], bounds:
                                     n: np.ndarray = n, fd: np.ndarray = fd) -> np.ndarray:
                         return (fd <= table(bound, alpha, gamma)[n])[None, :]
 
-                    idx = int(plan.search.select(eligible[None, :], feasible_at, delta, k)[0][0])
+                    idx = int(plan.search.select(eligible[None, :], feasible_at, delta, k, counts=n[None, :],
+                                                 setting=Setting(n_cal, bound, alpha))[0][0])
                     row = out[(alpha, bound, name)]
                     if idx >= 0:
                         row["found"][split] = True

@@ -12,6 +12,7 @@ P(the returned threshold has R > alpha) <= delta.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +21,15 @@ from typing import Any
 import numpy as np
 
 FeasibleAt = Callable[[float], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What a search may know besides the counts: the calibration size, the bound and alpha (never labels)."""
+
+    n_calibration: int
+    bound: str
+    alpha: float
 
 
 def last_true(mask: np.ndarray) -> np.ndarray:
@@ -51,9 +61,10 @@ class Search:
         """The level each hypothesis is tested at (the first one, for step-down procedures)."""
         return delta
 
-    def select(self, eligible: np.ndarray, feasible_at: FeasibleAt, delta: float,
-               k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Per row, the chosen column (-1: none) and the level it was certified at."""
+    def select(self, eligible: np.ndarray, feasible_at: FeasibleAt, delta: float, k: int, *,
+               counts: np.ndarray | None = None, setting: Setting | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Per row, the chosen column (-1: none) and the level it was certified at. `counts` (accepted count per
+        column) and `setting` (calibration size, bound, alpha) are for searches whose chains depend on them."""
         raise NotImplementedError
 
     def default_n_min(self, bound: str, alpha: float, delta: float) -> int | None:
@@ -82,8 +93,8 @@ class LargestFeasible(Search):
     def level(self, delta: float, k: int) -> float:
         return delta / k if self.divide_by_k else delta
 
-    def select(self, eligible: np.ndarray, feasible_at: FeasibleAt, delta: float,
-               k: int) -> tuple[np.ndarray, np.ndarray]:
+    def select(self, eligible: np.ndarray, feasible_at: FeasibleAt, delta: float, k: int, *,
+               counts: np.ndarray | None = None, setting: Setting | None = None) -> tuple[np.ndarray, np.ndarray]:
         gamma = self.level(delta, k)
         return last_true(feasible_at(gamma) & eligible), np.full(eligible.shape[0], gamma)
 
@@ -99,8 +110,8 @@ class Holm(Search):
     def level(self, delta: float, k: int) -> float:
         return delta / k
 
-    def select(self, eligible: np.ndarray, feasible_at: FeasibleAt, delta: float,
-               k: int) -> tuple[np.ndarray, np.ndarray]:
+    def select(self, eligible: np.ndarray, feasible_at: FeasibleAt, delta: float, k: int, *,
+               counts: np.ndarray | None = None, setting: Setting | None = None) -> tuple[np.ndarray, np.ndarray]:
         rows = eligible.shape[0]
         k_eff = eligible.sum(axis=1)
         rejected = np.zeros(rows, dtype=np.int64)
@@ -145,8 +156,8 @@ class FixedSequence(Search):
 
         return half_alpha_n(bound, alpha, self.level(delta, 1))
 
-    def select(self, eligible: np.ndarray, feasible_at: FeasibleAt, delta: float,
-               k: int) -> tuple[np.ndarray, np.ndarray]:
+    def select(self, eligible: np.ndarray, feasible_at: FeasibleAt, delta: float, k: int, *,
+               counts: np.ndarray | None = None, setting: Setting | None = None) -> tuple[np.ndarray, np.ndarray]:
         gamma = self.level(delta, k)
         feasible = feasible_at(gamma)
         rows, cols = eligible.shape
@@ -171,7 +182,81 @@ class FixedSequence(Search):
         return end.max(axis=1, initial=-1), np.full(rows, gamma)
 
 
+@dataclass(frozen=True)
+class GeometricStarts(Search):
+    """fixed_sequence's chain at 0.9·delta plus chains started at n/2, n/4, ... accepted answers sharing 0.1·delta.
+
+    One early unlucky step can end a chain that starts among the first few accepted answers (where the bound is
+    noisy) - the collapse of a single chain, in about a third of draws where alpha is easy. The extra chains
+    start at half the calibration set, a quarter, ... (the first with the largest share), down to the last count
+    at which a chain's own level can certify an empirical risk of alpha/2 (`bounds.half_alpha_n`): whatever the
+    largest valid threshold, some chain starts between half of it and it, where the bound is tight. The bottom
+    chain keeps almost all of delta because small calibration sets with a small certifiable region (the real
+    example) need it. Starts and levels depend on (n, bound, alpha, delta) and the score ranks only; the evidence
+    is `infra/scripts/search_power_table.py` and docs/statistics.md.
+    """
+
+    def select(self, eligible: np.ndarray, feasible_at: FeasibleAt, delta: float, k: int, *,
+               counts: np.ndarray | None = None, setting: Setting | None = None) -> tuple[np.ndarray, np.ndarray]:
+        if counts is None or setting is None:
+            raise ValueError(f"search = {self.name!r} needs the accepted counts and the calibration setting")
+        rows, cols = eligible.shape
+        counts = np.broadcast_to(counts, eligible.shape)
+        col = np.arange(cols)
+        last_eligible = np.maximum.accumulate(np.where(eligible, col[None, :], -1), axis=1)
+        best, level = np.full(rows, -1, dtype=np.int64), np.full(rows, np.nan)
+        for start_count, gamma in geometric_chains(setting.n_calibration, setting.bound, setting.alpha, delta):
+            tested = eligible & (counts >= start_count)
+            start = np.where(tested.any(axis=1), np.argmax(tested, axis=1), cols)
+            failed = eligible & ~feasible_at(gamma) & (col[None, :] >= start[:, None])
+            stop = np.where(failed.any(axis=1), np.argmax(failed, axis=1), cols)
+            end = np.where(stop > start, last_eligible[np.arange(rows), np.maximum(stop - 1, 0)], -1)
+            better = end > best
+            best, level = np.where(better, end, best), np.where(better, gamma, level)
+        return best, level
+
+
+BOTTOM_SHARE = 0.9  # of delta, for the chain from the first count that can certify (the rest: geometric starts)
+
+
+@functools.lru_cache(maxsize=4096)
+def geometric_chains(n_calibration: int, bound: str, alpha: float, delta: float) -> tuple[tuple[int, float], ...]:
+    """The (first accepted count, level) of each chain of the geometric search.
+
+    A bottom chain at delta·BOTTOM_SHARE from `half_alpha_n` (fixed_sequence's first test at its level: where a
+    small certifiable region lies), then chains from ceil(n / 2^k), k = 1..J, sharing the rest as rest·(1/k)/H_J,
+    J the most chains whose last one starts where its own level can certify an empirical risk of alpha/2.
+    """
+    from cic.stats.bounds import half_alpha_n
+
+    bottom = delta * BOTTOM_SHARE
+    rest = delta - bottom
+    chains: tuple[tuple[int, float], ...] = ()
+    harmonic = 0.0
+    for j in range(1, 64):
+        harmonic += 1.0 / j
+        first = -(-n_calibration // 2**j)
+        if first < 1 or first < half_alpha_n(bound, alpha, rest / (j * harmonic)):
+            break
+        chains = tuple((-(-n_calibration // 2**i), rest / (i * harmonic)) for i in range(1, j + 1))
+    if not chains:  # too few answers for any geometric chain: the bottom chain alone, at delta
+        return ((half_alpha_n(bound, alpha, delta), delta),)
+    return ((half_alpha_n(bound, alpha, bottom), bottom), *chains)
+
+
 SEARCHES: dict[str, Search] = {s.name: s for s in (
+    GeometricStarts(
+        "geometric", "fixed sequence, geometric starts",
+        "FWER <= delta: fixed-sequence chains, each testing every calibration score upward from its start and "
+        "stopping at its first failure: one at 0.9·delta from the first count that can certify (as fixed_sequence), "
+        "and chains from n/2, n/4, ... accepted answers sharing 0.1·delta, chain k at 0.1·delta·(1/k)/H_J (a union "
+        "bound over chains); the largest threshold any chain certifies is returned. Starts and levels are fixed by "
+        "(n, bound, alpha, delta) before the labels are seen, so the guarantee holds conditionally on the scores "
+        "whatever the shape of R(t); some chain starts where the bound is tight, so one early unlucky step does not "
+        "end the search",
+        "high-probability", takes_grid=False, first_test=True,
+        claim="P(R(t_hat) <= alpha) >= 1 - delta (a fixed-sequence chain at 0.9·delta, chains from n/2, n/4, ... "
+              "sharing 0.1·delta)"),
     FixedSequence(
         "fixed_sequence", "fixed sequence",
         "FWER <= delta: candidates tested upward at level delta from the first hypothesis (start, or the n_min-th "
@@ -207,7 +292,7 @@ SEARCHES: dict[str, Search] = {s.name: s for s in (
         claim="none for the chosen threshold: P(R(t) <= alpha) >= 1 - delta holds for each fixed t only"),
 )}
 SEARCH_NAMES: tuple[str, ...] = tuple(SEARCHES)
-DEFAULT_SEARCH = "fixed_sequence"
+DEFAULT_SEARCH = "geometric"  # why: docs/statistics.md, "The default search"
 
 _MULTISTART = re.compile(r"^multistart\[(\d+)\]$")
 

@@ -16,7 +16,7 @@ from scipy import special
 from cic.stats import bounds as _bounds
 from cic.stats._validation import check_open_unit, check_positive_int
 from cic.stats.calibration import check_search_args
-from cic.stats.searches import feasibility_table, get_search
+from cic.stats.searches import Setting, feasibility_table, get_search
 
 
 class RiskModel(Protocol):
@@ -249,7 +249,8 @@ def simulate(model: RiskModel | None = None, *, n: int = 1000, alpha: float = 0.
                 eligible &= cnt >= n_min_v
             if start_v is not None:
                 eligible &= values >= start_v
-        idx, _ = plan.select(eligible, lambda g, fd=fd, cnt=cnt: fd <= table(g)[cnt], delta, k)
+        idx, _ = plan.select(eligible, lambda g, fd=fd, cnt=cnt: fd <= table(g)[cnt], delta, k, counts=cnt,
+                             setting=Setting(n, bound, alpha))
         found = idx >= 0
         rows = np.arange(idx.shape[0])
         thresholds.append(np.where(found, values[rows, np.maximum(idx, 0)], np.nan))

@@ -4,7 +4,7 @@
 
 For each dataset with its paper criterion (option match; similarity >= 0.6), with semantic entropy (the paper's
 score) and with the estimator of highest prediction rejection ratio on this table, the split protocol (100
-random 50/50 splits, delta = 0.05, default search fixed_sequence): test FDR, coverage and fails per alpha for
+random 50/50 splits, delta = 0.05, the default search): test FDR, coverage and fails per alpha for
 Clopper–Pearson (and Hoeffding for semantic entropy); then deployable gates calibrated on the whole table.
 """
 
@@ -17,6 +17,7 @@ import polars as pl
 
 import cic
 from cic.stats.curves import prediction_rejection_ratio
+from cic.stats.searches import DEFAULT_SEARCH
 
 TABLE = Path("infra/examples/real/qwen2.5-coder-1.5b.parquet")
 MAIN = {"commonsense_qa": "option_match", "trivia_qa": "similarity[0.6]"}
@@ -42,7 +43,7 @@ def main() -> None:
                 continue
             group = rows.filter(estimator=estimator)
             scores, errors = group.get_column("score").to_numpy(), group.get_column("error").to_numpy()
-            table = cic.evaluate_splits(scores, errors, alphas=ALPHAS, bounds=bounds, search="fixed_sequence",
+            table = cic.evaluate_splits(scores, errors, alphas=ALPHAS, bounds=bounds, search=DEFAULT_SEARCH,
                                         n_splits=100, seed=0)
             for bound in bounds:
                 cells = []

@@ -1,5 +1,5 @@
 """The README's picture of the real example: coverage and test FDR against α for Qwen2.5-Coder-1.5B on both
-datasets (the committed table, fixed_sequence search, Clopper–Pearson, 100 splits) — the comparison a user
+datasets (the committed table, the default search, Clopper–Pearson, 100 splits) — the comparison a user
 charts in MLflow after `cic log infra/examples/real/qwen2.5-coder-1.5b.parquet`.
 
     .venv/bin/python infra/scripts/real_example_figure.py [--out docs/figures/real_example_vs_alpha.png]
@@ -23,6 +23,7 @@ def main() -> None:
 
     from cic.reports.figures import coverage_vs_alpha_figure, fdr_vs_alpha_figure
     from cic.reports.report import ReportConfig, evaluate_groups
+    from cic.stats.searches import DEFAULT_SEARCH
     from cic.store.score_files import read_long_table
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -31,7 +32,7 @@ def main() -> None:
     frame = read_long_table(TABLE)
     chosen = pl.concat([frame.filter((pl.col("dataset") == d) & (pl.col("estimator") == e) & (pl.col("criterion") == c))
                         for d, (e, c) in SHOWN.items()])
-    results = evaluate_groups(chosen, ReportConfig(bounds=("cp",), searches=("fixed_sequence",)))
+    results = evaluate_groups(chosen, ReportConfig(bounds=("cp",), searches=(DEFAULT_SEARCH,)))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     coverage = coverage_vs_alpha_figure(results, args.out)
     fdr = fdr_vs_alpha_figure(results, args.out.with_name(args.out.stem.replace("vs_alpha", "fdr_vs_alpha") + ".png"))

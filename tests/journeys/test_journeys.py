@@ -146,7 +146,7 @@ def test_cic_run_exits_0_within_seconds_of_its_last_line_and_says_where_things_w
     readable(ran, max_lines=60)
     out = ran.text
     assert "smollm2 · trivia_qa · similarity[0.6] — split protocol of" in out.replace("\n", " ")
-    assert "fixed_sequence" in out and "10/10" in out and "…" not in out  # fits 100 columns: nothing cut
+    assert "geometric" in out and "10/10" in out and "…" not in out  # fits 100 columns: nothing cut
     assert "answer smollm2: 6/6 (100.0%)" in out  # not a terminal: plain progress lines, not bars
     assert "Every α was unattainable" in out and "infra/examples/real/README.md" in out
     assert "group(s) logged" in out and (user / "small.duckdb").is_file() and any((user / "reports").iterdir())

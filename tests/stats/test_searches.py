@@ -17,12 +17,12 @@ def test_every_search_states_its_guarantee_once_and_paper_claims_none() -> None:
     assert SEARCHES["paper"].guarantee_kind == "none"
     assert SEARCHES["paper"].short_guarantee == "none simultaneous"
     assert {s.guarantee_kind for name, s in SEARCHES.items() if name != "paper"} == {"high-probability"}
-    assert DEFAULT_SEARCH == "fixed_sequence"
-    assert cic.calibrate(np.linspace(0, 1, 300), np.zeros(300), alpha=0.1).search == "fixed_sequence"
+    assert DEFAULT_SEARCH == "geometric"
+    assert cic.calibrate(np.linspace(0, 1, 300), np.zeros(300), alpha=0.1).search == "geometric"
 
 
 def test_unknown_search_is_refused_with_the_choices() -> None:
-    with pytest.raises(ValueError, match="search = 'greedy': unknown; choose one of fixed_sequence"):
+    with pytest.raises(ValueError, match="search = 'greedy': unknown; choose one of geometric, fixed_sequence"):
         get_search("greedy")
     assert get_search("multistart[8]").n_starts == 8
     assert "8 fixed-sequence chains" in get_search("multistart[8]").guarantee
@@ -62,7 +62,40 @@ def test_multistart_gets_past_a_bump_that_stops_fixed_sequence() -> None:
     assert multi.threshold is not None and multi.threshold > 0.9
 
 
-@pytest.mark.parametrize("search", ["holm", "multistart"])
+def test_geometric_chains_start_at_halves_with_harmonic_levels_and_equal_the_literal_chains(
+        rng: np.random.Generator) -> None:
+    from cic.stats.bounds import half_alpha_n
+    from cic.stats.searches import BOTTOM_SHARE, geometric_chains
+
+    chains = geometric_chains(10_000, "cp", 0.15, 0.05)
+    bottom, rest = 0.05 * BOTTOM_SHARE, 0.05 * (1 - BOTTOM_SHARE)
+    assert chains[0] == (half_alpha_n("cp", 0.15, bottom), pytest.approx(bottom))  # fixed_sequence's first test
+    harmonic = sum(1 / k for k in range(1, len(chains)))
+    assert [first for first, _ in chains[1:]] == [5000, 2500, 1250, 625, 313]
+    assert [level for _, level in chains[1:]] == pytest.approx([rest / (k * harmonic) for k in range(1, 6)])
+    assert sum(level for _, level in chains) == pytest.approx(0.05)
+    assert 313 >= half_alpha_n("cp", 0.15, chains[-1][1]) and 157 < half_alpha_n("cp", 0.15, rest / (6 * (
+        harmonic + 1 / 6)))  # a 6th geometric chain would start where its own level cannot certify alpha / 2
+    assert geometric_chains(40, "cp", 0.15, 0.05) == ((half_alpha_n("cp", 0.15, 0.05), 0.05),)  # too few: one
+    for trial in range(25):
+        scores, errors = make_table(rng, int(rng.integers(200, 700)), decimals=2, slope=0.4, base=0.02)
+        got = cic.calibrate(scores, errors, alpha=0.2, bound="cp", search="geometric")
+        chains = list(geometric_chains(scores.shape[0], "cp", 0.2, 0.05))
+        assert got.threshold == reference.geometric(scores, errors, 0.2, 0.05, "cp", chains), trial
+
+
+def test_the_default_does_not_collapse_where_one_chain_does() -> None:
+    """The collapse the default was chosen against: P(error | U = u) = 0.05 + 0.3u, alpha = 0.15 (largest valid
+    threshold 2/3), 10,000 answers. One chain from the n_min-th score ends below 1/3 in about a third of draws;
+    the geometric chains never do here, and certify about 0.60 on average."""
+    model = cic.PowerRisk(0.05, 0.35)
+    one = cic.simulate(model, n=10_000, alpha=0.15, search="fixed_sequence", n_trials=60, seed=5)
+    default = cic.simulate(model, n=10_000, alpha=0.15, search=DEFAULT_SEARCH, n_trials=60, seed=5)
+    assert one.fails >= 5 and one.mean_coverage < 0.5, one.summary()
+    assert default.fails == 0 and default.mean_coverage > 0.57, default.summary()
+
+
+@pytest.mark.parametrize("search", ["holm", "multistart", "geometric"])
 def test_new_searches_keep_the_violation_rate_below_delta(search: str) -> None:
     grid = cic.uniform_grid(0.05, 1.0, 20) if get_search(search).needs_grid else None
     res = cic.simulate(cic.PowerRisk(0.0, 0.4), n=400, alpha=0.1, delta=0.1, bound="cp", search=search,

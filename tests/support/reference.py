@@ -109,3 +109,19 @@ def multistart(scores: np.ndarray, errors: np.ndarray, alpha: float, delta: floa
                 break
             best = t if best is None else max(best, t)
     return best
+
+
+def geometric(scores: np.ndarray, errors: np.ndarray, alpha: float, delta: float, bound: str,
+              chains: list[tuple[int, float]]) -> float | None:
+    """Fixed-sequence chains, each from the first score with at least `first` accepted answers at its `level`;
+    the largest success (the chains' starts and levels written out by the test)."""
+    candidates = sorted(set(scores.tolist()))
+    best = None
+    for first, level in chains:
+        for t in (t for t in candidates if int(np.sum(scores <= t)) >= first):
+            n = int(np.sum(scores <= t))
+            fd = int(np.sum((scores <= t) & (errors == 1)))
+            if literal_ucb(bound, fd, n, level) > alpha:
+                break
+            best = t if best is None else max(best, t)
+    return best
