@@ -424,7 +424,7 @@ def calibrate(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05, bo
     >>> scores = np.linspace(0, 1, 2000); errors = (np.arange(2000) % 50 == 49).astype(int)  # 2% wrong
     >>> result = cic.calibrate(scores, errors, alpha=0.1, delta=0.05)
     >>> result.threshold, result.n_accepted, result.n_errors, result.search
-    (1.0, 2000, 40, 'fixed_sequence')
+    (1.0, 2000, 40, 'geometric')
     """
     s, e = as_pair(scores, errors)
     alpha = check_open_unit(alpha, "alpha")

@@ -121,7 +121,7 @@ def test_mlflow_has_parents_children_metrics_and_artifacts(demo_run: tuple[Path,
     runs = _all_runs(client)
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-    # children: alphas x bounds x searches (fixed_sequence and paper, the default)
+    # children: alphas x bounds x searches (geometric and paper, the default)
     assert len(parents) == summary["calibrate"]["groups"] and len(children) == len(parents) * 2 * 2 * 2
     assert {r.data.tags["cic.dataset"] for r in parents} == {"commonsense_qa", "trivia_qa"}
     parent = next(r for r in parents if r.data.tags["cic.dataset"] == "trivia_qa")

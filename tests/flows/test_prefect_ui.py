@@ -86,7 +86,7 @@ def test_cic_run_shows_in_the_prefect_and_mlflow_uis(server: dict[str, str], mlf
     table = artifacts["cic-pipeline-results"]
     rows = json.loads(table["data"]) if isinstance(table["data"], str) else table["data"]
     assert table["type"] == "table" and {r["estimator"] for r in rows} == {"semantic_entropy[embedding:0.9]"}
-    assert {r["search"] for r in rows} == {"fixed_sequence", "paper"} and all("fdr_mean" in r for r in rows)
+    assert {r["search"] for r in rows} == {"geometric", "paper"} and all("fdr_mean" in r for r in rows)
 
     # the committed real model's TriviaQA results, same estimator and criterion, logged beside the run
     real = tmp_path / "real.parquet"
@@ -111,7 +111,7 @@ def _mlflow_shows_both_models_against_alpha(url: str) -> None:
     points: dict[str, dict[float, dict[str, float]]] = {}
     for run, tag in zip(runs, tags, strict=True):
         if tag.get("mlflow.parentRunId") not in parents or tag.get("cic.bound") != "cp" \
-                or tag.get("cic.search") != "fixed_sequence":
+                or tag.get("cic.search") != "geometric":
             continue
         metrics = {m["key"]: m["value"] for m in run["data"].get("metrics", [])}
         model = run["info"]["run_name"].split(" · ")[0]

@@ -250,7 +250,7 @@ def test_write_report_writes_every_table_figure_and_an_index_that_links_them(tmp
     assert all((out / link).exists() for link in linked)
     assert "| LLM | UCB / α |" in index  # the FDR table is rendered inline
     baselines = pl.read_csv(out / "tables" / "baselines.csv")
-    assert baselines.height == 2 * 5 * 7  # 2 groups x 5 alphas x (3 CIC searches + 4 baselines)
+    assert baselines.height == 2 * 5 * 8  # 2 groups x 5 alphas x (4 CIC searches + 4 baselines)
 
 
 def test_write_report_refuses_a_file_as_directory(tmp_path: Path) -> None:
