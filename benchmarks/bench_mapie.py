@@ -1,0 +1,79 @@
+"""CIC's default search against MAPIE's risk controller on the same rows: seconds and coverage.
+
+    .venv/bin/pip install mapie==1.6.0   # benchmark-only; not part of the install
+    .venv/bin/python benchmarks/bench_mapie.py [--draws 10]
+
+MAPIE 1.6 `BinaryClassificationController(risk="precision", target_level=1 - alpha, confidence_level=1 - delta)`
+(Learn-then-Test, Bonferroni–Holm over its default grid of 100 thresholds) controls the precision of "accept when
+1 - U >= lambda", which is the error rate among accepted answers that `cic.calibrate` certifies for "accept when
+U <= t". Both see the same calibration rows — U ~ Uniform(0, 1), P(error | U = u) = 0.05 + 0.3u, the issue's
+model — at n = 10^4, 10^5, 10^6 and alpha = 0.1, 0.15, delta = 0.05. Prints per cell the mean seconds of one
+calibration, the mean coverage P(U <= t) (0 when nothing is certified) and the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import cic  # noqa: E402
+from cic.stats.searches import DEFAULT_SEARCH  # noqa: E402
+
+DELTA = 0.05
+
+
+def mapie_threshold(scores: np.ndarray, errors: np.ndarray, alpha: float) -> float | None:
+    """MAPIE's certified threshold on U (accept when U <= it), or None."""
+    from mapie.risk_control import BinaryClassificationController
+
+    def proba(x: np.ndarray) -> np.ndarray:  # class 1 = a correct answer, with "probability" 1 - U
+        return np.column_stack([x[:, 0], 1.0 - x[:, 0]])
+
+    controller = BinaryClassificationController(predict_function=proba, risk="precision", target_level=1 - alpha,
+                                                confidence_level=1 - DELTA)
+    controller.calibrate(scores.reshape(-1, 1), (errors == 0).astype(int))
+    best = controller.best_predict_param
+    return None if best is None or not np.isfinite(np.asarray(best, dtype=float)).all() else 1.0 - float(best)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--draws", type=int, default=10, help="calibration sets per cell")
+    args = parser.parse_args()
+    try:
+        import mapie
+    except ImportError:
+        sys.exit("MAPIE is a benchmark-only dependency: .venv/bin/pip install mapie==1.6.0")
+    print(f"MAPIE {mapie.__version__} against cic.calibrate(search={DEFAULT_SEARCH!r}), delta = {DELTA}")
+    print("| n | α | CIC s | MAPIE s | MAPIE / CIC time | CIC coverage | MAPIE coverage |")
+    print("|---|---|---|---|---|---|---|")
+    rng = np.random.default_rng(0)
+    for n in (10_000, 100_000, 1_000_000):
+        for alpha in (0.10, 0.15):
+            times = {"cic": [], "mapie": []}
+            cover = {"cic": [], "mapie": []}
+            for _ in range(args.draws):
+                u = rng.random(n)
+                e = (rng.random(n) < 0.05 + 0.3 * u).astype(int)
+                start = time.perf_counter()
+                t_cic = cic.calibrate(u, e, alpha=alpha, delta=DELTA, bound="cp", keep_table=False).threshold
+                times["cic"].append(time.perf_counter() - start)
+                start = time.perf_counter()
+                t_mapie = mapie_threshold(u, e, alpha)
+                times["mapie"].append(time.perf_counter() - start)
+                for name, t in (("cic", t_cic), ("mapie", t_mapie)):
+                    cover[name].append(0.0 if t is None else float(np.mean(u <= t)))
+            cic_s, mapie_s = np.mean(times["cic"]), np.mean(times["mapie"])
+            print(f"| {n:,} | {alpha:g} | {cic_s:.3f} | {mapie_s:.3f} | {mapie_s / cic_s:.1f}x | "
+                  f"{np.mean(cover['cic']):.3f} | {np.mean(cover['mapie']):.3f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
