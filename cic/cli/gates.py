@@ -261,15 +261,21 @@ def confirm_gate(
     db: StoreOpt = Path("cic.duckdb"),
     reason: Annotated[str, typer.Option("--reason", help="Who confirms it and why (kept in the gate's event "
                                         "log).")] = "confirmed by hand after review",
+    tracking_uri: TrackingOpt = None,
+    experiment_prefix: PrefixOpt = DEFAULT_EXPERIMENT_PREFIX,
+    no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="Leave MLflow's registry alone (`cic gate sync` "
+                                            "later).")] = False,
 ) -> None:
-    """Keep serving a flagged live gate after review: recorded in its event log; `cic gate export` serves it
-    again. (A newer gate promoted for its key clears the flag too.)"""
+    """Keep serving a flagged live gate after review: recorded in its event log; `cic gate export`, `cic ask` and
+    MLflow's alias serve it again. (A newer gate promoted for its key clears the flag too.)"""
     from cic.pipeline.gates import confirm
     from cic.store import Store
 
     with Store.open(_existing(db), wait_s=300) as store:
         row = confirm(store, gate_id, reason=reason)
     console.print(f"gate {row['calibration_id'][:12]} confirmed: it is served again by `cic gate export`")
+    if not no_mlflow:
+        _sync(db, [row["calibration_id"]], tracking_uri, experiment_prefix)
 
 
 @gate_app.command("retire", cls=ReadableCommand)

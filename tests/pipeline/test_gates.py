@@ -184,7 +184,7 @@ def test_a_flagged_live_gate_is_exported_serving_nothing_until_a_person_confirms
         flips = store.read("labels").head(10).select("question_id", (~pl.col("aligned")).alias("correct"))
     write(flips.with_columns(model=pl.lit("qwen"), stream=pl.lit("bot")), tmp_path / "flips.csv")
     runner = CliRunner()
-    not_flagged = runner.invoke(app, ["gate", "confirm", live[:12], "--db", str(db)])
+    not_flagged = runner.invoke(app, ["gate", "confirm", live[:12], "--db", str(db), "--no-mlflow"])
     assert not_flagged.exit_code == 2 and "is live and not flagged; nothing to confirm" in not_flagged.output
     relabelled = runner.invoke(app, ["ingest", str(tmp_path / "flips.csv"), "--db", str(db), "--relabel"])
     assert relabelled.exit_code == 0, relabelled.output
@@ -204,10 +204,14 @@ def test_a_flagged_live_gate_is_exported_serving_nothing_until_a_person_confirms
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     assert registry_sync(str(db), uri, None) == []  # registered, tagged flagged, no alias
     [version] = MlflowClient(uri).search_model_versions()
-    assert version.tags["cic.state"] == "flagged" and not version.aliases
+    assert version.tags["cic.state"] == "flagged" and MlflowClient(uri).get_registered_model(version.name).aliases == {}
 
-    confirmed = runner.invoke(app, ["gate", "confirm", live[:12], "--db", str(db), "--reason", "ana: flips checked"])
+    confirmed = runner.invoke(app, ["gate", "confirm", live[:12], "--db", str(db), "--reason", "ana: flips checked",
+                                    "--tracking-uri", uri])
     assert confirmed.exit_code == 0, confirmed.output
+    [version] = MlflowClient(uri).search_model_versions()  # the confirm put the alias back itself
+    assert MlflowClient(uri).get_registered_model(version.name).aliases == {
+        "live-cp-fixed_sequence-a0p3-d0p05": version.version}
     again = runner.invoke(app, ["gate", "export", "--db", str(db), "--out", str(tmp_path / "b.json")])
     assert again.exit_code == 0, again.output
     [served] = json.loads((tmp_path / "b.json").read_text())
@@ -221,5 +225,5 @@ def test_a_flagged_live_gate_is_exported_serving_nothing_until_a_person_confirms
         row = gates(store).filter(calibration_id=live).row(0, named=True)
     assert events["reason"].to_list()[-1].startswith("confirmed: ana: flips checked (was flagged: labels changed")
     assert events.height == 3 and row["state"] == "live" and row["alerts"]  # append-only; the alert stays listed
-    twice = runner.invoke(app, ["gate", "confirm", live[:12], "--db", str(db)])
+    twice = runner.invoke(app, ["gate", "confirm", live[:12], "--db", str(db), "--no-mlflow"])
     assert twice.exit_code == 2 and "not flagged" in twice.output

