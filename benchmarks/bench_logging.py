@@ -88,6 +88,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--db", type=Path, help="a store with pipeline runs (default: the demo's, made first)")
     args = parser.parse_args()
+    if args.db is not None and not args.db.is_file():
+        parser.error(f"--db = {str(args.db)!r}: no such file")
     os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"  # as every cic command sets it
     with tempfile.TemporaryDirectory(prefix="cic-bench-logging-") as tmp:
         work = Path(tmp)

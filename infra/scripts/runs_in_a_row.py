@@ -42,6 +42,10 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, help="run in DIR/run-<i> and keep them (default: temporary)")
     parser.add_argument("extra", nargs="*", help="arguments for `cic run` (after --)")
     args = parser.parse_args()
+    if args.runs < 1:
+        parser.error(f"--runs = {args.runs}: at least 1")
+    if args.keep is not None and args.keep.exists() and any(args.keep.iterdir()):
+        parser.error(f"--keep = {str(args.keep)!r}: not empty; each run needs a fresh directory")
     ok = True
     with tempfile.TemporaryDirectory(prefix="cic-runs-") as tmp:
         root = args.keep or Path(tmp)
