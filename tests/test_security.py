@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = sorted(p for d in ("cic", "tasks", "flows") for p in (ROOT / d).rglob("*.py"))
+SOURCES = sorted(p for d in ("cic", "tasks", "flows", "infra", "benchmarks") for p in (ROOT / d).rglob("*.py"))
 
 # what an f-string handed to DuckDB may interpolate: identifiers that come from cic.schema (table and column
 # names checked against it) and clauses built from them with "?" placeholders; never a value from a caller
@@ -23,55 +23,74 @@ def _calls(tree: ast.AST) -> list[ast.Call]:
     return [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
 
 
-@pytest.mark.faults
-@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
-def test_sql_interpolates_only_schema_identifiers(path: Path) -> None:
+def sql_built_from_values(path: Path) -> list[str]:
+    """Pieces interpolated into a query handed to DuckDB that are not schema identifiers."""
     text = path.read_text()
-    tree = ast.parse(text)
     bad = []
-    for call in _calls(tree):
+    for call in _calls(ast.parse(text)):
         name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
         args = call.args[1:] if name in ("_scalar", "upsert_select") else call.args
         if name not in SQL_CALLS or not args:
             continue
-        query = args[0]
-        for node in ast.walk(query):
+        for node in ast.walk(args[0]):
             if isinstance(node, ast.FormattedValue):
                 piece = ast.get_source_segment(text, node.value)
                 if piece not in SQL_PIECES:
-                    bad.append(f"line {node.lineno}: {piece}")
-    assert bad == [], f"{path.name}: SQL built from {bad}; pass values as parameters (?)"
+                    bad.append(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name}:"
+                               f"{node.lineno}: {piece}")
+    return bad
 
 
-@pytest.mark.faults
-@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
-def test_no_unpickling_eval_or_unsafe_yaml(path: Path) -> None:
-    tree = ast.parse(path.read_text())
+def unsafe_loading(path: Path) -> list[str]:
+    """Imports of pickle/marshal/dill, eval/exec calls and yaml.load (not safe_load)."""
     found = []
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import | ast.ImportFrom):
             names = [a.name for a in node.names] + ([node.module] if isinstance(node, ast.ImportFrom) else [])
-            found += [f"line {node.lineno}: import {n}" for n in names if n and n.split(".")[0] in ("pickle",
-                                                                                                 "marshal", "dill")]
+            found += [f"{path.name}:{node.lineno}: import {n}" for n in names
+                      if n and n.split(".")[0] in ("pickle", "marshal", "dill")]
         if isinstance(node, ast.Call):
             func = node.func
             if isinstance(func, ast.Name) and func.id in ("eval", "exec"):
-                found.append(f"line {node.lineno}: {func.id}()")
+                found.append(f"{path.name}:{node.lineno}: {func.id}()")
             if isinstance(func, ast.Attribute) and func.attr in ("load", "load_all", "unsafe_load") and \
                     isinstance(func.value, ast.Name) and func.value.id == "yaml":
-                found.append(f"line {node.lineno}: yaml.{func.attr}() (use yaml.safe_load)")
-            for kw in node.keywords:
-                if kw.arg == "trust_remote_code" and isinstance(kw.value, ast.Constant) and kw.value.value is True:
-                    found.append(f"line {node.lineno}: trust_remote_code=True (only a config may opt in)")
-    assert found == []
+                found.append(f"{path.name}:{node.lineno}: yaml.{func.attr}() (use yaml.safe_load)")
+    return found
+
+
+def remote_code_forced(path: Path) -> list[str]:
+    """`trust_remote_code=True` written in the source (only a config may opt in)."""
+    return [f"{path.name}:{call.lineno}: trust_remote_code=True" for call in _calls(ast.parse(path.read_text()))
+            for kw in call.keywords
+            if kw.arg == "trust_remote_code" and isinstance(kw.value, ast.Constant) and kw.value.value is True]
+
+
+@pytest.mark.faults
+def test_sql_interpolates_only_schema_identifiers() -> None:
+    bad = [line for path in SOURCES for line in sql_built_from_values(path)]
+    assert bad == [], f"SQL built from {bad}; pass values as parameters (?)"
+
+
+@pytest.mark.faults
+def test_no_unpickling_eval_or_unsafe_yaml() -> None:
+    assert [line for path in SOURCES for line in unsafe_loading(path)] == []
+
+
+@pytest.mark.faults
+def test_remote_model_code_only_where_a_config_opts_in() -> None:
+    assert [line for path in SOURCES for line in remote_code_forced(path)] == []
 
 
 def test_the_checks_see_what_they_forbid(tmp_path: Path) -> None:
-    """The two checks above fail on the patterns they exist for."""
+    """Each rule finds the pattern it exists for, and passes the safe spelling."""
     sample = tmp_path / "bad.py"
     sample.write_text("import pickle, yaml\ndef f(con, user):\n    con.execute(f\"SELECT * FROM t WHERE a = {user}\")\n"
                       "    yaml.load('x')\n    eval('1')\n    g(trust_remote_code=True)\n")
-    with pytest.raises(AssertionError, match="SQL built from"):
-        test_sql_interpolates_only_schema_identifiers(sample)
-    with pytest.raises(AssertionError):
-        test_no_unpickling_eval_or_unsafe_yaml(sample)
+    assert [line.split(": ", 1)[1] for line in sql_built_from_values(sample)] == ["user"]
+    assert len(unsafe_loading(sample)) == 3
+    assert len(remote_code_forced(sample)) == 1
+    safe = tmp_path / "safe.py"
+    safe.write_text("import yaml\ndef f(con, user, spec):\n    con.execute(f\"SELECT * FROM {spec.name} WHERE a = ?\", "
+                    "[user])\n    yaml.safe_load('x')\n    g(trust_remote_code=config.trust)\n")
+    assert sql_built_from_values(safe) == unsafe_loading(safe) == remote_code_forced(safe) == []

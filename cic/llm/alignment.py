@@ -35,10 +35,6 @@ class Criterion:
         return self.name if self.threshold is None else f"{self.name}[{self.threshold:g}]"
 
 
-def list_criteria() -> list[str]:
-    return list(CRITERIA)
-
-
 def parse_criterion(text: str) -> Criterion:
     """"similarity[0.6]" → Criterion("similarity", 0.6); errors name the value."""
     match = _PATTERN.match(text.strip()) if isinstance(text, str) else None

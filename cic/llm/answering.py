@@ -70,7 +70,7 @@ class Answerer:
         equivalence = make_equivalence(settings.equivalence, embedder=self.embedder,
                                        threshold=settings.embedding_threshold, nli_model=settings.nli_model,
                                        variant=settings.nli_variant, device=device)
-        self.scorer = UncertaintyScorer(equivalence, settings.estimators, embedder=self.embedder)
+        self.scorer = UncertaintyScorer(equivalence, settings.estimators)
 
     @property
     def llm_loaded(self) -> bool:

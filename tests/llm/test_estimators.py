@@ -45,6 +45,18 @@ def test_weighted_semantic_entropy_uses_length_normalised_likelihoods() -> None:
     assert semantic_entropy_weighted(SAMPLE) == pytest.approx(-(p * np.log(p)).sum())
 
 
+def test_weighted_semantic_entropy_weighs_each_sample_by_its_per_token_mean() -> None:
+    # per-token means -0.5, -3, -1: Paris carries exp(-0.5) + exp(-1), Lyon exp(-3) — not the counts 2 : 1
+    s = stats(["Paris", "Lyon", "Paris"], [-0.5, -3.0, -2.0], [1, 1, 2])
+    paris, lyon = math.exp(-0.5) + math.exp(-1.0), math.exp(-3.0)
+    p = np.array([paris, lyon]) / (paris + lyon)
+    assert semantic_entropy_weighted(s) == pytest.approx(-(p * np.log(p)).sum())
+    assert semantic_entropy_weighted(s) < semantic_entropy(s) - 0.2  # the likely cluster dominates
+    # weights from per-token means, not sums: with sums Paris would weigh exp(-0.5) + exp(-2)
+    by_sum = np.array([math.exp(-0.5) + math.exp(-2.0), lyon]) / (math.exp(-0.5) + math.exp(-2.0) + lyon)
+    assert semantic_entropy_weighted(s) != pytest.approx(-(by_sum * np.log(by_sum)).sum())
+
+
 def test_predictive_entropies() -> None:
     assert predictive_entropy(SAMPLE) == pytest.approx(7 / 4)
     assert predictive_entropy_normalized(SAMPLE) == pytest.approx(1.0)

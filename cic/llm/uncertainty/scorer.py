@@ -21,12 +21,11 @@ from cic.llm.uncertainty.statistics import QuestionStats
 class UncertaintyScorer:
     """SCORES rows (one per question × estimator; null where an estimator does not apply)."""
 
-    def __init__(self, equivalence: Any, estimators: Sequence[str], *, embedder: Any = None) -> None:
+    def __init__(self, equivalence: Any, estimators: Sequence[str]) -> None:
         self.estimators = [get_estimator(name) for name in estimators]
         if not self.estimators:
             raise ValueError("estimators is empty: name at least one")
         self.equivalence = equivalence
-        self.embedder = embedder
 
     def stored_names(self) -> list[str]:
         """The estimator names as they appear in the scores table."""
@@ -44,7 +43,7 @@ class UncertaintyScorer:
             logprob_mean=samples.get_column("logprob_mean").fill_null(0.0).to_numpy(),
             option_probs=None if probs is None else np.asarray(probs.to_list() if hasattr(probs, "to_list")
                                                                else probs, dtype=np.float64),
-            equivalence=self.equivalence, embedder=self.embedder)
+            equivalence=self.equivalence)
 
     def score(self, generations: pl.DataFrame, *, run_key: str) -> pl.DataFrame:
         records = []

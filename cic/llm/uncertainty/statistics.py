@@ -21,7 +21,6 @@ class QuestionStats:
     logprob_mean: np.ndarray
     option_probs: np.ndarray | None      # multiple choice only
     equivalence: Any
-    embedder: Any = None
     _cache: dict[str, Any] = field(default_factory=dict)
 
     @property
