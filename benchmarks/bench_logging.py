@@ -26,8 +26,8 @@ from unittest import mock
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cic.services import mlflow_tracking as tracking  # noqa: E402
 from tasks import log as log_task  # noqa: E402
-from tasks import tracking  # noqa: E402
 from tests.support.mlflow_server import free_port  # noqa: E402
 
 

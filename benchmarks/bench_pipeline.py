@@ -67,8 +67,8 @@ def _run_job(cfg: object, name: str, questions: dict[str, object], db: str) -> l
 def answer(cfg: object, db: str, models: list[tuple[str, int, float]], questions: dict[str, object],
            per_batch: int) -> tuple[float, list[object]]:
     """Wall seconds of one answer stage over `models` = (name, replicas, CPUs per replica), model load included."""
+    from cic.services.ray_pool import Placement
     from tasks.answer import ModelJob, answer_questions
-    from tasks.ray_workers import Placement
 
     jobs = [ModelJob(name, cfg.answerer_settings(0), _run_job(cfg, name, questions, db), replicas,
                      Placement(0.0, cpus)) for name, replicas, cpus in models]
@@ -109,11 +109,11 @@ def main() -> None:
     parser.add_argument("--skip-demo", action="store_true")
     args = parser.parse_args()
     from cic.pipeline.config import load_config
-    from tasks import ray_workers
+    from cic.services import ray_pool
 
     with tempfile.TemporaryDirectory(prefix="cic-bench-") as tmp:
         work = Path(tmp)
-        info = ray_workers.connect(num_cpus=2)
+        info = ray_pool.connect(num_cpus=2)
         try:
             if not args.skip_demo:
                 demo(args.config, work)
@@ -122,7 +122,7 @@ def main() -> None:
             one = throughput(cfg, work, args.questions, 1)
             two = throughput(cfg, work, args.questions, 2)
         finally:
-            ray_workers.shutdown(info)
+            ray_pool.shutdown(info)
     print(f"two models x two datasets ({args.questions // 2} CommonsenseQA + {args.questions // 2} TriviaQA questions "
           "each), model loads included:")
     print(f"  both models at once, one CPU each     : {together:6.1f} s")

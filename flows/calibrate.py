@@ -7,13 +7,12 @@ from typing import Any
 
 from prefect import flow
 
-from cic.pipeline.config import load_config
+from cic.pipeline.config import DEMO_CONFIG, load_config, with_overrides
 from cic.pipeline.stored_calibration import stored_run_keys
+from cic.services.prefect_limits import store_slot
+from cic.services.prefect_runs import flow_run_name
 from cic.store import Store
-from flows.pipeline import DEMO_CONFIG, with_overrides
-from flows.run_names import flow_run_name
 from tasks.calibrate import calibrate_runs
-from tasks.concurrency import store_slot
 from tasks.log import log_results
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from prefect import flow
 
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
-from tasks.concurrency import store_slot
+from cic.services.prefect_limits import store_slot
 from tasks.ingest import ingest_records
 
 

@@ -18,20 +18,18 @@ from prefect import flow
 from prefect.states import Failed, State
 
 from cic.pipeline import progress
-from cic.pipeline.config import ModelConfig, PipelineConfig, load_config
+from cic.pipeline.config import DEMO_CONFIG, ModelConfig, PipelineConfig, load_config, with_overrides
 from cic.pipeline.progress import ProgressLines
+from cic.services import ray_pool
+from cic.services.mlflow_tracking import tracking_uri
+from cic.services.prefect_limits import store_slot
+from cic.services.prefect_runs import flow_run_name, run_logger
 from cic.store import Store
 from cic.store.resume import missing_work
-from flows.run_names import flow_run_name
-from tasks import ray_workers
 from tasks.answer import AnswerStats, ModelJob, RunJob, answer_questions, plan_placement
 from tasks.calibrate import CalibrateStats, calibrate_runs
-from tasks.concurrency import store_slot
-from tasks.log import LogStats, log_results, tracking_uri
+from tasks.log import LogStats, log_results
 from tasks.questions import load_and_store_questions
-from tasks.run_logs import run_logger
-
-DEMO_CONFIG = "demo"  # the config shipped in cic/pipeline/configs/demo.yaml
 
 
 @dataclass
@@ -51,15 +49,6 @@ class PipelineSummary:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def with_overrides(config: PipelineConfig, db: str | None, ray_address: str | None, tracking: str | None,
-                   report_dir: str | None) -> PipelineConfig:
-    """Command-line / deployment overrides of the config's service settings."""
-    storage = config.storage.model_copy(update={k: v for k, v in (("db", db), ("report_dir", report_dir)) if v})
-    ray = config.ray.model_copy(update={"address": ray_address} if ray_address else {})
-    mlflow = config.mlflow.model_copy(update={"tracking_uri": tracking} if tracking else {})
-    return config.model_copy(update={"storage": storage, "ray": ray, "mlflow": mlflow})
 
 
 class ModelsFailed(RuntimeError):
@@ -180,7 +169,7 @@ def generation_key(model: ModelConfig, settings: Any) -> dict[str, Any]:
 
 
 def plan_models(config: PipelineConfig, db_path: str, questions: dict[str, Any], summary: PipelineSummary,
-                cluster: ray_workers.ClusterInfo) -> list[ModelJob]:
+                cluster: ray_pool.ClusterInfo) -> list[ModelJob]:
     """Register every (model, dataset) run and what it still lacks; one job per model, placed from its config."""
     from cic.data import DATASETS
     from cic.llm.alignment import default_criteria
@@ -209,7 +198,7 @@ def plan_models(config: PipelineConfig, db_path: str, questions: dict[str, Any],
                 placement = plan_placement(model, cluster, n_models=len(config.models),
                                            prefer_gpu=config.ray.prefer_gpu)
                 jobs.append(ModelJob(model.name, settings, runs, model.replicas, placement))
-            except ray_workers.PlacementError as exc:  # this model cannot run here; the others still do
+            except ray_pool.PlacementError as exc:  # this model cannot run here; the others still do
                 jobs.append(ModelJob(model.name, settings, runs, model.replicas, None, error=str(exc)))
     return jobs
 
@@ -231,7 +220,7 @@ def run_stages(config_path: str, db: str | None, ray_address: str | None, tracki
     summary.stage_seconds["questions"] = time.perf_counter() - started
 
     stage = time.perf_counter()
-    cluster = ray_workers.connect(config.ray.address, num_cpus=config.ray.num_cpus,
+    cluster = ray_pool.connect(config.ray.address, num_cpus=config.ray.num_cpus,
                                   runtime_env=config.ray.runtime_env)
     try:
         jobs = plan_models(config, db_path, questions, summary, cluster)
@@ -239,7 +228,7 @@ def run_stages(config_path: str, db: str | None, ray_address: str | None, tracki
                                           ready_timeout_s=config.ray.ready_timeout_s,
                                           batch_timeout_s=config.ray.batch_timeout_s)
     finally:  # the answers are in DuckDB: leave Ray (an in-process one stops) while its processes still answer
-        ray_workers.shutdown(cluster)
+        ray_pool.shutdown(cluster)
     summary.stage_seconds["answer"] = time.perf_counter() - stage
     failed = {s.model for s in summary.answer if s.error}
     finished = [r.run_key for job in jobs if job.model not in failed for r in job.runs]  # failed: partial data

@@ -14,15 +14,14 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.states import Failed, State
 
-from cic.pipeline.config import load_config
+from cic.pipeline.config import DEMO_CONFIG, load_config, with_overrides
 from cic.pipeline.recalibration import WindowRule, parse_since
+from cic.services.mlflow_registry import registry_sync
+from cic.services.mlflow_tracking import tracking_uri
+from cic.services.prefect_limits import store_slot
+from cic.services.prefect_runs import flow_run_name
 from cic.store import Store
-from flows.pipeline import DEMO_CONFIG, with_overrides
-from flows.run_names import flow_run_name
-from tasks.concurrency import store_slot
-from tasks.log import tracking_uri
 from tasks.recalibrate import RecalibrationPass, log_recalibrations, recalibrate_runs
-from tasks.registry import registry_sync
 
 
 class RecalibrationAlert(RuntimeError):

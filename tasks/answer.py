@@ -16,11 +16,11 @@ from prefect import task
 
 from cic.llm.answering import AnswererSettings
 from cic.pipeline import progress
+from cic.services import ray_pool
+from cic.services.answer_worker import RayAnswerWorker
+from cic.services.prefect_runs import run_logger
 from cic.store import Store
 from cic.store.resume import RunWork, stored_generations
-from tasks import ray_workers
-from tasks.answer_worker import RayAnswerWorker
-from tasks.run_logs import run_logger
 
 #: How long a batch write waits for another process to release the store before the task fails.
 WRITE_WAIT_S = 300.0
@@ -90,16 +90,16 @@ class ModelJob:
     settings: AnswererSettings
     runs: list[RunJob]
     replicas: int
-    placement: ray_workers.Placement | None
+    placement: ray_pool.Placement | None
     error: str | None = None  # known before starting (e.g. a GPU the in-process Ray lacks): reported, not run
 
 
-def plan_placement(model: Any, cluster: ray_workers.ClusterInfo, *, n_models: int, prefer_gpu: bool = True) -> \
-        ray_workers.Placement:
+def plan_placement(model: Any, cluster: ray_pool.ClusterInfo, *, n_models: int, prefer_gpu: bool = True) -> \
+        ray_pool.Placement:
     """A model's replica request from its config (`gpus_per_replica`, `allow_cpu_fallback`); CPU replicas
     share the cluster's CPUs among every model's replicas."""
     cpu_share = max(1.0, float(cluster.cpus // max(1, n_models * model.replicas)))
-    return ray_workers.resolve_placement(model.name, model.gpus_per_replica, cluster, cpus_per_cpu_actor=cpu_share,
+    return ray_pool.resolve_placement(model.name, model.gpus_per_replica, cluster, cpus_per_cpu_actor=cpu_share,
                                          allow_cpu_fallback=model.allow_cpu_fallback, prefer_gpu=prefer_gpu,
                                          resources=model.resources)
 
@@ -117,7 +117,7 @@ def answer_questions(db: str, models: list[ModelJob], *, questions_per_batch: in
                      ready_timeout_s: float = 900.0, batch_timeout_s: float = 3600.0) -> list[AnswerStats]:
     """Generate → score → label every unfinished question of every model at once: one pool of replicas per model,
     batches stored as they land from any pool. A model that fails is reported in its stats (`error`); the
-    others finish. Call inside `ray_workers.connect` (the flow does)."""
+    others finish. Call inside `ray_pool.connect` (the flow does)."""
     logger = run_logger()
     started = time.perf_counter()
     stats = {m.model: AnswerStats(model=m.model) for m in models}
@@ -136,7 +136,7 @@ def answer_questions(db: str, models: list[ModelJob], *, questions_per_batch: in
             progress.report(f"answer {m.model}", 0, 0)
             continue
         needs_llm = any(j["generations"] is None for j in jobs[m.model])
-        pool = ray_workers.WorkerPool(m.model, RayAnswerWorker, (m.settings, needs_llm),
+        pool = ray_pool.WorkerPool(m.model, RayAnswerWorker, (m.settings, needs_llm),
                                       n_actors=max(1, min(m.replicas, len(jobs[m.model]))),
                                       placement=m.placement, ready_timeout_s=ready_timeout_s)
         pools.append(pool)
@@ -144,7 +144,7 @@ def answer_questions(db: str, models: list[ModelJob], *, questions_per_batch: in
         stats[m.model].llm_loaded = needs_llm
     done = {m.model: 0 for m in models}
     first = {}
-    for pool, _, result in ray_workers.drain_pools(pools, {p.name: jobs[p.name] for p in pools}, "process",
+    for pool, _, result in ray_pool.drain_pools(pools, {p.name: jobs[p.name] for p in pools}, "process",
                                                    batch_timeout_s=batch_timeout_s):
         item = stats[pool.name]
         first.setdefault(pool.name, time.perf_counter() - started)

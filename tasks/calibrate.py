@@ -22,9 +22,8 @@ from cic.pipeline.stored_calibration import (
     groups_of_run,
     iter_group_pairs,
 )
+from cic.services.prefect_runs import named_by_runs, run_logger
 from cic.store import Store
-from tasks.run_logs import run_logger
-from tasks.task_names import named_by_runs
 
 
 @dataclass

@@ -8,8 +8,8 @@ from prefect.cache_policies import NO_CACHE
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
 from cic.pipeline.durations import parse_duration
 from cic.pipeline.ingest import IngestStats, ingest_file
+from cic.services.prefect_runs import named_by_runs
 from cic.store import Store
-from tasks.task_names import named_by_runs
 
 
 @task(name="ingest", task_run_name=named_by_runs("ingest"), cache_policy=NO_CACHE, timeout_seconds=1800)

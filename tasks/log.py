@@ -8,7 +8,6 @@ the `cic.log_key` tag (a hash of the evaluation id and the gate ids) keeps rerun
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
@@ -24,24 +23,26 @@ from cic import schema
 from cic.pipeline import progress
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
 from cic.reports.report import ReportConfig, file_slug, write_report
+from cic.services.mlflow_artifacts import check_not_moved
+from cic.services.mlflow_tracking import (
+    ChildRun,
+    DatasetRef,
+    GroupLog,
+    check_reachable,
+    find_logged,
+    log_group,
+    requests_in_flight,
+    tracking_uri,
+)
+from cic.services.prefect_runs import named_by_runs, run_logger
 from cic.stats.calibration import CalibrationResult
 from cic.stats.searches import get_search
 from cic.store import Store
 from cic.store.outputs import guard_output_dir, write_frame
-from tasks.artifact_locations import check_not_moved
-from tasks.run_logs import run_logger
-from tasks.task_names import named_by_runs
-from tasks.tracking import ChildRun, DatasetRef, GroupLog, check_reachable, find_logged, log_group, requests_in_flight
 
-DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 GROUPS_IN_FLIGHT = 2  # against a server: one group sent while the next renders (x REQUESTS_IN_FLIGHT each)
 CHILD_METRICS = ("fdr_mean", "fdr_std", "fdr_above_alpha", "coverage_mean", "coverage_std", "correct_coverage_mean",
                  "fails", "base_error_rate", "threshold_mean")
-
-
-def tracking_uri(explicit: str | None = None) -> str:
-    """The tracking URI: explicit, else $MLFLOW_TRACKING_URI, else a local SQLite file."""
-    return explicit or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
 
 @dataclass

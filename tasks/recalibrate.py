@@ -15,12 +15,11 @@ from cic.pipeline import progress
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX, CalibrationConfig, RecalibrationConfig
 from cic.pipeline.recalibration import Candidate, RecalibrationPass, WindowRule, alert_kind, recalibrate_store
 from cic.pipeline.stored_calibration import GroupKey
+from cic.services.mlflow_artifacts import check_not_moved
+from cic.services.mlflow_tracking import ChildRun, GroupLog, check_reachable, log_group, tracking_uri
+from cic.services.prefect_runs import named_by_runs
 from cic.stats.calibration import CalibrationResult
 from cic.store import Store
-from tasks.artifact_locations import check_not_moved
-from tasks.log import tracking_uri
-from tasks.task_names import named_by_runs
-from tasks.tracking import ChildRun, GroupLog, check_reachable, log_group
 
 __all__ = ["Candidate", "RecalibrationPass", "log_recalibrations", "recalibrate_runs"]
 LOGGED_ALERTS = 20

@@ -1,4 +1,5 @@
-"""The package layout holds: layers import downwards only, nothing cycles, the statistics core stays light."""
+"""The layout holds over cic/, tasks/ and flows/: layers import downwards only, nothing cycles, the statistics core
+stays light, cic/pipeline stays service-free."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = ROOT / "cic"
+PACKAGES = ("cic", "tasks", "flows")
 
-# lowest first: a module may import its own layer and the ones before it, never a later one
-LAYERS = ("cic.stats", "cic.schema", "cic.data", "cic.llm", "cic.store", "cic.reports", "cic.pipeline", "cic.cli")
+# lowest first: a module may import its own layer and the ones before it, never a later one; the CLI imports
+# tasks and flows only inside the command that runs them (test_nothing_in_cic_imports_flows_or_tasks_when_imported)
+LAYERS = ("cic.stats", "cic.schema", "cic.data", "cic.llm", "cic.store", "cic.reports", "cic.pipeline",
+          "cic.services", "tasks", "flows", "cic.cli")
+SERVICES = ("prefect", "ray", "mlflow", "psutil", "subprocess")
 HEAVY = ("torch", "transformers", "sentence_transformers", "prefect", "ray", "mlflow", "duckdb", "polars",
          "pandas", "matplotlib")
 
@@ -44,11 +48,11 @@ def layer_of(module: str) -> int | None:
     return None
 
 
-MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+MODULES = {module_name(p): p for package in PACKAGES for p in sorted((ROOT / package).rglob("*.py"))}
 
 
 def test_every_module_belongs_to_a_layer() -> None:
-    assert [m for m in MODULES if m != "cic" and layer_of(m) is None] == []
+    assert [m for m in MODULES if m not in PACKAGES and layer_of(m) is None] == []
 
 
 def test_a_lower_layer_never_imports_a_higher_one() -> None:
@@ -64,12 +68,27 @@ def test_a_lower_layer_never_imports_a_higher_one() -> None:
 
 def test_nothing_in_cic_imports_flows_or_tasks_when_imported() -> None:
     wrong = [f"{path.relative_to(ROOT)}:{line} imports {target}" for module, path in MODULES.items()
+             if module.split(".")[0] == "cic"
              for target, line in imports(path, top_level_only=True) if target.split(".")[0] in ("flows", "tasks")]
     assert wrong == []
 
 
-def test_no_import_cycle_in_cic() -> None:
-    graph = {m: sorted({t for t, _ in imports(p, top_level_only=True) if t in MODULES and t != m})
+def test_the_pipeline_logic_imports_no_service() -> None:
+    wrong = [f"{path.relative_to(ROOT)}:{line} imports {target}" for module, path in MODULES.items()
+             if layer_of(module) == LAYERS.index("cic.pipeline")
+             for target, line in imports(path, top_level_only=False) if target.split(".")[0] in SERVICES]
+    assert wrong == []
+
+
+def test_tasks_hold_prefect_tasks_only() -> None:
+    """Every module in tasks/ defines a Prefect task (adapters live in cic/services)."""
+    bare = [path.name for module, path in MODULES.items() if module.startswith("tasks.")
+            and "@task(" not in path.read_text()]
+    assert bare == []
+
+
+def test_no_import_cycle() -> None:
+    graph = {m: sorted({t for t, _ in imports(p, top_level_only=False) if t in MODULES and t != m})
              for m, p in MODULES.items()}
     state: dict[str, int] = {}
     cycles: list[list[str]] = []

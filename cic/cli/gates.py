@@ -208,8 +208,8 @@ SYNC_HINT = "run `cic gate sync` when MLflow is back (it reconciles every key's 
 def _sync(db: Path, gate_ids: list[str], tracking_uri: str | None, experiment_prefix: str) -> None:
     """Bring MLflow's registry in line for these gates' keys; an outage is reported, never fatal: the store holds
     the new state and `cic gate sync` catches up."""
-    from tasks.log import tracking_uri as resolve
-    from tasks.registry import registry_sync
+    from cic.services.mlflow_registry import registry_sync
+    from cic.services.mlflow_tracking import tracking_uri as resolve
 
     uri = resolve(tracking_uri)
     try:
@@ -347,8 +347,8 @@ def sync_registry(
     from cic.cli.progress_view import progress_view
     from cic.cli.service_logs import services_log_path, services_logged_to
     from cic.pipeline import progress
-    from tasks.log import tracking_uri as resolve
-    from tasks.registry import registry_sync
+    from cic.services.mlflow_registry import registry_sync
+    from cic.services.mlflow_tracking import tracking_uri as resolve
 
     _existing(db)
     uri = resolve(tracking_uri)

@@ -16,8 +16,8 @@ mlflow_app = typer.Typer(no_args_is_help=True, cls=ReadableGroup,
 def relocate_store(tracking_uri: TrackingOpt = None) -> None:
     """After moving or copying a local SQLite store with its mlartifacts folder: point its experiments, runs
     and registered gates at the artifacts beside it again (MLflow records absolute paths). Idempotent."""
-    from tasks.artifact_locations import relocate
-    from tasks.log import tracking_uri as resolve
+    from cic.services.mlflow_artifacts import relocate
+    from cic.services.mlflow_tracking import tracking_uri as resolve
 
     uri = resolve(tracking_uri)
     moved = relocate(uri)

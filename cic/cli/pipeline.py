@@ -196,8 +196,8 @@ def print_monitors(monitors: list[dict[str, Any]]) -> None:
 
 def _refuse_moved_mlflow_store(explicit: str | None) -> None:
     """Before any work: a moved local MLflow store would get its new artifacts in the old folder."""
-    from tasks.artifact_locations import check_not_moved
-    from tasks.log import tracking_uri as resolve
+    from cic.services.mlflow_artifacts import check_not_moved
+    from cic.services.mlflow_tracking import tracking_uri as resolve
 
     check_not_moved(resolve(explicit))
 

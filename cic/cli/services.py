@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from cic.cli.service_logs import services_log_path, services_logged_to
-from cic.pipeline.processes import owned_processes
+from cic.services.processes import owned_processes
 
 FLUSH_TIMEOUT_S = 5.0  # Prefect's own bound on a flush from a synchronous caller
 

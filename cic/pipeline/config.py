@@ -213,6 +213,7 @@ class CalibrationConfig(_Strict):
         return tuple(get_search(s).name for s in value)
 
 
+DEMO_CONFIG = "demo"  # the config shipped in configs/demo.yaml: what every command runs without --config
 DEFAULT_EXPERIMENT_PREFIX = "cic"  # every command's default too (cic gate, ingest, log), so they find each other
 
 
@@ -413,3 +414,12 @@ def load_config(path: str | Path) -> PipelineConfig:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ValueError(f"config = {str(p)!r}: not valid YAML{where}: {problem}") from None
     return parse_config(data, source=f"config = {str(p)!r}", line_of=yaml_line_finder(text))
+
+
+def with_overrides(config: PipelineConfig, db: str | None, ray_address: str | None, tracking: str | None,
+                   report_dir: str | None) -> PipelineConfig:
+    """Command-line / deployment overrides of the config's service settings."""
+    storage = config.storage.model_copy(update={k: v for k, v in (("db", db), ("report_dir", report_dir)) if v})
+    ray = config.ray.model_copy(update={"address": ray_address} if ray_address else {})
+    mlflow = config.mlflow.model_copy(update={"tracking_uri": tracking} if tracking else {})
+    return config.model_copy(update={"storage": storage, "ray": ray, "mlflow": mlflow})

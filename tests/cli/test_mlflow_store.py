@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from cic.cli import app
 from tests.support.mlflow_server import MlflowServer
-from tests.tasks.test_registry import live_store
+from tests.services.test_mlflow_registry import live_store
 
 pytestmark = pytest.mark.faults
 runner = CliRunner()
@@ -120,7 +120,7 @@ def test_relocate_refuses_what_it_cannot_relocate(tmp_path: Path, uri: str, mess
 
 
 def test_run_and_log_refuse_a_moved_store_before_any_work(tmp_path: Path) -> None:
-    from tasks.tracking import experiment_id
+    from cic.services.mlflow_tracking import experiment_id
 
     (tmp_path / "a").mkdir()
     experiment_id(MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/a/mlflow.db"), "cic-trivia_qa")

@@ -94,13 +94,13 @@ def test_a_model_that_fails_is_named_and_the_other_finishes(tmp_path: Path) -> N
     spec["models"] = [{"name": "good", "spec": MODEL, "gpus_per_replica": 0},
                       {"name": "broken", "spec": str(broken), "gpus_per_replica": 0}]
     config.write_text(yaml.safe_dump(spec))
-    from tasks import ray_workers
+    from cic.services import ray_pool
 
-    info = ray_workers.connect(num_cpus=2)
+    info = ray_pool.connect(num_cpus=2)
     try:
         state = pipeline(config_path=str(config), log_to_mlflow=False, return_state=True)
     finally:
-        ray_workers.shutdown(info)
+        ray_pool.shutdown(info)
     assert state.is_failed() and "broken" in state.message and "good" not in state.message.split("failed:")[1]
     summary = state.result(raise_on_failure=False).summary
     answer = {a["model"]: a for a in summary["answer"]}

@@ -142,7 +142,7 @@ def test_a_promoted_gate_is_served_by_mlflow_alias_live(setup: tuple[Path, Path,
 
     import mlflow
 
-    from tasks.registry import live_alias, registered_name
+    from cic.services.mlflow_registry import live_alias, registered_name
 
     config, db, client = setup
     uri = client.tracking_uri

@@ -16,9 +16,9 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
+from cic.services import ray_pool
 from cic.store import Store
 from flows.pipeline import pipeline
-from tasks import ray_workers
 from tests.support.pipeline_process import run_pipeline_process
 
 pytestmark = pytest.mark.slow
@@ -45,7 +45,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, d
     uri = f"sqlite:///{tmp}/mlflow.db"
     config = write_config(tmp / "c.yaml", tmp, datasets=[{"name": "commonsense_qa", "limit": 6},
                                                         {"name": "trivia_qa", "limit": 6}])
-    info = ray_workers.connect(num_cpus=2)
+    info = ray_pool.connect(num_cpus=2)
     run_logs = [logging.getLogger(name) for name in ("prefect.flow_runs", "prefect.task_runs")]
     levels = [logger.level for logger in run_logs]  # the suite runs Prefect at WARNING; a worker logs INFO
     for logger in run_logs:
@@ -56,7 +56,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, d
     finally:
         for logger, level in zip(run_logs, levels, strict=True):
             logger.setLevel(level)
-        ray_workers.shutdown(info)
+        ray_pool.shutdown(info)
 
 
 def test_stage_progress_reaches_the_flow_run_log(demo_run: tuple[Path, dict[str, Any], MlflowClient]) -> None:
@@ -259,14 +259,14 @@ def test_a_ray_worker_killed_mid_run_has_its_batches_retried_with_one_row_per_ke
                     killed.append(proc.pid)
 
     started_here = not ray.is_initialized()
-    info = ray_workers.connect(num_cpus=2)
+    info = ray_pool.connect(num_cpus=2)
     unsubscribe = progress.subscribe(kill_the_worker)
     try:
         summary = pipeline(config_path=str(config), log_to_mlflow=False)
     finally:
         unsubscribe()
         if started_here:
-            ray_workers.shutdown(info)
+            ray_pool.shutdown(info)
     assert killed, "no AnswerWorker process was found to kill"
     assert any("lost on batch" in r.getMessage() for r in caplog.records)  # the pool's retry path ran
     assert summary["answer"][0]["questions"] == 8

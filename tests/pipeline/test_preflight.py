@@ -84,7 +84,7 @@ def test_an_unreachable_ray_address_is_refused_within_seconds(tmp_path: Path) ->
 
 @pytest.mark.faults
 def test_a_tracking_server_that_does_not_answer_is_reported_not_waited_for() -> None:
-    from tasks.tracking import check_reachable
+    from cic.services.mlflow_tracking import check_reachable
 
     started = time.perf_counter()
     with pytest.raises(ConnectionError, match="does not answer"):

@@ -10,7 +10,7 @@ import pytest
 mlflow = pytest.importorskip("mlflow")
 from mlflow import MlflowClient  # noqa: E402
 
-from tasks import tracking  # noqa: E402
+from cic.services import mlflow_tracking as tracking  # noqa: E402
 from tests.support.mlflow_server import MlflowServer  # noqa: E402
 
 

@@ -1,6 +1,6 @@
 """`cic run` and `cic recalibrate` own the processes they start (Prefect's ephemeral server, a local Ray): they
 stop when the command exits, on SIGTERM, and — after a SIGKILL, which no handler sees — within seconds, stopped
-by a watchdog process (`cic.pipeline.watchdog`) that follows the command's process tree and outlives it.
+by a watchdog process (`cic.services.watchdog`) that follows the command's process tree and outlives it.
 
 As a second net, a small JSON file per store (keyed by the store's absolute path) records the run's own PID and
 its descendants with their start times (so a recycled PID is never mistaken for one of ours); the next command
@@ -89,7 +89,7 @@ class OwnedProcesses:
         import subprocess
         import sys
 
-        return subprocess.Popen([sys.executable, "-m", "cic.pipeline.watchdog", str(self.me.pid),
+        return subprocess.Popen([sys.executable, "-m", "cic.services.watchdog", str(self.me.pid),
                                  repr(self.me.create_time())], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
 

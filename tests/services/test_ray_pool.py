@@ -12,8 +12,8 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from tasks import ray_workers  # noqa: E402
-from tasks.ray_workers import ClusterInfo, Placement, PlacementError, WorkerPool  # noqa: E402
+from cic.services import ray_pool  # noqa: E402
+from cic.services.ray_pool import ClusterInfo, Placement, PlacementError, WorkerPool  # noqa: E402
 
 pytestmark = pytest.mark.slow
 CPU = Placement(0.0, 1.0)
@@ -45,14 +45,14 @@ class Doubler:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[ClusterInfo]:
-    info = ray_workers.connect(num_cpus=2)
+    info = ray_pool.connect(num_cpus=2)
     yield info
-    ray_workers.shutdown(info)
+    ray_pool.shutdown(info)
 
 
 def _drain(pools: list[WorkerPool], jobs: dict[str, list], **kwargs: float) -> dict[str, dict[int, list[int]]]:
     seen: dict[str, dict[int, list[int]]] = {p.name: {} for p in pools}
-    for pool, index, result in ray_workers.drain_pools(pools, jobs, "run", **kwargs):
+    for pool, index, result in ray_pool.drain_pools(pools, jobs, "run", **kwargs):
         assert index not in seen[pool.name]
         seen[pool.name][index] = result
     return seen
@@ -62,18 +62,18 @@ def test_placement_comes_from_the_config_not_from_what_the_cluster_has_now() -> 
     local = ClusterInfo("local", True, cpus=8, gpus=0)
     remote = ClusterInfo("ray://head:10001", False, cpus=4, gpus=0)  # GPU workers: 0 now, autoscaled later
     gpu_nodes = [{"Alive": True, "Resources": {"CPU": 16.0, "GPU": 2.0}}]
-    assert ray_workers.resolve_placement("m", None, local, cpus_per_cpu_actor=4).options == {"num_cpus": 4}
-    assert ray_workers.resolve_placement("m", None, remote, cpus_per_cpu_actor=4).options == {"num_gpus": 1.0,
+    assert ray_pool.resolve_placement("m", None, local, cpus_per_cpu_actor=4).options == {"num_cpus": 4}
+    assert ray_pool.resolve_placement("m", None, remote, cpus_per_cpu_actor=4).options == {"num_gpus": 1.0,
                                                                                               "num_cpus": 1.0}
-    packed = ray_workers.resolve_placement("m", 0.5, ClusterInfo("a", False, 16, 2), cpus_per_cpu_actor=1,
+    packed = ray_pool.resolve_placement("m", 0.5, ClusterInfo("a", False, 16, 2), cpus_per_cpu_actor=1,
                                            nodes=gpu_nodes)
     assert packed.options == {"num_gpus": 0.5, "num_cpus": 4.0}  # half a GPU, half its node's spare CPUs
-    assert ray_workers.resolve_placement("m", 0, remote, cpus_per_cpu_actor=2).options == {"num_cpus": 2}
+    assert ray_pool.resolve_placement("m", 0, remote, cpus_per_cpu_actor=2).options == {"num_cpus": 2}
     with pytest.raises(PlacementError, match="gpus_per_replica = 1 but the in-process Ray has 0 GPU"):
-        ray_workers.resolve_placement("m", 1, local, cpus_per_cpu_actor=1)
-    fallback = ray_workers.resolve_placement("m", 1, local, cpus_per_cpu_actor=2, allow_cpu_fallback=True)
+        ray_pool.resolve_placement("m", 1, local, cpus_per_cpu_actor=1)
+    fallback = ray_pool.resolve_placement("m", 1, local, cpus_per_cpu_actor=2, allow_cpu_fallback=True)
     assert fallback.options == {"num_cpus": 2}
-    assert ray_workers.resolve_placement("m", 1, remote, cpus_per_cpu_actor=2, prefer_gpu=False).gpus == 0
+    assert ray_pool.resolve_placement("m", 1, remote, cpus_per_cpu_actor=2, prefer_gpu=False).gpus == 0
 
 
 def test_gpu_actors_take_the_cpus_their_node_can_spare() -> None:
@@ -81,8 +81,8 @@ def test_gpu_actors_take_the_cpus_their_node_can_spare() -> None:
              {"Alive": True, "Resources": {"CPU": 32.0, "GPU": 4.0}},       # 8 per GPU
              {"Alive": True, "Resources": {"CPU": 12.0, "GPU": 2.0}},       # 6 per GPU: the binding node
              {"Alive": False, "Resources": {"CPU": 2.0, "GPU": 2.0}}]       # dead
-    assert ray_workers.spare_cpus_per_gpu(nodes) == 6
-    assert ray_workers.spare_cpus_per_gpu(nodes[:1]) == 1
+    assert ray_pool.spare_cpus_per_gpu(nodes) == 6
+    assert ray_pool.spare_cpus_per_gpu(nodes[:1]) == 1
 
 
 def test_two_pools_drain_together_every_batch_once(cluster: ClusterInfo) -> None:

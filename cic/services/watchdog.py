@@ -2,7 +2,7 @@
 every half second and, the moment the command is gone — even by SIGKILL, which no handler sees — stops every
 process the command had started (Prefect's server, Ray's agents and their workers), then exits.
 
-    python -m cic.pipeline.watchdog PID START_TIME
+    python -m cic.services.watchdog PID START_TIME
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def watch(pid: int, started: float, poll_s: float = POLL_S) -> list[int]:
 
     import psutil
 
-    from cic.pipeline.processes import stop
+    from cic.services.processes import stop
 
     me = os.getpid()
     try:

@@ -13,8 +13,15 @@ from typer.testing import CliRunner
 
 from cic.cli import app
 from cic.pipeline.gates import gates
+from cic.services.mlflow_registry import (
+    RegistryMismatch,
+    legacy_name,
+    live_alias,
+    per_key_name,
+    registered_name,
+    registry_sync,
+)
 from cic.store import Store
-from tasks.registry import RegistryMismatch, legacy_name, live_alias, per_key_name, registered_name, registry_sync
 from tests.pipeline.test_recalibration import make_live
 from tests.support.pipeline_data import store_run
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cic.pipeline.processes import OwnedProcesses, record_path
+from cic.services.processes import OwnedProcesses, record_path
 
 SLEEPER = "import time; time.sleep(600)"
 
@@ -22,7 +22,7 @@ def _spawn_family(tmp_path: Path, db: Path) -> tuple[subprocess.Popen, list[int]
     """A parent that records itself and two children (one ignoring SIGTERM, like Ray's agents), then waits."""
     code = (
         "import signal, subprocess, sys, time\n"
-        "from cic.pipeline.processes import OwnedProcesses\n"
+        "from cic.services.processes import OwnedProcesses\n"
         f"kids = [subprocess.Popen([sys.executable, '-c', {SLEEPER!r}]),\n"
         "        subprocess.Popen([sys.executable, '-c', 'import signal, time; "
         "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)'])]\n"
@@ -75,7 +75,7 @@ def test_a_live_run_is_not_touched_and_a_recycled_pid_is_not_ours(tmp_path: Path
 def test_sigterm_stops_the_children_with_the_run(tmp_path: Path) -> None:
     code = (
         "import subprocess, sys, time\n"
-        "from cic.pipeline.processes import owned_processes\n"
+        "from cic.services.processes import owned_processes\n"
         f"with owned_processes({str(tmp_path / 's.duckdb')!r}, {str(tmp_path)!r}):\n"
         "    kids = [subprocess.Popen([sys.executable, '-c', 'import signal, time; "
         "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)']) for _ in range(2)]\n"
@@ -106,7 +106,7 @@ def test_after_kill_9_the_watchdog_stops_every_child_within_seconds(tmp_path: Pa
     grandchildren and a child that ignores SIGTERM included."""
     code = (
         "import subprocess, sys, time\n"
-        "from cic.pipeline.processes import owned_processes\n"
+        "from cic.services.processes import owned_processes\n"
         f"with owned_processes({str(tmp_path / 's.duckdb')!r}, {str(tmp_path)!r}):\n"
         "    stubborn = 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)'\n"
         "    grandparent = ('import subprocess, sys, time; '\n"
@@ -121,7 +121,7 @@ def test_after_kill_9_the_watchdog_stops_every_child_within_seconds(tmp_path: Pa
         kids = [int(p) for p in run.stdout.readline().split()]
         time.sleep(2.0)  # the grandchild starts and the watchdog's next look finds it
         tree = [p.pid for p in psutil.Process(run.pid).children(recursive=True)]
-        watchdogs = [p for p in tree if "cic.pipeline.watchdog" in " ".join(psutil.Process(p).cmdline())]
+        watchdogs = [p for p in tree if "cic.services.watchdog" in " ".join(psutil.Process(p).cmdline())]
         assert len(watchdogs) == 1 and set(kids) < set(tree) and len(tree) >= 4
         run.send_signal(signal.SIGKILL)
         run.wait(timeout=10)

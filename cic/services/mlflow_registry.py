@@ -24,8 +24,8 @@ from mlflow import MlflowClient
 from cic import schema
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
 from cic.pipeline.gates import SERVING_KEY
+from cic.services.mlflow_tracking import experiment_id
 from cic.stats.calibration import CalibrationResult
-from tasks.tracking import experiment_id
 
 LIVE_ALIAS = "live"           # the alias of the per-key registered models earlier versions wrote (cleared)
 GATE_ID_TAG = "cic.gate_id"
@@ -261,9 +261,9 @@ def registry_sync(db: str, uri: str, gate_ids: Sequence[str] | None, *,
     import polars as pl
 
     from cic.pipeline.gates import gates
+    from cic.services.mlflow_artifacts import check_not_moved
+    from cic.services.mlflow_tracking import check_reachable
     from cic.store import Store
-    from tasks.artifact_locations import check_not_moved
-    from tasks.tracking import check_reachable
 
     check_reachable(uri)
     check_not_moved(uri)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +23,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunStatus
 from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 
-from tasks.artifact_locations import local_artifact_location
+from cic.services.mlflow_artifacts import local_artifact_location
 
 log = logging.getLogger("cic.tracking")
 
@@ -34,6 +35,12 @@ PARENT_LOG_KEY_TAG = "cic.parent_log_key"
 # requests one logger keeps in flight against a server: below urllib3's pool of 10 connections per host
 # (MLFLOW_HTTP_POOL_MAXSIZE), with two groups logged at once
 REQUESTS_IN_FLIGHT = 4
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+
+
+def tracking_uri(explicit: str | None = None) -> str:
+    """The tracking URI: explicit, else $MLFLOW_TRACKING_URI, else a local SQLite file."""
+    return explicit or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
 
 @dataclass(frozen=True)

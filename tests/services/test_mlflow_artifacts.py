@@ -10,11 +10,11 @@ import mlflow
 import pytest
 from mlflow import MlflowClient
 
-from tasks import artifact_locations
-from tasks.artifact_locations import check_not_moved, moved_experiments, relocate
-from tasks.registry import registry_sync
+from cic.services import mlflow_artifacts as artifact_locations
+from cic.services.mlflow_artifacts import check_not_moved, moved_experiments, relocate
+from cic.services.mlflow_registry import registry_sync
 from tests.support.mlflow_server import MlflowServer
-from tests.tasks.test_registry import live_store
+from tests.services.test_mlflow_registry import live_store
 
 pytestmark = pytest.mark.faults
 
