@@ -1,10 +1,10 @@
 """Threshold search: the largest uncertainty threshold whose error rate among accepted answers is certified.
 
 `calibrate(scores, errors, alpha=...)` returns a frozen `CalibrationResult`. The search is one object of
-`cic.stats.searches.SEARCHES` (its rule and its guarantee); the default, `fixed_sequence`, carries a valid
-family-wise guarantee. This module holds the single-set fast paths: the paper search scans from the top in
-chunks (or bins huge inputs), fixed-sequence testing runs upward in chunks. A threshold t accepts every
-score U <= t (ties included).
+`cic.stats.searches.SEARCHES` (its rule and its guarantee) run by `searches.run_search`, the one search pipeline
+the split protocol and the simulator share; the default, `geometric`, carries a valid family-wise guarantee.
+This module counts n(t) and FD(t) on one sorted set, bins huge inputs for the paper search and assembles the
+result. A threshold t accepts every score U <= t (ties included).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import numpy as np
 
 from cic.stats import bounds as _bounds
 from cic.stats._validation import (
-    as_grid,
     as_pair,
     as_scores,
     check_open_unit,
@@ -28,13 +27,13 @@ from cic.stats._validation import (
 from cic.stats.gate import Gate
 from cic.stats.searches import (
     DEFAULT_SEARCH,
-    FixedSequence,
-    GeometricStarts,
     LargestFeasible,
     Setting,
-    feasibility_table,
-    geometric_chains,
+    check_search_args,
+    compact_candidates,
     get_search,
+    run_search,
+    search_paper,
 )
 
 if TYPE_CHECKING:
@@ -75,12 +74,7 @@ class SortedCalibration:
 
     def unique_candidates(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every unique score as a candidate threshold, with n(t) and FD(t) (ties counted as accepted)."""
-        s = self.scores
-        distinct = s[1:] != s[:-1]
-        if distinct.all():  # no ties: every position is a candidate (skips three gathers)
-            return s, np.arange(1, s.shape[0] + 1, dtype=np.int64), self.errors_through
-        run_end = np.flatnonzero(np.append(distinct, True))
-        return s[run_end], run_end + 1, self.errors_through[run_end]
+        return compact_candidates(self.scores, self.errors_through)
 
     def counts_at(self, thresholds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """n(t) and FD(t) at arbitrary thresholds."""
@@ -245,70 +239,6 @@ class CalibrationResult:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# The three searches on one calibration set
-
-
-def _last_true(mask: np.ndarray) -> int:
-    return int(mask.shape[0] - 1 - np.argmax(mask[::-1])) if mask.any() else -1
-
-
-def _feasible_chunk(bound: str, fd: np.ndarray, n: np.ndarray, alpha: float, gamma: float) -> np.ndarray:
-    """Exact feasibility of a run of candidates; through the max-FD table when its n-range is narrow."""
-    if _bounds.get_bound(bound).table_is_cheap and alpha * (n[-1] - n[0]) < 0.25 * n.shape[0]:
-        return fd <= _bounds.max_errors(bound, n, alpha, gamma)
-    return np.asarray(_bounds.feasible(bound, fd, n, alpha, gamma), dtype=bool)
-
-
-def search_paper(fd: np.ndarray, n: np.ndarray, *, bound: str, alpha: float, gamma: float) -> int:
-    """Algorithm 1 as printed: the largest candidate whose UCB at level gamma (= delta) is <= alpha.
-
-    Guarantee carried: Theorem 1 for any *fixed* threshold. Not carried: the data-chosen maximum over all
-    unique calibration scores is not covered by a simultaneous guarantee; its violation rate can exceed delta
-    (see `cic.simulate`). Skips candidates failing the cheap necessary condition FD <= alpha · n, then
-    scans the rest from the largest downwards in growing chunks and stops at the first chunk holding a
-    feasible candidate, so typical calls evaluate the exact test on a small part of the candidates.
-    """
-    maybe = np.flatnonzero(_bounds.might_be_feasible(bound, fd, n, alpha, gamma))
-    hi, chunk = maybe.shape[0], 4096
-    while hi > 0:
-        part = maybe[max(0, hi - chunk):hi]
-        last = _last_true(_feasible_chunk(bound, fd[part], n[part], alpha, gamma))
-        if last >= 0:
-            return int(part[last])
-        hi, chunk = hi - part.shape[0], chunk * 2
-    return -1
-
-
-def search_fixed_sequence(fd: np.ndarray, n: np.ndarray, eligible: np.ndarray, *, bound: str, alpha: float,
-                          gamma: float) -> tuple[int, int]:
-    """Test eligible candidates upwards at level gamma = delta, stop at the first failure; return (index, tests).
-
-    Guarantee carried: fixed-sequence testing controls the family-wise error of the hypotheses
-    H_t: R(t) > alpha at delta, whatever the shape of R(t) (Learn-then-Test, Angelopoulos et al. 2021), so
-    P(R(t_hat) > alpha) <= delta. The candidates are the calibration scores themselves (or a grid): the
-    sequence, and the first test (a `start` threshold, or the n_min-th smallest score), depend on the scores
-    and never on the labels, so the guarantee holds conditionally on the scores — given the scores, the errors
-    are independent draws and the ordering is fixed. With a grid and a start fixed in advance it holds
-    unconditionally. Not carried: power when R(t) is far from monotone — the search stops at the first
-    failure, even if larger thresholds would pass (`multistart` restarts further up).
-    """
-    idx = np.flatnonzero(eligible)
-    tested, chunk, pos = 0, 256, 0
-    last_ok = -1
-    while pos < idx.shape[0]:
-        part = idx[pos:pos + chunk]
-        ok = np.asarray(_bounds.feasible(bound, fd[part], n[part], alpha, gamma), dtype=bool)
-        if not ok.all():
-            first_fail = int(np.argmin(ok))
-            tested += first_fail + 1
-            return (int(part[first_fail - 1]) if first_fail > 0 else last_ok), tested
-        tested += part.shape[0]
-        last_ok = int(part[-1])
-        pos, chunk = pos + chunk, chunk * 2
-    return last_ok, tested
-
-
-# ----------------------------------------------------------------------------------------------------------
 # Grids fixed in advance
 
 
@@ -366,20 +296,6 @@ def quantile_grid(pilot_scores: Any, k: int) -> np.ndarray:
 
 # ----------------------------------------------------------------------------------------------------------
 # Entry point
-
-
-def check_search_args(search: str, grid: Any, n_min: Any, start: Any) -> tuple[np.ndarray | None, int | None,
-                                                                                float | None]:
-    """Validate the search-specific arguments against the search's registry entry (shared with the protocol)."""
-    get_search(search).check_args(grid, n_min, start)
-    grid_arr = as_grid(grid) if grid is not None else None
-    n_min_v = check_positive_int(n_min, "n_min") if n_min is not None else None
-    start_v = None
-    if start is not None:
-        start_v = float(start)
-        if not math.isfinite(start_v):
-            raise ValueError(f"start = {start!r}: must be a finite threshold")
-    return grid_arr, n_min_v, start_v
 
 
 def calibrate(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05, bound: str = "cp",
@@ -441,48 +357,11 @@ def calibrate(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05, bo
                        _data=(s.copy(), e.copy()) if keep_table else None)  # type: ignore[arg-type]
 
     data = SortedCalibration.build(s, e)
-    if grid_arr is not None:
-        thresholds = grid_arr
-        n, fd = data.counts_at(grid_arr)
-    else:
-        thresholds, n, fd = data.unique_candidates()
-        pos = int(np.searchsorted(thresholds, start_v)) if start_v is not None else 0
-        if start_v is not None and (pos == thresholds.shape[0] or thresholds[pos] != start_v):
-            # the start threshold is itself the first hypothesis tested, even between two scores
-            n0, fd0 = data.counts_at(np.array([start_v]))
-            thresholds = np.insert(thresholds, pos, start_v)
-            n, fd = np.insert(n, pos, n0[0]), np.insert(fd, pos, fd0[0])
-
+    thresholds, n, fd = compact_candidates(data.scores, data.errors_through, grid_arr, start_v)
     k = int(thresholds.shape[0])
-    eligible = np.ones(k, dtype=bool)
-    if plan.first_test:
-        if n_min_v is None and start_v is None:
-            n_min_v = plan.default_n_min(bound, alpha, delta)
-        if n_min_v is not None:
-            eligible &= n >= n_min_v
-        if start_v is not None:
-            eligible &= thresholds >= start_v
-    n_tested = None
-    gamma = plan.level(delta, k)
-    if isinstance(plan, LargestFeasible) and not plan.takes_grid:
-        best = search_paper(fd, n, bound=bound, alpha=alpha, gamma=gamma)
-    elif isinstance(plan, FixedSequence) and plan.n_starts == 1:
-        best, n_tested = search_fixed_sequence(fd, n, eligible, bound=bound, alpha=alpha, gamma=gamma)
-    elif isinstance(plan, GeometricStarts):  # each chain scanned lazily from its start to its first failure
-        best, n_tested = -1, 0
-        for first, level in geometric_chains(int(s.shape[0]), bound, alpha, delta):
-            end, tested = search_fixed_sequence(fd, n, eligible & (n >= first), bound=bound, alpha=alpha, gamma=level)
-            n_tested += tested
-            if end > best:
-                best, gamma = end, level
-    else:
-        n_max = int(n.max(initial=0))  # feasibility by the largest certifiable FD per count: one gather per level
-        chosen, levels = plan.select(eligible[None, :], lambda g: (fd <= feasibility_table(
-            bound, n_max, alpha, g)[n])[None, :], delta, k, counts=n[None, :],
-            setting=Setting(int(s.shape[0]), bound, alpha))
-        best = int(chosen[0])
-        gamma = float(levels[0]) if best >= 0 else gamma
-
+    outcome = run_search(plan, thresholds, n, fd, setting=Setting(int(s.shape[0]), bound, alpha), delta=delta,
+                         n_min=n_min_v, start=start_v, lazy=True)
+    best, gamma, n_min_v, n_tested = int(outcome.index[0]), float(outcome.level[0]), outcome.n_min, outcome.n_tested
     hit = (float(thresholds[best]), int(n[best]), int(fd[best])) if best >= 0 else None
     kept = dict(_thresholds=thresholds, _n=n, _fd=fd) if keep_table else {}
     return _result(hit, gamma=gamma, n_candidates=None if not plan.takes_grid else k, n_tested=n_tested,

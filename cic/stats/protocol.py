@@ -14,6 +14,7 @@ costs about as much as sorting it.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -24,8 +25,7 @@ import numpy as np
 from cic.stats import bounds as _bounds
 from cic.stats import searches
 from cic.stats._validation import as_pair, check_open_unit, check_positive_int
-from cic.stats.calibration import check_search_args
-from cic.stats.searches import Search, Setting, get_search
+from cic.stats.searches import Search, Setting, check_search_args, compact_candidates, get_search, run_search
 
 if TYPE_CHECKING:
     import polars as pl
@@ -193,23 +193,6 @@ class _SearchPlan:
     start: float | None
 
 
-def _split_candidates(cal_scores: np.ndarray, cum_errors: np.ndarray, plan: _SearchPlan
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Candidate thresholds of one calibration set (ascending) with n and FD: grid, or unique scores (+ start)."""
-    if plan.grid is not None:
-        n = np.searchsorted(cal_scores, plan.grid, side="right").astype(np.int64)
-        return plan.grid, n, np.where(n > 0, cum_errors[np.maximum(n - 1, 0)], 0)
-    run_end = np.flatnonzero(np.append(cal_scores[1:] != cal_scores[:-1], True))
-    values, n, fd = cal_scores[run_end], run_end + 1, cum_errors[run_end]
-    if plan.start is not None:
-        at = int(np.searchsorted(values, plan.start))
-        if at == values.shape[0] or values[at] != plan.start:
-            n0 = int(np.searchsorted(cal_scores, plan.start, side="right"))
-            values = np.insert(values, at, plan.start)
-            n, fd = np.insert(n, at, n0), np.insert(fd, at, cum_errors[n0 - 1] if n0 else 0)
-    return values, n, fd
-
-
 def _iter_outcomes(scores: Any, errors: Any, *, alphas: Sequence[float], bounds: Sequence[str] | str,
                    search: Sequence[str] | str, delta: float, n_splits: int, cal_fraction: float, seed: int,
                    grid: Any, n_min: int | None, start: float | None
@@ -244,9 +227,6 @@ def _iter_outcomes(scores: Any, errors: Any, *, alphas: Sequence[float], bounds:
         return tables[key]
 
     keys = [(a, b, name) for name in plans for b in bound_list for a in alpha_list]
-    # the first accepted count each fixed-sequence search tests: label-free, the same for every split
-    floors = {(a, b, name): plans[name].n_min if plans[name].n_min is not None or plans[name].start is not None
-              else plans[name].search.default_n_min(b, a, delta) for a, b, name in keys}
     out = {key: {f: np.zeros(n_splits, dtype=dt) for f, dt in _OUTCOME_FIELDS.items()} for key in keys}
     for split, mask in enumerate(iter_split_masks(n_items, n_splits, cal_fraction, seed)):
         cal_pos = np.flatnonzero(mask[order])  # sorted positions of the calibration items
@@ -254,28 +234,16 @@ def _iter_outcomes(scores: Any, errors: Any, *, alphas: Sequence[float], bounds:
         cum_errors = np.cumsum(sorted_errors[cal_pos], dtype=np.int64)
         test_correct = n_test - (int(errors_through[-1]) - int(cum_errors[-1]))
         for name, plan in plans.items():
-            values, n, fd = _split_candidates(cal_scores, cum_errors, plan)
-            k = values.shape[0]
+            values, n, fd = compact_candidates(cal_scores, cum_errors, plan.grid, plan.start)
             # test items a threshold accepts: every item <= it, minus the calibration ones
             accepted_all = np.searchsorted(sorted_scores, values, side="right")
             t_acc = accepted_all - n
             t_fd = np.where(accepted_all > 0, errors_through[np.maximum(accepted_all - 1, 0)], 0) - fd
             for bound in bound_list:
                 for alpha in alpha_list:
-                    eligible = np.ones(k, dtype=bool)
-                    if plan.search.first_test:
-                        floor = floors[(alpha, bound, name)]
-                        if floor is not None:
-                            eligible &= n >= floor
-                        if plan.start is not None:
-                            eligible &= values >= plan.start
-
-                    def feasible_at(gamma: float, bound: str = bound, alpha: float = alpha,
-                                    n: np.ndarray = n, fd: np.ndarray = fd) -> np.ndarray:
-                        return (fd <= table(bound, alpha, gamma)[n])[None, :]
-
-                    idx = int(plan.search.select(eligible[None, :], feasible_at, delta, k, counts=n[None, :],
-                                                 setting=Setting(n_cal, bound, alpha))[0][0])
+                    idx = int(run_search(plan.search, values, n, fd, setting=Setting(n_cal, bound, alpha),
+                                         delta=delta, n_min=plan.n_min, start=plan.start,
+                                         table=functools.partial(table, bound, alpha)).index[0])
                     row = out[(alpha, bound, name)]
                     if idx >= 0:
                         row["found"][split] = True

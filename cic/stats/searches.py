@@ -13,12 +13,16 @@ P(the returned threshold has R > alpha) <= delta.
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from cic.stats import bounds
+from cic.stats._validation import as_grid, check_positive_int
 
 FeasibleAt = Callable[[float], np.ndarray]
 
@@ -71,6 +75,12 @@ class Search:
         """The first accepted count tested when neither n_min nor start is given (None: no floor)."""
         return None
 
+    def scan_one(self, fd: np.ndarray, n: np.ndarray, eligible: np.ndarray, *, delta: float, k: int,
+                 setting: Setting) -> tuple[int, float, int | None] | None:
+        """The exact fast path on one calibration set: (chosen index or -1, its level, exact tests run), or None
+        where the search has none (`select` then decides through the feasibility tables)."""
+        return None
+
     def check_args(self, grid: Any, n_min: Any, start: Any) -> None:
         """Refuse arguments this search does not take, naming them."""
         if grid is not None and not self.takes_grid:
@@ -97,6 +107,13 @@ class LargestFeasible(Search):
                counts: np.ndarray | None = None, setting: Setting | None = None) -> tuple[np.ndarray, np.ndarray]:
         gamma = self.level(delta, k)
         return last_true(feasible_at(gamma) & eligible), np.full(eligible.shape[0], gamma)
+
+    def scan_one(self, fd: np.ndarray, n: np.ndarray, eligible: np.ndarray, *, delta: float, k: int,
+                 setting: Setting) -> tuple[int, float, int | None] | None:
+        if self.takes_grid or not eligible.all():  # a grid is small: the table path is as fast
+            return None
+        gamma = self.level(delta, k)
+        return search_paper(fd, n, bound=setting.bound, alpha=setting.alpha, gamma=gamma), gamma, None
 
 
 @dataclass(frozen=True)
@@ -152,9 +169,15 @@ class FixedSequence(Search):
         return delta / self.n_starts
 
     def default_n_min(self, bound: str, alpha: float, delta: float) -> int | None:
-        from cic.stats.bounds import half_alpha_n
+        return bounds.half_alpha_n(bound, alpha, self.level(delta, 1))
 
-        return half_alpha_n(bound, alpha, self.level(delta, 1))
+    def scan_one(self, fd: np.ndarray, n: np.ndarray, eligible: np.ndarray, *, delta: float, k: int,
+                 setting: Setting) -> tuple[int, float, int | None] | None:
+        if self.n_starts != 1:
+            return None
+        gamma = self.level(delta, k)
+        index, tested = search_fixed_sequence(fd, n, eligible, bound=setting.bound, alpha=setting.alpha, gamma=gamma)
+        return index, gamma, tested
 
     def select(self, eligible: np.ndarray, feasible_at: FeasibleAt, delta: float, k: int, *,
                counts: np.ndarray | None = None, setting: Setting | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -215,6 +238,18 @@ class GeometricStarts(Search):
             best, level = np.where(better, end, best), np.where(better, gamma, level)
         return best, level
 
+    def scan_one(self, fd: np.ndarray, n: np.ndarray, eligible: np.ndarray, *, delta: float, k: int,
+                 setting: Setting) -> tuple[int, float, int | None] | None:
+        """Each chain scanned lazily from its first count to its first failure."""
+        best, level, tested = -1, math.nan, 0
+        for first, gamma in geometric_chains(setting.n_calibration, setting.bound, setting.alpha, delta):
+            end, count = search_fixed_sequence(fd, n, eligible & (n >= first), bound=setting.bound,
+                                               alpha=setting.alpha, gamma=gamma)
+            tested += count
+            if end > best:
+                best, level = end, gamma
+        return best, level, tested
+
 
 BOTTOM_SHARE = 0.9  # of delta, for the chain from the first count that can certify (the rest: geometric starts)
 
@@ -227,7 +262,6 @@ def geometric_chains(n_calibration: int, bound: str, alpha: float, delta: float)
     small certifiable region lies), then chains from ceil(n / 2^k), k = 1..J, sharing the rest as rest·(1/k)/H_J,
     J the most chains whose last one starts where its own level can certify an empirical risk of alpha/2.
     """
-    from cic.stats.bounds import half_alpha_n
 
     bottom = delta * BOTTOM_SHARE
     rest = delta - bottom
@@ -236,12 +270,12 @@ def geometric_chains(n_calibration: int, bound: str, alpha: float, delta: float)
     for j in range(1, 64):
         harmonic += 1.0 / j
         first = -(-n_calibration // 2**j)
-        if first < 1 or first < half_alpha_n(bound, alpha, rest / (j * harmonic)):
+        if first < 1 or first < bounds.half_alpha_n(bound, alpha, rest / (j * harmonic)):
             break
         chains = tuple((-(-n_calibration // 2**i), rest / (i * harmonic)) for i in range(1, j + 1))
     if not chains:  # too few answers for any geometric chain: the bottom chain alone, at delta
-        return ((half_alpha_n(bound, alpha, delta), delta),)
-    return ((half_alpha_n(bound, alpha, bottom), bottom), *chains)
+        return ((bounds.half_alpha_n(bound, alpha, delta), delta),)
+    return ((bounds.half_alpha_n(bound, alpha, bottom), bottom), *chains)
 
 
 SEARCHES: dict[str, Search] = {s.name: s for s in (
@@ -317,7 +351,188 @@ def get_search(name: Any) -> Search:
 
 def feasibility_table(bound: str, n_max: int, alpha: float, gamma: float) -> np.ndarray:
     """Largest feasible FD for every accepted count 0..n_max (the gather table of `feasibility`)."""
-    from cic.stats import bounds as _bounds
+    return bounds.max_errors(bound, np.arange(int(n_max) + 1), alpha, gamma)
 
-    return _bounds.max_errors(bound, np.arange(int(n_max) + 1), alpha, gamma)
 
+# ----------------------------------------------------------------------------------------------------------
+# One search pipeline: candidates, the first test, eligibility and the selection, for calibrate, the split
+# protocol and the simulator alike
+
+
+def check_search_args(search: str, grid: Any, n_min: Any, start: Any) -> tuple[np.ndarray | None, int | None,
+                                                                                float | None]:
+    """Validate the search-specific arguments against the search's registry entry (shared with the protocol)."""
+    get_search(search).check_args(grid, n_min, start)
+    grid_arr = as_grid(grid) if grid is not None else None
+    n_min_v = check_positive_int(n_min, "n_min") if n_min is not None else None
+    start_v = None
+    if start is not None:
+        start_v = float(start)
+        if not math.isfinite(start_v):
+            raise ValueError(f"start = {start!r}: must be a finite threshold")
+    return grid_arr, n_min_v, start_v
+
+
+def compact_candidates(sorted_scores: np.ndarray, errors_through: np.ndarray, grid: np.ndarray | None = None,
+                       start: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One calibration set's candidates, ascending, with n(t) and FD(t): the grid, else every distinct score plus
+    `start` itself when it falls between scores (the start is the first hypothesis tested, even there).
+    `errors_through[i]` counts the errors among the first i + 1 sorted scores."""
+    if grid is not None:
+        n = np.searchsorted(sorted_scores, grid, side="right").astype(np.int64)
+        return grid, n, np.where(n > 0, errors_through[np.maximum(n - 1, 0)], 0)
+    distinct = sorted_scores[1:] != sorted_scores[:-1]
+    if distinct.all():  # no ties: every position is a candidate (skips three gathers)
+        values, n, fd = sorted_scores, np.arange(1, sorted_scores.shape[0] + 1, dtype=np.int64), errors_through
+    else:
+        run_end = np.flatnonzero(np.append(distinct, True))
+        values, n, fd = sorted_scores[run_end], run_end + 1, errors_through[run_end]
+    if start is not None:
+        at = int(np.searchsorted(values, start))
+        if at == values.shape[0] or values[at] != start:
+            n0 = int(np.searchsorted(sorted_scores, start, side="right"))
+            values = np.insert(values, at, start)
+            n, fd = np.insert(n, at, n0), np.insert(fd, at, errors_through[n0 - 1] if n0 else 0)
+    return values, n, fd
+
+
+def candidate_matrix(sorted_scores: np.ndarray, errors_through: np.ndarray, grid: np.ndarray | None = None,
+                     start: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Many calibration sets of one size at once (rows, sorted ascending): (values, n, FD, candidate) of equal
+    width — the grid, else every position with `candidate` marking the last of each run of equal scores, plus a
+    first column for `start` (a candidate unless it equals a score of that row). The same candidates per row
+    as `compact_candidates`."""
+    rows = np.arange(sorted_scores.shape[0])[:, None]
+
+    def at(thresholds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        n = np.stack([np.searchsorted(row, thresholds, side="right") for row in sorted_scores]).astype(np.int64)
+        return n, np.where(n > 0, errors_through[rows, np.maximum(n - 1, 0)], 0)
+
+    if grid is not None:
+        n, fd = at(grid)
+        return np.broadcast_to(grid, n.shape), n, fd, np.ones(n.shape, dtype=bool)
+    values, fd = sorted_scores, errors_through
+    n = np.broadcast_to(np.arange(1, sorted_scores.shape[1] + 1, dtype=np.int64), sorted_scores.shape)
+    candidate = np.concatenate([sorted_scores[:, 1:] != sorted_scores[:, :-1],
+                                np.ones((sorted_scores.shape[0], 1), dtype=bool)], axis=1)
+    if start is not None:
+        n0, fd0 = at(np.array([start]))
+        values = np.concatenate([np.full((sorted_scores.shape[0], 1), start), sorted_scores], axis=1)
+        n, fd = np.concatenate([n0, n], axis=1), np.concatenate([fd0, fd], axis=1)
+        candidate = np.concatenate([~(sorted_scores == start).any(axis=1, keepdims=True), candidate], axis=1)
+    return values, n, fd, candidate
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    """What a search chose, per calibration set: the candidate index (-1: alpha unattainable) and the level its
+    certificate holds at; the first accepted count tested (n_min as resolved) and, on the single-set fast paths,
+    how many exact tests ran."""
+
+    index: np.ndarray
+    level: np.ndarray
+    n_min: int | None
+    n_tested: int | None
+
+
+def run_search(search: Search, values: np.ndarray, n: np.ndarray, fd: np.ndarray, *, setting: Setting,
+               delta: float, n_min: int | None = None, start: float | None = None,
+               candidate: np.ndarray | None = None, k: int | None = None,
+               table: Callable[[float], np.ndarray] | None = None, lazy: bool = False) -> SearchOutcome:
+    """Run `search` on candidates (one row per calibration set, or a 1-D single set): resolve its first test
+    (`n_min`, `start`, else the search's default), mark the eligible candidates and select.
+
+    `k` is the family size the level divides by (default: the number of columns); `table(gamma)` the largest
+    feasible FD per accepted count (default: built per level up to the largest count). `lazy` runs a single
+    set through the search's exact fast path where it has one (few exact tests on a million candidates).
+    """
+    values, n, fd = np.atleast_2d(values), np.atleast_2d(n), np.atleast_2d(fd)
+    k = int(values.shape[1]) if k is None else int(k)
+    eligible = np.ones(values.shape, dtype=bool) if candidate is None else np.atleast_2d(candidate).copy()
+    if search.first_test:
+        if n_min is None and start is None:
+            n_min = search.default_n_min(setting.bound, setting.alpha, delta)
+        if n_min is not None:
+            eligible &= n >= n_min
+        if start is not None:
+            eligible &= values >= start
+    unattained = search.level(delta, k)
+    if lazy and values.shape[0] == 1:
+        scanned = search.scan_one(fd[0], n[0], eligible[0], delta=delta, k=k, setting=setting)
+        if scanned is not None:
+            index, level, tested = scanned
+            return SearchOutcome(np.array([index]), np.array([level if index >= 0 else unattained]), n_min, tested)
+    if table is None:
+        n_max, tables = int(n.max(initial=0)), {}
+
+        def table(gamma: float) -> np.ndarray:
+            if gamma not in tables:
+                tables[gamma] = feasibility_table(setting.bound, n_max, setting.alpha, gamma)
+            return tables[gamma]
+
+    index, level = search.select(eligible, lambda gamma: fd <= table(gamma)[n], delta, k, counts=n, setting=setting)
+    return SearchOutcome(index, np.where(index >= 0, level, unattained), n_min, None)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Exact scans of one calibration set (the lazy fast paths)
+
+
+def _last_true(mask: np.ndarray) -> int:
+    return int(mask.shape[0] - 1 - np.argmax(mask[::-1])) if mask.any() else -1
+
+
+def _feasible_chunk(bound: str, fd: np.ndarray, n: np.ndarray, alpha: float, gamma: float) -> np.ndarray:
+    """Exact feasibility of a run of candidates; through the max-FD table when its n-range is narrow."""
+    if bounds.get_bound(bound).table_is_cheap and alpha * (n[-1] - n[0]) < 0.25 * n.shape[0]:
+        return fd <= bounds.max_errors(bound, n, alpha, gamma)
+    return np.asarray(bounds.feasible(bound, fd, n, alpha, gamma), dtype=bool)
+
+
+def search_paper(fd: np.ndarray, n: np.ndarray, *, bound: str, alpha: float, gamma: float) -> int:
+    """Algorithm 1 as printed: the largest candidate whose UCB at level gamma (= delta) is <= alpha.
+
+    Guarantee carried: Theorem 1 for any *fixed* threshold. Not carried: the data-chosen maximum over all
+    unique calibration scores is not covered by a simultaneous guarantee; its violation rate can exceed delta
+    (see `cic.simulate`). Skips candidates failing the cheap necessary condition FD <= alpha · n, then
+    scans the rest from the largest downwards in growing chunks and stops at the first chunk holding a
+    feasible candidate, so typical calls evaluate the exact test on a small part of the candidates.
+    """
+    maybe = np.flatnonzero(bounds.might_be_feasible(bound, fd, n, alpha, gamma))
+    hi, chunk = maybe.shape[0], 4096
+    while hi > 0:
+        part = maybe[max(0, hi - chunk):hi]
+        last = _last_true(_feasible_chunk(bound, fd[part], n[part], alpha, gamma))
+        if last >= 0:
+            return int(part[last])
+        hi, chunk = hi - part.shape[0], chunk * 2
+    return -1
+
+
+def search_fixed_sequence(fd: np.ndarray, n: np.ndarray, eligible: np.ndarray, *, bound: str, alpha: float,
+                          gamma: float) -> tuple[int, int]:
+    """Test eligible candidates upwards at level gamma = delta, stop at the first failure; return (index, tests).
+
+    Guarantee carried: fixed-sequence testing controls the family-wise error of the hypotheses
+    H_t: R(t) > alpha at delta, whatever the shape of R(t) (Learn-then-Test, Angelopoulos et al. 2021), so
+    P(R(t_hat) > alpha) <= delta. The candidates are the calibration scores themselves (or a grid): the
+    sequence, and the first test (a `start` threshold, or the n_min-th smallest score), depend on the scores
+    and never on the labels, so the guarantee holds conditionally on the scores — given the scores, the errors
+    are independent draws and the ordering is fixed. With a grid and a start fixed in advance it holds
+    unconditionally. Not carried: power when R(t) is far from monotone — the search stops at the first
+    failure, even if larger thresholds would pass (`multistart` restarts further up).
+    """
+    idx = np.flatnonzero(eligible)
+    tested, chunk, pos = 0, 256, 0
+    last_ok = -1
+    while pos < idx.shape[0]:
+        part = idx[pos:pos + chunk]
+        ok = np.asarray(bounds.feasible(bound, fd[part], n[part], alpha, gamma), dtype=bool)
+        if not ok.all():
+            first_fail = int(np.argmin(ok))
+            tested += first_fail + 1
+            return (int(part[first_fail - 1]) if first_fail > 0 else last_ok), tested
+        tested += part.shape[0]
+        last_ok = int(part[-1])
+        pos, chunk = pos + chunk, chunk * 2
+    return last_ok, tested

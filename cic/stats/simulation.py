@@ -15,8 +15,7 @@ from scipy import special
 
 from cic.stats import bounds as _bounds
 from cic.stats._validation import check_open_unit, check_positive_int
-from cic.stats.calibration import check_search_args
-from cic.stats.searches import Setting, feasibility_table, get_search
+from cic.stats.searches import Setting, candidate_matrix, check_search_args, feasibility_table, get_search, run_search
 
 
 class RiskModel(Protocol):
@@ -164,13 +163,6 @@ def binomial_ci(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]
     return low, high
 
 
-def _grid_counts(u: np.ndarray, cum_fd: np.ndarray, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    n = np.stack([np.searchsorted(row, grid, side="right") for row in u]).astype(np.int64)
-    rows = np.arange(u.shape[0])[:, None]
-    fd = np.where(n > 0, cum_fd[rows, np.maximum(n - 1, 0)], 0)
-    return n, fd
-
-
 def simulate(model: RiskModel | None = None, *, n: int = 1000, alpha: float = 0.1, delta: float = 0.05,
              bound: str = "cp", search: str = "paper", n_trials: int = 1000, seed: int = 0, grid: Any = None,
              n_min: int | None = None, start: float | None = None,
@@ -214,10 +206,7 @@ def simulate(model: RiskModel | None = None, *, n: int = 1000, alpha: float = 0.
     grid_arr, n_min_v, start_v = check_search_args(search, grid, n_min, start)
 
     plan = get_search(search)
-    k = grid_arr.shape[0] if grid_arr is not None else n
-    if plan.first_test and n_min_v is None and start_v is None:
-        n_min_v = plan.default_n_min(bound, alpha, delta)
-
+    k = grid_arr.shape[0] if grid_arr is not None else n  # the family size: the grid, else every score
     tables: dict[float, np.ndarray] = {}
 
     def table(gamma: float) -> np.ndarray:
@@ -230,27 +219,9 @@ def simulate(model: RiskModel | None = None, *, n: int = 1000, alpha: float = 0.
     thresholds, found_all = [], []
     for b0 in range(0, n_trials, block):
         u, e = model.sample(rng, (min(block, n_trials - b0), n))
-        cum_fd = np.cumsum(e, axis=1, dtype=np.int64)
-        if grid_arr is not None:
-            values = np.broadcast_to(grid_arr, (u.shape[0], grid_arr.shape[0]))
-            cnt, fd = _grid_counts(u, cum_fd, grid_arr)
-        else:
-            values, fd = u, cum_fd
-            cnt = np.broadcast_to(np.arange(1, n + 1), u.shape)
-            run_end = np.concatenate([u[:, 1:] != u[:, :-1], np.ones((u.shape[0], 1), dtype=bool)], axis=1)
-            if start_v is not None:  # the start threshold is the first hypothesis, tested before any score
-                c0, f0 = _grid_counts(u, cum_fd, np.array([start_v]))
-                values = np.concatenate([np.full((u.shape[0], 1), start_v), u], axis=1)
-                cnt, fd = np.concatenate([c0, cnt], axis=1), np.concatenate([f0, fd], axis=1)
-                run_end = np.concatenate([np.ones((u.shape[0], 1), dtype=bool), run_end], axis=1)
-        eligible = np.ones(cnt.shape, dtype=bool) if grid_arr is not None else run_end.copy()
-        if plan.first_test:
-            if n_min_v is not None:
-                eligible &= cnt >= n_min_v
-            if start_v is not None:
-                eligible &= values >= start_v
-        idx, _ = plan.select(eligible, lambda g, fd=fd, cnt=cnt: fd <= table(g)[cnt], delta, k, counts=cnt,
-                             setting=Setting(n, bound, alpha))
+        values, cnt, fd, candidate = candidate_matrix(u, np.cumsum(e, axis=1, dtype=np.int64), grid_arr, start_v)
+        idx = run_search(plan, values, cnt, fd, setting=Setting(n, bound, alpha), delta=delta, n_min=n_min_v,
+                         start=start_v, candidate=candidate, k=k, table=table).index
         found = idx >= 0
         rows = np.arange(idx.shape[0])
         thresholds.append(np.where(found, values[rows, np.maximum(idx, 0)], np.nan))

@@ -18,8 +18,8 @@ from mlflow import MlflowClient
 from typer.testing import CliRunner
 
 from cic.cli import app
-from tests.support.mlflow_server import MlflowServer
 from tests.services.test_mlflow_registry import live_store
+from tests.support.mlflow_server import MlflowServer
 
 pytestmark = pytest.mark.faults
 runner = CliRunner()

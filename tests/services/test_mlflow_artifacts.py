@@ -13,8 +13,8 @@ from mlflow import MlflowClient
 from cic.services import mlflow_artifacts as artifact_locations
 from cic.services.mlflow_artifacts import check_not_moved, moved_experiments, relocate
 from cic.services.mlflow_registry import registry_sync
-from tests.support.mlflow_server import MlflowServer
 from tests.services.test_mlflow_registry import live_store
+from tests.support.mlflow_server import MlflowServer
 
 pytestmark = pytest.mark.faults
 
