@@ -15,6 +15,8 @@ from typing import Any
 
 import polars as pl
 
+from cic.errors import UserError
+
 
 @dataclass(frozen=True)
 class TableSpec:
@@ -175,7 +177,7 @@ def conform(frame: pl.DataFrame, spec: TableSpec) -> pl.DataFrame:
     """Select and cast `frame` to the table's columns, in order; a missing column is an error naming it."""
     missing = [c for c in spec.columns if c not in frame.columns]
     if missing:
-        raise ValueError(f"{spec.name} rows lack column(s) {', '.join(missing)}; "
+        raise UserError(f"{spec.name} rows lack column(s) {', '.join(missing)}; "
                          f"expected {', '.join(spec.columns)}")
     return frame.select([pl.col(c).cast(t) for c, t in spec.columns.items()])
 

@@ -15,6 +15,8 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from cic.errors import UserError
+
 PIPED_WIDTH = 140  # a log file's lines when nothing says how wide: a table's columns are not folded early
 
 
@@ -86,7 +88,8 @@ def _console_view(record: logging.LogRecord) -> bool:
 
 
 def friendly_errors(func: F) -> F:
-    """Turn input errors (ValueError) into a one-line message and exit status 2, not a traceback."""
+    """Turn input errors (`cic.errors.UserError`) into a one-line message and exit status 2; anything else is a
+    bug or a failing service and keeps its traceback (exit 1)."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -96,7 +99,7 @@ def friendly_errors(func: F) -> F:
                 run_logger.addFilter(_run_log)
         try:
             return func(*args, **kwargs)
-        except ValueError as exc:
+        except UserError as exc:
             err_console.print(styled(("error:", "bold red"), " ", printable(" ".join(str(exc).split()))),
                               soft_wrap=True)
             raise typer.Exit(2) from None
@@ -119,7 +122,7 @@ def parse_floats(text: str, name: str) -> list[float]:
     try:
         return [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ValueError(f"{name} = {text!r}: expected comma-separated numbers, e.g. 0.05,0.1") from None
+        raise UserError(f"{name} = {text!r}: expected comma-separated numbers, e.g. 0.05,0.1") from None
 
 
 def parse_names(text: str) -> list[str]:
@@ -132,21 +135,21 @@ def parse_grid(grid: str | None, pilot: Path | None, grid_size: int | None, scor
     from cic.store.score_files import read_table
 
     if grid is not None and pilot is not None:
-        raise ValueError("give either --grid LOW:HIGH:K or --pilot FILE, not both")
+        raise UserError("give either --grid LOW:HIGH:K or --pilot FILE, not both")
     if grid is not None:
         parts = grid.split(":")
         if len(parts) != 3:
-            raise ValueError(f"--grid = {grid!r}: expected LOW:HIGH:K, e.g. 0:2.3:50")
+            raise UserError(f"--grid = {grid!r}: expected LOW:HIGH:K, e.g. 0:2.3:50")
         try:
             return uniform_grid(float(parts[0]), float(parts[1]), int(parts[2]))
         except ValueError as exc:
-            raise ValueError(f"--grid = {grid!r}: {exc}") from None
+            raise UserError(f"--grid = {grid!r}: {exc}") from None
     if pilot is not None:
         if grid_size is None:
-            raise ValueError("--pilot needs --grid-size K (number of quantile thresholds)")
+            raise UserError("--pilot needs --grid-size K (number of quantile thresholds)")
         frame = read_table(pilot)
         if score_col not in frame.columns:
-            raise ValueError(f"column {score_col!r} not found in {str(pilot)!r}")
+            raise UserError(f"column {score_col!r} not found in {str(pilot)!r}")
         return quantile_grid(frame.get_column(score_col).to_numpy(), grid_size)
     return None
 
@@ -168,9 +171,9 @@ def load_stored_pairs(db: Path, stored: dict[str, str | None]) -> tuple[Any, Any
 
     missing = [f"--{k.replace('_', '-')}" for k in ("model", "dataset", "estimator", "criterion") if not stored.get(k)]
     if missing:
-        raise ValueError(f"{str(db)!r} is a DuckDB store: name the group with {', '.join(missing)}")
+        raise UserError(f"{str(db)!r} is a DuckDB store: name the group with {', '.join(missing)}")
     if not db.exists():
-        raise ValueError(f"FILE = {str(db)!r}: no such file")
+        raise UserError(f"FILE = {str(db)!r}: no such file")
     with Store.open(db, read_only=True) as store:
         pairs = store.calibration_frame(stored["model"], stored["dataset"], stored["estimator"],
                                         stored["criterion"], run_key=stored.get("run_key"), allow_partial=True)
@@ -215,7 +218,7 @@ def parse_ints(text: str, name: str) -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ValueError(f"{name} = {text!r}: expected comma-separated integers, e.g. 200,1000") from None
+        raise UserError(f"{name} = {text!r}: expected comma-separated integers, e.g. 200,1000") from None
 
 
 def per_file(values: list[str] | None, n_files: int, name: str) -> list[str | None]:
@@ -225,7 +228,7 @@ def per_file(values: list[str] | None, n_files: int, name: str) -> list[str | No
     if len(values) == 1:
         return values * n_files
     if len(values) != n_files:
-        raise ValueError(f"--{name} was given {len(values)} times for {n_files} files: give it once (all files) "
+        raise UserError(f"--{name} was given {len(values)} times for {n_files} files: give it once (all files) "
                          "or once per file")
     return list(values)
 
@@ -239,7 +242,7 @@ def mlflow_client(run_id: str) -> Any:
     try:
         client.get_run(run_id)
     except MlflowException as exc:
-        raise ValueError(f"--mlflow-run-id = {run_id!r}: {exc.message}") from None
+        raise UserError(f"--mlflow-run-id = {run_id!r}: {exc.message}") from None
     return client
 
 

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from cic.cli.common import ForceOpt, TrackingOpt, console, err_console, fmt, friendly_errors, printable, styled
 from cic.cli.help_format import ReadableCommand, ReadableGroup
+from cic.errors import UserError
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
 
 StoreOpt = Annotated[Path, typer.Option("--db", help="DuckDB file of the store.")]
@@ -24,7 +25,7 @@ gate_app = typer.Typer(no_args_is_help=True, cls=ReadableGroup, help="Review, pr
 
 def _existing(db: Path) -> Path:
     if not db.exists():
-        raise ValueError(f"--db = {str(db)!r}: no such file")
+        raise UserError(f"--db = {str(db)!r}: no such file")
     return db
 
 
@@ -62,16 +63,16 @@ def ingest(
 
     given = [name for name, value in (("FILE", file), ("--complete", complete), ("--abandon", abandon)) if value]
     if len(given) != 1:
-        raise ValueError(f"{' and '.join(given) or 'FILE'}: give exactly one of FILE, --complete ID, --abandon ID")
+        raise UserError(f"{' and '.join(given) or 'FILE'}: give exactly one of FILE, --complete ID, --abandon ID")
     if file is None:
         _journal_command(_existing(db), complete, abandon)
         return
     input_file(file, SUFFIXES)
     skew = parse_duration(max_skew, "--max-skew")
     if not db.parent.is_dir():
-        raise ValueError(f"--db = {str(db)!r}: directory {str(db.parent)!r} does not exist")
+        raise UserError(f"--db = {str(db)!r}: directory {str(db.parent)!r} does not exist")
     if db.exists() and file.exists() and db.resolve() == file.resolve():
-        raise ValueError(f"FILE = {str(file)!r} is the store itself; give the records file")
+        raise UserError(f"FILE = {str(file)!r} is the store itself; give the records file")
     with Store.open(db, wait_s=300) as store:
         stats = ingest_file(store, file, label_name=label_name, criterion=criterion, relabel=relabel,
                             max_skew=skew, timezone=timezone, experiment_prefix=experiment_prefix, group=group)
@@ -116,7 +117,7 @@ def list_gates(
     from cic.store import Store
 
     if state is not None and state not in STATES:
-        raise ValueError(f"--state = {state!r}: one of {', '.join(STATES)}")
+        raise UserError(f"--state = {state!r}: one of {', '.join(STATES)}")
     filters = {k: v for k, v in (("model", model), ("dataset", dataset)) if v is not None}
     with Store.open(_existing(db), read_only=True, wait_s=60) as store:
         rows = gates(store, **filters)
@@ -322,7 +323,7 @@ def export_gates(
     with Store.open(_existing(db), read_only=True, wait_s=60) as store:
         exported = served_entries(store, **filters)
     if not exported:
-        raise ValueError(f"no live or retired gate in {db}" + (f" for {filters}" if filters else "") +
+        raise UserError(f"no live or retired gate in {db}" + (f" for {filters}" if filters else "") +
                          "; promote one with `cic gate promote ID`")
     write_text(target, json.dumps(exported, indent=2) + "\n", "--out")
     live = sum(e["serve"] == "gate" for e in exported)

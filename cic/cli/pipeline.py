@@ -17,6 +17,7 @@ from cic.cli.common import TrackingOpt, console, err_console, flow_outcome, fmt,
 from cic.cli.progress_view import progress_view
 from cic.cli.service_logs import services_log_path, services_logged_to
 from cic.cli.services import command_services
+from cic.errors import UserError
 
 ConfigOpt = Annotated[str, typer.Option("--config", help="Pipeline YAML (models, datasets, estimators, ...), or the "
                                        "name of a shipped config: demo, paper, example.")]
@@ -174,7 +175,7 @@ def _refuse_unfinished_ingests(db: str) -> None:
     except StoreError:
         return  # an older layout (no journal yet) or a writer holding the file: the flow checks again
     if cut:
-        raise ValueError(f"the ingest of {cut[0]!r} was cut off before its last commit; rerun `cic ingest {cut[0]} "
+        raise UserError(f"the ingest of {cut[0]!r} was cut off before its last commit; rerun `cic ingest {cut[0]} "
                          f"--db {db}` to complete it, then recalibrate")
 
 

@@ -44,6 +44,7 @@ from cic.cli.common import (
     per_file,
     printable,
 )
+from cic.errors import UserError
 from cic.stats.searches import SEARCH_NAMES
 
 
@@ -116,15 +117,15 @@ def _group_table(file: Path, group_col: str, score_col: str, error_col: str, cor
     from cic.store.score_files import read_table, score_error_arrays
 
     if file.suffix == ".duckdb":
-        raise ValueError(f"--group = {group_col!r}: give a Parquet or CSV table holding that column (per-group "
+        raise UserError(f"--group = {group_col!r}: give a Parquet or CSV table holding that column (per-group "
                          "calibration of a stored run is not supported yet)")
     frame = read_table(file)
     if group_col not in frame.columns:
-        raise ValueError(f"--group = {group_col!r}: no such column in {str(file)!r}; columns are "
+        raise UserError(f"--group = {group_col!r}: no such column in {str(file)!r}; columns are "
                          f"{', '.join(frame.columns)}")
     labels = frame.get_column(group_col)
     if labels.null_count():
-        raise ValueError(f"--group = {group_col!r}: missing value at row {int(labels.is_null().arg_true()[0])} of "
+        raise UserError(f"--group = {group_col!r}: missing value at row {int(labels.is_null().arg_true()[0])} of "
                          f"{str(file)!r}")
     scores, errors = score_error_arrays(frame, score_col=score_col, error_col=error_col, correct_col=correct_col,
                                         source=repr(str(file)))
@@ -240,7 +241,7 @@ def evaluate(
 
     if out is not None:
         if out.suffix.lower() not in (".csv", ".parquet", ".pq"):
-            raise ValueError(f"--out = {str(out)!r}: use a .csv or .parquet file name")
+            raise UserError(f"--out = {str(out)!r}: use a .csv or .parquet file name")
         out = guard_output(out, "--out", inputs=[file, pilot], force=force, writes="frame")
 
     if group_col is not None:
@@ -343,7 +344,7 @@ def report(
     from cic.store.score_files import read_long_table
 
     if group_by not in (None, "dataset"):
-        raise ValueError(f"--group-by = {group_by!r}: the report groups by 'dataset' (or leave it out)")
+        raise UserError(f"--group-by = {group_by!r}: the report groups by 'dataset' (or leave it out)")
     client = mlflow_client(mlflow_run_id) if mlflow_run_id else None
     guard_output_dir(out, "--out", inputs=files, force=force)
     labels = {name: per_file(values, len(files), name) for name, values in

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from cic.cli.common import DbOpt, ForceOpt, console, friendly_errors
+from cic.errors import UserError
 
 
 @friendly_errors
@@ -41,7 +42,7 @@ def datasets(
 
     if out is not None:
         if out.suffix.lower() not in (".parquet", ".pq"):
-            raise ValueError(f"--out = {str(out)!r}: give a .parquet file name")
+            raise UserError(f"--out = {str(out)!r}: give a .parquet file name")
         source_path = Path(source) if source and Path(source).exists() else None
         out = guard_output(out, "--out", inputs=[db, source_path], force=force, writes="frame")
     questions = load_questions(name, source, split=split, limit=limit, seed=seed)
@@ -69,17 +70,17 @@ def _filters(where: list[str], table: str) -> dict[str, Any]:
     from cic.schema import TABLES
 
     if table not in TABLES:
-        raise ValueError(f"table = {table!r}: unknown; tables are {', '.join(TABLES)}")
+        raise UserError(f"table = {table!r}: unknown; tables are {', '.join(TABLES)}")
     filters: dict[str, Any] = {}
     for item in where:
         column, sep, text = item.partition("=")
         if not sep or column not in TABLES[table].columns:
-            raise ValueError(f"--where {item!r}: expected COLUMN=VALUE with a column of {table}: "
+            raise UserError(f"--where {item!r}: expected COLUMN=VALUE with a column of {table}: "
                              f"{', '.join(TABLES[table].columns)}")
         try:
             filters[column] = pl.Series([text]).cast(TABLES[table].columns[column]).item()
         except Exception:  # polars raises several types for a failed cast
-            raise ValueError(f"--where {item!r}: {text!r} is not a valid {TABLES[table].columns[column]}") from None
+            raise UserError(f"--where {item!r}: {text!r} is not a valid {TABLES[table].columns[column]}") from None
     return filters
 
 @friendly_errors
@@ -98,7 +99,7 @@ def export(
 
     filters = _filters(where or [], table)
     if out.suffix.lower() not in (".parquet", ".pq"):
-        raise ValueError(f"OUT = {str(out)!r}: give a .parquet file name")
+        raise UserError(f"OUT = {str(out)!r}: give a .parquet file name")
     out = guard_output(out, "OUT", inputs=[db], force=force, writes="frame")
     with Store.open(db, read_only=True) as store:
         rows = store.export(table, out, **filters)

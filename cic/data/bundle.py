@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from cic.errors import UserError
+
 SAMPLE_SIZE = 300
 SAMPLE_SEED = 0
 SOURCES: dict[str, str] = {  # bundled file name -> path of the full copy under the shared data directory
@@ -23,7 +25,7 @@ SOURCES: dict[str, str] = {  # bundled file name -> path of the full copy under 
 def sample_lines(lines: list[str], size: int = SAMPLE_SIZE, seed: int = SAMPLE_SEED) -> list[str]:
     """`size` of the lines chosen by a seeded generator, kept in their original order."""
     if size > len(lines):
-        raise ValueError(f"size = {size}: the source has only {len(lines)} lines")
+        raise UserError(f"size = {size}: the source has only {len(lines)} lines")
     keep = np.sort(np.random.default_rng(seed).choice(len(lines), size=size, replace=False))
     return [lines[i] for i in keep]
 
@@ -34,7 +36,7 @@ def write_samples(shared_dir: Path, out_dir: Path, size: int = SAMPLE_SIZE, seed
     for name, relative in SOURCES.items():
         source = shared_dir / relative
         if not source.is_file():
-            raise ValueError(f"shared data file {str(source)!r} does not exist")
+            raise UserError(f"shared data file {str(source)!r} does not exist")
         lines = [line for line in source.read_text(encoding="utf-8").splitlines() if line.strip()]
         target = out_dir / name
         target.write_text("\n".join(sample_lines(lines, size, seed)) + "\n", encoding="utf-8")

@@ -16,6 +16,7 @@ from cic import schema
 from cic.data.records import RecordError
 from cic.data.registry import DATASETS, DatasetRegistry
 from cic.data.sources import read_records
+from cic.errors import UserError
 
 if TYPE_CHECKING:
     import polars as pl
@@ -34,9 +35,9 @@ def load_questions(dataset: str, source: str | Path | None = None, *, split: str
     import polars as pl
 
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ValueError(f"limit = {limit!r}: must be a positive integer")
+        raise UserError(f"limit = {limit!r}: must be a positive integer")
     if not split or not isinstance(split, str):
-        raise ValueError(f"split = {split!r}: must be a non-empty string")
+        raise UserError(f"split = {split!r}: must be a non-empty string")
     spec = registry.get(dataset)
     records = read_records(spec, source, split)
     rows: list[dict[str, Any]] = []
@@ -46,9 +47,9 @@ def load_questions(dataset: str, source: str | Path | None = None, *, split: str
         except RecordError as exc:
             ident = record.get("question_id", record.get("id"))
             named = f" (id {ident!r})" if ident is not None else ""
-            raise ValueError(f"{dataset}: {location}{named}: {exc}") from None
+            raise UserError(f"{dataset}: {location}{named}: {exc}") from None
     if set(rows[0]) != _PARSED_FIELDS:
-        raise ValueError(f"{dataset}: the record parser returned fields {sorted(rows[0])}; expected "
+        raise UserError(f"{dataset}: the record parser returned fields {sorted(rows[0])}; expected "
                          f"{sorted(_PARSED_FIELDS)}")
     _check_unique_ids(rows, records.locations, dataset)
     keep = _subsample(len(rows), limit, seed)
@@ -62,7 +63,7 @@ def _check_unique_ids(rows: list[dict[str, Any]], locations: list[str], dataset:
     for i, row in enumerate(rows):
         qid = row["question_id"]
         if qid in first_seen:
-            raise ValueError(f"{dataset}: duplicate question_id {qid!r} at {locations[first_seen[qid]]} and "
+            raise UserError(f"{dataset}: duplicate question_id {qid!r} at {locations[first_seen[qid]]} and "
                              f"{locations[i]}; question ids must be unique")
         first_seen[qid] = i
 

@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from cic.errors import UserError
+
 PromptKind = Literal["multiple_choice", "short_answer"]
 
 
@@ -40,13 +42,13 @@ class PromptBuilder:
         """The question as shown to the model (with its lettered options for multiple choice)."""
         question = row.get("question")
         if not isinstance(question, str) or not question.strip():
-            raise ValueError(f"question_id {row.get('question_id')!r}: field 'question' is missing or empty; "
+            raise UserError(f"question_id {row.get('question_id')!r}: field 'question' is missing or empty; "
                              f"prompt {self.prompt_id!r} needs it")
         if self.kind == "short_answer":
             return f"Question: {question.strip()}"
         choices, labels = row.get("choices"), row.get("choice_labels")
         if not choices or not labels or len(choices) != len(labels):
-            raise ValueError(f"question_id {row.get('question_id')!r}: prompt {self.prompt_id!r} needs "
+            raise UserError(f"question_id {row.get('question_id')!r}: prompt {self.prompt_id!r} needs "
                              f"'choices' and 'choice_labels' of equal length; got {choices!r} and {labels!r}")
         options = "\n".join(f"{label}. {text}" for label, text in zip(labels, choices, strict=True))
         return f"Question: {question.strip()}\n{options}"
@@ -74,7 +76,7 @@ class PromptBuilder:
         messages[0] = {"role": "user", "content": f"{instruction}\n\n{messages[0]['content']}"}
         text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         if not isinstance(text, str):
-            raise ValueError(f"tokenizer.apply_chat_template returned {type(text).__name__}, expected str")
+            raise UserError(f"tokenizer.apply_chat_template returned {type(text).__name__}, expected str")
         return text
 
 
@@ -114,5 +116,5 @@ PROMPTS: dict[str, PromptBuilder] = {p.prompt_id: p for p in (MC_LETTER_V1, SHOR
 def get_prompt(prompt_id: str) -> PromptBuilder:
     """The built-in prompt builder with this id."""
     if prompt_id not in PROMPTS:
-        raise ValueError(f"prompt_id = {prompt_id!r}: unknown; built-in prompts are {', '.join(PROMPTS)}")
+        raise UserError(f"prompt_id = {prompt_id!r}: unknown; built-in prompts are {', '.join(PROMPTS)}")
     return PROMPTS[prompt_id]

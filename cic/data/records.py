@@ -11,11 +11,13 @@ import string
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from cic.errors import UserError
+
 Row = dict[str, Any]
 RecordParser = Callable[[Mapping[str, Any]], Row]
 
 
-class RecordError(ValueError):
+class RecordError(UserError):
     """A source record lacks a required field or holds a malformed value (`field` names it)."""
 
     def __init__(self, field: str, problem: str) -> None:

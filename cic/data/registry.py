@@ -18,6 +18,7 @@ from cic.data.records import (
     open_ended_fields,
     trivia_qa_record,
 )
+from cic.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class DatasetSpec:
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
-            raise ValueError(f"dataset name = {self.name!r}: use letters, digits, '_' or '-'")
+            raise UserError(f"dataset name = {self.name!r}: use letters, digits, '_' or '-'")
 
 
 COMMONSENSE_QA = DatasetSpec(
@@ -61,7 +62,7 @@ class DatasetRegistry:
     def register(self, spec: DatasetSpec, *, replace: bool = False) -> DatasetSpec:
         """Add a dataset; an existing name is an error unless `replace=True`."""
         if spec.name in self._specs and not replace:
-            raise ValueError(f"dataset {spec.name!r} is already registered; pass replace=True to override it")
+            raise UserError(f"dataset {spec.name!r} is already registered; pass replace=True to override it")
         self._specs[spec.name] = spec
         return spec
 
@@ -73,14 +74,14 @@ class DatasetRegistry:
         """
         unknown = set(entry) - {"name", "path", "kind", "fields", "prompt_id", "description"}
         if unknown:
-            raise ValueError(f"dataset entry: unknown key(s) {', '.join(sorted(unknown))}")
+            raise UserError(f"dataset entry: unknown key(s) {', '.join(sorted(unknown))}")
         kind = entry.get("kind", "open")
         if kind not in _KINDS:
-            raise ValueError(f"dataset entry {entry.get('name')!r}: kind = {kind!r}; use one of {', '.join(_KINDS)}")
+            raise UserError(f"dataset entry {entry.get('name')!r}: kind = {kind!r}; use one of {', '.join(_KINDS)}")
         fields = dict(entry.get("fields") or {})
         bad = set(fields) - _FIELD_KEYS[kind]
         if bad:
-            raise ValueError(f"dataset entry {entry.get('name')!r}: fields {', '.join(sorted(bad))} do not apply to "
+            raise UserError(f"dataset entry {entry.get('name')!r}: fields {', '.join(sorted(bad))} do not apply to "
                              f"kind {kind!r}; allowed: {', '.join(sorted(_FIELD_KEYS[kind]))}")
         make_parser, prompt = _KINDS[kind]
         if "prompt_id" in entry:
@@ -93,7 +94,7 @@ class DatasetRegistry:
 
     def get(self, name: str) -> DatasetSpec:
         if name not in self._specs:
-            raise ValueError(f"dataset = {name!r}: unknown; registered datasets are {', '.join(self._specs)}")
+            raise UserError(f"dataset = {name!r}: unknown; registered datasets are {', '.join(self._specs)}")
         return self._specs[name]
 
     def prompt_for(self, dataset: str, prompt_id: str | None = None) -> PromptBuilder:
@@ -124,6 +125,6 @@ def build_prompt(question_row: Mapping[str, Any], *, tokenizer: Any = None, prom
     """The full prompt for one QUESTIONS row (see `cic.data.prompts` for the contract)."""
     dataset = question_row.get("dataset")
     if prompt_id is None and dataset is None:
-        raise ValueError("question row has no 'dataset' field; pass prompt_id to choose the prompt")
+        raise UserError("question row has no 'dataset' field; pass prompt_id to choose the prompt")
     builder = get_prompt(prompt_id) if dataset is None else registry.prompt_for(str(dataset), prompt_id)
     return builder.build(question_row, tokenizer)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from cic.data.registry import DatasetSpec
+from cic.errors import UserError
 
 SAMPLE = "sample"
 HUB = "hub"
@@ -21,7 +22,7 @@ FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".pq")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
-class DatasetSourceError(ValueError):
+class DatasetSourceError(UserError):
     """A source cannot be read: missing file, empty data, unreachable hub, bad JSON."""
 
 

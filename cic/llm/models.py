@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cic.errors import UserError
 from cic.llm.paths import ModelNotFoundError, cache_dir, is_package_spec, resolve_package_path
 from cic.schema import stable_hash
 
@@ -39,11 +40,11 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         if not isinstance(self.spec, str) or not self.spec.strip():
-            raise ValueError(f"model spec = {self.spec!r}: give a hub id, a directory, a .gguf file or pkg:<p>/<f>")
+            raise UserError(f"model spec = {self.spec!r}: give a hub id, a directory, a .gguf file or pkg:<p>/<f>")
         if self.dtype not in DTYPES:
-            raise ValueError(f"dtype = {self.dtype!r}: choose from {', '.join(DTYPES)}")
+            raise UserError(f"dtype = {self.dtype!r}: choose from {', '.join(DTYPES)}")
         if self.quantization not in QUANTIZATIONS:
-            raise ValueError(f"quantization = {self.quantization!r}: choose from {', '.join(QUANTIZATIONS)}")
+            raise UserError(f"quantization = {self.quantization!r}: choose from {', '.join(QUANTIZATIONS)}")
 
 
 @dataclass
@@ -96,7 +97,7 @@ def pick_device(requested: str = "auto") -> str:
 
     if requested != "auto":
         if requested.startswith("cuda") and not torch.cuda.is_available():
-            raise ValueError(f"device = {requested!r}: CUDA is not available on this machine")
+            raise UserError(f"device = {requested!r}: CUDA is not available on this machine")
         return requested
     return "cuda:0" if torch.cuda.is_available() else "cpu"
 
@@ -125,7 +126,7 @@ def converted_gguf(gguf_path: str, cache: str | Path | None = None) -> Path:
     except Exception as exc:  # transformers raises many kinds on a bad file
         if "pip install" in str(exc):  # a missing optional dependency, not a bad file
             raise
-        raise ValueError(f"GGUF file {str(source)!r} could not be read ({type(exc).__name__}: "
+        raise UserError(f"GGUF file {str(source)!r} could not be read ({type(exc).__name__}: "
                          f"{str(exc).splitlines()[0][:200] if str(exc) else 'no message'}); is it corrupt or "
                          "truncated?") from None
     model.hf_quantizer = None
@@ -149,7 +150,7 @@ def converted_gguf(gguf_path: str, cache: str | Path | None = None) -> Path:
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "int4": 0.5}
 
 
-class ModelDoesNotFitError(ValueError):
+class ModelDoesNotFitError(UserError):
     """The model's weights alone exceed the memory its replica may use; raised before any weight is loaded."""
 
 
@@ -200,12 +201,12 @@ def quantization_config(quantization: str, device: str, dtype: str) -> Any:
     if quantization == "none":
         return None
     if not device.startswith("cuda"):
-        raise ValueError(f"quantization = {quantization!r} needs a CUDA GPU (device is {device!r}); give the model "
+        raise UserError(f"quantization = {quantization!r} needs a CUDA GPU (device is {device!r}); give the model "
                          "gpus_per_replica > 0, or quantization: none on CPU")
     import importlib.util
 
     if importlib.util.find_spec("bitsandbytes") is None:
-        raise ValueError(f"quantization = {quantization!r} needs bitsandbytes: pip install bitsandbytes")
+        raise UserError(f"quantization = {quantization!r} needs bitsandbytes: pip install bitsandbytes")
     import torch
     from transformers import BitsAndBytesConfig
 

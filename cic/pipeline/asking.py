@@ -9,6 +9,7 @@ from pathlib import Path
 import polars as pl
 
 from cic import schema
+from cic.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class Reply:
 def question_row(question: str, dataset: str, choices: Sequence[str] | None) -> pl.DataFrame:
     """A one-row QUESTIONS frame for a user's question (multiple choice when options are given)."""
     if not question.strip():
-        raise ValueError("question = '': ask something")
+        raise UserError("question = '': ask something")
     labels = [chr(ord("A") + i) for i in range(len(choices))] if choices else None
     return schema.conform(pl.DataFrame({
         "dataset": [dataset], "split": ["ask"], "question_id": ["ask-" + schema.value_hash(question, choices)[:12]],
@@ -59,7 +60,7 @@ def ask_question(question: str, *, config_path: str | Path, db: str | None, mode
     names = [m.name for m in config.models]
     index = names.index(model) if model in names else 0
     if model is not None and model not in names:
-        raise ValueError(f"model = {model!r}: not in the config; choose from {names}")
+        raise UserError(f"model = {model!r}: not in the config; choose from {names}")
     gate_row = serving_gate(db or config.storage.db, model=names[index], dataset=dataset, estimator=estimator,
                            criterion=criterion, alpha=alpha, bound=bound, search=search)
     settings = config.answerer_settings(index)
@@ -69,7 +70,7 @@ def ask_question(question: str, *, config_path: str | Path, db: str | None, mode
     generations = answerer.generate(questions, run_key="ask")
     scores = answerer.scorer.score(generations, run_key="ask").filter(estimator=gate_row["estimator"])
     if scores.height == 0 or scores.get_column("value")[0] is None:
-        raise ValueError(f"estimator {gate_row['estimator']!r} gives no score for this question")
+        raise UserError(f"estimator {gate_row['estimator']!r} gives no score for this question")
     score = float(scores.get_column("value")[0])
     gate = Gate(gate_row["threshold"])
     answer = generations.filter(sample_index=0).get_column("text")[0]

@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from cic.errors import UserError
+
 # Upper limits of the numeric settings: far beyond any sensible run, low enough that a typo (an extra zero, a YAML
 # .inf) is refused before anything starts instead of running for days or sampling from an infinite temperature
 MAX_SAMPLES = 1_000
@@ -60,7 +62,7 @@ class ModelConfig(_Strict):
     @model_validator(mode="after")
     def _quantization_needs_a_gpu(self) -> ModelConfig:
         if self.quantization != "none" and self.gpus_per_replica == 0:
-            raise ValueError(f"quantization = {self.quantization!r} needs a GPU, but gpus_per_replica = 0")
+            raise UserError(f"quantization = {self.quantization!r} needs a GPU, but gpus_per_replica = 0")
         return self
 
 
@@ -133,9 +135,9 @@ class UncertaintyConfig(_Strict):
         known = list_estimators()
         for name in value:
             if name not in known:
-                raise ValueError(f"estimator {name!r} is unknown; choose from {', '.join(known)}")
+                raise UserError(f"estimator {name!r} is unknown; choose from {', '.join(known)}")
         if len(set(value)) != len(value):
-            raise ValueError(f"estimators {list(value)} name one estimator twice")
+            raise UserError(f"estimators {list(value)} name one estimator twice")
         return value
 
     def score_names(self) -> tuple[str, ...]:
@@ -151,7 +153,7 @@ class UncertaintyConfig(_Strict):
     @model_validator(mode="after")
     def _nli_needs_a_model(self) -> UncertaintyConfig:
         if self.equivalence == "nli" and not self.nli_model:
-            raise ValueError("equivalence = 'nli' needs nli_model (a hub id or local path of an MNLI classifier)")
+            raise UserError("equivalence = 'nli' needs nli_model (a hub id or local path of an MNLI classifier)")
         return self
 
 
@@ -167,7 +169,7 @@ class GridConfig(_Strict):
     @model_validator(mode="after")
     def _uniform_needs_a_range(self) -> GridConfig:
         if self.kind == "uniform" and (self.low is None or self.high is None or not self.low < self.high):
-            raise ValueError(f"grid kind 'uniform' needs low < high (low = {self.low!r}, high = {self.high!r})")
+            raise UserError(f"grid kind 'uniform' needs low < high (low = {self.low!r}, high = {self.high!r})")
         return self
 
 
@@ -192,10 +194,10 @@ class CalibrationConfig(_Strict):
     @classmethod
     def _alphas_in_unit_interval(cls, value: tuple[float, ...]) -> tuple[float, ...]:
         if not value:
-            raise ValueError("alphas is empty")
+            raise UserError("alphas is empty")
         for a in value:
             if not 0 < a < 1:
-                raise ValueError(f"alpha {a!r} must lie strictly between 0 and 1")
+                raise UserError(f"alpha {a!r} must lie strictly between 0 and 1")
         return value
 
     @field_validator("bounds")
@@ -303,7 +305,7 @@ class PipelineConfig(_Strict):
         for kind, names in (("model", [m.name for m in self.models]), ("dataset", [d.name for d in self.datasets])):
             dupes = sorted({n for n in names if names.count(n) > 1})
             if dupes:
-                raise ValueError(f"{kind} name(s) used twice: {', '.join(dupes)}")
+                raise UserError(f"{kind} name(s) used twice: {', '.join(dupes)}")
         return self
 
 
@@ -354,12 +356,12 @@ def parse_config(data: Any, source: str = "config",
     """Validate a mapping (e.g. parsed YAML) into a PipelineConfig; errors name the source, field and (given
     `line_of`) the line."""
     if not isinstance(data, dict):
-        raise ValueError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+        raise UserError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
     try:
         return PipelineConfig.model_validate(data)
     except ValidationError as exc:
         details = "; ".join(_describe(e, line_of) for e in exc.errors())
-        raise ValueError(f"{source}: {details}") from None
+        raise UserError(f"{source}: {details}") from None
 
 
 SHIPPED_CONFIGS: tuple[str, ...] = ("demo", "paper", "example")
@@ -383,7 +385,7 @@ def _refuse_duplicate_keys(node: Any, path: str, trail: str = "") -> None:
             name = str(getattr(key, "value", key))
             line = key.start_mark.line + 1
             if name in seen:
-                raise ValueError(f"config = {path!r}: key {trail + name!r} appears twice, at lines {seen[name]} and "
+                raise UserError(f"config = {path!r}: key {trail + name!r} appears twice, at lines {seen[name]} and "
                                  f"{line}; keep one")
             seen[name] = line
             _refuse_duplicate_keys(value, path, f"{trail}{name}.")
@@ -398,12 +400,12 @@ def load_config(path: str | Path) -> PipelineConfig:
 
     p = config_path(path)
     if not p.is_file():
-        raise ValueError(f"config = {str(path)!r}: file not found (a YAML path, or one of "
+        raise UserError(f"config = {str(path)!r}: file not found (a YAML path, or one of "
                          f"{', '.join(SHIPPED_CONFIGS)})")
     try:
         text = p.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ValueError(f"config = {str(p)!r}: not a text file (byte {exc.start} is not UTF-8); give a YAML "
+        raise UserError(f"config = {str(p)!r}: not a text file (byte {exc.start} is not UTF-8); give a YAML "
                          "file") from None
     try:
         data = yaml.safe_load(text)
@@ -412,7 +414,7 @@ def load_config(path: str | Path) -> PipelineConfig:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ValueError(f"config = {str(p)!r}: not valid YAML{where}: {problem}") from None
+        raise UserError(f"config = {str(p)!r}: not valid YAML{where}: {problem}") from None
     return parse_config(data, source=f"config = {str(p)!r}", line_of=yaml_line_finder(text))
 
 

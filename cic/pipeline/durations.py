@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from cic.errors import UserError
+
 UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 LONGEST = timedelta(days=365 * 100)
 
@@ -19,11 +21,11 @@ def parse_duration(text: str | None, name: str = "since") -> timedelta | None:
     except ValueError:
         amount = -1.0
     if unit not in UNITS or not amount > 0:
-        raise ValueError(f"{name} = {text!r}: expected a positive number and a unit s, m, h, d or w (e.g. 7d)")
+        raise UserError(f"{name} = {text!r}: expected a positive number and a unit s, m, h, d or w (e.g. 7d)")
     try:
         duration = timedelta(**{UNITS[unit]: amount})
     except OverflowError:
         duration = timedelta.max
     if duration > LONGEST:
-        raise ValueError(f"{name} = {text!r}: longer than 100 years; give a duration such as 7d or 12h")
+        raise UserError(f"{name} = {text!r}: longer than 100 years; give a duration such as 7d or 12h")
     return duration

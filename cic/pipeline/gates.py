@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from cic import schema
+from cic.errors import UserError
 
 if TYPE_CHECKING:
     from cic.store import Store
@@ -48,12 +49,12 @@ def find_gate(store: Store, gate_id: str) -> dict[str, Any]:
     """The gate whose calibration id is or starts with `gate_id` (the 12-character prefix tables show)."""
     text = gate_id.strip()
     if len(text) < 6:
-        raise ValueError(f"gate id = {gate_id!r}: give at least 6 characters of it (`cic gate list` shows them)")
+        raise UserError(f"gate id = {gate_id!r}: give at least 6 characters of it (`cic gate list` shows them)")
     found = gates(store).filter(pl.col("calibration_id").str.starts_with(text))
     if found.height == 0:
-        raise ValueError(f"gate id = {gate_id!r}: no stored gate has it in {store.path} (`cic gate list` shows them)")
+        raise UserError(f"gate id = {gate_id!r}: no stored gate has it in {store.path} (`cic gate list` shows them)")
     if found.height > 1:
-        raise ValueError(f"gate id = {gate_id!r}: {found.height} gates start with it; give more characters")
+        raise UserError(f"gate id = {gate_id!r}: {found.height} gates start with it; give more characters")
     return found.row(0, named=True)
 
 
@@ -67,7 +68,7 @@ def _events(store: Store, moves: Sequence[tuple[str, str, str, Sequence[str]]]) 
     previous event; one query for all of them."""
     for _, state, _, _ in moves:
         if state not in STATES:
-            raise ValueError(f"state = {state!r}: one of {', '.join(STATES)}")
+            raise UserError(f"state = {state!r}: one of {', '.join(STATES)}")
     if not moves:
         return []
     last = dict(store.sql("SELECT calibration_id, max(created_at) FROM gate_events WHERE calibration_id IN "
@@ -110,10 +111,10 @@ def verify_gate(row: dict[str, Any]) -> None:
     try:
         result = CalibrationResult.from_json(row["result_json"])
     except (ValueError, TypeError, KeyError) as exc:
-        raise ValueError(f"{name}: its stored result does not parse ({exc}); refusing to serve it") from None
+        raise UserError(f"{name}: its stored result does not parse ({exc}); refusing to serve it") from None
     together = row.get("groups") or 1  # one of G gates certified at once: its result is at delta / G
     if not (isinstance(together, int) and together >= 1):
-        raise ValueError(f"{name}: column groups = {together!r} is not a positive count; refusing to serve it")
+        raise UserError(f"{name}: column groups = {together!r} is not a positive count; refusing to serve it")
     for column in ("threshold", "alpha", "delta", "bound", "search", "n_accepted", "n_errors"):
         stored, certified = row.get(column), getattr(result, column)
         if column == "delta" and isinstance(certified, float):
@@ -121,12 +122,12 @@ def verify_gate(row: dict[str, Any]) -> None:
         same = stored == certified or (isinstance(stored, float) and isinstance(certified, float)
                                        and math.isclose(stored, certified, rel_tol=1e-12))
         if not same:
-            raise ValueError(f"{name}: column {column} = {stored!r} but its certified result says {certified!r}; "
+            raise UserError(f"{name}: column {column} = {stored!r} but its certified result says {certified!r}; "
                              "the row was altered — refusing to serve it (recalibrate to replace it)")
     if result.threshold is not None:
         value = float(ucb(result.bound, result.n_errors, result.n_accepted, result.gamma))
         if not value <= result.alpha * (1 + 1e-12):
-            raise ValueError(f"{name}: its certificate does not hold (UCB {value:.4g} > alpha {result.alpha:g}); "
+            raise UserError(f"{name}: its certificate does not hold (UCB {value:.4g} > alpha {result.alpha:g}); "
                              "refusing to serve it")
 
 
@@ -146,11 +147,11 @@ def promote(store: Store, gate_id: str, *, reason: str, despite_alerts: bool = F
     row = find_gate(store, gate_id)
     verify_gate(row)
     if row["alerts"] and not despite_alerts:
-        raise ValueError(f"gate {row['calibration_id'][:12]} was written with alerts ({'; '.join(row['alerts'])}); "
+        raise UserError(f"gate {row['calibration_id'][:12]} was written with alerts ({'; '.join(row['alerts'])}); "
                          "promote it only after review, with --despite-alerts")
     if row["state"] == "live":
         if flag_of(row) is not None:
-            raise ValueError(f"gate id = {gate_id!r}: gate {row['calibration_id'][:12]} is live and flagged "
+            raise UserError(f"gate id = {gate_id!r}: gate {row['calibration_id'][:12]} is live and flagged "
                              f"({flag_of(row)}); after review confirm it with `cic gate confirm "
                              f"{row['calibration_id'][:12]}`, or promote a newer gate of its key")
         return row, []
@@ -175,14 +176,14 @@ def confirm(store: Store, gate_id: str, *, reason: str) -> dict[str, Any]:
     alerts stay listed. Anything but a flagged live gate is refused: there is nothing to confirm."""
     row = find_gate(store, gate_id)
     if row["state"] != "live":
-        raise ValueError(f"gate id = {gate_id!r}: gate {row['calibration_id'][:12]} is {row['state']}, not live; "
+        raise UserError(f"gate id = {gate_id!r}: gate {row['calibration_id'][:12]} is {row['state']}, not live; "
                          "only a flagged live gate is confirmed (`cic gate promote` puts a gate live)")
     flag = flag_of(row)
     if flag is None:
-        raise ValueError(f"gate id = {gate_id!r}: gate {row['calibration_id'][:12]} is live and not flagged; "
+        raise UserError(f"gate id = {gate_id!r}: gate {row['calibration_id'][:12]} is live and not flagged; "
                          "nothing to confirm")
     if not reason.strip():
-        raise ValueError(f"reason = {reason!r}: say who confirms it and why")
+        raise UserError(f"reason = {reason!r}: say who confirms it and why")
     _write(store, [_event(store, row["calibration_id"], "live", f"{CONFIRMED}{reason} (was flagged: {flag})",
                           row["alerts"])])
     return {**row, "reason": f"{CONFIRMED}{reason}"}
@@ -208,10 +209,10 @@ def promote_many(store: Store, gate_ids: Sequence[str], *, reason: str) -> list[
     for gate_id in gate_ids:
         row = chosen.get(gate_id)
         if row is None:
-            raise ValueError(f"gate id = {gate_id!r}: no stored gate has it in {store.path}")
+            raise UserError(f"gate id = {gate_id!r}: no stored gate has it in {store.path}")
         verify_gate(row)
         if row["alerts"]:
-            raise ValueError(f"gate {gate_id[:12]} was written with alerts; promote it by hand after review")
+            raise UserError(f"gate {gate_id[:12]} was written with alerts; promote it by hand after review")
         by_key[_key_of(row)] = row
     moves = []
     for row in table.filter(state="live").iter_rows(named=True):
@@ -263,19 +264,19 @@ def live_gate(store: Store, *, model: str, dataset: str, estimator: str, criteri
     wanted = (f"model={model!r}, dataset={dataset!r}, estimator={estimator!r}, criterion={criterion!r}, "
               f"alpha={alpha:g}, bound={bound!r}, search={search!r}")
     if rows.height == 0:
-        raise ValueError(f"no stored gate for {wanted} in {store.path}; run `cic run` (or `cic calibrate`) with "
+        raise UserError(f"no stored gate for {wanted} in {store.path}; run `cic run` (or `cic calibrate`) with "
                          "these settings first")
     live = rows.filter(state="live")
     if live.height == 0:
         waiting = rows.filter(state="candidate").sort("created_at").get_column("calibration_id").to_list()
         hint = (f"candidates waiting for review: {', '.join(g[:12] for g in waiting[-3:])}; promote one with "
                 "`cic gate promote ID`") if waiting else "every gate of it was retired; promote one"
-        raise ValueError(f"no live gate for {wanted}: {hint}")
+        raise UserError(f"no live gate for {wanted}: {hint}")
     row = live.sort("state_at").row(-1, named=True)
     flag = flag_of(row)
     if flag is not None:  # as `cic gate export` serves it: nothing, until reviewed or replaced
         short = row["calibration_id"][:12]
-        raise ValueError(f"live gate {short} for {wanted} is flagged ({flag}); it serves nothing until a newer gate "
+        raise UserError(f"live gate {short} for {wanted} is flagged ({flag}); it serves nothing until a newer gate "
                          f"is promoted or a person confirms it with `cic gate confirm {short}`")
     verify_gate(row)
     return row

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from cic import schema
+from cic.errors import UserError
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
 from cic.pipeline.record_batches import SUFFIXES, record_batches
 
@@ -105,39 +106,39 @@ class Layout:
     def of(cls, columns: list[str], source: str, group: str | None = None) -> Layout:
         if group is not None:
             if group in (*KEY_COLUMNS, *RECORD_COLUMNS, "correct", "gold") or group.startswith(SCORE_PREFIX):
-                raise ValueError(f"group = {group!r}: that column already has a role in a records file; name the "
+                raise UserError(f"group = {group!r}: that column already has a role in a records file; name the "
                                  "column that holds each record's group (e.g. tier, segment)")
             if group not in columns:
-                raise ValueError(f"group = {group!r}: {source} has no such column (columns are: "
+                raise UserError(f"group = {group!r}: {source} has no such column (columns are: "
                                  f"{', '.join(columns)})")
         missing = [c for c in KEY_COLUMNS if c not in columns]
         if missing:
-            raise ValueError(f"{source} lacks column(s) {', '.join(missing)}; every record needs model, stream, "
+            raise UserError(f"{source} lacks column(s) {', '.join(missing)}; every record needs model, stream, "
                              f"question_id (columns are: {', '.join(columns)})")
         raw_scores = [c for c in columns if c.startswith(SCORE_PREFIX)]
         labels_only = not raw_scores and not any(c in columns for c in RECORD_COLUMNS)
         known = {*KEY_COLUMNS, *RECORD_COLUMNS, "correct", "gold", *raw_scores, *([group] if group else [])}
         unknown = [c for c in columns if c not in known]
         if unknown:
-            raise ValueError(f"{source}: unknown column(s) {', '.join(map(repr, unknown))}; columns are model, stream, "
+            raise UserError(f"{source}: unknown column(s) {', '.join(map(repr, unknown))}; columns are model, stream, "
                              f"question_id, question, answer, timestamp, {SCORE_PREFIX}<estimator>, correct, gold")
         if labels_only and "correct" not in columns and "gold" not in columns:
-            raise ValueError(f"{source} has neither records (question, answer, timestamp, {SCORE_PREFIX}<estimator>) "
+            raise UserError(f"{source} has neither records (question, answer, timestamp, {SCORE_PREFIX}<estimator>) "
                              "nor labels (correct or gold)")
         if not labels_only:
             absent = [c for c in RECORD_COLUMNS if c not in columns]
             if absent or not raw_scores:
                 what = ", ".join(absent + ([] if raw_scores else [f"{SCORE_PREFIX}<estimator>"]))
-                raise ValueError(f"{source}: records need {what} (a labels-only file has model, stream, question_id "
+                raise UserError(f"{source}: records need {what} (a labels-only file has model, stream, question_id "
                                  "and correct or gold alone)")
         scores: dict[str, str] = {}
         for column in raw_scores:
             name = estimator_name(column)
             if not name:
-                raise ValueError(f"{source}: column {column!r} names no estimator")
+                raise UserError(f"{source}: column {column!r} names no estimator")
             clash = [c for c, n in scores.items() if n == name]
             if clash:
-                raise ValueError(f"{source}: columns {clash[0]!r} and {column!r} both name estimator {name!r} "
+                raise UserError(f"{source}: columns {clash[0]!r} and {column!r} both name estimator {name!r} "
                                  "(names are compared without spaces); keep one")
             scores[column] = name
         return cls(tuple(columns), scores, labels_only, group)
@@ -146,7 +147,7 @@ class Layout:
         """A batch with exactly the file's columns (a JSONL line may omit a key: null)."""
         extra = [c for c in frame.columns if c not in self.columns]
         if extra:
-            raise ValueError(f"{source}: column(s) {', '.join(map(repr, extra))} first appear at or after record "
+            raise UserError(f"{source}: column(s) {', '.join(map(repr, extra))} first appear at or after record "
                              f"{first}; give every record the same fields")
         missing = [c for c in self.columns if c not in frame.columns]
         return frame.with_columns(pl.lit(None).alias(c) for c in missing).select(self.columns)
@@ -173,7 +174,7 @@ class _Batch:
         hits = mask.fill_null(False)
         if hits.any():
             row = int(hits.arg_true()[0])
-            raise ValueError(f"{self.where(row)}: {message(row)}")
+            raise UserError(f"{self.where(row)}: {message(row)}")
 
     def where(self, row: int) -> str:
         qid = self.frame.get_column("question_id")[row] if "question_id" in self.frame.columns else None
@@ -286,10 +287,10 @@ def _times(batch: _Batch, checks: Checks) -> pl.Series:
         parsed = [_parse_time(v, zone) for v in column.to_list()]
         for row, moment in enumerate(parsed):
             if moment is None:
-                raise ValueError(f"{batch.where(row)}: timestamp = {batch.value('timestamp', row)!r}: expected an "
+                raise UserError(f"{batch.where(row)}: timestamp = {batch.value('timestamp', row)!r}: expected an "
                                  "ISO 8601 time such as 2026-11-23T09:30:00Z")
             if moment == "naive":
-                raise ValueError(f"{batch.where(row)}: timestamp = {batch.value('timestamp', row)!r} has no time "
+                raise UserError(f"{batch.where(row)}: timestamp = {batch.value('timestamp', row)!r} has no time "
                                  "zone; write it with one (…Z or +01:00) or name the zone of naive times "
                                  "(--timezone Europe/Berlin)")
         times = pl.Series("timestamp", parsed, dtype=pl.Datetime("us", "UTC"))
@@ -358,15 +359,15 @@ def ingest_file(store: Store, path: str | Path, *, label_name: str = "human", cr
             if layout is None:
                 layout = Layout.of(frame.columns, source, group)
                 if "gold" in layout.columns and criterion is None:
-                    raise ValueError(f"{source} has a gold column: name the criterion that labels answers against "
+                    raise UserError(f"{source} has a gold column: name the criterion that labels answers against "
                                      "it (--criterion exact_match, token_f1[0.5], similarity[0.6])")
                 if criterion is not None and "gold" not in layout.columns:
-                    raise ValueError(f"criterion = {criterion!r}: {source} has no gold column to label against")
+                    raise UserError(f"criterion = {criterion!r}: {source} has no gold column to label against")
             batch = _Batch(layout.conform(frame, first, source), first, source)
             embedder = _stage_batch(store, stage, batch, layout, checks, label_name, criterion, embedder)
             stats.records += 0 if layout.labels_only else batch.frame.height
         if layout is None:
-            raise ValueError(f"file = {str(p)!r}: has no records")
+            raise UserError(f"file = {str(p)!r}: has no records")
         _check_unique(store, stage, source)
         _check_groups(store, stage, source)
         changed = _changed_labels(store, stage, source, relabel)
@@ -377,23 +378,23 @@ def ingest_file(store: Store, path: str | Path, *, label_name: str = "human", cr
 
 def _checked_options(label_name: str, criterion: str | None, timezone: str | None, max_skew: timedelta) -> str | None:
     if not label_name.strip() or label_name.startswith(("option_match", "similarity", "exact_match", "token_f1")):
-        raise ValueError(f"label_name = {label_name!r}: give a name of your own (criteria's names are reserved)")
+        raise UserError(f"label_name = {label_name!r}: give a name of your own (criteria's names are reserved)")
     if max_skew < timedelta(0):
-        raise ValueError(f"max_skew = {max_skew}: must not be negative")
+        raise UserError(f"max_skew = {max_skew}: must not be negative")
     if timezone is not None:
         from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
         try:
             ZoneInfo(timezone)
         except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"timezone = {timezone!r}: not a time zone name (e.g. UTC, Europe/Berlin)") from None
+            raise UserError(f"timezone = {timezone!r}: not a time zone name (e.g. UTC, Europe/Berlin)") from None
     if criterion is None:
         return None
     from cic.llm.alignment import parse_criterion
 
     label = parse_criterion(criterion).label
     if label == "option_match":
-        raise ValueError("criterion = 'option_match': ingested records are open answers; use exact_match, "
+        raise UserError("criterion = 'option_match': ingested records are open answers; use exact_match, "
                          "token_f1[τ] or similarity[τ]")
     return label
 
@@ -484,7 +485,7 @@ def _check_unique(store: Store, stage: _Stage, source: str) -> None:
         "GROUP BY model, stream, question_id HAVING count(*) > 1 ORDER BY min(record) LIMIT 1", [stage.files["keys"]])
     if repeated:
         model, stream, qid, records = repeated[0]
-        raise ValueError(f"{source}: records {', '.join(map(str, records))} repeat model {model!r}, stream "
+        raise UserError(f"{source}: records {', '.join(map(str, records))} repeat model {model!r}, stream "
                          f"{stream!r}, question_id {qid!r}")
 
 
@@ -503,7 +504,7 @@ def _check_groups(store: Store, stage: _Stage, source: str) -> None:
         "ORDER BY min(record) LIMIT 1", [stage.files["keys"]])
     if split:
         model, base, qid, streams, records = split[0]
-        raise ValueError(f"{source}: records {', '.join(map(str, records))} put question_id {qid!r} of model "
+        raise UserError(f"{source}: records {', '.join(map(str, records))} put question_id {qid!r} of model "
                          f"{model!r}, stream {base!r} in two groups ({' and '.join(map(repr, streams))}); a record "
                          "has one group")
     clash = store.sql(
@@ -514,12 +515,12 @@ def _check_groups(store: Store, stage: _Stage, source: str) -> None:
         record, model, stream, base, stored_base = clash[0]
         stored = f"a group of stream {stored_base!r}" if stored_base else "a stream of its own (no group)"
         now = f"a group of stream {base!r}" if base != stream else "a stream of its own (no group)"
-        raise ValueError(f"{source} record {record}: stream {stream!r} of model {model!r} is stored as {stored}, and "
+        raise UserError(f"{source} record {record}: stream {stream!r} of model {model!r} is stored as {stored}, and "
                          f"this file would make it {now}; give the group or the stream another name")
     moved = store.sql(GROUP_MOVES_SQL, [stage.files["keys"]])
     if moved:
         record, model, qid, stream, stored = moved[0]
-        raise ValueError(f"{source} record {record} (question_id {qid!r}): model {model!r} has this question stored "
+        raise UserError(f"{source} record {record} (question_id {qid!r}): model {model!r} has this question stored "
                          f"in stream {stored!r}, not {stream!r}; a record keeps its group — ingest it with the "
                          "group it was stored with, or under a new question_id")
 
@@ -540,7 +541,7 @@ def _changed_labels(store: Store, stage: _Stage, source: str, relabel: bool) -> 
         return None
     if not relabel:
         row = changed.row(0, named=True)
-        raise ValueError(f"{source} record {row['record']} (question_id {row['question_id']!r}): would change the "
+        raise UserError(f"{source} record {row['record']} (question_id {row['question_id']!r}): would change the "
                          f"stored {row['criterion']} label of model {row['model']!r}, stream {row['stream']!r} from "
                          f"{'correct' if row['old_aligned'] else 'wrong'} to "
                          f"{'correct' if row['new_aligned'] else 'wrong'} ({changed.height} stored label(s) in all); "
@@ -717,10 +718,10 @@ def find_ingest(store: Store, ingest_id: str, option: str) -> dict[str, Any]:
                            .iter_rows(named=True)) or "none"
     if found.height != 1:
         why = "matches several; give more characters" if found.height else "names no ingest journal entry"
-        raise ValueError(f"{option} = {ingest_id!r}: {why} (unfinished ingests in {store.path}: {unfinished})")
+        raise UserError(f"{option} = {ingest_id!r}: {why} (unfinished ingests in {store.path}: {unfinished})")
     row = found.row(0, named=True)
     if row["state"] != "writing":
-        raise ValueError(f"{option} = {ingest_id!r}: the ingest of {row['file']!r} is {row['state']}, not "
+        raise UserError(f"{option} = {ingest_id!r}: the ingest of {row['file']!r} is {row['state']}, not "
                          f"unfinished; nothing to do (unfinished ingests: {unfinished})")
     return row
 
@@ -732,7 +733,7 @@ def complete_ingest(store: Store, ingest_id: str, *, file: Path | None = None) -
     digest = journal["digest"]
     manifest = _staged_manifest(store, digest)
     if manifest is None:
-        raise ValueError(f"--complete = {ingest_id!r}: the staged data of the ingest of {journal['file']!r} is gone "
+        raise UserError(f"--complete = {ingest_id!r}: the staged data of the ingest of {journal['file']!r} is gone "
                          f"or incomplete ({staging_dir(store, digest)}); rerun `cic ingest FILE` with that file's "
                          f"bytes (any name) to complete it, or `cic ingest --abandon {digest[:12]}` to undo what it "
                          "stored")

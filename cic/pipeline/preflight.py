@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from cic.errors import UserError
 from cic.pipeline.config import PipelineConfig, load_config
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -46,11 +47,11 @@ def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
     host_port = address.removeprefix("ray://").rsplit("/", 1)[0]
     host, _, port = host_port.rpartition(":")
     if not host or not port.isdigit():
-        raise ValueError(f"ray address = {address!r}: expected HOST:PORT or ray://HOST:PORT (or 'auto')")
+        raise UserError(f"ray address = {address!r}: expected HOST:PORT or ray://HOST:PORT (or 'auto')")
     try:
         socket.create_connection((host, int(port)), timeout=timeout_s).close()
     except OSError as exc:
-        raise ValueError(f"ray address = {address!r}: nothing answers at {host}:{port} within {timeout_s:g} s "
+        raise UserError(f"ray address = {address!r}: nothing answers at {host}:{port} within {timeout_s:g} s "
                          f"({exc.strerror or exc}); start the cluster or fix --ray-address") from None
 
 
@@ -63,11 +64,11 @@ def check_store(db: str | Path, *, must_exist: bool = False, option: str = "stor
 
     path = Path(db).expanduser()
     if not path.parent.is_dir():
-        raise ValueError(f"{option} = {str(db)!r}: directory {str(path.parent)!r} does not exist; create it or "
+        raise UserError(f"{option} = {str(db)!r}: directory {str(path.parent)!r} does not exist; create it or "
                          "point --db elsewhere")
     if not path.exists():
         if must_exist:
-            raise ValueError(f"{option} = {str(db)!r}: no such file (nothing stored yet; run `cic run` first)")
+            raise UserError(f"{option} = {str(db)!r}: no such file (nothing stored yet; run `cic run` first)")
         return
     try:
         Store.open(path, read_only=True).close()
@@ -78,7 +79,7 @@ def check_store(db: str | Path, *, must_exist: bool = False, option: str = "stor
 
 
 def preflight(config_path: str | Path, *, ray_address: str | None = None, db: str | None = None) -> PipelineConfig:
-    """The validated config; a ValueError naming the file, the key path and the value otherwise. A Ray
+    """The validated config; a UserError naming the file, the key path and the value otherwise. A Ray
     address (given, the config's, or $RAY_ADDRESS) must answer within seconds; the store (`db` or the
     config's) must be creatable or readable."""
     import os
@@ -98,5 +99,5 @@ def preflight(config_path: str | Path, *, ray_address: str | None = None, db: st
     if config.uncertainty.embedding_model and (why := model_problem(config.uncertainty.embedding_model)) is not None:
         problems.append(f"uncertainty.embedding_model: {why}")
     if problems:
-        raise ValueError(f"config = {str(config_path)!r}: " + "; ".join(problems))
+        raise UserError(f"config = {str(config_path)!r}: " + "; ".join(problems))
     return config

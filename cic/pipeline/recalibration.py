@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from cic import schema
+from cic.errors import UserError
 from cic.pipeline.durations import parse_duration
 from cic.pipeline.gates import gates
 from cic.pipeline.stored_calibration import GroupKey, calibration_rows, group_counts
@@ -46,9 +47,9 @@ class WindowRule:
 
     def __post_init__(self) -> None:
         if self.count is not None and (isinstance(self.count, bool) or self.count < MIN_WINDOW):
-            raise ValueError(f"window = {self.count!r}: must be at least {MIN_WINDOW} labelled questions")
+            raise UserError(f"window = {self.count!r}: must be at least {MIN_WINDOW} labelled questions")
         if self.since is not None and self.since <= timedelta(0):
-            raise ValueError(f"since = {self.since!r}: must be a positive duration")
+            raise UserError(f"since = {self.since!r}: must be a positive duration")
 
     def describe(self) -> str:
         parts = [f"newest {self.count}" if self.count else "", f"seen within {self.since}" if self.since else ""]
@@ -295,7 +296,7 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
 
     cut = refusal(store)
     if cut:
-        raise ValueError(cut)
+        raise UserError(cut)
     wanted = set(run_keys)
     runs = {r["run_key"]: r for r in store.read("runs").iter_rows(named=True) if r["run_key"] in wanted}
     live_by_group: dict[tuple[str, str, str], list[dict[str, Any]]] = {}

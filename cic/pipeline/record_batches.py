@@ -14,11 +14,13 @@ from pathlib import Path
 
 import polars as pl
 
+from cic.errors import UserError
+
 SUFFIXES = (".parquet", ".pq", ".csv", ".jsonl", ".ndjson")
 
 
-def _unreadable(path: Path, kind: str, exc: Exception) -> ValueError:
-    return ValueError(f"file = {str(path)!r}: cannot be read as {kind}: {' '.join(str(exc).split())[:200]}")
+def _unreadable(path: Path, kind: str, exc: Exception) -> UserError:
+    return UserError(f"file = {str(path)!r}: cannot be read as {kind}: {' '.join(str(exc).split())[:200]}")
 
 
 def _parquet(path: Path, rows: int) -> Iterator[pl.DataFrame]:
@@ -43,10 +45,10 @@ def _csv(path: Path, rows: int) -> Iterator[pl.DataFrame]:
     with path.open(newline="", encoding="utf-8", errors="replace") as handle:
         header = next(csv.reader(handle), None)
     if not header:
-        raise ValueError(f"file = {str(path)!r}: has no header line")
+        raise UserError(f"file = {str(path)!r}: has no header line")
     if len(set(header)) != len(header):
         repeated = sorted({c for c in header if header.count(c) > 1})
-        raise ValueError(f"file = {str(path)!r}: column(s) {', '.join(map(repr, repeated))} appear more than once "
+        raise UserError(f"file = {str(path)!r}: column(s) {', '.join(map(repr, repeated))} appear more than once "
                          "in the header")
     try:
         reader = pacsv.open_csv(
@@ -88,10 +90,10 @@ def _parse_lines(path: Path, lines: list[tuple[int, bytes]]) -> pl.DataFrame:
         try:
             value = json.loads(line)
         except ValueError as exc:
-            raise ValueError(f"file = {str(path)!r}: line {number} is not JSON ({exc.args[0] if exc.args else exc}): "
+            raise UserError(f"file = {str(path)!r}: line {number} is not JSON ({exc.args[0] if exc.args else exc}): "
                              f"{line[:80].decode('utf-8', 'replace')!r}") from None
         if not isinstance(value, dict):
-            raise ValueError(f"file = {str(path)!r}: line {number} is not a JSON object: "
+            raise UserError(f"file = {str(path)!r}: line {number} is not a JSON object: "
                              f"{line[:80].decode('utf-8', 'replace')!r}")
     raise _unreadable(path, "jsonl", failure)
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from cic.errors import UserError
 from cic.store.score_files import GROUP_KEYS, check_long_frame
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ def store_long_table(store: Store, frame: pl.DataFrame, *, source: str, digest: 
         .filter(pl.col("error") > 1)
     if identified and clash.height:
         row = clash.row(0, named=True)
-        raise ValueError(f"{source}: question_id {row['question_id']!r} of model {row['model']!r}, dataset "
+        raise UserError(f"{source}: question_id {row['question_id']!r} of model {row['model']!r}, dataset "
                          f"{row['dataset']!r} is both right and wrong under criterion {row['criterion']!r} (rows of "
                          "different estimators disagree); one question has one label per criterion")
     unit = ["model", "dataset"] if identified else list(GROUP_KEYS)

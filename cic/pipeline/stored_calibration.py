@@ -20,6 +20,7 @@ import numpy as np
 import polars as pl
 
 from cic import schema
+from cic.errors import UserError
 from cic.stats.calibration import calibrate, quantile_grid, uniform_grid
 from cic.stats.protocol import evaluate_splits
 from cic.stats.searches import get_search
@@ -56,7 +57,7 @@ def stored_run_keys(store: Store, models: Sequence[str], datasets: Sequence[str]
     """Run keys of the given models on the given datasets; an error when there are none."""
     keys = store.read("runs", model=list(models), dataset=list(datasets)).get_column("run_key").to_list()
     if not keys:
-        raise ValueError(f"db = {str(store.path)!r} holds no runs of models {list(models)} on datasets "
+        raise UserError(f"db = {str(store.path)!r} holds no runs of models {list(models)} on datasets "
                          f"{list(datasets)}; run `cic run` first")
     return keys
 

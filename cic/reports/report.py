@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from cic.errors import UserError
 from cic.stats import baselines as _baselines
 from cic.stats._validation import check_open_unit, check_positive_int
 from cic.stats.bounds import resolve_bound
@@ -63,7 +64,7 @@ class ReportConfig:
     def __post_init__(self) -> None:
         for name in ("alphas", "bounds", "searches"):
             if not getattr(self, name):
-                raise ValueError(f"{name} is empty: give at least one")
+                raise UserError(f"{name} is empty: give at least one")
         for i, a in enumerate(self.alphas):
             check_open_unit(a, f"alphas[{i}]")
         for i, a in enumerate(self.sensitivity_alphas):
@@ -74,12 +75,12 @@ class ReportConfig:
             resolve_bound(b)
         for s in self.searches:
             if get_search(s).needs_grid and self.grid is None:
-                raise ValueError(f"search {s!r} needs grid: thresholds fixed before seeing the labels")
+                raise UserError(f"search {s!r} needs grid: thresholds fixed before seeing the labels")
         for m in self.baselines:
             if m not in _baselines.METHODS:
-                raise ValueError(f"baseline = {m!r}: unknown; choose from {', '.join(_baselines.METHODS)}")
+                raise UserError(f"baseline = {m!r}: unknown; choose from {', '.join(_baselines.METHODS)}")
         if self.group_by not in (None, "dataset"):
-            raise ValueError(f"group_by = {self.group_by!r}: the report groups by 'dataset' (or not at all)")
+            raise UserError(f"group_by = {self.group_by!r}: the report groups by 'dataset' (or not at all)")
         check_open_unit(self.delta, "delta")
         check_open_unit(self.cal_fraction, "cal_fraction")
         check_positive_int(self.n_splits, "n_splits")
@@ -281,7 +282,7 @@ def write_report(frame: pl.DataFrame, out_dir: str | Path, config: ReportConfig 
 
     unknown = sorted(set(overrides) - {f.name for f in fields(ReportConfig)})
     if unknown:
-        raise ValueError(f"unknown report setting(s) {', '.join(unknown)}; settings are: "
+        raise UserError(f"unknown report setting(s) {', '.join(unknown)}; settings are: "
                          f"{', '.join(f.name for f in fields(ReportConfig))}")
     config = replace(config or ReportConfig(), **overrides)
     import polars as pl
@@ -289,11 +290,11 @@ def write_report(frame: pl.DataFrame, out_dir: str | Path, config: ReportConfig 
     frame = check_long_frame(frame)
     if config.group_by and frame.group_by("model", "estimator", "criterion").agg(
             pl.col("dataset").n_unique()).get_column("dataset").max() < 2:
-        raise ValueError("group_by = 'dataset': no model has two or more datasets in this table; give the tables "
+        raise UserError("group_by = 'dataset': no model has two or more datasets in this table; give the tables "
                          "of each dataset (the per-dataset table compares them)")
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
-        raise ValueError(f"out_dir = {str(out)!r}: exists and is not a directory")
+        raise UserError(f"out_dir = {str(out)!r}: exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
     files = ReportFiles(out)
     tables = out / "tables"

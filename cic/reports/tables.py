@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from cic.errors import UserError
+
 if TYPE_CHECKING:
     import polars as pl
 
@@ -116,9 +118,9 @@ def _blocks(results: pl.DataFrame, metric: Metric) -> list[_Block]:
               f"{metric.name}_mean", *(("fdr_std",) if metric.name == "fdr" else ()))
     missing = [c for c in needed if c not in results.columns]
     if missing:
-        raise ValueError(f"results lack column(s) {', '.join(missing)} needed for the {metric.name} table")
+        raise UserError(f"results lack column(s) {', '.join(missing)} needed for the {metric.name} table")
     if results.height == 0:
-        raise ValueError("results are empty: nothing to tabulate")
+        raise UserError("results are empty: nothing to tabulate")
     rows = list(results.iter_rows(named=True))
     index = {(r["model"], r["dataset"], r["estimator"], r["criterion"], r["search"], r["bound"], r["alpha"]): r
              for r in rows}

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cic.errors import UserError
 from cic.stats._validation import check_choice, check_open_unit, check_positive_int
 from cic.stats.bounds import resolve_bound
 from cic.stats.calibration import uniform_grid
@@ -40,13 +41,13 @@ class Scenario:
 
 def _crossing(alpha: float) -> PowerRisk:
     if 4 * alpha > 1:
-        raise ValueError(f"alpha = {alpha!r}: the crossing scenario R(t) = 2 alpha t needs alpha <= 0.25")
+        raise UserError(f"alpha = {alpha!r}: the crossing scenario R(t) = 2 alpha t needs alpha <= 0.25")
     return PowerRisk(0.0, 4 * alpha, 1.0)
 
 
 def _flat(alpha: float) -> PowerRisk:
     if 1.2 * alpha > 1:
-        raise ValueError(f"alpha = {alpha!r}: the flat scenario R = 1.2 alpha needs alpha <= 1/1.2")
+        raise UserError(f"alpha = {alpha!r}: the flat scenario R = 1.2 alpha needs alpha <= 1/1.2")
     return PowerRisk(1.2 * alpha, 1.2 * alpha, 1.0)
 
 
@@ -77,7 +78,7 @@ def validity_study(*, scenarios: Sequence[str] = tuple(SCENARIOS), ns: Sequence[
     for s in searches:
         get_search(s)
     if not (scenarios and ns and alphas and searches and bounds):
-        raise ValueError("scenarios, ns, alphas, searches and bounds must each hold at least one value")
+        raise UserError("scenarios, ns, alphas, searches and bounds must each hold at least one value")
     rows: list[dict[str, Any]] = []
     for name in scenarios:
         scenario = SCENARIOS[name]
@@ -105,7 +106,7 @@ def write_validity(out_dir: str | Path, *, figure: bool = True, **study: Any) ->
 
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
-        raise ValueError(f"out_dir = {str(out)!r}: exists and is not a directory")
+        raise UserError(f"out_dir = {str(out)!r}: exists and is not a directory")
     table = validity_study(**study)
     out.mkdir(parents=True, exist_ok=True)
     write_frame(table, out / "validity.csv", "--out")

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cic import schema
+from cic.errors import UserError
 
 ARTIFACTS_DIR = "mlartifacts"
 # (table, column, extra condition) holding artifact URIs under an experiment's location; tables that MLflow's
@@ -85,17 +86,17 @@ def _path_of(uri: str) -> Path | None:
 
 def _connect(db_file: Path, *, write: bool, wait_s: float = 30) -> sqlite3.Connection:
     if not db_file.is_file():
-        raise ValueError(f"MLflow store {str(db_file)!r} does not exist (--tracking-uri names a SQLite file that "
+        raise UserError(f"MLflow store {str(db_file)!r} does not exist (--tracking-uri names a SQLite file that "
                          f"is not there)")
     mode = "rw" if write else "ro"  # never creates a file, and a read never takes the write lock
     return sqlite3.connect(f"{db_file.as_uri()}?mode={mode}", uri=True, timeout=wait_s, isolation_level=None)
 
 
-def _store_error(db_file: Path, exc: sqlite3.DatabaseError, wait_s: float = 30) -> ValueError:
+def _store_error(db_file: Path, exc: sqlite3.DatabaseError, wait_s: float = 30) -> UserError:
     if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
-        return ValueError(f"MLflow store {str(db_file)!r} stayed locked by another writer for {wait_s:g} s; "
+        return UserError(f"MLflow store {str(db_file)!r} stayed locked by another writer for {wait_s:g} s; "
                           f"nothing changed, try again")
-    return ValueError(f"{str(db_file)!r} is not an MLflow SQLite store ({exc})")
+    return UserError(f"{str(db_file)!r} is not an MLflow SQLite store ({exc})")
 
 
 def _tables(conn: sqlite3.Connection) -> list[str]:
@@ -113,7 +114,7 @@ def _moved(conn: sqlite3.Connection, db_file: Path) -> list[MovedExperiment]:
         if not tables:
             return []  # an empty SQLite file: MLflow creates its tables on first use, nothing can have moved
         shown = ", ".join(tables[:5]) + (f" and {len(tables) - 5} more" if len(tables) > 5 else "")
-        raise ValueError(f"{str(db_file)!r} is not an MLflow SQLite store: it holds table(s) {shown} but no "
+        raise UserError(f"{str(db_file)!r} is not an MLflow SQLite store: it holds table(s) {shown} but no "
                          "experiments table; nothing changed (point --tracking-uri at MLflow's database)") from None
     except sqlite3.DatabaseError as exc:
         raise _store_error(db_file, exc) from None
@@ -143,7 +144,7 @@ def check_not_moved(tracking_uri: str) -> None:
     moved = moved_experiments(tracking_uri)
     if moved:
         first, more = moved[0], (f" (and {len(moved) - 1} more)" if len(moved) > 1 else "")
-        raise ValueError(
+        raise UserError(
             f"MLflow store {tracking_uri} was moved: experiment {first.name!r}{more} keeps its artifacts at "
             f"{first.recorded}, not beside the store; run `cic mlflow relocate --tracking-uri {tracking_uri}` first")
 
@@ -158,7 +159,7 @@ def relocate(tracking_uri: str, wait_s: float = 30) -> list[MovedExperiment]:
     artifacts are missing there. Returns what was relocated (empty: nothing had moved)."""
     db_file = sqlite_file(tracking_uri)
     if db_file is None:
-        raise ValueError(f"--tracking-uri = {tracking_uri!r}: only a local SQLite store (sqlite:///PATH) keeps "
+        raise UserError(f"--tracking-uri = {tracking_uri!r}: only a local SQLite store (sqlite:///PATH) keeps "
                          f"absolute artifact paths; a tracking server's mlflow-artifacts: locations move with it")
     with closing(_connect(db_file, write=True, wait_s=wait_s)) as conn:
         try:
@@ -169,7 +170,7 @@ def relocate(tracking_uri: str, wait_s: float = 30) -> list[MovedExperiment]:
             moved = _moved(conn, db_file)
             missing = [m for m in moved if not m.present_dir.is_dir()]
             if missing:
-                raise ValueError(f"experiment {missing[0].name!r}: its artifacts are not at {missing[0].present_dir} "
+                raise UserError(f"experiment {missing[0].name!r}: its artifacts are not at {missing[0].present_dir} "
                                  f"(move the {ARTIFACTS_DIR} folder along with {db_file.name}); nothing changed")
             for m in moved:
                 conn.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = ?",

@@ -20,6 +20,7 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
+from cic.errors import UserError
 from cic.pipeline.preflight import check_ray_address
 
 log = logging.getLogger("cic.ray")
@@ -146,7 +147,7 @@ class WorkerPool:
 
     def __post_init__(self) -> None:
         if self.n_actors < 1:
-            raise ValueError(f"n_actors = {self.n_actors!r}: need at least one worker")
+            raise UserError(f"n_actors = {self.n_actors!r}: need at least one worker")
 
     @property
     def options(self) -> dict[str, Any]:

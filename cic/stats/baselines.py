@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from cic.errors import UserError
 from cic.stats import bounds as _bounds
 from cic.stats import searches
 from cic.stats._validation import as_pair, as_scores, check_choice, check_open_unit, check_positive_int
@@ -171,10 +172,10 @@ def _iter_baselines(scores: Any, errors: Any, *, alphas: Sequence[float], method
     n_splits = check_positive_int(n_splits, "n_splits")
     alpha_list = [check_open_unit(a, f"alphas[{i}]") for i, a in enumerate(alphas)]
     if not alpha_list:
-        raise ValueError("alphas is empty: give at least one")
+        raise UserError("alphas is empty: give at least one")
     method_list = [check_choice(m, "method", METHODS) for m in methods]
     if not method_list:
-        raise ValueError("methods is empty: give at least one of " + ", ".join(METHODS))
+        raise UserError("methods is empty: give at least one of " + ", ".join(METHODS))
     data = SortedSplits.build(s, e, n_splits, cal_fraction, seed)
     pos = data.unique_positions()
     values = data.scores[pos]

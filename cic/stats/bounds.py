@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 from scipy import special
 
+from cic.errors import UserError
+
 
 def _counts(fd: Any, n: Any, gamma: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     """Broadcast and check (fd, n, gamma); report whether every input was a scalar."""
@@ -31,21 +33,21 @@ def _counts(fd: Any, n: Any, gamma: Any) -> tuple[np.ndarray, np.ndarray, np.nda
                                          np.asarray(gamma, dtype=np.float64))
     if (~np.isfinite(n_a) | (n_a < 0) | (n_a != np.floor(n_a))).any():
         bad = n_a[~np.isfinite(n_a) | (n_a < 0) | (n_a != np.floor(n_a))].flat[0].item()
-        raise ValueError(f"n = {bad!r}: the accepted count must be a non-negative integer")
+        raise UserError(f"n = {bad!r}: the accepted count must be a non-negative integer")
     bad_fd = ~np.isfinite(fd_a) | (fd_a < 0) | (fd_a != np.floor(fd_a)) | (fd_a > n_a)
     if bad_fd.any():
-        raise ValueError(f"fd = {fd_a[bad_fd].flat[0].item()!r} with n = {n_a[bad_fd].flat[0].item()!r}: the error "
+        raise UserError(f"fd = {fd_a[bad_fd].flat[0].item()!r} with n = {n_a[bad_fd].flat[0].item()!r}: the error "
                          "count must be an integer with 0 <= fd <= n")
     bad_gamma = ~(g_a > 0) | ~(g_a < 1)
     if bad_gamma.any():
-        raise ValueError(f"gamma = {g_a[bad_gamma].flat[0].item()!r}: must lie strictly between 0 and 1")
+        raise UserError(f"gamma = {g_a[bad_gamma].flat[0].item()!r}: must lie strictly between 0 and 1")
     return fd_a, n_a, g_a, scalar
 
 
 def _check_alpha(alpha: Any) -> np.ndarray:
     a = np.asarray(alpha, dtype=np.float64)
     if (~(a > 0) | ~(a < 1)).any():
-        raise ValueError(f"alpha = {a[~(a > 0) | ~(a < 1)].flat[0].item()!r}: must lie strictly between 0 and 1")
+        raise UserError(f"alpha = {a[~(a > 0) | ~(a < 1)].flat[0].item()!r}: must lie strictly between 0 and 1")
     return a
 
 
@@ -316,7 +318,7 @@ def min_certifiable_n(bound: str, alpha: float, gamma: float) -> int:
     while not feasible(bound, 0, hi, alpha, gamma):
         hi *= 2
         if hi > 2**50:
-            raise ValueError(f"bound = {bound!r} cannot certify alpha = {alpha!r} at gamma = {gamma!r}")
+            raise UserError(f"bound = {bound!r} cannot certify alpha = {alpha!r} at gamma = {gamma!r}")
     lo = hi // 2  # infeasible (or 0)
     while hi - lo > 1:
         mid = (lo + hi) // 2
@@ -340,7 +342,7 @@ def half_alpha_n(bound: str, alpha: float, gamma: float) -> int:
         if ok.any():
             return int(n[np.argmax(ok)])
         if size > 2**26:
-            raise ValueError(f"bound = {bound!r} cannot certify alpha = {alpha!r} at gamma = {gamma!r}")
+            raise UserError(f"bound = {bound!r} cannot certify alpha = {alpha!r} at gamma = {gamma!r}")
         size *= 4
 
 
@@ -398,7 +400,7 @@ def get_bound(name: Any) -> Bound:
         key = _ALIASES.get(key, key)
         if key in BOUNDS:
             return BOUNDS[key]
-    raise ValueError(f"bound = {name!r}: unknown; choose one of {', '.join(BOUND_NAMES)} "
+    raise UserError(f"bound = {name!r}: unknown; choose one of {', '.join(BOUND_NAMES)} "
                      f"(aliases: {', '.join(sorted(_ALIASES))})")
 
 

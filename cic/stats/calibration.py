@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from cic.errors import UserError
 from cic.stats import bounds as _bounds
 from cic.stats._validation import (
     as_pair,
@@ -175,7 +176,7 @@ class CalibrationResult:
         if self._thresholds is not None and self._n is not None and self._fd is not None:
             return self._thresholds, self._n, self._fd
         if self._data is None:
-            raise ValueError("table() is unavailable: this result was loaded from JSON written without "
+            raise UserError("table() is unavailable: this result was loaded from JSON written without "
                              "include_table=True (or calibrated with keep_table=False)")
         if "candidates" not in self._cache:
             self._cache["candidates"] = SortedCalibration.build(*self._data).unique_candidates()
@@ -230,7 +231,7 @@ class CalibrationResult:
         names = {f.name for f in fields(cls) if not f.name.startswith("_")}
         unknown = set(payload) - names
         if unknown:
-            raise ValueError(f"calibration result JSON has unknown field(s): {', '.join(sorted(unknown))}")
+            raise UserError(f"calibration result JSON has unknown field(s): {', '.join(sorted(unknown))}")
         extra: dict[str, Any] = {}
         if cand is not None:
             extra = {"_thresholds": np.asarray(cand["threshold"], dtype=np.float64),
@@ -265,7 +266,7 @@ def uniform_grid(low: float, high: float, k: int) -> np.ndarray:
     k = check_positive_int(k, "k")
     lo, hi = float(low), float(high)
     if not (math.isfinite(lo) and math.isfinite(hi)) or (k > 1 and not lo < hi):
-        raise ValueError(f"grid range low = {low!r}, high = {high!r}: need finite low < high")
+        raise UserError(f"grid range low = {low!r}, high = {high!r}: need finite low < high")
     return np.linspace(lo, hi, k) if k > 1 else np.array([hi])
 
 

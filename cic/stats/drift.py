@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from cic.errors import UserError
 from cic.stats._validation import as_errors, as_scores, check_open_unit
 
 
@@ -57,7 +58,7 @@ def error_rate_test(scores: Any, errors: Any, *, threshold: float, alpha: float)
     values = as_scores(scores, "scores")
     wrong = as_errors(errors, "errors")
     if values.size != wrong.size:
-        raise ValueError(f"scores and errors differ in length ({values.size} vs {wrong.size})")
+        raise UserError(f"scores and errors differ in length ({values.size} vs {wrong.size})")
     level = check_open_unit(alpha, "alpha")
     accepted = values <= threshold
     n, k = int(accepted.sum()), int(wrong[accepted].sum())

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from cic.errors import UserError
 from cic.stats._validation import as_scores, parse_document
 
 Decision = Literal["answer", "abstain"]
@@ -38,10 +39,10 @@ class Gate:
     def __init__(self, threshold: float | None, metadata: dict[str, Any] | None = None) -> None:
         if threshold is not None:
             if isinstance(threshold, bool) or not isinstance(threshold, int | float | np.number):
-                raise ValueError(f"threshold = {threshold!r}: must be a finite number or None")
+                raise UserError(f"threshold = {threshold!r}: must be a finite number or None")
             threshold = float(threshold)
             if not math.isfinite(threshold):
-                raise ValueError(f"threshold = {threshold!r}: must be a finite number or None")
+                raise UserError(f"threshold = {threshold!r}: must be a finite number or None")
         self._threshold = threshold
         self._metadata = dict(metadata or {})
 
@@ -73,7 +74,7 @@ class Gate:
         """Load a gate written by to_json; anything else is refused with a clear error."""
         payload = parse_document(text, "cic.gate", "CIC gate")
         if "threshold" not in payload:
-            raise ValueError("gate JSON lacks the field 'threshold'")
+            raise UserError("gate JSON lacks the field 'threshold'")
         return cls(payload["threshold"], payload.get("metadata") or {})
 
     def __eq__(self, other: object) -> bool:

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from cic.errors import UserError
 from cic.stats._validation import as_pair, check_open_unit
 from cic.stats.calibration import CalibrationResult, calibrate
 from cic.stats.searches import DEFAULT_SEARCH
@@ -77,12 +78,12 @@ def calibrate_groups(scores: Any, errors: Any, groups: Any, *, alpha: float, del
     values, wrong = as_pair(scores, errors)
     labels = np.asarray(groups)
     if labels.shape != values.shape:
-        raise ValueError(f"groups has {labels.size} entries for {values.size} scores; give one group per item")
+        raise UserError(f"groups has {labels.size} entries for {values.size} scores; give one group per item")
     check_open_unit(alpha, "alpha")
     check_open_unit(delta, "delta")
     names = sorted({str(g) for g in labels.tolist()})
     if not names:
-        raise ValueError("groups is empty: nothing to calibrate")
+        raise UserError("groups is empty: nothing to calibrate")
     as_text = labels.astype(str)
     share = delta / len(names)
     gates = []
@@ -145,7 +146,7 @@ def evaluate_group_splits(scores: Any, errors: Any, groups: Any, *, alphas: tupl
     values, wrong = as_pair(scores, errors)
     labels = np.asarray(groups).astype(str)
     if labels.shape != values.shape:
-        raise ValueError(f"groups has {labels.size} entries for {values.size} scores; give one group per item")
+        raise UserError(f"groups has {labels.size} entries for {values.size} scores; give one group per item")
     check_open_unit(cal_fraction, "cal_fraction")
     names = sorted(set(labels.tolist()))
     rng = np.random.default_rng(seed)

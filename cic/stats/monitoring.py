@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cic.errors import UserError
 from cic.stats._validation import check_open_unit
 
 #: fractions of the largest safe bet 1/m; a spread of bets makes the mixture powerful against small and large
@@ -84,7 +85,7 @@ class MonitorState:
     def update(self, answered: int, errors: int) -> MonitorState:
         """The state after one more night (`answered` questions the gate answered, `errors` of them wrong)."""
         if not 0 <= errors <= answered:
-            raise ValueError(f"errors = {errors}, answered = {answered}: need 0 <= errors <= answered")
+            raise UserError(f"errors = {errors}, answered = {answered}: need 0 <= errors <= answered")
         n, k = self.n + answered, self.k + errors
         e = e_value(n, k, self.alpha)
         lcb = max(self.rate_lower_bound, lower_bound(n, k, self.level))

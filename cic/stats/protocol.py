@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from cic.errors import UserError
 from cic.stats import bounds as _bounds
 from cic.stats import searches
 from cic.stats._validation import as_pair, check_open_unit, check_positive_int
@@ -48,10 +49,10 @@ def calibration_size(n_items: int, cal_fraction: float) -> int:
     cal_fraction = check_open_unit(cal_fraction, "cal_fraction")
     n_cal = int(math.floor(cal_fraction * n_items + 0.5 + 1e-9))
     if n_cal < 1:
-        raise ValueError(f"cal_fraction = {cal_fraction!r} with {n_items} items leaves a calibration set of "
+        raise UserError(f"cal_fraction = {cal_fraction!r} with {n_items} items leaves a calibration set of "
                          "size 0")
     if n_cal > n_items - 1:
-        raise ValueError(f"cal_fraction = {cal_fraction!r} with {n_items} items leaves a test set of size 0")
+        raise UserError(f"cal_fraction = {cal_fraction!r} with {n_items} items leaves a test set of size 0")
     return n_cal
 
 
@@ -179,7 +180,7 @@ def split_measures(found: np.ndarray, accepted: np.ndarray, wrong: np.ndarray, t
 def _as_names(value: Any, name: str) -> list[str]:
     items = [value] if isinstance(value, str) else list(value)
     if not items:
-        raise ValueError(f"{name} is empty: give at least one")
+        raise UserError(f"{name} is empty: give at least one")
     return items
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from cic.errors import UserError
 from cic.stats import bounds
 from cic.stats._validation import as_grid, check_positive_int
 
@@ -84,13 +85,13 @@ class Search:
     def check_args(self, grid: Any, n_min: Any, start: Any) -> None:
         """Refuse arguments this search does not take, naming them."""
         if grid is not None and not self.takes_grid:
-            raise ValueError(f"grid was given but search = {self.name!r} scans every unique calibration score; "
+            raise UserError(f"grid was given but search = {self.name!r} scans every unique calibration score; "
                              "use search = 'bonferroni', 'holm' or 'fixed_sequence' for a grid")
         if grid is None and self.needs_grid:
-            raise ValueError(f"search = {self.name!r} needs grid: a threshold grid fixed before seeing the labels "
+            raise UserError(f"search = {self.name!r} needs grid: a threshold grid fixed before seeing the labels "
                              "(cic.uniform_grid(low, high, k) or cic.quantile_grid(pilot_scores, k))")
         if not self.first_test and (n_min is not None or start is not None):
-            raise ValueError(f"n_min = {n_min!r} / start = {start!r} apply to the fixed-sequence searches only "
+            raise UserError(f"n_min = {n_min!r} / start = {start!r} apply to the fixed-sequence searches only "
                              f"(search = {self.name!r})")
 
 
@@ -346,7 +347,7 @@ def get_search(name: Any) -> Search:
                 f"delta / {s}"), "high-probability", first_test=True, n_starts=s,
                 claim=base.claim.replace("4 fixed-sequence chains, each at delta / 4",
                                          f"{s} fixed-sequence chains, each at delta / {s}"))
-    raise ValueError(f"search = {name!r}: unknown; choose one of {', '.join(SEARCH_NAMES)} (or multistart[S])")
+    raise UserError(f"search = {name!r}: unknown; choose one of {', '.join(SEARCH_NAMES)} (or multistart[S])")
 
 
 def feasibility_table(bound: str, n_max: int, alpha: float, gamma: float) -> np.ndarray:
@@ -369,7 +370,7 @@ def check_search_args(search: str, grid: Any, n_min: Any, start: Any) -> tuple[n
     if start is not None:
         start_v = float(start)
         if not math.isfinite(start_v):
-            raise ValueError(f"start = {start!r}: must be a finite threshold")
+            raise UserError(f"start = {start!r}: must be a finite threshold")
     return grid_arr, n_min_v, start_v
 
 

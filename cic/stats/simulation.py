@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import numpy as np
 from scipy import special
 
+from cic.errors import UserError
 from cic.stats import bounds as _bounds
 from cic.stats._validation import check_open_unit, check_positive_int
 from cic.stats.searches import Setting, candidate_matrix, check_search_args, feasibility_table, get_search, run_search
@@ -67,9 +68,9 @@ class PowerRisk:
         for name in ("low", "high"):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
-                raise ValueError(f"{name} = {v!r}: must be a probability in [0, 1]")
+                raise UserError(f"{name} = {v!r}: must be a probability in [0, 1]")
         if not self.power > 0:
-            raise ValueError(f"power = {self.power!r}: must be > 0")
+            raise UserError(f"power = {self.power!r}: must be > 0")
 
     def conditional_risk(self, u: np.ndarray) -> np.ndarray:
         return self.low + (self.high - self.low) * np.clip(u, 0.0, 1.0) ** self.power

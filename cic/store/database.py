@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from cic import schema
+from cic.errors import UserError
 
 if TYPE_CHECKING:
     import duckdb
@@ -46,7 +47,7 @@ _SQL_TYPE_NAMES = {"TIMESTAMP WITH TIME ZONE": "TIMESTAMPTZ"}  # information_sch
 _batch_names = itertools.count()
 
 
-class StoreError(ValueError):
+class StoreError(UserError):
     """The store cannot be opened or used as asked; the message says why and what to do."""
 
 
@@ -82,7 +83,7 @@ def create_table_sql(spec: schema.TableSpec, name: str | None = None) -> str:
 
 def _table_spec(table: str) -> schema.TableSpec:
     if table not in schema.TABLES:
-        raise ValueError(f"table = {table!r}: unknown; tables are {', '.join(schema.TABLES)}")
+        raise UserError(f"table = {table!r}: unknown; tables are {', '.join(schema.TABLES)}")
     return schema.TABLES[table]
 
 
@@ -378,19 +379,19 @@ def as_table_frame(table: str, batch: pl.DataFrame | pa.Table) -> pl.DataFrame:
     spec = _table_spec(table)
     frame = batch if isinstance(batch, pl.DataFrame) else pl.from_arrow(batch)
     if not isinstance(frame, pl.DataFrame):
-        raise ValueError(f"{table}: expected a polars DataFrame or Arrow table, got {type(batch).__name__}")
+        raise UserError(f"{table}: expected a polars DataFrame or Arrow table, got {type(batch).__name__}")
     for column in (CREATED_AT, *spec.added_later):
         if column in spec.columns and column not in frame.columns:
             frame = frame.with_columns(pl.lit(None, dtype=spec.columns[column]).alias(column))
     missing = [c for c in spec.columns if c not in frame.columns]
     if missing:
-        raise ValueError(f"{table} rows lack column(s) {', '.join(missing)}; expected {', '.join(spec.columns)}")
+        raise UserError(f"{table} rows lack column(s) {', '.join(missing)}; expected {', '.join(spec.columns)}")
     casts = []
     for column, dtype in spec.columns.items():
         try:
             casts.append(frame.get_column(column).cast(dtype))
         except pl.exceptions.PolarsError as exc:
-            raise ValueError(f"{table}.{column}: cannot store {frame.schema[column]} values as {dtype}: "
+            raise UserError(f"{table}.{column}: cannot store {frame.schema[column]} values as {dtype}: "
                              f"{str(exc).splitlines()[0]}") from None
     frame = pl.DataFrame(casts)
     if CREATED_AT in spec.columns:
@@ -399,7 +400,7 @@ def as_table_frame(table: str, batch: pl.DataFrame | pa.Table) -> pl.DataFrame:
         nulls = frame.get_column(column).is_null()
         if nulls.any():
             row = int(nulls.arg_true()[0])
-            raise ValueError(f"{table}.{column} is null at row {row}; key columns ({', '.join(spec.key)}) "
+            raise UserError(f"{table}.{column} is null at row {row}; key columns ({', '.join(spec.key)}) "
                              "must be set")
     return frame.unique(subset=list(spec.key), keep="last", maintain_order=True)
 
@@ -409,7 +410,7 @@ def _where(spec: schema.TableSpec, filters: Mapping[str, Any], alias: str = "") 
     clauses, params = [], []
     for column, value in filters.items():
         if column not in spec.columns:
-            raise ValueError(f"{spec.name} has no column {column!r}; columns are {', '.join(spec.columns)}")
+            raise UserError(f"{spec.name} has no column {column!r}; columns are {', '.join(spec.columns)}")
         name = f"{alias}{column}"
         if value is None:
             clauses.append(f"{name} IS NULL")
@@ -506,7 +507,7 @@ class Store:
         """Run a block under a DuckDB memory limit such as '1GB' (it spills to disk beyond it where it can),
         restoring the previous limit after."""
         if not re.fullmatch(r"\d+(\.\d+)?\s*(KB|MB|GB|KiB|MiB|GiB)", limit):
-            raise ValueError(f"memory limit = {limit!r}: expected a size such as 512MB or 1GB")
+            raise UserError(f"memory limit = {limit!r}: expected a size such as 512MB or 1GB")
         previous = self._con.sql("SELECT current_setting('memory_limit')").fetchall()[0][0]
         self._con.execute("SET memory_limit = ?", [limit])
         import duckdb
@@ -599,7 +600,7 @@ class Store:
         the config that asked for it, so `cic log` logs where `cic run` would have."""
         for name, value in (("model", model), ("dataset", dataset), ("split", split), ("prompt_id", prompt_id)):
             if not isinstance(value, str) or not value:
-                raise ValueError(f"{name} = {value!r}: must be a non-empty string")
+                raise UserError(f"{name} = {value!r}: must be a non-empty string")
         config = schema.canonical_json(generation_config)
         same = self.sql("SELECT run_key FROM runs WHERE model = ? AND dataset = ? AND split = ? AND prompt_id = ? "
                         "AND generation_config = ? ORDER BY created_at, run_key LIMIT 1",
@@ -642,9 +643,9 @@ class Store:
         """
         spec = _table_spec(table)
         if "run_key" not in spec.columns or "question_id" not in spec.columns:
-            raise ValueError(f"table = {table!r}: has no run_key/question_id columns")
+            raise UserError(f"table = {table!r}: has no run_key/question_id columns")
         if isinstance(min_rows, bool) or not isinstance(min_rows, int) or min_rows < 1:
-            raise ValueError(f"min_rows = {min_rows!r}: must be a positive integer")
+            raise UserError(f"min_rows = {min_rows!r}: must be a positive integer")
         ids = pl.DataFrame({"question_id": [str(q) for q in question_ids]}, schema={"question_id": pl.String})
         if ids.height == 0:
             return []
@@ -664,13 +665,13 @@ class Store:
     def sql(self, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Rows of a parameterised read query (for pipeline stages that need a grouped or joined read)."""
         if not query.lstrip().upper().startswith(("SELECT", "WITH")):
-            raise ValueError(f"query = {query[:60]!r}: only SELECT / WITH reads are allowed here")
+            raise UserError(f"query = {query[:60]!r}: only SELECT / WITH reads are allowed here")
         return self._con.sql(query, params=list(params)).fetchall()
 
     def sql_frame(self, query: str, params: Sequence[Any] = ()) -> pl.DataFrame:
         """`sql` as a polars frame (a joined or grouped read too large for Python tuples)."""
         if not query.lstrip().upper().startswith(("SELECT", "WITH")):
-            raise ValueError(f"query = {query[:60]!r}: only SELECT / WITH reads are allowed here")
+            raise UserError(f"query = {query[:60]!r}: only SELECT / WITH reads are allowed here")
         result = pl.from_arrow(self._con.sql(query, params=list(params)).to_arrow_table())
         assert isinstance(result, pl.DataFrame)
         return result
@@ -714,11 +715,11 @@ class Store:
         wanted = ", ".join(f"{k}={v!r}" for k, v in {"model": model, "dataset": dataset, **filters}.items())
         if runs.height == 0:
             stored = self.read("runs").select("model", "dataset").unique().rows()
-            raise ValueError(f"no run with {wanted}; stored (model, dataset) pairs: {stored or 'none'}")
+            raise UserError(f"no run with {wanted}; stored (model, dataset) pairs: {stored or 'none'}")
         if runs.height > 1:
             listing = "; ".join(f"run_key={r['run_key']} (split={r['split']}, prompt_id={r['prompt_id']}, "
                                 f"generation_config={r['generation_config']})" for r in runs.iter_rows(named=True))
-            raise ValueError(f"{runs.height} runs match {wanted}; pass run_key= to choose one: {listing}")
+            raise UserError(f"{runs.height} runs match {wanted}; pass run_key= to choose one: {listing}")
         key = runs.get_column("run_key")[0]
         pairs = self._con.sql(
             "WITH s AS (SELECT question_id, value FROM scores WHERE run_key = ? AND estimator = ?), "
@@ -730,12 +731,12 @@ class Store:
             if pairs.get_column(column).is_null().all():
                 stored = self._con.sql(f"SELECT DISTINCT {field} FROM {table} WHERE run_key = ? ORDER BY 1",
                                        params=[key]).fetchall()
-                raise ValueError(f"run {key} has no {table} for {field}={value!r}; stored {field} values: "
+                raise UserError(f"run {key} has no {table} for {field}={value!r}; stored {field} values: "
                                  f"{[v for (v,) in stored]}")
         incomplete = pairs.filter(pl.col("score").is_null() | pl.col("aligned").is_null())
         if incomplete.height and not allow_partial:
             no_label = incomplete.filter(pl.col("aligned").is_null()).height
-            raise ValueError(
+            raise UserError(
                 f"run {key}: {no_label} question(s) have a {estimator!r} score but no {criterion!r} label and "
                 f"{incomplete.height - no_label} have a label but no score (e.g. "
                 f"{incomplete.get_column('question_id').head(3).to_list()}); finish the run or pass "
@@ -754,9 +755,9 @@ class Store:
 
         target = Path(path).expanduser()
         if target.suffix.lower() not in (".parquet", ".pq"):
-            raise ValueError(f"path = {str(target)!r}: give a .parquet file name")
+            raise UserError(f"path = {str(target)!r}: give a .parquet file name")
         if not target.parent.exists():
-            raise ValueError(f"path = {str(target)!r}: directory {str(target.parent)!r} does not exist")
+            raise UserError(f"path = {str(target)!r}: directory {str(target.parent)!r} does not exist")
         arrow = self.read(table, **equals).to_arrow()
         arrow = arrow.replace_schema_metadata({**(arrow.schema.metadata or {}), b"cic.table": table.encode(),
                                                b"cic.schema_version": str(self.schema_version).encode()})
@@ -772,16 +773,16 @@ class Store:
 
         source = Path(path).expanduser()
         if not source.is_file():
-            raise ValueError(f"path = {str(source)!r}: no such file")
+            raise UserError(f"path = {str(source)!r}: no such file")
         try:
             arrow = pq.read_table(source)
         except Exception as exc:  # pyarrow raises several types for unreadable files
-            raise ValueError(f"path = {str(source)!r} cannot be read as Parquet: {exc}") from None
+            raise UserError(f"path = {str(source)!r} cannot be read as Parquet: {exc}") from None
         recorded = (arrow.schema.metadata or {}).get(b"cic.table", b"").decode() or None
         if table is None and recorded is None:
-            raise ValueError(f"path = {str(source)!r} does not say which table it holds; pass the table name")
+            raise UserError(f"path = {str(source)!r} does not say which table it holds; pass the table name")
         if table is not None and recorded is not None and table != recorded:
-            raise ValueError(f"path = {str(source)!r} holds table {recorded!r}, not {table!r}")
+            raise UserError(f"path = {str(source)!r} holds table {recorded!r}, not {table!r}")
         name = table or recorded
         assert name is not None
         return name, self.upsert(name, arrow)

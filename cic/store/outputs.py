@@ -24,6 +24,8 @@ import stat
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
+from cic.errors import UserError
+
 #: Parquet key-value metadata that marks a file this project wrote (so rewriting it needs no --force)
 WRITTEN_BY_KEY = b"cic.written_by"
 WRITTEN_BY = b"cic"
@@ -33,7 +35,7 @@ DIRECTORY_MARKER = ".cic-output"
 _LARGEST_JSON_READ = 256 * 1024 * 1024  # a larger "JSON output" is not one of cic's documents
 
 
-class OutputError(ValueError):
+class OutputError(UserError):
     """An output path refused, or a write that failed; the message names the option and the path."""
 
 

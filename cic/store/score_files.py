@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from cic.errors import UserError
 from cic.stats._validation import as_errors, as_scores
 
 if TYPE_CHECKING:
@@ -22,11 +23,11 @@ def input_file(path: str | Path, suffixes: tuple[str, ...]) -> Path:
     """An existing file with one of the suffixes, or an error naming the path and what is wrong."""
     p = Path(path).expanduser()
     if not p.exists():
-        raise ValueError(f"file = {str(p)!r}: does not exist")
+        raise UserError(f"file = {str(p)!r}: does not exist")
     if p.is_dir():
-        raise ValueError(f"file = {str(p)!r}: is a directory; give a {' or '.join(suffixes)} file")
+        raise UserError(f"file = {str(p)!r}: is a directory; give a {' or '.join(suffixes)} file")
     if p.suffix.lower() not in suffixes:
-        raise ValueError(f"file = {str(p)!r}: unsupported type {p.suffix.lower() or '(none)'!r}; use one of "
+        raise UserError(f"file = {str(p)!r}: unsupported type {p.suffix.lower() or '(none)'!r}; use one of "
                          f"{', '.join(suffixes)}")
     return p
 
@@ -40,16 +41,16 @@ def read_table(path: str | Path) -> pl.DataFrame:
     try:
         return pl.read_csv(p) if suffix == ".csv" else pl.read_parquet(p)
     except Exception as exc:  # polars raises several exception types for unreadable files
-        raise ValueError(f"file = {str(p)!r}: cannot be read as {suffix[1:]}: {exc}") from None
+        raise UserError(f"file = {str(p)!r}: cannot be read as {suffix[1:]}: {exc}") from None
 
 
 def _column(frame: pl.DataFrame, name: str, source: str) -> np.ndarray:
     if name not in frame.columns:
-        raise ValueError(f"column {name!r} not found in {source}; columns are: {', '.join(frame.columns)}")
+        raise UserError(f"column {name!r} not found in {source}; columns are: {', '.join(frame.columns)}")
     col = frame.get_column(name)
     if col.null_count():
         row = int(np.flatnonzero(col.is_null().to_numpy())[0])
-        raise ValueError(f"column {name!r} in {source} has a missing value at row {row}")
+        raise UserError(f"column {name!r} in {source} has a missing value at row {row}")
     return col.to_numpy()
 
 
@@ -63,7 +64,7 @@ def score_error_arrays(frame: pl.DataFrame, *, score_col: str = "score", error_c
     elif error_col is not None:
         errors = as_errors(_column(frame, error_col, source), f"column {error_col!r}")
     else:
-        raise ValueError("give error_col (1 = wrong answer) or correct_col (1 = right answer)")
+        raise UserError("give error_col (1 = wrong answer) or correct_col (1 = right answer)")
     return scores, errors.astype(np.int8)
 
 
@@ -82,10 +83,10 @@ def check_long_frame(frame: pl.DataFrame, source: str = "table") -> pl.DataFrame
     needed = (*GROUP_KEYS, "score", "error")
     missing = [c for c in needed if c not in frame.columns]
     if missing:
-        raise ValueError(f"{source} lacks column(s) {', '.join(missing)}; a long score table needs "
+        raise UserError(f"{source} lacks column(s) {', '.join(missing)}; a long score table needs "
                          f"{', '.join(needed)} (question_id optional); columns are: {', '.join(frame.columns)}")
     if frame.height == 0:
-        raise ValueError(f"{source} has no rows")
+        raise UserError(f"{source} has no rows")
     keep = [*needed, *(["question_id"] if "question_id" in frame.columns else [])]
     for name in keep:
         _column(frame, name, source)  # names the first missing value
@@ -98,7 +99,7 @@ def check_long_frame(frame: pl.DataFrame, source: str = "table") -> pl.DataFrame
         dup = out.filter(pl.struct(*GROUP_KEYS, "question_id").is_duplicated())
         if dup.height:
             row = dup.row(0, named=True)
-            raise ValueError(f"{source}: question_id {row['question_id']!r} appears more than once for model "
+            raise UserError(f"{source}: question_id {row['question_id']!r} appears more than once for model "
                              f"{row['model']!r}, dataset {row['dataset']!r}, estimator {row['estimator']!r}, "
                              f"criterion {row['criterion']!r}")
     return out
@@ -123,13 +124,13 @@ def read_long_table(path: str | Path, *, labels: dict[str, str | None] | None = 
     for key in GROUP_KEYS:
         given = (labels or {}).get(key)
         if key in frame.columns and given is not None:
-            raise ValueError(f"{source} already has a column {key!r}; drop the --{key} label or the column")
+            raise UserError(f"{source} already has a column {key!r}; drop the --{key} label or the column")
         if key in frame.columns:
             columns[key] = frame.get_column(key).cast(pl.String)
         elif given is not None or defaults.get(key) is not None:
             columns[key] = pl.Series(key, [given if given is not None else defaults[key]] * frame.height)
         else:
-            raise ValueError(f"{source} has no column {key!r}: label it with --{key} NAME (or add the column)")
+            raise UserError(f"{source} has no column {key!r}: label it with --{key} NAME (or add the column)")
     if "question_id" in frame.columns:
         columns["question_id"] = frame.get_column("question_id").cast(pl.String)
     long = pl.DataFrame({**columns, "score": scores, "error": errors})

@@ -144,3 +144,33 @@ def test_a_full_disk_during_ingest_is_one_line_and_leaves_the_store_readable_and
     assert "earlier rows are intact" in proc.stderr or "the store is unchanged by it" in proc.stderr, proc.stderr
     assert every_table(db) == before  # readable, and holds exactly what it held
     assert cic("ingest", "big.parquet", "--db", "s.duckdb", cwd=tmp_path).returncode == 0  # room again: it resumes
+
+
+BROKEN_CONFIG_LOADER = """
+import sys
+import cic.pipeline.config as config
+from cic.errors import UserError
+
+def broken(path):
+    raise {kind}("load_config failed: {message}")
+
+config.load_config = broken
+from cic.cli import app
+sys.argv = ["cic", "recalibrate", "--no-mlflow"]
+app()
+"""
+
+
+@pytest.mark.parametrize("kind,code", [("UserError", 2), ("ValueError", 1), ("KeyError", 1)])
+def test_only_a_user_error_is_one_line_and_exit_2_anything_else_keeps_its_traceback(kind: str, code: int,
+                                                                                      tmp_path: Path) -> None:
+    """A bug inside cic (a ValueError or KeyError that no input check raised) must not read as bad input."""
+    env = {**os.environ, "PREFECT_API_URL": "http://127.0.0.1:9/api", "COLUMNS": "200"}
+    proc = subprocess.run([sys.executable, "-c", BROKEN_CONFIG_LOADER.format(kind=kind, message="the x invariant")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    assert "the x invariant" in proc.stdout + proc.stderr
+    if code == 2:
+        one_line(proc, "error: load_config failed: the x invariant")
+    else:
+        assert "Traceback" in proc.stdout + proc.stderr and "broken" in proc.stdout + proc.stderr

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from cic.errors import UserError
 from cic.llm.text import normalize_answer
 
 NLI_VARIANTS = ("strict", "no_contradiction")
@@ -50,7 +51,7 @@ def equivalence_name(kind: str, *, threshold: float = 0.9, embedding_model: str 
         return f"embedding:{float(threshold):g}{suffix}"
     if kind == "nli":
         return f"nli-{variant}:{(nli_model or '').rstrip('/').split('/')[-1]}"
-    raise ValueError(f"equivalence = {kind!r}: choose from exact, embedding, nli")
+    raise UserError(f"equivalence = {kind!r}: choose from exact, embedding, nli")
 
 
 class ExactEquivalence:
@@ -71,7 +72,7 @@ class EmbeddingEquivalence:
 
     def __init__(self, embedder: Any, threshold: float = 0.9) -> None:
         if not 0 < threshold <= 1:
-            raise ValueError(f"embedding_threshold = {threshold!r}: must lie in (0, 1]")
+            raise UserError(f"embedding_threshold = {threshold!r}: must lie in (0, 1]")
         self.embedder, self.threshold = embedder, float(threshold)
         self.name = equivalence_name("embedding", threshold=self.threshold,
                                      embedding_model=getattr(embedder, "spec", None))
@@ -100,7 +101,7 @@ def entailment_decision(forward: np.ndarray, backward: np.ndarray, *, entail: in
         return (forward.argmax(-1) == entail) & (backward.argmax(-1) == entail)
     if variant == "no_contradiction":
         return (forward.argmax(-1) != contradict) & (backward.argmax(-1) != contradict)
-    raise ValueError(f"nli_variant = {variant!r}: choose from {', '.join(NLI_VARIANTS)}")
+    raise UserError(f"nli_variant = {variant!r}: choose from {', '.join(NLI_VARIANTS)}")
 
 
 class NliEquivalence:
@@ -109,7 +110,7 @@ class NliEquivalence:
     def __init__(self, model: str, *, variant: str = "strict", device: str | None = None, batch_size: int = 32,
                  question: str | None = None) -> None:
         if variant not in NLI_VARIANTS:
-            raise ValueError(f"nli_variant = {variant!r}: choose from {', '.join(NLI_VARIANTS)}")
+            raise UserError(f"nli_variant = {variant!r}: choose from {', '.join(NLI_VARIANTS)}")
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -120,7 +121,7 @@ class NliEquivalence:
         self.model = AutoModelForSequenceClassification.from_pretrained(location).to(device or "cpu").eval()
         labels = {str(v).lower(): int(k) for k, v in self.model.config.id2label.items()}
         if "entailment" not in labels or "contradiction" not in labels:
-            raise ValueError(f"nli_model {model!r}: id2label {self.model.config.id2label} lacks 'entailment' and "
+            raise UserError(f"nli_model {model!r}: id2label {self.model.config.id2label} lacks 'entailment' and "
                              "'contradiction' (is it an MNLI classifier?)")
         self.entail, self.contradict = labels["entailment"], labels["contradiction"]
         self.variant, self.batch_size, self.device = variant, batch_size, device or "cpu"
@@ -173,13 +174,13 @@ def make_equivalence(kind: str, *, embedder: Any = None, threshold: float = 0.9,
         return ExactEquivalence()
     if kind == "embedding":
         if embedder is None:
-            raise ValueError("equivalence 'embedding' needs a sentence embedder")
+            raise UserError("equivalence 'embedding' needs a sentence embedder")
         return EmbeddingEquivalence(embedder, threshold)
     if kind == "nli":
         if not nli_model:
-            raise ValueError("equivalence 'nli' needs nli_model (hub id or local path of an MNLI classifier)")
+            raise UserError("equivalence 'nli' needs nli_model (hub id or local path of an MNLI classifier)")
         return NliEquivalence(nli_model, variant=variant, device=device)
-    raise ValueError(f"equivalence = {kind!r}: choose from exact, embedding, nli")
+    raise UserError(f"equivalence = {kind!r}: choose from exact, embedding, nli")
 
 
 def cluster_answers(texts: Sequence[str], equivalence: Any) -> np.ndarray:

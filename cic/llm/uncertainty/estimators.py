@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cic.errors import UserError
 from cic.llm.text import rouge_l
 from cic.llm.uncertainty.statistics import QuestionStats
 
@@ -123,7 +124,7 @@ def list_estimators() -> list[str]:
 
 def get_estimator(name: str) -> Estimator:
     if name not in ESTIMATORS:
-        raise ValueError(f"estimator = {name!r}: unknown; choose from {', '.join(ESTIMATORS)}")
+        raise UserError(f"estimator = {name!r}: unknown; choose from {', '.join(ESTIMATORS)}")
     return ESTIMATORS[name]
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import polars as pl
 
 from cic import schema
+from cic.errors import UserError
 from cic.llm.uncertainty.equivalence import cluster_many
 from cic.llm.uncertainty.estimators import finite_or_none, get_estimator, stored_name
 from cic.llm.uncertainty.statistics import QuestionStats
@@ -24,7 +25,7 @@ class UncertaintyScorer:
     def __init__(self, equivalence: Any, estimators: Sequence[str]) -> None:
         self.estimators = [get_estimator(name) for name in estimators]
         if not self.estimators:
-            raise ValueError("estimators is empty: name at least one")
+            raise UserError("estimators is empty: name at least one")
         self.equivalence = equivalence
 
     def stored_names(self) -> list[str]:
