@@ -35,13 +35,13 @@ def demo(config: Path, work: Path) -> float:
                        tracking=f"sqlite:///{work}/mlflow.db")
     total = time.perf_counter() - started
     print("demo main job (fresh DuckDB + MLflow, Prefect ephemeral API and Ray started in-process):")
-    for stage, seconds in summary["stage_seconds"].items():
+    for stage, seconds in summary.stage_seconds.items():
         print(f"  {stage:<28} {seconds:8.1f} s")
     print(f"  {'wall (incl. Prefect start)':<28} {total:8.1f} s   target <= {TARGET_S:.0f} s: "
           f"{'met' if total <= TARGET_S else 'NOT met'}")
-    for stats in summary["answer"]:
-        print(f"  answered {stats['questions']} questions ({stats['generated']} generated) on {stats['actors']} "
-              f"actor(s); model load {stats['load_s']:.1f} s")
+    for stats in summary.answer:
+        print(f"  answered {stats.questions} questions ({stats.generated} generated) on {stats.actors} "
+              f"actor(s); model load {stats.load_s:.1f} s")
     return total
 
 

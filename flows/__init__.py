@@ -1,1 +1,2 @@
-"""Prefect flows: the CIC pipeline end to end, calibration, scheduled recalibration."""
+"""Prefect flows: the CIC pipeline end to end, calibration of stored results, ingest of production records and
+scheduled recalibration."""

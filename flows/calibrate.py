@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from prefect import flow
 
+from cic.errors import UserError
 from cic.pipeline.config import DEMO_CONFIG, load_config, with_overrides
+from cic.pipeline.run_results import CalibrationRunSummary
 from cic.pipeline.stored_calibration import stored_run_keys
 from cic.services.prefect_limits import store_slot
 from cic.services.prefect_runs import flow_run_name
@@ -20,14 +21,17 @@ from tasks.log import log_results
 def calibrate_flow(config_path: str = DEMO_CONFIG, db: str | None = None, tracking: str | None = None,
                    alphas: Sequence[float] | None = None, delta: float | None = None,
                    bounds: Sequence[str] | None = None, searches: Sequence[str] | None = None,
-                   log_to_mlflow: bool = True) -> dict[str, Any]:
+                   log_to_mlflow: bool = True) -> CalibrationRunSummary:
     """Calibrate + split protocol for every stored run of the config's models and datasets, then log."""
     from cic.pipeline.config import CalibrationConfig
 
     config = with_overrides(load_config(config_path), db, None, tracking, None)
     changes = {k: v for k, v in (("alphas", alphas), ("delta", delta), ("bounds", bounds), ("searches", searches))
                if v is not None}
-    calibration = CalibrationConfig.model_validate({**config.calibration.model_dump(), **changes})
+    try:
+        calibration = CalibrationConfig.model_validate({**config.calibration.model_dump(), **changes})
+    except ValueError as exc:  # pydantic's ValidationError: a bad alpha, delta, bound or search parameter
+        raise UserError(f"calibrate_flow parameters {changes}: {' '.join(str(exc).split())[:300]}") from None
     with store_slot(config.storage.concurrency_limit, timeout_s=config.storage.queue_timeout_s):
         with Store.open(config.storage.db, read_only=True, wait_s=300) as store:
             run_keys = stored_run_keys(store, [m.name for m in config.models], [d.name for d in config.datasets])
@@ -37,4 +41,4 @@ def calibrate_flow(config_path: str = DEMO_CONFIG, db: str | None = None, tracki
         logged = log_results(config.storage.db, tracking=config.mlflow.tracking_uri,
                              experiment_prefix=config.mlflow.experiment_prefix, report_dir=config.storage.report_dir,
                              run_keys=run_keys)
-    return {"run_keys": run_keys, "calibrate": stats, "log": logged}
+    return CalibrationRunSummary(run_keys, stats, logged)

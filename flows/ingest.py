@@ -6,12 +6,10 @@ uses whatever is labelled. A deployment runs it on a schedule over a drop folder
 
 from __future__ import annotations
 
-from dataclasses import asdict
-from typing import Any
-
 from prefect import flow
 
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
+from cic.pipeline.ingest import IngestStats
 from cic.services.prefect_limits import store_slot
 from tasks.ingest import ingest_records
 
@@ -20,10 +18,10 @@ from tasks.ingest import ingest_records
 def ingest_flow(paths: list[str], db: str = "cic.duckdb", label_name: str = "human", criterion: str | None = None,
                 experiment_prefix: str = DEFAULT_EXPERIMENT_PREFIX, concurrency_limit: str | None = "cic-store",
                 relabel: bool = False, max_skew: str = "5m", timezone: str | None = None,
-                group: str | None = None) -> list[dict[str, Any]]:
+                group: str | None = None) -> list[IngestStats]:
     """Ingest the files in order (records before the labels that refer to them); a bad file fails the run and
     stores nothing of itself, files before it stay stored."""
     with store_slot(concurrency_limit):
-        return [asdict(ingest_records(db, path, label_name=label_name, criterion=criterion,
-                                      experiment_prefix=experiment_prefix, relabel=relabel, max_skew=max_skew,
-                                      timezone=timezone, group=group)) for path in paths]
+        return [ingest_records(db, path, label_name=label_name, criterion=criterion,
+                               experiment_prefix=experiment_prefix, relabel=relabel, max_skew=max_skew,
+                               timezone=timezone, group=group) for path in paths]

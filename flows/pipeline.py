@@ -11,7 +11,7 @@ Work already in DuckDB is not redone: each run's unfinished questions are comput
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 from prefect import flow
@@ -20,43 +20,27 @@ from prefect.states import Failed, State
 from cic.pipeline import progress
 from cic.pipeline.config import DEMO_CONFIG, ModelConfig, PipelineConfig, load_config, with_overrides
 from cic.pipeline.progress import ProgressLines
+from cic.pipeline.run_digest import PER_DATASET_UNSHARED, RESULTS_ARTIFACT, markdown_summary
+from cic.pipeline.run_results import PipelineSummary, ResultRow
 from cic.services import ray_pool
 from cic.services.mlflow_tracking import tracking_uri
 from cic.services.prefect_limits import store_slot
 from cic.services.prefect_runs import flow_run_name, run_logger
 from cic.store import Store
+from cic.store.queries import latest_group_results, latest_results
 from cic.store.resume import missing_work
-from tasks.answer import AnswerStats, ModelJob, RunJob, answer_questions, plan_placement
-from tasks.calibrate import CalibrateStats, calibrate_runs
-from tasks.log import LogStats, log_results
+from tasks.answer import ModelJob, RunJob, answer_questions, plan_placement
+from tasks.calibrate import calibrate_runs
+from tasks.log import log_results
 from tasks.questions import load_and_store_questions
-
-
-@dataclass
-class PipelineSummary:
-    """What one pipeline run did, stage by stage."""
-
-    db: str
-    tracking_uri: str
-    report_dir: str
-    experiment_prefix: str = "cic"
-    run_keys: list[str] = field(default_factory=list)
-    answer: list[AnswerStats] = field(default_factory=list)
-    calibrate: CalibrateStats | None = None
-    log: LogStats | None = None
-    log_error: str | None = None
-    stage_seconds: dict[str, float] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class ModelsFailed(RuntimeError):
     """Raised at the end of a pipeline run in which some models failed (the others finished and were calibrated
     and logged); `summary` says what happened. The flow run ends Failed naming them; a rerun retries only them."""
 
-    def __init__(self, summary: dict[str, Any]) -> None:
-        failed = [f"{a['model']} ({a['error']})" for a in summary["answer"] if a["error"]]
+    def __init__(self, summary: PipelineSummary) -> None:
+        failed = [f"{a.model} ({a.error})" for a in summary.failed_models]
         super().__init__(f"{len(failed)} model(s) failed: " + "; ".join(failed))
         self.summary = summary
 
@@ -64,7 +48,7 @@ class ModelsFailed(RuntimeError):
 @flow(name="cic-pipeline", flow_run_name=flow_run_name(), log_prints=True)
 def pipeline(config_path: str = DEMO_CONFIG, db: str | None = None, ray_address: str | None = None,
              tracking: str | None = None, report_dir: str | None = None,
-             log_to_mlflow: bool = True) -> dict[str, Any] | State:
+             log_to_mlflow: bool = True) -> PipelineSummary | State:
     """Run the whole job for the config; returns a summary (also the flow run's result).
 
     Stage progress goes to the flow run's log (the Prefect UI, a worker's output) at least every 30 s while a
@@ -80,83 +64,18 @@ def pipeline(config_path: str = DEMO_CONFIG, db: str | None = None, ray_address:
     storage = load_config(config_path).storage
     with store_slot(storage.concurrency_limit, timeout_s=storage.queue_timeout_s), ProgressLines(get_run_logger().info):
         summary = run_stages(config_path, db, ray_address, tracking, report_dir, log_to_mlflow, flow_run_id=run_id)
-    summary["flow_run_id"] = run_id
-    if summary["results"]:  # the full split-protocol table: sortable in the UI, not hundreds of Markdown rows
-        create_table_artifact(summary["results"], key=RESULTS_ARTIFACT,
+    summary.flow_run_id = run_id
+    if summary.results:  # the full split-protocol table: sortable in the UI, not hundreds of Markdown rows
+        create_table_artifact([asdict(r) for r in summary.results], key=RESULTS_ARTIFACT,
                               description="every split-protocol row of this run: model, dataset, estimator, "
                                           "criterion, alpha, bound, search, FDR, coverage, fails")
     create_markdown_artifact(markdown_summary(summary), key="cic-pipeline",
                              description="what this run did: models × datasets, certified and unattainable cells, "
                                          "where the MLflow runs are, stage times")
-    if any(a["error"] for a in summary["answer"]):
+    if summary.failed_models:
         failure = ModelsFailed(summary)
         return Failed(message=str(failure)[:2000], data=failure)
     return summary
-
-
-RESULTS_ARTIFACT = "cic-pipeline-results"
-
-
-def digest_lines(summary: dict[str, Any]) -> list[str]:
-    """The run in a few sentences: models × datasets, how many result cells certify, why the others do not,
-    where the MLflow runs are."""
-    from cic.stats.bounds import min_certifiable_n
-
-    results = summary.get("results") or []
-    models = [a["model"] for a in summary["answer"]]
-    datasets = sorted({r["dataset"] for r in results})
-    failed = [a["model"] for a in summary["answer"] if a["error"]]
-    lines = [f"**{len(models)} model(s) × {len(datasets)} dataset(s)**: {', '.join(models) or 'none'} on "
-             f"{', '.join(datasets) or 'no dataset'}" + (f"; failed: {', '.join(failed)}" if failed else "") + "."]
-    if results:
-        certified = [r for r in results if r["fails"] < r["n_splits"]]
-        lines.append(f"**{len(certified)} of {len(results)} result cells certify** (model × dataset × estimator × "
-                     "criterion × α × bound × search in which some calibration split found a threshold).")
-        worst: dict[tuple[str, str], dict[str, Any]] = {}
-        for r in results:
-            key = (r["model"], r["dataset"])
-            if r["fails"] == r["n_splits"] and r["alpha"] >= worst.get(key, {"alpha": -1.0})["alpha"]:
-                worst[key] = r
-        for (model, dataset), r in sorted(worst.items()):
-            cells = [c for c in results if (c["model"], c["dataset"]) == (model, dataset)]
-            need = min_certifiable_n("cp", r["alpha"], r["delta"])
-            lines.append(f"- {model} · {dataset}: {sum(c['fails'] == c['n_splits'] for c in cells)} of {len(cells)} "
-                         f"cells unattainable, up to α = {r['alpha']:g} ({r['estimator']}, {r['bound']}, "
-                         f"{r['search']}): base error rate {r['base_error_rate']:.2f}, {r['n_cal']} answers per "
-                         f"calibration split, and even with zero errors Clopper–Pearson needs {need} accepted "
-                         f"answers to certify α = {r['alpha']:g} at δ = {r['delta']:g}.")
-    if summary.get("log"):
-        experiments = ", ".join(f"{summary['experiment_prefix']}-{d}" for d in datasets)
-        lines.append(f"MLflow: {summary['tracking_uri']}, experiments {experiments} "
-                     f"({summary['log']['logged']} group(s) logged, {summary['log']['already']} already there).")
-    elif summary.get("log_error"):
-        lines.append(f"MLflow logging failed: {summary['log_error']} (run `cic log`).")
-    return lines
-
-
-def markdown_summary(summary: dict[str, Any]) -> str:
-    """The run's digest first, then its models and stage times, for the Prefect UI; every split-protocol row is
-    in the table artifact `cic-pipeline-results`."""
-    lines = ["# CIC pipeline run", "", *digest_lines(summary), ""]
-    if summary.get("results"):
-        lines += [f"Every split-protocol row: the table artifact `{RESULTS_ARTIFACT}` of this run.", ""]
-    lines += ["| model | questions | generated | actors | placement | status |", "|---|---|---|---|---|---|"]
-    for a in summary["answer"]:
-        lines.append(f"| {a['model']} | {a['questions']} | {a['generated']} | {a['actors']} | {a['options']} | "
-                     f"{'FAILED: ' + a['error'] if a['error'] else 'ok'} |")
-    lines += ["", "stages: " + ", ".join(f"{k} {v:.1f} s" for k, v in summary["stage_seconds"].items())]
-    if summary.get("per_dataset"):
-        lines += ["", "Per dataset (`group_by: dataset`): per-dataset gates certified at once (δ / G each) beside "
-                  "the pooled gate; the largest share of splits with test FDR > α over every estimator, α and bound "
-                  f"(full table: {summary.get('per_dataset_file')}):", "",
-                  "| model | dataset | gate | largest share FDR > α | rows |", "|---|---|---|---|---|"]
-        for model, dataset, gate, share, count in per_dataset_digest(summary["per_dataset"]):
-            shown = "—" if share is None else f"{share:.2f}"
-            lines.append(f"| {model} | {dataset} | {'per dataset' if gate == 'per_group' else 'pooled'} | {shown} | "
-                         f"{count} |")
-    if summary.get("per_dataset_note"):
-        lines += ["", summary["per_dataset_note"]]
-    return "\n".join(lines) + "\n"
 
 
 def generation_key(model: ModelConfig, settings: Any) -> dict[str, Any]:
@@ -204,7 +123,7 @@ def plan_models(config: PipelineConfig, db_path: str, questions: dict[str, Any],
 
 
 def run_stages(config_path: str, db: str | None, ray_address: str | None, tracking: str | None,
-               report_dir: str | None, log_to_mlflow: bool, *, flow_run_id: str | None = None) -> dict[str, Any]:
+               report_dir: str | None, log_to_mlflow: bool, *, flow_run_id: str | None = None) -> PipelineSummary:
     """The pipeline's stages in order (the flow's body)."""
     import time
 
@@ -249,35 +168,16 @@ def run_stages(config_path: str, db: str | None, ray_address: str | None, tracki
                                  summary.log_error, db_path)
         summary.stage_seconds["log"] = time.perf_counter() - stage
     summary.stage_seconds["total"] = time.perf_counter() - started
-    out = summary.as_dict()
-    out["results"] = results_rows(db_path, finished)
-    out["per_dataset"] = per_dataset_rows(db_path, finished) if config.calibration.group_by == "dataset" else []
-    if out["per_dataset"]:
-        out["per_dataset_file"] = write_per_dataset(out["per_dataset"], config.storage.report_dir)
-    elif config.calibration.group_by == "dataset" and finished:
-        out["per_dataset_note"] = ("per dataset: every dataset's gate is certified at δ / G with its model's other "
-                                   "datasets, but no estimator × criterion is shared by two datasets of a model "
-                                   "(each dataset labels with its own criterion), so there is no per-dataset table "
-                                   "comparing them with a pooled gate")
-    return out
-
-
-def per_dataset_rows(db: str, run_keys: list[str]) -> list[dict[str, Any]]:
-    """The per-dataset split-protocol rows (`group_evaluations`) of these runs' models, newest study per
-    (model, estimator, criterion)."""
-    return _rows_of_runs(db, run_keys, (
-        "SELECT g.* EXCLUDE (created_at) FROM group_evaluations g WHERE g.model IN (SELECT model FROM runs WHERE "
-        "list_contains(?, run_key)) QUALIFY g.evaluation_id = first_value(g.evaluation_id) OVER (PARTITION BY "
-        "g.model, g.estimator, g.criterion ORDER BY g.created_at DESC, g.evaluation_id) "
-        "ORDER BY g.model, g.estimator, g.criterion, g.bound, g.alpha, g.dataset, g.gate"))
-
-
-def _rows_of_runs(db: str, run_keys: list[str], sql: str) -> list[dict[str, Any]]:
-    """Rows of a query over these runs (its one parameter: the run keys), read without holding a write lock."""
-    if not run_keys:
-        return []
-    with Store.open(db, read_only=True, wait_s=60) as store:
-        return store.sql_frame(sql, [run_keys]).to_dicts()
+    by_dataset = config.calibration.group_by == "dataset"
+    if finished:  # read without holding a write lock
+        with Store.open(db_path, read_only=True, wait_s=60) as store:
+            summary.results = [ResultRow.from_row(r) for r in latest_results(store, finished).iter_rows(named=True)]
+            summary.per_dataset = latest_group_results(store, finished).to_dicts() if by_dataset else []
+    if summary.per_dataset:
+        summary.per_dataset_file = write_per_dataset(summary.per_dataset, config.storage.report_dir)
+    elif by_dataset and finished:
+        summary.per_dataset_note = PER_DATASET_UNSHARED
+    return summary
 
 
 def write_per_dataset(rows: list[dict[str, Any]], report_dir: str) -> str:
@@ -297,28 +197,3 @@ def write_per_dataset(rows: list[dict[str, Any]], report_dir: str) -> str:
     write_text(out / "per_dataset.md", "# Per dataset: per-dataset gates (δ / G each) beside the pooled gate\n\n"
                + per_group_markdown(frame), "report_dir")
     return str(out / "per_dataset.md")
-
-
-def per_dataset_digest(rows: list[dict[str, Any]]) -> list[tuple[str, str, str, float | None, int]]:
-    """Per (model, dataset, gate): the largest share of splits whose test FDR exceeded α over every estimator,
-    criterion, bound and α, and how many rows that covers — the per-dataset table in one line each."""
-    worst: dict[tuple[str, str, str], tuple[float | None, int]] = {}
-    for r in rows:
-        key = (r["model"], r["dataset"], r["gate"])
-        share, count = worst.get(key, (None, 0))
-        value = r["fdr_above_alpha"]
-        if value is not None and (share is None or value > share):
-            share = value
-        worst[key] = (share, count + 1)
-    return [(*key, share, count) for key, (share, count) in sorted(worst.items())]
-
-
-def results_rows(db: str, run_keys: list[str]) -> list[dict[str, Any]]:
-    """The split-protocol rows of these runs (newest per key), for the run's artifact and summary."""
-    return _rows_of_runs(db, run_keys, (
-        "SELECT e.model, e.dataset, e.estimator, e.criterion, e.alpha, e.bound, e.search, e.fdr_mean, "
-        "e.coverage_mean, e.fails, e.n_splits, e.delta, e.n_cal, e.base_error_rate FROM evaluations e JOIN "
-        "(SELECT DISTINCT model, dataset FROM runs "
-        "WHERE list_contains(?, run_key)) r USING (model, dataset) "
-        "QUALIFY row_number() OVER (PARTITION BY e.model, e.dataset, e.estimator, e.criterion, e.alpha, e.bound, "
-        "e.search ORDER BY e.created_at DESC) = 1 ORDER BY 1, 2, 3, 4, 5, 6, 7"))

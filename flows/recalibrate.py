@@ -16,6 +16,15 @@ from prefect.states import Failed, State
 
 from cic.pipeline.config import DEMO_CONFIG, load_config, with_overrides
 from cic.pipeline.recalibration import WindowRule, parse_since
+from cic.pipeline.run_results import (
+    AlertRow,
+    CandidateRow,
+    DriftTestRow,
+    GroupPlace,
+    MonitorRow,
+    RecalibrationSummary,
+    SkippedGroup,
+)
 from cic.services.mlflow_registry import registry_sync
 from cic.services.mlflow_tracking import tracking_uri
 from cic.services.prefect_limits import store_slot
@@ -28,9 +37,8 @@ class RecalibrationAlert(RuntimeError):
     """Raised at the end of a recalibration that found drift or an unattainable alpha (the flow run fails);
     `summary` holds everything the run stored and logged before."""
 
-    def __init__(self, summary: dict[str, Any]) -> None:
-        lines = [f"{a['model']}/{a['dataset']} {a['estimator']} × {a['criterion']} alpha={a['alpha']:g} "
-                 f"{a['bound']} {a['search']}: {a['alert']}" for a in summary["alerts"]]
+    def __init__(self, summary: RecalibrationSummary) -> None:
+        lines = [f"{a.place.label}: {a.alert}" for a in summary.alerts]
         super().__init__(f"{len(lines)} alert(s) in recalibration: " + "; ".join(lines[:10]))
         self.summary = summary
 
@@ -43,39 +51,25 @@ def recalibration_run_keys(store: Store, models: list[str], datasets: list[str])
     return chosen.get_column("run_key").to_list()
 
 
-def summarize(result: RecalibrationPass) -> dict[str, Any]:
-    """Plain rows for the CLI, the flow's return value and its Prefect artifact."""
-    def where(c: Any) -> dict[str, Any]:
-        return {"model": c.key.model, "dataset": c.key.dataset, "estimator": c.key.estimator,
-                "criterion": c.key.criterion, "alpha": c.row["alpha"], "bound": c.row["bound"],
-                "search": c.row["search"]}
+def summarize(result: RecalibrationPass) -> RecalibrationSummary:
+    """The pass as typed rows for the CLI, the flow's return value and its Prefect artifact."""
+    def place(key: Any, gate: dict[str, Any]) -> GroupPlace:
+        return GroupPlace(key.model, key.dataset, key.estimator, key.criterion, gate["alpha"], gate["bound"],
+                          gate["search"])
 
-    return {
-        "gates": len(result.candidates),
-        "candidates": [{**where(c), "gate_id": c.row["calibration_id"], "state": c.state,
-                        "threshold": c.row["threshold"], "n_window": c.row["n_cal"],
-                        "live_threshold": c.live["threshold"] if c.live else None, "alerts": c.alerts}
-                       for c in result.candidates],
-        "alerts": [{**where(c), "alert": a} for c, a in result.alerts]
-        + [{**_monitored(m), "alert": m.alert()} for m in result.monitor_alarms],
-        "monitors": [{**_monitored(m), "gate_id": m.gate["calibration_id"], "threshold": m.gate["threshold"],
-                      **{k: m.row[k] for k in ("nights", "n", "k", "e_value", "alarm_at", "rate_lower_bound",
-                                               "alarmed")}, "new_pairs": m.new_pairs} for m in result.monitors],
-        "skipped": [{"model": k.model, "dataset": k.dataset, "estimator": k.estimator, "criterion": k.criterion,
-                     "reason": why} for k, why in result.skipped],
-        "tests": [{"model": k.model, "dataset": k.dataset, "estimator": k.estimator, "criterion": k.criterion,
-                   "test": c.test.name, "p_value": c.test.p_value, "rejected": c.rejected}
-                  for k, c in result.checks],
-        "promoted": result.promoted,
-        "unattainable": sum(c.row["threshold"] is None for c in result.candidates),
-    }
-
-
-def _monitored(m: Any) -> dict[str, Any]:
-    """Where a monitored live gate sits: its group and slot."""
-    return {"model": m.key.model, "dataset": m.key.dataset, "estimator": m.key.estimator,
-            "criterion": m.key.criterion, "alpha": m.gate["alpha"], "bound": m.gate["bound"],
-            "search": m.gate["search"]}
+    return RecalibrationSummary(
+        candidates=[CandidateRow(place(c.key, c.row), c.row["calibration_id"], c.state, c.row["threshold"],
+                                 c.row["n_cal"], c.live["threshold"] if c.live else None, list(c.alerts))
+                    for c in result.candidates],
+        alerts=[AlertRow(place(c.key, c.row), a) for c, a in result.alerts]
+        + [AlertRow(place(m.key, m.gate), m.alert()) for m in result.monitor_alarms],
+        monitors=[MonitorRow(place(m.key, m.gate), m.gate["calibration_id"], m.gate["threshold"],
+                             **{k: m.row[k] for k in ("nights", "n", "k", "e_value", "alarm_at", "rate_lower_bound",
+                                                      "alarmed")}, new_pairs=m.new_pairs) for m in result.monitors],
+        skipped=[SkippedGroup(k.model, k.dataset, k.estimator, k.criterion, why) for k, why in result.skipped],
+        tests=[DriftTestRow(k.model, k.dataset, k.estimator, k.criterion, c.test.name, c.test.p_value, c.rejected)
+               for k, c in result.checks],
+        promoted=list(result.promoted))
 
 
 def _threshold(value: float | None) -> str:
@@ -85,33 +79,33 @@ def _threshold(value: float | None) -> str:
 SHOWN_CANDIDATES = 500
 
 
-def markdown_report(summary: dict[str, Any]) -> str:
+def markdown_report(summary: RecalibrationSummary) -> str:
     """The run's results for the Prefect UI: alert counts by kind, every alert, and the candidates table
     (alerting candidates first, at most SHOWN_CANDIDATES rows; `cic gate list` has them all)."""
     from collections import Counter
 
     from cic.pipeline.recalibration import alert_kind
 
-    kinds = Counter(alert_kind(a["alert"])[1] for a in summary["alerts"])
-    lines = [f"# Recalibration: {summary['gates']} candidate gate(s), {len(summary['alerts'])} alert(s)", ""]
+    kinds = Counter(alert_kind(a.alert)[1] for a in summary.alerts)
+    lines = [f"# Recalibration: {summary.gates} candidate gate(s), {len(summary.alerts)} alert(s)", ""]
     if kinds:
         lines += ["| alert kind | count |", "|---|---|", *(f"| {k} | {n} |" for k, n in kinds.most_common()), ""]
-    candidates = sorted(summary["candidates"], key=lambda c: not c["alerts"])
+    candidates = sorted(summary.candidates, key=lambda c: not c.alerts)
     lines += ["| model | dataset | estimator | criterion | α | bound | search | threshold | live | state | alerts |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in candidates[:SHOWN_CANDIDATES]:
-        lines.append(f"| {c['model']} | {c['dataset']} | {c['estimator']} | {c['criterion']} | {c['alpha']:g} | "
-                     f"{c['bound']} | {c['search']} | {_threshold(c['threshold'])} | "
-                     f"{'—' if c['live_threshold'] is None else _threshold(c['live_threshold'])} | {c['state']} | "
-                     f"{'; '.join(c['alerts']) or '—'} |")
+        p = c.place
+        lines.append(f"| {p.model} | {p.dataset} | {p.estimator} | {p.criterion} | {p.alpha:g} | {p.bound} | "
+                     f"{p.search} | {_threshold(c.threshold)} | "
+                     f"{'—' if c.live_threshold is None else _threshold(c.live_threshold)} | {c.state} | "
+                     f"{'; '.join(c.alerts) or '—'} |")
     if len(candidates) > SHOWN_CANDIDATES:
         lines.append(f"\n{len(candidates) - SHOWN_CANDIDATES} more candidate(s): `cic gate list --state candidate`")
-    if summary["alerts"] and len(candidates) > SHOWN_CANDIDATES:
+    if summary.alerts and len(candidates) > SHOWN_CANDIDATES:
         lines += ["", "## Every alert", ""]
-        ordered = sorted(summary["alerts"], key=lambda a: alert_kind(a["alert"]))
-        lines += [f"- {a['model']}/{a['dataset']} {a['estimator']} × {a['criterion']} α={a['alpha']:g} {a['bound']} "
-                  f"{a['search']}: {a['alert']}" for a in ordered]
-    monitors = sorted(summary.get("monitors", []), key=lambda m: (not m["alarmed"], -m["e_value"]))
+        ordered = sorted(summary.alerts, key=lambda a: alert_kind(a.alert))
+        lines += [f"- {a.place.label}: {a.alert}" for a in ordered]
+    monitors = sorted(summary.monitors, key=lambda m: (not m.alarmed, -m.e_value))
     if monitors:
         lines += ["", "## Live gates: anytime-valid monitor", "",
                   "Evidence against \"error rate among answered ≤ α\", kept since each gate went live; an alarm "
@@ -119,19 +113,19 @@ def markdown_report(summary: dict[str, Any]) -> str:
                   "stays ≤ α.", "",
                   "| model | dataset | estimator | criterion | α | bound | search | checks | answered | errors | "
                   "e-value | alarm at | rate ≥ | alarm |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        lines += [f"| {m['model']} | {m['dataset']} | {m['estimator']} | {m['criterion']} | {m['alpha']:g} | "
-                  f"{m['bound']} | {m['search']} | {m['nights']} | {m['n']} | {m['k']} | {m['e_value']:.3g} | "
-                  f"{m['alarm_at']:g} | {m['rate_lower_bound']:.3f} | {'ALARM' if m['alarmed'] else '—'} |"
+        lines += [f"| {m.place.model} | {m.place.dataset} | {m.place.estimator} | {m.place.criterion} | "
+                  f"{m.place.alpha:g} | {m.place.bound} | {m.place.search} | {m.nights} | {m.n} | {m.k} | "
+                  f"{m.e_value:.3g} | {m.alarm_at:g} | {m.rate_lower_bound:.3f} | {'ALARM' if m.alarmed else '—'} |"
                   for m in monitors[:SHOWN_CANDIDATES]]
-    for s in summary["skipped"]:
-        lines.append(f"\nskipped {s['model']}/{s['dataset']} {s['estimator']} × {s['criterion']}: {s['reason']}")
+    for s in summary.skipped:
+        lines.append(f"\nskipped {s.model}/{s.dataset} {s.estimator} × {s.criterion}: {s.reason}")
     return "\n".join(lines)
 
 
 @flow(name="cic-recalibrate", flow_run_name=flow_run_name("recalibrate"), log_prints=True)
 def recalibrate_flow(config_path: str = DEMO_CONFIG, db: str | None = None, tracking: str | None = None,
                      window: int | None = None, since: str | None = None, log_to_mlflow: bool = True,
-                     fail_on_alert: bool = True) -> dict[str, Any] | State:
+                     fail_on_alert: bool = True) -> RecalibrationSummary | State:
     """Recalibrate every stored run of the config's models × datasets and every ingested stream; fails (after
     storing and logging everything) when a test rejects or an alpha is unattainable, unless `fail_on_alert`
     is off."""
@@ -148,22 +142,21 @@ def recalibrate_flow(config_path: str = DEMO_CONFIG, db: str | None = None, trac
                                               [d.name for d in config.datasets])
         result = recalibrate_runs(config.storage.db, run_keys, config.calibration, policy, rule)
     summary = summarize(result)
-    summary["mlflow_run_ids"], summary["log_error"] = [], None
     if log_to_mlflow and result.candidates:
         try:
-            summary["mlflow_run_ids"] = log_recalibrations(result, tracking=config.mlflow.tracking_uri,
+            summary.mlflow_run_ids = log_recalibrations(result, tracking=config.mlflow.tracking_uri,
                                                            experiment_prefix=config.mlflow.experiment_prefix)
             if result.promoted:
                 registry_sync(config.storage.db, tracking_uri(config.mlflow.tracking_uri), result.promoted,
                               experiment_prefix=config.mlflow.experiment_prefix)
         except Exception as exc:  # stored in DuckDB either way; the next run or `cic gate sync` catches up
-            summary["log_error"] = (f"{type(exc).__name__}: {exc} — the candidates are stored in "
+            summary.log_error = (f"{type(exc).__name__}: {exc} — the candidates are stored in "
                                     f"{config.storage.db}; once MLflow is back, `cic gate sync` brings the registry "
                                     "in line")
-            logger.warning("MLflow logging failed: %s", summary["log_error"])
+            logger.warning("MLflow logging failed: %s", summary.log_error)
     create_markdown_artifact(markdown_report(summary), key="recalibration",
                              description="candidate gates, live thresholds, states and alerts")
-    if summary["alerts"] and fail_on_alert:
+    if summary.alerts and fail_on_alert:
         alert = RecalibrationAlert(summary)
         # the run ends Failed (what a schedule, the UI and a notification see); a direct call raises `alert`,
         # `recalibrate_flow(..., return_state=True).result(raise_on_failure=False)` returns it with .summary

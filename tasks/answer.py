@@ -8,7 +8,7 @@ and a rerun picks up exactly what is missing (`cic.store.resume`).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
@@ -16,6 +16,7 @@ from prefect import task
 
 from cic.llm.answering import AnswererSettings
 from cic.pipeline import progress
+from cic.pipeline.run_results import AnswerStats
 from cic.services import ray_pool
 from cic.services.answer_worker import RayAnswerWorker
 from cic.services.prefect_runs import run_logger
@@ -36,28 +37,6 @@ class RunJob:
     criteria: tuple[str, ...]
     questions: pl.DataFrame
     work: RunWork
-
-
-@dataclass
-class AnswerStats:
-    """What the answering stage did for one model."""
-
-    model: str
-    questions: int = 0
-    generated: int = 0
-    batches: int = 0
-    actors: int = 0
-    options: dict[str, Any] = field(default_factory=dict)
-    wall_s: float = 0.0
-    load_s: float = 0.0        # until its first batch landed (actors start, load the model, answer one batch)
-    llm_loaded: bool = True    # False: every question was only re-scored from stored generations
-    error: str | None = None   # why this model failed (the others went on); None when it finished
-    nodes: list[str] = field(default_factory=list)  # Ray node of each replica that started (replacements too)
-
-    @property
-    def questions_per_s(self) -> float:
-        busy = self.wall_s - self.load_s
-        return self.generated / busy if busy > 0 and self.generated else 0.0
 
 
 def make_jobs(store: Store, runs: list[RunJob], questions_per_batch: int) -> list[dict[str, Any]]:

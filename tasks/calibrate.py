@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import polars as pl
 from prefect import task
@@ -13,6 +12,7 @@ from cic.pipeline import progress
 from cic.pipeline.config import CalibrationConfig
 from cic.pipeline.gates import promote_first_gates
 from cic.pipeline.recalibration import labelled_pairs, span
+from cic.pipeline.run_results import CalibrateStats
 from cic.pipeline.stored_calibration import (
     GroupKey,
     calibration_rows,
@@ -24,18 +24,6 @@ from cic.pipeline.stored_calibration import (
 )
 from cic.services.prefect_runs import named_by_runs, run_logger
 from cic.store import Store
-
-
-@dataclass
-class CalibrateStats:
-    """How many groups were calibrated and how many gates were unattainable."""
-
-    groups: int = 0
-    calibrations: int = 0
-    evaluations: int = 0
-    unattainable: int = 0
-    promoted: int = 0          # gates that went live because their key had no live gate yet
-    group_studies: int = 0     # (model, estimator, criterion) studies over datasets (`group_by: dataset`)
 
 
 @task(name="calibrate", task_run_name=named_by_runs("calibrate"), cache_policy=NO_CACHE, timeout_seconds=6 * 3600)

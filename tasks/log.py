@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from prefect.cache_policies import NO_CACHE
 from cic import schema
 from cic.pipeline import progress
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
+from cic.pipeline.run_results import LogStats
 from cic.reports.report import ReportConfig, file_slug, write_report
 from cic.services.mlflow_artifacts import check_not_moved
 from cic.services.mlflow_tracking import (
@@ -39,33 +40,16 @@ from cic.stats.calibration import CalibrationResult
 from cic.stats.searches import get_search
 from cic.store import Store
 from cic.store.outputs import guard_output_dir, write_frame
+from cic.store.queries import loggable_units
 
 GROUPS_IN_FLIGHT = 2  # against a server: one group sent while the next renders (x REQUESTS_IN_FLIGHT each)
 CHILD_METRICS = ("fdr_mean", "fdr_std", "fdr_above_alpha", "coverage_mean", "coverage_std", "correct_coverage_mean",
                  "fails", "base_error_rate", "threshold_mean")
 
 
-@dataclass
-class LogStats:
-    """What a logging pass did."""
-
-    logged: int = 0
-    already: int = 0
-    run_ids: list[str] = field(default_factory=list)
-    report_dirs: list[str] = field(default_factory=list)
-
-
 def log_units(store: Store, run_keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """The loggable units: one per stored evaluation with the pipeline gates of the same data."""
-    rows = store.sql(
-        "SELECT c.run_key, e.evaluation_id, e.model, e.dataset, e.estimator, e.criterion, e.data_fingerprint "
-        "FROM (SELECT DISTINCT evaluation_id, model, dataset, estimator, criterion, data_fingerprint "
-        "      FROM evaluations) e "
-        "JOIN (SELECT DISTINCT run_key, model, dataset, estimator, criterion, data_fingerprint FROM calibrations "
-        "      WHERE kind = 'pipeline' OR kind IS NULL) c "
-        "USING (model, dataset, estimator, criterion, data_fingerprint) ORDER BY 1, 3, 4, 5, 6, 2")
-    names = ("run_key", "evaluation_id", "model", "dataset", "estimator", "criterion", "data_fingerprint")
-    units = [dict(zip(names, r, strict=True)) for r in rows]
+    units = loggable_units(store)
     return [u for u in units if run_keys is None or u["run_key"] in set(run_keys)]
 
 

@@ -117,3 +117,34 @@ def test_importing_the_statistics_core_loads_no_framework(target: str) -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "", f"{target} imported {proc.stdout.strip()}"
+
+
+SQL_CALLS = ("sql", "sql_frame", "upsert_select", "execute", "executemany", "_scalar")
+# MLflow's own SQLite file (not the DuckDB store): its adapter rewrites moved artifact locations in one transaction
+FOREIGN_SQL = {"cic/services/mlflow_artifacts.py"}
+
+
+def sql_calls_outside_the_store(paths: list[Path]) -> list[str]:
+    """Calls that run SQL (`.sql(`, `.execute(`, ...) or open DuckDB outside cic/store/."""
+    found = []
+    for path in paths:
+        where = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name
+        if where.startswith("cic/store/") or where in FOREIGN_SQL:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            func = node.func if isinstance(node, ast.Call) else None
+            if isinstance(func, ast.Attribute) and (func.attr in SQL_CALLS or (
+                    func.attr == "connect" and isinstance(func.value, ast.Name) and func.value.id == "duckdb")):
+                found.append(f"{where}:{node.lineno} .{func.attr}(")
+    return found
+
+
+def test_every_sql_statement_lives_in_the_store() -> None:
+    scripts = sorted((ROOT / "infra").rglob("*.py"))
+    assert sql_calls_outside_the_store([*MODULES.values(), *scripts]) == []
+
+
+def test_the_sql_rule_sees_a_query_outside_the_store(tmp_path: Path) -> None:
+    sample = tmp_path / "bad.py"
+    sample.write_text("import duckdb\ndef f(store):\n    store.sql('SELECT 1')\n    duckdb.connect('x.duckdb')\n")
+    assert sql_calls_outside_the_store([sample]) == ["bad.py:3 .sql(", "bad.py:4 .connect("]

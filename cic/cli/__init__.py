@@ -3,7 +3,7 @@
 `stats` works on precomputed (score, error) tables, `store` on datasets and the DuckDB store, `pipeline`
 runs and serves the batch pipeline,
 `gates` takes production traffic in and moves gates between states, `mlflow_store` looks after the local
-MLflow store. Each module lists its commands in
+MLflow store; `runner` is how every command runs a flow. Each module lists its commands in
 `COMMANDS` (and sub-apps in `GROUPS`); this module registers them.
 """
 

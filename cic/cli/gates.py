@@ -345,8 +345,8 @@ def sync_registry(
 ) -> None:
     """Reconcile MLflow's registry with the store, both ways: every live or retired gate registered, `live` set
     where a gate is live and removed where none is. Exits 1 when MLflow cannot be reached."""
-    from cic.cli.progress_view import progress_view
-    from cic.cli.service_logs import services_log_path, services_logged_to
+    from cic.cli.runner import without_flow
+    from cic.cli.service_logs import services_log_path
     from cic.pipeline import progress
     from cic.services.mlflow_registry import registry_sync
     from cic.services.mlflow_tracking import tracking_uri as resolve
@@ -354,10 +354,10 @@ def sync_registry(
     _existing(db)
     uri = resolve(tracking_uri)
     try:
-        with services_logged_to(services_log_path(db)), progress_view():
+        with without_flow(services_log_path(db)):
             names = registry_sync(str(db), uri, None, experiment_prefix=experiment_prefix,
                                   progress=lambda done, total: progress.report("registry", done, total))
-    except ValueError:
+    except UserError:
         raise
     except Exception as exc:
         err_console.print(styled(("MLflow registry not synced:", "bold red"), f" {type(exc).__name__}: "

@@ -7,16 +7,20 @@ the environment names a real service: --db, MLFLOW_TRACKING_URI / --tracking-uri
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
-from cic.cli.common import TrackingOpt, console, err_console, flow_outcome, fmt, friendly_errors, printable, styled
-from cic.cli.progress_view import progress_view
-from cic.cli.service_logs import services_log_path, services_logged_to
-from cic.cli.services import command_services
+from cic.cli.common import TrackingOpt, console, err_console, fmt, friendly_errors, printable, styled
+from cic.cli.runner import refuse_moved_mlflow_store, run_flow, without_flow
+from cic.cli.service_logs import services_log_path
+
+if TYPE_CHECKING:
+    from cic.pipeline.run_results import AlertRow, MonitorRow, ResultRow
 from cic.errors import UserError
 
 ConfigOpt = Annotated[str, typer.Option("--config", help="Pipeline YAML (models, datasets, estimators, ...), or the "
@@ -24,53 +28,28 @@ ConfigOpt = Annotated[str, typer.Option("--config", help="Pipeline YAML (models,
 DbOpt = Annotated[str | None, typer.Option("--db", help="DuckDB file (default: the config's, ./cic.duckdb).")]
 
 
-REAL_EXAMPLE = "infra/examples/real/README.md"
+def results_tables(rows: Sequence[ResultRow], estimator: str | None) -> tuple[list[Table], list[ResultRow]]:
+    """FDR / coverage / fails per alpha, bound and search for one estimator, one table per (model, dataset,
+    criterion) so each fits 100 columns, and the rows shown."""
+    from cic.reports.tables import mean_std
 
-
-def results_tables(db: str, run_keys: list[str], estimator: str | None) -> tuple[list[Table], Any]:
-    """FDR / coverage / fails per alpha and bound for one estimator, one table per (model, dataset, criterion) so
-    each fits 100 columns, and the evaluation rows shown."""
-    import polars as pl
-
-    from cic.store import Store
-
-    with Store.open(db, read_only=True) as store:
-        evaluations = store.read("evaluations")
-        runs = store.read("runs", run_key=run_keys) if run_keys else store.read("runs")
-    evaluations = evaluations.join(runs.select("model", "dataset").unique(), on=["model", "dataset"])
-    names = evaluations.get_column("estimator").unique().sort().to_list()
+    names = sorted({r.estimator for r in rows})
     wanted = estimator or "semantic_entropy"
     chosen = [n for n in names if n == wanted or n.split("[")[0] == wanted] or names[:1]
-    shown = evaluations.filter(pl.col("estimator").is_in(chosen)).sort("model", "dataset", "criterion", "alpha",
-                                                                        "bound", "search", "created_at")
-    shown = shown.unique(subset=["model", "dataset", "estimator", "criterion", "alpha", "bound", "search"],
-                         keep="last", maintain_order=True)
+    shown = sorted((r for r in rows if r.estimator in chosen),
+                   key=lambda r: (r.model, r.dataset, r.criterion, r.alpha, r.bound, r.search))
     tables = []
-    for (model, dataset, criterion), part in shown.group_by("model", "dataset", "criterion", maintain_order=True):
+    for (model, dataset, criterion), part in itertools.groupby(shown, key=lambda r: (r.model, r.dataset,
+                                                                                       r.criterion)):
         table = Table(title=printable(f"{model} · {dataset} · {criterion} — split protocol of "
                                       f"{', '.join(chosen)}: test FDR, coverage, fails"), title_justify="left")
         for column in ("search", "bound", "α", "FDR mean ± std", "coverage", "fails / splits", "base error"):
             table.add_column(column, justify="left" if column in ("search", "bound") else "right", overflow="fold")
-        for r in part.iter_rows(named=True):
-            fdr = "—" if r["fdr_mean"] is None else f"{r['fdr_mean']:.3f} ± {r['fdr_std']:.3f}"
-            table.add_row(*map(printable, (r["search"], r["bound"], f"{r['alpha']:g}", fdr, fmt(r["coverage_mean"]),
-                                           f"{r['fails']}/{r['n_splits']}", fmt(r["base_error_rate"]))))
+        for r in part:
+            table.add_row(*map(printable, (r.search, r.bound, f"{r.alpha:g}", mean_std(r.fdr_mean, r.fdr_std),
+                                           fmt(r.coverage_mean), f"{r.fails}/{r.n_splits}", fmt(r.base_error_rate))))
         tables.append(table)
     return tables, shown
-
-
-def unattainable_note(shown: Any) -> str | None:
-    """One sentence on why every alpha failed (base error, calibration size), or None when something certified."""
-    from cic.stats.bounds import min_certifiable_n
-
-    if shown.height == 0 or (shown.get_column("fails") < shown.get_column("n_splits")).any():
-        return None
-    alpha, delta = float(shown.get_column("alpha").max()), float(shown.get_column("delta")[0])
-    errors = shown.get_column("base_error_rate")
-    return (f"Every α was unattainable: the base error rate is {errors.min():.2f}–{errors.max():.2f} and each split "
-            f"calibrates on {int(shown.get_column('n_cal').min())} answers, while even with zero errors "
-            f"Clopper–Pearson needs {min_certifiable_n('cp', alpha, delta)} accepted answers to certify "
-            f"α = {alpha:g} at δ = {delta:g}. A stronger model on more questions certifies: see {REAL_EXAMPLE}.")
 
 
 @friendly_errors
@@ -91,50 +70,34 @@ def run(
     from cic.store.outputs import guard_output_dir
 
     guard_output_dir(report_dir or checked.storage.report_dir, "--report-dir" if report_dir else "storage.report_dir")
-    if not no_mlflow:
-        _refuse_moved_mlflow_store(tracking_uri or checked.mlflow.tracking_uri)
+    from cic.pipeline.run_digest import per_dataset_lines, stage_times, unattainable_note
     from flows.pipeline import ModelsFailed, pipeline
 
     # the Prefect server and a local Ray stop with this command, on SIGTERM too; a SIGKILL's leftovers are
     # stopped by the next `cic run` on the same store
-    store_file = db or checked.storage.db
-    with command_services(store_file) as service_log, progress_view():
-        state = pipeline(config_path=str(config), db=db, ray_address=ray_address, tracking=tracking_uri,
-                         report_dir=report_dir, log_to_mlflow=not no_mlflow, return_state=True)
-    summary, failed = flow_outcome(state, ModelsFailed)
-    tables, shown = results_tables(summary["db"], summary["run_keys"], estimator)
+    summary, failed, service_log = run_flow(
+        pipeline, ModelsFailed, store=db or checked.storage.db, command="run",
+        mlflow_uri=tracking_uri or checked.mlflow.tracking_uri, config_path=str(config), db=db,
+        ray_address=ray_address, tracking=tracking_uri, report_dir=report_dir, log_to_mlflow=not no_mlflow)
+    tables, shown = results_tables(summary.results, estimator)
     for table in tables:
         console.print(table)
-    note = unattainable_note(shown)
-    if note:
-        console.print(note, highlight=False, markup=False)
-    if summary.get("per_dataset"):
-        from flows.pipeline import per_dataset_digest
-
-        for model, dataset, gate, share, count in per_dataset_digest(summary["per_dataset"]):
-            console.print(printable(f"per dataset: {model} · {dataset} · "
-                                    f"{'per-dataset gate (δ/G)' if gate == 'per_group' else 'pooled gate'}: largest "
-                                    f"share of splits with test FDR > α {'—' if share is None else f'{share:.2f}'} "
-                                    f"over {count} rows"), highlight=False, markup=False)
-        console.print(f"per-dataset table: {summary['per_dataset_file']}", highlight=False)
-    if summary.get("per_dataset_note"):
-        console.print(summary["per_dataset_note"], highlight=False)
-    timing = ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in summary["stage_seconds"].items())
-    console.print(f"stages: {timing}", highlight=False)
-    console.print(f"DuckDB: {summary['db']}", highlight=False)
-    console.print(f"Ray and MLflow service messages: {service_log}", highlight=False)
-    if summary["log"]:
-        console.print(f"MLflow ({summary['tracking_uri']}): {summary['log']['logged']} group(s) logged, "
-                      f"{summary['log']['already']} already there", highlight=False)
-        console.print(f"tables and plots: {summary['report_dir']}/ (also attached to the MLflow runs)",
+    for line in [unattainable_note(shown), *per_dataset_lines(summary), f"stages: {stage_times(summary)}",
+                 f"DuckDB: {summary.db}", f"Ray and MLflow service messages: {service_log}"]:
+        if line:
+            console.print(printable(line), highlight=False)
+    if summary.log is not None:
+        console.print(printable(f"MLflow ({summary.tracking_uri}): {summary.log.logged} group(s) logged, "
+                                f"{summary.log.already} already there"), highlight=False)
+        console.print(printable(f"tables and plots: {summary.report_dir}/ (also attached to the MLflow runs)"),
                       highlight=False)
-    if summary["log_error"]:
-        err_console.print(styled(("MLflow logging failed:", "bold yellow"), f" {summary['log_error']} — results are "
-                                 f"in {summary['db']}; run `cic log` to log them"))
-    for item in summary["answer"]:
-        if item["error"]:
-            err_console.print(styled(("FAILED", "bold red"), f" model {item['model']}: {item['error']} — its stored "
-                                     "batches are kept; rerun the same command to retry only it"), soft_wrap=True)
+    if summary.log_error:
+        err_console.print(styled(("MLflow logging failed:", "bold yellow"), printable(
+            f" {summary.log_error} — results are in {summary.db}; run `cic log` to log them")))
+    for item in summary.failed_models:
+        err_console.print(styled(("FAILED", "bold red"), printable(
+            f" model {item.model}: {item.error} — its stored batches are kept; rerun the same command to retry "
+            "only it")), soft_wrap=True)
     if failed:
         raise typer.Exit(1)
 
@@ -143,24 +106,23 @@ SHOWN_ALERTS = 10
 SHOWN_CANDIDATES = 50
 
 
-def print_alerts(alerts: list[dict[str, Any]]) -> None:
+def print_alerts(alerts: Sequence[AlertRow]) -> None:
     """Each alert on its own line when there are few; else counts per kind and the worst SHOWN_ALERTS (the full
     list is in the flow run's `recalibration` artifact and in `cic gate list`)."""
     from collections import Counter
 
     from cic.pipeline.recalibration import alert_kind
 
-    ordered = sorted(alerts, key=lambda a: alert_kind(a["alert"])[0])
+    ordered = sorted(alerts, key=lambda a: alert_kind(a.alert)[0])
     if len(alerts) > SHOWN_ALERTS:
-        counts = Counter(alert_kind(a["alert"])[1] for a in ordered)
-        groups = len({(a["model"], a["dataset"], a["estimator"], a["criterion"]) for a in alerts})
+        counts = Counter(alert_kind(a.alert)[1] for a in ordered)
+        groups = len({(a.place.model, a.place.dataset, a.place.estimator, a.place.criterion) for a in alerts})
         err_console.print(styled(("ALERTS", "bold red"), f" {len(alerts)} in {groups} group(s): " + ", ".join(
             f"{kind} × {n}" for kind, n in counts.items()) + f"; the {SHOWN_ALERTS} worst follow, the full list is "
             "in the flow run's 'recalibration' artifact and `cic gate list --state candidate`"), soft_wrap=True)
     for alert in ordered[:SHOWN_ALERTS]:
-        err_console.print(styled(("ALERT", "bold red"), printable(
-            f" {alert['model']}/{alert['dataset']} {alert['estimator']} × {alert['criterion']} α={alert['alpha']:g} "
-            f"{alert['bound']} {alert['search']}: {alert['alert']}")), highlight=False, soft_wrap=True)
+        err_console.print(styled(("ALERT", "bold red"), printable(f" {alert.place.label}: {alert.alert}")),
+                          highlight=False, soft_wrap=True)
 
 
 def _refuse_unfinished_ingests(db: str) -> None:
@@ -179,7 +141,7 @@ def _refuse_unfinished_ingests(db: str) -> None:
                          f"--db {db}` to complete it, then recalibrate")
 
 
-def print_monitors(monitors: list[dict[str, Any]]) -> None:
+def print_monitors(monitors: Sequence[MonitorRow]) -> None:
     """The live gates' anytime-valid monitors: alarmed first, then by evidence (at most SHOWN_CANDIDATES)."""
     if not monitors:
         return
@@ -187,20 +149,12 @@ def print_monitors(monitors: list[dict[str, Any]]) -> None:
     for column in ("model", "dataset", "estimator", "α", "checks", "answered", "errors", "e-value", "rate ≥",
                    "alarm"):
         table.add_column(column)
-    ordered = sorted(monitors, key=lambda m: (not m["alarmed"], -m["e_value"]))
+    ordered = sorted(monitors, key=lambda m: (not m.alarmed, -m.e_value))
     for m in ordered[:SHOWN_CANDIDATES]:
-        table.add_row(*map(printable, (m["model"], m["dataset"], m["estimator"], f"{m['alpha']:g}", str(m["nights"]),
-                                       str(m["n"]), str(m["k"]), f"{m['e_value']:.3g}",
-                                       f"{m['rate_lower_bound']:.3f}", "ALARM" if m["alarmed"] else "—")))
+        table.add_row(*map(printable, (m.place.model, m.place.dataset, m.place.estimator, f"{m.place.alpha:g}",
+                                       str(m.nights), str(m.n), str(m.k), f"{m.e_value:.3g}",
+                                       f"{m.rate_lower_bound:.3f}", "ALARM" if m.alarmed else "—")))
     console.print(table)
-
-
-def _refuse_moved_mlflow_store(explicit: str | None) -> None:
-    """Before any work: a moved local MLflow store would get its new artifacts in the old folder."""
-    from cic.services.mlflow_artifacts import check_not_moved
-    from cic.services.mlflow_tracking import tracking_uri as resolve
-
-    check_not_moved(resolve(explicit))
 
 
 @friendly_errors
@@ -226,46 +180,45 @@ def recalibrate(
     resolved_db = db or checked.storage.db
     check_store(resolved_db, must_exist=True, option="--db" if db else "storage.db")
     _refuse_unfinished_ingests(resolved_db)
-    if not no_mlflow:
-        _refuse_moved_mlflow_store(tracking_uri or checked.mlflow.tracking_uri)
     from flows.recalibrate import RecalibrationAlert, recalibrate_flow
 
     # Prefect's ephemeral server stops with this command, also when it is killed (see owned_processes)
-    with command_services(resolved_db, command="recalibrate"), progress_view():
-        state = recalibrate_flow(config_path=str(config), db=db, tracking=tracking_uri, window=window, since=since,
-                                 log_to_mlflow=not no_mlflow, fail_on_alert=fail_on_alert, return_state=True)
-    result, failed = flow_outcome(state, RecalibrationAlert)
-    table = Table(title=f"recalibration: {result['gates']} candidate gate(s)")
+    result, failed, _ = run_flow(
+        recalibrate_flow, RecalibrationAlert, store=resolved_db, command="recalibrate",
+        mlflow_uri=tracking_uri or checked.mlflow.tracking_uri, config_path=str(config), db=db, tracking=tracking_uri,
+        window=window, since=since, log_to_mlflow=not no_mlflow, fail_on_alert=fail_on_alert)
+    table = Table(title=f"recalibration: {result.gates} candidate gate(s)")
     table.add_column("gate", no_wrap=True, min_width=12)
     for column in ("state", "model", "dataset", "estimator", "criterion", "α", "bound", "search", "n",
                    "threshold", "live"):
         table.add_column(column)
-    shown = sorted(result["candidates"], key=lambda c: not c["alerts"])[:SHOWN_CANDIDATES]
+    shown = sorted(result.candidates, key=lambda c: not c.alerts)[:SHOWN_CANDIDATES]
     for r in shown:
-        table.add_row(*map(printable, (r["gate_id"][:12], r["state"], r["model"], r["dataset"], r["estimator"],
-                                       r["criterion"], f"{r['alpha']:g}", r["bound"], r["search"], str(r["n_window"]))),
-                      styled(("unattainable", "red")) if r["threshold"] is None else fmt(r["threshold"], ".4g"),
-                      fmt(r["live_threshold"], ".4g"))
-    if result["candidates"]:
+        p = r.place
+        table.add_row(*map(printable, (r.gate_id[:12], r.state, p.model, p.dataset, p.estimator, p.criterion,
+                                       f"{p.alpha:g}", p.bound, p.search, str(r.n_window))),
+                      styled(("unattainable", "red")) if r.threshold is None else fmt(r.threshold, ".4g"),
+                      fmt(r.live_threshold, ".4g"))
+    if result.candidates:
         console.print(table)
-    print_monitors(result.get("monitors", []))
-    if len(result["candidates"]) > SHOWN_CANDIDATES:
-        console.print(f"{len(result['candidates']) - SHOWN_CANDIDATES} more candidate(s) not shown: `cic gate list "
+    print_monitors(result.monitors)
+    if len(result.candidates) > SHOWN_CANDIDATES:
+        console.print(f"{len(result.candidates) - SHOWN_CANDIDATES} more candidate(s) not shown: `cic gate list "
                       "--state candidate`", soft_wrap=True)
-    for skipped in result["skipped"][:SHOWN_ALERTS]:
-        console.print(printable(f"skipped {skipped['model']}/{skipped['dataset']} {skipped['estimator']} × "
-                                f"{skipped['criterion']}: {skipped['reason']}"), soft_wrap=True)
-    if len(result["skipped"]) > SHOWN_ALERTS:
-        console.print(f"{len(result['skipped']) - SHOWN_ALERTS} more group(s) skipped (the flow run's log and "
+    for skipped in result.skipped[:SHOWN_ALERTS]:
+        console.print(printable(f"skipped {skipped.model}/{skipped.dataset} {skipped.estimator} × "
+                                f"{skipped.criterion}: {skipped.reason}"), soft_wrap=True)
+    if len(result.skipped) > SHOWN_ALERTS:
+        console.print(f"{len(result.skipped) - SHOWN_ALERTS} more group(s) skipped (the flow run's log and "
                       "artifact list them)", soft_wrap=True)
-    if not result["candidates"] and not result["skipped"]:
+    if not result.candidates and not result.skipped:
         console.print(f"nothing to recalibrate: {resolved_db} holds no labelled results for the models and datasets of "
                       f"{config} (run `cic run --config {config}` first, or check --db)", soft_wrap=True)
-    print_alerts(result["alerts"])
-    if result.get("log_error"):
-        err_console.print(styled(("MLflow logging failed:", "bold yellow"), printable(f" {result['log_error']}")),
+    print_alerts(result.alerts)
+    if result.log_error:
+        err_console.print(styled(("MLflow logging failed:", "bold yellow"), printable(f" {result.log_error}")),
                           soft_wrap=True)
-    if result["candidates"] and not result["promoted"]:
+    if result.candidates and not result.promoted:
         console.print("candidates wait for review: `cic gate list --state candidate`, then `cic gate promote ID`",
                       soft_wrap=True)
     if failed:
@@ -294,14 +247,14 @@ def log_command(
     from tasks.log import log_results
 
     guard_output_dir(report_dir, "--report-dir", inputs=[table])
-    _refuse_moved_mlflow_store(tracking_uri)
+    refuse_moved_mlflow_store(tracking_uri)
     if table is not None:
         _log_table(table, tracking_uri, experiment_prefix, report_dir, n_splits)
         return
     from cic.pipeline.preflight import check_store
 
     check_store(db, must_exist=True, option="--db")
-    with services_logged_to(services_log_path(db)), progress_view():
+    with without_flow(services_log_path(db)):
         stats = log_results.fn(db, tracking=tracking_uri, experiment_prefix=experiment_prefix, report_dir=report_dir)
     console.print(f"{stats.logged} group(s) logged, {stats.already} already in MLflow", highlight=False)
 
@@ -325,7 +278,7 @@ def _log_table(table: Path, tracking_uri: str | None, experiment_prefix: str | N
         with Store.open(store_file) as store:
             run_keys = store_long_table(store, frame, source=f"TABLE = {str(table)!r}", digest=file_digest(table))
         calibration = CalibrationConfig(n_splits=n_splits)
-        with services_logged_to(Path(tmp) / "services.log"), progress_view():
+        with without_flow(Path(tmp) / "services.log"):
             calibrate_runs.fn(store_file, run_keys, calibration)
             stats = log_results.fn(store_file, tracking=tracking_uri, report_dir=report_dir, run_keys=run_keys,
                                    experiment_prefix=experiment_prefix or DEFAULT_EXPERIMENT_PREFIX)

@@ -235,6 +235,7 @@ def evaluate(
 ) -> None:
     """The paper's protocol: FDR, coverage and fails over repeated calibration/test splits (per group with
     --group)."""
+    from cic.reports.tables import mean_std
     from cic.stats.protocol import evaluate_splits
     from cic.stats.searches import get_search
     from cic.store.outputs import guard_output, write_frame
@@ -260,10 +261,10 @@ def evaluate(
                 "fails", "threshold"):
         table.add_column(col, justify="right" if col not in ("bound", "search", "guarantee") else "left")
     for row in frame.iter_rows(named=True):
-        fdr = "—" if row["fdr_mean"] is None else f"{row['fdr_mean']:.3f} ± {row['fdr_std']:.3f}"
-        table.add_row(f"{row['alpha']:g}", row["bound"], row["search"], get_search(row["search"]).short_guarantee, fdr,
+        table.add_row(f"{row['alpha']:g}", row["bound"], row["search"], get_search(row["search"]).short_guarantee,
+                      mean_std(row["fdr_mean"], row["fdr_std"]),
                       fmt(row["fdr_above_alpha"], ".2f"),
-                      f"{row['coverage_mean']:.3f} ± {row['coverage_std']:.3f}",
+                      mean_std(row["coverage_mean"], row["coverage_std"]),
                       fmt(row["correct_coverage_mean"]), str(row["fails"]), fmt(row["threshold_mean"], ".4g"))
     console.print(table)
     if out is not None:

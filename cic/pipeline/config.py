@@ -6,6 +6,7 @@ value. `PipelineConfig.fingerprint_params()` lists what shaped the numbers (logg
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -395,13 +396,21 @@ def _refuse_duplicate_keys(node: Any, path: str, trail: str = "") -> None:
 
 
 def load_config(path: str | Path) -> PipelineConfig:
-    """Read and validate a pipeline YAML file (a path, or the name of a shipped config)."""
-    import yaml
-
+    """Read and validate a pipeline YAML file (a path, or the name of a shipped config). Parsed once per command:
+    the command, its flow and the flow's run name read the same frozen config while the file is unchanged."""
     p = config_path(path)
     if not p.is_file():
         raise UserError(f"config = {str(path)!r}: file not found (a YAML path, or one of "
                          f"{', '.join(SHIPPED_CONFIGS)})")
+    stat = p.stat()
+    return _parsed(p.resolve(), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed(p: Path, mtime_ns: int, size: int) -> PipelineConfig:
+    """The validated config of a file as it is at (mtime, size); errors are raised again on every call."""
+    import yaml
+
     try:
         text = p.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -18,6 +18,7 @@ import polars as pl
 
 from cic import schema
 from cic.errors import UserError
+from cic.store.queries import last_gate_events
 
 if TYPE_CHECKING:
     from cic.store import Store
@@ -68,11 +69,10 @@ def _events(store: Store, moves: Sequence[tuple[str, str, str, Sequence[str]]]) 
     previous event; one query for all of them."""
     for _, state, _, _ in moves:
         if state not in STATES:
-            raise UserError(f"state = {state!r}: one of {', '.join(STATES)}")
+            raise ValueError(f"state = {state!r}: one of {', '.join(STATES)}")
     if not moves:
         return []
-    last = dict(store.sql("SELECT calibration_id, max(created_at) FROM gate_events WHERE calibration_id IN "
-                          "(SELECT unnest(?)) GROUP BY calibration_id", [[m[0] for m in moves]]))
+    last = last_gate_events(store, [m[0] for m in moves])
     now = datetime.now(UTC)
     out = []
     for calibration_id, state, reason, alerts in moves:

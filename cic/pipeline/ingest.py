@@ -52,6 +52,19 @@ from cic import schema
 from cic.errors import UserError
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
 from cic.pipeline.record_batches import SUFFIXES, record_batches
+from cic.store.ingest_queries import (
+    changed_labels,
+    first_group_clash,
+    first_group_move,
+    first_question_in_two_groups,
+    first_repeated_key,
+    gates_touched,
+    staged_label_count,
+    staged_streams,
+    stored_answers,
+    unfinished_ingest_files,
+    write_staged,
+)
 
 if TYPE_CHECKING:
     from cic.store import Store
@@ -418,9 +431,7 @@ def _stage_batch(store: Store, stage: _Stage, batch: _Batch, layout: Layout, che
     correct = _bools(batch, "correct") if "correct" in layout.columns else None
     gold = _optional_text(batch, "gold") if "gold" in layout.columns else None
     if layout.labels_only:
-        stored = store.sql_frame(
-            "SELECT k.record, g.text FROM read_parquet(?) k LEFT JOIN generations g ON g.run_key = k.run_key AND "
-            "g.question_id = k.question_id AND g.sample_index = 0 ORDER BY k.record", [stage.add("keys", keys)])
+        stored = stored_answers(store, stage.add("keys", keys))
         missing = stored.get_column("text").is_null()
         batch.fail(missing, lambda r: f"no ingested record of model {models[r]!r}, stream {streams[r]!r} has this "
                                       "question_id; ingest the record (question, answer, timestamp, scores) first"
@@ -480,63 +491,41 @@ def _judge(keys: pl.DataFrame, answers: pl.Series, gold: pl.Series, criterion: s
 
 def _check_unique(store: Store, stage: _Stage, source: str) -> None:
     """No (model, stream, question_id) twice in the file (checked in DuckDB over every staged batch)."""
-    repeated = store.sql(
-        "SELECT model, stream, question_id, list(record ORDER BY record)[1:3] AS records FROM read_parquet(?) "
-        "GROUP BY model, stream, question_id HAVING count(*) > 1 ORDER BY min(record) LIMIT 1", [stage.files["keys"]])
+    repeated = first_repeated_key(store, stage.files["keys"])
     if repeated:
-        model, stream, qid, records = repeated[0]
+        model, stream, qid, records = repeated
         raise UserError(f"{source}: records {', '.join(map(str, records))} repeat model {model!r}, stream "
                          f"{stream!r}, question_id {qid!r}")
 
 
-GROUP_MOVES_SQL = (  # a record stored under another group of its stream (or grouped, when this file is not)
-    "SELECT k.record, k.model, k.question_id, k.stream, r.dataset FROM read_parquet(?) k JOIN runs r ON "
-    "r.model = k.model AND r.split = 'production' AND r.dataset <> k.stream AND (json_extract_string("
-    "r.generation_config, '$.stream') = k.base OR (k.stream <> k.base AND r.dataset = k.base)) JOIN observations o "
-    "ON o.run_key = r.run_key AND o.question_id = k.question_id ORDER BY k.record LIMIT 1")
-
-
 def _check_groups(store: Store, stage: _Stage, source: str) -> None:
     """A record keeps its group: not two groups in one file, not another group than the one it is stored in."""
-    split = store.sql(
-        "SELECT model, base, question_id, list(DISTINCT stream ORDER BY stream)[1:2], list(record ORDER BY record)"
-        "[1:2] FROM read_parquet(?) GROUP BY model, base, question_id HAVING count(DISTINCT stream) > 1 "
-        "ORDER BY min(record) LIMIT 1", [stage.files["keys"]])
+    split = first_question_in_two_groups(store, stage.files["keys"])
     if split:
-        model, base, qid, streams, records = split[0]
+        model, base, qid, streams, records = split
         raise UserError(f"{source}: records {', '.join(map(str, records))} put question_id {qid!r} of model "
                          f"{model!r}, stream {base!r} in two groups ({' and '.join(map(repr, streams))}); a record "
                          "has one group")
-    clash = store.sql(
-        "SELECT k.record, k.model, k.stream, k.base, json_extract_string(r.generation_config, '$.stream') FROM "
-        "read_parquet(?) k JOIN runs r ON r.run_key = k.run_key WHERE coalesce(json_extract_string("
-        "r.generation_config, '$.stream'), r.dataset) <> k.base ORDER BY k.record LIMIT 1", [stage.files["keys"]])
+    clash = first_group_clash(store, stage.files["keys"])
     if clash:
-        record, model, stream, base, stored_base = clash[0]
+        record, model, stream, base, stored_base = clash
         stored = f"a group of stream {stored_base!r}" if stored_base else "a stream of its own (no group)"
         now = f"a group of stream {base!r}" if base != stream else "a stream of its own (no group)"
         raise UserError(f"{source} record {record}: stream {stream!r} of model {model!r} is stored as {stored}, and "
                          f"this file would make it {now}; give the group or the stream another name")
-    moved = store.sql(GROUP_MOVES_SQL, [stage.files["keys"]])
+    moved = first_group_move(store, stage.files["keys"])
     if moved:
-        record, model, qid, stream, stored = moved[0]
+        record, model, qid, stream, stored = moved
         raise UserError(f"{source} record {record} (question_id {qid!r}): model {model!r} has this question stored "
                          f"in stream {stored!r}, not {stream!r}; a record keeps its group — ingest it with the "
                          "group it was stored with, or under a new question_id")
-
-
-CHANGED_SQL = (
-    "SELECT n.record, n.run_key, n.model, n.stream, n.question_id, n.criterion, l.aligned AS old_aligned, "
-    "n.aligned AS new_aligned FROM read_parquet(?) n JOIN labels l ON l.run_key = n.run_key AND "
-    "l.question_id = n.question_id AND l.criterion = n.criterion WHERE l.aligned IS DISTINCT FROM n.aligned "
-    "ORDER BY n.record")
 
 
 def _changed_labels(store: Store, stage: _Stage, source: str, relabel: bool) -> pl.DataFrame | None:
     """Stored labels this file would change: refused unless `relabel` (then returned, to be recorded)."""
     if not stage.has("labels"):
         return None
-    changed = store.sql_frame(CHANGED_SQL, [stage.files["labels"]])
+    changed = changed_labels(store, stage.files["labels"])
     if changed.height == 0:
         return None
     if not relabel:
@@ -558,15 +547,13 @@ def _write(store: Store, stage: _Stage, layout: Layout, path: Path, now: datetim
     ('writing' until the last step; recalibration waits for it and rerunning the ingest completes it)."""
     from cic.pipeline.gates import flag_gates
 
-    pairs = store.sql("SELECT DISTINCT model, stream, base FROM read_parquet(?) ORDER BY model, stream",
-                      [stage.files["keys"]])
+    pairs = staged_streams(store, stage.files["keys"])
     steps = [(kind, files[i:i + commit_files]) for kind in ("records", "scores", "labels")
              for files in [stage.files[kind]] for i in range(0, len(files), commit_files)]
     journal = {"digest": digest, "file": str(path.resolve()), "records": stats.records,
                "started_at": now, "created_at": None}
     if stage.has("labels"):
-        stats.labels = store.sql("SELECT count(*) FROM (SELECT DISTINCT run_key, question_id FROM read_parquet(?))",
-                                 [stage.files["labels"]])[0][0]
+        stats.labels = staged_label_count(store, stage.files["labels"])
     stats.unlabelled = 0 if layout.labels_only else stats.records - stats.labels
     journaled = not (len(steps) <= 3 and len({kind for kind, _ in steps}) == len(steps))
     if journaled:  # its checked data outlives a kill: the journal can be completed from it, or abandoned
@@ -587,7 +574,7 @@ def _write(store: Store, stage: _Stage, layout: Layout, path: Path, now: datetim
                 .alias("event_id"), "run_key", "question_id", "criterion", "old_aligned", "new_aligned",
                 pl.lit(path.name).alias("source"), pl.lit(now).alias("created_at")))
             stats.relabelled = changed.height
-            touched = _gates_touched(store, stage.add("changed", changed))
+            touched = gates_touched(store, stage.add("changed", changed))
             stats.flagged_gates = flag_gates(store, {
                 gate: f"labels changed under this gate: {n} label(s) in its window relabelled by {path.name} "
                       f"at {now:%Y-%m-%d %H:%M} UTC; recalibrate and review before trusting it"
@@ -605,19 +592,7 @@ def _write(store: Store, stage: _Stage, layout: Layout, path: Path, now: datetim
 
 def _write_step(store: Store, kind: str, files: list[str], path: Path, now: datetime) -> None:
     """Upsert one kind of staged file into its tables."""
-    if kind == "records":
-        store.upsert_select("questions", "SELECT stream, ? || model, question_id, question, NULL::VARCHAR[], "
-                            "NULL::VARCHAR[], coalesce(gold, ''), []::VARCHAR[] FROM read_parquet(?)",
-                            [f"{SPLIT}:", files])
-        store.upsert_select("generations", "SELECT run_key, question_id, 0, answer, NULL::INTEGER, NULL::DOUBLE, "
-                            "NULL::DOUBLE, NULL::BOOLEAN, NULL::DOUBLE[], ['ingested'] FROM read_parquet(?)", [files])
-        store.upsert_select("observations", "SELECT run_key, question_id, observed_at, ?, ? FROM read_parquet(?)",
-                            [path.name, now, files])
-    elif kind == "scores":
-        store.upsert_select("scores", "SELECT run_key, question_id, estimator, value FROM read_parquet(?)", [files])
-    else:
-        store.upsert_select("labels", "SELECT run_key, question_id, criterion, aligned, value, ? FROM read_parquet(?)",
-                            [now, files])
+    write_staged(store, kind, files, path.name, now, SPLIT)
 
 
 MANIFEST = "manifest.json"
@@ -800,19 +775,4 @@ def file_digest(path: Path) -> str:
 
 def unfinished_ingests(store: Store) -> list[str]:
     """Files whose ingest was cut off between commits (a kill, a full disk): rerunning it completes it."""
-    return [f for (f,) in store.sql("SELECT file FROM ingests WHERE state = 'writing' ORDER BY started_at")]
-
-
-def _gates_touched(store: Store, changed_file: str) -> dict[str, int]:
-    """gate id → how many of the changed labels lie in its window (a gate without a window holds them all);
-    a record's time is when production saw it, else when its label was first stored."""
-    rows = store.sql(
-        "SELECT c.calibration_id, count(*) FROM calibrations c JOIN ("
-        "  SELECT ch.run_key, ch.criterion, coalesce(o.observed_at, l.created_at) AS seen_at FROM read_parquet(?) ch "
-        "  JOIN labels l ON l.run_key = ch.run_key AND l.question_id = ch.question_id AND l.criterion = ch.criterion "
-        "  LEFT JOIN observations o ON o.run_key = ch.run_key AND o.question_id = ch.question_id) t "
-        "ON c.run_key = t.run_key AND c.criterion = t.criterion "
-        "AND (c.window_from IS NULL OR t.seen_at >= c.window_from) "
-        "AND (c.window_to IS NULL OR t.seen_at <= c.window_to) "
-        "GROUP BY c.calibration_id", [changed_file])
-    return {gate_id: int(n) for gate_id, n in rows}
+    return unfinished_ingest_files(store)

@@ -19,6 +19,7 @@ import polars as pl
 
 from cic import schema
 from cic.stats.monitoring import e_value, lower_bound
+from cic.store.queries import newest_monitor_rows
 
 if TYPE_CHECKING:
     from cic.pipeline.stored_calibration import GroupKey
@@ -49,9 +50,7 @@ class MonitorUpdate:
 
 def previous_states(store: Store) -> dict[str, dict[str, Any]]:
     """The newest monitor row of each gate."""
-    rows = store.sql_frame("SELECT * FROM gate_monitor QUALIFY row_number() OVER (PARTITION BY calibration_id "
-                           "ORDER BY checked_at DESC) = 1")
-    return {r["calibration_id"]: r for r in rows.iter_rows(named=True)}
+    return {r["calibration_id"]: r for r in newest_monitor_rows(store).iter_rows(named=True)}
 
 
 def monitor_group(key: GroupKey, pairs: pl.DataFrame, live_rows: list[dict[str, Any]],

@@ -28,6 +28,7 @@ from cic.pipeline.durations import parse_duration
 from cic.pipeline.gates import gates
 from cic.pipeline.stored_calibration import GroupKey, calibration_rows, group_counts
 from cic.stats.drift import DriftTest, error_rate_test, holm, score_shift_test
+from cic.store.queries import labelled_pairs_of_runs
 
 if TYPE_CHECKING:
     from cic.pipeline.config import CalibrationConfig
@@ -243,14 +244,7 @@ def pairs_of_runs(store: Store, run_keys: Sequence[str], *, estimator: str | Non
                   criterion: str | None = None) -> pl.DataFrame:
     """The labelled pairs of every group of these runs (or of one estimator / criterion) in one query:
     (run_key, estimator, criterion, question_id, score, error, at), each group's rows oldest first."""
-    return store.sql_frame(
-        "SELECT s.run_key, s.estimator, l.criterion, s.question_id, s.value AS score, "
-        "CAST(NOT l.aligned AS TINYINT) AS error, coalesce(o.observed_at, l.created_at) AS seen_at "
-        "FROM scores s JOIN labels l ON s.run_key = l.run_key AND s.question_id = l.question_id "
-        "LEFT JOIN observations o ON o.run_key = s.run_key AND o.question_id = s.question_id "
-        "WHERE s.run_key IN (SELECT unnest(?)) AND s.value IS NOT NULL AND (? IS NULL OR s.estimator = ?) "
-        "AND (? IS NULL OR l.criterion = ?) ORDER BY s.run_key, s.estimator, l.criterion, seen_at, s.question_id",
-        [list(run_keys), estimator, estimator, criterion, criterion]).rename({"seen_at": "at"})
+    return labelled_pairs_of_runs(store, run_keys, estimator=estimator, criterion=criterion)
 
 
 @dataclass

@@ -24,6 +24,7 @@ from cic.errors import UserError
 from cic.stats.calibration import calibrate, quantile_grid, uniform_grid
 from cic.stats.protocol import evaluate_splits
 from cic.stats.searches import get_search
+from cic.store.queries import labelled_criteria, scored_estimators
 
 if TYPE_CHECKING:
     from cic.pipeline.config import CalibrationConfig
@@ -67,11 +68,8 @@ def groups_of_run(store: Store, run: dict[str, Any], estimators: Sequence[str] |
     """The (estimator, criterion) groups a run can calibrate: estimators with at least two non-null scores,
     criteria with labels; optionally only those whose base name is in `estimators` / listed in `criteria`."""
     key = run["run_key"]
-    scored = store.sql("SELECT estimator FROM scores WHERE run_key = ? AND value IS NOT NULL "
-                       "GROUP BY estimator HAVING count(*) >= 2 ORDER BY estimator", [key])
-    labelled = store.sql("SELECT DISTINCT criterion FROM labels WHERE run_key = ? ORDER BY criterion", [key])
-    names = [e for (e,) in scored if estimators is None or e.split("[")[0] in estimators]
-    crits = [c for (c,) in labelled if criteria is None or c in criteria]
+    names = [e for e in scored_estimators(store, key) if estimators is None or e.split("[")[0] in estimators]
+    crits = [c for c in labelled_criteria(store, key) if criteria is None or c in criteria]
     return [GroupKey(key, run["model"], run["dataset"], e, c) for e in names for c in crits]
 
 

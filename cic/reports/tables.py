@@ -18,6 +18,11 @@ if TYPE_CHECKING:
     import polars as pl
 
 DASH = "—"
+
+
+def mean_std(mean: float | None, std: float | None) -> str:
+    """A 'mean ± std' cell (FDR over the splits that found a threshold): — when no split found one."""
+    return DASH if mean is None else f"{mean:.3f} ± {std:.3f}"
 GROUP_KEYS = ("model", "dataset", "estimator", "criterion")
 
 
@@ -107,7 +112,7 @@ def _cell(row: dict[str, Any] | None, metric: Metric) -> tuple[str, str, bool]:
         return "n/a", "n/a", False
     all_failed = row["fails"] >= row["n_splits"]
     if metric.name == "fdr":
-        value = DASH if row["fdr_mean"] is None else f"{row['fdr_mean']:.3f} ± {row['fdr_std']:.3f}"
+        value = mean_std(row["fdr_mean"], row["fdr_std"])
     else:
         value = DASH if all_failed or row[f"{metric.name}_mean"] is None else f"{row[f'{metric.name}_mean']:.3f}"
     return value, str(row["fails"]), all_failed
@@ -253,7 +258,7 @@ def baselines_markdown(frame: pl.DataFrame) -> str:
                "coverage", "correct cov.", "fails"]
     rows = []
     for r in frame.with_columns(_g=_group_expr(keys)).iter_rows(named=True):
-        fdr = DASH if r["fdr_mean"] is None else f"{r['fdr_mean']:.3f} ± {r['fdr_std']:.3f}"
+        fdr = mean_std(r["fdr_mean"], r["fdr_std"])
         rows.append([r["_g"], f"{r['alpha']:g}", r["label"], r["guarantee"], fdr, f"{r['fdp_mean']:.3f}",
                      fmt(r["fdr_above_alpha"], ".2f"),
                      f"{r['coverage_mean']:.3f}", fmt(r["correct_coverage_mean"]), f"{r['fails']}/{r['n_splits']}"])

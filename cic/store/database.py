@@ -379,7 +379,7 @@ def as_table_frame(table: str, batch: pl.DataFrame | pa.Table) -> pl.DataFrame:
     spec = _table_spec(table)
     frame = batch if isinstance(batch, pl.DataFrame) else pl.from_arrow(batch)
     if not isinstance(frame, pl.DataFrame):
-        raise UserError(f"{table}: expected a polars DataFrame or Arrow table, got {type(batch).__name__}")
+        raise ValueError(f"{table}: expected a polars DataFrame or Arrow table, got {type(batch).__name__}")
     for column in (CREATED_AT, *spec.added_later):
         if column in spec.columns and column not in frame.columns:
             frame = frame.with_columns(pl.lit(None, dtype=spec.columns[column]).alias(column))
@@ -643,9 +643,9 @@ class Store:
         """
         spec = _table_spec(table)
         if "run_key" not in spec.columns or "question_id" not in spec.columns:
-            raise UserError(f"table = {table!r}: has no run_key/question_id columns")
+            raise ValueError(f"table = {table!r}: has no run_key/question_id columns")
         if isinstance(min_rows, bool) or not isinstance(min_rows, int) or min_rows < 1:
-            raise UserError(f"min_rows = {min_rows!r}: must be a positive integer")
+            raise ValueError(f"min_rows = {min_rows!r}: must be a positive integer")
         ids = pl.DataFrame({"question_id": [str(q) for q in question_ids]}, schema={"question_id": pl.String})
         if ids.height == 0:
             return []
@@ -665,21 +665,21 @@ class Store:
     def sql(self, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Rows of a parameterised read query (for pipeline stages that need a grouped or joined read)."""
         if not query.lstrip().upper().startswith(("SELECT", "WITH")):
-            raise UserError(f"query = {query[:60]!r}: only SELECT / WITH reads are allowed here")
+            raise ValueError(f"query = {query[:60]!r}: only SELECT / WITH reads are allowed here")
         return self._con.sql(query, params=list(params)).fetchall()
 
     def sql_frame(self, query: str, params: Sequence[Any] = ()) -> pl.DataFrame:
         """`sql` as a polars frame (a joined or grouped read too large for Python tuples)."""
         if not query.lstrip().upper().startswith(("SELECT", "WITH")):
-            raise UserError(f"query = {query[:60]!r}: only SELECT / WITH reads are allowed here")
+            raise ValueError(f"query = {query[:60]!r}: only SELECT / WITH reads are allowed here")
         result = pl.from_arrow(self._con.sql(query, params=list(params)).to_arrow_table())
         assert isinstance(result, pl.DataFrame)
         return result
 
     def upsert_select(self, table: str, query: str, params: Sequence[Any] = ()) -> int:
-        """Upsert the rows of a SELECT that yields the table's columns in order, key-unique (a bulk write from
-        staged Parquet files: DuckDB streams it, nothing passes through Python); `created_at` keeps its first
-        value, as in `upsert`. Returns the rows the SELECT produced."""
+        """Upsert the rows of a SELECT whose columns are named as the table's (matched by name, not position),
+        key-unique (a bulk write from staged Parquet files: DuckDB streams it, nothing passes through Python);
+        `created_at` keeps its first value, as in `upsert`. Returns the rows the SELECT produced."""
         if self.read_only:
             raise StoreError(f"{self!r} was opened read-only; open it without read_only to write")
         spec = _table_spec(table)
@@ -689,7 +689,7 @@ class Store:
 
         try:
             with self.transaction():
-                count = self._con.execute(f"INSERT INTO {table} ({', '.join(spec.columns)}) SELECT * FROM ({query}) "
+                count = self._con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM ({query}) "
                                           f"ON CONFLICT ({', '.join(spec.key)}) {action}", list(params)).fetchall()
         except duckdb.IOException as exc:  # a full disk, a file-size limit: the transaction rolled back
             raise StoreError(f"db = {str(self.path)!r}: writing {table} rows failed "

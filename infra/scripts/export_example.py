@@ -23,6 +23,7 @@ import polars as pl
 from cic.pipeline.config import SHIPPED_CONFIGS, load_config
 from cic.pipeline.stored_calibration import groups_of_run
 from cic.store import Store
+from cic.store.queries import last_label_time
 
 
 def sha256(path: Path) -> str:
@@ -59,7 +60,7 @@ def main() -> None:
         keys = runs.get_column("run_key").to_list()
         table = long_table(store, keys)
         started = runs.get_column("created_at").min()
-        finished = store.sql("SELECT max(created_at) FROM labels WHERE run_key IN (SELECT unnest(?))", [keys])[0][0]
+        finished = last_label_time(store, keys)
         questions = {r["dataset"]: store.count("questions", dataset=r["dataset"]) for r in runs.iter_rows(named=True)}
     args.out.mkdir(parents=True, exist_ok=True)
     model = config.models[0].name

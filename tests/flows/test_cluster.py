@@ -68,16 +68,16 @@ def test_two_models_on_gpu_nodes_at_once_and_a_lost_node_is_retried_elsewhere(tm
         unsubscribe()
         ray.shutdown()
         cluster.shutdown()
-    answer = {a["model"]: a for a in summary["answer"]}
-    assert removed and all(a["error"] is None for a in answer.values()), answer
+    answer = {a.model: a for a in summary.answer}
+    assert removed and all(a.error is None for a in answer.values()), answer
     gpu_ids = {n.node_id for n in gpu_nodes}
     for stats in answer.values():  # GPU replicas run on the GPU nodes only, asked for as half a GPU
-        assert stats["options"] == {"num_gpus": 0.5, "num_cpus": 1.0}
-        assert set(stats["nodes"]) <= gpu_ids and stats["questions"] == 6
-    assert any(len(set(a["nodes"])) == 2 for a in answer.values())  # a replacement started on the other node
+        assert stats.options == {"num_gpus": 0.5, "num_cpus": 1.0}
+        assert set(stats.nodes) <= gpu_ids and stats.questions == 6
+    assert any(len(set(a.nodes)) == 2 for a in answer.values())  # a replacement started on the other node
     spans = {m: [t for t, stage, done in reports if stage == f"answer {m}" and done > 0] for m in answer}
     assert min(spans["alpha"]) < max(spans["beta"]) and min(spans["beta"]) < max(spans["alpha"])  # at once
-    with Store.open(summary["db"], read_only=True) as store:
+    with Store.open(summary.db, read_only=True) as store:
         generations = store.read("generations")
         scores = store.read("scores")
     assert generations.height == 2 * 6 * (1 + K)
@@ -103,10 +103,10 @@ def test_a_model_that_fails_is_named_and_the_other_finishes(tmp_path: Path) -> N
         ray_pool.shutdown(info)
     assert state.is_failed() and "broken" in state.message and "good" not in state.message.split("failed:")[1]
     summary = state.result(raise_on_failure=False).summary
-    answer = {a["model"]: a for a in summary["answer"]}
-    assert answer["good"]["error"] is None and answer["good"]["generated"] == 6
-    assert "could not be read" in answer["broken"]["error"] or "GGUF" in answer["broken"]["error"]
-    with Store.open(summary["db"], read_only=True) as store:
+    answer = {a.model: a for a in summary.answer}
+    assert answer["good"].error is None and answer["good"].generated == 6
+    assert "could not be read" in answer["broken"].error or "GGUF" in answer["broken"].error
+    with Store.open(summary.db, read_only=True) as store:
         runs = store.read("runs")
         good = runs.filter(model="good")["run_key"][0]
         assert store.count("generations", run_key=good) == 6 * (1 + K)

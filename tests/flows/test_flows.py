@@ -42,7 +42,7 @@ def _runs(client: MlflowClient, experiment: str) -> list:
 def test_calibrate_flow_stores_gates_and_logs_each_group_once(setup: tuple[Path, Path, MlflowClient]) -> None:
     config, db, client = setup
     result = calibrate_flow(config_path=str(config))
-    assert result["calibrate"].groups == 2 and result["log"].logged == 2
+    assert result.calibrate.groups == 2 and result.log.logged == 2
     with Store.open(db) as store:
         counts = store.counts()
     assert counts["calibrations"] == 2 * 2 * 2 and counts["evaluations"] == 2 * 2 * 2
@@ -62,7 +62,7 @@ def test_calibrate_flow_stores_gates_and_logs_each_group_once(setup: tuple[Path,
     assert [a.path for a in client.list_artifacts(child.info.run_id)] == ["gate.json"]
 
     again = calibrate_flow(config_path=str(config))
-    assert again["log"].logged == 0 and again["log"].already == 2
+    assert again.log.logged == 0 and again.log.already == 2
     assert len(_runs(client, "cic-t-d")) == 10
     with Store.open(db) as store:
         assert store.counts()["calibrations"] == 8
@@ -96,14 +96,13 @@ def test_recalibration_flow_fails_on_drift_and_logs_candidates_with_the_pipeline
     alert = state.result(raise_on_failure=False)
     assert isinstance(alert, RecalibrationAlert)
     result = alert.summary
-    assert result["gates"] == 8 and result["unattainable"] == 8 and result["promoted"] == []
-    assert all(c["threshold"] is None and c["n_window"] == 300 and c["state"] == "candidate"
-               for c in result["candidates"])
-    assert any(c["live_threshold"] is not None for c in result["candidates"])
-    alerts = [a["alert"] for a in result["alerts"]]
+    assert result.gates == 8 and result.unattainable == 8 and result.promoted == []
+    assert all(c.threshold is None and c.n_window == 300 and c.state == "candidate" for c in result.candidates)
+    assert any(c.live_threshold is not None for c in result.candidates)
+    alerts = [a.alert for a in result.alerts]
     assert any(a.startswith("alpha has become unattainable") for a in alerts)
     assert any(a.startswith("score distribution moved") for a in alerts)
-    assert {t["test"] for t in result["tests"]} == {"score_shift", "error_rate"}
+    assert {t.test for t in result.tests} == {"score_shift", "error_rate"}
     recal = [r for r in _runs(client, "cic-t-d") if r.data.tags.get("cic.kind") == "recalibration"]
     parents = [r for r in recal if "mlflow.parentRunId" not in r.data.tags]
     children = [r for r in recal if "mlflow.parentRunId" in r.data.tags]
@@ -294,16 +293,20 @@ def test_group_by_dataset_certifies_a_models_datasets_at_once_and_recalibrates_t
         for i, name in enumerate(("d", "e")):
             store_run(store, dataset=name, n=300, seed=10 + i, id_offset=5000,
                       labelled_at=datetime(2026, 1, 8, tzinfo=UTC))
-    from flows.pipeline import markdown_summary, per_dataset_rows, write_per_dataset
+    from cic.pipeline.run_digest import markdown_summary
+    from cic.pipeline.run_results import PipelineSummary
+    from cic.store.queries import latest_group_results
+    from flows.pipeline import write_per_dataset
 
     with Store.open(db, read_only=True) as store:
         run_keys = store.read("runs")["run_key"].to_list()
-    rows = per_dataset_rows(str(db), run_keys)  # what `cic run` shows and writes with `group_by: dataset`
+        rows = latest_group_results(store, run_keys).to_dicts()  # what `cic run` shows with `group_by: dataset`
     assert len(rows) == studies.height and {r["dataset"] for r in rows} == {"d", "e"}
     written = write_per_dataset(rows, str(tmp_path / "reports"))
     assert "| m | predictive_entropy | similarity[0.6] | UCB-CP | 0.2 | e | 300 | pooled (δ) |" in \
         Path(written).read_text()
-    shown = markdown_summary({"answer": [], "stage_seconds": {}, "per_dataset": rows, "per_dataset_file": written})
+    shown = markdown_summary(PipelineSummary(db=str(db), tracking_uri="", report_dir="", per_dataset=rows,
+                                             per_dataset_file=written))
     assert "| m | e | pooled |" in shown and "| m | d | per dataset |" in shown
     recalibrate_flow(config_path=str(config), fail_on_alert=False, log_to_mlflow=False)
     with Store.open(db, read_only=True) as store:

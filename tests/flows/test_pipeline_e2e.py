@@ -16,6 +16,7 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
+from cic.pipeline.run_results import PipelineSummary
 from cic.services import ray_pool
 from cic.store import Store
 from flows.pipeline import pipeline
@@ -40,7 +41,7 @@ def write_config(path: Path, tmp: Path, *, datasets: list[dict[str, Any]], per_b
 
 
 @pytest.fixture(scope="module")
-def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, Any], MlflowClient]]:
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, PipelineSummary, MlflowClient]]:
     tmp = tmp_path_factory.mktemp("e2e")
     uri = f"sqlite:///{tmp}/mlflow.db"
     config = write_config(tmp / "c.yaml", tmp, datasets=[{"name": "commonsense_qa", "limit": 6},
@@ -59,14 +60,14 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, d
         ray_pool.shutdown(info)
 
 
-def test_stage_progress_reaches_the_flow_run_log(demo_run: tuple[Path, dict[str, Any], MlflowClient]) -> None:
+def test_stage_progress_reaches_the_flow_run_log(demo_run: tuple[Path, PipelineSummary, MlflowClient]) -> None:
     """What the Prefect UI shows for the run: progress lines of every stage, not only warnings."""
     from uuid import UUID
 
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
     _, summary, _ = demo_run
-    only_this_run = LogFilter(flow_run_id=LogFilterFlowRunId(any_=[UUID(summary["flow_run_id"])]))
+    only_this_run = LogFilter(flow_run_id=LogFilterFlowRunId(any_=[UUID(summary.flow_run_id)]))
     deadline, messages = time.monotonic() + 30, []
     while time.monotonic() < deadline:  # logs reach the API in the background, a batch every few seconds
         with get_client(sync_client=True) as client:
@@ -87,9 +88,9 @@ def _all_runs(client: MlflowClient) -> list[Any]:
     return list(client.search_runs(experiments, max_results=5000)) if experiments else []
 
 
-def test_every_table_is_filled(demo_run: tuple[Path, dict[str, Any], MlflowClient]) -> None:
+def test_every_table_is_filled(demo_run: tuple[Path, PipelineSummary, MlflowClient]) -> None:
     _, summary, _ = demo_run
-    with Store.open(summary["db"]) as store:
+    with Store.open(summary.db) as store:
         counts = store.counts()
         generations = store.read("generations")
         labels = store.read("labels")
@@ -99,30 +100,31 @@ def test_every_table_is_filled(demo_run: tuple[Path, dict[str, Any], MlflowClien
     assert counts["scores"] >= 12 * 3 and counts["labels"] == 12
     assert set(labels.get_column("criterion")) == {"option_match", "similarity[0.6]"}
     assert counts["calibrations"] > 0 and counts["evaluations"] > 0
-    assert summary["answer"][0]["generated"] == 12
-    assert summary["calibrate"]["groups"] >= 4
+    assert summary.answer[0].generated == 12
+    assert summary.calibrate.groups >= 4
 
 
 def test_group_by_dataset_certifies_both_datasets_at_once_and_reports_per_dataset(
-        demo_run: tuple[Path, dict[str, Any], MlflowClient]) -> None:
-    from flows.pipeline import markdown_summary
+        demo_run: tuple[Path, PipelineSummary, MlflowClient]) -> None:
+    from cic.pipeline.run_digest import markdown_summary
 
     config, summary, _ = demo_run
-    with Store.open(summary["db"], read_only=True) as store:
+    with Store.open(summary.db, read_only=True) as store:
         assert set(store.read("calibrations", kind="pipeline")["groups"]) == {2}  # two datasets, δ / 2 each
     # each dataset labels with its own criterion (option_match, similarity[0.6]): nothing to pool, and it says so
-    assert summary["per_dataset"] == [] and "no estimator × criterion is shared" in summary["per_dataset_note"]
-    assert summary["per_dataset_note"] in markdown_summary(summary)
+    assert summary.per_dataset == [] and "no estimator × criterion is shared" in summary.per_dataset_note
+    assert summary.per_dataset_note in markdown_summary(summary)
 
 
-def test_mlflow_has_parents_children_metrics_and_artifacts(demo_run: tuple[Path, dict[str, Any], MlflowClient]) -> None:
+def test_mlflow_has_parents_children_metrics_and_artifacts(
+        demo_run: tuple[Path, PipelineSummary, MlflowClient]) -> None:
     _, summary, client = demo_run
-    assert summary["log_error"] is None and summary["log"]["logged"] == summary["calibrate"]["groups"]
+    assert summary.log_error is None and summary.log.logged == summary.calibrate.groups
     runs = _all_runs(client)
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     # children: alphas x bounds x searches (geometric and paper, the default)
-    assert len(parents) == summary["calibrate"]["groups"] and len(children) == len(parents) * 2 * 2 * 2
+    assert len(parents) == summary.calibrate.groups and len(children) == len(parents) * 2 * 2 * 2
     assert {r.data.tags["cic.dataset"] for r in parents} == {"commonsense_qa", "trivia_qa"}
     parent = next(r for r in parents if r.data.tags["cic.dataset"] == "trivia_qa")
     assert parent.data.params["run_key"] and "base_error_rate" in parent.data.metrics
@@ -134,7 +136,7 @@ def test_mlflow_has_parents_children_metrics_and_artifacts(demo_run: tuple[Path,
                f"{r.data.params['bound']} · {r.data.params['search']} · α={float(r.data.params['alpha']):g}"
                and r.data.metrics["alpha"] == float(r.data.params["alpha"]) for r in mine)
     assert {a.path for a in client.list_artifacts(parent.info.run_id)} == {"figures", "tables"}  # no relative links
-    with Store.open(summary["db"]) as store:
+    with Store.open(summary.db) as store:
         fdr = {(r["estimator"], r["criterion"], r["alpha"], r["bound"]): r["fdr_mean"]
                for r in store.read("evaluations").iter_rows(named=True)}
     for r in children:  # logged exactly where some split found a threshold (null FDR is not a metric)
@@ -144,21 +146,21 @@ def test_mlflow_has_parents_children_metrics_and_artifacts(demo_run: tuple[Path,
     assert [a.path for a in client.list_artifacts(mine[0].info.run_id)] == ["gate.json"]
 
 
-def test_rerun_adds_no_rows_and_no_mlflow_runs(demo_run: tuple[Path, dict[str, Any], MlflowClient]) -> None:
+def test_rerun_adds_no_rows_and_no_mlflow_runs(demo_run: tuple[Path, PipelineSummary, MlflowClient]) -> None:
     config, summary, client = demo_run
-    with Store.open(summary["db"]) as store:
+    with Store.open(summary.db) as store:
         before = store.counts()
     n_runs = len(_all_runs(client))
-    again = pipeline(config_path=str(config), tracking=summary["tracking_uri"])
-    assert again["answer"][0]["generated"] == 0 and again["answer"][0]["questions"] == 0
-    assert again["log"]["logged"] == 0
-    with Store.open(summary["db"]) as store:
+    again = pipeline(config_path=str(config), tracking=summary.tracking_uri)
+    assert again.answer[0].generated == 0 and again.answer[0].questions == 0
+    assert again.log.logged == 0
+    with Store.open(summary.db) as store:
         assert store.counts() == before
     assert len(_all_runs(client)) == n_runs
 
 
 def test_cic_log_after_cic_run_adds_nothing_and_runs_compare_in_mlflow(
-        demo_run: tuple[Path, dict[str, Any], MlflowClient], tmp_path: Path) -> None:
+        demo_run: tuple[Path, PipelineSummary, MlflowClient], tmp_path: Path) -> None:
     """The README's sequence: `cic run`, then `cic log` with no prefix, logs nothing new; the runs carry what
     MLflow's comparison views read (experiment kind, dataset input, metrics per alpha)."""
     from typer.testing import CliRunner
@@ -167,7 +169,7 @@ def test_cic_log_after_cic_run_adds_nothing_and_runs_compare_in_mlflow(
 
     config, summary, client = demo_run
     n_runs = len(_all_runs(client))
-    result = CliRunner().invoke(app, ["log", "--db", summary["db"], "--tracking-uri", summary["tracking_uri"],
+    result = CliRunner().invoke(app, ["log", "--db", summary.db, "--tracking-uri", summary.tracking_uri,
                                       "--report-dir", str(tmp_path / "r")])
     assert result.exit_code == 0, result.output
     assert "0 group(s) logged" in result.output
@@ -186,7 +188,7 @@ def test_cic_log_after_cic_run_adds_nothing_and_runs_compare_in_mlflow(
 
 @pytest.mark.faults
 def test_mlflow_down_the_run_completes_and_says_what_was_not_logged(
-        demo_run: tuple[Path, dict[str, Any], MlflowClient]) -> None:
+        demo_run: tuple[Path, PipelineSummary, MlflowClient]) -> None:
     import socket
 
     config, summary, client = demo_run
@@ -194,8 +196,8 @@ def test_mlflow_down_the_run_completes_and_says_what_was_not_logged(
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]  # nothing listens there
     again = pipeline(config_path=str(config), tracking=f"http://127.0.0.1:{port}")
-    assert again["log"] is None and "does not answer" in again["log_error"]
-    assert again["stage_seconds"]["log"] < 30  # bounded, not MLflow's minutes of backoff
+    assert again.log is None and "does not answer" in again.log_error
+    assert again.stage_seconds["log"] < 30  # bounded, not MLflow's minutes of backoff
 
 
 @pytest.mark.faults
@@ -222,7 +224,7 @@ def test_sigkill_mid_generation_then_rerun_completes_with_one_row_per_key(tmp_pa
     assert kept.height == stored.height and (kept["text"] == kept["text_before"]).all()
 
 
-def test_cic_ask_uses_the_stored_gate(demo_run: tuple[Path, dict[str, Any], MlflowClient]) -> None:
+def test_cic_ask_uses_the_stored_gate(demo_run: tuple[Path, PipelineSummary, MlflowClient]) -> None:
     from typer.testing import CliRunner
 
     from cic.cli import app
@@ -269,7 +271,7 @@ def test_a_ray_worker_killed_mid_run_has_its_batches_retried_with_one_row_per_ke
             ray_pool.shutdown(info)
     assert killed, "no AnswerWorker process was found to kill"
     assert any("lost on batch" in r.getMessage() for r in caplog.records)  # the pool's retry path ran
-    assert summary["answer"][0]["questions"] == 8
+    assert summary.answer[0].questions == 8
     with Store.open(tmp_path / "cic.duckdb", read_only=True) as store:
         generations = store.read("generations")
         scores = store.read("scores")
@@ -281,7 +283,7 @@ def test_a_ray_worker_killed_mid_run_has_its_batches_retried_with_one_row_per_ke
 
 
 def test_a_new_estimator_rescores_stored_answers_without_loading_the_llm(
-        demo_run: tuple[Path, dict[str, Any], MlflowClient]) -> None:
+        demo_run: tuple[Path, PipelineSummary, MlflowClient]) -> None:
     """Runs are keyed by what shapes generations: adding an estimator keeps the runs and their answers and only
     scores them (the workers never load the LLM). Last in this module: it adds scores to the shared store."""
     config, summary, _ = demo_run
@@ -289,13 +291,13 @@ def test_a_new_estimator_rescores_stored_answers_without_loading_the_llm(
     spec = yaml.safe_load(config.read_text())
     spec["uncertainty"]["estimators"] = [*ESTIMATORS, "num_semantic_sets"]
     wider.write_text(yaml.safe_dump(spec))
-    with Store.open(summary["db"]) as store:
+    with Store.open(summary.db) as store:
         before = store.read("generations")
     again = pipeline(config_path=str(wider), log_to_mlflow=False)
-    assert sorted(again["run_keys"]) == sorted(summary["run_keys"])
-    stats = again["answer"][0]
-    assert stats["questions"] == 12 and stats["generated"] == 0 and stats["llm_loaded"] is False
-    with Store.open(summary["db"]) as store:
+    assert sorted(again.run_keys) == sorted(summary.run_keys)
+    stats = again.answer[0]
+    assert stats.questions == 12 and stats.generated == 0 and stats.llm_loaded is False
+    with Store.open(summary.db) as store:
         assert store.read("generations").equals(before)
         new = store.read("scores", estimator="num_semantic_sets[embedding:0.9]")
     assert new.height == 12 and new.get_column("question_id").n_unique() == 12

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cic.pipeline.config import load_config, parse_config
+from cic.pipeline.config import config_path, load_config, parse_config
 
 CONFIGS = Path(__file__).resolve().parents[2] / "cic" / "pipeline" / "configs"
 MINIMAL = {"models": [{"name": "m", "spec": "org/model"}], "datasets": [{"name": "trivia_qa"}]}
@@ -164,3 +164,17 @@ def test_an_infinite_temperature_in_a_file_is_one_line_exit_2_before_any_work(tm
     assert "generation.temperature (line 7) = inf" in proc.stderr, proc.stderr
     assert "generation.n_samples (line 8) = 100000000" in proc.stderr, proc.stderr
     assert not (tmp_path / "s.duckdb").exists()
+
+
+def test_a_config_is_parsed_once_per_command_and_again_when_the_file_changes(tmp_path: Path) -> None:
+    """The command, its flow and the flow's run name read one frozen config; an edited file is read anew."""
+    from cic.pipeline.config import _parsed, load_config
+
+    source = tmp_path / "c.yaml"
+    source.write_text((config_path("demo")).read_text())
+    first = load_config(str(source))
+    misses = _parsed.cache_info().misses
+    assert load_config(str(source)) is first and _parsed.cache_info().misses == misses
+    source.write_text(source.read_text().replace("name: demo", "name: demo-edited"))
+    edited = load_config(str(source))
+    assert edited is not first and edited.name == "demo-edited"

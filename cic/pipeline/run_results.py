@@ -1,0 +1,221 @@
+"""What a pipeline run returns, stage by stage, as typed records: the flow returns them, the CLI, the Prefect
+artifacts and the benchmarks read their fields (never a dict re-read by string keys)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+@dataclass
+class AnswerStats:
+    """What the answering stage did for one model."""
+
+    model: str
+    questions: int = 0
+    generated: int = 0
+    batches: int = 0
+    actors: int = 0
+    options: dict[str, Any] = field(default_factory=dict)
+    wall_s: float = 0.0
+    load_s: float = 0.0        # until its first batch landed (actors start, load the model, answer one batch)
+    llm_loaded: bool = True    # False: every question was only re-scored from stored generations
+    error: str | None = None   # why this model failed (the others went on); None when it finished
+    nodes: list[str] = field(default_factory=list)  # Ray node of each replica that started (replacements too)
+
+    @property
+    def questions_per_s(self) -> float:
+        busy = self.wall_s - self.load_s
+        return self.generated / busy if busy > 0 and self.generated else 0.0
+
+
+@dataclass
+class CalibrateStats:
+    """How many groups were calibrated and how many gates were unattainable."""
+
+    groups: int = 0
+    calibrations: int = 0
+    evaluations: int = 0
+    unattainable: int = 0
+    promoted: int = 0          # gates that went live because their key had no live gate yet
+    group_studies: int = 0     # (model, estimator, criterion) studies over datasets (`group_by: dataset`)
+
+
+@dataclass
+class LogStats:
+    """What a logging pass did."""
+
+    logged: int = 0
+    already: int = 0
+    run_ids: list[str] = field(default_factory=list)
+    report_dirs: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CalibrationRunSummary:
+    """What calibrating the stored runs did (`calibrate_flow`): the runs, the calibrate stage, the logging pass."""
+
+    run_keys: list[str]
+    calibrate: CalibrateStats
+    log: LogStats | None = None
+
+
+@dataclass(frozen=True)
+class ResultRow:
+    """One split-protocol cell of a run (the newest stored evaluation of its key): model × dataset × estimator ×
+    criterion × alpha × bound × search."""
+
+    model: str
+    dataset: str
+    estimator: str
+    criterion: str
+    alpha: float
+    bound: str
+    search: str
+    fdr_mean: float | None
+    fdr_std: float | None
+    coverage_mean: float
+    fails: int
+    n_splits: int
+    delta: float
+    n_cal: int
+    base_error_rate: float
+
+    @property
+    def certified(self) -> bool:
+        """Some calibration split found a threshold."""
+        return self.fails < self.n_splits
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> ResultRow:
+        return cls(**{f.name: row[f.name] for f in fields(cls)})
+
+
+@dataclass
+class PipelineSummary:
+    """What one pipeline run did: where its data went, each stage's statistics and seconds, every result cell,
+    and the per-dataset study (`group_by: dataset`)."""
+
+    db: str
+    tracking_uri: str
+    report_dir: str
+    experiment_prefix: str = "cic"
+    run_keys: list[str] = field(default_factory=list)
+    answer: list[AnswerStats] = field(default_factory=list)
+    calibrate: CalibrateStats | None = None
+    log: LogStats | None = None
+    log_error: str | None = None
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    results: list[ResultRow] = field(default_factory=list)
+    per_dataset: list[dict[str, Any]] = field(default_factory=list)  # `group_evaluations` rows, every column
+    per_dataset_file: str | None = None
+    per_dataset_note: str | None = None
+    flow_run_id: str | None = None
+
+    @property
+    def failed_models(self) -> list[AnswerStats]:
+        return [a for a in self.answer if a.error]
+
+
+@dataclass(frozen=True)
+class GroupPlace:
+    """Where a gate sits: its group (model, dataset, estimator, criterion) and configuration (alpha, bound,
+    search)."""
+
+    model: str
+    dataset: str
+    estimator: str
+    criterion: str
+    alpha: float
+    bound: str
+    search: str
+
+    @property
+    def label(self) -> str:
+        return (f"{self.model}/{self.dataset} {self.estimator} × {self.criterion} α={self.alpha:g} {self.bound} "
+                f"{self.search}")
+
+
+@dataclass(frozen=True)
+class CandidateRow:
+    """One candidate gate a recalibration wrote, beside the live gate of its key."""
+
+    place: GroupPlace
+    gate_id: str
+    state: str
+    threshold: float | None
+    n_window: int
+    live_threshold: float | None
+    alerts: list[str]
+
+
+@dataclass(frozen=True)
+class AlertRow:
+    """One alert of a recalibration: drift, an unattainable alpha, or a live gate's monitor alarm."""
+
+    place: GroupPlace
+    alert: str
+
+
+@dataclass(frozen=True)
+class MonitorRow:
+    """A live gate's anytime-valid monitor after this pass."""
+
+    place: GroupPlace
+    gate_id: str
+    threshold: float | None
+    nights: int
+    n: int
+    k: int
+    e_value: float
+    alarm_at: float
+    rate_lower_bound: float
+    alarmed: bool
+    new_pairs: int
+
+
+@dataclass(frozen=True)
+class SkippedGroup:
+    """A group the pass did not recalibrate, and why."""
+
+    model: str
+    dataset: str
+    estimator: str
+    criterion: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class DriftTestRow:
+    """One drift test of the pass, after Holm across every test."""
+
+    model: str
+    dataset: str
+    estimator: str
+    criterion: str
+    test: str
+    p_value: float
+    rejected: bool
+
+
+@dataclass
+class RecalibrationSummary:
+    """What one recalibration did: its candidates, alerts, monitors, skipped groups, tests and promotions, and
+    what reached MLflow."""
+
+    candidates: list[CandidateRow] = field(default_factory=list)
+    alerts: list[AlertRow] = field(default_factory=list)
+    monitors: list[MonitorRow] = field(default_factory=list)
+    skipped: list[SkippedGroup] = field(default_factory=list)
+    tests: list[DriftTestRow] = field(default_factory=list)
+    promoted: list[str] = field(default_factory=list)
+    mlflow_run_ids: list[str] = field(default_factory=list)
+    log_error: str | None = None
+
+    @property
+    def gates(self) -> int:
+        return len(self.candidates)
+
+    @property
+    def unattainable(self) -> int:
+        return sum(c.threshold is None for c in self.candidates)

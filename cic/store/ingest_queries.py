@@ -1,0 +1,124 @@
+"""The ingest's statements over its staged Parquet batches: the checks that read them against the store, and the
+writes that move them in (by column name). Each takes the staged file(s) as its one data parameter."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from cic.store.database import Store
+
+Files = str | Sequence[str]
+
+
+def _first(rows: list[tuple[Any, ...]]) -> tuple[Any, ...] | None:
+    return rows[0] if rows else None
+
+
+def stored_answers(store: Store, keys: Files) -> pl.DataFrame:
+    """(record, text) of each staged key's stored greedy answer, null where none is stored, by record."""
+    return store.sql_frame(
+        "SELECT k.record, g.text FROM read_parquet(?) k LEFT JOIN generations g ON g.run_key = k.run_key AND "
+        "g.question_id = k.question_id AND g.sample_index = 0 ORDER BY k.record", [keys])
+
+
+def first_repeated_key(store: Store, keys: Files) -> tuple[Any, ...] | None:
+    """(model, stream, question_id, first records) of the first (model, stream, question_id) staged twice."""
+    return _first(store.sql(
+        "SELECT model, stream, question_id, list(record ORDER BY record)[1:3] AS records FROM read_parquet(?) "
+        "GROUP BY model, stream, question_id HAVING count(*) > 1 ORDER BY min(record) LIMIT 1", [keys]))
+
+
+def first_question_in_two_groups(store: Store, keys: Files) -> tuple[Any, ...] | None:
+    """(model, base stream, question_id, two streams, two records) of the first question staged in two groups."""
+    return _first(store.sql(
+        "SELECT model, base, question_id, list(DISTINCT stream ORDER BY stream)[1:2], list(record ORDER BY record)"
+        "[1:2] FROM read_parquet(?) GROUP BY model, base, question_id HAVING count(DISTINCT stream) > 1 "
+        "ORDER BY min(record) LIMIT 1", [keys]))
+
+
+def first_group_clash(store: Store, keys: Files) -> tuple[Any, ...] | None:
+    """(record, model, stream, base, stored base) of the first record whose stream is stored grouped differently."""
+    return _first(store.sql(
+        "SELECT k.record, k.model, k.stream, k.base, json_extract_string(r.generation_config, '$.stream') FROM "
+        "read_parquet(?) k JOIN runs r ON r.run_key = k.run_key WHERE coalesce(json_extract_string("
+        "r.generation_config, '$.stream'), r.dataset) <> k.base ORDER BY k.record LIMIT 1", [keys]))
+
+
+def first_group_move(store: Store, keys: Files) -> tuple[Any, ...] | None:
+    """(record, model, question_id, stream, stored stream) of the first record stored under another group of its
+    stream (or grouped, when this file is not)."""
+    return _first(store.sql(
+        "SELECT k.record, k.model, k.question_id, k.stream, r.dataset FROM read_parquet(?) k JOIN runs r ON "
+        "r.model = k.model AND r.split = 'production' AND r.dataset <> k.stream AND (json_extract_string("
+        "r.generation_config, '$.stream') = k.base OR (k.stream <> k.base AND r.dataset = k.base)) JOIN "
+        "observations o ON o.run_key = r.run_key AND o.question_id = k.question_id ORDER BY k.record LIMIT 1",
+        [keys]))
+
+
+def changed_labels(store: Store, labels: Files) -> pl.DataFrame:
+    """Stored labels the staged ones would change: record, run_key, model, stream, question_id, criterion,
+    old_aligned, new_aligned, by record."""
+    return store.sql_frame(
+        "SELECT n.record, n.run_key, n.model, n.stream, n.question_id, n.criterion, l.aligned AS old_aligned, "
+        "n.aligned AS new_aligned FROM read_parquet(?) n JOIN labels l ON l.run_key = n.run_key AND "
+        "l.question_id = n.question_id AND l.criterion = n.criterion WHERE l.aligned IS DISTINCT FROM n.aligned "
+        "ORDER BY n.record", [labels])
+
+
+def staged_streams(store: Store, keys: Files) -> list[tuple[str, str, str]]:
+    """Every staged (model, stream, base stream), ordered."""
+    return store.sql("SELECT DISTINCT model, stream, base FROM read_parquet(?) ORDER BY model, stream", [keys])
+
+
+def staged_label_count(store: Store, labels: Files) -> int:
+    """How many (run, question) pairs the staged labels cover."""
+    return int(store.sql("SELECT count(*) FROM (SELECT DISTINCT run_key, question_id FROM read_parquet(?))",
+                         [labels])[0][0])
+
+
+def gates_touched(store: Store, changed: Files) -> dict[str, int]:
+    """gate id → how many of the changed labels lie in its window (a gate without a window holds them all);
+    a record's time is when production saw it, else when its label was first stored."""
+    rows = store.sql(
+        "SELECT c.calibration_id, count(*) FROM calibrations c JOIN ("
+        "  SELECT ch.run_key, ch.criterion, coalesce(o.observed_at, l.created_at) AS seen_at FROM read_parquet(?) ch "
+        "  JOIN labels l ON l.run_key = ch.run_key AND l.question_id = ch.question_id AND l.criterion = ch.criterion "
+        "  LEFT JOIN observations o ON o.run_key = ch.run_key AND o.question_id = ch.question_id) t "
+        "ON c.run_key = t.run_key AND c.criterion = t.criterion "
+        "AND (c.window_from IS NULL OR t.seen_at >= c.window_from) "
+        "AND (c.window_to IS NULL OR t.seen_at <= c.window_to) "
+        "GROUP BY c.calibration_id", [changed])
+    return {gate_id: int(n) for gate_id, n in rows}
+
+
+def unfinished_ingest_files(store: Store) -> list[str]:
+    """Files whose ingest journal says 'writing' (cut off between commits), oldest first."""
+    return [f for (f,) in store.sql("SELECT file FROM ingests WHERE state = 'writing' ORDER BY started_at")]
+
+
+def write_staged(store: Store, kind: str, files: Sequence[str], source: str, now: datetime, split: str) -> None:
+    """Upsert one kind of staged batch ("records", "scores" or "labels") into its tables, column by name.
+    Production questions are kept per model: their split is `<split>:<model>`."""
+    if kind == "records":
+        store.upsert_select("questions", "SELECT stream AS dataset, ? || model AS split, question_id, question, "
+                            "NULL::VARCHAR[] AS choices, NULL::VARCHAR[] AS choice_labels, coalesce(gold, '') AS "
+                            "answer, []::VARCHAR[] AS aliases FROM read_parquet(?)", [f"{split}:", list(files)])
+        store.upsert_select("generations", "SELECT run_key, question_id, 0 AS sample_index, answer AS text, "
+                            "NULL::INTEGER AS n_tokens, NULL::DOUBLE AS logprob_sum, NULL::DOUBLE AS logprob_mean, "
+                            "NULL::BOOLEAN AS is_greedy, NULL::DOUBLE[] AS option_probs, ['ingested'] AS flags "
+                            "FROM read_parquet(?)", [list(files)])
+        store.upsert_select("observations", "SELECT run_key, question_id, observed_at, ? AS source, ? AS created_at "
+                            "FROM read_parquet(?)", [source, now, list(files)])
+    elif kind == "scores":
+        store.upsert_select("scores", "SELECT run_key, question_id, estimator, value FROM read_parquet(?)",
+                            [list(files)])
+    elif kind == "labels":
+        store.upsert_select("labels", "SELECT run_key, question_id, criterion, aligned, value, ? AS created_at "
+                            "FROM read_parquet(?)", [now, list(files)])
+    else:
+        raise ValueError(f"kind = {kind!r}: one of records, scores, labels")

@@ -1,0 +1,90 @@
+"""Named read queries of the stages above the store: every joined or grouped statement written once, here (the
+store's `read` covers equality filters on one table)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from cic.store.database import Store
+
+
+def latest_results(store: Store, run_keys: Sequence[str]) -> pl.DataFrame:
+    """The split-protocol rows of the models × datasets of these runs, the newest per (model, dataset, estimator,
+    criterion, alpha, bound, search), ordered by that key."""
+    return store.sql_frame(
+        "SELECT e.model, e.dataset, e.estimator, e.criterion, e.alpha, e.bound, e.search, e.fdr_mean, e.fdr_std, "
+        "e.coverage_mean, e.fails, e.n_splits, e.delta, e.n_cal, e.base_error_rate FROM evaluations e JOIN "
+        "(SELECT DISTINCT model, dataset FROM runs WHERE list_contains(?, run_key)) r USING (model, dataset) "
+        "QUALIFY row_number() OVER (PARTITION BY e.model, e.dataset, e.estimator, e.criterion, e.alpha, e.bound, "
+        "e.search ORDER BY e.created_at DESC) = 1 ORDER BY 1, 2, 3, 4, 5, 6, 7", [list(run_keys)])
+
+
+def latest_group_results(store: Store, run_keys: Sequence[str]) -> pl.DataFrame:
+    """The per-dataset split-protocol rows (`group_evaluations`) of these runs' models, the newest study per
+    (model, estimator, criterion)."""
+    return store.sql_frame(
+        "SELECT g.* EXCLUDE (created_at) FROM group_evaluations g WHERE g.model IN (SELECT model FROM runs WHERE "
+        "list_contains(?, run_key)) QUALIFY g.evaluation_id = first_value(g.evaluation_id) OVER (PARTITION BY "
+        "g.model, g.estimator, g.criterion ORDER BY g.created_at DESC, g.evaluation_id) "
+        "ORDER BY g.model, g.estimator, g.criterion, g.bound, g.alpha, g.dataset, g.gate", [list(run_keys)])
+
+
+def labelled_pairs_of_runs(store: Store, run_keys: Sequence[str], *, estimator: str | None = None,
+                           criterion: str | None = None) -> pl.DataFrame:
+    """The labelled pairs of every group of these runs (or of one estimator / criterion) in one query:
+    (run_key, estimator, criterion, question_id, score, error, at), each group's rows oldest first (seen at the
+    record's observation time, else the label's)."""
+    return store.sql_frame(
+        "SELECT s.run_key, s.estimator, l.criterion, s.question_id, s.value AS score, "
+        "CAST(NOT l.aligned AS TINYINT) AS error, coalesce(o.observed_at, l.created_at) AS seen_at "
+        "FROM scores s JOIN labels l ON s.run_key = l.run_key AND s.question_id = l.question_id "
+        "LEFT JOIN observations o ON o.run_key = s.run_key AND o.question_id = s.question_id "
+        "WHERE s.run_key IN (SELECT unnest(?)) AND s.value IS NOT NULL AND (? IS NULL OR s.estimator = ?) "
+        "AND (? IS NULL OR l.criterion = ?) ORDER BY s.run_key, s.estimator, l.criterion, seen_at, s.question_id",
+        [list(run_keys), estimator, estimator, criterion, criterion]).rename({"seen_at": "at"})
+
+
+def scored_estimators(store: Store, run_key: str) -> list[str]:
+    """Estimators with at least two non-null scores in a run, by name."""
+    return [e for (e,) in store.sql("SELECT estimator FROM scores WHERE run_key = ? AND value IS NOT NULL "
+                                    "GROUP BY estimator HAVING count(*) >= 2 ORDER BY estimator", [run_key])]
+
+
+def labelled_criteria(store: Store, run_key: str) -> list[str]:
+    """Criteria a run has labels for, by name."""
+    return [c for (c,) in store.sql("SELECT DISTINCT criterion FROM labels WHERE run_key = ? ORDER BY criterion",
+                                    [run_key])]
+
+
+def last_label_time(store: Store, run_keys: Sequence[str]) -> datetime | None:
+    """When the newest label of these runs was written."""
+    return store.sql("SELECT max(created_at) FROM labels WHERE run_key IN (SELECT unnest(?))", [list(run_keys)])[0][0]
+
+
+def last_gate_events(store: Store, calibration_ids: Sequence[str]) -> dict[str, datetime]:
+    """The time of each gate's newest lifecycle event (gates without one are left out)."""
+    return dict(store.sql("SELECT calibration_id, max(created_at) FROM gate_events WHERE calibration_id IN "
+                          "(SELECT unnest(?)) GROUP BY calibration_id", [list(calibration_ids)]))
+
+
+def newest_monitor_rows(store: Store) -> pl.DataFrame:
+    """The newest anytime-valid monitor row of each gate."""
+    return store.sql_frame("SELECT * FROM gate_monitor QUALIFY row_number() OVER (PARTITION BY calibration_id "
+                           "ORDER BY checked_at DESC) = 1")
+
+
+def loggable_units(store: Store) -> list[dict[str, Any]]:
+    """One unit per stored evaluation with the pipeline gates of the same data: run_key, evaluation_id, model,
+    dataset, estimator, criterion, data_fingerprint (what `cic log` logs as one MLflow parent run)."""
+    return store.sql_frame(
+        "SELECT c.run_key, e.evaluation_id, e.model, e.dataset, e.estimator, e.criterion, e.data_fingerprint "
+        "FROM (SELECT DISTINCT evaluation_id, model, dataset, estimator, criterion, data_fingerprint "
+        "      FROM evaluations) e "
+        "JOIN (SELECT DISTINCT run_key, model, dataset, estimator, criterion, data_fingerprint FROM calibrations "
+        "      WHERE kind = 'pipeline' OR kind IS NULL) c "
+        "USING (model, dataset, estimator, criterion, data_fingerprint) ORDER BY 1, 3, 4, 5, 6, 2").to_dicts()
