@@ -8,20 +8,15 @@ from __future__ import annotations
 
 from prefect import flow
 
-from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
-from cic.pipeline.ingest import IngestStats
+from cic.pipeline.ingest import IngestOptions, IngestStats
 from cic.services.prefect_limits import store_slot
 from tasks.ingest import ingest_records
 
 
 @flow(name="cic-ingest", log_prints=True)
-def ingest_flow(paths: list[str], db: str = "cic.duckdb", label_name: str = "human", criterion: str | None = None,
-                experiment_prefix: str = DEFAULT_EXPERIMENT_PREFIX, concurrency_limit: str | None = "cic-store",
-                relabel: bool = False, max_skew: str = "5m", timezone: str | None = None,
-                group: str | None = None) -> list[IngestStats]:
+def ingest_flow(paths: list[str], db: str = "cic.duckdb", options: IngestOptions | None = None,
+                concurrency_limit: str | None = "cic-store") -> list[IngestStats]:
     """Ingest the files in order (records before the labels that refer to them); a bad file fails the run and
     stores nothing of itself, files before it stay stored."""
     with store_slot(concurrency_limit):
-        return [ingest_records(db, path, label_name=label_name, criterion=criterion,
-                               experiment_prefix=experiment_prefix, relabel=relabel, max_skew=max_skew,
-                               timezone=timezone, group=group) for path in paths]
+        return [ingest_records(db, path, options or IngestOptions()) for path in paths]

@@ -55,8 +55,7 @@ def ingest(
 ) -> None:
     """Store production records (question, answer, scores, timestamp, correctness when known) next to the
     pipeline's runs; a file of labels alone labels them later. Idempotent; a bad record stores nothing."""
-    from cic.pipeline.durations import parse_duration
-    from cic.pipeline.ingest import ingest_file
+    from cic.pipeline.ingest import IngestOptions, ingest_file
     from cic.pipeline.record_batches import SUFFIXES
     from cic.store import Store
     from cic.store.score_files import input_file
@@ -68,14 +67,15 @@ def ingest(
         _journal_command(_existing(db), complete, abandon)
         return
     input_file(file, SUFFIXES)
-    skew = parse_duration(max_skew, "--max-skew")
+    options = IngestOptions(label_name=label_name, criterion=criterion, relabel=relabel, max_skew=max_skew,
+                            timezone=timezone, experiment_prefix=experiment_prefix, group=group)
+    options.skew("--max-skew")
     if not db.parent.is_dir():
         raise UserError(f"--db = {str(db)!r}: directory {str(db.parent)!r} does not exist")
     if db.exists() and file.exists() and db.resolve() == file.resolve():
         raise UserError(f"FILE = {str(file)!r} is the store itself; give the records file")
     with Store.open(db, wait_s=300) as store:
-        stats = ingest_file(store, file, label_name=label_name, criterion=criterion, relabel=relabel,
-                            max_skew=skew, timezone=timezone, experiment_prefix=experiment_prefix, group=group)
+        stats = ingest_file(store, file, options)
     streams = ", ".join(f"{r['model']}/{r['stream']}" for r in stats.runs)
     console.print(printable(f"{file}: {stats.records} record(s) stored, {stats.labels} labelled"
                             + (f", {stats.unlabelled} waiting for labels" if stats.unlabelled else "")

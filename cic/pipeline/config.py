@@ -403,12 +403,13 @@ def load_config(path: str | Path) -> PipelineConfig:
         raise UserError(f"config = {str(path)!r}: file not found (a YAML path, or one of "
                          f"{', '.join(SHIPPED_CONFIGS)})")
     stat = p.stat()
-    return _parsed(p.resolve(), stat.st_mtime_ns, stat.st_size)
+    return _parsed(p, p.resolve(), stat.st_mtime_ns, stat.st_size)
 
 
 @functools.lru_cache(maxsize=16)
-def _parsed(p: Path, mtime_ns: int, size: int) -> PipelineConfig:
-    """The validated config of a file as it is at (mtime, size); errors are raised again on every call."""
+def _parsed(p: Path, resolved: Path, mtime_ns: int, size: int) -> PipelineConfig:
+    """The validated config of file `p` (named as given, in errors) as it is at (mtime, size); errors are raised
+    again on every call."""
     import yaml
 
     try:

@@ -82,6 +82,28 @@ MAX_SKEW = timedelta(minutes=5)
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 
 
+@dataclass(frozen=True)
+class IngestOptions:
+    """How a file is ingested — declared once, here, and passed from the command (or a deployment's parameters)
+    through the flow and its task to `ingest_file`: the criterion name of a `correct` column, the criterion that
+    labels a `gold` column, whether labels may change, the clock skew allowed (5m, 1h), the zone of timestamps
+    written without one, the experiment prefix of the streams' runs, and the column holding each record's group."""
+
+    label_name: str = "human"
+    criterion: str | None = None
+    relabel: bool = False
+    max_skew: str = "5m"
+    timezone: str | None = None
+    experiment_prefix: str = DEFAULT_EXPERIMENT_PREFIX
+    group: str | None = None
+
+    def skew(self, option: str = "max_skew") -> timedelta:
+        """`max_skew` as a duration (an absurd or negative one refused, naming `option`)."""
+        from cic.pipeline.durations import parse_duration
+
+        return parse_duration(self.max_skew, option)
+
+
 @dataclass
 class IngestStats:
     """What one file added: records (new or updated), labels, relabelled labels, gates flagged by relabelling,
@@ -344,18 +366,18 @@ class _Stage:
         return bool(self.files[kind])
 
 
-def ingest_file(store: Store, path: str | Path, *, label_name: str = "human", criterion: str | None = None,
-                embedder: Any = None, experiment_prefix: str = DEFAULT_EXPERIMENT_PREFIX, relabel: bool = False,
-                max_skew: timedelta = MAX_SKEW, timezone: str | None = None, now: datetime | None = None,
-                batch_rows: int = BATCH_ROWS, commit_records: int = COMMIT_RECORDS,
-                group: str | None = None) -> IngestStats:
+def ingest_file(store: Store, path: str | Path, options: IngestOptions = IngestOptions(), *, embedder: Any = None,
+                now: datetime | None = None, batch_rows: int = BATCH_ROWS,
+                commit_records: int = COMMIT_RECORDS) -> IngestStats:
     """Check every record of the file (batch by batch, then across the file), then store it all in one
     transaction, or nothing."""
     from cic.store.score_files import input_file
 
+    label_name, relabel, timezone, group = options.label_name, options.relabel, options.timezone, options.group
+    experiment_prefix, max_skew = options.experiment_prefix, options.skew()
     p = input_file(path, SUFFIXES)
     source = f"file {str(p)!r}"
-    criterion = _checked_options(label_name, criterion, timezone, max_skew)
+    criterion = _checked_options(label_name, options.criterion, timezone, max_skew)
     checks = Checks(now=now or datetime.now(UTC), max_skew=max_skew, timezone=timezone)
     digest = file_digest(p)
     journal = _journal(store, digest)

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cic.cli import app
-from cic.pipeline.ingest import ingest_file, run_key_of
+from cic.pipeline.ingest import IngestOptions, ingest_file, run_key_of
 from cic.pipeline.recalibration import labelled_pairs
 from cic.pipeline.stored_calibration import groups_of_run
 from cic.store import Store
@@ -83,7 +83,7 @@ def test_unlabelled_records_are_kept_and_labelled_later_by_a_labels_only_file(tm
 def test_gold_answers_are_labelled_with_a_named_criterion(tmp_path: Path) -> None:
     frame = records(3).drop("correct").with_columns(gold=pl.Series(["Answer 0", "something else", "answer  2."]))
     with Store.open(tmp_path / "s.duckdb") as store:
-        ingest_file(store, write(frame, tmp_path / "gold.parquet"), criterion="exact_match")
+        ingest_file(store, write(frame, tmp_path / "gold.parquet"), IngestOptions(criterion="exact_match"))
         stored = store.read("labels")
         assert stored["criterion"].unique().to_list() == ["exact_match"]
         assert dict(stored.select("question_id", "aligned").iter_rows()) == {"r0": True, "r1": False, "r2": True}
@@ -155,33 +155,34 @@ def test_group_column_stores_each_group_as_its_own_stream_and_a_record_keeps_its
     frame = records().with_columns(tier=pl.Series(["gold", "free"] * 3))
     db = tmp_path / "s.duckdb"
     with Store.open(db) as store:
-        stats = ingest_file(store, write(frame, tmp_path / "a.parquet"), group="tier")
+        stats = ingest_file(store, write(frame, tmp_path / "a.parquet"), IngestOptions(group="tier"))
         runs = store.read("runs")
         assert sorted(runs["dataset"]) == ["support-bot/free", "support-bot/gold"]
         assert stats.records == 6 and sorted(r["stream"] for r in stats.runs) == sorted(runs["dataset"])
-        assert ingest_file(store, write(frame, tmp_path / "a.parquet"), group="tier").records == 6  # idempotent
+        tier = IngestOptions(group="tier")
+        assert ingest_file(store, write(frame, tmp_path / "a.parquet"), tier).records == 6  # idempotent
         labels = frame.select("model", "stream", "question_id", "tier", "correct")
-        assert ingest_file(store, write(labels, tmp_path / "l.parquet"), group="tier").labels == 6
+        assert ingest_file(store, write(labels, tmp_path / "l.parquet"), IngestOptions(group="tier")).labels == 6
         before = {t: store.read(t) for t in ("runs", "questions", "observations", "labels")}
         moved = frame.with_columns(tier=pl.Series(["free", "free"] * 3))  # r0 was gold
         with pytest.raises(ValueError, match="record 1 \\(question_id 'r0'\\): model 'qwen' has this question "
                                              "stored in stream 'support-bot/gold', not 'support-bot/free'"):
-            ingest_file(store, write(moved, tmp_path / "m.parquet"), group="tier")
+            ingest_file(store, write(moved, tmp_path / "m.parquet"), IngestOptions(group="tier"))
         with pytest.raises(ValueError, match="stored in stream 'support-bot/gold', not 'support-bot'"):
             ingest_file(store, write(records(), tmp_path / "plain.parquet"))  # ungrouped: still the same record
         twice = pl.concat([frame.head(1), frame.head(1).with_columns(tier=pl.lit("free"))])
         with pytest.raises(ValueError, match="records 1, 2 put question_id 'r0' of model 'qwen', stream "
                                              "'support-bot' in two groups \\('support-bot/free' and "
                                              "'support-bot/gold'\\)"):
-            ingest_file(store, write(twice, tmp_path / "t.parquet"), group="tier")
+            ingest_file(store, write(twice, tmp_path / "t.parquet"), IngestOptions(group="tier"))
         with pytest.raises(ValueError, match="tier = 'a/b': a group may not contain '/'"):
-            ingest_file(store, write(frame.with_columns(tier=pl.lit("a/b")), tmp_path / "s.parquet"), group="tier")
+            ingest_file(store, write(frame.with_columns(tier=pl.lit("a/b")), tmp_path / "s.parquet"), tier)
         with pytest.raises(ValueError, match="record 1 \\(question_id 'r0'\\): tier is empty"):
-            ingest_file(store, write(frame.with_columns(tier=pl.lit(" ")), tmp_path / "e.parquet"), group="tier")
+            ingest_file(store, write(frame.with_columns(tier=pl.lit(" ")), tmp_path / "e.parquet"), tier)
         with pytest.raises(ValueError, match="group = 'segment': .* has no such column"):
-            ingest_file(store, write(frame, tmp_path / "a.parquet"), group="segment")
+            ingest_file(store, write(frame, tmp_path / "a.parquet"), IngestOptions(group="segment"))
         with pytest.raises(ValueError, match="group = 'stream': that column already has a role"):
-            ingest_file(store, write(frame, tmp_path / "a.parquet"), group="stream")
+            ingest_file(store, write(frame, tmp_path / "a.parquet"), IngestOptions(group="stream"))
         slash = records().with_columns(stream=pl.lit("support-bot/gold"), question_id=pl.lit("x") + pl.col(
             "question_id"))  # an ungrouped stream named like a group of another
         with pytest.raises(ValueError, match="stream 'support-bot/gold' of model 'qwen' is stored as a group of "

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from cic.cli import app
 from cic.pipeline.gates import gates
-from cic.pipeline.ingest import ingest_file
+from cic.pipeline.ingest import IngestOptions, ingest_file
 from cic.pipeline.recalibration import WindowRule, recalibrate_group
 from cic.store import Store
 from tests.pipeline.test_ingest import T0, records, write
@@ -36,7 +36,7 @@ def test_a_timestamp_beyond_now_plus_the_skew_is_refused_and_the_skew_is_configu
         later = records().with_columns(pl.Series("timestamp", [T0] * 5 + [NOW + timedelta(hours=2)]))
         with pytest.raises(ValueError, match="lies 2 h in the future"):
             ingest_file(store, write(later, tmp_path / "later.parquet"), now=NOW)
-        ingest_file(store, write(later, tmp_path / "later.parquet"), now=NOW, max_skew=timedelta(hours=3))
+        ingest_file(store, write(later, tmp_path / "later.parquet"), IngestOptions(max_skew="3h"), now=NOW)
         old = records().with_columns(pl.Series("timestamp", [datetime(1970, 1, 1, tzinfo=UTC)] * 6))
         with pytest.raises(ValueError, match="record 1 .* is before 2000-01-01"):
             ingest_file(store, write(old, tmp_path / "old.parquet"), now=NOW)
@@ -50,12 +50,12 @@ def test_naive_timestamps_are_refused_unless_their_zone_is_named(tmp_path: Path)
         for path in (write(naive, tmp_path / "n.parquet"), text):
             with pytest.raises(ValueError, match="record 1 .*has no time zone.*--timezone"):
                 ingest_file(store, path, now=NOW)
-        ingest_file(store, text, now=NOW, timezone="Europe/Berlin")
+        ingest_file(store, text, IngestOptions(timezone="Europe/Berlin"), now=NOW)
         seen = store.read("observations").sort("question_id")["observed_at"][0]
     assert seen == T0 - timedelta(hours=1)  # 09:00 in Berlin in November is 08:00 UTC
     with pytest.raises(ValueError, match="timezone = 'Mars/Olympus'"):
         with Store.open(tmp_path / "s.duckdb") as store:
-            ingest_file(store, text, now=NOW, timezone="Mars/Olympus")
+            ingest_file(store, text, IngestOptions(timezone="Mars/Olympus"), now=NOW)
 
 
 def _stream(n: int, seed: int, start: datetime, offset: int = 0) -> pl.DataFrame:
@@ -84,7 +84,7 @@ def test_relabelling_is_refused_unless_asked_then_recorded_and_the_live_gate_fla
         ingest_file(store, write(same.with_columns(model=pl.lit("qwen"), stream=pl.lit("bot")),
                                  tmp_path / "same.csv"), now=NOW)  # labels that change nothing are fine
 
-        stats = ingest_file(store, write(labels, tmp_path / "flips.csv"), now=NOW, relabel=True)
+        stats = ingest_file(store, write(labels, tmp_path / "flips.csv"), IngestOptions(relabel=True), now=NOW)
         assert stats.relabelled == 300 and stats.flagged_gates == [live]
         events = store.read("label_events")
         assert events.height == 300 and set(events["source"]) == {"flips.csv"}
@@ -219,7 +219,7 @@ def _cut_off(tmp_path: Path, db: Path, *, fail_at: int) -> tuple[Path, dict[str,
     with Store.open(db) as store, pytest.MonkeyPatch.context() as patch:
         patch.setattr(ingest, "_write_step", failing)
         with pytest.raises(OSError):
-            ingest_file(store, path, now=NOW, batch_rows=10, commit_records=10, relabel=True)
+            ingest_file(store, path, IngestOptions(relabel=True), now=NOW, batch_rows=10, commit_records=10)
     return path, counts, labels
 
 
