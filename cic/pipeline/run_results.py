@@ -60,37 +60,6 @@ class CalibrationRunSummary:
     log: LogStats | None = None
 
 
-@dataclass(frozen=True)
-class ResultRow:
-    """One split-protocol cell of a run (the newest stored evaluation of its key): model × dataset × estimator ×
-    criterion × alpha × bound × search."""
-
-    model: str
-    dataset: str
-    estimator: str
-    criterion: str
-    alpha: float
-    bound: str
-    search: str
-    fdr_mean: float | None
-    fdr_std: float | None
-    coverage_mean: float
-    fails: int
-    n_splits: int
-    delta: float
-    n_cal: int
-    base_error_rate: float
-
-    @property
-    def certified(self) -> bool:
-        """Some calibration split found a threshold."""
-        return self.fails < self.n_splits
-
-    @classmethod
-    def from_row(cls, row: dict[str, Any]) -> ResultRow:
-        return cls(**{f.name: row[f.name] for f in fields(cls)})
-
-
 @dataclass
 class PipelineSummary:
     """What one pipeline run did: where its data went, each stage's statistics and seconds, every result cell,
@@ -134,6 +103,30 @@ class GroupPlace:
     def label(self) -> str:
         return (f"{self.model}/{self.dataset} {self.estimator} × {self.criterion} α={self.alpha:g} {self.bound} "
                 f"{self.search}")
+
+
+@dataclass(frozen=True)
+class ResultRow(GroupPlace):
+    """One split-protocol cell of a run (the newest stored evaluation of its key): where it sits, then its FDR,
+    coverage and fails over the splits."""
+
+    fdr_mean: float | None
+    fdr_std: float | None
+    coverage_mean: float
+    fails: int
+    n_splits: int
+    delta: float
+    n_cal: int
+    base_error_rate: float
+
+    @property
+    def certified(self) -> bool:
+        """Some calibration split found a threshold."""
+        return self.fails < self.n_splits
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> ResultRow:
+        return cls(**{f.name: row[f.name] for f in fields(cls)})
 
 
 @dataclass(frozen=True)
