@@ -30,4 +30,4 @@ def rng() -> np.random.Generator:
     return np.random.default_rng(12345)
 
 
-pytest_plugins = ["tests.support.model_fixtures"]
+pytest_plugins = ["tests.support.model_fixtures", "tests.support.prefect_server"]

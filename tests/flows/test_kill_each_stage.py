@@ -1,6 +1,7 @@
 """SIGKILL of the pipeline at each stage in turn (questions, answer mid-batch, calibrate, MLflow log), each time
-resumed by a rerun on the same store: the end state — every DuckDB table's contents and every MLflow run — is
-exactly that of one uninterrupted run."""
+resumed by a rerun on the same store: the answers stored before a kill are never requested again, and the end
+state — every DuckDB table's contents and every MLflow run — is exactly that of one uninterrupted run. The flow
+processes report to the session's Prefect server (a killed run stays Running there, as on a real deployment)."""
 
 from __future__ import annotations
 
@@ -51,18 +52,33 @@ def _setup(tmp: Path) -> tuple[Path, str]:
     return write_config(tmp / "c.yaml", tmp, datasets=DATASETS, per_batch=2), f"sqlite:///{tmp}/mlflow.db"
 
 
-def test_sigkill_at_every_stage_then_rerun_equals_an_uninterrupted_run(tmp_path: Path) -> None:
+def _answers_requested(lines: list[str]) -> int:
+    """Questions the answer stage of one run set out to answer (the total of its progress lines)."""
+    return max((int(line.split("|")[3]) for line in lines if line.startswith("PROGRESS|answer")), default=0)
+
+
+def test_sigkill_at_every_stage_then_rerun_equals_an_uninterrupted_run(tmp_path: Path, prefect_api: str) -> None:
     config, uri = _setup(tmp_path / "clean")
-    code, lines = run_pipeline_process(config, tracking=uri)
+    code, lines = run_pipeline_process(config, tracking=uri, prefect_api=prefect_api)
     assert code == 0 and "FINISHED" in lines, (lines[-5:], (config.parent / "stderr.log").read_text()[-3000:])
     expected_tables, expected_runs = table_contents(config.parent / "cic.duckdb"), mlflow_contents(uri)
+    questions = sum(d["limit"] for d in DATASETS)
+    assert _answers_requested(lines) == questions
 
     config, uri = _setup(tmp_path / "killed")
+    stored = 0
     for stage, done in KILLS:
-        code, lines = run_pipeline_process(config, tracking=uri, kill_at=(stage, done))
+        code, lines = run_pipeline_process(config, tracking=uri, kill_at=(stage, done), prefect_api=prefect_api)
         assert code == -signal.SIGKILL, (stage, lines[-5:], (config.parent / "stderr.log").read_text()[-3000:])
         assert any(line.startswith(f"PROGRESS|{stage}") for line in lines), stage
-    code, lines = run_pipeline_process(config, tracking=uri)
+        if stage == "answer":  # killed mid-stage: some questions stored, not all
+            with Store.open(config.parent / "cic.duckdb", read_only=True) as store:
+                stored = store.read("generations").select("run_key", "question_id").n_unique()
+            assert done <= stored < questions, stored
+        elif stored:  # the next run asks only for the questions the kill left unanswered
+            assert _answers_requested(lines) == questions - stored, (stored, lines)
+            stored = 0
+    code, lines = run_pipeline_process(config, tracking=uri, prefect_api=prefect_api)
     assert code == 0 and "FINISHED" in lines, (lines[-5:], (config.parent / "stderr.log").read_text()[-3000:])
 
     tables = table_contents(config.parent / "cic.duckdb")

@@ -28,24 +28,27 @@ from prefect.client.orchestration import get_client
 from prefect.deployments import run_deployment
 name = "cic-recalibrate/recalibrate-nightly"
 deadline = time.time() + 120
-with get_client(sync_client=True) as client:
+with get_client(sync_client=True) as client:  # the server is shared: wait for this test's own deployment
     while True:
         try:
             deployment = client.read_deployment_by_name(name)
-            break
+            if deployment.parameters.get("config_path") == sys.argv[1]:
+                break
         except Exception:
             if time.time() > deadline:
                 raise
-            time.sleep(1)
+        if time.time() > deadline:
+            raise TimeoutError(f"{name} never took this test's parameters")
+        time.sleep(1)
 print("CRON", deployment.schedules[0].schedule.cron)
 run = run_deployment(name, timeout=300)
 print("STATE", run.state.type.value, run.state.message)
 """
 
 
-def _trigger(server: dict[str, str], tmp_path: Path) -> str:
-    trigger = subprocess.run([sys.executable, "-c", TRIGGER], env=server, cwd=ROOT, capture_output=True, text=True,
-                             timeout=420)
+def _trigger(server: dict[str, str], tmp_path: Path, config: Path) -> str:
+    trigger = subprocess.run([sys.executable, "-c", TRIGGER, str(config)], env=server, cwd=ROOT,
+                             capture_output=True, text=True, timeout=420)
     assert trigger.returncode == 0, trigger.stderr[-3000:] + (tmp_path / "serve.log").read_text()[-3000:]
     assert "CRON 0 3 * * *" in trigger.stdout
     return trigger.stdout
@@ -72,11 +75,11 @@ def test_served_recalibration_completes_on_a_quiet_week_and_fails_on_drift(serve
     runner = subprocess.Popen([sys.executable, "-c", serve], env=server, cwd=ROOT, stdout=serve_log,
                               stderr=subprocess.STDOUT)
     try:
-        quiet = _trigger(server, tmp_path)
+        quiet = _trigger(server, tmp_path, config)
         with Store.open(db) as store:  # week 3: scores moved and every answer is wrong
             store_run(store, n=300, labelled_at=datetime(2026, 1, 15, tzinfo=UTC), id_offset=2000, seed=2,
                       shift=0.5, base=1.0)
-        drifted = _trigger(server, tmp_path)
+        drifted = _trigger(server, tmp_path, config)
     finally:
         runner.terminate()
         runner.wait(timeout=30)
@@ -170,9 +173,15 @@ def test_flows_writing_one_store_queue_on_its_global_concurrency_limit(server: d
     created = subprocess.run([str(PREFECT), "--no-prompt", "gcl", "create", "cic-store", "--limit", "1"], env=server,
                              capture_output=True, text=True, timeout=120)
     assert created.returncode == 0, created.stderr[-2000:]
-    flows = [subprocess.Popen([sys.executable, "-c", CALIBRATE, str(config), alpha], env=server, cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for alpha in ("0.3", "0.4")]
-    outputs = [f.communicate(timeout=300) for f in flows]
+    try:
+        flows = [subprocess.Popen([sys.executable, "-c", CALIBRATE, str(config), alpha], env=server, cwd=ROOT,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for alpha in ("0.3", "0.4")]
+        outputs = [f.communicate(timeout=300) for f in flows]
+    finally:  # the server is shared: later flows must not queue on this limit
+        deleted = subprocess.run([str(PREFECT), "--no-prompt", "gcl", "delete", "cic-store"], env=server,
+                                 capture_output=True, text=True, timeout=120)
+    assert deleted.returncode == 0, deleted.stderr[-2000:]
     run_ids = []
     for out, err in outputs:
         line = next((x for x in out.splitlines() if x.startswith("STATE ")), "")

@@ -27,12 +27,13 @@ sys.stdout.write("FINISHED\\n")
 
 
 def run_pipeline_process(config: Path, *, kill_at: tuple[str, int] | None = None, tracking: str | None = None,
-                         timeout_s: float = 600,
+                         timeout_s: float = 600, prefect_api: str | None = None,
                          meanwhile: tuple[str, int, Callable[[], None]] | None = None) -> tuple[int, list[str]]:
     """Run the flow on `config` in a new process group; with `kill_at=(stage prefix, n)`, SIGKILL the whole group
     as soon as that stage reports n units done; with `meanwhile=(stage prefix, n, action)`, run `action` here once
-    when that stage reports n units done, while the flow goes on. Returns (exit code, the lines it printed)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    when that stage reports n units done, while the flow goes on; with `prefect_api`, the flow reports to that
+    server instead of starting an ephemeral one. Returns (exit code, the lines it printed)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **({"PREFECT_API_URL": prefect_api} if prefect_api else {})}
     with (config.parent / "stderr.log").open("a") as stderr:
         proc = subprocess.Popen([sys.executable, "-c", DRIVER, str(config), tracking or ""], cwd=ROOT, env=env,
                                 text=True, stdout=subprocess.PIPE, stderr=stderr, start_new_session=True)

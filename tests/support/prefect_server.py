@@ -1,5 +1,6 @@
-"""A real `prefect server start` on loopback (no UI, own PREFECT_HOME), for tests that read back what the
-server holds; yields the environment a client process needs (PREFECT_API_URL and a separate PREFECT_HOME)."""
+"""A real `prefect server start` on loopback (no UI, own PREFECT_HOME), one per test session, for tests that
+read back what the server holds and for flow processes that need no server of their own; `server` gives a test
+the environment a client process needs (PREFECT_API_URL, its own PREFECT_HOME and MLflow store)."""
 
 from __future__ import annotations
 
@@ -24,20 +25,21 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[dict[str, str]]:
+@pytest.fixture(scope="session")
+def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One real Prefect server for the whole test session (its start takes 10-20 s); yields its API URL. Tests
+    that share it keep their own state apart: their own flow runs, deployments and limits, read back by id."""
+    root = tmp_path_factory.mktemp("prefect-server")
     port = free_port()
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-server"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    env = {**os.environ, "PREFECT_HOME": str(root), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
            "DO_NOT_TRACK": "true", "PREFECT_UI_ENABLED": "false"}
     env.pop("PREFECT_API_URL", None)
-    log = (tmp_path / "server.log").open("w")
-    proc = subprocess.Popen([str(PREFECT), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                            env=env, stdout=log, stderr=subprocess.STDOUT)
+    with (root / "server.log").open("w") as log:
+        proc = subprocess.Popen([str(PREFECT), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+                                env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/api"
-    wait_healthy(url, proc, tmp_path / "server.log")
-    client_env = {**env, "PREFECT_API_URL": url, "PREFECT_HOME": str(tmp_path / "prefect-client"),
-                  "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db", "PYTHONPATH": str(ROOT)}
-    yield client_env
+    wait_healthy(url, proc, root / "server.log")
+    yield url
     proc.terminate()
     try:
         proc.wait(timeout=20)
@@ -45,6 +47,14 @@ def server(tmp_path: Path) -> Iterator[dict[str, str]]:
         proc.kill()
 
 
+@pytest.fixture
+def server(prefect_api: str, tmp_path: Path) -> dict[str, str]:
+    """The environment a client process of the shared server needs: its API URL, a PREFECT_HOME and an MLflow
+    store of this test's own."""
+    env = {**os.environ, "PREFECT_API_URL": prefect_api, "PREFECT_HOME": str(tmp_path / "prefect-client"),
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "true",
+           "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db", "PYTHONPATH": str(ROOT)}
+    return env
 
 
 def wait_healthy(url: str, proc: subprocess.Popen, log: Path, timeout_s: float = 150) -> None:
