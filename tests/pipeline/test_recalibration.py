@@ -12,16 +12,18 @@ import pytest
 from cic.pipeline.config import CalibrationConfig
 from cic.pipeline.gates import promote_first_gates
 from cic.pipeline.recalibration import (
+    GroupRecalibration,
     WindowRule,
     correct_and_alert,
     labelled_pairs,
     parse_since,
     recalibrate_group,
+    recalibrate_pairs,
     span,
 )
 from cic.pipeline.stored_calibration import GroupKey, calibration_rows, groups_of_run
 from cic.store import Store
-from tests.support.pipeline_data import store_run
+from tests.support.pipeline_data import simulated_pairs, store_run
 
 CONFIG = CalibrationConfig(alphas=(0.3,), bounds=("cp",), searches=("fixed_sequence",), n_splits=5)
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -100,21 +102,40 @@ def test_without_a_live_gate_the_window_is_all_labelled_data_and_there_is_nothin
     assert result.reference is None and result.checks == [] and result.rows["n_cal"][0] == 100
 
 
-def _alarm_rate(tmp_path: Path, shift: float, runs: int) -> float:
-    """Share of simulated streams whose recalibration raised a drift alert (a test rejected after Holm): 500
-    labelled questions behind the live gate, then 500 new ones whose scores moved by `shift` (uniform scores,
-    SD 0.289)."""
+def _recalibrated_stream(group: GroupKey, i: int, shift: float, store: Store | None = None) -> GroupRecalibration:
+    """One simulated stream: 500 labelled questions behind the live gate, then 500 new ones whose scores moved by
+    `shift` (uniform scores, SD 0.289), recalibrated with the drift tests corrected (Holm at 0.05). In memory
+    (`recalibrate_pairs`, what `recalibrate_group` runs on what it reads); with `store`, also through the store,
+    which must give the same tests."""
+    week1 = simulated_pairs(n=500, labelled_at=START, seed=2 * i)
+    week2 = simulated_pairs(n=500, labelled_at=START + timedelta(days=7), id_offset=1000, seed=2 * i + 1, shift=shift)
+    rows = calibration_rows(group, week1.select("question_id", "score", "error"), CONFIG, window=span(week1))
+    live = rows.with_columns(state=pl.lit("live"), state_at=pl.lit(None, dtype=pl.Datetime("us", "UTC")),
+                             alerts=pl.lit([], dtype=pl.List(pl.String))).to_dicts()
+    result = recalibrate_pairs(group, pl.concat([week1, week2]), live, CONFIG, WindowRule())
+    correct_and_alert([result], level=0.05)
+    if store is not None:
+        store_run(store, dataset=group.dataset, n=500, labelled_at=START, seed=2 * i, estimators=(group.estimator,))
+        stored = only_group(store, group.dataset)
+        make_live(store, stored)
+        store_run(store, dataset=group.dataset, n=500, labelled_at=START + timedelta(days=7), id_offset=1000,
+                  seed=2 * i + 1, shift=shift, estimators=(group.estimator,))
+        through_store = recalibrate_group(store, stored, CONFIG, WindowRule())
+        correct_and_alert([through_store], level=0.05)
+        assert [(c.test.name, c.test.p_value, c.rejected) for c in through_store.checks] == \
+            [(c.test.name, c.test.p_value, c.rejected) for c in result.checks], i
+    return result
+
+
+def _alarm_rate(tmp_path: Path, shift: float, runs: int, through_store: int = 3) -> float:
+    """Share of simulated streams whose recalibration raised a drift alert (a test rejected after Holm); the first
+    `through_store` streams also go through a DuckDB store."""
     alarms = 0
-    with Store.open(tmp_path / f"sim-{shift}.duckdb") as store, store.transaction():  # one commit: faster
+    with Store.open(tmp_path / f"sim-{shift}.duckdb") as store:
         for i in range(runs):
-            stream = f"s{i}"
-            store_run(store, dataset=stream, n=500, labelled_at=START, seed=2 * i, estimators=("semantic_entropy",))
-            group = only_group(store, stream)
-            make_live(store, group)
-            store_run(store, dataset=stream, n=500, labelled_at=START + timedelta(days=7), id_offset=1000,
-                      seed=2 * i + 1, shift=shift, estimators=("semantic_entropy",))
-            result = recalibrate_group(store, group, CONFIG, WindowRule())
-            correct_and_alert([result], level=0.05)
+            group = GroupKey(run_key=f"r{i}", model="m", dataset=f"s{i}", estimator="semantic_entropy",
+                             criterion="similarity[0.6]")
+            result = _recalibrated_stream(group, i, shift, store if i < through_store else None)
             alarms += any(c.rejected for c in result.checks)
     return alarms / runs
 

@@ -12,22 +12,33 @@ import yaml
 from cic.store import Store
 
 
+def simulated_pairs(*, n: int = 400, seed: int = 0, error_slope: float = 0.6, base: float = 0.02,
+                    labelled_at: datetime | None = None, id_offset: int = 0, shift: float = 0.0) -> pl.DataFrame:
+    """n questions' (question_id, score, error, at) as `labelled_pairs` reads them: uniform scores moved by `shift`,
+    errors more likely as the score grows, labels stored a microsecond apart from `labelled_at`."""
+    rng = np.random.default_rng(seed)
+    score = np.clip(rng.random(n) + shift, 0, None)
+    error = rng.random(n) < np.clip(base + error_slope * score, 0, 1)
+    when = labelled_at or datetime.now(UTC)
+    return pl.DataFrame({"question_id": [f"q{i + id_offset:05d}" for i in range(n)], "score": score,
+                         "error": error, "at": [when + timedelta(microseconds=i) for i in range(n)]},
+                        schema_overrides={"at": pl.Datetime("us", "UTC")})
+
+
 def store_run(store: Store, *, model: str = "m", dataset: str = "d", n: int = 400, seed: int = 0,
               estimators: tuple[str, ...] = ("semantic_entropy[embedding:0.9]", "predictive_entropy"),
               criterion: str = "similarity[0.6]", error_slope: float = 0.6, base: float = 0.02,
               labelled_at: datetime | None = None, id_offset: int = 0, shift: float = 0.0) -> str:
-    """Register a run and store n questions' scores (errors grow with the score) and labels."""
-    rng = np.random.default_rng(seed)
+    """Register a run and store `simulated_pairs` as workers would: each estimator's scores (the k-th offset by
+    0.01 k) and the labels."""
     key = store.register_run(model, dataset, "validation", "p1", {"seed": 0})
-    ids = [f"q{i + id_offset:05d}" for i in range(n)]
-    score = np.clip(rng.random(n) + shift, 0, None)
-    error = rng.random(n) < np.clip(base + error_slope * score, 0, 1)
-    when = labelled_at or datetime.now(UTC)
+    pairs = simulated_pairs(n=n, seed=seed, error_slope=error_slope, base=base, labelled_at=labelled_at,
+                            id_offset=id_offset, shift=shift)
+    ids, score, error = pairs["question_id"], pairs["score"].to_numpy(), pairs["error"].to_numpy()
     scores = pl.concat([pl.DataFrame({"run_key": key, "question_id": ids, "estimator": name,
                                       "value": score + 0.01 * k}) for k, name in enumerate(estimators)])
     labels = pl.DataFrame({"run_key": key, "question_id": ids, "criterion": criterion, "aligned": ~error,
-                           "value": 1.0 - error.astype(float),
-                           "created_at": [when + timedelta(microseconds=i) for i in range(n)]})
+                           "value": 1.0 - error.astype(float), "created_at": pairs["at"]})
     with store.transaction():
         store.upsert("scores", scores)
         store.upsert("labels", labels)
