@@ -15,6 +15,7 @@ a bound is adding one record.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -329,11 +330,13 @@ def min_certifiable_n(bound: str, alpha: float, gamma: float) -> int:
     return hi
 
 
+@functools.lru_cache(maxsize=4096)
 def half_alpha_n(bound: str, alpha: float, gamma: float) -> int:
     """The smallest accepted count n at which an empirical risk of alpha/2 (FD = floor(alpha·n/2)) is certified.
 
     A label-free function of (bound, alpha, gamma): the default first test of fixed-sequence search, where
-    a threshold whose true risk is about alpha/2 has an even chance to pass instead of almost none.
+    a threshold whose true risk is about alpha/2 has an even chance to pass instead of almost none. Cached: a
+    split protocol asks it once per split with the same arguments.
     """
     size = 1024
     while True:
