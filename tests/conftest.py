@@ -1,4 +1,4 @@
-"""Shared fixtures: isolated Prefect state per session; reproducible random (score, error) tables."""
+"""Shared fixtures: isolated Prefect state and model cache per session; reproducible random (score, error) tables."""
 
 from __future__ import annotations
 
@@ -19,10 +19,16 @@ os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ["DO_NOT_TRACK"] = "true"
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "1"
+# One converted-model cache for the session ($CIC_CACHE_DIR if the caller set one): every test and every `cic`
+# process a test starts converts SmolLM2 at most once, and a developer's ~/.cache/cic is never touched.
+_OWN_CACHE = "CIC_CACHE_DIR" not in os.environ
+os.environ.setdefault("CIC_CACHE_DIR", tempfile.mkdtemp(prefix="cic-test-cache-"))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     shutil.rmtree(_PREFECT_HOME, ignore_errors=True)
+    if _OWN_CACHE:
+        shutil.rmtree(os.environ["CIC_CACHE_DIR"], ignore_errors=True)
 
 
 @pytest.fixture

@@ -18,8 +18,7 @@ CIC = Path(sys.executable).parent / "cic"
 
 
 def _small_config(tmp_path: Path) -> Path:
-    return write_small_config(tmp_path / "small.yaml",
-                              os.environ.get("CIC_CACHE_DIR") or str(tmp_path.parent / "cic-model-cache"))
+    return write_small_config(tmp_path / "small.yaml", os.environ["CIC_CACHE_DIR"])
 
 
 def test_cic_run_prints_the_table_says_where_things_went_and_why_nothing_certified(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ batches retried on the other node, and the store ends with exactly one row per k
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
 
 def _config(tmp: Path) -> Path:
-    cache = str(tmp.parent / "cic-model-cache")
+    cache = os.environ["CIC_CACHE_DIR"]  # the session's (tests/conftest.py)
     path = tmp / "cluster.yaml"
     path.write_text(yaml.safe_dump({
         "name": "cluster", "datasets": [{"name": "trivia_qa", "limit": 6}],

@@ -28,7 +28,7 @@ K = 3
 
 
 def write_config(path: Path, tmp: Path, *, datasets: list[dict[str, Any]], per_batch: int = 3) -> Path:
-    cache = os.environ.get("CIC_CACHE_DIR") or str(tmp.parent / "cic-model-cache")
+    cache = os.environ["CIC_CACHE_DIR"]  # the session's (tests/conftest.py)
     path.write_text(yaml.safe_dump({
         "name": "e2e", "models": [{"name": "smollm2", "spec": MODEL}], "datasets": datasets,
         "generation": {"n_samples": K, "max_new_tokens": 12, "seed": 0, "questions_per_batch": per_batch},

@@ -54,7 +54,7 @@ def test_cic_run_shows_in_the_prefect_and_mlflow_uis(server: dict[str, str], mlf
         "uncertainty": {"estimators": ["semantic_entropy"]},
         "calibration": {"alphas": [0.1, 0.25], "bounds": ["cp"], "n_splits": 5}, "ray": {"num_cpus": 1},
         "storage": {"db": "small.duckdb", "report_dir": "reports",
-                    "model_cache": os.environ.get("CIC_CACHE_DIR") or str(tmp_path.parent / "cic-model-cache")}}))
+                    "model_cache": os.environ["CIC_CACHE_DIR"]}}))
     env = {**server, "MLFLOW_TRACKING_URI": mlflow_server, "COLUMNS": "100"}
     env.pop("PREFECT_LOGGING_LEVEL", None)  # as a user runs it: Prefect's own default level
     began = datetime.now(UTC).isoformat()  # the server is shared: this test's run is the one started after

@@ -104,7 +104,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[
     user.mkdir()
     env = {**base, "PREFECT_API_URL": f"http://127.0.0.1:{prefect_port}/api",
            "PREFECT_HOME": str(root / "prefect-client"), "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{mlflow_port}",
-           "CIC_CACHE_DIR": os.environ.get("CIC_CACHE_DIR") or str(root.parent / "cic-model-cache"),
+           "CIC_CACHE_DIR": os.environ["CIC_CACHE_DIR"],
            "COLUMNS": "100"}
     write_small_config(user / "small.yaml", env["CIC_CACHE_DIR"])
     yield user, env

@@ -4,21 +4,15 @@ and all-MiniLM-L6-v2."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 
 @pytest.fixture(scope="session")
-def cic_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The converted-model cache: $CIC_CACHE_DIR if the caller set one, else a session temp dir."""
-    preset = os.environ.get("CIC_CACHE_DIR")
-    path = Path(preset) if preset else tmp_path_factory.mktemp("cic-cache")
-    os.environ["CIC_CACHE_DIR"] = str(path)
-    yield path
-    if not preset:
-        os.environ.pop("CIC_CACHE_DIR", None)
+def cic_cache() -> Path:
+    """The session's converted-model cache ($CIC_CACHE_DIR, set by tests/conftest.py)."""
+    return Path(os.environ["CIC_CACHE_DIR"])
 
 
 @pytest.fixture(scope="session")
