@@ -33,7 +33,7 @@ def test_file_names_with_markup_are_printed_as_typed(name: str, tmp_path: Path) 
 
 
 @pytest.mark.faults
-def test_newlines_and_tabs_in_names_from_an_ingest_file_are_printed_escaped(tmp_path: Path) -> None:
+def test_newlines_and_tabs_in_names_from_an_ingest_file_are_printed_escaped(tmp_path: Path, prefect_api: str) -> None:
     """A model and a stream named in a user's file with a tab and a newline: `cic ingest`, `cic recalibrate` and
     `cic gate list` print them as \\t and \\n, so no line or table row is split."""
     import os
@@ -51,7 +51,7 @@ def test_newlines_and_tabs_in_names_from_an_ingest_file_are_printed_escaped(tmp_
                   "timestamp": [start + timedelta(minutes=20 * i) for i in range(n)],
                   "score:semantic_entropy": scores,
                   "correct": [rng.random() >= 0.02 + 0.5 * s for s in scores]}).write_parquet(tmp_path / "t.parquet")
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env = {**os.environ, "PREFECT_API_URL": prefect_api}  # the session's server: no ephemeral one per command
     cic = str(Path(sys.executable).with_name("cic"))
 
     def run(*args: str) -> str:

@@ -118,7 +118,9 @@ def test_recalibration_flow_fails_on_drift_and_logs_candidates_with_the_pipeline
     assert len([r for r in _runs(client, "cic-t-d") if r.data.tags.get("cic.kind") == "recalibration"]) == 2 + 8
 
 
-def test_recalibrate_cli_exits_1_on_alerts_unless_told_not_to(setup: tuple[Path, Path, MlflowClient]) -> None:
+def test_recalibrate_cli_exits_1_on_alerts_unless_told_not_to(setup: tuple[Path, Path, MlflowClient],
+                                                              prefect_api: str) -> None:
+    import os
     import subprocess
     import sys
 
@@ -127,10 +129,11 @@ def test_recalibrate_cli_exits_1_on_alerts_unless_told_not_to(setup: tuple[Path,
         store_run(store, n=300, labelled_at=datetime(2026, 1, 1, tzinfo=UTC) + timedelta(days=1), id_offset=9000,
                   base=1.0, seed=4)
     cic = [str(Path(sys.executable).with_name("cic")), "recalibrate", "--config", str(config), "--window", "200"]
-    result = subprocess.run(cic, capture_output=True, text=True, timeout=300)  # one process per command, as used
+    env = {**os.environ, "PREFECT_API_URL": prefect_api}  # a team's server, as the nightly job runs it
+    result = subprocess.run(cic, capture_output=True, text=True, timeout=300, env=env)  # one process per command
     assert result.returncode == 1, result.stdout + result.stderr
     assert "unattainable" in result.stderr and "ALERT" in result.stderr
-    quiet = subprocess.run([*cic, "--no-fail-on-alert"], capture_output=True, text=True, timeout=300)
+    quiet = subprocess.run([*cic, "--no-fail-on-alert"], capture_output=True, text=True, timeout=300, env=env)
     assert quiet.returncode == 0, quiet.stdout + quiet.stderr
     assert "candidates wait for review" in " ".join(quiet.stdout.split())
 

@@ -148,6 +148,17 @@ def test_cic_run_exits_0_within_seconds_of_its_last_line_and_says_where_things_w
     assert all(line in (user / "cic-services.log").read_text() for line in chatter)
 
 
+def test_the_prefect_server_script_points_its_ui_at_its_own_port(home: tuple[Path, dict[str, str]]) -> None:
+    """`infra/scripts/start_prefect_server.sh` on a port other than 4200 (the home's server): the UI it serves calls
+    the API on that port, not the default one."""
+    import json
+
+    _, env = home
+    api = env["PREFECT_API_URL"]
+    with urllib.request.urlopen(f"{api.removesuffix('/api')}/ui-settings", timeout=10) as reply:
+        assert json.loads(reply.read())["api_url"] == api
+
+
 def test_cic_log_after_a_run_logs_nothing_twice_and_exits_at_once(ran: Journey,
                                                                  home: tuple[Path, dict[str, str]]) -> None:
     user, env = home
