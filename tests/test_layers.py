@@ -4,6 +4,7 @@ stays light, cic/pipeline stays service-free."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -148,3 +149,27 @@ def test_the_sql_rule_sees_a_query_outside_the_store(tmp_path: Path) -> None:
     sample = tmp_path / "bad.py"
     sample.write_text("import duckdb\ndef f(store):\n    store.sql('SELECT 1')\n    duckdb.connect('x.duckdb')\n")
     assert sql_calls_outside_the_store([sample]) == ["bad.py:3 .sql(", "bad.py:4 .connect("]
+
+
+POSITIONAL_INSERT = re.compile(r"INSERT INTO\s+(?:\{[^}]+\}|\w+)\w*\s+(?!\(|BY NAME)", re.IGNORECASE)
+
+
+def positional_inserts(files: list[Path]) -> list[str]:
+    """`file:line` of each INSERT that names no columns (neither a column list nor BY NAME): a column added or
+    reordered in cic.schema would then fill the wrong column without an error."""
+    found = []
+    for path in files:
+        text = path.read_text()
+        found += [f"{path.name}:{text.count(chr(10), 0, m.start()) + 1}" for m in POSITIONAL_INSERT.finditer(text)]
+    return found
+
+
+def test_every_insert_names_its_columns() -> None:
+    assert positional_inserts(list(MODULES.values())) == []
+
+
+def test_the_insert_rule_sees_a_positional_insert(tmp_path: Path) -> None:
+    sample = tmp_path / "bad.py"
+    sample.write_text('a = f"INSERT INTO {t}__new SELECT 1"\nb = "INSERT INTO v VALUES (1)"\n'
+                      'c = "INSERT INTO v (x) VALUES (1)"\nd = f"INSERT INTO {t} BY NAME SELECT 1"\n')
+    assert positional_inserts([sample]) == ["bad.py:1", "bad.py:2"]

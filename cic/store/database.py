@@ -237,7 +237,7 @@ def rebuild_table(con: duckdb.DuckDBPyConnection, spec: schema.TableSpec) -> Non
     select = ", ".join(f"CAST({c} AS {duckdb_type(t)})" if c in stored else f"CAST(NULL AS {duckdb_type(t)})"
                        for c, t in spec.columns.items())
     con.execute(create_table_sql(spec, f"{spec.name}__migrating"))
-    con.execute(f"INSERT INTO {spec.name}__migrating SELECT {select} FROM {spec.name} "
+    con.execute(f"INSERT INTO {spec.name}__migrating ({', '.join(spec.columns)}) SELECT {select} FROM {spec.name} "
                 f"QUALIFY row_number() OVER (PARTITION BY {', '.join(spec.key)}) = 1")
     con.execute(f"DROP TABLE {spec.name}")
     con.execute(f"ALTER TABLE {spec.name}__migrating RENAME TO {spec.name}")
@@ -360,7 +360,7 @@ def _prepare(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -> int
         _add_missing(con)
         _check_types(con, path)
         if version != SCHEMA_VERSION:
-            con.execute("INSERT INTO schema_version VALUES (?, ?) ON CONFLICT DO NOTHING",
+            con.execute("INSERT INTO schema_version (version, applied_at) VALUES (?, ?) ON CONFLICT DO NOTHING",
                         [SCHEMA_VERSION, datetime.now(UTC)])
         con.commit()
     except BaseException:
