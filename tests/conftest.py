@@ -6,8 +6,29 @@ import os
 import shutil
 import tempfile
 
-import numpy as np
+# Each xdist worker gets its share of the cores for torch / BLAS threads (set before numpy or torch is
+# imported): two workers each spinning threads for every core run the model tests several times slower.
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    _THREADS = str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+    for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_variable, _THREADS)
+
+import numpy as np  # noqa: E402
 import pytest
+
+# A table's width never depends on the terminal pytest runs in (xdist workers get COLUMNS=80): tests that print
+# tables through CliRunner see a pipe's width, and tests that need another set COLUMNS themselves.
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
+
+# The modules that take minutes (real servers, model runs, kills) go to the workers first, so the short ones fill
+# the gaps at the end instead of one worker finishing a long module alone (scheduling only: a module missing
+# here runs in its normal place).
+LONG_MODULES = ("tests/flows/test_pipeline_e2e.py", "tests/flows/test_kill_each_stage.py",
+                "tests/journeys/test_journeys.py", "tests/cli/test_run_command.py", "tests/flows/test_flows.py",
+                "tests/flows/test_prefect_deployment.py", "tests/flows/test_cluster.py",
+                "tests/flows/test_prefect_ui.py", "tests/llm/test_generation.py", "tests/cli/test_error_lines.py",
+                "tests/services/test_mlflow_artifacts.py", "tests/llm/test_answering.py")
 
 # Every test session gets its own Prefect state (ephemeral API database, settings) and never talks to a
 # server a developer may have configured; set before anything imports prefect.
@@ -19,6 +40,9 @@ os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ["DO_NOT_TRACK"] = "true"
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "1"
+# The MLflow servers tests start run no job runner (its two huey consumers and periodic tasks serve MLflow's own
+# GenAI jobs, which CIC never submits, and cost more CPU than the tracking server itself)
+os.environ["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"
 # One converted-model cache for the session ($CIC_CACHE_DIR if the caller set one): every test and every `cic`
 # process a test starts converts SmolLM2 at most once, and a developer's ~/.cache/cic is never touched.
 _OWN_CACHE = "CIC_CACHE_DIR" not in os.environ
@@ -29,6 +53,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     shutil.rmtree(_PREFECT_HOME, ignore_errors=True)
     if _OWN_CACHE:
         shutil.rmtree(os.environ["CIC_CACHE_DIR"], ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {module: place for place, module in enumerate(LONG_MODULES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: order within a module
 
 
 @pytest.fixture

@@ -87,3 +87,11 @@ def test_compose_file_defines_every_service_it_depends_on() -> None:
     assert {"postgres", "prefect-server", "mlflow"} <= set(services)
     for name, service in services.items():
         assert set(service.get("depends_on", {})) <= set(services), name
+
+
+def test_the_long_modules_scheduled_first_exist() -> None:
+    """tests/conftest.py sends these to the xdist workers first; a renamed module would silently lose its place."""
+    from tests.conftest import LONG_MODULES
+
+    root = Path(__file__).resolve().parents[1]
+    assert [m for m in LONG_MODULES if not (root / m).is_file()] == []

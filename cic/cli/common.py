@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.text import Text
 
 from cic.errors import UserError
@@ -31,8 +31,23 @@ def console_width(stream: Any) -> int | None:
 
 # markup and emoji codes are off: file names, model names and values in errors are printed as they are
 # (a "[/]" or ":b:" in them is text, not a style); styled words are built as rich Text, never parsed
-console = Console(width=console_width(sys.stdout), markup=False, emoji=False, highlight=False)
-err_console = Console(stderr=True, width=console_width(sys.stderr), markup=False, emoji=False, highlight=False)
+class StreamConsole(Console):
+    """A rich Console whose width follows the stream it prints to at the moment it prints (a width fixed at
+    import would keep whatever stdout was then, e.g. a terminal that a later redirect or test runner replaced)."""
+
+    @property  # type: ignore[override]
+    def size(self) -> ConsoleDimensions:
+        measured = Console.size.fget(self)  # type: ignore[attr-defined]
+        width = console_width(self.file)
+        return measured if width is None else ConsoleDimensions(width, measured.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)  # type: ignore[attr-defined]
+
+
+console = StreamConsole(markup=False, emoji=False, highlight=False)
+err_console = StreamConsole(stderr=True, markup=False, emoji=False, highlight=False)
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")

@@ -117,6 +117,7 @@ def test_after_kill_9_the_watchdog_stops_every_child_within_seconds(tmp_path: Pa
         "    print(' '.join(str(k.pid) for k in kids), flush=True); time.sleep(600)\n")
     run = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    tree: list[int] = []
     try:
         kids = [int(p) for p in run.stdout.readline().split()]
         time.sleep(2.0)  # the grandchild starts and the watchdog's next look finds it
@@ -127,7 +128,8 @@ def test_after_kill_9_the_watchdog_stops_every_child_within_seconds(tmp_path: Pa
         run.wait(timeout=10)
         assert _gone([p for p in tree if p not in watchdogs], within_s=10) == []
         assert _gone(watchdogs, within_s=10) == []  # and the watchdog itself is gone
-    finally:
-        for proc in psutil.Process().children(recursive=True):
+    finally:  # only this test's own processes: the session's shared servers are children of pytest too
+        run.kill()
+        for pid in tree:
             with contextlib.suppress(psutil.Error):
-                proc.kill()
+                psutil.Process(pid).kill()
