@@ -115,3 +115,18 @@ def test_scorer_writes_one_row_per_question_and_estimator_with_nulls_where_undef
 def test_unknown_estimator_is_refused_with_the_known_names() -> None:
     with pytest.raises(ValueError, match="estimator = 'entropy': unknown; choose from semantic_entropy"):
         UncertaintyScorer(ExactEquivalence(), ["entropy"])
+
+
+def test_answers_without_log_probabilities_get_null_where_an_estimator_reads_them() -> None:
+    """A served model that returns no token log-probabilities: the estimators that read them store null (not the
+    value of log-probability 0, i.e. certainty); the sampling-only estimators are unchanged."""
+    with_lp = generation_rows("q", ["Paris", "Paris", "Lyon", "Paris"])
+    without = with_lp.with_columns(pl.lit(None, dtype=pl.Float64).alias("logprob_sum"),
+                                   pl.lit(None, dtype=pl.Float64).alias("logprob_mean"))
+    scorer = UncertaintyScorer(ExactEquivalence(), list_estimators())
+    full = {r["estimator"]: r["value"] for r in scorer.score(with_lp, run_key="r").iter_rows(named=True)}
+    bare = {r["estimator"]: r["value"] for r in scorer.score(without, run_key="r").iter_rows(named=True)}
+    needs = {"semantic_entropy_weighted[exact]", "predictive_entropy", "predictive_entropy_normalized"}
+    assert all(full[name] is not None for name in needs) and all(bare[name] is None for name in needs)
+    assert {k: v for k, v in bare.items() if k not in needs} == {k: v for k, v in full.items() if k not in needs}
+    assert bare["semantic_entropy[exact]"] == pytest.approx(-(2 / 3 * math.log(2 / 3) + 1 / 3 * math.log(1 / 3)))

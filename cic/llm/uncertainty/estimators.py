@@ -95,19 +95,21 @@ def one_minus_max_prob(s: QuestionStats) -> float | None:
 
 @dataclass(frozen=True)
 class Estimator:
-    """A named estimator and whether its value depends on the equivalence (then its stored name says which)."""
+    """A named estimator, whether its value depends on the equivalence (then its stored name says which) and
+    whether it reads token log-probabilities (null for answers that came without them, never read as 0)."""
 
     name: str
     compute: Callable[[QuestionStats], float | None]
     uses_equivalence: bool
+    needs_logprobs: bool = False
 
 
 ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (
     Estimator("semantic_entropy", semantic_entropy, True),
-    Estimator("semantic_entropy_weighted", semantic_entropy_weighted, True),
+    Estimator("semantic_entropy_weighted", semantic_entropy_weighted, True, needs_logprobs=True),
     Estimator("num_semantic_sets", num_semantic_sets, True),
-    Estimator("predictive_entropy", predictive_entropy, False),
-    Estimator("predictive_entropy_normalized", predictive_entropy_normalized, False),
+    Estimator("predictive_entropy", predictive_entropy, False, needs_logprobs=True),
+    Estimator("predictive_entropy_normalized", predictive_entropy_normalized, False, needs_logprobs=True),
     Estimator("lexical_similarity", lexical_similarity, False),
     Estimator("eigv", eigv, True),
     Estimator("deg", deg, True),

@@ -38,13 +38,14 @@ class UncertaintyScorer:
         if samples.height == 0:
             samples = rows
         probs = rows.get_column("option_probs")[0]
+        has_logprobs = samples.get_column("logprob_sum").null_count() == 0
         return QuestionStats(
             question_id=str(rows.get_column("question_id")[0]), texts=samples.get_column("text").to_list(),
             logprob_sum=samples.get_column("logprob_sum").fill_null(0.0).to_numpy(),
             logprob_mean=samples.get_column("logprob_mean").fill_null(0.0).to_numpy(),
             option_probs=None if probs is None else np.asarray(probs.to_list() if hasattr(probs, "to_list")
                                                                else probs, dtype=np.float64),
-            equivalence=self.equivalence)
+            equivalence=self.equivalence, has_logprobs=has_logprobs)
 
     def score(self, generations: pl.DataFrame, *, run_key: str) -> pl.DataFrame:
         records = []
@@ -57,6 +58,7 @@ class UncertaintyScorer:
         for stats in every:
             question_id = stats.question_id
             for estimator, name in zip(self.estimators, names, strict=True):
+                value = None if estimator.needs_logprobs and not stats.has_logprobs else estimator.compute(stats)
                 records.append({"run_key": run_key, "question_id": str(question_id), "estimator": name,
-                                "value": finite_or_none(estimator.compute(stats))})
+                                "value": finite_or_none(value)})
         return schema.conform(pl.DataFrame(records, schema=schema.SCORES.schema), schema.SCORES)

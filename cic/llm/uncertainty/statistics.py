@@ -21,6 +21,7 @@ class QuestionStats:
     logprob_mean: np.ndarray
     option_probs: np.ndarray | None      # multiple choice only
     equivalence: Any
+    has_logprobs: bool = True            # False when the generator returned no token log-probabilities (a server)
     _cache: dict[str, Any] = field(default_factory=dict)
 
     @property
