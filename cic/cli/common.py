@@ -29,8 +29,6 @@ def console_width(stream: Any) -> int | None:
     return int(columns) if columns.isdigit() and 20 <= int(columns) <= 1000 else PIPED_WIDTH
 
 
-# markup and emoji codes are off: file names, model names and values in errors are printed as they are
-# (a "[/]" or ":b:" in them is text, not a style); styled words are built as rich Text, never parsed
 class StreamConsole(Console):
     """A rich Console whose width follows the stream it prints to at the moment it prints (a width fixed at
     import would keep whatever stdout was then, e.g. a terminal that a later redirect or test runner replaced)."""
@@ -46,6 +44,8 @@ class StreamConsole(Console):
         Console.size.fset(self, new_size)  # type: ignore[attr-defined]
 
 
+# markup and emoji codes are off: file names, model names and values in errors are printed as they are
+# (a "[/]" or ":b:" in them is text, not a style); styled words are built as rich Text, never parsed
 console = StreamConsole(markup=False, emoji=False, highlight=False)
 err_console = StreamConsole(stderr=True, markup=False, emoji=False, highlight=False)
 
