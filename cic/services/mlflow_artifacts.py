@@ -18,6 +18,7 @@ check a store before it starts a flow.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import urllib.parse
 from contextlib import closing
@@ -88,14 +89,24 @@ def _connect(db_file: Path, *, write: bool, wait_s: float = 30) -> sqlite3.Conne
     if not db_file.is_file():
         raise UserError(f"MLflow store {str(db_file)!r} does not exist (--tracking-uri names a SQLite file that "
                          f"is not there)")
-    mode = "rw" if write else "ro"  # never creates a file, and a read never takes the write lock
-    return sqlite3.connect(f"{db_file.as_uri()}?mode={mode}", uri=True, timeout=wait_s, isolation_level=None)
+    # never creates a file. A read opens read-write too, with writes refused (query_only), when it may: a writer
+    # killed mid-transaction (a killed `cic run` while it logged) leaves a hot journal, and only a connection
+    # that may write can roll it back — a read-only one fails with "attempt to write a readonly database"
+    mode = "rw" if write or os.access(db_file, os.W_OK) else "ro"
+    conn = sqlite3.connect(f"{db_file.as_uri()}?mode={mode}", uri=True, timeout=wait_s, isolation_level=None)
+    if not write:
+        conn.execute("PRAGMA query_only = ON")
+    return conn
 
 
 def _store_error(db_file: Path, exc: sqlite3.DatabaseError, wait_s: float = 30) -> UserError:
     if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
         return UserError(f"MLflow store {str(db_file)!r} stayed locked by another writer for {wait_s:g} s; "
                           f"nothing changed, try again")
+    if "readonly" in str(exc):
+        return UserError(f"MLflow store {str(db_file)!r} holds a transaction a killed writer left unfinished "
+                          f"({db_file.name}-journal), and this process may not write the file to roll it back; "
+                          "run cic as a user who may write it")
     return UserError(f"{str(db_file)!r} is not an MLflow SQLite store ({exc})")
 
 

@@ -61,6 +61,7 @@ def test_sigkill_at_every_stage_then_rerun_equals_an_uninterrupted_run(tmp_path:
     config, uri = _setup(tmp_path / "clean")
     code, lines = run_pipeline_process(config, tracking=uri, prefect_api=prefect_api)
     assert code == 0 and "FINISHED" in lines, (lines[-5:], (config.parent / "stderr.log").read_text()[-3000:])
+    assert not [line for line in lines if line.startswith("LOG_ERROR")], lines[-5:]
     expected_tables, expected_runs = table_contents(config.parent / "cic.duckdb"), mlflow_contents(uri)
     questions = sum(d["limit"] for d in DATASETS)
     assert _answers_requested(lines) == questions
@@ -80,6 +81,7 @@ def test_sigkill_at_every_stage_then_rerun_equals_an_uninterrupted_run(tmp_path:
             stored = 0
     code, lines = run_pipeline_process(config, tracking=uri, prefect_api=prefect_api)
     assert code == 0 and "FINISHED" in lines, (lines[-5:], (config.parent / "stderr.log").read_text()[-3000:])
+    assert not [line for line in lines if line.startswith("LOG_ERROR")], lines[-5:]
 
     tables = table_contents(config.parent / "cic.duckdb")
     for name, frame in expected_tables.items():

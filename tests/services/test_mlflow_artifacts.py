@@ -101,3 +101,39 @@ def test_a_store_another_writer_holds_is_refused_after_the_wait_and_left_as_it_w
         writer.execute("ROLLBACK")
         writer.close()
     assert moved_experiments(uri) == before
+
+
+KILLED_WRITER = """
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+conn.execute("UPDATE experiments SET artifact_location = '/half-written'")  # spills to the file: the journal is hot
+conn.execute("CREATE TABLE filler AS WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 50000)"
+             " SELECT i, printf('%0200d', i) AS pad FROM n")
+print("inside", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_store_whose_writer_was_killed_mid_transaction_is_rolled_back_and_read(tmp_path: Path) -> None:
+    """A `cic run` killed while it logged leaves a hot journal; the next run's checks read the store (rolling the
+    half-written transaction back, as SQLite recovers) instead of failing on a read-only connection."""
+    import signal
+    import subprocess
+    import sys
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(tracking_uri=uri)
+    client.create_experiment("kept", artifact_location=str(tmp_path / "mlartifacts" / "kept"))
+    writer = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(tmp_path / "mlflow.db")],
+                              stdout=subprocess.PIPE, text=True)
+    assert writer.stdout is not None and writer.stdout.readline().strip() == "inside"
+    writer.send_signal(signal.SIGKILL)
+    writer.wait(timeout=30)
+    assert (tmp_path / "mlflow.db-journal").stat().st_size > 0  # the killed writer's transaction, not rolled back
+
+    assert moved_experiments(uri) == []
+    check_not_moved(uri)
+    assert not (tmp_path / "mlflow.db-journal").exists()  # rolled back: the store is as the last commit left it
+    kept = MlflowClient(tracking_uri=uri).get_experiment_by_name("kept")
+    assert kept is not None and kept.artifact_location == str(tmp_path / "mlartifacts" / "kept")

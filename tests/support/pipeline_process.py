@@ -21,7 +21,9 @@ def show(stage, done, total):  # not print(): the flow's log_prints sends prints
 progress.subscribe(show)
 from flows.pipeline import pipeline
 tracking = sys.argv[2] or None
-pipeline(config_path=sys.argv[1], tracking=tracking, log_to_mlflow=tracking is not None)
+summary = pipeline(config_path=sys.argv[1], tracking=tracking, log_to_mlflow=tracking is not None)
+if summary.log_error:  # swallowed by the flow (the results are in DuckDB); a test must see it
+    sys.stdout.write(f"LOG_ERROR|{summary.log_error}\\n")
 sys.stdout.write("FINISHED\\n")
 """
 
