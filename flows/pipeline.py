@@ -19,6 +19,7 @@ from prefect.states import Failed, State
 
 from cic.pipeline import progress
 from cic.pipeline.config import DEMO_CONFIG, ModelConfig, PipelineConfig, load_config, with_overrides
+from cic.pipeline.preflight import served_model_id
 from cic.pipeline.progress import ProgressLines
 from cic.pipeline.run_digest import PER_DATASET_UNSHARED, RESULTS_ARTIFACT, markdown_summary
 from cic.pipeline.run_results import PipelineSummary, ResultRow
@@ -80,7 +81,13 @@ def pipeline(config_path: str = DEMO_CONFIG, db: str | None = None, ray_address:
 
 def generation_key(model: ModelConfig, settings: Any) -> dict[str, Any]:
     """What shapes a model's generations (the run key hashes it): model, decoding settings, explicit dtype and
-    quantization."""
+    quantization; for a served model, the model id its server reports and the API (not the URLs: replicas and a
+    moved server answer the same run)."""
+    if model.endpoint is not None:
+        from cic.llm.endpoint import SAMPLER
+
+        return {"endpoint_model": settings.served_model, "api": model.endpoint.api,
+                **settings.generation.shaping(), "sampler": SAMPLER}
     return {"model_spec": model.spec, **settings.generation.shaping(),
             # numerics shape the answers: an explicit dtype is its own run ("auto" keeps older keys)
             **({"dtype": model.dtype} if model.dtype != "auto" else {}),
@@ -88,8 +95,11 @@ def generation_key(model: ModelConfig, settings: Any) -> dict[str, Any]:
 
 
 def plan_models(config: PipelineConfig, db_path: str, questions: dict[str, Any], summary: PipelineSummary,
-                cluster: ray_pool.ClusterInfo) -> list[ModelJob]:
-    """Register every (model, dataset) run and what it still lacks; one job per model, placed from its config."""
+                cluster: ray_pool.ClusterInfo, served: dict[str, str] | None = None) -> list[ModelJob]:
+    """Register every (model, dataset) run and what it still lacks; one job per model, placed from its config.
+    `served`: the model id each served model's endpoint reported (its runs are keyed on it)."""
+    from dataclasses import replace
+
     from cic.data import DATASETS
     from cic.llm.alignment import default_criteria
 
@@ -98,6 +108,8 @@ def plan_models(config: PipelineConfig, db_path: str, questions: dict[str, Any],
     with Store.open(db_path, wait_s=60) as store:
         for index, model in enumerate(config.models):
             settings = config.answerer_settings(index)
+            if model.endpoint is not None:
+                settings = replace(settings, served_model=(served or {})[model.name])
             runs = []
             for dataset in config.datasets:
                 frame = questions[dataset.name]
@@ -113,10 +125,11 @@ def plan_models(config: PipelineConfig, db_path: str, questions: dict[str, Any],
                 work = missing_work(store, key, frame.get_column("question_id").to_list(),
                                     n_samples=config.generation.n_samples, estimators=score_names, criteria=criteria)
                 runs.append(RunJob(key, dataset.name, prompt_id, criteria, frame, work))
+            share = model.endpoint.max_failed_share if model.endpoint is not None else 0.0
             try:
                 placement = plan_placement(model, cluster, n_models=len(config.models),
                                            prefer_gpu=config.ray.prefer_gpu)
-                jobs.append(ModelJob(model.name, settings, runs, model.replicas, placement))
+                jobs.append(ModelJob(model.name, settings, runs, model.replicas, placement, max_failed_share=share))
             except ray_pool.PlacementError as exc:  # this model cannot run here; the others still do
                 jobs.append(ModelJob(model.name, settings, runs, model.replicas, None, error=str(exc)))
     return jobs
@@ -129,6 +142,9 @@ def run_stages(config_path: str, db: str | None, ray_address: str | None, tracki
 
     config = with_overrides(load_config(config_path), db, ray_address, tracking, report_dir)
     db_path = config.storage.db
+    # a served model answers one token before any work (a dead URL stops the run here); its runs are keyed on the
+    # model id it reports
+    served = {model.name: served_model_id(model) for model in config.models if model.endpoint is not None}
     summary = PipelineSummary(db=db_path, tracking_uri=tracking_uri(config.mlflow.tracking_uri),
                               report_dir=config.storage.report_dir, experiment_prefix=config.mlflow.experiment_prefix)
     started = time.perf_counter()
@@ -142,7 +158,7 @@ def run_stages(config_path: str, db: str | None, ray_address: str | None, tracki
     cluster = ray_pool.connect(config.ray.address, num_cpus=config.ray.num_cpus,
                                   runtime_env=config.ray.runtime_env)
     try:
-        jobs = plan_models(config, db_path, questions, summary, cluster)
+        jobs = plan_models(config, db_path, questions, summary, cluster, served)
         summary.answer = answer_questions(db_path, jobs, questions_per_batch=config.generation.questions_per_batch,
                                           ready_timeout_s=config.ray.ready_timeout_s,
                                           batch_timeout_s=config.ray.batch_timeout_s)

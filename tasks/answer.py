@@ -8,6 +8,7 @@ and a rerun picks up exactly what is missing (`cic.store.resume`).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +72,16 @@ class ModelJob:
     replicas: int
     placement: ray_pool.Placement | None
     error: str | None = None  # known before starting (e.g. a GPU the in-process Ray lacks): reported, not run
+    max_failed_share: float = 0.0  # a served model: the share of questions that may go unanswered
+
+
+def skipped_without_logprobs(estimators: Sequence[str]) -> list[str]:
+    """The configured estimators that read token log-probabilities (or option probabilities, which a server gives
+    only with top_logprobs) and so store null for a server that returns none."""
+    from cic.llm.uncertainty.estimators import ESTIMATORS
+
+    return [name for name in estimators if name in ESTIMATORS and (
+        ESTIMATORS[name].needs_logprobs or name in ("option_entropy", "one_minus_max_prob"))]
 
 
 def plan_placement(model: Any, cluster: ray_pool.ClusterInfo, *, n_models: int, prefer_gpu: bool = True) -> \
@@ -78,7 +89,8 @@ def plan_placement(model: Any, cluster: ray_pool.ClusterInfo, *, n_models: int, 
     """A model's replica request from its config (`gpus_per_replica`, `allow_cpu_fallback`); CPU replicas
     share the cluster's CPUs among every model's replicas."""
     cpu_share = max(1.0, float(cluster.cpus // max(1, n_models * model.replicas)))
-    return ray_pool.resolve_placement(model.name, model.gpus_per_replica, cluster, cpus_per_cpu_actor=cpu_share,
+    gpus = 0.0 if model.endpoint is not None else model.gpus_per_replica  # a served model's GPUs are its server's
+    return ray_pool.resolve_placement(model.name, gpus, cluster, cpus_per_cpu_actor=cpu_share,
                                          allow_cpu_fallback=model.allow_cpu_fallback, prefer_gpu=prefer_gpu,
                                          resources=model.resources)
 
@@ -132,7 +144,10 @@ def answer_questions(db: str, models: list[ModelJob], *, questions_per_batch: in
         with Store.open(db, wait_s=WRITE_WAIT_S) as store:
             store_batch(store, result)
         done[pool.name] += int(result["stats"]["questions"])
+        item.failed += len(result.get("failures") or {})
+        item.failure = item.failure or next(iter((result.get("failures") or {}).values()), None)
         item.generated += int(result["stats"]["generated_questions"])
+        item.tokens += int(result["stats"].get("generated_tokens", 0))
         item.batches += 1
         progress.report(f"answer {pool.name}", done[pool.name], item.questions)
     for pool in pools:
@@ -140,10 +155,21 @@ def answer_questions(db: str, models: list[ModelJob], *, questions_per_batch: in
         item.options, item.error, item.nodes = pool.options, pool.error, list(pool.placed_on)
         item.load_s = first.get(pool.name, 0.0)
         item.wall_s = time.perf_counter() - started
-        if pool.error:
+        share = next(m.max_failed_share for m in models if m.model == pool.name)
+        if pool.info.get("device") == "endpoint" and pool.info.get("logprobs") is False:
+            unread = skipped_without_logprobs(next(m.settings.estimators for m in models if m.model == pool.name))
+            if unread:
+                logger.warning("%s: the server returns no token log-probabilities, so %s store null and are not "
+                               "calibrated", pool.name, ", ".join(unread))
+        if not item.error and item.failed and item.failed > share * item.questions:
+            item.error = (f"{item.failed} of {item.questions} questions got no answer from the endpoint "
+                                       f"(more than endpoint.max_failed_share = {share:g}); first: {item.failure}; "
+                                       "the answers it gave are stored, a rerun asks only the others")
+        if item.error:
             logger.error("%s FAILED after %d of %d questions: %s", pool.name, done[pool.name], item.questions,
-                         pool.error)
+                         item.error)
         else:
-            logger.info("%s: %d questions (%d generated) in %d batches on %d actor(s) %s, %.1f s", pool.name,
-                        item.questions, item.generated, item.batches, item.actors, item.options, item.wall_s)
+            logger.info("%s: %d questions (%d generated, %d tokens) in %d batches on %d actor(s) %s, %.1f s",
+                        pool.name, item.questions, item.generated, item.tokens, item.batches, item.actors,
+                        item.options, item.wall_s)
     return [stats[m.model] for m in models]

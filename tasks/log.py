@@ -40,7 +40,7 @@ from cic.stats.calibration import CalibrationResult
 from cic.stats.searches import get_search
 from cic.store import Store
 from cic.store.outputs import guard_output_dir, write_frame
-from cic.store.queries import loggable_units
+from cic.store.queries import generated_tokens, loggable_units
 
 GROUPS_IN_FLIGHT = 2  # against a server: one group sent while the next renders (x REQUESTS_IN_FLIGHT each)
 CHILD_METRICS = ("fdr_mean", "fdr_std", "fdr_above_alpha", "coverage_mean", "coverage_std", "correct_coverage_mean",
@@ -153,7 +153,8 @@ def build_group(store: Store, unit: dict[str, Any], experiment_prefix: str, repo
         experiment=f"{experiment_prefix}-{unit['dataset']}",
         run_name=f"{unit['model']} · {unit['estimator']} · {unit['criterion']}",
         log_key=slug, tags=tags, params=params,
-        metrics={"base_error_rate": first["base_error_rate"], "n_questions": float(pairs.height)},
+        metrics={"base_error_rate": first["base_error_rate"], "n_questions": float(pairs.height),
+                 "generated_tokens": float(generated_tokens(store, unit["run_key"]))},
         artifacts=[out / "tables", out / "figures"],  # each renders in MLflow's artifact view on its own
         children=_child_runs(calibrations, evaluations, unit), series=alpha_series(calibrations, evaluations),
         dataset=DatasetRef(name=f"{unit['dataset']}/{run['split']}", digest=question_set_digest(pairs, unit),

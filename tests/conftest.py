@@ -28,7 +28,7 @@ LONG_MODULES = ("tests/flows/test_pipeline_e2e.py", "tests/flows/test_kill_each_
                 "tests/journeys/test_journeys.py", "tests/cli/test_run_command.py", "tests/flows/test_flows.py",
                 "tests/flows/test_prefect_deployment.py", "tests/flows/test_cluster.py",
                 "tests/flows/test_prefect_ui.py", "tests/llm/test_generation.py", "tests/cli/test_error_lines.py",
-                "tests/services/test_mlflow_artifacts.py", "tests/llm/test_answering.py")
+                "tests/services/test_mlflow_artifacts.py", "tests/llm/test_answering.py", "tests/llm/test_endpoint.py")
 
 # Every test session gets its own Prefect state (ephemeral API database, settings) and never talks to a
 # server a developer may have configured; set before anything imports prefect.

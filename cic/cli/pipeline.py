@@ -70,7 +70,7 @@ def run(
     from cic.store.outputs import guard_output_dir
 
     guard_output_dir(report_dir or checked.storage.report_dir, "--report-dir" if report_dir else "storage.report_dir")
-    from cic.pipeline.run_digest import per_dataset_lines, stage_times, unattainable_note
+    from cic.pipeline.run_digest import generated_line, per_dataset_lines, stage_times, unattainable_note
     from flows.pipeline import ModelsFailed, pipeline
 
     # the Prefect server and a local Ray stop with this command, on SIGTERM too; a SIGKILL's leftovers are
@@ -82,7 +82,8 @@ def run(
     tables, shown = results_tables(summary.results, estimator)
     for table in tables:
         console.print(table)
-    for line in [unattainable_note(shown), *per_dataset_lines(summary), f"stages: {stage_times(summary)}",
+    for line in [unattainable_note(shown), *per_dataset_lines(summary), generated_line(summary),
+                 f"stages: {stage_times(summary)}",
                  f"DuckDB: {summary.db}", f"Ray and MLflow service messages: {service_log}"]:
         if line:
             console.print(printable(line), highlight=False)

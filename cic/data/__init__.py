@@ -10,7 +10,7 @@ Imports polars; `import cic` does not import this package.
 from cic.data.loaders import load_questions
 from cic.data.prompts import MC_LETTER_V1, PROMPTS, SHORT_ANSWER_V1, PromptBuilder, get_prompt
 from cic.data.records import RecordError, multiple_choice_fields, open_ended_fields
-from cic.data.registry import DATASETS, DatasetRegistry, DatasetSpec, build_prompt
+from cic.data.registry import DATASETS, DatasetRegistry, DatasetSpec, build_messages, build_prompt
 from cic.data.sources import DatasetSourceError
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "DatasetSpec",
     "PromptBuilder",
     "RecordError",
+    "build_messages",
     "build_prompt",
     "get_prompt",
     "load_questions",

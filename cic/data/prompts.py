@@ -59,25 +59,26 @@ class PromptBuilder:
 
     def build(self, row: Mapping[str, Any], tokenizer: Any = None) -> str:
         """The full prompt for `row`: chat template when the tokenizer has one, few-shot plain text otherwise."""
+        if tokenizer is not None and getattr(tokenizer, "chat_template", None):
+            text = tokenizer.apply_chat_template(self.messages(row), add_generation_prompt=True, tokenize=False)
+            if not isinstance(text, str):
+                raise UserError(f"tokenizer.apply_chat_template returned {type(text).__name__}, expected str")
+            return text
         instruction = self.instruction_for(row)
         shots = [(self.question_block(ex), str(ex["answer"])) for ex in self.examples]
-        question = self.question_block(row)
-        if tokenizer is not None and getattr(tokenizer, "chat_template", None):
-            return self._chat(tokenizer, instruction, shots, question)
-        parts = [instruction] + [f"{q}\n{self.answer_cue} {a}" for q, a in shots] + [f"{question}\n{self.answer_cue}"]
-        return "\n\n".join(parts)
+        parts = [instruction] + [f"{q}\n{self.answer_cue} {a}" for q, a in shots]
+        return "\n\n".join(parts + [f"{self.question_block(row)}\n{self.answer_cue}"])
 
-    @staticmethod
-    def _chat(tokenizer: Any, instruction: str, shots: Sequence[tuple[str, str]], question: str) -> str:
+    def messages(self, row: Mapping[str, Any]) -> list[dict[str, str]]:
+        """The prompt as chat messages (the few-shot examples as earlier turns, the instruction in the first): what
+        a chat template renders, and what a served model's chat API takes."""
         messages: list[dict[str, str]] = []
-        for q, a in shots:
-            messages += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
-        messages.append({"role": "user", "content": question})
-        messages[0] = {"role": "user", "content": f"{instruction}\n\n{messages[0]['content']}"}
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        if not isinstance(text, str):
-            raise UserError(f"tokenizer.apply_chat_template returned {type(text).__name__}, expected str")
-        return text
+        for example in self.examples:
+            messages += [{"role": "user", "content": self.question_block(example)},
+                         {"role": "assistant", "content": str(example["answer"])}]
+        messages.append({"role": "user", "content": self.question_block(row)})
+        messages[0] = {"role": "user", "content": f"{self.instruction_for(row)}\n\n{messages[0]['content']}"}
+        return messages
 
 
 def _mc_example(question: str, options: Sequence[str], answer: str) -> dict[str, Any]:

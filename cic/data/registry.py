@@ -120,11 +120,22 @@ class DatasetRegistry:
 DATASETS = DatasetRegistry({s.name: s for s in (COMMONSENSE_QA, TRIVIA_QA)})
 
 
-def build_prompt(question_row: Mapping[str, Any], *, tokenizer: Any = None, prompt_id: str | None = None,
-                 registry: DatasetRegistry = DATASETS) -> str:
-    """The full prompt for one QUESTIONS row (see `cic.data.prompts` for the contract)."""
+def prompt_builder(question_row: Mapping[str, Any], prompt_id: str | None = None,
+                   registry: DatasetRegistry = DATASETS) -> PromptBuilder:
+    """The prompt of a QUESTIONS row: `prompt_id`, else its dataset's default."""
     dataset = question_row.get("dataset")
     if prompt_id is None and dataset is None:
         raise UserError("question row has no 'dataset' field; pass prompt_id to choose the prompt")
-    builder = get_prompt(prompt_id) if dataset is None else registry.prompt_for(str(dataset), prompt_id)
-    return builder.build(question_row, tokenizer)
+    return get_prompt(prompt_id) if dataset is None else registry.prompt_for(str(dataset), prompt_id)
+
+
+def build_prompt(question_row: Mapping[str, Any], *, tokenizer: Any = None, prompt_id: str | None = None,
+                 registry: DatasetRegistry = DATASETS) -> str:
+    """The full prompt for one QUESTIONS row (see `cic.data.prompts` for the contract)."""
+    return prompt_builder(question_row, prompt_id, registry).build(question_row, tokenizer)
+
+
+def build_messages(question_row: Mapping[str, Any], *, prompt_id: str | None = None,
+                   registry: DatasetRegistry = DATASETS) -> list[dict[str, str]]:
+    """One QUESTIONS row's prompt as chat messages, for a served model's chat API (its own template applies)."""
+    return prompt_builder(question_row, prompt_id, registry).messages(question_row)

@@ -46,6 +46,19 @@ def serving_gate(db: str, *, model: str, dataset: str, estimator: str, criterion
                          alpha=alpha, bound=bound, search=search)
 
 
+def certified_served_model(db: str, gate_row: dict) -> str | None:
+    """The model id a served model's server reported when the gate's answers were generated (its run key)."""
+    import json
+
+    from cic.store import Store
+
+    with Store.open(db, read_only=True, wait_s=60) as store:
+        runs = store.read("runs", run_key=gate_row["run_key"])
+    if runs.height == 0:
+        return None
+    return json.loads(runs.get_column("generation_config")[0]).get("endpoint_model")
+
+
 def ask_question(question: str, *, config_path: str | Path, db: str | None, model: str | None, dataset: str,
                  choices: Sequence[str] | None, estimator: str, criterion: str | None, alpha: float, bound: str,
                  search: str) -> Reply:
@@ -64,10 +77,15 @@ def ask_question(question: str, *, config_path: str | Path, db: str | None, mode
     gate_row = serving_gate(db or config.storage.db, model=names[index], dataset=dataset, estimator=estimator,
                            criterion=criterion, alpha=alpha, bound=bound, search=search)
     settings = config.answerer_settings(index)
+    if settings.endpoint is not None:  # the gate holds only for the model it was certified on
+        settings = replace(settings, served_model=certified_served_model(db or config.storage.db, gate_row))
     base = gate_row["estimator"].split("[")[0]
     answerer = Answerer(replace(settings, estimators=(base,)))
     questions = question_row(question, dataset, choices)
     generations = answerer.generate(questions, run_key="ask")
+    if settings.endpoint is not None and answerer.generator.stats.failed_questions:
+        reason = next(iter(answerer.generator.stats.failed_questions.values()))
+        raise UserError(f"model {names[index]}: the endpoint gave no answer ({reason})")
     scores = answerer.scorer.score(generations, run_key="ask").filter(estimator=gate_row["estimator"])
     if scores.height == 0 or scores.get_column("value")[0] is None:
         raise UserError(f"estimator {gate_row['estimator']!r} gives no score for this question")

@@ -40,11 +40,68 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+class EndpointConfig(_Strict):
+    """A served model: an OpenAI-compatible server (vLLM, SGLang, TGI, llama.cpp's server, `transformers serve`,
+    a hosted API) answers instead of weights CIC loads. Several URLs are replicas of one model."""
+
+    urls: tuple[str, ...] = Field(min_length=1, max_length=MAX_REPLICAS,
+                                  description="base URLs up to the API version, e.g. http://127.0.0.1:8000/v1")
+    model: str = Field(min_length=1, description="the served model's name, as the server expects it in requests")
+    api: Literal["chat", "completions"] = "chat"
+    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="the NAME of the "
+                                    "environment variable holding the API key (the key is never written anywhere)")
+    timeout_s: float = Field(120.0, gt=0, le=MAX_WAIT_S, description="one request's reply")
+    retries: int = Field(4, ge=0, le=100, description="per request: 429, 5xx, timeouts, dropped connections")
+    max_in_flight: int = Field(8, ge=1, le=4096, description="requests in flight per URL")
+    max_requests: int | None = Field(None, ge=1, le=10**12, description="a budget per replica and run")
+    max_tokens: int | None = Field(None, ge=1, le=10**15,
+                                   description="a budget of generated (completion) tokens per replica and run")
+    logprobs: Literal["auto", "on", "off"] = Field("auto", description="token log-probabilities: auto asks and "
+                                                   "goes on without them when the server gives none")
+    top_logprobs: int = Field(0, ge=0, le=20, description="per token; multiple choice reads option probabilities "
+                              "from the first token's")
+    max_failed_share: float = Field(0.0, ge=0, le=1, description="the share of questions that may stay unanswered "
+                                    "after retries before the model's run fails")
+
+    @field_validator("urls")
+    @classmethod
+    def _plain_http_urls(cls, urls: tuple[str, ...]) -> tuple[str, ...]:
+        from urllib.parse import urlsplit
+
+        for i, url in enumerate(urls):
+            try:
+                parts = urlsplit(url)
+                _ = parts.port  # an out-of-range port raises here
+            except ValueError as exc:
+                raise UserError(f"endpoint.urls.{i} = {url!r}: not a URL ({exc})") from None
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise UserError(f"endpoint.urls.{i} = {url!r}: give an http:// or https:// URL with a host")
+            if parts.username is not None or parts.password is not None:
+                raise UserError(f"endpoint.urls.{i}: a user or password in the URL would be stored with the run; "
+                                "put the key in an environment variable and name it in endpoint.api_key_env")
+            if parts.query or parts.fragment:
+                raise UserError(f"endpoint.urls.{i} = {url!r}: no query or fragment; give the base URL")
+        if len(set(urls)) != len(urls):
+            raise UserError(f"endpoint.urls lists a URL twice: {sorted({u for u in urls if urls.count(u) > 1})}")
+        return urls
+
+    def client_spec(self) -> Any:
+        """The `cic.llm.endpoint.EndpointSpec` the workers' clients use."""
+        from cic.llm.endpoint import EndpointSpec
+
+        return EndpointSpec(urls=self.urls, model=self.model, api=self.api, api_key_env=self.api_key_env,
+                            timeout_s=self.timeout_s, retries=self.retries, max_in_flight=self.max_in_flight,
+                            max_requests=self.max_requests, max_tokens=self.max_tokens, logprobs=self.logprobs,
+                            top_logprobs=self.top_logprobs)
+
+
 class ModelConfig(_Strict):
-    """One model: a short name (used in tables and MLflow) and a spec the loader understands."""
+    """One model: a short name (used in tables and MLflow) and either a spec the loader understands (weights CIC
+    loads) or an endpoint (a model a server answers for)."""
 
     name: str = Field(min_length=1)
-    spec: str = Field(min_length=1, description="hub id, local dir, .gguf file or pkg:<package>/<file>")
+    spec: str | None = Field(None, min_length=1, description="hub id, local dir, .gguf file or pkg:<package>/<file>")
+    endpoint: EndpointConfig | None = None
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     device: str = "auto"
     replicas: int = Field(1, ge=1, le=MAX_REPLICAS, description="Ray actors holding this model")
@@ -59,6 +116,32 @@ class ModelConfig(_Strict):
     quantization: Literal["none", "int8", "int4"] = Field("none", description="bitsandbytes weights on a GPU: a 14B "
                                                           "model in int4 (~7 GB) fits a 24 GB GPU")
     trust_remote_code: bool = False
+
+    @model_validator(mode="after")
+    def _spec_or_endpoint(self) -> ModelConfig:
+        if (self.spec is None) == (self.endpoint is None):
+            raise UserError(f"model {self.name!r}: give either spec (weights cic loads) or endpoint (a served "
+                            "model), not " + ("both" if self.spec else "neither"))
+        if self.endpoint is not None:
+            local = [k for k in ("dtype", "device", "gpus_per_replica", "quantization", "resources",
+                                 "allow_cpu_fallback", "trust_remote_code") if k in self.model_fields_set]
+            if local:
+                raise UserError(f"model {self.name!r}: {', '.join(local)} shape(s) loaded weights; a served model "
+                                "(endpoint) takes none of them")
+        return self
+
+    @property
+    def kind(self) -> str:
+        """"endpoint" for a served model, "local" for weights cic loads."""
+        return "endpoint" if self.endpoint is not None else "local"
+
+    @property
+    def source(self) -> str:
+        """What the model is, in one string: its spec, or the served model's name at its first URL."""
+        if self.endpoint is not None:
+            return f"{self.endpoint.model} @ {self.endpoint.urls[0]}"
+        assert self.spec is not None
+        return self.spec
 
     @model_validator(mode="after")
     def _quantization_needs_a_gpu(self) -> ModelConfig:
@@ -293,13 +376,14 @@ class PipelineConfig(_Strict):
 
         model, unc = self.models[model_index], self.uncertainty
         return AnswererSettings(
-            model_spec=model.spec, generation=self.generation.generation_config(), estimators=unc.estimators,
+            model_spec=model.source, generation=self.generation.generation_config(), estimators=unc.estimators,
             equivalence=unc.equivalence, embedding_model=unc.embedding_model,
             embedding_threshold=unc.embedding_threshold, nli_model=unc.nli_model, nli_variant=unc.nli_variant,
             dtype=model.dtype, device=model.device, trust_remote_code=model.trust_remote_code,
             cache_dir=self.storage.model_cache,
             gpu_share=model.gpus_per_replica if model.gpus_per_replica and model.gpus_per_replica < 1 else 1.0,
-            quantization=model.quantization)
+            quantization=model.quantization,
+            endpoint=model.endpoint.client_spec() if model.endpoint is not None else None)
 
     @model_validator(mode="after")
     def _unique_names(self) -> PipelineConfig:
@@ -319,7 +403,15 @@ def _describe(error: dict[str, Any], line_of: Callable[[tuple[Any, ...]], int | 
         return f"{path}: unknown key"
     if error["type"] == "missing":
         return f"{path}: required key missing"
-    return f"{path} = {error.get('input')!r}: {error['msg']}"
+    return hide_url_credentials(f"{path} = {error.get('input')!r}: {error['msg']}")
+
+
+def hide_url_credentials(text: str) -> str:
+    """`text` with the user and password of every URL in it replaced by *** (an error echoing a config value
+    must not print a key someone put into a URL)."""
+    import re
+
+    return re.sub(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s'\"]+@", r"\1***@", text)
 
 
 def yaml_line_finder(text: str) -> Callable[[tuple[Any, ...]], int | None]:

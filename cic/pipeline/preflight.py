@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from cic.errors import UserError
-from cic.pipeline.config import PipelineConfig, load_config
+from cic.pipeline.config import ModelConfig, PipelineConfig, load_config
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -78,6 +78,18 @@ def check_store(db: str | Path, *, must_exist: bool = False, option: str = "stor
         return  # locked by a writer (writes wait their turn) or an older layout (migrated when written)
 
 
+def served_model_id(model: ModelConfig) -> str:
+    """The model id a served model's endpoint reports (every replica asked once): the run key holds it. A URL
+    where nothing listens, an unset key variable or replicas serving different models are a UserError."""
+    from cic.llm.endpoint import EndpointClient
+
+    assert model.endpoint is not None
+    try:
+        return EndpointClient(model.endpoint.client_spec()).probe()
+    except UserError as exc:
+        raise UserError(f"model {model.name!r}: {exc}") from None
+
+
 def preflight(config_path: str | Path, *, ray_address: str | None = None, db: str | None = None) -> PipelineConfig:
     """The validated config; a UserError naming the file, the key path and the value otherwise. A Ray
     address (given, the config's, or $RAY_ADDRESS) must answer within seconds; the store (`db` or the
@@ -91,8 +103,11 @@ def preflight(config_path: str | Path, *, ray_address: str | None = None, db: st
         check_ray_address(address)
     problems = []
     for i, model in enumerate(config.models):
-        if (why := model_problem(model.spec)) is not None:
+        if model.spec is not None and (why := model_problem(model.spec)) is not None:
             problems.append(f"models.{i}.spec: {why}")
+    for model in config.models:  # a served model answers one token now, or the run stops here (≤ 5 s if down)
+        if model.endpoint is not None:
+            served_model_id(model)
     for i, dataset in enumerate(config.datasets):
         if (why := dataset_problem(dataset.name, dataset.source)) is not None:
             problems.append(f"datasets.{i}: {why}")

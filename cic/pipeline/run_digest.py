@@ -34,6 +34,13 @@ def unattainable_note(rows: Sequence[ResultRow]) -> str | None:
             f"certifies: see {REAL_EXAMPLE}.")
 
 
+def generated_line(summary: PipelineSummary) -> str | None:
+    """What generating cost this run, per model that generated (questions, tokens); None when nothing was."""
+    spent = [a for a in summary.answer if a.generated]
+    return ("Generated this run: " + "; ".join(f"{a.model} {a.generated} question(s), {a.tokens} tokens"
+                                               for a in spent) + ".") if spent else None
+
+
 def digest_lines(summary: PipelineSummary) -> list[str]:
     """The run in a few sentences: models × datasets, how many result cells certify, why the others do not,
     where the MLflow runs are."""
@@ -43,6 +50,8 @@ def digest_lines(summary: PipelineSummary) -> list[str]:
     failed = [a.model for a in summary.failed_models]
     lines = [f"**{len(models)} model(s) × {len(datasets)} dataset(s)**: {', '.join(models) or 'none'} on "
              f"{', '.join(datasets) or 'no dataset'}" + (f"; failed: {', '.join(failed)}" if failed else "") + "."]
+    if generated_line(summary):
+        lines.append(generated_line(summary))
     if results:
         certified = [r for r in results if r.certified]
         lines.append(f"**{len(certified)} of {len(results)} result cells certify** (model × dataset × estimator × "
@@ -104,9 +113,10 @@ def markdown_summary(summary: PipelineSummary) -> str:
     lines = ["# CIC pipeline run", "", *digest_lines(summary), ""]
     if summary.results:
         lines += [f"Every split-protocol row: the table artifact `{RESULTS_ARTIFACT}` of this run.", ""]
-    lines += ["| model | questions | generated | actors | placement | status |", "|---|---|---|---|---|---|"]
+    lines += ["| model | questions | generated | tokens | actors | placement | status |",
+              "|---|---|---|---|---|---|---|"]
     for a in summary.answer:
-        lines.append(f"| {a.model} | {a.questions} | {a.generated} | {a.actors} | {a.options} | "
+        lines.append(f"| {a.model} | {a.questions} | {a.generated} | {a.tokens} | {a.actors} | {a.options} | "
                      f"{'FAILED: ' + a.error if a.error else 'ok'} |")
     lines += ["", "stages: " + stage_times(summary)]
     if summary.per_dataset:

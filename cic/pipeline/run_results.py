@@ -14,6 +14,7 @@ class AnswerStats:
     model: str
     questions: int = 0
     generated: int = 0
+    tokens: int = 0            # tokens generated in this run (most-likely answers and samples)
     batches: int = 0
     actors: int = 0
     options: dict[str, Any] = field(default_factory=dict)
@@ -22,6 +23,8 @@ class AnswerStats:
     llm_loaded: bool = True    # False: every question was only re-scored from stored generations
     error: str | None = None   # why this model failed (the others went on); None when it finished
     nodes: list[str] = field(default_factory=list)  # Ray node of each replica that started (replacements too)
+    failed: int = 0            # questions a served model gave no answer to after its retries (a rerun asks again)
+    failure: str | None = None  # the first reason
 
     @property
     def questions_per_s(self) -> float:

@@ -36,7 +36,8 @@ class AnswerWorker:
 
     def process(self, job: dict[str, Any]) -> dict[str, Any]:
         """`job`: batch_id, run_key, criteria, prompt_id, questions (Arrow) and stored generations (Arrow or
-        None). Returns the batch id, the three tables as Arrow and timing stats."""
+        None). Returns the batch id, the three tables as Arrow, timing stats and the questions a served model
+        gave no answer to (id -> why)."""
         import polars as pl
 
         questions = pl.from_arrow(job["questions"])
@@ -45,7 +46,7 @@ class AnswerWorker:
                                       generations=stored, prompt_id=job.get("prompt_id"))
         return {"batch_id": job["batch_id"], "generations": batch.generations.to_arrow(),
                 "scores": batch.scores.to_arrow(), "labels": batch.labels.to_arrow(),
-                "stats": {**batch.stats, "llm_loaded": float(self.answerer.llm_loaded)}}
+                "stats": {**batch.stats, "llm_loaded": float(self.answerer.llm_loaded)}, "failures": batch.failures}
 
 
 RayAnswerWorker = ray.remote(AnswerWorker)

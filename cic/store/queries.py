@@ -88,3 +88,8 @@ def loggable_units(store: Store) -> list[dict[str, Any]]:
         "JOIN (SELECT DISTINCT run_key, model, dataset, estimator, criterion, data_fingerprint FROM calibrations "
         "      WHERE kind = 'pipeline' OR kind IS NULL) c "
         "USING (model, dataset, estimator, criterion, data_fingerprint) ORDER BY 1, 3, 4, 5, 6, 2").to_dicts()
+
+
+def generated_tokens(store: Store, run_key: str) -> int:
+    """Tokens of every answer stored for a run (most-likely answers and samples): what generating it cost."""
+    return int(store.sql("SELECT coalesce(sum(n_tokens), 0) FROM generations WHERE run_key = ?", [run_key])[0][0])

