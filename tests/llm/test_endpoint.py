@@ -99,24 +99,30 @@ def test_a_token_budget_stops_requests_once_spent_and_fails_the_rest_naming_it(s
     assert client.stats.completion_tokens >= 3 and client.stats.requests <= 2 * 3 + 1
 
 
-def _cic_run(config: Path, cwd: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], float]:
+def _env(cwd: Path, prefect_api: str | None) -> dict[str, str]:
+    """A `cic` process's environment: its own MLflow store, the key, and the session's `prefect server` (the
+    README's ephemeral-API path is tests/cli/test_run_command.py's; here it would only add its start-up)."""
+    return {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{cwd}/mlflow.db", "CIC_TEST_KEY": SECRET,
+            **({"PREFECT_API_URL": prefect_api} if prefect_api else {})}
+
+
+def _cic_run(config: Path, cwd: Path, prefect_api: str | None = None) -> tuple[subprocess.CompletedProcess[str], float]:
     started = time.monotonic()
     proc = subprocess.run([str(CIC), "run", "--config", str(config)], cwd=cwd, capture_output=True, text=True,
-                          timeout=900, env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{cwd}/mlflow.db",
-                                            "CIC_TEST_KEY": SECRET, **env})
+                          timeout=900, env=_env(cwd, prefect_api))
     return proc, time.monotonic() - started
 
 
 @pytest.mark.slow
 def test_cic_run_certifies_a_served_model_keyed_on_its_reported_id_and_never_writes_the_key(
-        server: ServedModel, tmp_path: Path) -> None:
+        server: ServedModel, tmp_path: Path, prefect_api: str) -> None:
     from mlflow import MlflowClient
 
     from cic.store import Store
 
     config = _write(tmp_path / "c.yaml", {"urls": [server.url], "model": server.model, "api_key_env": "CIC_TEST_KEY",
                                           "max_in_flight": 4})
-    proc, _ = _cic_run(config, tmp_path)
+    proc, _ = _cic_run(config, tmp_path, prefect_api)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "answer smol-served: 4/4 (100.0%)" in proc.stdout and "smol-served · trivia_qa" in proc.stdout
     with Store.open(tmp_path / "served.duckdb", read_only=True) as store:
@@ -140,7 +146,7 @@ def test_cic_run_certifies_a_served_model_keyed_on_its_reported_id_and_never_wri
     assert f"smol-served 4 question(s), {generations.get_column('n_tokens').sum()} tokens." in proc.stdout
 
     ask = [str(CIC), "ask", "What is the capital of France?", "--config", str(config), "--alpha", "0.9"]
-    env = {**os.environ, "CIC_TEST_KEY": SECRET, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db"}
+    env = _env(tmp_path, prefect_api)
     asked = subprocess.run(ask, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     assert asked.returncode == 0, asked.stdout[-2000:] + asked.stderr[-2000:]
     assert asked.stdout.startswith(("ANSWER", "ABSTAIN")) and "score semantic_entropy[embedding:0.9] = " in asked.stdout
@@ -172,12 +178,12 @@ def test_a_dead_endpoint_stops_cic_run_before_any_work_with_exit_2_naming_the_ur
 @pytest.mark.slow
 @pytest.mark.faults
 def test_a_server_killed_mid_run_loses_no_stored_answer_and_the_rerun_asks_only_the_rest(
-        server: ServedModel, tmp_path: Path) -> None:
+        server: ServedModel, tmp_path: Path, prefect_api: str) -> None:
     from cic.store import Store
 
     config = _write(tmp_path / "c.yaml", {"urls": [server.url], "model": server.model, "retries": 1,
                                           "timeout_s": 20}, limit=6)
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db"}
+    env = _env(tmp_path, prefect_api)
     first = subprocess.Popen([str(CIC), "run", "--config", str(config), "--no-mlflow"], cwd=tmp_path, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert first.stdout is not None
