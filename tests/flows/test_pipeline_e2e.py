@@ -78,7 +78,9 @@ def test_stage_progress_reaches_the_flow_run_log(demo_run: tuple[Path, PipelineS
         assert any(m.startswith(f"{stage}: ") for m in messages), (stage, messages[:20])
     assert "answer smollm2: 12/12 (100.0%)" in " ".join(messages)
     # the tasks' own lines reach the run's log too (the UI shows what each stage did)
-    assert any(m.startswith("smollm2: 12 questions (12 generated)") for m in messages), messages[-20:]
+    tokens = summary.answer[0].tokens  # what generating cost, in the run's log and its summary alike
+    assert tokens > 0 and any(m.startswith(f"smollm2: 12 questions (12 generated, {tokens} tokens)")
+                              for m in messages), messages[-20:]
     assert any(m.startswith("calibrated ") and " groups: " in m for m in messages), messages[-20:]
 
 

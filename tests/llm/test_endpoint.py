@@ -18,6 +18,7 @@ import yaml
 from cic.errors import UserError
 from cic.llm.endpoint import EndpointClient, EndpointSpec, option_letter, option_probs_from_top
 from cic.pipeline.config import load_config
+from tests.support.gateway import gateway
 from tests.support.served_model import ServedModel, served_copy
 
 CIC = Path(sys.executable).parent / "cic"
@@ -65,6 +66,22 @@ def test_option_letters_and_probabilities_read_from_what_a_server_returns() -> N
     assert option_probs_from_top({"Paris": -0.1}, labels) is None and option_probs_from_top(None, labels) is None
 
 
+def test_retry_after_reads_seconds_and_dates_capped_and_backoff_stays_in_its_jittered_window() -> None:
+    import email.utils
+    import random
+
+    from cic.llm.endpoint import BACKOFF_CAP_S, MAX_RETRY_AFTER_S, backoff_s, retry_after_s
+
+    assert retry_after_s("3") == 3 and retry_after_s("-5") == 0 and retry_after_s("1e9") == MAX_RETRY_AFTER_S
+    assert retry_after_s(None) is None and retry_after_s("soon") is None and retry_after_s("nan") is None
+    in_ten = email.utils.formatdate(time.time() + 10, usegmt=True)
+    assert 8 <= (retry_after_s(in_ten) or 0) <= 10
+    rng = random.Random(0)
+    waits = [[backoff_s(attempt, rng) for _ in range(200)] for attempt in (0, 3, 20)]
+    assert max(waits[0]) <= 0.5 and max(waits[1]) <= 4 and max(waits[2]) <= BACKOFF_CAP_S
+    assert max(waits[2]) > BACKOFF_CAP_S / 2 and min(waits[2]) < BACKOFF_CAP_S / 2  # jitter: spread, not fixed
+
+
 def test_nothing_listening_is_refused_within_five_seconds_naming_the_url() -> None:
     with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there
         sock.bind(("127.0.0.1", 0))
@@ -97,6 +114,42 @@ def test_a_token_budget_stops_requests_once_spent_and_fails_the_rest_naming_it(s
     assert failed and set(failed.values()) == {"token budget of 3 completion tokens spent (endpoint.max_tokens)"}
     assert frame.get_column("question_id").n_unique() == 3 - len(failed)  # a failed question stores no rows
     assert client.stats.completion_tokens >= 3 and client.stats.requests <= 2 * 3 + 1
+
+
+@pytest.mark.slow
+@pytest.mark.faults
+def test_a_429_waits_for_retry_after_and_a_5xx_backs_off_then_the_answer_comes_through(server: ServedModel) -> None:
+    from cic.llm.endpoint import EndpointGenerator
+    from cic.llm.generation import GenerationConfig
+
+    refusals = [(429, {"retry-after": "2"}, b'{"error": "rate limited"}'), (503, {}, b'{"error": "overloaded"}')]
+    with gateway(server.url, refusals, after=1) as url:  # the probe goes through
+        client = EndpointClient(EndpointSpec(urls=(url,), model=server.model, max_in_flight=1, retries=2))
+        started = time.monotonic()
+        frame = EndpointGenerator(client, GenerationConfig(n_samples=1, max_new_tokens=4)).generate_open(
+            ["q1"], ["Name a colour."], run_key="r")
+        took = time.monotonic() - started
+    assert frame.height == 2 and not client.stats.failed_questions and client.stats.retries == 2
+    assert took >= 2.0  # Retry-After honoured: the backoff alone waits at most 0.5 s + 1 s
+
+
+@pytest.mark.slow
+@pytest.mark.faults
+def test_a_5xx_past_its_retries_and_a_malformed_reply_fail_their_question_in_one_line(server: ServedModel) -> None:
+    from cic.llm.endpoint import EndpointGenerator
+    from cic.llm.generation import GenerationConfig
+
+    generation = GenerationConfig(n_samples=1, max_new_tokens=4)
+    with gateway(server.url, [(503, {}, b'{"error": "overloaded"}')] * 3, after=1) as url:
+        client = EndpointClient(EndpointSpec(urls=(url,), model=server.model, max_in_flight=1, retries=2))
+        frame = EndpointGenerator(client, generation).generate_open(["q1"], ["Name a colour."], run_key="r")
+    assert frame.height == 0 and client.stats.failed_questions == {
+        "q1": f'{url} answered HTTP 503: {{"error": "overloaded"}}'}
+    with gateway(server.url, [(200, {}, b"<html>upstream error</html>")], after=1) as url:
+        client = EndpointClient(EndpointSpec(urls=(url,), model=server.model, max_in_flight=1))
+        frame = EndpointGenerator(client, generation).generate_open(["q2"], ["Name a fruit."], run_key="r")
+    assert frame.height == 0 and client.stats.failed_questions == {"q2": f"malformed response from {url}: not JSON"}
+    assert client.stats.retries == 0  # a malformed reply is not retried: the server answered, wrongly
 
 
 def _env(cwd: Path, prefect_api: str | None) -> dict[str, str]:
