@@ -4,6 +4,7 @@ OpenAI-compatible server on loopback (`transformers serve` with SmolLM2), its fa
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -64,6 +65,32 @@ def test_option_letters_and_probabilities_read_from_what_a_server_returns() -> N
     probs = option_probs_from_top({" B": -0.1, "B": -3.0, "(A": -2.3, "Paris": -1.0}, labels)
     assert probs is not None and probs[2] == 0 and probs[1] > probs[0] > 0 and abs(sum(probs) - 1) < 1e-12
     assert option_probs_from_top({"Paris": -0.1}, labels) is None and option_probs_from_top(None, labels) is None
+
+
+def test_replies_in_the_openai_schema_give_text_log_probabilities_and_usage_and_malformed_ones_name_the_gap() -> None:
+    from cic.llm.endpoint import EndpointError, parse_response
+
+    chat = {"model": "m@1", "usage": {"prompt_tokens": 9, "completion_tokens": 2}, "choices": [{
+        "message": {"role": "assistant", "content": " B"}, "finish_reason": "stop", "logprobs": {"content": [
+            {"token": " B", "logprob": -0.2, "top_logprobs": [{"token": " B", "logprob": -0.2},
+                                                             {"token": " A", "logprob": -1.9}]},
+            {"token": ".", "logprob": -0.5, "top_logprobs": []}]}}]}
+    got = parse_response(chat, "chat", "u")
+    assert (got.text, got.token_logprobs, got.completion_tokens, got.prompt_tokens, got.model) == \
+        (" B", [-0.2, -0.5], 2, 9, "m@1") and got.first_top == {" B": -0.2, " A": -1.9}
+    legacy = {"model": "m", "choices": [{"text": "Paris", "finish_reason": "length", "logprobs": {
+        "tokens": ["Par", "is"], "token_logprobs": [-0.1, -0.3], "top_logprobs": [{"Par": -0.1, "Lon": -2.5}]}}]}
+    got = parse_response(legacy, "completions", "u")
+    assert (got.text, got.token_logprobs, got.finish_reason, got.first_top) == \
+        ("Paris", [-0.1, -0.3], "length", {"Par": -0.1, "Lon": -2.5})
+    no_logprobs = parse_response({"choices": [{"message": {"content": "x"}}]}, "chat", "u")
+    assert no_logprobs.token_logprobs is None and no_logprobs.first_top is None
+    assert parse_response({"choices": [{"text": "x", "logprobs": {"token_logprobs": [None]}}]}, "completions",
+                          "u").token_logprobs is None  # a null log-probability is none, not 0
+    for body, gap in [({}, "no choices"), ({"choices": []}, "no choices"), ({"choices": ["x"]}, "choices[0] is not an object"),
+                      ({"choices": [{"message": {}}]}, "no choices[0].message.content"), ([], "no choices")]:
+        with pytest.raises(EndpointError, match=re.escape(f"malformed response from u: {gap}")):
+            parse_response(body, "chat", "u")
 
 
 def test_retry_after_reads_seconds_and_dates_capped_and_backoff_stays_in_its_jittered_window() -> None:
