@@ -87,8 +87,9 @@ def test_replies_in_the_openai_schema_give_text_log_probabilities_and_usage_and_
     assert no_logprobs.token_logprobs is None and no_logprobs.first_top is None
     assert parse_response({"choices": [{"text": "x", "logprobs": {"token_logprobs": [None]}}]}, "completions",
                           "u").token_logprobs is None  # a null log-probability is none, not 0
-    for body, gap in [({}, "no choices"), ({"choices": []}, "no choices"), ({"choices": ["x"]}, "choices[0] is not an object"),
-                      ({"choices": [{"message": {}}]}, "no choices[0].message.content"), ([], "no choices")]:
+    for body, gap in [({}, "no choices"), ({"choices": []}, "no choices"), ([], "no choices"),
+                      ({"choices": ["x"]}, "choices[0] is not an object"),
+                      ({"choices": [{"message": {}}]}, "no choices[0].message.content")]:
         with pytest.raises(EndpointError, match=re.escape(f"malformed response from u: {gap}")):
             parse_response(body, "chat", "u")
 
