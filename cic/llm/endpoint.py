@@ -313,6 +313,21 @@ class EndpointClient:
             self.stats.retries += 1
             await asyncio.sleep(wait)
 
+    async def _post_patiently(self, client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> Any:
+        """One probe POST that waits out 429 (Retry-After) and 5xx (backoff) up to `retries` times: a busy or
+        rate-limited server is not a wrong URL."""
+        attempt = 0
+        while True:
+            try:
+                return await self._post_once(client, url, body)
+            except _HttpStatus as exc:
+                if not (exc.status == 429 or exc.status >= 500) or attempt >= self.spec.retries:
+                    raise
+                wait = exc.retry_after if exc.status == 429 and exc.retry_after is not None else \
+                    backoff_s(attempt, self.rng)
+            attempt += 1
+            await asyncio.sleep(wait)
+
     def probe(self) -> str:
         """Ask every replica for one token before any work: the model id it reports (the run key holds it), and
         whether it returns log-probabilities. Refuses, within the connect timeout, a URL where nothing listens,
@@ -328,7 +343,7 @@ class EndpointClient:
                 body = self._body("Say OK.", temperature=0.0, top_p=1.0, max_tokens=1, seed=0, stop=(),
                                   logprobs=self.spec.logprobs != "off")
                 try:
-                    first = await self._post_once(client, url, body)
+                    first = await self._post_patiently(client, url, body)
                 except httpx.ConnectError:
                     raise UserError(f"endpoint {url}: nothing is listening there (connection refused)") from None
                 except httpx.ConnectTimeout:
@@ -338,18 +353,18 @@ class EndpointClient:
                     raise UserError(f"endpoint {url}: connected, but no reply within {self.spec.timeout_s:g} s "
                                     "(endpoint.timeout_s)") from None
                 except _HttpStatus as exc:
-                    if self.spec.logprobs == "auto" and 400 <= exc.status < 500 and exc.status not in (401, 403, 404):
+                    if self.spec.logprobs == "auto" and exc.status in (400, 422):  # maybe only the logprobs
                         body = self._body("Say OK.", temperature=0.0, top_p=1.0, max_tokens=1, seed=0, stop=(),
                                           logprobs=False)
                         try:
-                            first = await self._post_once(client, url, body)
+                            first = await self._post_patiently(client, url, body)
                         except _HttpStatus as again:
-                            raise UserError(f"endpoint {again}") from None
+                            raise UserError(refusal(again)) from None
                         self.logprobs = False
                         log.info("%s refuses log-probabilities (%s): estimators that need them store null", url,
                                  exc)
                     else:
-                        raise UserError(f"endpoint {exc}") from None
+                        raise UserError(refusal(exc)) from None
                 except httpx.TransportError as exc:
                     raise UserError(f"endpoint {url}: {type(exc).__name__}") from None
                 else:
@@ -363,6 +378,14 @@ class EndpointClient:
                             + ", ".join(f"{u} → {m}" for u, m in reported.items()))
         self.served_model = models.pop()
         return self.served_model
+
+
+def refusal(exc: _HttpStatus) -> str:
+    """The probe's one line for a server that answered with an error, with what usually fixes it."""
+    hint = {401: "; is endpoint.api_key_env the variable holding the key, and is it set?",
+            403: "; is endpoint.api_key_env the variable holding the key, and is it set?",
+            404: "; a base URL usually ends in /v1, and endpoint.model must be a model the server serves"}
+    return f"endpoint {exc}" + hint.get(exc.status, "")
 
 
 class _HttpStatus(Exception):

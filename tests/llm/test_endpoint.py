@@ -163,6 +163,19 @@ def test_a_429_waits_for_retry_after_and_a_5xx_backs_off_then_the_answer_comes_t
 
 @pytest.mark.slow
 @pytest.mark.faults
+def test_the_probe_waits_out_a_rate_limit_and_a_wrong_path_names_the_usual_fix(server: ServedModel) -> None:
+    with gateway(server.url, [(429, {"retry-after": "1"}, b"{}"), (502, {}, b"{}")]) as url:
+        started = time.monotonic()
+        assert EndpointClient(EndpointSpec(urls=(url,), model=server.model)).probe() == f"{server.model}@main"
+        assert time.monotonic() - started >= 1.0  # a rate-limited server is not a wrong URL
+    base = server.url.removesuffix("/v1")
+    with pytest.raises(UserError, match="answered HTTP 404.*a base URL usually ends in /v1") as caught:
+        EndpointClient(EndpointSpec(urls=(base,), model=server.model)).probe()
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.slow
+@pytest.mark.faults
 def test_a_5xx_past_its_retries_and_a_malformed_reply_fail_their_question_in_one_line(server: ServedModel) -> None:
     from cic.llm.endpoint import EndpointGenerator
     from cic.llm.generation import GenerationConfig
