@@ -110,6 +110,18 @@ def test_retry_after_reads_seconds_and_dates_capped_and_backoff_stays_in_its_jit
     assert max(waits[2]) > BACKOFF_CAP_S / 2 and min(waits[2]) < BACKOFF_CAP_S / 2  # jitter: spread, not fixed
 
 
+def test_an_unset_key_variable_is_refused_by_name_before_any_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CIC_TEST_UNSET_KEY", raising=False)
+    with pytest.raises(UserError, match="endpoint.api_key_env = 'CIC_TEST_UNSET_KEY': that environment variable"):
+        EndpointClient(EndpointSpec(urls=("http://127.0.0.1:9/v1",), model="m", api_key_env="CIC_TEST_UNSET_KEY"))
+    monkeypatch.setenv("CIC_TEST_UNSET_KEY", SECRET)
+    client = EndpointClient(EndpointSpec(urls=("http://127.0.0.1:9/v1",), model="m", api_key_env="CIC_TEST_UNSET_KEY"))
+    assert client._headers() == {"Authorization": f"Bearer {SECRET}"} and SECRET not in repr(client.spec)
+    from cic.llm.endpoint import redact
+
+    assert redact(f"upstream said: bad key {SECRET}", SECRET) == "upstream said: bad key ***"
+
+
 def test_nothing_listening_is_refused_within_five_seconds_naming_the_url() -> None:
     with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there
         sock.bind(("127.0.0.1", 0))
