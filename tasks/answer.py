@@ -80,8 +80,8 @@ def skipped_without_logprobs(estimators: Sequence[str]) -> list[str]:
     only with top_logprobs) and so store null for a server that returns none."""
     from cic.llm.uncertainty.estimators import ESTIMATORS
 
-    return [name for name in estimators if name in ESTIMATORS and (
-        ESTIMATORS[name].needs_logprobs or name in ("option_entropy", "one_minus_max_prob"))]
+    return [name for name in estimators
+            if name in ESTIMATORS and (ESTIMATORS[name].needs_logprobs or ESTIMATORS[name].needs_option_probs)]
 
 
 def plan_placement(model: Any, cluster: ray_pool.ClusterInfo, *, n_models: int, prefer_gpu: bool = True) -> \
@@ -155,16 +155,16 @@ def answer_questions(db: str, models: list[ModelJob], *, questions_per_batch: in
         item.options, item.error, item.nodes = pool.options, pool.error, list(pool.placed_on)
         item.load_s = first.get(pool.name, 0.0)
         item.wall_s = time.perf_counter() - started
-        share = next(m.max_failed_share for m in models if m.model == pool.name)
+        job = next(m for m in models if m.model == pool.name)
         if pool.info.get("device") == "endpoint" and pool.info.get("logprobs") is False:
-            unread = skipped_without_logprobs(next(m.settings.estimators for m in models if m.model == pool.name))
+            unread = skipped_without_logprobs(job.settings.estimators)
             if unread:
                 logger.warning("%s: the server returns no token log-probabilities, so %s store null and are not "
                                "calibrated", pool.name, ", ".join(unread))
-        if not item.error and item.failed and item.failed > share * item.questions:
-            item.error = (f"{item.failed} of {item.questions} questions got no answer from the endpoint "
-                                       f"(more than endpoint.max_failed_share = {share:g}); first: {item.failure}; "
-                                       "the answers it gave are stored, a rerun asks only the others")
+        if not item.error and item.failed and item.failed > job.max_failed_share * item.questions:
+            item.error = (f"{item.failed} of {item.questions} questions got no answer from the endpoint (more than "
+                          f"endpoint.max_failed_share = {job.max_failed_share:g}); first: {item.failure}; the answers "
+                          "it gave are stored, a rerun asks only the others")
         if item.error:
             logger.error("%s FAILED after %d of %d questions: %s", pool.name, done[pool.name], item.questions,
                          item.error)

@@ -294,11 +294,8 @@ class EndpointClient:
             try:
                 outcome = parse_response(await self._post_once(client, url, body), self.spec.api, url)
             except _HttpStatus as exc:
-                retryable = exc.status == 429 or exc.status >= 500
-                if not retryable or attempt >= self.spec.retries:
+                if (wait := self._retry_wait(exc, attempt)) is None:
                     raise EndpointError(str(exc)) from None
-                wait = exc.retry_after if exc.status == 429 and exc.retry_after is not None else \
-                    backoff_s(attempt, self.rng)
             except (httpx.TimeoutException, httpx.TransportError) as exc:
                 if attempt >= self.spec.retries:
                     raise EndpointError(f"{url}: {type(exc).__name__} after {attempt + 1} attempts") from None
@@ -313,20 +310,28 @@ class EndpointClient:
             self.stats.retries += 1
             await asyncio.sleep(wait)
 
+    def _retry_wait(self, exc: _HttpStatus, attempt: int) -> float | None:
+        """Seconds to wait before retrying after an HTTP error: Retry-After for 429, backoff for 429 without it and
+        for 5xx; None when the error is not retried (any other status) or the retries are spent."""
+        if not (exc.status == 429 or exc.status >= 500) or attempt >= self.spec.retries:
+            return None
+        return exc.retry_after if exc.status == 429 and exc.retry_after is not None else backoff_s(attempt, self.rng)
+
     async def _post_patiently(self, client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> Any:
-        """One probe POST that waits out 429 (Retry-After) and 5xx (backoff) up to `retries` times: a busy or
-        rate-limited server is not a wrong URL."""
+        """One probe POST that waits out 429 and 5xx like any request: a busy or rate-limited server is not a wrong
+        URL."""
         attempt = 0
         while True:
             try:
                 return await self._post_once(client, url, body)
             except _HttpStatus as exc:
-                if not (exc.status == 429 or exc.status >= 500) or attempt >= self.spec.retries:
+                if (wait := self._retry_wait(exc, attempt)) is None:
                     raise
-                wait = exc.retry_after if exc.status == 429 and exc.retry_after is not None else \
-                    backoff_s(attempt, self.rng)
             attempt += 1
             await asyncio.sleep(wait)
+
+    def _probe_body(self, logprobs: bool) -> dict[str, Any]:
+        return self._body("Say OK.", temperature=0.0, top_p=1.0, max_tokens=1, seed=0, stop=(), logprobs=logprobs)
 
     def probe(self) -> str:
         """Ask every replica for one token before any work: the model id it reports (the run key holds it), and
@@ -340,10 +345,9 @@ class EndpointClient:
         reported = {}
         async with self._client() as client:
             for url in self.spec.urls:
-                body = self._body("Say OK.", temperature=0.0, top_p=1.0, max_tokens=1, seed=0, stop=(),
-                                  logprobs=self.spec.logprobs != "off")
+                asked_logprobs = self.spec.logprobs != "off"
                 try:
-                    first = await self._post_patiently(client, url, body)
+                    first = await self._post_patiently(client, url, self._probe_body(asked_logprobs))
                 except httpx.ConnectError:
                     raise UserError(f"endpoint {url}: nothing is listening there (connection refused)") from None
                 except httpx.ConnectTimeout:
@@ -354,24 +358,21 @@ class EndpointClient:
                                     "(endpoint.timeout_s)") from None
                 except _HttpStatus as exc:
                     if self.spec.logprobs == "auto" and exc.status in (400, 422):  # maybe only the logprobs
-                        body = self._body("Say OK.", temperature=0.0, top_p=1.0, max_tokens=1, seed=0, stop=(),
-                                          logprobs=False)
                         try:
-                            first = await self._post_patiently(client, url, body)
+                            first = await self._post_patiently(client, url, self._probe_body(False))
                         except _HttpStatus as again:
                             raise UserError(refusal(again)) from None
-                        self.logprobs = False
+                        self.logprobs, asked_logprobs = False, False
                         log.info("%s refuses log-probabilities (%s): estimators that need them store null", url,
                                  exc)
                     else:
                         raise UserError(refusal(exc)) from None
                 except httpx.TransportError as exc:
                     raise UserError(f"endpoint {url}: {type(exc).__name__}") from None
-                else:
-                    outcome = parse_response(first, self.spec.api, url)
-                    if self.spec.logprobs == "auto":
-                        self.logprobs = outcome.token_logprobs is not None
-                reported[url] = parse_response(first, self.spec.api, url).model or self.spec.model
+                outcome = parse_response(first, self.spec.api, url)
+                if self.spec.logprobs == "auto" and asked_logprobs:
+                    self.logprobs = outcome.token_logprobs is not None
+                reported[url] = outcome.model or self.spec.model
         models = set(reported.values())
         if len(models) > 1:
             raise UserError("endpoint replicas serve different models: "

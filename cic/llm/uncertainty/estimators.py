@@ -96,12 +96,14 @@ def one_minus_max_prob(s: QuestionStats) -> float | None:
 @dataclass(frozen=True)
 class Estimator:
     """A named estimator, whether its value depends on the equivalence (then its stored name says which) and
-    whether it reads token log-probabilities (null for answers that came without them, never read as 0)."""
+    whether it reads token log-probabilities (null for answers that came without them, never read as 0) or option
+    probabilities (multiple choice; a served model gives them only with its first token's top log-probabilities)."""
 
     name: str
     compute: Callable[[QuestionStats], float | None]
     uses_equivalence: bool
     needs_logprobs: bool = False
+    needs_option_probs: bool = False
 
 
 ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (
@@ -114,8 +116,8 @@ ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (
     Estimator("eigv", eigv, True),
     Estimator("deg", deg, True),
     Estimator("ecc", ecc, True),
-    Estimator("option_entropy", option_entropy, False),
-    Estimator("one_minus_max_prob", one_minus_max_prob, False),
+    Estimator("option_entropy", option_entropy, False, needs_option_probs=True),
+    Estimator("one_minus_max_prob", one_minus_max_prob, False, needs_option_probs=True),
 )}
 
 
