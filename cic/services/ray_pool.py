@@ -243,15 +243,27 @@ def drain_pools(pools: Sequence[WorkerPool], jobs: dict[str, Sequence[Any]], met
         delay = pool.backoff_s * 2 ** item.attempt
         log.warning("model %s: worker %d lost on batch %d (%s, attempt %d); retrying in %.0f s", pool.name,
                     item.actor, item.batch, why, item.attempt + 1, delay)
-        time.sleep(delay)
-        ref = pool.replace(item.actor)
-        pending[ref] = _Pending(pool, "ready", item.actor)
+        # the replacement starts after the backoff while every other pool's batches keep landing
+        restarts.append((time.monotonic() + delay, pool, item.actor))
         queues[pool.name].append(item.batch)  # the lost batch goes first to the next free actor
         retries[(pool.name, item.batch)] = item.attempt + 1
 
+    def restart_due() -> None:
+        for entry in [e for e in restarts if e[0] <= time.monotonic()]:
+            restarts.remove(entry)
+            _, pool, actor = entry
+            if pool.error is None:  # a pool failed meanwhile stays stopped
+                pending[pool.replace(actor)] = _Pending(pool, "ready", actor)
+
     retries: dict[tuple[str, int], int] = {}
-    while pending:
-        done, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
+    restarts: list[tuple[float, WorkerPool, int]] = []   # (due time, pool, actor slot) of lost replicas
+    while pending or restarts:
+        restart_due()
+        wait_s = min([POLL_S] + [max(0.0, due - time.monotonic()) for due, _, _ in restarts])
+        if not pending:
+            time.sleep(wait_s)
+            continue
+        done, _ = ray.wait(list(pending), num_returns=1, timeout=wait_s)
         now = time.monotonic()
         if not done:
             for ref, item in list(pending.items()):

@@ -6,7 +6,6 @@ batches retried on the other node, and the store ends with exactly one row per k
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +34,12 @@ def _config(tmp: Path) -> Path:
     return path
 
 
-def _node_of_a_worker() -> str | None:
+def _nodes_of_live_workers() -> list[str]:
+    """The node of every answer worker alive now (one per model replica), from Ray's actor table."""
     from ray._private import state
 
-    for actor in state.actors().values():
-        if actor["ActorClassName"].endswith("AnswerWorker") and actor["State"] == "ALIVE":
-            return actor["Address"]["NodeID"]
-    return None
+    return [actor["Address"]["NodeID"] for actor in state.actors().values()
+            if actor["ActorClassName"].endswith("AnswerWorker") and actor["State"] == "ALIVE"]
 
 
 def test_two_models_on_gpu_nodes_at_once_and_a_lost_node_is_retried_elsewhere(tmp_path: Path) -> None:
@@ -50,16 +48,17 @@ def test_two_models_on_gpu_nodes_at_once_and_a_lost_node_is_retried_elsewhere(tm
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})  # the head runs no actor
     gpu_nodes = [cluster.add_node(num_cpus=2, num_gpus=1) for _ in range(2)]
     cluster.wait_for_nodes()
-    reports: list[tuple[float, str, int]] = []
+    live: list[list[str]] = []   # the nodes of the live answer workers each time a batch landed
     removed: list[str] = []
 
     def watch(stage: str, done: int, total: int) -> None:
-        reports.append((time.monotonic(), stage, done))
+        if not stage.startswith("answer ") or done == 0:
+            return
+        live.append(_nodes_of_live_workers())
         if stage == "answer alpha" and done >= 2 and not removed:
-            node_id = _node_of_a_worker()
-            node = next(n for n in gpu_nodes if n.node_id == node_id)
+            node = next(n for n in gpu_nodes if n.node_id == live[-1][0])
             cluster.remove_node(node)
-            removed.append(node_id)
+            removed.append(node.node_id)
 
     unsubscribe = progress.subscribe(watch)
     try:
@@ -76,8 +75,9 @@ def test_two_models_on_gpu_nodes_at_once_and_a_lost_node_is_retried_elsewhere(tm
         assert stats.options == {"num_gpus": 0.5, "num_cpus": 1.0}
         assert set(stats.nodes) <= gpu_ids and stats.questions == 6
     assert any(len(set(a.nodes)) == 2 for a in answer.values())  # a replacement started on the other node
-    spans = {m: [t for t, stage, done in reports if stage == f"answer {m}" and done > 0] for m in answer}
-    assert min(spans["alpha"]) < max(spans["beta"]) and min(spans["beta"]) < max(spans["alpha"])  # at once
+    # at once: as batches landed, both models' half-GPU replicas were alive on the GPU nodes together (the order
+    # their batches land in depends on which model the removed node held and how long its replacement loads)
+    assert any(len(nodes) == 2 and set(nodes) <= gpu_ids for nodes in live), live
     with Store.open(summary.db, read_only=True) as store:
         generations = store.read("generations")
         scores = store.read("scores")

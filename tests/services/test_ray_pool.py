@@ -23,10 +23,12 @@ CPU = Placement(0.0, 1.0)
 class Doubler:
     """A stand-in worker with the pool's protocol (ready + a batch method); real workers hold a model."""
 
-    def __init__(self, crash_marker: str | None = None, broken: bool = False, slow_on: int | None = None) -> None:
+    def __init__(self, crash_marker: str | None = None, broken: bool = False, slow_on: int | None = None,
+                 pause_s: float = 0.0) -> None:
         if broken:
             raise ValueError("this model does not fit")
         self.crash_marker, self.slow_on = crash_marker, slow_on  # the marker also records a hang, once
+        self.pause_s = pause_s  # seconds each batch takes, as a model's would
 
     def ready(self) -> bool:
         return True
@@ -40,6 +42,7 @@ class Doubler:
             time.sleep(600)  # a hung batch: the drain's deadline takes it back
         if -1 in batch:
             raise RuntimeError("bad input in batch")
+        time.sleep(self.pause_s)
         return [2 * x for x in batch]
 
 
@@ -98,6 +101,19 @@ def test_a_batch_whose_worker_died_is_retried(cluster: ClusterInfo, tmp_path: Pa
     pool = WorkerPool("a", Doubler, (str(tmp_path / "crash"),), n_actors=1, placement=CPU, backoff_s=0.1)
     seen = _drain([pool], {"a": [[1], [13], [5]]})
     assert (tmp_path / "crash").exists() and seen["a"] == {0: [2], 1: [26], 2: [10]} and pool.error is None
+
+
+def test_a_lost_worker_waits_out_its_backoff_while_the_other_models_batches_keep_landing(
+        cluster: ClusterInfo, tmp_path: Path) -> None:
+    """The backoff before a replacement starts must not stall the drain: another model's batches land meanwhile."""
+    lost = WorkerPool("lost", Doubler, (str(tmp_path / "crash"),), n_actors=1, placement=CPU, backoff_s=6)
+    busy = WorkerPool("busy", Doubler, (None, False, None, 0.25), n_actors=1, placement=CPU)
+    landed: dict[str, list[float]] = {"lost": [], "busy": []}
+    for pool, _, _ in ray_pool.drain_pools([lost, busy], {"lost": [[13], [5]], "busy": [[i] for i in range(8)]},
+                                           "run"):
+        landed[pool.name].append(time.monotonic())
+    assert (tmp_path / "crash").exists() and lost.error is None and len(landed["lost"]) == 2
+    assert len(landed["busy"]) == 8 and max(landed["busy"]) < min(landed["lost"])  # all during the 6 s backoff
 
 
 def test_a_failing_model_is_reported_and_the_other_finishes(cluster: ClusterInfo) -> None:
