@@ -1,11 +1,13 @@
 """The Ray actor that holds one model replica and answers batches of questions (Arrow in, Arrow out).
 
-It wraps `cic.llm.answering.Answerer`; torch uses as many threads as the actor was given CPUs, so two CPU
-actors on a two-core node do not fight over cores. It never writes DuckDB: the flow does.
+It wraps `cic.llm.answering.Answerer`; torch uses as many threads as the actor was given CPUs (or fewer, where
+OMP_NUM_THREADS says so), so two CPU actors on a two-core node do not fight over cores. It never writes DuckDB:
+the flow does.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import ray
@@ -14,9 +16,12 @@ from cic.llm.answering import Answerer, AnswererSettings
 
 
 def _threads_for_this_actor() -> int:
-    """CPUs Ray assigned to this actor (at least one)."""
-    assigned = ray.get_runtime_context().get_assigned_resources()
-    return max(1, int(assigned.get("CPU", 1)))
+    """CPUs Ray assigned to this actor (at least one), capped by OMP_NUM_THREADS where the driver's environment set
+    it: Ray passes a set value through to its workers (and sets it to the actor's CPUs only where unset), so a
+    thread budget the operator gave the job also holds inside its actors."""
+    assigned = max(1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1)))
+    budget = os.environ.get("OMP_NUM_THREADS", "")
+    return min(assigned, int(budget)) if budget.isdigit() and int(budget) > 0 else assigned
 
 
 class AnswerWorker:
