@@ -28,7 +28,6 @@ from cic.stats._validation import (
 from cic.stats.gate import Gate
 from cic.stats.searches import (
     DEFAULT_SEARCH,
-    LargestFeasible,
     Setting,
     check_search_args,
     compact_candidates,
@@ -352,7 +351,7 @@ def calibrate(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05, bo
     common = dict(alpha=alpha, delta=delta, bound=bound, search=plan.name, n_calibration=int(s.shape[0]),
                   guarantee=plan.guarantee)
 
-    if isinstance(plan, LargestFeasible) and not plan.takes_grid and s.shape[0] >= _BINNED_MIN_ITEMS:
+    if plan.bins_large_inputs and s.shape[0] >= _BINNED_MIN_ITEMS:
         hit = paper_search_binned(s, e, bound=bound, alpha=alpha, gamma=delta)
         return _result(hit, gamma=delta, **common,
                        _data=(s.copy(), e.copy()) if keep_table else None)  # type: ignore[arg-type]

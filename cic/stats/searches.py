@@ -62,6 +62,12 @@ class Search:
     takes_grid: bool = True
     first_test: bool = False
 
+    @property
+    def bins_large_inputs(self) -> bool:
+        """Whether a large calibration set may be searched on binned scores instead of a full sort (the paper
+        search only: the largest feasible score at one level, no grid, no start)."""
+        return False
+
     def level(self, delta: float, k: int) -> float:
         """The level each hypothesis is tested at (the first one, for step-down procedures)."""
         return delta
@@ -100,6 +106,10 @@ class LargestFeasible(Search):
     """Every eligible candidate tested at one level; the largest that passes is returned."""
 
     divide_by_k: bool = False
+
+    @property
+    def bins_large_inputs(self) -> bool:
+        return not self.takes_grid and not self.divide_by_k
 
     def level(self, delta: float, k: int) -> float:
         return delta / k if self.divide_by_k else delta

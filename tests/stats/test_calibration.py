@@ -287,3 +287,11 @@ def test_a_non_numeric_error_value_is_reported_at_its_own_row() -> None:
     errors = ["0", "1"] * 25 + ["yes"] + ["0"] * 10
     with pytest.raises(ValueError, match=r"errors\[50\] = 'yes'"):
         cic.calibrate(np.linspace(0, 1, 61), np.array(errors, dtype=object), alpha=0.2)
+
+
+def test_only_the_paper_search_takes_the_binned_path() -> None:
+    """Binning keeps the largest feasible score at one level: right for Algorithm 1 only (a start, a grid or a
+    per-test level split would be skipped)."""
+    from cic.stats.searches import SEARCH_NAMES, get_search
+
+    assert [name for name in SEARCH_NAMES if get_search(name).bins_large_inputs] == ["paper"]
