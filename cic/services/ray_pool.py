@@ -233,6 +233,7 @@ def drain_pools(pools: Sequence[WorkerPool], jobs: dict[str, Sequence[Any]], met
         pool.fail(message)
         for ref in [r for r, p in pending.items() if p.pool is pool]:
             pending.pop(ref)
+        restarts[:] = [entry for entry in restarts if entry[1] is not pool]
         queues[pool.name] = []
 
     def retry(item: _Pending, why: str) -> None:
@@ -252,8 +253,7 @@ def drain_pools(pools: Sequence[WorkerPool], jobs: dict[str, Sequence[Any]], met
         for entry in [e for e in restarts if e[0] <= time.monotonic()]:
             restarts.remove(entry)
             _, pool, actor = entry
-            if pool.error is None:  # a pool failed meanwhile stays stopped
-                pending[pool.replace(actor)] = _Pending(pool, "ready", actor)
+            pending[pool.replace(actor)] = _Pending(pool, "ready", actor)
 
     retries: dict[tuple[str, int], int] = {}
     restarts: list[tuple[float, WorkerPool, int]] = []   # (due time, pool, actor slot) of lost replicas

@@ -34,6 +34,8 @@ class Doubler:
         return True
 
     def run(self, batch: list[int]) -> list[int]:
+        if 666 in batch:
+            os._exit(1)  # a batch that kills its worker every time (a poison input, an OOM)
         if self.crash_marker and 13 in batch and not Path(self.crash_marker).exists():
             Path(self.crash_marker).write_text("crashed once")
             os._exit(1)  # the worker process dies, as on a lost node
@@ -114,6 +116,17 @@ def test_a_lost_worker_waits_out_its_backoff_while_the_other_models_batches_keep
         landed[pool.name].append(time.monotonic())
     assert (tmp_path / "crash").exists() and lost.error is None and len(landed["lost"]) == 2
     assert len(landed["busy"]) == 8 and max(landed["busy"]) < min(landed["lost"])  # all during the 6 s backoff
+
+
+def test_a_batch_that_kills_every_worker_fails_its_model_after_its_retries_and_the_other_finishes(
+        cluster: ClusterInfo) -> None:
+    poison = WorkerPool("poison", Doubler, (), n_actors=1, placement=CPU, backoff_s=0.1, max_retries=2)
+    fine = WorkerPool("fine", Doubler, (), n_actors=1, placement=CPU)
+    started = time.monotonic()
+    seen = _drain([poison, fine], {"poison": [[1], [666], [3]], "fine": [[i] for i in range(4)]})
+    assert "batch 1 failed 3 times (ActorDiedError)" in poison.error and 1 not in seen["poison"]
+    assert seen["fine"] == {i: [2 * i] for i in range(4)} and fine.error is None and poison.actors == []
+    assert time.monotonic() - started < 60
 
 
 def test_a_failing_model_is_reported_and_the_other_finishes(cluster: ClusterInfo) -> None:
