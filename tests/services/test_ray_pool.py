@@ -3,6 +3,7 @@ worker-loss retries, and a failing model that does not stop the others."""
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -106,16 +107,19 @@ def test_a_batch_whose_worker_died_is_retried(cluster: ClusterInfo, tmp_path: Pa
 
 
 def test_a_lost_worker_waits_out_its_backoff_while_the_other_models_batches_keep_landing(
-        cluster: ClusterInfo, tmp_path: Path) -> None:
+        cluster: ClusterInfo, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """The backoff before a replacement starts must not stall the drain: another model's batches land meanwhile."""
     lost = WorkerPool("lost", Doubler, (str(tmp_path / "crash"),), n_actors=1, placement=CPU, backoff_s=6)
     busy = WorkerPool("busy", Doubler, (None, False, None, 0.25), n_actors=1, placement=CPU)
     landed: dict[str, list[float]] = {"lost": [], "busy": []}
-    for pool, _, _ in ray_pool.drain_pools([lost, busy], {"lost": [[13], [5]], "busy": [[i] for i in range(8)]},
-                                           "run"):
-        landed[pool.name].append(time.monotonic())
+    with caplog.at_level(logging.WARNING, logger="cic.ray"):
+        for pool, _, _ in ray_pool.drain_pools([lost, busy], {"lost": [[13], [5]],
+                                                              "busy": [[i] for i in range(12)]}, "run"):
+            landed[pool.name].append(time.time())
     assert (tmp_path / "crash").exists() and lost.error is None and len(landed["lost"]) == 2
-    assert len(landed["busy"]) == 8 and max(landed["busy"]) < min(landed["lost"])  # all during the 6 s backoff
+    lost_at = next(r.created for r in caplog.records if "model lost: worker 0 lost on batch 0" in r.getMessage())
+    during_backoff = [t for t in landed["busy"] if lost_at < t < lost_at + 5.5]
+    assert len(landed["busy"]) == 12 and during_backoff, (lost_at, landed)
 
 
 def test_a_batch_that_kills_every_worker_fails_its_model_after_its_retries_and_the_other_finishes(
