@@ -383,8 +383,8 @@ class EndpointClient:
 
 def refusal(exc: _HttpStatus) -> str:
     """The probe's one line for a server that answered with an error, with what usually fixes it."""
-    hint = {401: "; is endpoint.api_key_env the variable holding the key, and is it set?",
-            403: "; is endpoint.api_key_env the variable holding the key, and is it set?",
+    key = "; is endpoint.api_key_env the variable holding the key, and is it set?"
+    hint = {401: key, 403: key,
             404: "; a base URL usually ends in /v1, and endpoint.model must be a model the server serves"}
     return f"endpoint {exc}" + hint.get(exc.status, "")
 

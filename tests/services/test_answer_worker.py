@@ -1,6 +1,6 @@
 """The answer actor's torch threads on a real in-process Ray: the CPUs Ray gave the actor, never more than the
-OMP_NUM_THREADS budget its environment sets (two actors each spinning threads for every core run several times
-slower on a shared machine)."""
+OMP_NUM_THREADS budget its environment sets, and a budget that is no positive count is ignored (two actors each
+spinning threads for every core run several times slower on a shared machine)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ def cluster() -> Iterator[None]:
     ray_pool.shutdown(info)
 
 
-@pytest.mark.parametrize(("cpus", "budget", "threads"), [(2, "1", 1), (1, "4", 1), (2, "8", 2), (2, "none", 2)])
+@pytest.mark.parametrize(("cpus", "budget", "threads"),
+                         [(2, "1", 1), (1, "4", 1), (2, "8", 2), (2, "none", 2), (2, "0", 2)])
 def test_an_actor_uses_its_cpus_capped_by_the_thread_budget(cluster: None, cpus: int, budget: str,
                                                             threads: int) -> None:
     probe = ThreadProbe.options(num_cpus=cpus, runtime_env={"env_vars": {"OMP_NUM_THREADS": budget}}).remote()
