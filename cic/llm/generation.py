@@ -147,7 +147,8 @@ class AnswerGenerator:
         return out
 
     def _prefill(self, encoded: Sequence[Sequence[int]], room: int = 0) -> tuple[Any, Any, Any, Any]:
-        """Encode prompts: last-position logits [n, vocab] (float32), the KV cache, attention mask, last positions.
+        """Encode prompts: last-position logits [n, vocab] (the model's dtype), the KV cache, attention mask, last
+        positions.
 
         Prompts that share a leading run of tokens (a few-shot prefix, a chat template) have it encoded once and
         its cache repeated: [shared prefix][left padding][own suffix], padding masked, positions continuous.
@@ -177,7 +178,7 @@ class AnswerGenerator:
                          dim=1)
         out = self._forward(input_ids=suffix_ids, attention_mask=self._cache_mask(mask, cache),
                             position_ids=positions, past_key_values=cache)
-        return out.logits[:, -1, :].float(), cache, mask, positions[:, -1:]
+        return out.logits[:, -1, :], cache, mask, positions[:, -1:]
 
     @staticmethod
     def _repeat_cache(cache: Any, repeats: int) -> None:
@@ -253,6 +254,14 @@ class AnswerGenerator:
             return chosen
         return torch.where(most_likely, logits.argmax(-1), chosen)
 
+    def _log_normaliser(self, sampler: Any, logits: Any) -> Any:
+        """logsumexp of each row's untempered logits (float32): the sampler's own at temperature 1, else computed."""
+        import torch
+
+        if self.config.temperature == 1.0 and sampler.log_normaliser is not None:
+            return sampler.log_normaliser
+        return torch.logsumexp(logits.float(), dim=-1)
+
     def _decode_chunk(self, encoded: Sequence[Sequence[int]], question_ids: Sequence[str]) -> list[list[dict]]:
         """Most-likely row + samples for a few questions sharing one prefill; rows per question in sample order."""
         import torch
@@ -278,7 +287,8 @@ class AnswerGenerator:
         lengths = torch.zeros(rows, dtype=torch.long, device=device)
         for step in range(width):
             chosen = self._choose(sampler, logits, keys, step, most_likely)
-            token_logprob = logits.gather(-1, chosen[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
+            token_logit = logits.gather(-1, chosen[:, None])[:, 0].float()
+            token_logprob = token_logit - self._log_normaliser(sampler, logits)
             is_stop = stop_mask[chosen]
             stopped |= ~finished & is_stop
             finished |= is_stop
@@ -293,7 +303,7 @@ class AnswerGenerator:
             out = self._forward(input_ids=torch.where(live, chosen, pad)[:, None],
                                 attention_mask=self._cache_mask(mask, cache), position_ids=last_pos,
                                 past_key_values=cache)
-            logits = out.logits[:, -1, :].float()
+            logits = out.logits[:, -1, :]
         host_tokens, host_logprobs = tokens.cpu().tolist(), logprobs.cpu().tolist()
         host_lengths, host_stopped = lengths.cpu().tolist(), stopped.cpu().tolist()
         results = []
@@ -387,7 +397,7 @@ class AnswerGenerator:
 
         def score(start: int, stop: int) -> list[dict[str, Any]]:
             logits = self._prefill(encoded[start:stop])[0]
-            probs_all = torch.softmax(logits, dim=-1).cpu()
+            probs_all = torch.softmax(logits.float(), dim=-1).cpu()
             records = []
             for offset in range(stop - start):
                 qi = start + offset

@@ -10,7 +10,9 @@ filtering (`uniforms` can also hash a token id, for per-token noise).
 
 Nucleus filtering looks at the `candidates` largest logits first and sorts only those; a row whose
 candidates hold less than top_p of the mass (a flat distribution) falls back to a sort of its whole
-vocabulary, so the kept set is always exactly the smallest prefix reaching top_p.
+vocabulary, so the kept set is always exactly the smallest prefix reaching top_p. With 16-bit logits (a bf16 or
+fp16 model's own output) ties are ordered by token id and the fallback counts equal values instead of sorting
+(`nucleus_bins`): the same draw, a fraction of the work.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from cic import schema
+from cic.llm import nucleus_bins
 
 MASK32 = 0xFFFFFFFF
 DEFAULT_CANDIDATES = 1024
@@ -131,6 +134,8 @@ def sample_counting(logits: Any, keys: Any, step: int, *, temperature: float, to
     import torch
 
     u = uniforms(keys, step, torch.zeros_like(keys[:, :1]))
+    if nucleus_bins.handles(logits, top_k, top_p):
+        return _sample_16bit(logits, u, temperature, top_p, candidates)[:2]
     chosen, flat_rows = None, 0
     for rows, ids, weights in filtered_weights(logits, temperature, top_k, top_p, candidates):
         picks = ids.gather(-1, inverse_cdf(weights, u if rows is None else u[rows]))[:, 0]
@@ -142,20 +147,57 @@ def sample_counting(logits: Any, keys: Any, step: int, *, temperature: float, to
     return chosen, flat_rows
 
 
+def _sample_16bit(logits: Any, u: Any, temperature: float, top_p: float,
+                  candidates: int) -> tuple[Any, int, Any]:
+    """Top-p draws on 16-bit logits: the `candidates` largest in (value, token id) order where they cover the
+    nucleus, value counting (`nucleus_bins`) for the rows where they do not, or for all when candidates span
+    the vocabulary. A row counts as covered only by candidates above the smallest candidate value, so a tie
+    cut by top-k never decides the nucleus. Also returns logsumexp(logits / T) per row (float32 [rows])."""
+    import torch
+
+    if candidates >= logits.shape[-1]:
+        chosen, log_normaliser = nucleus_bins.draw_normalised(logits, u, temperature, top_p)
+        return chosen, 0, log_normaliser
+    _, ids = torch.topk(logits, candidates, dim=-1, sorted=False)
+    ids = ids.sort(dim=-1).values
+    values, order = logits.gather(-1, ids).sort(dim=-1, descending=True, stable=True)
+    ids, values = ids.gather(-1, order), values.float() / temperature
+    total = torch.logsumexp(logits.float() / temperature, dim=-1, keepdim=True)
+    chosen = ids.gather(-1, inverse_cdf(torch.exp(values - total) * nucleus_mask(values, top_p, total), u))[:, 0]
+    above = torch.where(values > values[:, -1:], values, -torch.inf)
+    covered = torch.exp(torch.logsumexp(above, dim=-1) - total[:, 0]) >= top_p
+    if bool(covered.all()):
+        return chosen, 0, total[:, 0]
+    flat = (~covered).nonzero()[:, 0]
+    chosen[flat] = nucleus_bins.draw(logits[flat], u[flat], temperature, top_p)
+    return chosen, len(flat), total[:, 0]
+
+
 class AdaptiveSampler:
     """`sample` with the candidate width chosen from the previous step: when most rows were flat (their top
     candidates held less than top_p), sort whole vocabularies at once instead of a top-k then a fallback sort;
-    every few steps it tries the narrow path again. The draws are the same either way (exact filtering)."""
+    every few steps it tries the narrow path again. The draws are the same either way (exact filtering).
+    On 16-bit logits it keeps the step's logsumexp(logits / T) in `log_normaliser` (None otherwise), which a
+    caller at temperature 1 can use for log-probabilities instead of another pass over the vocabulary."""
 
     def __init__(self, temperature: float, top_k: int, top_p: float, retry_every: int = 8) -> None:
         self.temperature, self.top_k, self.top_p, self.retry_every = temperature, top_k, top_p, retry_every
         self.wide_since: int | None = None
+        self.log_normaliser: Any = None
 
     def __call__(self, logits: Any, keys: Any, step: int) -> Any:
+        import torch
+
         wide = self.wide_since is not None and step - self.wide_since < self.retry_every
         candidates = logits.shape[-1] if wide else DEFAULT_CANDIDATES
-        chosen, flat_rows = sample_counting(logits, keys, step, temperature=self.temperature, top_k=self.top_k,
-                                            top_p=self.top_p, candidates=candidates)
+        self.log_normaliser = None
+        if nucleus_bins.handles(logits, self.top_k, self.top_p):
+            u = uniforms(keys, step, torch.zeros_like(keys[:, :1]))
+            chosen, flat_rows, self.log_normaliser = _sample_16bit(logits, u, self.temperature, self.top_p,
+                                                                   candidates)
+        else:
+            chosen, flat_rows = sample_counting(logits, keys, step, temperature=self.temperature, top_k=self.top_k,
+                                                top_p=self.top_p, candidates=candidates)
         if not wide:
             self.wide_since = step if flat_rows * 2 > logits.shape[0] else None
         return chosen
@@ -166,6 +208,8 @@ def kept_distribution(logits: Any, temperature: float, top_k: int, top_p: float,
     """The distribution `sample` draws from, over the whole vocabulary [rows, vocab] (for checks)."""
     import torch
 
+    if nucleus_bins.handles(logits, top_k, top_p):
+        return nucleus_bins.kept_distribution(logits, temperature, top_p)
     out = torch.zeros(logits.shape, dtype=torch.float64, device=logits.device)
     for rows, ids, weights in filtered_weights(logits, temperature, top_k, top_p, candidates):
         dense = torch.zeros(ids.shape[0], logits.shape[-1], dtype=torch.float64, device=logits.device)
