@@ -1,5 +1,6 @@
 """The scheduled job: candidate gates on the newest labelled window, drift tests against the live gates' data,
-stored and logged; an alert fails the flow run, so a schedule shows it as a failure, not a tag.
+stored and logged; a page (drift, a monitor alarm: `cic.pipeline.alerts`) fails the flow run with its headline
+as the state message, so a schedule shows it as a failure, not a tag; warnings complete it with a note.
 
     stored runs + ingested streams ──► new window (after the live gate's) ──► candidates + drift tests (Holm)
         ──► DuckDB (candidates, their alerts; auto-promotion where the policy allows) ──► MLflow ──► alert? Failed
@@ -9,11 +10,13 @@ Deployed with a cron schedule by `infra/prefect.yaml`; `cic recalibrate` runs it
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from prefect import flow, get_run_logger
-from prefect.states import Failed, State
+from prefect.states import Completed, Failed, State
 
+from cic.pipeline.alerts import counts_line
 from cic.pipeline.config import DEMO_CONFIG, load_config, with_overrides
 from cic.pipeline.recalibration import WindowRule, parse_since
 from cic.pipeline.run_results import (
@@ -34,13 +37,30 @@ from tasks.recalibrate import RecalibrationPass, log_recalibrations, recalibrate
 
 
 class RecalibrationAlert(RuntimeError):
-    """Raised at the end of a recalibration that found drift or an unattainable alpha (the flow run fails);
-    `summary` holds everything the run stored and logged before."""
+    """Raised at the end of a recalibration that raised a page (drift, a monitor alarm, …: the flow run fails);
+    its message is the page's headline, `summary` holds everything the run stored and logged before."""
 
     def __init__(self, summary: RecalibrationSummary) -> None:
-        lines = [f"{a.place.label}: {a.alert}" for a in summary.alerts]
-        super().__init__(f"{len(lines)} alert(s) in recalibration: " + "; ".join(lines[:10]))
+        super().__init__(summary.headline())
         self.summary = summary
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickles by its summary, not by its message
+        return type(self), (self.summary,)
+
+
+class _PageWithoutTraceback(logging.Filter):
+    """A deployed run that ends Failed on a page is logged by Prefect's engine as "exited with unexpected
+    exception" with its traceback, which reads as a crash; on-call reads the page's headline instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, RecalibrationAlert):
+            record.msg, record.args = f"recalibration ended Failed on a page: {error}", ()
+            record.exc_info, record.exc_text, record.levelno, record.levelname = None, None, logging.ERROR, "ERROR"
+        return True
+
+
+logging.getLogger("prefect.flow_runs").addFilter(_PageWithoutTraceback())
 
 
 def recalibration_run_keys(store: Store, models: list[str], datasets: list[str]) -> list[str]:
@@ -69,7 +89,7 @@ def summarize(result: RecalibrationPass) -> RecalibrationSummary:
         skipped=[SkippedGroup(k.model, k.dataset, k.estimator, k.criterion, why) for k, why in result.skipped],
         tests=[DriftTestRow(k.model, k.dataset, k.estimator, k.criterion, c.test.name, c.test.p_value, c.rejected)
                for k, c in result.checks],
-        promoted=list(result.promoted))
+        promoted=list(result.promoted), withdrawn=dict(result.withdrawn))
 
 
 def _threshold(value: float | None) -> str:
@@ -80,17 +100,23 @@ SHOWN_CANDIDATES = 500
 
 
 def markdown_report(summary: RecalibrationSummary) -> str:
-    """The run's results for the Prefect UI: alert counts by kind, every alert, and the candidates table
-    (alerting candidates first, at most SHOWN_CANDIDATES rows; `cic gate list` has them all)."""
-    from collections import Counter
+    """The run's results for the Prefect UI: the headline, alert counts by kind and severity, every alert, and
+    the candidates table (paging candidates of live gates first, at most SHOWN_CANDIDATES rows; `cic gate list`
+    has them all)."""
+    from cic.pipeline.alerts import alert_kind, counts_by_kind, severity
 
-    from cic.pipeline.recalibration import alert_kind
+    lines = [f"# Recalibration: {summary.gates} candidate gate(s), {len(summary.alerts)} alert(s), "
+             f"{len(summary.pages)} page(s)", ""]
+    if summary.alerts:
+        severity_of = {a.kind: a.severity for a in summary.alerts}
+        lines += [f"**{summary.headline()}**", "", "| alert kind | severity | count |", "|---|---|---|",
+                  *(f"| {k} | {severity_of[k]} | {n} |" for k, n in counts_by_kind(a.alert for a in summary.alerts)),
+                  ""]
 
-    kinds = Counter(alert_kind(a.alert)[1] for a in summary.alerts)
-    lines = [f"# Recalibration: {summary.gates} candidate gate(s), {len(summary.alerts)} alert(s)", ""]
-    if kinds:
-        lines += ["| alert kind | count |", "|---|---|", *(f"| {k} | {n} |" for k, n in kinds.most_common()), ""]
-    candidates = sorted(summary.candidates, key=lambda c: not c.alerts)
+    def order(c: Any) -> tuple[bool, bool, bool]:
+        return (not any(severity(a) == "page" for a in c.alerts), c.live_threshold is None, not c.alerts)
+
+    candidates = sorted(summary.candidates, key=order)
     lines += ["| model | dataset | estimator | criterion | α | bound | search | threshold | live | state | alerts |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in candidates[:SHOWN_CANDIDATES]:
@@ -146,19 +172,29 @@ def recalibrate_flow(config_path: str = DEMO_CONFIG, db: str | None = None, trac
         try:
             summary.mlflow_run_ids = log_recalibrations(result, tracking=config.mlflow.tracking_uri,
                                                            experiment_prefix=config.mlflow.experiment_prefix)
-            if result.promoted:
-                registry_sync(config.storage.db, tracking_uri(config.mlflow.tracking_uri), result.promoted,
-                              experiment_prefix=config.mlflow.experiment_prefix)
-        except Exception as exc:  # stored in DuckDB either way; the next run or `cic gate sync` catches up
+        except Exception as exc:  # stored in DuckDB either way; the next run or `cic log` catches up
             summary.log_error = (f"{type(exc).__name__}: {exc} — the candidates are stored in "
-                                    f"{config.storage.db}; once MLflow is back, `cic gate sync` brings the registry "
-                                    "in line")
+                                    f"{config.storage.db}; once MLflow is back, `cic log` logs them")
             logger.warning("MLflow logging failed: %s", summary.log_error)
+    changed = [*result.promoted, *result.withdrawn]  # what serves changed: the registry follows in the same pass
+    if log_to_mlflow and changed:
+        try:
+            registry_sync(config.storage.db, tracking_uri(config.mlflow.tracking_uri), changed,
+                          experiment_prefix=config.mlflow.experiment_prefix)
+        except Exception as exc:
+            summary.registry_error = (f"registry not updated ({type(exc).__name__}: {exc}) — run `cic gate sync` "
+                                      "once MLflow is back")
+            logger.error("%s", summary.registry_error)
+    elif changed:
+        summary.registry_error = "registry not updated (MLflow logging off) — run `cic gate sync` to bring it in line"
     create_markdown_artifact(markdown_report(summary), key="recalibration",
                              description="candidate gates, live thresholds, states and alerts")
-    if summary.alerts and fail_on_alert:
+    if summary.pages and fail_on_alert:
         alert = RecalibrationAlert(summary)
         # the run ends Failed (what a schedule, the UI and a notification see); a direct call raises `alert`,
         # `recalibrate_flow(..., return_state=True).result(raise_on_failure=False)` returns it with .summary
         return Failed(message=str(alert)[:2000], data=alert)
+    if summary.alerts:  # warnings only (or pages with fail_on_alert off): Completed, the note in its message
+        return Completed(message=f"completed with {len(summary.alerts)} alert(s): "
+                                 f"{counts_line(a.alert for a in summary.alerts)}"[:2000], data=summary)
     return summary

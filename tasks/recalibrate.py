@@ -12,8 +12,9 @@ from prefect.cache_policies import NO_CACHE
 
 from cic import schema
 from cic.pipeline import progress
+from cic.pipeline.alerts import PAGE, alert_kind, counts_line, severity
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX, CalibrationConfig, RecalibrationConfig
-from cic.pipeline.recalibration import Candidate, RecalibrationPass, WindowRule, alert_kind, recalibrate_store
+from cic.pipeline.recalibration import Candidate, RecalibrationPass, WindowRule, recalibrate_store
 from cic.pipeline.stored_calibration import GroupKey
 from cic.services.mlflow_artifacts import check_not_moved
 from cic.services.mlflow_tracking import ChildRun, GroupLog, check_reachable, log_group, tracking_uri
@@ -33,19 +34,24 @@ def recalibrate_runs(db: str, run_keys: Sequence[str], calibration: CalibrationC
     logger = get_run_logger()
     with Store.open(db, wait_s=300) as store:
         out = recalibrate_store(store, run_keys, calibration, policy.alert_level, rule,
-                                auto_promote=policy.promotion == "auto")
+                                auto_promote=policy.promotion == "auto", on_alarm=policy.on_alarm)
     for key, why in out.skipped[:LOGGED_ALERTS]:
         logger.info("%s/%s %s × %s: skipped, %s", key.model, key.dataset, key.estimator, key.criterion, why)
-    worst = sorted(out.alerts, key=lambda item: alert_kind(item[1])[0])
-    for candidate, alert in worst[:LOGGED_ALERTS]:
-        row = candidate.row
-        logger.error("ALERT %s/%s %s × %s, alpha %g (%s, %s): %s", candidate.key.model, candidate.key.dataset,
-                     candidate.key.estimator, candidate.key.criterion, row["alpha"], row["bound"], row["search"], alert)
+    placed = [(c.key, c.row, a) for c, a in out.alerts] + [(m.key, m.gate, m.alert()) for m in out.monitor_alarms]
+    worst = sorted(placed, key=lambda item: alert_kind(item[2])[0])
+    for key, row, alert in worst[:LOGGED_ALERTS]:
+        log = logger.error if severity(alert) == PAGE else logger.warning
+        log("%s %s/%s %s × %s, alpha %g (%s, %s): %s", severity(alert).upper(), key.model, key.dataset,
+            key.estimator, key.criterion, row["alpha"], row["bound"], row["search"], alert)
     if len(worst) > LOGGED_ALERTS:
-        logger.error("… and %d more alert(s): the run's 'recalibration' artifact lists them all",
-                     len(worst) - LOGGED_ALERTS)
-    logger.info("recalibration: %d candidate gate(s), %d alert(s), %d promoted, %d group(s) skipped",
-                len(out.candidates), len(out.alerts), len(out.promoted), len(out.skipped))
+        logger.warning("… and %d more alert(s): the run's 'recalibration' artifact lists them all",
+                       len(worst) - LOGGED_ALERTS)
+    for gate_id, why in out.withdrawn.items():
+        logger.error("WITHDRAWN live gate %s: serves nothing from now on (%s); promote a recalibrated gate or "
+                     "confirm it with `cic gate confirm %s`", gate_id[:12], why, gate_id[:12])
+    logger.info("recalibration: %d candidate gate(s), %d alert(s) (%s), %d promoted, %d group(s) skipped",
+                len(out.candidates), len(worst), counts_line(a for _, _, a in worst) or "none", len(out.promoted),
+                len(out.skipped))
     return out
 
 
@@ -96,6 +102,9 @@ def log_recalibrations(result: RecalibrationPass, *, tracking: str | None = None
     for item in result.candidates:
         by_group.setdefault(item.key, []).append(item)
     monitor_of = {m.gate["calibration_id"]: m.row for m in result.monitors}
+    alarms_of: dict[GroupKey, int] = {}
+    for alarm in result.monitor_alarms:  # counted on its group like any alert: every surface counts the same
+        alarms_of[alarm.key] = alarms_of.get(alarm.key, 0) + 1
     checks_by_group: dict[GroupKey, list[Any]] = {}
     for key, check in result.checks:
         checks_by_group.setdefault(key, []).append(check)
@@ -105,7 +114,9 @@ def log_recalibrations(result: RecalibrationPass, *, tracking: str | None = None
         checks = checks_by_group.get(key, [])
         shift = [c for c in checks if c.test.name == "score_shift"]
         metrics: dict[str, float | None] = {
-            "n_window": float(first["n_cal"]), "alerts": float(sum(len(i.alerts) for i in items)),
+            "n_window": float(first["n_cal"]),
+            "alerts": float(sum(len(i.alerts) for i in items) + alarms_of.get(key, 0)),
+            "monitor_alarms": float(alarms_of.get(key, 0)),
             "unattainable_gates": float(sum(i.row["threshold"] is None for i in items))}
         if shift:
             metrics.update(ks_statistic=shift[0].test.statistic, ks_p_value=shift[0].test.p_value)
@@ -120,7 +131,8 @@ def log_recalibrations(result: RecalibrationPass, *, tracking: str | None = None
                   "cic.estimator": key.estimator, "cic.criterion": key.criterion, "cic.run_key": key.run_key,
                   "cic.data_fingerprint": first["data_fingerprint"],
                   "cic.alpha_unattainable": str(metrics["unattainable_gates"] > 0).lower(),
-                  "cic.shift_detected": str(any(c.rejected for c in shift)).lower(),
+                  "cic.shift_detected": str(any(c.rejected for c in checks) or key in alarms_of).lower(),
+                  "cic.monitor_alarm": str(key in alarms_of).lower(),
                   "cic.alerts": str(int(metrics["alerts"] or 0)), **run_tag},
             params={"run_key": key.run_key, "data_fingerprint": first["data_fingerprint"], "n_window": first["n_cal"],
                     "window_from": str(first["window_from"]), "window_to": str(first["window_to"]),

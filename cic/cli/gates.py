@@ -195,7 +195,7 @@ def _alert_summary(alerts: list[str]) -> str:
     """The alerts column: how many, of which kinds (the full texts follow the table)."""
     from collections import Counter
 
-    from cic.pipeline.recalibration import alert_kind
+    from cic.pipeline.alerts import alert_kind
 
     if not alerts:
         return "—"
@@ -237,13 +237,17 @@ def promote_gate(
     tracking_uri: TrackingOpt = None,
     experiment_prefix: PrefixOpt = DEFAULT_EXPERIMENT_PREFIX,
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="Leave MLflow's registry alone.")] = False,
+    without_guarantee: Annotated[bool, typer.Option("--without-guarantee", help="Serve a gate whose search has no "
+                                                    "high-probability guarantee (paper); recorded, and the export "
+                                                    "says so.")] = False,
 ) -> None:
     """Make a gate live (retiring the live gate of its key) and point MLflow's `live` alias at it."""
     from cic.pipeline.gates import family_of, live_families, promote
     from cic.store import Store
 
     with Store.open(_existing(db), wait_s=300) as store:
-        row, retired = promote(store, gate_id, reason=reason, despite_alerts=despite_alerts)
+        row, retired = promote(store, gate_id, reason=reason, despite_alerts=despite_alerts,
+                               without_guarantee=without_guarantee)
         family = {family_of(row): live_families(store).get(family_of(row), [])}
     console.print(printable(
         f"gate {row['calibration_id'][:12]} is live: {row['model']}/{row['dataset']} {row['estimator']} × "

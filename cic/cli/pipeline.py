@@ -112,18 +112,25 @@ def print_alerts(alerts: Sequence[AlertRow]) -> None:
     list is in the flow run's `recalibration` artifact and in `cic gate list`)."""
     from collections import Counter
 
-    from cic.pipeline.recalibration import alert_kind
+    from cic.pipeline.alerts import alert_kind
 
     ordered = sorted(alerts, key=lambda a: alert_kind(a.alert)[0])
+    if ordered:
+        from cic.pipeline.alerts import headline
+
+        head = headline([(a.place.label, a.alert) for a in ordered])
+        style = "bold red" if ordered[0].severity == "page" else "bold yellow"
+        err_console.print(styled((head.split(" ", 1)[0], style), printable(" " + head.split(" ", 1)[1])),
+                          highlight=False, soft_wrap=True)
     if len(alerts) > SHOWN_ALERTS:
         counts = Counter(alert_kind(a.alert)[1] for a in ordered)
         groups = len({(a.place.model, a.place.dataset, a.place.estimator, a.place.criterion) for a in alerts})
         err_console.print(styled(("ALERTS", "bold red"), f" {len(alerts)} in {groups} group(s): " + ", ".join(
             f"{kind} × {n}" for kind, n in counts.items()) + f"; the {SHOWN_ALERTS} worst follow, the full list is "
             "in the flow run's 'recalibration' artifact and `cic gate list --state candidate`"), soft_wrap=True)
-    for alert in ordered[:SHOWN_ALERTS]:
-        err_console.print(styled(("ALERT", "bold red"), printable(f" {alert.place.label}: {alert.alert}")),
-                          highlight=False, soft_wrap=True)
+    for alert in ordered[1:SHOWN_ALERTS]:  # the first is the headline
+        err_console.print(styled((alert.severity.upper(), "bold red" if alert.severity == "page" else "yellow"),
+                                 printable(f" {alert.place.label}: {alert.alert}")), highlight=False, soft_wrap=True)
 
 
 def _refuse_unfinished_ingests(db: str) -> None:
@@ -167,7 +174,8 @@ def recalibrate(
     since: Annotated[str | None, typer.Option("--since", help="Use new questions seen within this long (7d, 12h).")]
     = None,
     fail_on_alert: Annotated[bool, typer.Option("--fail-on-alert/--no-fail-on-alert", help="Exit 1 (and fail the "
-                                                "flow run) when drift is found or an alpha is unattainable.")] = True,
+                                                "flow run) on a page: drift, a monitor alarm, a live gate's alpha "
+                                                "become unattainable; warnings never fail it.")] = True,
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="Skip MLflow logging.")] = False,
 ) -> None:
     """Candidate gates on labelled questions newer than each live gate's window, tested for drift against it;
@@ -216,6 +224,17 @@ def recalibrate(
         console.print(f"nothing to recalibrate: {resolved_db} holds no labelled results for the models and datasets of "
                       f"{config} (run `cic run --config {config}` first, or check --db)", soft_wrap=True)
     print_alerts(result.alerts)
+    for gate_id, why in result.withdrawn.items():
+        err_console.print(styled(("WITHDRAWN", "bold red"), printable(
+            f" live gate {gate_id[:12]} serves nothing from now on: {why} — promote a recalibrated gate, or "
+            f"`cic gate confirm {gate_id[:12]}` after review")), highlight=False, soft_wrap=True)
+    if result.registry_error:
+        err_console.print(styled(("REGISTRY", "bold yellow"), printable(f" {result.registry_error}")),
+                          soft_wrap=True)
+    if result.alerts and not failed:
+        console.print(printable(f"completed with {len(result.alerts)} alert(s), none paging"
+                                if not result.pages else f"{len(result.pages)} page(s) not failing the run "
+                                "(--no-fail-on-alert)"), soft_wrap=True)
     if result.log_error:
         err_console.print(styled(("MLflow logging failed:", "bold yellow"), printable(f" {result.log_error}")),
                           soft_wrap=True)

@@ -346,6 +346,10 @@ class RecalibrationConfig(_Strict):
                                                               "every test of a recalibration)")
     promotion: Literal["manual", "auto"] = Field("manual", description="auto: a candidate goes live when its "
                                                  "group raised no alert; manual: `cic gate promote ID`")
+    on_alarm: Literal["withdraw", "flag"] = Field("withdraw", description="a live gate whose error-rate test "
+                                                  "rejects or whose monitor alarms: withdraw (serves nothing "
+                                                  "until a newer gate is promoted or `cic gate confirm`), or "
+                                                  "flag (keeps serving, the alert on it)")
 
     @field_validator("since")
     @classmethod

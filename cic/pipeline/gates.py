@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 STATES = ("candidate", "live", "retired")
 FLAGGED = "flagged: "      # the reason of an event that flags a gate (`flag_gates`), keeping its state
+ALERTED = "alerted: "      # an alert noted on a live gate that keeps serving (`recalibration.on_alarm: flag`)
+WITHOUT_GUARANTEE = "without guarantee: "  # a person made live a gate whose search certifies nothing jointly
 CONFIRMED = "confirmed: "  # the reason of an event by which a person confirms a flagged live gate (`confirm`)
 SERVING_KEY = ("model", "dataset", "estimator", "criterion", "alpha", "delta", "bound", "search")
 # a grouped certificate speaks for a model's live gates of one configuration across its datasets (streams)
@@ -99,6 +101,27 @@ def record_candidates(store: Store, alerts_by_gate: dict[str, Sequence[str]], re
                                   if gid not in known]))
 
 
+def guaranteed(row: dict[str, Any]) -> bool:
+    """Whether the gate's search gives a high-probability guarantee (`paper` — Algorithm 1 as printed — and any
+    expectation-only rule do not: their gates are report results, never live unless a person opts in)."""
+    from cic.stats.searches import get_search
+
+    try:
+        return get_search(row["search"]).guarantee_kind == "high-probability"
+    except UserError:
+        return False
+
+
+def no_guarantee_refusal(row: dict[str, Any]) -> str | None:
+    """Why a live gate must not serve because its search has no guarantee (None when it may: a guaranteed
+    search, or a person's explicit opt-in, `cic gate promote --without-guarantee`, as its newest event)."""
+    if guaranteed(row) or (row.get("reason") or "").startswith(WITHOUT_GUARANTEE):
+        return None
+    return (f"gate {row['calibration_id'][:12]} comes from search {row['search']!r}, which has no high-probability "
+            "guarantee: a report result, not a gate to serve (promote a gate of a guaranteed search, or opt in with "
+            "`cic gate promote ID --without-guarantee`)")
+
+
 def verify_gate(row: dict[str, Any]) -> None:
     """Refuse a stored gate that disagrees with its own stored result, or whose certificate does not hold:
     the threshold, alpha, delta (delta / groups for a gate certified with its model's other datasets), bound and
@@ -139,13 +162,18 @@ def _same_key(frame: pl.DataFrame, row: dict[str, Any]) -> pl.DataFrame:
     return out
 
 
-def promote(store: Store, gate_id: str, *, reason: str, despite_alerts: bool = False) -> tuple[dict[str, Any],
-                                                                                                list[str]]:
+def promote(store: Store, gate_id: str, *, reason: str, despite_alerts: bool = False,
+            without_guarantee: bool = False) -> tuple[dict[str, Any], list[str]]:
     """Make a gate live and retire the live gate of its serving key, in one transaction; returns (the gate,
     the ids retired). A gate that fails verification is refused; one whose recalibration raised alerts needs
-    `despite_alerts` (a person who has looked at them)."""
+    `despite_alerts` (a person who has looked at them); one from a search without a guarantee needs
+    `without_guarantee`, recorded in its event's reason."""
     row = find_gate(store, gate_id)
     verify_gate(row)
+    if not guaranteed(row):
+        if not without_guarantee:
+            raise UserError(f"gate id = {gate_id!r}: {no_guarantee_refusal({**row, 'reason': ''})}")
+        reason = f"{WITHOUT_GUARANTEE}{reason}"
     if row["alerts"] and not despite_alerts:
         raise UserError(f"gate {row['calibration_id'][:12]} was written with alerts ({'; '.join(row['alerts'])}); "
                          "promote it only after review, with --despite-alerts")
@@ -213,6 +241,8 @@ def promote_many(store: Store, gate_ids: Sequence[str], *, reason: str) -> list[
         verify_gate(row)
         if row["alerts"]:
             raise UserError(f"gate {gate_id[:12]} was written with alerts; promote it by hand after review")
+        if not guaranteed(row):
+            raise UserError(no_guarantee_refusal(row) or "")
         by_key[_key_of(row)] = row
     moves = []
     for row in table.filter(state="live").iter_rows(named=True):
@@ -242,7 +272,7 @@ def promote_first_gates(store: Store, calibration_ids: Iterable[str], *, reason:
     for row in table.filter(pl.col("calibration_id").is_in(list(wanted)) & (pl.col("state") == "candidate")) \
             .sort("created_at").iter_rows(named=True):
         key = tuple(row[c] for c in SERVING_KEY)
-        if key in live_keys or row["alerts"]:
+        if key in live_keys or row["alerts"] or not guaranteed(row):  # no guarantee: a report result
             continue
         live_keys.add(key)
         events.append((row["calibration_id"], "live", reason, []))
@@ -278,6 +308,9 @@ def live_gate(store: Store, *, model: str, dataset: str, estimator: str, criteri
         short = row["calibration_id"][:12]
         raise UserError(f"live gate {short} for {wanted} is flagged ({flag}); it serves nothing until a newer gate "
                          f"is promoted or a person confirms it with `cic gate confirm {short}`")
+    refusal = no_guarantee_refusal(row)
+    if refusal is not None:
+        raise UserError(f"{wanted}: {refusal}")
     verify_gate(row)
     return row
 
@@ -308,8 +341,15 @@ def served_entries(store: Store, **equals: Any) -> list[dict[str, Any]]:
                             "reason": f"live gate {short} is flagged ({flag}); abstain on every question until a "
                                       f"newer gate is promoted or a person confirms it (`cic gate confirm {short}`)"})
                 continue
+            refusal = no_guarantee_refusal(row)
+            if refusal is not None:  # a report result that went live before this rule: serves nothing
+                out.append({"serve": "nothing", "gate_id": None, **key, "threshold": None,
+                            "unguaranteed_gate_id": row["calibration_id"], "reason": refusal})
+                continue
             verify_gate(row)
             out.append({"serve": "gate", "gate_id": row["calibration_id"], **key,
+                        "guarantee": "high-probability" if guaranteed(row) else
+                        f"none: a person opted in ({row['reason'][len(WITHOUT_GUARANTEE):]})",
                         **{k: row[k] for k in ("threshold", "bound_value", "n_accepted", "n_errors", "n_cal")},
                         "certified_with": _certified_with(row, families[family_of(row)]),
                         "window_from": str(row["window_from"]), "window_to": str(row["window_to"]),
@@ -404,12 +444,15 @@ def _certified_with(row: dict[str, Any], family: Sequence[dict[str, Any]]) -> st
     return text
 
 
-def flag_gates(store: Store, alerts: dict[str, str]) -> list[str]:
+def flag_gates(store: Store, alerts: dict[str, str], prefix: str = FLAGGED) -> list[str]:
     """Add an alert to each of these gates, keeping its state (an event that repeats the state with the alert
-    appended): `cic gate list` shows it, a flagged candidate is never auto-promoted, and the next recalibration
-    of a flagged live gate's key alerts. Retired gates are left alone; returns the gates flagged."""
+    appended): `cic gate list` shows it, a flagged candidate is never auto-promoted, a flagged live gate serves
+    nothing (`flag_of`), and the next recalibration of its key alerts. With `prefix` ALERTED a live gate keeps
+    serving, the alert listed. Retired gates are left alone; returns the gates flagged."""
+    if not alerts:
+        return []
     table = gates(store).filter(pl.col("calibration_id").is_in(list(alerts)) & (pl.col("state") != "retired"))
-    events = _events(store, [(row["calibration_id"], row["state"], FLAGGED + alerts[row["calibration_id"]],
+    events = _events(store, [(row["calibration_id"], row["state"], prefix + alerts[row["calibration_id"]],
                               [*row["alerts"], alerts[row["calibration_id"]]]) for row in table.iter_rows(named=True)])
     _write(store, events)
     return [e["calibration_id"] for e in events]

@@ -69,6 +69,7 @@ class Check:
     test: DriftTest
     gate_ids: list[str]
     rejected: bool = False
+    live_gate_id: str | None = None  # the live gate whose threshold an error-rate test checks
 
 
 @dataclass
@@ -97,24 +98,6 @@ class GroupRecalibration:
             out.extend(f"live gate {live['calibration_id'][:12]}: {a}" for a in live["alerts"]
                        if a.startswith("labels changed"))
         return out
-
-
-#: alert kinds, most severe first (a summary shows the worst alerts first)
-ALERT_KINDS = (("error rate at the live threshold", "error rate above alpha"),
-               ("live gate", "labels changed under the live gate"),
-               ("labels changed", "labels changed under this gate"),
-               ("score distribution moved", "score shift"),
-               ("family over budget", "family over delta"),
-               ("alpha has become unattainable", "alpha became unattainable"),
-               ("alpha is unattainable", "alpha unattainable"))
-
-
-def alert_kind(text: str) -> tuple[int, str]:
-    """(severity rank, kind) of an alert's text: 0 is the most severe."""
-    for rank, (prefix, kind) in enumerate(ALERT_KINDS):
-        if text.startswith(prefix):
-            return rank, kind
-    return len(ALERT_KINDS), "other"
 
 
 def slot_of(row: dict[str, Any]) -> tuple[float, float, str, str]:
@@ -205,7 +188,7 @@ def recalibrate_pairs(key: GroupKey, pairs: pl.DataFrame, live_rows: list[dict[s
             continue
         test = error_rate_test(new_scores, recent.get_column("error").to_numpy(), threshold=gate["threshold"],
                                alpha=gate["alpha"])
-        out.checks.append(Check(test, ids_by_slot.get(slot, [])))
+        out.checks.append(Check(test, ids_by_slot.get(slot, []), live_gate_id=gate["calibration_id"]))
     return out
 
 
@@ -226,18 +209,42 @@ def promote_quiet_groups(store: Store, results: Sequence[GroupRecalibration],
     (an alerting candidate is never promoted without a person: `cic gate promote --despite-alerts`), and only
     when their family's live gates would not spend more than delta together (`held_over_budget`: those are
     flagged with why and wait for a person). Returns (promoted ids, held id -> why)."""
-    from cic.pipeline.gates import flag_gates, held_over_budget, promote_many
+    from cic.pipeline.gates import flag_gates, guaranteed, held_over_budget, promote_many
 
     chosen = []
     for result in results:
-        ids = result.rows.get_column("calibration_id").to_list() if result.skipped is None else []
-        if ids and not any(alerts.get(i) for i in ids):
-            chosen.extend(ids)
+        rows = list(result.rows.iter_rows(named=True)) if result.skipped is None else []
+        if rows and not any(alerts.get(r["calibration_id"]) for r in rows):
+            chosen.extend(r["calibration_id"] for r in rows if guaranteed(r))  # no guarantee: never live
     held = held_over_budget(store, chosen)
     promoted = promote_many(store, [i for i in chosen if i not in held],
                             reason="recalibration: policy promotion=auto, no alert in its group")
     flag_gates(store, held)
     return promoted, held
+
+
+def rejected_live_gates(results: Sequence[GroupRecalibration], updates: Sequence[Any]) -> dict[str, str]:
+    """Live gate id -> why, for each live gate this pass found failing: its error-rate test rejected (after
+    Holm) or its anytime-valid monitor alarmed. (A score shift pages but leaves the gates serving: it says the
+    inputs moved, not that a threshold's error rate did.)"""
+    out: dict[str, str] = {}
+    for result in results:
+        for check in result.checks:
+            if check.rejected and check.live_gate_id is not None:
+                out[check.live_gate_id] = check.test.detail
+    for update in updates:
+        if update.row["alarmed"]:
+            out.setdefault(update.gate["calibration_id"], update.alert())
+    return out
+
+
+def _already_handled(reason: str, why: str) -> bool:
+    """A live gate already flagged or alerted is not flagged again; one a person confirmed stays confirmed
+    against its (sticky) monitor alarm, but not against a new failing error-rate test."""
+    from cic.pipeline.gates import ALERTED, CONFIRMED, FLAGGED
+
+    return reason.startswith((FLAGGED, ALERTED)) or (reason.startswith(CONFIRMED)
+                                                      and why.startswith("anytime-valid monitor"))
 
 
 def pairs_of_runs(store: Store, run_keys: Sequence[str], *, estimator: str | None = None,
@@ -267,6 +274,7 @@ class RecalibrationPass:
     checks: list[tuple[GroupKey, Check]] = field(default_factory=list)
     promoted: list[str] = field(default_factory=list)
     monitors: list[Any] = field(default_factory=list)  # cic.pipeline.monitoring.MonitorUpdate, one per live gate
+    withdrawn: dict[str, str] = field(default_factory=dict)  # live gate id -> why it stopped serving this pass
 
     @property
     def alerts(self) -> list[tuple[Candidate, str]]:
@@ -280,12 +288,14 @@ class RecalibrationPass:
 
 def recalibrate_store(store: Store, run_keys: Sequence[str], config: CalibrationConfig, level: float,
                       rule: WindowRule, *, auto_promote: bool = False, reason: str | None = None,
-                      chunk_runs: int = 250) -> RecalibrationPass:
+                      chunk_runs: int = 250, on_alarm: str = "withdraw") -> RecalibrationPass:
     """One pass over the store: every group of the runs recalibrated (pairs read in one query per `chunk_runs`
     runs, live gates once), Holm across all tests, candidates stored with their alerts in one transaction,
-    quiet groups promoted when `auto_promote`."""
+    quiet groups promoted when `auto_promote`. A live gate the pass finds failing (`rejected_live_gates`) stops
+    serving (`on_alarm` "withdraw": flagged, serves nothing until a newer gate is promoted or a person confirms
+    it) or keeps serving with the alert on it ("flag")."""
     from cic.pipeline import monitoring
-    from cic.pipeline.gates import current_states, record_candidates
+    from cic.pipeline.gates import ALERTED, FLAGGED, current_states, flag_gates, record_candidates
     from cic.pipeline.ingest import refusal
 
     cut = refusal(store)
@@ -326,13 +336,18 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
         if written:
             store.upsert("calibrations", pl.concat(written))
         record_candidates(store, alerts, reason=reason or f"recalibration on window '{rule.describe()}'")
+        live_reasons = {r["calibration_id"]: r.get("reason") or "" for rows in live_by_group.values() for r in rows}
+        failing = {gid: why for gid, why in rejected_live_gates(results, updates).items()
+                   if not _already_handled(live_reasons.get(gid, FLAGGED), why)}
+        withdrawn = flag_gates(store, failing, prefix=FLAGGED if on_alarm == "withdraw" else ALERTED)
     promoted, held = promote_quiet_groups(store, results, alerts) if auto_promote else ([], {})
     for gate_id, why in held.items():  # a held candidate alerts like any other: a person decides
         alerts.setdefault(gate_id, []).append(why)
     ids = [i for frame in written for i in frame.get_column("calibration_id").to_list()]
     states = dict(current_states(store).filter(pl.col("calibration_id").is_in(ids))
                   .select("calibration_id", "state").iter_rows())
-    out = RecalibrationPass(promoted=promoted, monitors=updates)
+    out = RecalibrationPass(promoted=promoted, monitors=updates,
+                            withdrawn={gid: failing[gid] for gid in withdrawn} if on_alarm == "withdraw" else {})
     for result in results:
         if result.skipped is not None:
             out.skipped.append((result.key, result.skipped))

@@ -152,6 +152,19 @@ class AlertRow:
     place: GroupPlace
     alert: str
 
+    @property
+    def kind(self) -> str:
+        from cic.pipeline.alerts import alert_kind
+
+        return alert_kind(self.alert)[1]
+
+    @property
+    def severity(self) -> str:
+        """"page" (fails the run) or "warning" (completes it with a note): `cic.pipeline.alerts`."""
+        from cic.pipeline.alerts import severity
+
+        return severity(self.alert)
+
 
 @dataclass(frozen=True)
 class MonitorRow:
@@ -205,8 +218,10 @@ class RecalibrationSummary:
     skipped: list[SkippedGroup] = field(default_factory=list)
     tests: list[DriftTestRow] = field(default_factory=list)
     promoted: list[str] = field(default_factory=list)
+    withdrawn: dict[str, str] = field(default_factory=dict)  # live gate id -> why it stopped serving
     mlflow_run_ids: list[str] = field(default_factory=list)
     log_error: str | None = None
+    registry_error: str | None = None
 
     @property
     def gates(self) -> int:
@@ -215,3 +230,15 @@ class RecalibrationSummary:
     @property
     def unattainable(self) -> int:
         return sum(c.threshold is None for c in self.candidates)
+
+    @property
+    def pages(self) -> list[AlertRow]:
+        """The alerts that fail the run (`cic.pipeline.alerts`)."""
+        return [a for a in self.alerts if a.severity == "page"]
+
+    def headline(self) -> str:
+        """The worst alert alone, then the others counted by kind: the run's state message and the console's
+        first alert line."""
+        from cic.pipeline.alerts import headline
+
+        return headline([(a.place.label, a.alert) for a in self.alerts])

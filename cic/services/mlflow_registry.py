@@ -217,8 +217,10 @@ def _sync_group(client: MlflowClient, rows: list[dict[str, Any]], experiment_pre
 def registry_state(row: dict[str, Any]) -> str:
     """A version's `cic.state` tag: the gate's state, or "flagged" for a live gate a relabel flagged (it serves
     nothing and holds no alias until a newer gate is promoted or a person confirms it)."""
-    from cic.pipeline.gates import flag_of
+    from cic.pipeline.gates import flag_of, no_guarantee_refusal
 
+    if row["state"] == "live" and no_guarantee_refusal(row) is not None:
+        return "no-guarantee"  # a report result: registered, never aliased live
     return "flagged" if flag_of(row) is not None else row["state"]
 
 

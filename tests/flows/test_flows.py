@@ -14,7 +14,7 @@ from mlflow import MlflowClient
 from typer.testing import CliRunner
 
 from cic.cli import app
-from cic.pipeline.gates import gates
+from cic.pipeline.gates import gates, served_entries
 from cic.store import Store
 from flows.calibrate import calibrate_flow
 from flows.recalibrate import recalibrate_flow
@@ -92,7 +92,8 @@ def test_recalibration_flow_fails_on_drift_and_logs_candidates_with_the_pipeline
         store_run(store, n=300, labelled_at=datetime(2026, 1, 8, tzinfo=UTC), id_offset=5000, shift=0.5,
                   base=1.0, seed=3)
     state = recalibrate_flow(config_path=str(config), return_state=True)
-    assert state.is_failed() and "alert(s) in recalibration" in state.message
+    assert state.is_failed() and state.message.startswith("PAGE ")  # the worst alert alone, then counts
+    assert "error rate at the live threshold" in state.message.split(" — ")[0] and "more: " in state.message
     alert = state.result(raise_on_failure=False)
     assert isinstance(alert, RecalibrationAlert)
     result = alert.summary
@@ -103,6 +104,11 @@ def test_recalibration_flow_fails_on_drift_and_logs_candidates_with_the_pipeline
     assert any(a.startswith("alpha has become unattainable") for a in alerts)
     assert any(a.startswith("score distribution moved") for a in alerts)
     assert {t.test for t in result.tests} == {"score_shift", "error_rate"}
+    assert result.withdrawn and all(why.startswith("error rate at the live threshold")
+                                    for why in result.withdrawn.values())
+    with Store.open(db, read_only=True) as store:  # the withdrawn gates serve nothing, with the reason
+        served = {e["flagged_gate_id"]: e for e in served_entries(store) if e.get("flagged_gate_id")}
+    assert set(served) == set(result.withdrawn) and all(e["serve"] == "nothing" for e in served.values())
     recal = [r for r in _runs(client, "cic-t-d") if r.data.tags.get("cic.kind") == "recalibration"]
     parents = [r for r in recal if "mlflow.parentRunId" not in r.data.tags]
     children = [r for r in recal if "mlflow.parentRunId" in r.data.tags]
@@ -132,7 +138,7 @@ def test_recalibrate_cli_exits_1_on_alerts_unless_told_not_to(setup: tuple[Path,
     env = {**os.environ, "PREFECT_API_URL": prefect_api}  # a team's server, as the nightly job runs it
     result = subprocess.run(cic, capture_output=True, text=True, timeout=300, env=env)  # one process per command
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "unattainable" in result.stderr and "ALERT" in result.stderr
+    assert "unattainable" in result.stderr and "PAGE" in result.stderr
     quiet = subprocess.run([*cic, "--no-fail-on-alert"], capture_output=True, text=True, timeout=300, env=env)
     assert quiet.returncode == 0, quiet.stdout + quiet.stderr
     assert "candidates wait for review" in " ".join(quiet.stdout.split())
@@ -153,7 +159,7 @@ def test_a_promoted_gate_is_served_by_mlflow_alias_live(setup: tuple[Path, Path,
         store_run(store, n=300, labelled_at=datetime(2026, 1, 8, tzinfo=UTC), id_offset=5000, seed=5)
     recalibrate_flow(config_path=str(config), window=300, fail_on_alert=False, log_to_mlflow=False)
     with Store.open(db, read_only=True) as store:
-        row = gates(store, kind="recalibration", bound="cp", search="paper", estimator="predictive_entropy") \
+        row = gates(store, kind="recalibration", bound="cp", search="fixed_sequence", estimator="predictive_entropy") \
             .filter(alpha=0.3).row(0, named=True)
     assert row["state"] == "candidate" and row["threshold"] is not None
     result = CliRunner().invoke(app, ["gate", "promote", row["calibration_id"][:12], "--db", str(db),

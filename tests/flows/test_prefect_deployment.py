@@ -43,6 +43,14 @@ with get_client(sync_client=True) as client:  # the server is shared: wait for t
 print("CRON", deployment.schedules[0].schedule.cron)
 run = run_deployment(name, timeout=300)
 print("STATE", run.state.type.value, run.state.message)
+from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+with get_client(sync_client=True) as client:  # what on-call reads in the run's log (shipped shortly after)
+    for _ in range(30):
+        logs = [log.message for log in client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])))]
+        if run.state.type.value != "FAILED" or any("ended Failed" in m for m in logs):
+            break
+        time.sleep(1)
+print("LOGS", repr(logs))
 """
 
 
@@ -60,7 +68,8 @@ def test_served_recalibration_completes_on_a_quiet_week_and_fails_on_drift(serve
     from tests.pipeline.test_recalibration import make_live
 
     db = tmp_path / "cic.duckdb"
-    calibration = CalibrationConfig(alphas=(0.3,), bounds=("hoeffding", "cp"), searches=("paper",), n_splits=10)
+    calibration = CalibrationConfig(alphas=(0.3,), bounds=("hoeffding", "cp"), searches=("fixed_sequence",),
+                                    n_splits=10)
     with Store.open(db) as store:  # week 1 behind the live gates, then a quiet week 2
         store_run(store, n=300, labelled_at=datetime(2026, 1, 1, tzinfo=UTC))
         run = store.read("runs").row(0, named=True)
@@ -84,7 +93,11 @@ def test_served_recalibration_completes_on_a_quiet_week_and_fails_on_drift(serve
         runner.terminate()
         runner.wait(timeout=30)
     assert "STATE COMPLETED" in quiet, quiet + (tmp_path / "serve.log").read_text()[-3000:]
-    assert "STATE FAILED" in drifted, drifted + (tmp_path / "serve.log").read_text()[-3000:]
+    assert "STATE FAILED PAGE " in drifted, drifted + (tmp_path / "serve.log").read_text()[-3000:]
+    assert "error rate at the live threshold" in drifted.split("STATE FAILED")[1].split(" — ")[0]  # drift first
+    logs = drifted.split("LOGS", 1)[1]
+    assert "recalibration ended Failed on a page: PAGE" in logs  # no engine traceback: the page's headline
+    assert "unexpected exception" not in logs and "Traceback" not in logs
     with Store.open(db) as store:
         recalibrated = gates(store, kind="recalibration")
     assert recalibrated.height == 2 * 2 * 2 and set(recalibrated["state"]) == {"candidate"}

