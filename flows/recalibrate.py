@@ -195,6 +195,20 @@ def recalibrate_flow(config_path: str = DEMO_CONFIG, db: str | None = None, trac
         # `recalibrate_flow(..., return_state=True).result(raise_on_failure=False)` returns it with .summary
         return Failed(message=str(alert)[:2000], data=alert)
     if summary.alerts:  # warnings only (or pages with fail_on_alert off): Completed, the note in its message
-        return Completed(message=f"completed with {len(summary.alerts)} alert(s): "
-                                 f"{counts_line(a.alert for a in summary.alerts)}"[:2000], data=summary)
+        note = f"completed with {len(summary.alerts)} alert(s): {counts_line(a.alert for a in summary.alerts)}"
+        emit_warning(note[:2000])
+        return Completed(message=note[:2000], data=summary)
     return summary
+
+
+WARNING_EVENT = "cic.recalibration.warning"
+
+
+def emit_warning(message: str) -> None:
+    """The event `infra/prefect-automations.yaml` routes to a quieter channel than a page."""
+    from prefect.events import emit_event
+    from prefect.runtime import flow_run
+
+    emit_event(event=WARNING_EVENT, resource={"prefect.resource.id": f"cic.recalibration.{flow_run.id}",
+                                              "prefect.resource.name": "cic-recalibrate"},
+               payload={"message": message, "flow_run_name": str(flow_run.name)})

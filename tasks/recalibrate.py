@@ -12,7 +12,7 @@ from prefect.cache_policies import NO_CACHE
 
 from cic import schema
 from cic.pipeline import progress
-from cic.pipeline.alerts import PAGE, alert_kind, counts_line, severity
+from cic.pipeline.alerts import counts_line, headline
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX, CalibrationConfig, RecalibrationConfig
 from cic.pipeline.recalibration import Candidate, RecalibrationPass, WindowRule, recalibrate_store
 from cic.pipeline.stored_calibration import GroupKey
@@ -37,21 +37,18 @@ def recalibrate_runs(db: str, run_keys: Sequence[str], calibration: CalibrationC
                                 auto_promote=policy.promotion == "auto", on_alarm=policy.on_alarm)
     for key, why in out.skipped[:LOGGED_ALERTS]:
         logger.info("%s/%s %s × %s: skipped, %s", key.model, key.dataset, key.estimator, key.criterion, why)
-    placed = [(c.key, c.row, a) for c, a in out.alerts] + [(m.key, m.gate, m.alert()) for m in out.monitor_alarms]
-    worst = sorted(placed, key=lambda item: alert_kind(item[2])[0])
-    for key, row, alert in worst[:LOGGED_ALERTS]:
-        log = logger.error if severity(alert) == PAGE else logger.warning
-        log("%s %s/%s %s × %s, alpha %g (%s, %s): %s", severity(alert).upper(), key.model, key.dataset,
-            key.estimator, key.criterion, row["alpha"], row["bound"], row["search"], alert)
-    if len(worst) > LOGGED_ALERTS:
-        logger.warning("… and %d more alert(s): the run's 'recalibration' artifact lists them all",
-                       len(worst) - LOGGED_ALERTS)
+    placed = [(f"{k.model}/{k.dataset} {k.estimator} × {k.criterion} α={r['alpha']:g} {r['bound']} {r['search']}", a)
+              for k, r, a in [(c.key, c.row, a) for c, a in out.alerts]
+              + [(m.key, m.gate, m.alert()) for m in out.monitor_alarms]]
+    if placed:  # the run log's first alert line is the headline; every alert is in the run's artifact
+        head = headline(placed)
+        (logger.error if head.startswith("PAGE") else logger.warning)("%s", head)
     for gate_id, why in out.withdrawn.items():
         logger.error("WITHDRAWN live gate %s: serves nothing from now on (%s); promote a recalibrated gate or "
                      "confirm it with `cic gate confirm %s`", gate_id[:12], why, gate_id[:12])
-    logger.info("recalibration: %d candidate gate(s), %d alert(s) (%s), %d promoted, %d group(s) skipped",
-                len(out.candidates), len(worst), counts_line(a for _, _, a in worst) or "none", len(out.promoted),
-                len(out.skipped))
+    logger.info("recalibration: %d candidate gate(s), %d alert(s) (%s), %d promoted, %d withdrawn, %d group(s) "
+                "skipped", len(out.candidates), len(placed), counts_line(a for _, a in placed) or "none",
+                len(out.promoted), len(out.withdrawn), len(out.skipped))
     return out
 
 

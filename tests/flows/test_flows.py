@@ -131,6 +131,7 @@ def test_recalibrate_cli_exits_1_on_alerts_unless_told_not_to(setup: tuple[Path,
     import sys
 
     config, db, _ = setup
+    calibrate_flow(config_path=str(config), log_to_mlflow=False)  # live gates, then a week of wrong answers
     with Store.open(db) as store:
         store_run(store, n=300, labelled_at=datetime(2026, 1, 1, tzinfo=UTC) + timedelta(days=1), id_offset=9000,
                   base=1.0, seed=4)
@@ -139,6 +140,11 @@ def test_recalibrate_cli_exits_1_on_alerts_unless_told_not_to(setup: tuple[Path,
     result = subprocess.run(cic, capture_output=True, text=True, timeout=300, env=env)  # one process per command
     assert result.returncode == 1, result.stdout + result.stderr
     assert "unattainable" in result.stderr and "PAGE" in result.stderr
+    console = (result.stdout + result.stderr).splitlines()
+    own = [line for line in console if line.startswith(("PAGE ", "WARNING "))]
+    assert own and len(own) == len(set(own))  # each alert once in the command's own lines
+    logged = [line for line in console if " | " in line and ("PAGE m/" in line or "WARNING m/" in line)]
+    assert len(logged) <= 2, logged  # Prefect's log echoes only the headline (its task line, the final state)
     quiet = subprocess.run([*cic, "--no-fail-on-alert"], capture_output=True, text=True, timeout=300, env=env)
     assert quiet.returncode == 0, quiet.stdout + quiet.stderr
     assert "candidates wait for review" in " ".join(quiet.stdout.split())
@@ -321,3 +327,48 @@ def test_group_by_dataset_certifies_a_models_datasets_at_once_and_recalibrates_t
     with Store.open(db, read_only=True) as store:
         again = store.read("calibrations").filter(kind="recalibration")
     assert again.height == 8 and set(again["groups"]) == {2}
+
+
+def test_a_first_pass_whose_config_lists_an_unreachable_alpha_completes_with_a_warning(
+        setup: tuple[Path, Path, MlflowClient], tmp_path: Path) -> None:
+    _, db, _ = setup
+    config = write_config(tmp_path / "strict.yaml", db, tmp_path / "reports", alphas=[0.001, 0.3])
+    state = recalibrate_flow(config_path=str(config), return_state=True, log_to_mlflow=False)
+    assert state.is_completed(), state.message  # no live gate, no drift: nothing to page about
+    assert state.message.startswith("completed with 4 alert(s): alpha unattainable × 4")
+    summary = state.result()
+    assert summary.pages == [] and {a.kind for a in summary.alerts} == {"alpha unattainable"}
+    assert summary.withdrawn == {} and summary.registry_error is None
+
+
+def test_a_page_ending_a_deployed_run_is_logged_as_its_headline_not_a_traceback() -> None:
+    import logging
+
+    from cic.pipeline.run_results import AlertRow, GroupPlace, RecalibrationSummary
+    from flows.recalibrate import RecalibrationAlert
+
+    place = GroupPlace("m", "d", "se", "sim", 0.2, "cp", "geometric")
+    alert = RecalibrationAlert(RecalibrationSummary(alerts=[AlertRow(place, "error rate at the live threshold …")]))
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("prefect.flow_runs")  # the engine's error logger for a deployed run
+    logger.addHandler(handler)
+    try:
+        try:
+            raise alert
+        except RecalibrationAlert:
+            logger.error("Engine execution exited with unexpected exception", exc_info=True)
+    finally:
+        logger.removeHandler(handler)
+    (record,) = records
+    assert record.exc_info is None and record.getMessage() == (
+        "recalibration ended Failed on a page: PAGE m/d se × sim α=0.2 cp geometric: error rate at the live "
+        "threshold …")
+    assert pickle_round_trip(alert).summary.alerts[0].place == place
+
+
+def pickle_round_trip(value: object) -> object:
+    import pickle
+
+    return pickle.loads(pickle.dumps(value))

@@ -26,13 +26,16 @@ def test_each_deployment_names_a_flow_that_takes_its_parameters(deployment: dict
     assert deployment["work_pool"]["name"] == "cic-process"
 
 
-def test_the_recalibration_alert_automation_is_valid_and_watches_the_recalibration_flow() -> None:
+def test_the_recalibration_automations_route_pages_and_warnings_apart() -> None:
     from prefect.events.schemas.automations import AutomationCore
 
-    from flows.recalibrate import recalibrate_flow
+    from flows.recalibrate import WARNING_EVENT, recalibrate_flow
 
-    automation = AutomationCore.model_validate(yaml.safe_load((ROOT / "infra" / "prefect-automations.yaml")
-                                                              .read_text()))
-    assert automation.trigger.expect == {"prefect.flow-run.Failed"}
-    assert automation.trigger.match_related.root["prefect.resource.name"] == recalibrate_flow.name
-    assert automation.actions[0].type == "send-notification"
+    page, warning = (AutomationCore.model_validate(a) for a in
+                     yaml.safe_load((ROOT / "infra" / "prefect-automations.yaml").read_text())["automations"])
+    assert page.trigger.expect == {"prefect.flow-run.Failed"}
+    assert page.trigger.match_related.root["prefect.resource.name"] == recalibrate_flow.name
+    assert warning.trigger.expect == {WARNING_EVENT}
+    assert warning.trigger.match.root["prefect.resource.name"] == recalibrate_flow.name
+    assert page.actions[0].type == warning.actions[0].type == "send-notification"
+    assert page.actions[0].block_document_id != warning.actions[0].block_document_id  # two channels
