@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -156,7 +156,7 @@ def print_monitors(monitors: Sequence[MonitorRow]) -> None:
     table = Table(title=f"live gates: anytime-valid monitor ({len(monitors)}; alarm at e-value ≥ live gates / level)")
     for column in ("model", "dataset", "estimator", "α", "checks", "answered", "errors", "e-value", "rate ≥",
                    "alarm"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # wrapped, never cut with "…"
     ordered = sorted(monitors, key=lambda m: (not m.alarmed, -m.e_value))
     for m in ordered[:SHOWN_CANDIDATES]:
         table.add_row(*map(printable, (m.place.model, m.place.dataset, m.place.estimator, f"{m.place.alpha:g}",
@@ -196,16 +196,24 @@ def recalibrate(
         recalibrate_flow, RecalibrationAlert, store=resolved_db, command="recalibrate",
         mlflow_uri=tracking_uri or checked.mlflow.tracking_uri, config_path=str(config), db=db, tracking=tracking_uri,
         window=window, since=since, log_to_mlflow=not no_mlflow, fail_on_alert=fail_on_alert)
-    table = Table(title=f"recalibration: {result.gates} candidate gate(s)")
+    def group(p: Any) -> str:
+        return f"{p.model}/{p.dataset} {p.estimator} × {p.criterion}"
+
+    groups = {group(c.place) for c in result.candidates}
+    one = len(groups) == 1  # one group (a nightly pass over one stream): named once in the title
+    table = Table(title=printable(f"recalibration: {result.gates} candidate gate(s)"
+                                  + (f" of {next(iter(groups))}" if one else "")))
     table.add_column("gate", no_wrap=True, min_width=12)
-    for column in ("state", "model", "dataset", "estimator", "criterion", "α", "bound", "search", "n",
-                   "threshold", "live"):
-        table.add_column(column)
+    table.add_column("state", no_wrap=True)
+    if not one:
+        table.add_column("group", overflow="fold")  # the one column that wraps: numbers stay whole
+    for column in ("α", "bound · search", "n", "threshold", "live"):
+        table.add_column(column, no_wrap=True)
     shown = sorted(result.candidates, key=lambda c: not c.alerts)[:SHOWN_CANDIDATES]
     for r in shown:
         p = r.place
-        table.add_row(*map(printable, (r.gate_id[:12], r.state, p.model, p.dataset, p.estimator, p.criterion,
-                                       f"{p.alpha:g}", p.bound, p.search, str(r.n_window))),
+        table.add_row(*map(printable, (r.gate_id[:12], r.state, *([] if one else [group(p)]), f"{p.alpha:g}",
+                                       f"{p.bound} · {p.search}", str(r.n_window))),
                       styled(("unattainable", "red")) if r.threshold is None else fmt(r.threshold, ".4g"),
                       fmt(r.live_threshold, ".4g"))
     if result.candidates:

@@ -205,20 +205,25 @@ def correct_and_alert(results: Sequence[GroupRecalibration], level: float) -> di
 
 def promote_quiet_groups(store: Store, results: Sequence[GroupRecalibration],
                          alerts: dict[str, list[str]]) -> tuple[list[str], dict[str, str]]:
-    """The `promotion: auto` policy: the candidates of a group go live only when none of them raised an alert
-    (an alerting candidate is never promoted without a person: `cic gate promote --despite-alerts`), and only
-    when their family's live gates would not spend more than delta together (`held_over_budget`: those are
-    flagged with why and wait for a person). Returns (promoted ids, held id -> why)."""
+    """The `promotion: auto` policy: a group whose candidates raised no page (`cic.pipeline.alerts`) has its
+    candidates that raised nothing themselves go live — a warning such as an alpha this data never reaches holds
+    back only its own gate, never the group's other gates — if they certify something (a threshold) with a
+    guarantee (no `paper`), and only when their family's live gates would not spend more than delta together
+    (`held_over_budget`: those are flagged with why and wait for a person). A paging group waits for a person
+    (`cic gate promote --despite-alerts`). Returns (promoted ids, held id -> why)."""
+    from cic.pipeline.alerts import PAGE, severity
     from cic.pipeline.gates import flag_gates, guaranteed, held_over_budget, promote_many
 
     chosen = []
     for result in results:
         rows = list(result.rows.iter_rows(named=True)) if result.skipped is None else []
-        if rows and not any(alerts.get(r["calibration_id"]) for r in rows):
-            chosen.extend(r["calibration_id"] for r in rows if guaranteed(r))  # no guarantee: never live
+        if any(severity(a) == PAGE for r in rows for a in alerts.get(r["calibration_id"], [])):
+            continue
+        chosen.extend(r["calibration_id"] for r in rows
+                      if not alerts.get(r["calibration_id"]) and r["threshold"] is not None and guaranteed(r))
     held = held_over_budget(store, chosen)
     promoted = promote_many(store, [i for i in chosen if i not in held],
-                            reason="recalibration: policy promotion=auto, no alert in its group")
+                            reason="recalibration: policy promotion=auto, no page in its group")
     flag_gates(store, held)
     return promoted, held
 

@@ -213,3 +213,88 @@ def test_cic_ask_answers_or_abstains_and_exits_at_once(ran: Journey, home: tuple
     assert asked.code == 0, asked.text + asked.stderr
     assert asked.text.startswith(("ANSWER", "ABSTAIN")) and asked.exit_gap() <= EXIT_WITHIN_S
     readable(asked, max_lines=5)
+
+
+def _week(path: Path, start: datetime, first_id: int, all_wrong: bool, n: int = 400) -> None:
+    """400 records of a served model's labelled traffic from `start`, 20 minutes apart: a low score answers well,
+    a high one badly — or every answer wrong (a drifted week)."""
+    import random
+
+    rng = random.Random(first_id)
+    with path.open("w", newline="") as handle:
+        out = csv.writer(handle)
+        out.writerow(["model", "stream", "question_id", "question", "answer", "timestamp",
+                      "score:semantic_entropy", "correct"])
+        for i in range(n):
+            score = rng.random()
+            correct = not all_wrong and rng.random() >= 0.02 + 0.5 * score
+            out.writerow(["served", "web", f"q{first_id + i}", f"question {i}", f"answer {i}",
+                          (start + timedelta(minutes=20 * i)).isoformat(), f"{score:.4f}", str(correct).lower()])
+
+
+STATE_OF_NEWEST_RUN = """
+import sys
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+from prefect.client.schemas.sorting import FlowRunSort
+with get_client(sync_client=True) as client:
+    runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["cic-recalibrate"])),
+                                 sort=FlowRunSort.START_TIME_DESC, limit=20)
+run = next(r for r in runs if r.parameters.get("config_path") == sys.argv[1])
+print(run.state.type.value, run.state.message)
+"""
+
+
+def test_on_call_a_warning_completes_a_page_fails_and_the_rejected_gate_serves_nowhere(
+        home: tuple[Path, dict[str, str]]) -> None:
+    """The nightly job as on-call meets it: a first pass whose config lists an α this data never reaches exits 0
+    with a warning (and auto-promotes the rest, never a `paper` gate); a week of wrong answers exits 1, the run's
+    state message names the drift first, and the failing live gate is gone from the export and the registry in
+    the same pass."""
+    import json
+
+    import yaml
+    from mlflow import MlflowClient
+
+    user, env = home
+    config = yaml.safe_load((user / "small.yaml").read_text())
+    config["calibration"] = {"alphas": [0.001, 0.2], "bounds": ["cp"], "searches": ["geometric", "paper"],
+                             "n_splits": 10}
+    config["recalibration"] = {"promotion": "auto"}
+    config["storage"]["db"] = "oncall.duckdb"
+    (user / "oncall.yaml").write_text(yaml.safe_dump(config))
+    now = datetime.now(UTC)
+    _week(user / "week1.csv", now - timedelta(days=14), 0, all_wrong=False)
+    _week(user / "week2.csv", now - timedelta(days=6), 5000, all_wrong=True)
+    recalibrate = ["recalibrate", "--config", "oncall.yaml"]
+
+    assert run_cic(["ingest", "week1.csv", "--db", "oncall.duckdb"], user, env).code == 0
+    first = run_cic(recalibrate, user, env)
+    assert first.code == 0, first.text + first.stderr  # warnings only: the nightly job stays green
+    assert "WARNING" in first.stderr and "alpha unattainable" in first.stderr and "PAGE" not in first.stderr
+    readable(first, max_lines=40)
+    assert run_cic(["gate", "export", "--db", "oncall.duckdb", "--out", "first.json"], user, env).code == 0
+    served = [e for e in json.loads((user / "first.json").read_text()) if e["serve"] == "gate"]
+    assert served and {e["search"] for e in served} == {"geometric"} and {e["alpha"] for e in served} == {0.2}
+    live_id = served[0]["gate_id"]
+
+    assert run_cic(["ingest", "week2.csv", "--db", "oncall.duckdb"], user, env).code == 0
+    second = run_cic(recalibrate, user, env)
+    assert second.code == 1, second.text + second.stderr
+    readable(second, max_lines=40)
+    assert "…" not in second.text  # 100 columns: thresholds and names whole, wrapped where needed
+    first_alert = next(line for line in second.stderr.splitlines() if line.startswith(("PAGE", "WARNING")))
+    assert first_alert.startswith("PAGE ") and "error rate at the live threshold" in first_alert.split(" — ")[0]
+    assert f"WITHDRAWN live gate {live_id[:12]}" in second.stderr
+    state = subprocess.run([sys.executable, "-c", STATE_OF_NEWEST_RUN, "oncall.yaml"], env=env, cwd=user,
+                           capture_output=True, text=True, timeout=60)
+    assert state.stdout.startswith("FAILED PAGE "), state.stdout + state.stderr  # what the notification carries
+    assert "error rate at the live threshold" in state.stdout.split(" — ")[0]
+    assert run_cic(["gate", "export", "--db", "oncall.duckdb", "--out", "second.json"], user, env).code == 0
+    (entry,) = [e for e in json.loads((user / "second.json").read_text()) if e.get("flagged_gate_id") == live_id]
+    assert entry["serve"] == "nothing" and "error rate at the live threshold" in entry["reason"]
+    registry = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
+    versions = registry.search_model_versions(f"tags.`cic.gate_id` = '{live_id}'")
+    assert len(versions) == 1 and versions[0].tags["cic.state"] == "flagged"
+    model = registry.get_registered_model(versions[0].name)
+    assert str(versions[0].version) not in {str(v) for v in (model.aliases or {}).values()}  # no alias serves it

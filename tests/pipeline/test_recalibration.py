@@ -237,3 +237,17 @@ def test_a_search_without_a_guarantee_never_goes_live_on_its_own(store: Store) -
     promote(store, paper_id, reason="reviewed by ana", without_guarantee=True)
     entry = next(e for e in served_entries(store) if e["search"] == "paper")
     assert entry["serve"] == "gate" and entry["guarantee"] == "none: a person opted in (reviewed by ana)"
+
+
+def test_auto_promotion_is_held_back_by_a_page_not_by_an_unreachable_alpha_beside_it(store: Store) -> None:
+    store_run(store, n=300, labelled_at=START, estimators=("semantic_entropy",))
+    group = only_group(store)
+    config = CalibrationConfig(alphas=(0.001, 0.3), bounds=("cp",), searches=("fixed_sequence",), n_splits=5)
+    first = recalibrate_store(store, [group.run_key], config, 0.01, WindowRule(), auto_promote=True)
+    by_alpha = {c.row["alpha"]: c for c in first.candidates}
+    assert by_alpha[0.001].alerts[0].startswith("alpha is unattainable")  # a warning: holds back only itself
+    assert first.promoted == [by_alpha[0.3].row["calibration_id"]]
+    store_run(store, n=300, labelled_at=START + timedelta(days=7), id_offset=1000, base=1.0, seed=1,
+              estimators=("semantic_entropy",))
+    second = recalibrate_store(store, [group.run_key], config, 0.01, WindowRule(), auto_promote=True)
+    assert second.promoted == [] and any(a.startswith("error rate at the live threshold") for _, a in second.alerts)
