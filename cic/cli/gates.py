@@ -316,8 +316,9 @@ def export_gates(
     force: ForceOpt = False,
 ) -> None:
     """Write what a serving system should serve, one JSON list: every live gate (verified against its
-    certificate), and for a key whose gates were all retired, or whose live gate is flagged (until it is
-    recalibrated or confirmed with `cic gate confirm`), an entry that serves nothing (abstain on all)."""
+    certificate), and for a key whose gates were all retired, whose gate is unattainable or without a guarantee,
+    or whose live gate is flagged (until it is recalibrated or confirmed with `cic gate confirm`), an entry that
+    serves nothing (abstain on all) and says why."""
     from cic.pipeline.gates import served_entries
     from cic.store import Store
     from cic.store.outputs import guard_output, write_text
@@ -332,9 +333,12 @@ def export_gates(
     write_text(target, json.dumps(exported, indent=2) + "\n", "--out")
     live = sum(e["serve"] == "gate" for e in exported)
     flagged = [e for e in exported if e.get("flagged")]
-    retired = len(exported) - live - len(flagged)
-    console.print(f"{live} live gate(s)" + (f" and {retired} key(s) serving nothing (every gate retired)"
-                                            if retired else "") + f" written to {target}")
+    why = {"every gate retired": "retired_gate_id", "alpha unattainable": "unattainable_gate_id",
+           "no guarantee": "unguaranteed_gate_id", "flagged": "flagged_gate_id"}
+    nothing = ", ".join(f"{n} {label}" for label, field in why.items()
+                        if (n := sum(e.get(field) is not None for e in exported)))
+    console.print(f"{live} live gate(s)" + (f" and {len(exported) - live} key(s) serving nothing ({nothing})"
+                                            if nothing else "") + f" written to {target}")
     for entry in flagged:
         err_console.print(styled(("flagged, serving nothing:", "bold yellow"), " ", printable(entry["reason"])),
                           soft_wrap=True)

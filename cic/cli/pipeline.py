@@ -340,8 +340,10 @@ def ask(
     console.print(styled(verdict, f"  {reply.answer!r}") if reply.decision == "answer" else styled(verdict),
                   highlight=False)
     console.print(f"score {reply.estimator} = {reply.score + 0.0:.4g}; threshold = "
-                  f"{'none (alpha unattainable)' if reply.threshold is None else format(reply.threshold, '.4g')} "
+                  f"{'none' if reply.threshold is None else format(reply.threshold, '.4g')} "
                   f"(α = {alpha:g}, {bound}, {search}, gate {reply.calibration_id[:12]})", highlight=False)
+    if reply.withheld:
+        console.print(printable(f"why: {reply.withheld}"), highlight=False, soft_wrap=True)
     if reply.decision == "abstain":
         console.print(f"most likely answer (withheld): {reply.answer!r}", style="dim", highlight=False)
 

@@ -22,6 +22,7 @@ class Reply:
     threshold: float | None
     estimator: str
     calibration_id: str
+    withheld: str | None = None  # why the key's gate serves nothing (unattainable, flagged, no guarantee)
 
 
 def question_row(question: str, dataset: str, choices: Sequence[str] | None) -> pl.DataFrame:
@@ -90,7 +91,8 @@ def ask_question(question: str, *, config_path: str | Path, db: str | None, mode
     if scores.height == 0 or scores.get_column("value")[0] is None:
         raise UserError(f"estimator {gate_row['estimator']!r} gives no score for this question")
     score = float(scores.get_column("value")[0])
-    gate = Gate(gate_row["threshold"])
+    why = gate_row.get("withheld")
+    threshold = None if why is not None else gate_row["threshold"]  # a gate out of service answers nothing
     answer = generations.filter(sample_index=0).get_column("text")[0]
-    return Reply(gate.decide(score), answer, score, gate_row["threshold"], gate_row["estimator"],
-                 gate_row["calibration_id"])
+    return Reply(Gate(threshold).decide(score), answer, score, threshold, gate_row["estimator"],
+                 gate_row["calibration_id"], why)

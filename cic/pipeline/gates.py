@@ -1,5 +1,7 @@
 """Gate states: a stored calibration is a *candidate* until promoted *live*; promoting retires the live gate of
-the same serving key. Only a live gate is served (`cic ask`, `cic gate export`, the MLflow alias `live`).
+the same serving key. Only a live gate is served (`cic ask`, `cic gate export`, the MLflow alias `live`). A gate
+that certifies nothing (alpha unattainable) is never live: where it speaks for its key it is *unattainable* and
+the key serves nothing, saying why.
 
 States are an append-only log (`gate_events`): a gate's state is its newest event's, a gate without events is a
 candidate, and every move says who or what made it. The serving key is (model, dataset, estimator, criterion,
@@ -23,7 +25,9 @@ from cic.store.queries import last_gate_events
 if TYPE_CHECKING:
     from cic.store import Store
 
-STATES = ("candidate", "live", "retired")
+STATES = ("candidate", "live", "retired", "unattainable")
+UNATTAINABLE = "unattainable"  # a key's gate that certifies nothing (alpha unattainable): it serves "nothing"
+HOLDS_KEY = ("live", UNATTAINABLE)  # the states that speak for a serving key (one gate each)
 FLAGGED = "flagged: "      # the reason of an event that flags a gate (`flag_gates`), keeping its state
 ALERTED = "alerted: "      # an alert noted on a live gate that keeps serving (`recalibration.on_alarm: flag`)
 WITHOUT_GUARANTEE = "without guarantee: "  # a person made live a gate whose search certifies nothing jointly
@@ -183,13 +187,15 @@ def promote(store: Store, gate_id: str, *, reason: str, despite_alerts: bool = F
                              f"({flag_of(row)}); after review confirm it with `cic gate confirm "
                              f"{row['calibration_id'][:12]}`, or promote a newer gate of its key")
         return row, []
-    live = _same_key(gates(store, model=row["model"], dataset=row["dataset"]).filter(state="live"), row)
-    retired = live.get_column("calibration_id").to_list()
+    holding = gates(store, model=row["model"], dataset=row["dataset"]).filter(pl.col("state").is_in(HOLDS_KEY))
+    retired = [gid for gid in _same_key(holding, row).get_column("calibration_id").to_list()
+               if gid != row["calibration_id"]]
+    state = "live" if row["threshold"] is not None else UNATTAINABLE  # certifies nothing: the key serves nothing
     with store.transaction():
         _write(store, [_event(store, gid, "retired", f"replaced by {row['calibration_id'][:12]}", [])
                        for gid in retired])
-        _write(store, [_event(store, row["calibration_id"], "live", reason, row["alerts"])])
-    return {**row, "state": "live"}, retired
+        _write(store, [_event(store, row["calibration_id"], state, reason, row["alerts"])])
+    return {**row, "state": state}, retired
 
 
 def flag_of(row: dict[str, Any]) -> str | None:
@@ -245,7 +251,7 @@ def promote_many(store: Store, gate_ids: Sequence[str], *, reason: str) -> list[
             raise UserError(no_guarantee_refusal(row) or "")
         by_key[_key_of(row)] = row
     moves = []
-    for row in table.filter(state="live").iter_rows(named=True):
+    for row in table.filter(pl.col("state").is_in(HOLDS_KEY)).iter_rows(named=True):
         new = by_key.get(_key_of(row))
         if new is not None and new["calibration_id"] != row["calibration_id"]:
             moves.append((row["calibration_id"], "retired", f"replaced by {new['calibration_id'][:12]}", []))
@@ -262,29 +268,55 @@ def _key_of(row: dict[str, Any], columns: Sequence[str] = SERVING_KEY) -> tuple[
 
 
 def promote_first_gates(store: Store, calibration_ids: Iterable[str], *, reason: str) -> list[str]:
-    """Make live each of these gates whose serving key has no live gate yet (the pipeline's first gates)."""
+    """Make live each of these gates whose serving key has no live gate yet (the pipeline's first gates); one
+    that certifies nothing (alpha unattainable) becomes the key's *unattainable* gate instead, replacing an
+    earlier one. Gates with alerts or without a guarantee are left candidates. Returns the ids made live."""
     wanted = set(calibration_ids)
     if not wanted:
         return []
     table = gates(store)
     live_keys = {tuple(r[c] for c in SERVING_KEY) for r in table.filter(state="live").iter_rows(named=True)}
+    unattainable: dict[tuple[Any, ...], list[str]] = {}
+    for r in table.filter(state=UNATTAINABLE).iter_rows(named=True):
+        unattainable.setdefault(tuple(r[c] for c in SERVING_KEY), []).append(r["calibration_id"])
     events, promoted = [], []
     for row in table.filter(pl.col("calibration_id").is_in(list(wanted)) & (pl.col("state") == "candidate")) \
             .sort("created_at").iter_rows(named=True):
-        key = tuple(row[c] for c in SERVING_KEY)
+        key, gid = tuple(row[c] for c in SERVING_KEY), row["calibration_id"]
         if key in live_keys or row["alerts"] or not guaranteed(row):  # no guarantee: a report result
             continue
-        live_keys.add(key)
-        events.append((row["calibration_id"], "live", reason, []))
-        promoted.append(row["calibration_id"])
+        events += [(old, "retired", f"replaced by {gid[:12]}", []) for old in unattainable.pop(key, [])]
+        if row["threshold"] is None:
+            events.append((gid, UNATTAINABLE, reason, []))
+            unattainable[key] = [gid]
+        else:
+            live_keys.add(key)
+            events.append((gid, "live", reason, []))
+            promoted.append(gid)
     _write(store, _events(store, events))
     return promoted
 
 
+def withheld(row: dict[str, Any]) -> str | None:
+    """Why the gate speaking for a key serves nothing (abstain on every question), or None when it serves: its
+    alpha is unattainable, it is flagged (`flag_of`), or its search has no guarantee."""
+    if row["state"] == UNATTAINABLE or row["threshold"] is None:
+        return (f"alpha = {row['alpha']:g} is unattainable on gate {row['calibration_id'][:12]}'s calibration data "
+                f"({row['n_cal']} labelled questions): nothing certifies it — abstain on every question (a larger "
+                "alpha, or more labelled data, may reach it)")
+    flag = flag_of(row)
+    if flag is not None:
+        short = row["calibration_id"][:12]
+        return (f"live gate {short} is flagged ({flag}); it serves nothing until a newer gate is promoted or a "
+                f"person confirms it with `cic gate confirm {short}`")
+    return no_guarantee_refusal(row)
+
+
 def live_gate(store: Store, *, model: str, dataset: str, estimator: str, criterion: str | None, alpha: float,
               bound: str, search: str) -> dict[str, Any]:
-    """The live gate of that key (estimator by stored or base name), verified; an error lists the candidates
-    when none is live, and says why when the live gate is flagged (it serves nothing, as in `served_entries`)."""
+    """The gate speaking for that key (live or unattainable; estimator by stored or base name), verified; an error
+    lists the candidates when there is none. A gate that serves nothing (`withheld`: unattainable, flagged, no
+    guarantee) comes with `withheld` = why, as `served_entries` serves it: `cic ask` abstains naming it."""
     rows = gates(store, model=model, dataset=dataset, bound=bound, search=search)
     rows = rows.filter((pl.col("alpha") - alpha).abs() < 1e-12)
     rows = rows.filter((pl.col("estimator") == estimator)
@@ -296,30 +328,23 @@ def live_gate(store: Store, *, model: str, dataset: str, estimator: str, criteri
     if rows.height == 0:
         raise UserError(f"no stored gate for {wanted} in {store.path}; run `cic run` (or `cic calibrate`) with "
                          "these settings first")
-    live = rows.filter(state="live")
+    live = rows.filter(pl.col("state").is_in(HOLDS_KEY))
     if live.height == 0:
         waiting = rows.filter(state="candidate").sort("created_at").get_column("calibration_id").to_list()
         hint = (f"candidates waiting for review: {', '.join(g[:12] for g in waiting[-3:])}; promote one with "
                 "`cic gate promote ID`") if waiting else "every gate of it was retired; promote one"
         raise UserError(f"no live gate for {wanted}: {hint}")
     row = live.sort("state_at").row(-1, named=True)
-    flag = flag_of(row)
-    if flag is not None:  # as `cic gate export` serves it: nothing, until reviewed or replaced
-        short = row["calibration_id"][:12]
-        raise UserError(f"live gate {short} for {wanted} is flagged ({flag}); it serves nothing until a newer gate "
-                         f"is promoted or a person confirms it with `cic gate confirm {short}`")
-    refusal = no_guarantee_refusal(row)
-    if refusal is not None:
-        raise UserError(f"{wanted}: {refusal}")
     verify_gate(row)
-    return row
+    why = withheld(row)  # as `cic gate export` serves it: nothing, and why
+    return {**row, "withheld": why} if why is not None else row
 
 
 def served_entries(store: Store, **equals: Any) -> list[dict[str, Any]]:
-    """What a serving system should serve, per serving key: the live gate (verified, `serve` = "gate"), or for a
-    key whose gates were all retired, or whose live gate is flagged (`flag_of`: with `flagged` = why), an explicit
-    `serve` = "nothing" entry (abstain on every question) so a serving system replaces the old gate instead of
-    keeping it. Keys that never had a live gate are left out."""
+    """What a serving system should serve, per serving key: the live gate (verified, `serve` = "gate"), or an
+    explicit `serve` = "nothing" entry (abstain on every question, `reason` says why) for a key whose gates were
+    all retired, whose gate is unattainable, flagged (`flagged` = why) or without a guarantee, so a serving system
+    replaces the old gate instead of keeping it. Keys that never had a live or unattainable gate are left out."""
     import json
 
     from cic.stats.calibration import CalibrationResult
@@ -328,23 +353,16 @@ def served_entries(store: Store, **equals: Any) -> list[dict[str, Any]]:
     families = live_families(store)  # every dataset's: a filter on one dataset still states the whole family
     out = []
     for key_rows in table.sort(*SERVING_KEY).partition_by(list(SERVING_KEY), maintain_order=True):
-        live = key_rows.filter(state="live")
+        live = key_rows.filter(pl.col("state").is_in(HOLDS_KEY))
         key = {k: key_rows.row(0, named=True)[k] for k in SERVING_KEY}
         if live.height:
             row = live.sort("state_at").row(-1, named=True)
-            flag = flag_of(row)
-            if flag is not None:  # a relabel touched its window: not served until recalibrated or confirmed
-                short = row["calibration_id"][:12]
-                out.append({"serve": "nothing", "gate_id": None, **key, "threshold": None,
-                            "flagged_gate_id": row["calibration_id"], "flagged": flag,
-                            "flagged_at": str(row["state_at"]),
-                            "reason": f"live gate {short} is flagged ({flag}); abstain on every question until a "
-                                      f"newer gate is promoted or a person confirms it (`cic gate confirm {short}`)"})
-                continue
-            refusal = no_guarantee_refusal(row)
-            if refusal is not None:  # a report result that went live before this rule: serves nothing
-                out.append({"serve": "nothing", "gate_id": None, **key, "threshold": None,
-                            "unguaranteed_gate_id": row["calibration_id"], "reason": refusal})
+            why = withheld(row)
+            if why is not None:  # unattainable, flagged, or without a guarantee: serves nothing, says why
+                if flag_of(row) is None:  # (a flagged gate is out of service whatever its row says)
+                    verify_gate(row)
+                out.append({"serve": "nothing", "gate_id": None, **key, "threshold": None, "reason": why,
+                            **_withheld_fields(row)})
                 continue
             verify_gate(row)
             out.append({"serve": "gate", "gate_id": row["calibration_id"], **key,
@@ -363,6 +381,16 @@ def served_entries(store: Store, **equals: Any) -> list[dict[str, Any]]:
                         "reason": f"every gate of this key is retired ({last['reason']}); abstain on every question "
                                   "until one is promoted"})
     return out
+
+
+def _withheld_fields(row: dict[str, Any]) -> dict[str, Any]:
+    """The export's fields naming the gate that serves nothing, by why (the names serving systems read)."""
+    flag = flag_of(row)
+    if flag is not None:
+        return {"flagged_gate_id": row["calibration_id"], "flagged": flag, "flagged_at": str(row["state_at"])}
+    if row["state"] == UNATTAINABLE or row["threshold"] is None:
+        return {"unattainable_gate_id": row["calibration_id"], "n_cal": row["n_cal"]}
+    return {"unguaranteed_gate_id": row["calibration_id"]}
 
 
 def delta_share(row: dict[str, Any]) -> float:

@@ -74,7 +74,9 @@ def test_a_candidate_with_alerts_needs_a_person_and_the_auto_policy_never_promot
         assert promote_quiet_groups(store, [result], correct_and_alert([result], 0.01)) == ([], {})
         assert gates(store, calibration_id=live)["state"][0] == "live"
         promote(store, candidate, reason="reviewed the shift", despite_alerts=True)
-        assert gates(store, calibration_id=candidate)["state"][0] == "live"
+        assert row["threshold"] is None  # the drifted week reaches no alpha: the promoted gate serves nothing
+        assert gates(store, calibration_id=candidate)["state"][0] == "unattainable"
+        assert gates(store, calibration_id=live)["state"][0] == "retired"
 
 
 def test_the_auto_policy_promotes_a_quiet_group(tmp_path: Path) -> None:
@@ -199,8 +201,8 @@ def test_a_flagged_live_gate_is_exported_serving_nothing_until_a_person_confirms
     assert refused.exit_code == 2 and "cic gate confirm" in refused.output
     key = dict(model="qwen", dataset="bot", estimator=group.estimator, criterion="human", alpha=0.3, bound="cp",
                search="fixed_sequence")
-    with pytest.raises(ValueError, match=f"live gate {live[:12]} .* is flagged .*cic gate confirm {live[:12]}"):
-        serving_gate(str(db), **key)  # `cic ask` serves it no more than the export does
+    withheld = serving_gate(str(db), **key)["withheld"]  # `cic ask` abstains, naming why, as the export serves it
+    assert withheld.startswith(f"live gate {live[:12]} is flagged") and f"cic gate confirm {live[:12]}" in withheld
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     assert registry_sync(str(db), uri, None) == []  # registered, tagged flagged, no alias
     [version] = MlflowClient(uri).search_model_versions()
@@ -227,3 +229,37 @@ def test_a_flagged_live_gate_is_exported_serving_nothing_until_a_person_confirms
     assert events.height == 3 and row["state"] == "live" and row["alerts"]  # append-only; the alert stays listed
     twice = runner.invoke(app, ["gate", "confirm", live[:12], "--db", str(db), "--no-mlflow"])
     assert twice.exit_code == 2 and "not flagged" in twice.output
+
+
+def test_a_first_gate_that_certifies_nothing_is_unattainable_not_live_until_one_that_does_replaces_it(
+        tmp_path: Path) -> None:
+    """"Live" means a gate that answers: an unattainable first gate holds its key as `unattainable` — exported as
+    serving nothing with why, `cic ask` abstaining with why, never registered — until a gate that certifies
+    something is promoted for the key (the unattainable one is then retired)."""
+    from cic.pipeline.asking import serving_gate
+    from cic.pipeline.config import CalibrationConfig
+    from cic.pipeline.gates import gates, promote, promote_first_gates, served_entries
+    from cic.pipeline.stored_calibration import calibration_rows, groups_of_run
+
+    db = tmp_path / "u.duckdb"
+    with Store.open(db) as store:
+        store_run(store, n=300)
+        group = groups_of_run(store, store.read("runs").row(0, named=True))[0]
+        pairs = store.calibration_frame(group.model, group.dataset, group.estimator, group.criterion,
+                                        run_key=group.run_key, allow_partial=True)
+        strict = calibration_rows(group, pairs, CalibrationConfig(alphas=(0.001,), bounds=("cp",)))
+        store.upsert("calibrations", strict)
+        assert promote_first_gates(store, strict["calibration_id"], reason="pipeline") == []
+        first = strict.filter(search="geometric")["calibration_id"][0]
+        assert gates(store, calibration_id=first)["state"][0] == "unattainable"
+        (entry,) = served_entries(store)
+        assert entry["serve"] == "nothing" and entry["unattainable_gate_id"] == first
+        assert entry["reason"].startswith("alpha = 0.001 is unattainable") and "(300 labelled" in entry["reason"]
+    key = dict(model=group.model, dataset=group.dataset, estimator=group.estimator, criterion=group.criterion,
+               alpha=0.001, bound="cp", search="geometric")
+    assert serving_gate(str(db), **key)["withheld"].startswith("alpha = 0.001 is unattainable")
+    with Store.open(db) as store:  # a person promotes another gate of the key: the unattainable one retires
+        other = calibration_rows(group, pairs.head(250), CalibrationConfig(alphas=(0.001,), bounds=("cp",)))
+        store.upsert("calibrations", other)
+        row, retired = promote(store, other.filter(search="geometric")["calibration_id"][0], reason="t")
+        assert row["state"] == "unattainable" and retired == [first]  # certifies nothing either: never live
