@@ -141,9 +141,9 @@ def test_gates_that_serve_nothing_are_never_registered_and_one_model_holds_a_gro
         group = only_group(store)
         make_live(store, group, CONFIG.model_copy(update={"alphas": [0.001, 0.3, 0.4]}))
         live = gates(store).filter(state="live")
-    nothing = live.filter(pl.col("threshold").is_null()).to_dicts()
+        nothing = gates(store).filter(state="unattainable").to_dicts()
     serving = live.filter(pl.col("threshold").is_not_null()).to_dicts()
-    assert nothing and len(serving) >= 2  # α = 0.001 is unattainable on 400 questions
+    assert nothing and len(serving) == live.height >= 2  # α = 0.001 is unattainable on 400 questions: not live
     result = runner.invoke(app, ["gate", "sync", "--db", str(db), "--tracking-uri", uri])
     assert result.exit_code == 0, result.output
     assert "not registered" in result.output and len(result.output.splitlines()) <= 2 + len(serving)
