@@ -45,7 +45,7 @@ run = run_deployment(name, timeout=300)
 print("STATE", run.state.type.value, run.state.message)
 from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 with get_client(sync_client=True) as client:  # what on-call reads in the run's log (shipped shortly after)
-    for _ in range(30):
+    for _ in range(10):
         logs = [log.message for log in client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])))]
         if run.state.type.value != "FAILED" or any("Finished in state" in m for m in logs):
             break
