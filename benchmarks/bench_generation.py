@@ -152,6 +152,15 @@ def report(name: str, seconds: float, tokens: int, questions: int, forward_s: fl
     return rate
 
 
+def timed_open(generator: Any, ids: list[str], prompts: list[str], device: str) -> tuple[float, Any]:
+    """Seconds for one `generate_open` call (synchronised on CUDA) and its rows."""
+    synchronize(device)
+    started = time.perf_counter()
+    rows = generator.generate_open(ids, prompts, run_key="bench")
+    synchronize(device)
+    return time.perf_counter() - started, rows
+
+
 def generation(args: argparse.Namespace) -> list[Any]:
     """Time CIC and HF generate on the same prompts; returns the sampled answers per question."""
     import polars as pl
@@ -187,11 +196,7 @@ def generation(args: argparse.Namespace) -> list[Any]:
     if args.warmup:
         generator.generate_open(ids[:1], prompts[:1], run_key="warmup")
         generator.forward_s = 0.0
-    synchronize(args.device)
-    started = time.perf_counter()
-    rows_out = generator.generate_open(ids, prompts, run_key="bench")
-    synchronize(args.device)
-    ours_s = time.perf_counter() - started
+    ours_s, rows_out = timed_open(generator, ids, prompts, args.device)
     ours_tokens = int(rows_out.get_column("n_tokens").sum())
     chunks = generator.chunk_sizes
     print(f"  questions per call: {chunks[0]} (chunks {chunks[:6]}{' ...' if len(chunks) > 6 else ''}), "
@@ -201,6 +206,14 @@ def generation(args: argparse.Namespace) -> list[Any]:
     hf_s, hf_tokens, hf_forward = hf_generate(loaded, prompts, chunks, rows, args.new_tokens, stop_ids,
                                               bool(args.shape))
     ours = report("CIC AnswerGenerator", ours_s, ours_tokens, len(prompts), generator.forward_s, 2 * params, peak)
+    if args.device.startswith("cuda"):  # the same generator with each decode step launched kernel by kernel
+        generator.cuda_graphs, generator.forward_s = False, 0.0
+        eager_s, eager_rows = timed_open(generator, ids, prompts, args.device)
+        report("CIC, decode step not graphed", eager_s, int(eager_rows.get_column("n_tokens").sum()), len(prompts),
+               generator.forward_s, 2 * params, peak)
+        same = sum(a == b for a, b in zip(rows_out["text"], eager_rows["text"], strict=True))
+        print(f"  CUDA graph vs eager decode: {same}/{rows_out.height} rows identical; "
+              f"graph speed-up {eager_s / ours_s:.2f}x")
     hf = report(f"HF generate(num_return_sequences={rows})", hf_s, hf_tokens, len(prompts), hf_forward,
                 2 * params, peak)
     line = f"  speed-up (tokens/s): {ours / hf:.2f}x; wall time: {hf_s / ours_s:.2f}x"

@@ -93,7 +93,9 @@ class AnswerGenerator:
             self.stop_ids |= {i for i, t in enumerate(vocab) if t is not None and
                               ("\n" in tokenizer.convert_tokens_to_string([t]) or t in ("Ċ", "<0x0A>"))}
         self.n_forward_calls = 0
-        self.forward_s = 0.0  # wall time inside the model's forward (synchronised on CUDA): for benchmarks
+        self._forward_events: list[Any] = []
+        self._cpu_forward_s = 0.0
+        self.cuda_graphs = True  # replay each chunk's decode step as a CUDA graph on a GPU (`cic.llm.decode_step`)
         self.sizer = BatchSizer(ModelShape.of(loaded.model), loaded.device, fixed_rows=config.batch_size)
         self.sync_every = 4 if str(loaded.device).startswith("cuda") else 1
         self._stop_mask: Any = None
@@ -131,20 +133,44 @@ class AnswerGenerator:
             mask[row, width - len(ids):] = 1
         return input_ids.to(self.loaded.device), mask.to(self.loaded.device)
 
-    def _forward(self, **inputs: Any) -> Any:
+    def _timed(self, step: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run one forward pass, adding its time to `forward_s`: GPU time between two CUDA events (no host sync,
+        so the host keeps queueing work ahead of the GPU), wall time on a CPU."""
         import time
 
         import torch
 
         self.n_forward_calls += 1
-        cuda = str(self.loaded.device).startswith("cuda")
+        if str(self.loaded.device).startswith("cuda"):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            out = step(*args, **kwargs)
+            end.record()
+            self._forward_events.append((start, end))
+            return out
         started = time.perf_counter()
-        with torch.inference_mode():
-            out = self.loaded.model(**inputs, use_cache=True, logits_to_keep=1)
-        if cuda:
-            torch.cuda.synchronize(self.loaded.device)
-        self.forward_s += time.perf_counter() - started
+        out = step(*args, **kwargs)
+        self._cpu_forward_s += time.perf_counter() - started
         return out
+
+    @property
+    def forward_s(self) -> float:
+        """Seconds spent in the model's forward passes since the last reset (for benchmarks)."""
+        pending, self._forward_events = self._forward_events, []
+        self._cpu_forward_s += sum(start.elapsed_time(end) for start, end in pending) / 1000
+        return self._cpu_forward_s
+
+    @forward_s.setter
+    def forward_s(self, value: float) -> None:
+        self._forward_events, self._cpu_forward_s = [], value
+
+    def _forward(self, **inputs: Any) -> Any:
+        import torch
+
+        def run() -> Any:
+            with torch.inference_mode():
+                return self.loaded.model(**inputs, use_cache=True, logits_to_keep=1)
+        return self._timed(run)
 
     def _prefill(self, encoded: Sequence[Sequence[int]], room: int = 0) -> tuple[Any, Any, Any, Any]:
         """Encode prompts: last-position logits [n, vocab] (the model's dtype), the KV cache, attention mask, last
@@ -266,6 +292,7 @@ class AnswerGenerator:
         """Most-likely row + samples for a few questions sharing one prefill; rows per question in sample order."""
         import torch
 
+        from cic.llm.decode_step import DecodeStep
         from cic.llm.sampling import AdaptiveSampler, row_keys
 
         cfg, n_rows, device = self.config, self.config.n_samples + 1, self.loaded.device
@@ -285,6 +312,7 @@ class AnswerGenerator:
         finished = torch.zeros(rows, dtype=torch.bool, device=device)
         stopped = torch.zeros(rows, dtype=torch.bool, device=device)
         lengths = torch.zeros(rows, dtype=torch.long, device=device)
+        decode = DecodeStep(self.loaded.model, cache, rows, cache.get_max_length(), device, self.cuda_graphs)
         for step in range(width):
             chosen = self._choose(sampler, logits, keys, step, most_likely)
             token_logit = logits.gather(-1, chosen[:, None])[:, 0].float()
@@ -300,10 +328,7 @@ class AnswerGenerator:
                 break
             mask = torch.cat([mask, live[:, None].to(mask.dtype)], dim=1)
             last_pos = last_pos + 1
-            out = self._forward(input_ids=torch.where(live, chosen, pad)[:, None],
-                                attention_mask=self._cache_mask(mask, cache), position_ids=last_pos,
-                                past_key_values=cache)
-            logits = out.logits[:, -1, :]
+            logits = self._timed(decode, torch.where(live, chosen, pad), last_pos, self._cache_mask(mask, cache))
         host_tokens, host_logprobs = tokens.cpu().tolist(), logprobs.cpu().tolist()
         host_lengths, host_stopped = lengths.cpu().tolist(), stopped.cpu().tolist()
         results = []
