@@ -206,14 +206,6 @@ def generation(args: argparse.Namespace) -> list[Any]:
     hf_s, hf_tokens, hf_forward = hf_generate(loaded, prompts, chunks, rows, args.new_tokens, stop_ids,
                                               bool(args.shape))
     ours = report("CIC AnswerGenerator", ours_s, ours_tokens, len(prompts), generator.forward_s, 2 * params, peak)
-    if args.device.startswith("cuda"):  # the same generator with each decode step launched kernel by kernel
-        generator.cuda_graphs, generator.forward_s = False, 0.0
-        eager_s, eager_rows = timed_open(generator, ids, prompts, args.device)
-        report("CIC, decode step not graphed", eager_s, int(eager_rows.get_column("n_tokens").sum()), len(prompts),
-               generator.forward_s, 2 * params, peak)
-        same = sum(a == b for a, b in zip(rows_out["text"], eager_rows["text"], strict=True))
-        print(f"  CUDA graph vs eager decode: {same}/{rows_out.height} rows identical; "
-              f"graph speed-up {eager_s / ours_s:.2f}x")
     hf = report(f"HF generate(num_return_sequences={rows})", hf_s, hf_tokens, len(prompts), hf_forward,
                 2 * params, peak)
     line = f"  speed-up (tokens/s): {ours / hf:.2f}x; wall time: {hf_s / ours_s:.2f}x"

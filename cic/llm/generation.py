@@ -95,7 +95,6 @@ class AnswerGenerator:
         self.n_forward_calls = 0
         self._forward_events: list[Any] = []
         self._cpu_forward_s = 0.0
-        self.cuda_graphs = True  # replay each chunk's decode step as a CUDA graph on a GPU (`cic.llm.decode_step`)
         self.sizer = BatchSizer(ModelShape.of(loaded.model), loaded.device, fixed_rows=config.batch_size)
         self.sync_every = 4 if str(loaded.device).startswith("cuda") else 1
         self._stop_mask: Any = None
@@ -292,7 +291,6 @@ class AnswerGenerator:
         """Most-likely row + samples for a few questions sharing one prefill; rows per question in sample order."""
         import torch
 
-        from cic.llm.decode_step import DecodeStep
         from cic.llm.sampling import AdaptiveSampler, row_keys
 
         cfg, n_rows, device = self.config, self.config.n_samples + 1, self.loaded.device
@@ -312,7 +310,6 @@ class AnswerGenerator:
         finished = torch.zeros(rows, dtype=torch.bool, device=device)
         stopped = torch.zeros(rows, dtype=torch.bool, device=device)
         lengths = torch.zeros(rows, dtype=torch.long, device=device)
-        decode = DecodeStep(self.loaded.model, cache, rows, cache.get_max_length(), device, self.cuda_graphs)
         for step in range(width):
             chosen = self._choose(sampler, logits, keys, step, most_likely)
             token_logit = logits.gather(-1, chosen[:, None])[:, 0].float()
@@ -328,7 +325,10 @@ class AnswerGenerator:
                 break
             mask = torch.cat([mask, live[:, None].to(mask.dtype)], dim=1)
             last_pos = last_pos + 1
-            logits = self._timed(decode, torch.where(live, chosen, pad), last_pos, self._cache_mask(mask, cache))
+            out = self._forward(input_ids=torch.where(live, chosen, pad)[:, None],
+                                attention_mask=self._cache_mask(mask, cache), position_ids=last_pos,
+                                past_key_values=cache)
+            logits = out.logits[:, -1, :]
         host_tokens, host_logprobs = tokens.cpu().tolist(), logprobs.cpu().tolist()
         host_lengths, host_stopped = lengths.cpu().tolist(), stopped.cpu().tolist()
         results = []
