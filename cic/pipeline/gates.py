@@ -20,6 +20,7 @@ import polars as pl
 
 from cic import schema
 from cic.errors import UserError
+from cic.pipeline.certificates import recertify_all
 from cic.store.queries import last_gate_events
 
 if TYPE_CHECKING:
@@ -187,6 +188,8 @@ def promote(store: Store, gate_id: str, *, reason: str, despite_alerts: bool = F
                              f"({flag_of(row)}); after review confirm it with `cic gate confirm "
                              f"{row['calibration_id'][:12]}`, or promote a newer gate of its key")
         return row, []
+    if row["threshold"] is not None:
+        recertify_all(store, [row])  # its certificate, recomputed from the store's pairs
     holding = gates(store, model=row["model"], dataset=row["dataset"]).filter(pl.col("state").is_in(HOLDS_KEY))
     retired = [gid for gid in _same_key(holding, row).get_column("calibration_id").to_list()
                if gid != row["calibration_id"]]
@@ -207,7 +210,8 @@ def flag_of(row: dict[str, Any]) -> str | None:
 
 def confirm(store: Store, gate_id: str, *, reason: str) -> dict[str, Any]:
     """Record (append-only, in `gate_events`) that a person reviewed a flagged live gate and keeps serving it; its
-    alerts stay listed. Anything but a flagged live gate is refused: there is nothing to confirm."""
+    alerts stay listed. Anything but a flagged live gate is refused (there is nothing to confirm), and so is a gate
+    whose certificate the store's pairs no longer give (its labels were changed: recalibrate instead)."""
     row = find_gate(store, gate_id)
     if row["state"] != "live":
         raise UserError(f"gate id = {gate_id!r}: gate {row['calibration_id'][:12]} is {row['state']}, not live; "
@@ -218,6 +222,10 @@ def confirm(store: Store, gate_id: str, *, reason: str) -> dict[str, Any]:
                          "nothing to confirm")
     if not reason.strip():
         raise UserError(f"reason = {reason!r}: say who confirms it and why")
+    try:  # a confirmed gate serves its certificate: it must still be the one the store's pairs give
+        recertify_all(store, [row])
+    except UserError as exc:
+        raise UserError(f"gate id = {gate_id!r}: cannot confirm it: {exc}") from None
     _write(store, [_event(store, row["calibration_id"], "live", f"{CONFIRMED}{reason} (was flagged: {flag})",
                           row["alerts"])])
     return {**row, "reason": f"{CONFIRMED}{reason}"}
@@ -250,6 +258,7 @@ def promote_many(store: Store, gate_ids: Sequence[str], *, reason: str) -> list[
         if not guaranteed(row):
             raise UserError(no_guarantee_refusal(row) or "")
         by_key[_key_of(row)] = row
+    recertify_all(store, [r for r in by_key.values() if r["threshold"] is not None])
     moves = []
     for row in table.filter(pl.col("state").is_in(HOLDS_KEY)).iter_rows(named=True):
         new = by_key.get(_key_of(row))
@@ -337,7 +346,10 @@ def live_gate(store: Store, *, model: str, dataset: str, estimator: str, criteri
     row = live.sort("state_at").row(-1, named=True)
     verify_gate(row)
     why = withheld(row)  # as `cic gate export` serves it: nothing, and why
-    return {**row, "withheld": why} if why is not None else row
+    if why is not None:
+        return {**row, "withheld": why}
+    recertify_all(store, [row])  # its certificate, recomputed from the store's pairs
+    return row
 
 
 def served_entries(store: Store, **equals: Any) -> list[dict[str, Any]]:
@@ -351,6 +363,10 @@ def served_entries(store: Store, **equals: Any) -> list[dict[str, Any]]:
 
     table = gates(store, **equals)
     families = live_families(store)  # every dataset's: a filter on one dataset still states the whole family
+    serving = [row for row in table.filter(pl.col("state") == "live").iter_rows(named=True) if withheld(row) is None]
+    for row in serving:
+        verify_gate(row)
+    recertify_all(store, serving)  # every served certificate, recomputed from the store's pairs in one read
     out = []
     for key_rows in table.sort(*SERVING_KEY).partition_by(list(SERVING_KEY), maintain_order=True):
         live = key_rows.filter(pl.col("state").is_in(HOLDS_KEY))

@@ -82,6 +82,20 @@ def _pilot_split(pairs: pl.DataFrame, fraction: float, seed: int) -> tuple[pl.Da
     return pairs[np.sort(order[n_pilot:]).tolist()], pilot.get_column("score").to_numpy()
 
 
+def pilot_of(search: str, config: CalibrationConfig) -> dict[str, Any] | None:
+    """The seeded pilot split a search's grid comes from ({fraction, seed}), or None when it uses all pairs."""
+    if get_search(search).needs_grid and config.grid.kind == "pilot_quantiles":
+        return {"fraction": config.grid.pilot_fraction, "seed": config.seed}
+    return None
+
+
+def pilot_split(pairs: pl.DataFrame, pilot: dict[str, Any] | None) -> tuple[pl.DataFrame, np.ndarray | None]:
+    """(the pairs a search calibrates on, the pilot's scores): the split is seeded on pairs in question order."""
+    if pilot is None:
+        return pairs, None
+    return _pilot_split(pairs.sort("question_id"), pilot["fraction"], pilot["seed"])
+
+
 def search_plan(pairs: pl.DataFrame, search: str, config: CalibrationConfig) -> tuple[pl.DataFrame, dict[str, Any]]:
     """The pairs a search calibrates on and its extra arguments (a grid fixed in advance, n_min)."""
     plan = get_search(search)
@@ -89,7 +103,7 @@ def search_plan(pairs: pl.DataFrame, search: str, config: CalibrationConfig) -> 
         grid_config = config.grid
         if grid_config.kind == "uniform":
             return pairs, {"grid": uniform_grid(grid_config.low, grid_config.high, grid_config.k)}
-        rest, pilot = _pilot_split(pairs, grid_config.pilot_fraction, config.seed)
+        rest, pilot = pilot_split(pairs, pilot_of(search, config))
         return rest, {"grid": quantile_grid(pilot, grid_config.k)}
     if plan.first_test and config.n_min is not None:
         return pairs, {"n_min": config.n_min}
@@ -131,6 +145,8 @@ def calibration_rows(key: GroupKey, pairs: pl.DataFrame, config: CalibrationConf
                     "data_fingerprint": fingerprint, "result_json": result.to_json(indent=None),
                     "created_at": datetime.now(UTC), "run_key": key.run_key, "window_from": window[0],
                     "window_to": window[1], "kind": kind, "groups": groups if groups > 1 else None,
+                    "plan_json": schema.canonical_json({"window": pairs.height, "pilot": pilot_of(search, config),
+                                                        "args": extra_json(extra)}),
                 })
     return schema.conform(pl.DataFrame(rows, schema=schema.CALIBRATIONS.schema), schema.CALIBRATIONS)
 

@@ -49,6 +49,20 @@ def labelled_pairs_of_runs(store: Store, run_keys: Sequence[str], *, estimator: 
         [list(run_keys), estimator, estimator, criterion, criterion]).rename({"seen_at": "at"})
 
 
+def certified_pairs_of_runs(store: Store, run_keys: Sequence[str]) -> pl.DataFrame:
+    """`labelled_pairs_of_runs` of these runs plus `labelled_at`, when each label was stored: what rebuilds a
+    stored gate's pairs (a label stored after the gate cannot have been among them)."""
+    return store.sql_frame(
+        "SELECT s.run_key, s.estimator, l.criterion, s.question_id, s.value AS score, "
+        "CAST(NOT l.aligned AS TINYINT) AS error, coalesce(o.observed_at, l.created_at) AS seen_at, "
+        "l.created_at AS labelled_at "
+        "FROM scores s JOIN labels l ON s.run_key = l.run_key AND s.question_id = l.question_id "
+        "LEFT JOIN observations o ON o.run_key = s.run_key AND o.question_id = s.question_id "
+        "WHERE s.run_key IN (SELECT unnest(?)) AND s.value IS NOT NULL "
+        "ORDER BY s.run_key, s.estimator, l.criterion, seen_at, s.question_id", [list(run_keys)]) \
+        .rename({"seen_at": "at"})
+
+
 def scored_estimators(store: Store, run_key: str) -> list[str]:
     """Estimators with at least two non-null scores in a run, by name."""
     return [e for (e,) in store.sql("SELECT estimator FROM scores WHERE run_key = ? AND value IS NOT NULL "

@@ -185,6 +185,7 @@ def test_a_flagged_live_gate_is_exported_serving_nothing_until_a_person_confirms
         live = make_live(store, group.__class__(**{**group.__dict__, "criterion": "human"}))["calibration_id"][0]
         flips = store.read("labels").head(10).select("question_id", (~pl.col("aligned")).alias("correct"))
     write(flips.with_columns(model=pl.lit("qwen"), stream=pl.lit("bot")), tmp_path / "flips.csv")
+    write(flips.with_columns(~pl.col("correct"), model=pl.lit("qwen"), stream=pl.lit("bot")), tmp_path / "back.csv")
     runner = CliRunner()
     not_flagged = runner.invoke(app, ["gate", "confirm", live[:12], "--db", str(db), "--no-mlflow"])
     assert not_flagged.exit_code == 2 and "is live and not flagged; nothing to confirm" in not_flagged.output
@@ -208,6 +209,11 @@ def test_a_flagged_live_gate_is_exported_serving_nothing_until_a_person_confirms
     [version] = MlflowClient(uri).search_model_versions()
     assert version.tags["cic.state"] == "flagged" and MlflowClient(uri).get_registered_model(version.name).aliases == {}
 
+    changed = runner.invoke(app, ["gate", "confirm", live[:12], "--db", str(db), "--reason", "ana", "--no-mlflow"])
+    assert changed.exit_code == 2 and "cannot confirm it" in changed.output  # its labels are not the certified ones
+    assert "fingerprint differs" in changed.output
+    reverted = runner.invoke(app, ["ingest", str(tmp_path / "back.csv"), "--db", str(db), "--relabel"])
+    assert reverted.exit_code == 0, reverted.output  # the flips were a mistake: the certified labels again
     confirmed = runner.invoke(app, ["gate", "confirm", live[:12], "--db", str(db), "--reason", "ana: flips checked",
                                     "--tracking-uri", uri])
     assert confirmed.exit_code == 0, confirmed.output
@@ -226,7 +232,7 @@ def test_a_flagged_live_gate_is_exported_serving_nothing_until_a_person_confirms
         events = store.read("gate_events").filter(calibration_id=live).sort("created_at")
         row = gates(store).filter(calibration_id=live).row(0, named=True)
     assert events["reason"].to_list()[-1].startswith("confirmed: ana: flips checked (was flagged: labels changed")
-    assert events.height == 3 and row["state"] == "live" and row["alerts"]  # append-only; the alert stays listed
+    assert events.height == 4 and row["state"] == "live" and row["alerts"]  # live, flagged twice, confirmed
     twice = runner.invoke(app, ["gate", "confirm", live[:12], "--db", str(db), "--no-mlflow"])
     assert twice.exit_code == 2 and "not flagged" in twice.output
 

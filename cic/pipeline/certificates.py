@@ -1,0 +1,110 @@
+"""Re-verify a stored gate's certificate from the store's own pairs, so that no edited field makes a gate serve.
+
+A gate's calibration pairs are rebuilt from what the store holds: the labelled pairs of its run, estimator and
+criterion seen within its window and labelled no later than the gate was created (a later label cannot have
+been among them), the newest `window` of them (its plan says how many). Their fingerprint must be the stored
+one; the search is re-run on them — after the same seeded pilot split, with the stored arguments, at the
+gate's level (delta / groups) — and must certify the stored threshold with the stored n, errors and bound; the
+gate's id must be the hash of all of it. Editing the threshold, the counts, the result JSON, the level, the
+search arguments or the labels underneath is therefore caught, whichever fields are edited together.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import polars as pl
+
+from cic import schema
+from cic.errors import UserError
+
+if TYPE_CHECKING:
+    from cic.store import Store
+
+GROUP_COLUMNS = ("run_key", "estimator", "criterion")
+
+
+def plan_of(row: dict[str, Any]) -> dict[str, Any]:
+    """The gate's stored plan; a gate stored before plans existed: every pair of its window, no arguments."""
+    text = row.get("plan_json")
+    if not text:
+        return {"window": None, "pilot": None, "args": {}}
+    try:
+        plan = json.loads(text)
+        return {"window": plan["window"], "pilot": plan["pilot"], "args": dict(plan["args"])}
+    except (ValueError, TypeError, KeyError) as exc:
+        raise UserError(f"stored gate {row['calibration_id'][:12]}: plan_json does not parse ({exc}); refusing to "
+                        "serve it") from None
+
+
+def rebuilt_pairs(row: dict[str, Any], group: pl.DataFrame) -> pl.DataFrame:
+    """The pairs the gate was calibrated on, from its group's stored pairs (oldest first, with `labelled_at`)."""
+    pairs = group.filter(pl.col("labelled_at") <= row["created_at"])
+    if row["window_from"] is not None:
+        pairs = pairs.filter(pl.col("at") >= row["window_from"])
+    if row["window_to"] is not None:
+        pairs = pairs.filter(pl.col("at") <= row["window_to"])
+    window = plan_of(row)["window"]
+    if isinstance(window, int) and pairs.height > window:
+        pairs = pairs.tail(window)
+    return pairs.select("question_id", "score", "error")
+
+
+def _refuse(row: dict[str, Any], why: str) -> UserError:
+    return UserError(f"stored gate {row['calibration_id'][:12]}: {why}; refusing to serve it (recalibrate to "
+                     "replace it)")
+
+
+def recertify(row: dict[str, Any], group: pl.DataFrame) -> None:
+    """Raise unless the gate's certificate is what its rebuilt pairs give (see the module docstring)."""
+    from cic.pipeline.stored_calibration import data_fingerprint, pilot_split
+    from cic.stats.calibration import calibrate, quantile_grid
+
+    plan, pairs = plan_of(row), rebuilt_pairs(row, group)
+    if data_fingerprint(pairs) != row["data_fingerprint"]:
+        raise _refuse(row, f"its calibration pairs are no longer in the store ({pairs.height} rebuilt from its "
+                           f"window, {row['n_cal']} certified; their fingerprint differs)")
+    used, pilot_scores = pilot_split(pairs, plan["pilot"])
+    args = {k: np.asarray(v, dtype=float) if k == "grid" else v for k, v in plan["args"].items()}
+    grid = args.get("grid")
+    if pilot_scores is not None and (grid is None or not np.array_equal(grid, quantile_grid(pilot_scores, len(grid)))):
+        raise _refuse(row, "its stored grid is not the quantiles of its pilot split")
+    groups = row.get("groups") or 1
+    try:
+        result = calibrate(used.get_column("score").to_numpy(), used.get_column("error").to_numpy(),
+                           alpha=row["alpha"], delta=row["delta"] / groups, bound=row["bound"], search=row["search"],
+                           **args)
+    except (ValueError, TypeError) as exc:
+        raise _refuse(row, f"its search does not re-run on its stored plan ({exc})") from None
+    for column, again in (("threshold", result.threshold), ("n_accepted", result.n_accepted),
+                          ("n_errors", result.n_errors), ("n_cal", result.n_calibration),
+                          ("bound_value", result.bound_value)):
+        stored = row[column]
+        if not (stored == again or (isinstance(stored, float) and isinstance(again, float)
+                                    and math.isclose(stored, again, rel_tol=1e-9))):
+            raise _refuse(row, f"{column} = {stored!r}, but its search re-run on its stored pairs certifies "
+                               f"{again!r}")
+    together = (groups,) if groups > 1 else ()
+    expected = schema.value_hash(row["kind"], row["run_key"], row["estimator"], row["criterion"], row["alpha"],
+                                 row["delta"], row["bound"], row["search"], row["data_fingerprint"],
+                                 schema.canonical_json(plan["args"]), *together)
+    if expected != row["calibration_id"]:
+        raise _refuse(row, "its id is not the hash of its run, level, search and data (a field was edited)")
+
+
+def recertify_all(store: Store, rows: Sequence[dict[str, Any]]) -> None:
+    """`recertify` each gate, the pairs of all their runs read in one query."""
+    from cic.store.queries import certified_pairs_of_runs
+
+    if not rows:
+        return
+    pairs = certified_pairs_of_runs(store, sorted({r["run_key"] for r in rows}))
+    groups = {key: part for key, part in pairs.partition_by(list(GROUP_COLUMNS), as_dict=True)
+              .items()} if pairs.height else {}
+    empty = pairs.clear()
+    for row in rows:
+        recertify(row, groups.get(tuple(row[c] for c in GROUP_COLUMNS), empty))

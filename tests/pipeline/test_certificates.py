@@ -1,0 +1,143 @@
+"""Serving re-verifies a gate's certificate from the store's pairs: intact gates of every kind pass, no pair of
+edited fields (nor an edited label underneath) makes a gate serve, labels that came later do not unseat it."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from cic.cli import app
+from cic.errors import UserError
+from cic.pipeline.asking import serving_gate
+from cic.pipeline.certificates import recertify_all
+from cic.pipeline.config import CalibrationConfig
+from cic.pipeline.gates import gates, promote
+from cic.pipeline.recalibration import WindowRule, recalibrate_group
+from cic.store import Store
+from tests.pipeline.test_recalibration import make_live, only_group
+from tests.support.database import raw_sql
+from tests.support.pipeline_data import store_run
+
+START = datetime(2026, 1, 1, tzinfo=UTC)
+SEARCHES = ("fixed_sequence", "geometric", "bonferroni", "holm")
+CONFIG = CalibrationConfig(alphas=(0.2, 0.3), bounds=("cp", "hoeffding"), searches=SEARCHES, n_splits=5)
+ASK = dict(model="m", dataset="d", estimator="semantic_entropy", criterion="similarity[0.6]", alpha=0.3, bound="cp",
+           search="fixed_sequence")
+
+
+def live_store(db: Path) -> str:
+    """Week 1 calibrated (every search: its first gates live); returns the fixed_sequence cp 0.3 gate's id."""
+    with Store.open(db) as store:
+        store_run(store, n=400, labelled_at=START, estimators=("semantic_entropy",))
+        make_live(store, only_group(store), CONFIG)
+        return gates(store, alpha=0.3, bound="cp", search="fixed_sequence")["calibration_id"][0]
+
+
+def test_intact_gates_of_every_search_and_window_recertify(tmp_path: Path) -> None:
+    """Pipeline gates (all searches: pilot-split grids too), gates certified together (delta / G) and
+    recalibration gates on the newest 150 of a later week all recertify from the store's pairs."""
+    db = tmp_path / "g.duckdb"
+    live_store(db)
+    with Store.open(db) as store:
+        store_run(store, n=300, labelled_at=START + timedelta(days=7), id_offset=1000, seed=1,
+                  estimators=("semantic_entropy",))
+        result = recalibrate_group(store, only_group(store), CONFIG, WindowRule(count=150))
+        store.upsert("calibrations", result.rows)
+        store_run(store, dataset="e", n=300, labelled_at=START, seed=2, estimators=("semantic_entropy",))
+        make_live(store, only_group(store, "e"), CalibrationConfig(alphas=(0.3,), bounds=("cp",), group_by="dataset",
+                                                                  searches=("fixed_sequence",)))
+        rows = gates(store).to_dicts()
+        assert {r["kind"] for r in rows} == {"pipeline", "recalibration"}
+        assert {r["search"] for r in rows} >= set(SEARCHES)
+        assert {r["n_cal"] for r in rows if r["kind"] == "recalibration" and r["search"] == "fixed_sequence"} == {150}
+        certified = [r for r in rows if r["threshold"] is not None]
+        assert len(certified) >= 20
+        recertify_all(store, certified)  # raises on the first that fails
+    assert serving_gate(str(db), **ASK)["threshold"] is not None
+
+
+def _edit(db: Path, gate_id: str, **changes: Any) -> None:
+    """Change a gate's columns and its result JSON alike, behind the store's back."""
+    with Store.open(db, read_only=True) as store:
+        row = gates(store, calibration_id=gate_id).row(0, named=True)
+    result = json.loads(row["result_json"])
+    result.update({k: v for k, v in changes.items() if k in result})
+    columns = {k: v for k, v in changes.items() if k in row}
+    sets = ", ".join(f"{k} = ?" for k in columns)
+    raw_sql(db, f"UPDATE calibrations SET {sets}, result_json = ? WHERE calibration_id = ?",
+            params=[*columns.values(), json.dumps(result), gate_id])
+
+
+EDITS = {
+    "threshold in column and JSON (answers everything)": dict(threshold=9.9),
+    "counts and bound in column and JSON": dict(n_errors=0, bound_value=0.001),
+    "threshold and counts together": dict(threshold=9.9, n_accepted=400, n_errors=0, bound_value=0.01),
+    "level in column and JSON": dict(delta=0.9),
+    "window size in the plan": dict(plan_json='{"args":{},"pilot":null,"window":40}'),
+}
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("edit", list(EDITS))
+def test_no_pair_of_edited_fields_makes_a_gate_serve(tmp_path: Path, edit: str) -> None:
+    db = tmp_path / "g.duckdb"
+    gate_id = live_store(db)
+    before = serving_gate(str(db), **ASK)["threshold"]
+    _edit(db, gate_id, **EDITS[edit])
+    with pytest.raises(UserError, match=f"stored gate {gate_id[:12]}: .*refusing to serve it"):
+        serving_gate(str(db), **ASK)
+    out = tmp_path / "gates.json"
+    exported = CliRunner().invoke(app, ["gate", "export", "--db", str(db), "--out", str(out)])
+    assert exported.exit_code == 2 and "refusing to serve it" in exported.output and not out.exists()
+    assert before is not None and before < 9.9
+
+
+@pytest.mark.faults
+def test_a_label_edited_underneath_the_gate_stops_it_serving(tmp_path: Path) -> None:
+    """Flipping labels in the gate's window by hand (no relabel, so no flag) changes its pairs: refused."""
+    db = tmp_path / "g.duckdb"
+    gate_id = live_store(db)
+    raw_sql(db, "UPDATE labels SET aligned = true WHERE question_id IN "
+                "(SELECT question_id FROM labels WHERE NOT aligned ORDER BY question_id LIMIT 5)")
+    with pytest.raises(UserError, match=f"{gate_id[:12]}: its calibration pairs are no longer in the store "
+                                        r"\(400 rebuilt from its window, 400 certified; their fingerprint differs\)"):
+        serving_gate(str(db), **ASK)
+
+
+def test_labels_stored_after_the_gate_do_not_unseat_it(tmp_path: Path) -> None:
+    """Records production saw inside the gate's window but labelled after it was created cannot have been among
+    its pairs: the certificate still re-verifies, and a recalibration would use them."""
+    db = tmp_path / "g.duckdb"
+    gate_id = live_store(db)
+    with Store.open(db) as store:
+        row = gates(store, calibration_id=gate_id).row(0, named=True)
+        inside = row["window_from"] + (row["window_to"] - row["window_from"]) / 2
+        key = store_run(store, n=50, labelled_at=datetime.now(UTC), id_offset=5000, seed=3,
+                        estimators=("semantic_entropy",))
+        late = store.read("labels", run_key=key).filter(pl.col("question_id") >= "q05000")
+        store.upsert("observations", late.select("run_key", "question_id", observed_at=pl.lit(inside),
+                                                 source=pl.lit("late.csv")))
+        assert store.sql("SELECT count(*) FROM observations")[0][0] == 50
+    assert serving_gate(str(db), **ASK)["calibration_id"] == gate_id
+
+
+def test_promote_refuses_a_candidate_whose_certificate_does_not_hold(tmp_path: Path) -> None:
+    db = tmp_path / "g.duckdb"
+    live = live_store(db)
+    with Store.open(db) as store:
+        store_run(store, n=300, labelled_at=START + timedelta(days=7), id_offset=1000, seed=1,
+                  estimators=("semantic_entropy",))
+        result = recalibrate_group(store, only_group(store), CONFIG, WindowRule())
+        store.upsert("calibrations", result.rows)
+    candidate = result.rows.filter(alpha=0.3, bound="cp", search="fixed_sequence")["calibration_id"][0]
+    _edit(db, candidate, threshold=9.9)
+    with Store.open(db) as store:
+        with pytest.raises(UserError, match=f"stored gate {candidate[:12]}: threshold = 9.9, but its search re-run"):
+            promote(store, candidate, reason="test")
+        assert gates(store, calibration_id=live)["state"][0] == "live"  # nothing changed
