@@ -377,3 +377,42 @@ def pickle_round_trip(value: object) -> object:
     import pickle
 
     return pickle.loads(pickle.dumps(value))
+
+
+def test_a_withdrawing_pass_with_mlflow_down_says_the_registry_was_not_updated_and_sync_catches_up(
+        setup: tuple[Path, Path, MlflowClient], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The drift pass withdraws the live gates in the store while MLflow is down: the summary and the log say
+    "registry not updated — `cic gate sync`", the stale alias is still there, and a sync once MLflow is back
+    removes it (the withdrawn gates stay registered, tagged flagged)."""
+    from cic.services.mlflow_registry import registry_sync
+
+    _, db, client = setup
+    uri = client.tracking_uri
+    config = write_config(db.parent / "one.yaml", db, db.parent / "reports", alphas=[0.3], bounds=["cp"])
+    calibrate_flow(config_path=str(config), log_to_mlflow=False)
+    registry_sync(str(db), uri, None, experiment_prefix="cic-t")
+    aliased = [m.name for m in client.search_registered_models() if m.aliases]
+    assert aliased  # the pipeline's live gates serve through their aliases
+    with Store.open(db) as store:  # a new labelled week: every answer wrong
+        store_run(store, n=300, labelled_at=datetime(2026, 1, 8, tzinfo=UTC), id_offset=5000, shift=0.5,
+                  base=1.0, seed=3)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")  # discard port: nothing answers
+    import flows.recalibrate as module  # the same task without its 5 + 30 s of retries for a passing outage
+
+    monkeypatch.setattr(module, "log_recalibrations", module.log_recalibrations.with_options(retries=0))
+    state = recalibrate_flow(config_path=str(config), return_state=True)
+    summary = state.result(raise_on_failure=False).summary
+    assert state.is_failed() and summary.withdrawn
+    assert summary.registry_error.startswith("registry not updated (") and "`cic gate sync`" in summary.registry_error
+    def aliased_gates() -> set[str]:  # the gates some `live` alias serves
+        return {client.get_model_version(m.name, v).tags["cic.gate_id"]
+                for m in client.search_registered_models() for v in m.aliases.values()}
+
+    assert set(summary.withdrawn) <= aliased_gates()  # stale while MLflow is down: withdrawn, still aliased
+    synced = CliRunner().invoke(app, ["gate", "sync", "--db", str(db), "--tracking-uri", uri,
+                                      "--experiment-prefix", "cic-t"])
+    assert synced.exit_code == 0, synced.output
+    assert not set(summary.withdrawn) & aliased_gates()  # the sync removed their aliases
+    versions = client.search_model_versions()
+    withdrawn = {v.tags.get("cic.gate_id") for v in versions if v.tags.get("cic.state") == "flagged"}
+    assert withdrawn == set(summary.withdrawn)
