@@ -73,7 +73,8 @@ LABELS = TableSpec("labels", {
     "aligned": pl.Boolean(),                 # the answer counts as correct (error = not aligned)
     "value": pl.Float64(),                   # the similarity / match value behind the decision
     "created_at": pl.Datetime("us", "UTC"),  # when the label was first stored: recalibration windows
-}, ("run_key", "question_id", "criterion"))
+    "ingest": pl.String(),                   # digest of the last ingest that wrote it (null: not ingested)
+}, ("run_key", "question_id", "criterion"), added_later=("ingest",))
 
 CALIBRATIONS = TableSpec("calibrations", {
     "calibration_id": pl.String(),
@@ -85,12 +86,14 @@ CALIBRATIONS = TableSpec("calibrations", {
     "result_json": pl.String(),              # CalibrationResult.to_json()
     "created_at": pl.Datetime("us", "UTC"),
     "run_key": pl.String(),                  # the generation run the (score, error) pairs came from
-    "window_from": pl.Datetime("us", "UTC"), # label created_at range of the calibration window
+    "window_from": pl.Datetime("us", "UTC"), # first and last time its pairs were seen (observation, else label)
     "window_to": pl.Datetime("us", "UTC"),
     "kind": pl.String(),                     # "pipeline" (all stored data) or "recalibration" (newest window)
     "groups": pl.Int64(),                    # datasets (streams) of its model certified together, each at
                                              # delta / groups (Bonferroni); null: certified alone at delta
-}, ("calibration_id",), added_later=("groups",))
+    "plan_json": pl.String(),                # how its pairs are rebuilt and its search re-run from the store
+                                             # (window size, pilot split, search arguments): serving re-checks
+}, ("calibration_id",), added_later=("groups", "plan_json"))
 
 EVALUATIONS = TableSpec("evaluations", {
     "evaluation_id": pl.String(),
@@ -111,7 +114,8 @@ OBSERVATIONS = TableSpec("observations", {
     "observed_at": pl.Datetime("us", "UTC"), # when production saw the question: recalibration windows by time
     "source": pl.String(),                   # the file it was ingested from
     "created_at": pl.Datetime("us", "UTC"),  # when it was first ingested
-}, ("run_key", "question_id"))
+    "ingest": pl.String(),                   # digest of the last ingest that wrote it: abandoning another keeps it
+}, ("run_key", "question_id"), added_later=("ingest",))
 
 GATE_EVENTS = TableSpec("gate_events", {
     "event_id": pl.String(),
@@ -174,7 +178,10 @@ TABLES: dict[str, TableSpec] = {t.name: t for t in (QUESTIONS, RUNS, GENERATIONS
 
 
 def conform(frame: pl.DataFrame, spec: TableSpec) -> pl.DataFrame:
-    """Select and cast `frame` to the table's columns, in order; a missing column is an error naming it."""
+    """Select and cast `frame` to the table's columns, in order; a missing column is an error naming it (one the
+    table gained later is null)."""
+    frame = frame.with_columns(pl.lit(None, dtype=spec.columns[c]).alias(c) for c in spec.added_later
+                               if c not in frame.columns)
     missing = [c for c in spec.columns if c not in frame.columns]
     if missing:
         raise UserError(f"{spec.name} rows lack column(s) {', '.join(missing)}; "

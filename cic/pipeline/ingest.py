@@ -603,7 +603,7 @@ def _write(store: Store, stage: _Stage, layout: Layout, path: Path, now: datetim
                 for gate, n in touched.items()})
         if not journaled:  # one step per kind: all at once
             for kind, files in steps:
-                _write_step(store, kind, files, path, now)
+                _write_step(store, kind, files, path, now, digest)
             steps = []
         store.upsert("ingests", pl.DataFrame([{**journal, "state": "writing" if steps else "done",
                                                "finished_at": None if steps else now}],
@@ -612,9 +612,9 @@ def _write(store: Store, stage: _Stage, layout: Layout, path: Path, now: datetim
         _commit_steps(store, digest, steps, 0, path.name, now)
 
 
-def _write_step(store: Store, kind: str, files: list[str], path: Path, now: datetime) -> None:
-    """Upsert one kind of staged file into its tables."""
-    write_staged(store, kind, files, path.name, now, SPLIT)
+def _write_step(store: Store, kind: str, files: list[str], path: Path, now: datetime, digest: str) -> None:
+    """Upsert one kind of staged file into its tables, as written by the ingest `digest`."""
+    write_staged(store, kind, files, path.name, now, SPLIT, digest)
 
 
 MANIFEST = "manifest.json"
@@ -687,7 +687,7 @@ def _commit_steps(store: Store, digest: str, steps: list[tuple[str, list[str]]],
     for index in range(first, len(steps)):
         kind, files = steps[index]
         with store.transaction():
-            _write_step(store, kind, files, Path(source), stamp)
+            _write_step(store, kind, files, Path(source), stamp, digest)
         if manifest is not None:
             _write_manifest(directory, {**manifest, "committed": index + 1})
     with store.transaction():
@@ -744,8 +744,9 @@ def complete_ingest(store: Store, ingest_id: str, *, file: Path | None = None) -
 
 
 def abandon_ingest(store: Store, ingest_id: str) -> dict[str, int]:
-    """Undo a cut-off ingest in one transaction: every row it stored first (records, questions, answers, scores,
-    labels, the runs it registered that hold nothing else), labels it relabelled back to their old value, its
+    """Undo a cut-off ingest in one transaction: every row it stored first that no other ingest (done or
+    unfinished) wrote since (records, questions, answers, scores, labels, the runs it registered that hold
+    nothing else), labels it relabelled and nothing rewrote since back to their old value, its
     label events and the gate flags they raised; the journal entry is marked abandoned and its staged data
     removed. Returns rows removed per table."""
     import shutil
@@ -759,8 +760,8 @@ def abandon_ingest(store: Store, ingest_id: str) -> dict[str, int]:
     staged = None if manifest is None else {kind: [str(directory / n) for k, names in manifest["steps"] if k == kind
                                                    for n in names] for kind in ("records", "labels")}
     with store.transaction():
-        done = delete_ingest_rows(store, stamp=journal["started_at"], records=staged and staged["records"],
-                                  labels=staged and staged["labels"])
+        done = delete_ingest_rows(store, stamp=journal["started_at"], digest=digest,
+                                  records=staged and staged["records"], labels=staged and staged["labels"])
         store.upsert("ingests", pl.DataFrame([{**journal, "state": "abandoned", "finished_at": datetime.now(UTC)}],
                                              schema=schema.INGESTS.schema))
     shutil.rmtree(directory, ignore_errors=True)

@@ -768,23 +768,11 @@ class Store:
         return arrow.num_rows
 
     def import_(self, path: str | Path, table: str | None = None) -> tuple[str, int]:
-        """Upsert a Parquet file (an `export`, or any file with the table's columns); returns (table, rows)."""
-        import pyarrow.parquet as pq
+        """Upsert a Parquet file (an `export`, or any file with the table's columns), checked first
+        (`cic.store.imports`); returns (table, rows)."""
+        from cic.store.imports import checked_import
 
-        source = Path(path).expanduser()
-        if not source.is_file():
-            raise UserError(f"path = {str(source)!r}: no such file")
-        try:
-            arrow = pq.read_table(source)
-        except Exception as exc:  # pyarrow raises several types for unreadable files
-            raise UserError(f"path = {str(source)!r} cannot be read as Parquet: {exc}") from None
-        recorded = (arrow.schema.metadata or {}).get(b"cic.table", b"").decode() or None
-        if table is None and recorded is None:
-            raise UserError(f"path = {str(source)!r} does not say which table it holds; pass the table name")
-        if table is not None and recorded is not None and table != recorded:
-            raise UserError(f"path = {str(source)!r} holds table {recorded!r}, not {table!r}")
-        name = table or recorded
-        assert name is not None
+        name, arrow = checked_import(path, table, schema.TABLES)
         return name, self.upsert(name, arrow)
 
 
@@ -792,12 +780,13 @@ class Store:
 # Undoing an unfinished ingest (`cic ingest --abandon`)
 
 
-def delete_ingest_rows(store: Store, *, stamp: datetime, records: Sequence[str] | None,
+def delete_ingest_rows(store: Store, *, stamp: datetime, digest: str, records: Sequence[str] | None,
                        labels: Sequence[str] | None) -> dict[str, int]:
-    """Delete what an unfinished ingest stamped `stamp` stored first (rows an earlier ingest stored stay, relabelled
-    labels get their old value back), so it can be abandoned; run inside the caller's transaction. `records` /
-    `labels`: its staged Parquet files, narrowing the rows to its keys (None: gone, the stamp alone decides).
-    Returns rows deleted (or restored) per table."""
+    """Delete what an unfinished ingest (`digest`, stamped `stamp`) stored first, so it can be abandoned; rows an
+    earlier ingest stored stay, and so do rows another ingest (done or unfinished) wrote since — a later complete
+    file holds them; relabelled labels get their old value back unless another ingest rewrote them. Runs inside
+    the caller's transaction. `records` / `labels`: its staged Parquet files, narrowing the rows to its keys
+    (None: gone, the stamp alone decides). Returns rows deleted (or restored) per table."""
     con = store._con
     if store.read_only:
         raise StoreError(f"{store!r} was opened read-only; open it without read_only to write")
@@ -806,15 +795,16 @@ def delete_ingest_rows(store: Store, *, stamp: datetime, records: Sequence[str] 
         result = con.execute(sql, list(params)).fetchall()
         return int(result[0][0]) if result else 0
 
+    kept = "NOT (ingest IS NOT NULL AND ingest <> ?)"  # another ingest wrote the row since: it holds it
     abandoned = ("CREATE OR REPLACE TEMP TABLE cic_abandoned AS SELECT run_key, question_id FROM observations "
-                 "WHERE created_at = ?")
+                 f"WHERE created_at = ? AND {kept}")
     if records is None:
-        con.execute(abandoned, [stamp])
+        con.execute(abandoned, [stamp, digest])
     elif records:
         con.execute(abandoned + " AND (run_key, question_id) IN (SELECT run_key, question_id FROM read_parquet(?))",
-                    [stamp, list(records)])
+                    [stamp, digest, list(records)])
     else:
-        con.execute(abandoned + " AND false", [stamp])
+        con.execute(abandoned + " AND false", [stamp, digest])
     done: dict[str, int] = {}
     try:
         done["questions"] = run(
@@ -827,8 +817,9 @@ def delete_ingest_rows(store: Store, *, stamp: datetime, records: Sequence[str] 
             "UPDATE labels l SET aligned = e.old_aligned, value = CASE WHEN l.value = CAST(e.new_aligned AS DOUBLE) "
             "THEN CAST(e.old_aligned AS DOUBLE) ELSE l.value END FROM label_events e WHERE e.created_at = ? AND "
             "l.run_key = e.run_key AND l.question_id = e.question_id AND l.criterion = e.criterion AND "
-            "l.aligned IS NOT DISTINCT FROM e.new_aligned", [stamp])
-        label_where, label_params = "created_at = ?", [stamp]
+            "l.aligned IS NOT DISTINCT FROM e.new_aligned AND NOT (l.ingest IS NOT NULL AND l.ingest <> ?)",
+            [stamp, digest])
+        label_where, label_params = f"created_at = ? AND {kept}", [stamp, digest]
         if labels is not None:
             label_where += (" AND (run_key, question_id, criterion) IN (SELECT run_key, question_id, criterion "
                             "FROM read_parquet(?))") if labels else " AND false"
@@ -842,6 +833,9 @@ def delete_ingest_rows(store: Store, *, stamp: datetime, records: Sequence[str] 
             "WHERE h.calibration_id = g.calibration_id)", [f"% relabelled by % at {stamp:%Y-%m-%d %H:%M} UTC;%", stamp])
         done["observations"] = run("DELETE FROM observations WHERE (run_key, question_id) IN "
                                    "(SELECT run_key, question_id FROM cic_abandoned)", [])
+        for table in ("labels", "observations"):  # rows it rewrote that stay: written last by their first ingest
+            con.execute(f"UPDATE {table} t SET ingest = (SELECT min(i.digest) FROM ingests i WHERE i.started_at = "
+                        "t.created_at AND i.digest <> ?) WHERE t.ingest = ?", [digest, digest])
         done["runs"] = run(  # production runs it registered that hold nothing now
             "DELETE FROM runs r WHERE r.split = 'production' AND r.created_at >= ? AND " + " AND ".join(
                 f"NOT EXISTS (SELECT 1 FROM {t} x WHERE x.run_key = r.run_key)"

@@ -101,9 +101,11 @@ def unfinished_ingest_files(store: Store) -> list[str]:
     return [f for (f,) in store.sql("SELECT file FROM ingests WHERE state = 'writing' ORDER BY started_at")]
 
 
-def write_staged(store: Store, kind: str, files: Sequence[str], source: str, now: datetime, split: str) -> None:
+def write_staged(store: Store, kind: str, files: Sequence[str], source: str, now: datetime, split: str,
+                 ingest: str) -> None:
     """Upsert one kind of staged batch ("records", "scores" or "labels") into its tables, column by name.
-    Production questions are kept per model: their split is `<split>:<model>`."""
+    Production questions are kept per model: their split is `<split>:<model>`; observations and labels name the
+    ingest (its digest) that wrote them last, so abandoning another ingest never removes them."""
     if kind == "records":
         store.upsert_select("questions", "SELECT stream AS dataset, ? || model AS split, question_id, question, "
                             "NULL::VARCHAR[] AS choices, NULL::VARCHAR[] AS choice_labels, coalesce(gold, '') AS "
@@ -112,13 +114,13 @@ def write_staged(store: Store, kind: str, files: Sequence[str], source: str, now
                             "NULL::INTEGER AS n_tokens, NULL::DOUBLE AS logprob_sum, NULL::DOUBLE AS logprob_mean, "
                             "NULL::BOOLEAN AS is_greedy, NULL::DOUBLE[] AS option_probs, ['ingested'] AS flags "
                             "FROM read_parquet(?)", [list(files)])
-        store.upsert_select("observations", "SELECT run_key, question_id, observed_at, ? AS source, ? AS created_at "
-                            "FROM read_parquet(?)", [source, now, list(files)])
+        store.upsert_select("observations", "SELECT run_key, question_id, observed_at, ? AS source, ? AS created_at, "
+                            "? AS ingest FROM read_parquet(?)", [source, now, ingest, list(files)])
     elif kind == "scores":
         store.upsert_select("scores", "SELECT run_key, question_id, estimator, value FROM read_parquet(?)",
                             [list(files)])
     elif kind == "labels":
-        store.upsert_select("labels", "SELECT run_key, question_id, criterion, aligned, value, ? AS created_at "
-                            "FROM read_parquet(?)", [now, list(files)])
+        store.upsert_select("labels", "SELECT run_key, question_id, criterion, aligned, value, ? AS created_at, "
+                            "? AS ingest FROM read_parquet(?)", [now, ingest, list(files)])
     else:
         raise ValueError(f"kind = {kind!r}: one of records, scores, labels")

@@ -265,6 +265,31 @@ def test_a_cut_off_ingest_is_abandoned_in_one_transaction(tmp_path: Path, staged
     assert again.exit_code == 2 and "is abandoned, not unfinished" in again.output
 
 
+@pytest.mark.parametrize("fail_at", [10, 18])
+def test_abandoning_a_cut_off_ingest_keeps_what_a_later_complete_file_holds(tmp_path: Path, fail_at: int) -> None:
+    """Cut off (records only at step 10; its relabels too at 18), then superseded by a complete file that holds
+    every record again plus 5 more, then abandoned: nothing the complete ingest holds is removed or reverted."""
+    from cic.pipeline.ingest import file_digest
+
+    db = tmp_path / "s.duckdb"
+    path, _, _ = _cut_off(tmp_path, db, fail_at=fail_at)
+    more = _stream(5, 7, T0 - timedelta(days=2), offset=500).with_columns(stream=pl.lit("bot2"))
+    full = write(pl.concat([pl.read_parquet(path), more]), tmp_path / "full.parquet")
+    with Store.open(db) as store:
+        ingest_file(store, full, IngestOptions(relabel=True), now=NOW + timedelta(hours=1), batch_rows=10,
+                    commit_records=10)
+        held = {t: store.read(t).drop("created_at", "ingest", "source", strict=False).sort(pl.all())
+                for t in ("observations", "labels", "scores", "generations")}
+        assert store.count("observations") == 65 and store.count("labels") == 65
+    done = CliRunner().invoke(app, ["ingest", "--abandon", file_digest(path)[:12], "--db", str(db)])
+    assert done.exit_code == 0, done.output
+    with Store.open(db) as store:
+        for table, rows in held.items():  # every row the complete ingest holds, with its values
+            assert store.read(table).drop("created_at", "ingest", "source", strict=False).sort(pl.all()).equals(rows)
+        assert dict(store.read("ingests").select("state", "records").iter_rows()) == {"done": 20, "abandoned": 60} \
+            or sorted(store.read("ingests")["state"].to_list()) == ["abandoned", "done", "done"]
+
+
 def test_a_cut_off_ingest_is_completed_from_its_staged_data_without_its_file(tmp_path: Path) -> None:
     from cic.pipeline.ingest import file_digest, staging_dir, unfinished_ingests
 
