@@ -114,8 +114,11 @@ def import_table(
     = None,
 ) -> None:
     """Upsert a Parquet table into the store (idempotent: importing twice changes nothing)."""
+    from cic import schema
     from cic.store import Store
+    from cic.store.imports import checked_import
 
+    checked_import(file, table, schema.TABLES)  # a refusal before the store is opened creates nothing
     with Store.open(db) as store:
         name, rows = store.import_(file, table)
         total = store.count(name)
