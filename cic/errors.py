@@ -9,3 +9,9 @@ from __future__ import annotations
 
 class UserError(ValueError):
     """Bad input — a value, a file, a name, a state the user can change — named in one line."""
+
+
+class ServiceDown(UserError, ConnectionError):
+    """A service the command needs (Prefect's API, MLflow, Ray) does not answer: an environment problem, not a
+    bug — one line naming the service, its address and the fix, exit 2. A `ConnectionError` too, so retries that
+    wait for a service treat it as one."""

@@ -29,6 +29,9 @@ def run_flow(flow: Callable[..., Any], failure: type[BaseException], *, store: s
     flow's `log_to_mlflow` is False; returns (summary, failed, services log). `failure` is the exception a run
     that ended Failed on purpose carries its summary in (a failed model, an alert); any other exception is
     raised with its traceback."""
+    from cic.services.prefect_api import check_prefect_api
+
+    check_prefect_api()
     if parameters.get("log_to_mlflow", True):
         refuse_moved_mlflow_store(mlflow_uri)
     with command_services(store, command=command) as service_log, progress_view():

@@ -23,6 +23,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunStatus
 from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 
+from cic.errors import ServiceDown
 from cic.services.mlflow_artifacts import local_artifact_location
 
 log = logging.getLogger("cic.tracking")
@@ -95,8 +96,9 @@ def check_reachable(tracking_uri: str, timeout_s: float = 5.0) -> None:
     except urllib.error.HTTPError:
         return  # something answered; MLflow's own calls will say what is wrong
     except (OSError, ValueError) as exc:
-        raise ConnectionError(f"MLflow tracking server {tracking_uri} does not answer within {timeout_s:g} s "
-                              f"({getattr(exc, 'reason', exc)})") from None
+        raise ServiceDown(f"MLflow tracking server {tracking_uri} does not answer within {timeout_s:g} s "
+                          f"({getattr(exc, 'reason', exc)}); start it, or fix MLFLOW_TRACKING_URI / --tracking-uri "
+                          "(the results stay in the store: `cic log` logs them later)") from None
 
 
 def experiment_id(client: MlflowClient, name: str, artifact_location: str | None = None) -> str:

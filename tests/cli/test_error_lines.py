@@ -174,3 +174,23 @@ def test_only_a_user_error_is_one_line_and_exit_2_anything_else_keeps_its_traceb
         one_line(proc, "error: load_config failed: the x invariant")
     else:
         assert "Traceback" in proc.stdout + proc.stderr and "broken" in proc.stdout + proc.stderr
+
+
+def test_a_prefect_api_or_mlflow_server_that_does_not_answer_is_one_line_naming_it(tmp_path: Path) -> None:
+    """A store and config that would run: `cic recalibrate` with PREFECT_API_URL at a dead port, `cic log` with
+    MLflow's tracking server down — each one line naming the address and the fix, exit 2, within seconds."""
+    import time
+
+    from tests.support.pipeline_data import write_config
+
+    with Store.open(tmp_path / "cic.duckdb") as store:
+        store_run(store, n=300, labelled_at=datetime(2026, 1, 1, tzinfo=UTC))
+    write_config(tmp_path / "c.yaml", tmp_path / "cic.duckdb", tmp_path / "reports")
+    started = time.monotonic()
+    one_line(cic("recalibrate", "--config", "c.yaml", cwd=tmp_path), "PREFECT_API_URL = 'http://127.0.0.1:9/api'",
+             "does not answer", "prefect server start")
+    env = {**os.environ, "MLFLOW_TRACKING_URI": "http://127.0.0.1:9"}
+    down = subprocess.run([CIC, "log", "--db", "cic.duckdb"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+    one_line(down, "MLflow tracking server http://127.0.0.1:9 does not answer", "MLFLOW_TRACKING_URI")
+    assert time.monotonic() - started < 60
