@@ -52,6 +52,9 @@ def ingest(
                                                  "prefix `cic recalibrate` names).")] = None,
     abandon: Annotated[str | None, typer.Option("--abandon", metavar="ID", help="Undo an ingest cut off between "
                                                 "commits: remove what it stored, in one transaction.")] = None,
+    tracking_uri: TrackingOpt = None,
+    no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="Leave MLflow's registry alone when a relabel "
+                                            "flags gates (`cic gate sync` later).")] = False,
 ) -> None:
     """Store production records (question, answer, scores, timestamp, correctness when known) next to the
     pipeline's runs; a file of labels alone labels them later. Idempotent; a bad record stores nothing."""
@@ -85,6 +88,8 @@ def ingest(
             f" {stats.relabelled} stored label(s) changed (label_events); "
             + (f"gates flagged: {', '.join(g[:12] for g in stats.flagged_gates)} — `cic gate list` shows why"
                if stats.flagged_gates else "no gate's window held them"))), soft_wrap=True)
+    if stats.flagged_gates and not no_mlflow:  # flagged live gates serve nothing: their aliases go too
+        _sync(db, stats.flagged_gates, tracking_uri, experiment_prefix)
 
 
 def _journal_command(db: Path, complete: str | None, abandon: str | None) -> None:

@@ -189,8 +189,12 @@ def test_a_flagged_live_gate_is_exported_serving_nothing_until_a_person_confirms
     runner = CliRunner()
     not_flagged = runner.invoke(app, ["gate", "confirm", live[:12], "--db", str(db), "--no-mlflow"])
     assert not_flagged.exit_code == 2 and "is live and not flagged; nothing to confirm" in not_flagged.output
-    relabelled = runner.invoke(app, ["ingest", str(tmp_path / "flips.csv"), "--db", str(db), "--relabel"])
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    relabelled = runner.invoke(app, ["ingest", str(tmp_path / "flips.csv"), "--db", str(db), "--relabel",
+                                     "--tracking-uri", uri])
     assert relabelled.exit_code == 0, relabelled.output
+    [version] = MlflowClient(uri).search_model_versions()  # the relabel updated the registry itself: no alias
+    assert version.tags["cic.state"] == "flagged" and MlflowClient(uri).get_registered_model(version.name).aliases == {}
 
     exported = runner.invoke(app, ["gate", "export", "--db", str(db), "--out", str(tmp_path / "a.json")])
     assert exported.exit_code == 0, exported.output
@@ -204,7 +208,6 @@ def test_a_flagged_live_gate_is_exported_serving_nothing_until_a_person_confirms
                search="fixed_sequence")
     withheld = serving_gate(str(db), **key)["withheld"]  # `cic ask` abstains, naming why, as the export serves it
     assert withheld.startswith(f"live gate {live[:12]} is flagged") and f"cic gate confirm {live[:12]}" in withheld
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
     assert registry_sync(str(db), uri, None) == []  # registered, tagged flagged, no alias
     [version] = MlflowClient(uri).search_model_versions()
     assert version.tags["cic.state"] == "flagged" and MlflowClient(uri).get_registered_model(version.name).aliases == {}
@@ -212,7 +215,8 @@ def test_a_flagged_live_gate_is_exported_serving_nothing_until_a_person_confirms
     changed = runner.invoke(app, ["gate", "confirm", live[:12], "--db", str(db), "--reason", "ana", "--no-mlflow"])
     assert changed.exit_code == 2 and "cannot confirm it" in changed.output  # its labels are not the certified ones
     assert "fingerprint differs" in changed.output
-    reverted = runner.invoke(app, ["ingest", str(tmp_path / "back.csv"), "--db", str(db), "--relabel"])
+    reverted = runner.invoke(app, ["ingest", str(tmp_path / "back.csv"), "--db", str(db), "--relabel",
+                                   "--no-mlflow"])
     assert reverted.exit_code == 0, reverted.output  # the flips were a mistake: the certified labels again
     confirmed = runner.invoke(app, ["gate", "confirm", live[:12], "--db", str(db), "--reason", "ana: flips checked",
                                     "--tracking-uri", uri])
