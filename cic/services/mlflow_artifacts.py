@@ -151,7 +151,11 @@ def moved_experiments(tracking_uri: str) -> list[MovedExperiment]:
 
 
 def check_not_moved(tracking_uri: str) -> None:
-    """Refuse to log into a moved store: new artifacts would go to the old folder, beside nothing."""
+    """Refuse to log into a moved store (new artifacts would go to the old folder, beside nothing), or into one
+    left half set up (`cic.services.mlflow_setup`): the checks every command runs before it logs."""
+    from cic.services.mlflow_setup import check_set_up
+
+    check_set_up(tracking_uri)
     moved = moved_experiments(tracking_uri)
     if moved:
         first, more = moved[0], (f" (and {len(moved) - 1} more)" if len(moved) > 1 else "")
@@ -172,6 +176,9 @@ def relocate(tracking_uri: str, wait_s: float = 30) -> list[MovedExperiment]:
     if db_file is None:
         raise UserError(f"--tracking-uri = {tracking_uri!r}: only a local SQLite store (sqlite:///PATH) keeps "
                          f"absolute artifact paths; a tracking server's mlflow-artifacts: locations move with it")
+    if db_file.is_file() and db_file.stat().st_size == 0:  # SQLite would write a header into it
+        raise UserError(f"MLflow store {str(db_file)!r} is an empty file: no experiment to relocate (MLflow sets "
+                        "the store up on first use); nothing changed")
     with closing(_connect(db_file, write=True, wait_s=wait_s)) as conn:
         try:
             conn.execute("BEGIN IMMEDIATE")  # no other writer between reading the locations and rewriting them

@@ -84,7 +84,9 @@ def test_a_store_that_does_not_exist_is_not_created_by_the_check_and_an_empty_on
     assert moved_experiments(f"sqlite:///{tmp_path}/absent.db") == [] and not (tmp_path / "absent.db").exists()
     (tmp_path / "empty.db").touch()  # MLflow initialises an empty file on first use: nothing to refuse
     check_not_moved(f"sqlite:///{tmp_path}/empty.db")
-    assert relocate(f"sqlite:///{tmp_path}/empty.db") == []
+    with pytest.raises(ValueError, match="is an empty file: no experiment to relocate"):
+        relocate(f"sqlite:///{tmp_path}/empty.db")
+    assert (tmp_path / "empty.db").stat().st_size == 0  # refused, and not rewritten into a SQLite header
 
 
 def test_a_store_another_writer_holds_is_refused_after_the_wait_and_left_as_it_was(tmp_path: Path) -> None:

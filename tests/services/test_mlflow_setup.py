@@ -1,0 +1,82 @@
+"""A local MLflow store whose first migration was stopped (SIGTERM) is refused in one line naming the fix, before
+any logging; moved aside as the line says, the next command sets up a new store and works."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from cic.services.mlflow_setup import head_revision
+from cic.store import Store
+from tests.pipeline.test_recalibration import make_live, only_group
+from tests.support.pipeline_data import store_run
+
+pytestmark = pytest.mark.faults
+CIC = str(Path(sys.executable).with_name("cic"))
+FIRST_USE = "import sys\nfrom mlflow import MlflowClient\nMlflowClient(tracking_uri=sys.argv[1]).search_experiments()\n"
+
+
+def _tables(db: Path) -> int:
+    try:
+        with sqlite3.connect(db) as conn:
+            return conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0]
+    except sqlite3.DatabaseError:
+        return 0
+
+
+def _revision(db: Path) -> str | None:
+    with sqlite3.connect(db) as conn:
+        try:
+            row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+        except sqlite3.OperationalError:
+            return None
+    return row[0] if row else None
+
+
+def half_set_up(db: Path) -> None:
+    """SIGTERM MLflow's first use of a new SQLite file once it has created some tables, until the file is left in
+    a state MLflow's next use cannot finish; a few tries at most."""
+    uri = f"sqlite:///{db}"
+    for enough in (38, 52, 7, 20, 45, 30):  # tables created before the SIGTERM
+        db.unlink(missing_ok=True)
+        proc = subprocess.Popen([sys.executable, "-c", FIRST_USE, uri], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while _tables(db) < enough and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.002)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        if not (db.exists() and _tables(db) and _revision(db) != head_revision(uri)):
+            continue
+        again = subprocess.run([sys.executable, "-c", FIRST_USE, uri], capture_output=True, text=True, timeout=120)
+        if again.returncode != 0:
+            return  # MLflow cannot finish it ("table … already exists"): every later command met a traceback
+    pytest.fail("no SIGTERM left MLflow's first migration in a state it cannot finish")
+    pytest.fail("MLflow's first migration finished before every SIGTERM")
+
+
+def test_a_store_stopped_during_mlflows_first_migration_is_one_line_naming_the_fix(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "cic.duckdb") as store:
+        store_run(store, n=300, labelled_at=datetime(2026, 1, 1, tzinfo=UTC), estimators=("semantic_entropy",))
+        make_live(store, only_group(store))
+    broken = tmp_path / "mlflow.db"
+    half_set_up(broken)
+    sync = [CIC, "gate", "sync", "--db", "cic.duckdb", "--tracking-uri", f"sqlite:///{broken}"]
+    env = {**os.environ, "PREFECT_API_URL": "http://127.0.0.1:9/api"}
+    refused = subprocess.run(sync, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "Traceback" not in refused.stderr and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert f"MLflow store {broken} was left half set up" in refused.stderr and "it holds no runs" in refused.stderr
+    assert f"`mv {broken} {broken}.broken`" in refused.stderr
+    broken.rename(tmp_path / "mlflow.db.broken")  # as the line says
+    fixed = subprocess.run(sync, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert _revision(broken) == head_revision(f"sqlite:///{broken}")
