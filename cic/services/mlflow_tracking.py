@@ -25,6 +25,7 @@ from mlflow.store.artifact.artifact_repository_registry import get_artifact_repo
 
 from cic.errors import ServiceDown
 from cic.services.mlflow_artifacts import local_artifact_location
+from cic.services.mlflow_claims import claimed
 
 log = logging.getLogger("cic.tracking")
 
@@ -161,6 +162,12 @@ def log_group(client: MlflowClient, group: GroupLog, *, artifact_location: str |
     run's own calls stay in order); the parent is marked FINISHED only after every one of them succeeded, so a
     cut-off or failed group is found and replaced by the next logging pass (`find_logged`).
     """
+    with claimed(client.tracking_uri, group.log_key):  # one logger per group across processes
+        return _log_unclaimed(client, group, artifact_location=artifact_location, in_flight=in_flight)
+
+
+def _log_unclaimed(client: MlflowClient, group: GroupLog, *, artifact_location: str | None,
+                   in_flight: int) -> tuple[str, bool]:
     existing = find_logged(client, group.log_key)
     if existing is not None:
         return existing, False

@@ -120,3 +120,45 @@ def test_group_names_cannot_write_outside_the_report_directory(tmp_path) -> None
     for parts in (("../../outside", "d", "e", "c", "k"), ("m", "/etc", "e", "c", "k"), ("..", "..", "..", "..", "..")):
         target = (root / file_slug(*parts)).resolve()
         assert target.parent == root.resolve(), parts
+
+
+CONCURRENT = """
+import sys, time
+from pathlib import Path
+from mlflow import MlflowClient
+from tests.services.test_mlflow_tracking import _group
+from cic.services import mlflow_tracking as tracking
+client = MlflowClient(tracking_uri=sys.argv[1])
+client.search_runs([client.get_experiment_by_name("cic-trivia_qa").experiment_id])  # warm: only the race is left
+print("READY", flush=True)
+go = Path(sys.argv[2])
+while not go.exists():
+    time.sleep(0.001)
+run_id, new = tracking.log_group(client, _group("same"))
+print("NEW" if new else "FOUND", run_id)
+"""
+
+
+@pytest.mark.faults
+def test_two_processes_logging_one_group_at_once_log_it_once(tmp_path: Path) -> None:
+    """Two loggers released at the same instant (two `cic run`s on one store, a `cic log` beside a run): one
+    logs the group, the other waits for its claim and finds it — one FINISHED parent, nothing RUNNING."""
+    import os
+    import subprocess
+    import sys
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    MlflowClient(tracking_uri=uri).create_experiment("cic-trivia_qa")  # the store set up before the race
+    go = tmp_path / "go"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    procs = [subprocess.Popen([sys.executable, "-c", CONCURRENT, uri, str(go)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    assert [p.stdout.readline().strip() for p in procs] == ["READY", "READY"]  # both wait at the line
+    go.touch()
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outputs
+    said = sorted(out.split()[0] for out, _ in outputs)
+    assert said == ["FOUND", "NEW"] and len({out.split()[1] for out, _ in outputs}) == 1, outputs
+    client = MlflowClient(tracking_uri=uri)
+    parents = [r for r in _runs(client, "cic-trivia_qa") if tracking.PARENT_RUN_TAG not in r.data.tags]
+    assert [r.info.status for r in parents] == ["FINISHED"]
+    assert len(_runs(client, "cic-trivia_qa")) == 1 + 2  # the parent and its two nested runs, once
