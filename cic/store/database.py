@@ -438,11 +438,12 @@ class Store:
         self._in_transaction = False
 
     @classmethod
-    def open(cls, path: str | Path, *, read_only: bool = False, wait_s: float = 0.0) -> Store:
+    def open(cls, path: str | Path, *, read_only: bool = False, wait_s: float = 0.0,
+             waiting: Callable[[str], None] | None = None) -> Store:
         """Open (or create) a store; migrates an older file. Raises `StoreLockedError` when another process
-        holds the file (after retrying with backoff for up to `wait_s` seconds) and `NotADuckDBFileError` for a
-        file that is not a DuckDB database. Writers that run for long open per batch with a wait, so readers
-        and other flows get the file between batches."""
+        holds the file (after retrying with backoff for up to `wait_s` seconds; `waiting` is told once, when the
+        wait begins) and `NotADuckDBFileError` for a file that is not a DuckDB database. Writers that run for long
+        open per batch with a wait, so readers and other flows get the file between batches."""
         import time
 
         deadline = time.monotonic() + wait_s
@@ -453,6 +454,9 @@ class Store:
             except StoreLockedError:
                 if time.monotonic() + pause > deadline:
                     raise
+                if waiting is not None and pause == 0.05:
+                    waiting(f"db = {str(path)!r} is held by another process (a writer between batches); waiting "
+                            f"up to {wait_s:g} s")
                 time.sleep(pause)
                 pause = min(pause * 2, 2.0)
 

@@ -70,3 +70,34 @@ def test_store_and_dataset_errors_are_one_clear_line(tmp_path: Path) -> None:
     assert not db.exists()  # nothing written
     result = runner.invoke(app, ["export", "nonsense", str(tmp_path / "x.parquet"), "--db", str(db)])
     assert result.exit_code == 2 and "table = 'nonsense': unknown" in result.output
+
+
+def test_a_reader_waits_for_the_writer_that_holds_the_store_and_says_so(tmp_path: Path) -> None:
+    """`cic export` started while another process writes the store waits (one line) and then reads it."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from tests.support.pipeline_data import store_run
+
+    db = tmp_path / "cic.duckdb"
+    with Store.open(db) as store:
+        store_run(store, n=50)
+    hold = ("import sys, time\nfrom cic.store import Store\nwith Store.open(sys.argv[1]):\n"
+            "    print('held', flush=True)\n    time.sleep(4)\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    writer = subprocess.Popen([sys.executable, "-c", hold, str(db)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert writer.stdout.readline().strip() == "held"
+        started = time.monotonic()
+        cic = str(Path(sys.executable).with_name("cic"))
+        reader = subprocess.run([cic, "export", "labels", "labels.parquet", "--db", str(db)], cwd=tmp_path,
+                                capture_output=True, text=True, timeout=120)
+        waited = time.monotonic() - started
+    finally:
+        writer.wait(timeout=30)
+    assert reader.returncode == 0, reader.stdout + reader.stderr
+    assert "is held by another process (a writer between batches); waiting up to 120 s" in reader.stderr
+    assert reader.stderr.count("waiting up to") == 1 and waited > 1
+    assert "50 labels rows written" in reader.stdout
