@@ -80,7 +80,9 @@ def ingest(
     with Store.open(db, wait_s=300) as store:
         stats = ingest_file(store, file, options)
     streams = ", ".join(f"{r['model']}/{r['stream']}" for r in stats.runs)
-    console.print(printable(f"{file}: {stats.records} record(s) stored, {stats.labels} labelled"
+    stored = (f"{stats.records} record(s) stored" if stats.new is None or stats.new == stats.records else
+              f"{stats.records} record(s): {stats.new} new, {stats.records - stats.new} already stored (rewritten)")
+    console.print(printable(f"{file}: {stored}, {stats.labels} labelled"
                             + (f", {stats.unlabelled} waiting for labels" if stats.unlabelled else "")
                             + (f" ({streams})" if streams else "") + f" in {db}"))
     if stats.relabelled:
@@ -357,7 +359,8 @@ def sync_registry(
     experiment_prefix: PrefixOpt = DEFAULT_EXPERIMENT_PREFIX,
 ) -> None:
     """Reconcile MLflow's registry with the store, both ways: every live or retired gate registered, `live` set
-    where a gate is live and removed where none is. Exits 1 when MLflow cannot be reached."""
+    where a gate is live and removed where none is. One line and exit 2 when MLflow does not answer; exit 1 when
+    it answers with a failure."""
     from cic.cli.runner import without_flow
     from cic.cli.service_logs import services_log_path
     from cic.pipeline import progress

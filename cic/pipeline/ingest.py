@@ -59,6 +59,7 @@ from cic.store.ingest_queries import (
     first_question_in_two_groups,
     first_repeated_key,
     gates_touched,
+    new_record_count,
     staged_label_count,
     staged_streams,
     stored_answers,
@@ -116,6 +117,7 @@ class IngestStats:
     relabelled: int = 0
     flagged_gates: list[str] = field(default_factory=list)
     runs: list[dict[str, str]] = field(default_factory=list)
+    new: int | None = None  # records the store did not hold before (None: a file of labels alone)
 
 
 def run_key_of(model: str, stream: str) -> str:
@@ -405,6 +407,8 @@ def ingest_file(store: Store, path: str | Path, options: IngestOptions = IngestO
             raise UserError(f"file = {str(p)!r}: has no records")
         _check_unique(store, stage, source)
         _check_groups(store, stage, source)
+        if not layout.labels_only:
+            stats.new = new_record_count(store, stage.files["keys"])
         changed = _changed_labels(store, stage, source, relabel)
         _write(store, stage, layout, p, checks.stamp or checks.now, changed, stats, experiment_prefix,
                commit_files=max(1, commit_records // batch_rows), digest=digest)

@@ -75,6 +75,12 @@ def staged_streams(store: Store, keys: Files) -> list[tuple[str, str, str]]:
     return store.sql("SELECT DISTINCT model, stream, base FROM read_parquet(?) ORDER BY model, stream", [keys])
 
 
+def new_record_count(store: Store, keys: Files) -> int:
+    """How many staged records the store does not hold yet (the rest rewrite stored ones)."""
+    return int(store.sql("SELECT count(*) FROM read_parquet(?) k WHERE NOT EXISTS (SELECT 1 FROM observations o "
+                         "WHERE o.run_key = k.run_key AND o.question_id = k.question_id)", [keys])[0][0])
+
+
 def staged_label_count(store: Store, labels: Files) -> int:
     """How many (run, question) pairs the staged labels cover."""
     return int(store.sql("SELECT count(*) FROM (SELECT DISTINCT run_key, question_id FROM read_parquet(?))",
