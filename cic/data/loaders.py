@@ -69,9 +69,10 @@ def _check_unique_ids(rows: list[dict[str, Any]], locations: list[str], dataset:
 
 
 def _subsample(n: int, limit: int | None, seed: int | None) -> np.ndarray:
-    """Row indices to keep, in source order: all, the first `limit`, or a seeded random `limit` of them."""
+    """Row indices to keep, in source order: all, the first `limit`, or a seeded random `limit` of them — the
+    first `limit` of one seeded permutation, so a larger limit extends the sample a smaller one drew."""
     if limit is None or limit >= n:
         return np.arange(n)
     if seed is None:
         return np.arange(limit)
-    return np.sort(np.random.default_rng(seed).choice(n, size=limit, replace=False))
+    return np.sort(np.random.default_rng(seed).permutation(n)[:limit])

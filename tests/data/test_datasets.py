@@ -107,6 +107,9 @@ def test_limit_and_seed_subsample_deterministically_in_source_order() -> None:
     positions = [full["question_id"].to_list().index(q) for q in a["question_id"]]
     assert positions == sorted(positions) and positions != list(range(25))
     assert load_questions("trivia_qa", limit=10_000).height == 300
+    for small, large in ((8, 9), (25, 60)):  # a larger limit extends the sample a smaller one drew
+        kept = set(load_questions("trivia_qa", limit=large, seed=7)["question_id"])
+        assert set(load_questions("trivia_qa", limit=small, seed=7)["question_id"]) < kept
     with pytest.raises(ValueError, match="limit = 0"):
         load_questions("trivia_qa", limit=0)
 
