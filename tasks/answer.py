@@ -168,7 +168,11 @@ def answer_questions(db: str, models: list[ModelJob], *, questions_per_batch: in
         if item.error:
             logger.error("%s FAILED after %d of %d questions: %s", pool.name, done[pool.name], item.questions,
                          item.error)
-        else:
+        elif item.failed:  # within endpoint.max_failed_share: the run goes on, and says what it lost
+            logger.warning("%s: %d of %d questions got no answer from the endpoint (within endpoint."
+                           "max_failed_share = %g); first: %s; a rerun asks only them", pool.name, item.failed,
+                           item.questions, job.max_failed_share, item.failure)
+        if not item.error:
             logger.info("%s: %d questions (%d generated, %d tokens) in %d batches on %d actor(s) %s, %.1f s",
                         pool.name, item.questions, item.generated, item.tokens, item.batches, item.actors,
                         item.options, item.wall_s)

@@ -24,7 +24,7 @@ from cic.pipeline import progress
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
 from cic.pipeline.run_results import LogStats
 from cic.reports.report import ReportConfig, file_slug, write_report
-from cic.services.mlflow_artifacts import check_not_moved
+from cic.services.mlflow_setup import check_before_logging
 from cic.services.mlflow_tracking import (
     ChildRun,
     DatasetRef,
@@ -182,7 +182,7 @@ def log_results(db: str, *, tracking: str | None = None, experiment_prefix: str 
     """
     uri = tracking_uri(tracking)
     check_reachable(uri)
-    check_not_moved(uri)
+    check_before_logging(uri)
     guard_output_dir(report_dir, "report_dir")  # cic's own directory (marked), never one holding other files
     client = MlflowClient(tracking_uri=uri)
     in_flight = requests_in_flight(uri)

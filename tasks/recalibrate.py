@@ -16,7 +16,7 @@ from cic.pipeline.alerts import counts_line, headline
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX, CalibrationConfig, RecalibrationConfig
 from cic.pipeline.recalibration import Candidate, RecalibrationPass, WindowRule, recalibrate_store
 from cic.pipeline.stored_calibration import GroupKey
-from cic.services.mlflow_artifacts import check_not_moved
+from cic.services.mlflow_setup import check_before_logging
 from cic.services.mlflow_tracking import ChildRun, GroupLog, check_reachable, log_group, tracking_uri
 from cic.services.prefect_runs import named_by_runs
 from cic.stats.calibration import CalibrationResult
@@ -92,7 +92,7 @@ def log_recalibrations(result: RecalibrationPass, *, tracking: str | None = None
     from prefect.runtime import flow_run
 
     check_reachable(tracking_uri(tracking))
-    check_not_moved(tracking_uri(tracking))
+    check_before_logging(tracking_uri(tracking))
     client = MlflowClient(tracking_uri=tracking_uri(tracking))
     run_tag = {"cic.flow_run_id": str(flow_run.id)} if flow_run.id else {}
     by_group: dict[GroupKey, list[Candidate]] = {}

@@ -51,6 +51,11 @@ err_console = StreamConsole(stderr=True, markup=False, emoji=False, highlight=Fa
 READ_WAIT_S = 120.0  # how long a reading command waits for a writer to let go of the store (it says so once)
 
 
+def say_waiting(line: str) -> None:
+    """The one line a command prints when it starts waiting for the store (unwrapped, to stderr)."""
+    err_console.print(printable(line), soft_wrap=True)
+
+
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _NAMED = {"\n": "\\n", "\t": "\\t"}
 
@@ -190,7 +195,7 @@ def load_stored_pairs(db: Path, stored: dict[str, str | None]) -> tuple[Any, Any
         raise UserError(f"{str(db)!r} is a DuckDB store: name the group with {', '.join(missing)}")
     if not db.exists():
         raise UserError(f"FILE = {str(db)!r}: no such file")
-    with Store.open(db, read_only=True, wait_s=READ_WAIT_S, waiting=err_console.print) as store:
+    with Store.open(db, read_only=True, wait_s=READ_WAIT_S, waiting=say_waiting) as store:
         pairs = store.calibration_frame(stored["model"], stored["dataset"], stored["estimator"],
                                         stored["criterion"], run_key=stored.get("run_key"), allow_partial=True)
     return pairs.get_column("score").to_numpy(), pairs.get_column("error").to_numpy()

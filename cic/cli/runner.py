@@ -17,10 +17,10 @@ from cic.cli.services import command_services
 
 def refuse_moved_mlflow_store(explicit: str | None) -> None:
     """Before any work: a moved local MLflow store would get its new artifacts in the old folder."""
-    from cic.services.mlflow_artifacts import check_not_moved
+    from cic.services.mlflow_setup import check_before_logging
     from cic.services.mlflow_tracking import tracking_uri
 
-    check_not_moved(tracking_uri(explicit))
+    check_before_logging(tracking_uri(explicit))
 
 
 def run_flow(flow: Callable[..., Any], failure: type[BaseException], *, store: str | Path, command: str,

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from cic.cli.common import READ_WAIT_S, DbOpt, ForceOpt, console, err_console, friendly_errors
+from cic.cli.common import READ_WAIT_S, DbOpt, ForceOpt, console, friendly_errors, say_waiting
 from cic.errors import UserError
 
 
@@ -101,7 +101,7 @@ def export(
     if out.suffix.lower() not in (".parquet", ".pq"):
         raise UserError(f"OUT = {str(out)!r}: give a .parquet file name")
     out = guard_output(out, "OUT", inputs=[db], force=force, writes="frame")
-    with Store.open(db, read_only=True, wait_s=READ_WAIT_S, waiting=err_console.print) as store:
+    with Store.open(db, read_only=True, wait_s=READ_WAIT_S, waiting=say_waiting) as store:
         rows = store.export(table, out, **filters)
     console.print(f"{rows} {table} rows written to {out}")
 

@@ -9,7 +9,9 @@ without them the estimators that need them store null, and the run says so in on
 
 Faults: nothing listening is refused at `probe()` within the connect timeout (≤ 5 s) with the URL named; 429
 waits for Retry-After; 5xx, timeouts and dropped connections are retried with exponential backoff and full
-jitter; a question whose requests still fail is returned as failed (its reason kept), never half-stored.
+jitter; a question whose requests still fail is returned as failed (its reason kept), never half-stored. With
+several replicas, one that refuses connections or stops answering past its retries is marked down (a warning)
+and its requests move to the live ones — at the probe as during the run; only when none is left do they fail.
 The API key is read from the environment variable named in the config and never appears in a message.
 """
 
@@ -89,6 +91,7 @@ class EndpointStats:
 
     requests: int = 0
     retries: int = 0
+    moved: int = 0  # requests handed to another replica after theirs stopped answering
     failed_questions: dict[str, str] = field(default_factory=dict)
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -228,6 +231,21 @@ class EndpointClient:
         self.stats = EndpointStats()
         self.served_model: str | None = None
         self.logprobs = spec.logprobs == "on"
+        self.down: dict[str, str] = {}  # replicas that stopped answering (or never did), and why
+
+    def _replica(self, url: str) -> str | None:
+        """`url` while it answers, else the next replica (in configured order) that has not stopped; None when none
+        is left."""
+        urls = list(self.spec.urls)
+        start = urls.index(url) if url in urls else 0
+        return next((u for u in urls[start:] + urls[:start] if u not in self.down), None)
+
+    def _mark_down(self, url: str, why: str) -> None:
+        if url not in self.down:
+            self.down[url] = why
+            left = [u for u in self.spec.urls if u not in self.down]
+            log.warning("endpoint replica %s stopped answering (%s); its requests go to %s", url, why,
+                        ", ".join(left) or "no replica: every one is down")
 
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.key}"} if self.key else {}
@@ -285,6 +303,12 @@ class EndpointClient:
 
         attempt = 0
         while True:
+            live = self._replica(url)
+            if live is None:
+                raise EndpointError(f"every replica stopped answering ({url}: {self.down.get(url, 'down')})")
+            if live != url:  # its replica died: the request moves, its retries start afresh
+                url, attempt = live, 0
+                self.stats.moved += 1
             if self.spec.max_requests is not None and self.stats.requests >= self.spec.max_requests:
                 raise EndpointError(f"request budget of {self.spec.max_requests} spent (endpoint.max_requests)")
             if self.spec.max_tokens is not None and self.stats.completion_tokens >= self.spec.max_tokens:
@@ -297,8 +321,12 @@ class EndpointClient:
                 if (wait := self._retry_wait(exc, attempt)) is None:
                     raise EndpointError(str(exc)) from None
             except (httpx.TimeoutException, httpx.TransportError) as exc:
-                if attempt >= self.spec.retries:
-                    raise EndpointError(f"{url}: {type(exc).__name__} after {attempt + 1} attempts") from None
+                several = len(self.spec.urls) > 1
+                if (several and isinstance(exc, httpx.ConnectError)) or attempt >= self.spec.retries:
+                    if not several:
+                        raise EndpointError(f"{url}: {type(exc).__name__} after {attempt + 1} attempts") from None
+                    self._mark_down(url, f"{type(exc).__name__} after {attempt + 1} attempt(s)")
+                    continue  # nothing listens there, or it stopped answering: the request moves
                 wait = backoff_s(attempt, self.rng)
             else:
                 if outcome.prompt_tokens:
@@ -335,24 +363,27 @@ class EndpointClient:
 
     def probe(self) -> str:
         """Ask every replica for one token before any work: the model id it reports (the run key holds it), and
-        whether it returns log-probabilities. Refuses, within the connect timeout, a URL where nothing listens,
-        and replicas that report different models."""
+        whether it returns log-probabilities. Refuses, within the connect timeout, an endpoint where no replica
+        listens, and replicas that report different models; a replica that does not answer while another does is
+        a warning, and its share of the questions goes to the others."""
         return asyncio.run(self._probe())
 
     async def _probe(self) -> str:
         import httpx
 
-        reported = {}
+        reported: dict[str, str] = {}
+        unreachable: dict[str, str] = {}
         async with self._client() as client:
             for url in self.spec.urls:
                 asked_logprobs = self.spec.logprobs != "off"
                 try:
                     first = await self._post_patiently(client, url, self._probe_body(asked_logprobs))
                 except httpx.ConnectError:
-                    raise UserError(f"endpoint {url}: nothing is listening there (connection refused)") from None
+                    unreachable[url] = f"endpoint {url}: nothing is listening there (connection refused)"
+                    continue
                 except httpx.ConnectTimeout:
-                    raise UserError(f"endpoint {url}: no answer to a connection within {CONNECT_TIMEOUT_S:g} s")\
-                        from None
+                    unreachable[url] = f"endpoint {url}: no answer to a connection within {CONNECT_TIMEOUT_S:g} s"
+                    continue
                 except httpx.TimeoutException:
                     raise UserError(f"endpoint {url}: connected, but no reply within {self.spec.timeout_s:g} s "
                                     "(endpoint.timeout_s)") from None
@@ -373,6 +404,10 @@ class EndpointClient:
                 if self.spec.logprobs == "auto" and asked_logprobs:
                     self.logprobs = outcome.token_logprobs is not None
                 reported[url] = outcome.model or self.spec.model
+        if not reported:  # not one replica answers: the first reason, one line
+            raise UserError(next(iter(unreachable.values())))
+        for url, why in unreachable.items():  # a dead replica while another answers: a warning, not a refusal
+            self._mark_down(url, why.removeprefix(f"endpoint {url}: "))
         models = set(reported.values())
         if len(models) > 1:
             raise UserError("endpoint replicas serve different models: "

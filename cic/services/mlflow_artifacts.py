@@ -140,6 +140,16 @@ def _moved(conn: sqlite3.Connection, db_file: Path) -> list[MovedExperiment]:
     return moved
 
 
+def store_state(db_file: Path) -> tuple[int, str | None, int | None]:
+    """(tables, MLflow's schema revision or None, runs or None) of a local store's SQLite file, read only."""
+    with closing(sqlite3.connect(f"file:{db_file}?mode=ro", uri=True)) as conn:
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        row = conn.execute("SELECT version_num FROM alembic_version").fetchone() \
+            if "alembic_version" in tables else None
+        runs = conn.execute("SELECT count(*) FROM runs").fetchone()[0] if "runs" in tables else None
+    return len(tables), (row[0] if row else None), runs
+
+
 def moved_experiments(tracking_uri: str) -> list[MovedExperiment]:
     """The experiments of a local SQLite store whose artifacts were placed beside it at another place (empty for
     other stores, and for a store that does not exist yet)."""
@@ -151,11 +161,7 @@ def moved_experiments(tracking_uri: str) -> list[MovedExperiment]:
 
 
 def check_not_moved(tracking_uri: str) -> None:
-    """Refuse to log into a moved store (new artifacts would go to the old folder, beside nothing), or into one
-    left half set up (`cic.services.mlflow_setup`): the checks every command runs before it logs."""
-    from cic.services.mlflow_setup import check_set_up
-
-    check_set_up(tracking_uri)
+    """Refuse to log into a moved store: new artifacts would go to the old folder, beside nothing."""
     moved = moved_experiments(tracking_uri)
     if moved:
         first, more = moved[0], (f" (and {len(moved) - 1} more)" if len(moved) > 1 else "")

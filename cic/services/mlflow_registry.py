@@ -263,12 +263,12 @@ def registry_sync(db: str, uri: str, gate_ids: Sequence[str] | None, *,
     import polars as pl
 
     from cic.pipeline.gates import gates
-    from cic.services.mlflow_artifacts import check_not_moved
+    from cic.services.mlflow_setup import check_before_logging
     from cic.services.mlflow_tracking import check_reachable
     from cic.store import Store
 
     check_reachable(uri)
-    check_not_moved(uri)
+    check_before_logging(uri)
     with Store.open(db, read_only=True, wait_s=300) as store:
         table = gates(store)
     chosen = table if gate_ids is None else table.filter(pl.col("calibration_id").is_in(list(gate_ids)))

@@ -5,10 +5,9 @@ exists". Found before any logging, with the fix named, instead of a traceback on
 from __future__ import annotations
 
 import sqlite3
-from contextlib import closing
 
 from cic.errors import UserError
-from cic.services.mlflow_artifacts import sqlite_file
+from cic.services.mlflow_artifacts import check_not_moved, sqlite_file, store_state
 
 
 def head_revision(tracking_uri: str) -> str:
@@ -19,16 +18,6 @@ def head_revision(tracking_uri: str) -> str:
     return str(ScriptDirectory.from_config(_get_alembic_config(tracking_uri)).get_current_head())
 
 
-def _state(db_file: object) -> tuple[int, str | None, int | None]:
-    """(tables, stored revision or None, runs or None) of a SQLite file."""
-    with closing(sqlite3.connect(f"file:{db_file}?mode=ro", uri=True)) as conn:
-        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        revision = (conn.execute("SELECT version_num FROM alembic_version").fetchone() or [None])[0] \
-            if "alembic_version" in tables else None
-        runs = conn.execute("SELECT count(*) FROM runs").fetchone()[0] if "runs" in tables else None
-    return len(tables), revision, runs
-
-
 def check_set_up(tracking_uri: str) -> None:
     """Refuse a local store whose schema MLflow cannot finish (a half-created file, or one from an older MLflow),
     naming the fix; a store MLflow completes by itself, a new or empty file, and a server pass."""
@@ -36,7 +25,7 @@ def check_set_up(tracking_uri: str) -> None:
     if db_file is None or not db_file.is_file():
         return
     try:
-        tables, revision, runs = _state(db_file)
+        tables, revision, runs = store_state(db_file)
     except sqlite3.DatabaseError:
         return  # not SQLite at all: the moved-store check names that
     if tables == 0 or revision == head_revision(tracking_uri):
@@ -55,3 +44,9 @@ def check_set_up(tracking_uri: str) -> None:
     raise UserError(f"MLflow store {db_file} was left half set up (a process stopped during MLflow's first "
                     f"migration: {tables} tables, schema {revision or 'none'}; {why}); {holds}: move it aside "
                     f"(`mv {db_file} {db_file}.broken`) and rerun, MLflow sets up a new one") from None
+
+
+def check_before_logging(tracking_uri: str) -> None:
+    """What every command checks before it logs to a local store: set up, and not moved."""
+    check_set_up(tracking_uri)
+    check_not_moved(tracking_uri)

@@ -456,7 +456,7 @@ class Store:
                     raise
                 if waiting is not None and pause == 0.05:
                     waiting(f"db = {str(path)!r} is held by another process (a writer between batches); waiting "
-                            f"up to {wait_s:g} s")
+                            f"up to {wait_s:g} s")  # said once
                 time.sleep(pause)
                 pause = min(pause * 2, 2.0)
 

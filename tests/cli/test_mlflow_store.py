@@ -148,6 +148,7 @@ def test_relocate_refuses_a_sqlite_file_that_is_not_an_mlflow_store_and_leaves_i
     assert "is not an MLflow SQLite store: it holds table(s) users but no experiments table" in text, text
     assert other.read_bytes() == before
     empty = tmp_path / "empty.db"
-    empty.touch()  # a file MLflow has not initialised yet is not refused
-    ok = runner.invoke(app, ["mlflow", "relocate", "--tracking-uri", f"sqlite:///{empty}"])
-    assert ok.exit_code == 0 and "nothing to relocate" in ok.output, ok.output
+    empty.touch()  # a file MLflow has not initialised yet: nothing to relocate, and not rewritten
+    refused = runner.invoke(app, ["mlflow", "relocate", "--tracking-uri", f"sqlite:///{empty}"])
+    assert refused.exit_code == 2 and "is an empty file: no experiment to relocate" in refused.output, refused.output
+    assert empty.stat().st_size == 0

@@ -138,11 +138,11 @@ def test_mlflow_has_parents_children_metrics_and_artifacts(
                and r.data.metrics["alpha"] == float(r.data.params["alpha"]) for r in mine)
     assert {a.path for a in client.list_artifacts(parent.info.run_id)} == {"figures", "tables"}  # no relative links
     with Store.open(summary.db) as store:
-        fdr = {(r["estimator"], r["criterion"], r["alpha"], r["bound"]): r["fdr_mean"]
+        fdr = {(r["estimator"], r["criterion"], r["alpha"], r["bound"], r["search"]): r["fdr_mean"]
                for r in store.read("evaluations").iter_rows(named=True)}
     for r in children:  # logged exactly where some split found a threshold (null FDR is not a metric)
         key = (r.data.tags["cic.estimator"], r.data.tags["cic.criterion"], float(r.data.params["alpha"]),
-               r.data.params["bound"])
+               r.data.params["bound"], r.data.params["search"])
         assert ("fdr_mean" in r.data.metrics) == (fdr[key] is not None)
     assert [a.path for a in client.list_artifacts(mine[0].info.run_id)] == ["gate.json"]
 

@@ -314,3 +314,43 @@ def test_a_server_killed_mid_run_loses_no_stored_answer_and_the_rerun_asks_only_
     assert f"answer smol-served: {6 - stored}/{6 - stored} (100.0%)" in second.stdout  # only the unanswered
     with Store.open(tmp_path / "served.duckdb", read_only=True) as store:
         assert store.read("generations").get_column("question_id").n_unique() == 6
+
+
+@pytest.mark.slow
+@pytest.mark.faults
+def test_a_replica_that_dies_mid_run_hands_its_questions_to_the_live_one(server: ServedModel,
+                                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """Two replicas; the second dies (connections dropped, then refused) after two requests: every question is
+    answered, the moved requests counted, one warning names the dead replica."""
+    from cic.llm.endpoint import EndpointGenerator
+    from cic.llm.generation import GenerationConfig
+
+    questions = [f"q{i}" for i in range(6)]
+    prompts = [f"Name a colour number {i}." for i in range(6)]
+    with gateway(server.url, []) as live, gateway(server.url, [], dies_after=2) as dying:
+        client = EndpointClient(EndpointSpec(urls=(live, dying), model=server.model, max_in_flight=2, retries=1))
+        frame = EndpointGenerator(client, GenerationConfig(n_samples=2, max_new_tokens=4)).generate_open(
+            questions, prompts, run_key="r")
+    assert not client.stats.failed_questions and frame.height == 6 * 3
+    assert set(frame.get_column("question_id")) == set(questions)
+    assert list(client.down) == [dying] and client.stats.moved >= 1
+    warned = [r.getMessage() for r in caplog.records if "stopped answering" in r.getMessage()]
+    assert len(warned) == 1 and dying in warned[0] and live in warned[0]
+
+
+@pytest.mark.slow
+@pytest.mark.faults
+def test_one_replica_dead_at_start_is_a_warning_while_another_answers(server: ServedModel,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    from cic.llm.endpoint import EndpointGenerator
+    from cic.llm.generation import GenerationConfig
+
+    dead = "http://127.0.0.1:9/v1"  # discard port: nothing listens
+    client = EndpointClient(EndpointSpec(urls=(dead, server.url), model=server.model))
+    assert client.probe() == f"{server.model}@main" and list(client.down) == [dead]
+    frame = EndpointGenerator(client, GenerationConfig(n_samples=1, max_new_tokens=4)).generate_open(
+        ["q1", "q2"], ["Name a colour.", "Name a fruit."], run_key="r")
+    assert frame.height == 2 * 2 and not client.stats.failed_questions
+    assert any(dead in r.getMessage() and "connection refused" in r.getMessage() for r in caplog.records)
+    with pytest.raises(UserError, match="endpoint http://127.0.0.1:9/v1: nothing is listening there"):
+        EndpointClient(EndpointSpec(urls=(dead, "http://127.0.0.1:7/v1"), model=server.model)).probe()

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from cic.services.mlflow_setup import head_revision
+from cic.errors import UserError
+from cic.services.mlflow_setup import check_set_up, head_revision
 from cic.store import Store
 from tests.pipeline.test_recalibration import make_live, only_group
 from tests.support.pipeline_data import store_run
@@ -56,9 +57,10 @@ def half_set_up(db: Path) -> None:
         proc.wait(timeout=30)
         if not (db.exists() and _tables(db) and _revision(db) != head_revision(uri)):
             continue
-        again = subprocess.run([sys.executable, "-c", FIRST_USE, uri], capture_output=True, text=True, timeout=120)
-        if again.returncode != 0:
-            return  # MLflow cannot finish it ("table … already exists"): every later command met a traceback
+        try:
+            check_set_up(uri)  # MLflow's next use, in this process: it finishes the setup, or cannot
+        except UserError:
+            return  # it cannot ("table … already exists"): every later command met a traceback
     pytest.fail("no SIGTERM left MLflow's first migration in a state it cannot finish")
     pytest.fail("MLflow's first migration finished before every SIGTERM")
 

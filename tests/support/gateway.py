@@ -13,15 +13,28 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 @contextmanager
-def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *, after: int = 0) -> Iterator[str]:
+def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *, after: int = 0,
+            dies_after: int | None = None) -> Iterator[str]:
     """Yields the gateway's base URL (…/v1). The first `after` requests go through; `refusals` are (status,
-    headers, body) answered to the next ones in order; later requests go to `upstream` (a base URL …/v1)."""
+    headers, body) answered to the next ones in order; later requests go to `upstream` (a base URL …/v1). With
+    `dies_after` N it dies as a crashed replica does: request N+1 and every one in flight with it get no reply
+    (the connection drops) and it stops listening (connections refused)."""
     pending: list[tuple[int, dict[str, str], bytes] | None] = [None] * after + list(refusals)
     lock = threading.Lock()
+    seen = [0]
+    dead = threading.Event()
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802 - the http.server name
             body = self.rfile.read(int(self.headers.get("content-length", 0)))
+            with lock:
+                seen[0] += 1
+                if dies_after is not None and seen[0] > dies_after and not dead.is_set():
+                    dead.set()
+                    threading.Thread(target=stop_listening, args=(server,), daemon=True).start()
+            if dead.is_set():
+                self.close_connection = True  # no reply: the client sees the connection drop
+                return
             with lock:
                 refusal = pending.pop(0) if pending else None
             if refusal is not None:
@@ -52,3 +65,9 @@ def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *,
     finally:
         server.shutdown()
         server.server_close()
+
+
+def stop_listening(server: ThreadingHTTPServer) -> None:
+    """Shut a dying gateway down and close its socket, so new connections are refused."""
+    server.shutdown()
+    server.server_close()
