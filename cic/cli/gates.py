@@ -96,10 +96,17 @@ def ingest(
 
 def _journal_command(db: Path, complete: str | None, abandon: str | None) -> None:
     """`cic ingest --complete ID` / `--abandon ID`: finish or undo an ingest cut off between its commits."""
-    from cic.pipeline.ingest import abandon_ingest, complete_ingest
+    from cic.pipeline.ingest import abandon_ingest, complete_ingest, find_ingest
     from cic.store import Store
 
     with Store.open(db, wait_s=300) as store:
+        option, given = ("--complete", complete) if complete is not None else ("--abandon", abandon)
+        row = find_ingest(store, str(given), option)  # a wrong ID is refused before the line below
+        err_console.print(printable(  # the work that follows takes minutes for millions of records: say so first
+            f"{'completing' if complete is not None else 'abandoning'} ingest {row['digest'][:12]} of "
+            f"{row['file']} ({row['records']} record(s)): "
+            + ("committing its remaining staged steps …" if complete is not None else
+               "removing what it stored, in one transaction …")), soft_wrap=True)
         if complete is not None:
             stats = complete_ingest(store, complete)
             console.print(printable(f"ingest {complete} completed from its staged data: {stats.records} record(s), "

@@ -253,6 +253,7 @@ def test_a_cut_off_ingest_is_abandoned_in_one_transaction(tmp_path: Path, staged
         assert store.counts() == untouched  # refused: nothing changed
     done = runner.invoke(app, ["ingest", "--abandon", short, "--db", str(db)])
     assert done.exit_code == 0, done.output
+    assert f"abandoning ingest {short} of {path.resolve()} (60 record(s)): removing what it stored" in done.output
     assert f"ingest {short} abandoned: removed" in done.output
     with Store.open(db) as store:
         after = store.counts()
@@ -301,6 +302,7 @@ def test_a_cut_off_ingest_is_completed_from_its_staged_data_without_its_file(tmp
     path.unlink()  # the file is gone
     done = CliRunner().invoke(app, ["ingest", "--complete", short, "--db", str(db)])
     assert done.exit_code == 0, done.output
+    assert f"completing ingest {short}" in done.output and "committing its remaining staged steps" in done.output
     with Store.open(db) as store:
         assert unfinished_ingests(store) == [] and not staging_dir(store, digest).exists()
         assert store.count("observations") == 60 and store.count("labels") == 60 and store.count("scores") == 60
