@@ -103,8 +103,7 @@ def recertify_all(store: Store, rows: Sequence[dict[str, Any]]) -> None:
     if not rows:
         return
     pairs = certified_pairs_of_runs(store, sorted({r["run_key"] for r in rows}))
-    groups = {key: part for key, part in pairs.partition_by(list(GROUP_COLUMNS), as_dict=True)
-              .items()} if pairs.height else {}
+    groups = pairs.partition_by(list(GROUP_COLUMNS), as_dict=True) if pairs.height else {}
     empty = pairs.clear()
     for row in rows:
         recertify(row, groups.get(tuple(row[c] for c in GROUP_COLUMNS), empty))

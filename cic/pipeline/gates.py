@@ -363,11 +363,7 @@ def served_entries(store: Store, **equals: Any) -> list[dict[str, Any]]:
 
     table = gates(store, **equals)
     families = live_families(store)  # every dataset's: a filter on one dataset still states the whole family
-    serving = [row for row in table.filter(pl.col("state") == "live").iter_rows(named=True) if withheld(row) is None]
-    for row in serving:
-        verify_gate(row)
-    recertify_all(store, serving)  # every served certificate, recomputed from the store's pairs in one read
-    out = []
+    out, serving = [], []
     for key_rows in table.sort(*SERVING_KEY).partition_by(list(SERVING_KEY), maintain_order=True):
         live = key_rows.filter(pl.col("state").is_in(HOLDS_KEY))
         key = {k: key_rows.row(0, named=True)[k] for k in SERVING_KEY}
@@ -381,6 +377,7 @@ def served_entries(store: Store, **equals: Any) -> list[dict[str, Any]]:
                             **_withheld_fields(row)})
                 continue
             verify_gate(row)
+            serving.append(row)
             out.append({"serve": "gate", "gate_id": row["calibration_id"], **key,
                         "guarantee": "high-probability" if guaranteed(row) else
                         f"none: a person opted in ({row['reason'][len(WITHOUT_GUARANTEE):]})",
@@ -396,6 +393,7 @@ def served_entries(store: Store, **equals: Any) -> list[dict[str, Any]]:
                         "retired_gate_id": last["calibration_id"], "retired_at": str(last["state_at"]),
                         "reason": f"every gate of this key is retired ({last['reason']}); abstain on every question "
                                   "until one is promoted"})
+    recertify_all(store, serving)  # every served certificate, recomputed from the store's pairs in one read
     return out
 
 
