@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from cic import schema
 from cic.errors import UserError
+from cic.llm.served_identity import listed_identity, n_choices_problem
 
 if TYPE_CHECKING:
     import httpx
@@ -63,6 +64,7 @@ class EndpointSpec:
     max_tokens: int | None = None     # a budget of completion tokens: no request once they are spent
     logprobs: str = "auto"            # "auto" | "on" | "off"
     top_logprobs: int = 0
+    server_n: str = "auto"            # samples in one request with `n`: "auto" (where honoured) | "on" | "off"
 
     def base(self, url: str) -> str:
         return url.rstrip("/")
@@ -83,6 +85,8 @@ class RequestOutcome:
     prompt_tokens: int | None
     model: str
     first_top: dict[str, float] | None = None  # the first token's top log-probabilities (token -> logprob)
+    index: int | None = None                   # the choice's index (several when a request asks for n)
+    fingerprint: str | None = None             # the reply's system_fingerprint, where the server gives one
 
 
 @dataclass
@@ -138,26 +142,45 @@ def sample_seed(seed: int, question_id: str, sample_index: int) -> int:
 
 def parse_response(body: Any, api: str, url: str) -> RequestOutcome:
     """The first choice of a chat or completions response; a malformed one is an EndpointError naming the gap."""
+    return parse_choices(body, api, url)[0]
+
+
+def parse_choices(body: Any, api: str, url: str) -> list[RequestOutcome]:
+    """Every choice of a response, in the order given (a request for `n` completions has n). Usage counts are the
+    reply's: on the only choice, or on none when there are several (they are summed over all of them)."""
     if not isinstance(body, dict) or not isinstance(body.get("choices"), list) or not body["choices"]:
         raise EndpointError(f"malformed response from {url}: no choices")
-    choice = body["choices"][0]
-    if not isinstance(choice, dict):
-        raise EndpointError(f"malformed response from {url}: choices[0] is not an object")
-    if api == "chat":
-        message = choice.get("message")
-        text = message.get("content") if isinstance(message, dict) else None
-        where = "choices[0].message.content"
-    else:
-        text = choice.get("text")
-        where = "choices[0].text"
-    if not isinstance(text, str):
-        raise EndpointError(f"malformed response from {url}: no {where}")
     usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
-    return RequestOutcome(text=text, token_logprobs=_token_logprobs(choice.get("logprobs"), api),
-                          finish_reason=choice.get("finish_reason"),
-                          completion_tokens=_int_or_none(usage.get("completion_tokens")),
-                          prompt_tokens=_int_or_none(usage.get("prompt_tokens")), model=str(body.get("model", "")),
-                          first_top=_first_top(choice.get("logprobs"), api))
+    single = len(body["choices"]) == 1
+    fingerprint = body.get("system_fingerprint")
+    outcomes = []
+    for i, choice in enumerate(body["choices"]):
+        if not isinstance(choice, dict):
+            raise EndpointError(f"malformed response from {url}: choices[{i}] is not an object")
+        if api == "chat":
+            message = choice.get("message")
+            text = message.get("content") if isinstance(message, dict) else None
+            where = f"choices[{i}].message.content"
+        else:
+            text = choice.get("text")
+            where = f"choices[{i}].text"
+        if not isinstance(text, str):
+            raise EndpointError(f"malformed response from {url}: no {where}")
+        outcomes.append(RequestOutcome(
+            text=text, token_logprobs=_token_logprobs(choice.get("logprobs"), api),
+            finish_reason=choice.get("finish_reason"),
+            completion_tokens=_int_or_none(usage.get("completion_tokens")) if single else None,
+            prompt_tokens=_int_or_none(usage.get("prompt_tokens")) if single else None,
+            model=str(body.get("model", "")), first_top=_first_top(choice.get("logprobs"), api),
+            index=choice.get("index") if isinstance(choice.get("index"), int) else None,
+            fingerprint=fingerprint if isinstance(fingerprint, str) and fingerprint else None))
+    return outcomes
+
+
+def usage_tokens(body: Any) -> tuple[int, int]:
+    """(prompt, completion) tokens a reply's `usage` counts (0 where it gives none)."""
+    usage = body.get("usage") if isinstance(body, dict) and isinstance(body.get("usage"), dict) else {}
+    return _int_or_none(usage.get("prompt_tokens")) or 0, _int_or_none(usage.get("completion_tokens")) or 0
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -231,7 +254,12 @@ class EndpointClient:
         self.stats = EndpointStats()
         self.served_model: str | None = None
         self.logprobs = spec.logprobs == "on"
+        self.server_n = False  # samples in one request: decided by `check_server_n` before the first batch
+        self.n_checked = spec.server_n == "off"
         self.down: dict[str, str] = {}  # replicas that stopped answering (or never did), and why
+        self.listed: dict[str, str | None] = {}  # per replica: the identity its /models gives (None: it cannot say)
+        self.echoed: set[str] = set()  # the `model` names the replicas answered the probe with
+        self.fingerprints: set[str] = set()  # the system_fingerprints they gave, where they give one
 
     def _replica(self, url: str) -> str | None:
         """`url` while it answers, else the next replica (in configured order) that has not stopped; None when none
@@ -297,8 +325,9 @@ class EndpointClient:
         raise _HttpStatus(reply.status_code, retry_after_s(reply.headers.get("retry-after")),
                           f"{url} answered HTTP {reply.status_code}" + (f": {detail}" if detail else ""))
 
-    async def post(self, client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> RequestOutcome:
-        """POST with retries: 429 after Retry-After, 5xx / timeouts / connection errors after backoff."""
+    async def post(self, client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> list[RequestOutcome]:
+        """POST with retries: 429 after Retry-After, 5xx / timeouts / connection errors after backoff. Every choice
+        of the reply (one, or `n` when the body asks for several)."""
         import httpx
 
         attempt = 0
@@ -316,7 +345,8 @@ class EndpointClient:
                                     "(endpoint.max_tokens)")
             self.stats.requests += 1
             try:
-                outcome = parse_response(await self._post_once(client, url, body), self.spec.api, url)
+                reply = await self._post_once(client, url, body)
+                outcomes = parse_choices(reply, self.spec.api, url)
             except _HttpStatus as exc:
                 if (wait := self._retry_wait(exc, attempt)) is None:
                     raise EndpointError(str(exc)) from None
@@ -329,11 +359,10 @@ class EndpointClient:
                     continue  # nothing listens there, or it stopped answering: the request moves
                 wait = backoff_s(attempt, self.rng)
             else:
-                if outcome.prompt_tokens:
-                    self.stats.prompt_tokens += outcome.prompt_tokens
-                if outcome.completion_tokens:
-                    self.stats.completion_tokens += outcome.completion_tokens
-                return outcome
+                prompt_tokens, completion_tokens = usage_tokens(reply)
+                self.stats.prompt_tokens += prompt_tokens
+                self.stats.completion_tokens += completion_tokens
+                return outcomes
             attempt += 1
             self.stats.retries += 1
             await asyncio.sleep(wait)
@@ -362,50 +391,34 @@ class EndpointClient:
         return self._body("Say OK.", temperature=0.0, top_p=1.0, max_tokens=1, seed=0, stop=(), logprobs=logprobs)
 
     def probe(self) -> str:
-        """Ask every replica for one token before any work: the model id it reports (the run key holds it), and
-        whether it returns log-probabilities. Refuses, within the connect timeout, an endpoint where no replica
-        listens, and replicas that report different models; a replica that does not answer while another does is
-        a warning, and its share of the questions goes to the others."""
+        """Ask every replica for one token before any work: the identity of the model it serves (the run key holds
+        it: from `GET /models`, the echoed name only where the listing cannot say) and whether it returns
+        log-probabilities. Refuses, within the connect timeout, an endpoint where no
+        replica listens, and replicas that serve different models; a replica that does not answer while another
+        does is a warning, and its share of the questions goes to the others."""
         return asyncio.run(self._probe())
 
     async def _probe(self) -> str:
-        import httpx
-
         reported: dict[str, str] = {}
         unreachable: dict[str, str] = {}
         async with self._client() as client:
             for url in self.spec.urls:
-                asked_logprobs = self.spec.logprobs != "off"
                 try:
-                    first = await self._post_patiently(client, url, self._probe_body(asked_logprobs))
-                except httpx.ConnectError:
-                    unreachable[url] = f"endpoint {url}: nothing is listening there (connection refused)"
+                    first = await self._probe_one(client, url)
+                except _Unreachable as exc:
+                    unreachable[url] = str(exc)
                     continue
-                except httpx.ConnectTimeout:
-                    unreachable[url] = f"endpoint {url}: no answer to a connection within {CONNECT_TIMEOUT_S:g} s"
-                    continue
-                except httpx.TimeoutException:
-                    raise UserError(f"endpoint {url}: connected, but no reply within {self.spec.timeout_s:g} s "
-                                    "(endpoint.timeout_s)") from None
-                except _HttpStatus as exc:
-                    if self.spec.logprobs == "auto" and exc.status in (400, 422):  # maybe only the logprobs
-                        try:
-                            first = await self._post_patiently(client, url, self._probe_body(False))
-                        except _HttpStatus as again:
-                            raise UserError(refusal(again)) from None
-                        self.logprobs, asked_logprobs = False, False
-                        log.info("%s refuses log-probabilities (%s): estimators that need them store null", url,
-                                 exc)
-                    else:
-                        raise UserError(refusal(exc)) from None
-                except httpx.TransportError as exc:
-                    raise UserError(f"endpoint {url}: {type(exc).__name__}") from None
                 outcome = parse_response(first, self.spec.api, url)
-                if self.spec.logprobs == "auto" and asked_logprobs:
-                    self.logprobs = outcome.token_logprobs is not None
-                reported[url] = outcome.model or self.spec.model
-        if not reported:  # not one replica answers: the first reason, one line
-            raise UserError(next(iter(unreachable.values())))
+                self.listed[url] = listed_identity(await self._models(client, url), self.spec.model, outcome.model)
+                if outcome.model:
+                    self.echoed.add(outcome.model)
+                if outcome.fingerprint:
+                    self.fingerprints.add(outcome.fingerprint)
+                reported[url] = self.listed[url] or outcome.model or self.spec.model
+                if self.listed[url] is None:
+                    _warn_once(url, self.spec.model)
+            if not reported:  # not one replica answers: the first reason, one line
+                raise UserError(next(iter(unreachable.values())))
         for url, why in unreachable.items():  # a dead replica while another answers: a warning, not a refusal
             self._mark_down(url, why.removeprefix(f"endpoint {url}: "))
         models = set(reported.values())
@@ -414,6 +427,101 @@ class EndpointClient:
                             + ", ".join(f"{u} → {m}" for u, m in reported.items()))
         self.served_model = models.pop()
         return self.served_model
+
+    async def _probe_one(self, client: httpx.AsyncClient, url: str) -> Any:
+        """One replica's one-token reply (the log-probability question settled on the way); _Unreachable when
+        nothing answers a connection there, a UserError for any other refusal."""
+        import httpx
+
+        asked_logprobs = self.spec.logprobs != "off"
+        try:
+            first = await self._post_patiently(client, url, self._probe_body(asked_logprobs))
+        except httpx.ConnectError:
+            raise _Unreachable(f"endpoint {url}: nothing is listening there (connection refused)") from None
+        except httpx.ConnectTimeout:
+            raise _Unreachable(f"endpoint {url}: no answer to a connection within {CONNECT_TIMEOUT_S:g} s") from None
+        except httpx.TimeoutException:
+            raise UserError(f"endpoint {url}: connected, but no reply within {self.spec.timeout_s:g} s "
+                            "(endpoint.timeout_s)") from None
+        except _HttpStatus as exc:
+            if not (self.spec.logprobs == "auto" and exc.status in (400, 422)):  # maybe only the logprobs
+                raise UserError(refusal(exc)) from None
+            try:
+                first = await self._post_patiently(client, url, self._probe_body(False))
+            except _HttpStatus as again:
+                raise UserError(refusal(again)) from None
+            self.logprobs, asked_logprobs = False, False
+            log.info("%s refuses log-probabilities (%s): estimators that need them store null", url, exc)
+        except httpx.TransportError as exc:
+            raise UserError(f"endpoint {url}: {type(exc).__name__}") from None
+        if self.spec.logprobs == "auto" and asked_logprobs:
+            self.logprobs = parse_response(first, self.spec.api, url).token_logprobs is not None
+        return first
+
+    async def _models(self, client: httpx.AsyncClient, url: str) -> Any:
+        """The JSON of `GET /models` on one replica; None where it gives none (no such route, not JSON, down)."""
+        import httpx
+
+        try:
+            # not kept alive: a server that fails this route may drop the connection the next request would reuse
+            reply = await client.get(self.spec.base(url) + "/models", headers={"connection": "close"})
+            return reply.json() if reply.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+
+    async def check_server_n(self, client: httpx.AsyncClient, url: str) -> None:
+        """Whether the server honours `n`: three completions of a prompt that asks for random words at temperature
+        1 must come back as three choices, indices 0..2, not all one text. Under "auto" a server that refuses or
+        fails the check gets seeded single requests (one line says why); under "on" that is a UserError."""
+        import httpx
+
+        body = {**self._body("Write three random words.", temperature=1.0, top_p=1.0, max_tokens=12, seed=1,
+                             stop=(), logprobs=False), "n": 3}
+        try:
+            outcomes = parse_choices(await self._post_patiently(client, url, body), self.spec.api, url)
+            problem = n_choices_problem([o.index for o in outcomes], [o.text for o in outcomes], 3, distinct=True)
+        except (_HttpStatus, EndpointError) as exc:
+            problem = str(exc)
+        except httpx.HTTPError as exc:
+            problem = f"{type(exc).__name__} on a request for n=3"
+        if problem is not None and self.spec.server_n == "on":
+            raise UserError(f"endpoint.server_n = 'on', but {url} does not honour n: {problem}")
+        self.server_n, self.n_checked = problem is None, True
+        log.info("%s: %s", url, "samples come n to a request (the server honours n)" if problem is None else
+                 f"samples come one seeded request each (n not honoured: {problem})")
+
+    async def still_serving(self, client: httpx.AsyncClient, outcomes: Sequence[RequestOutcome]) -> None:
+        """Refuse a batch served by another model than the probe found: a replica whose `/models` now names
+        another model, or a reply that names itself differently or carries another system_fingerprint. Called
+        before a batch's rows are returned, so nothing of a switched model is stored under this run."""
+        for outcome in outcomes:
+            if self.echoed and outcome.model and outcome.model not in self.echoed:
+                self._switched(f"the endpoint now answers as {outcome.model!r}")
+            if self.fingerprints and outcome.fingerprint and outcome.fingerprint not in self.fingerprints:
+                self._switched(f"the endpoint now reports system_fingerprint {outcome.fingerprint!r}, not "
+                               f"{' / '.join(sorted(self.fingerprints))!r}")
+        for url, identity in self.listed.items():
+            if identity is None or url in self.down:
+                continue
+            now = listed_identity(await self._models(client, url), self.spec.model, self.spec.model)
+            if now != identity:
+                self._switched(f"{url} now lists {now!r} in /models" if now else
+                               f"{url} no longer says in /models which model it serves")
+
+    def _switched(self, what: str) -> None:
+        raise UserError(f"{what}; this run is keyed on {self.served_model!r}: this batch is not "
+                        "stored — start a new run for the new model")
+
+
+def _warn_once(url: str, model: str, _warned: set[tuple[str, str]] = set()) -> None:  # noqa: B006 - per process
+    if (url, model) not in _warned:
+        _warned.add((url, model))
+        log.warning("%s does not say in /models which model answers for %r: the run is keyed on the name it answers "
+                    "with, and a switch of model behind it is noticed only if that name changes", url, model)
+
+
+class _Unreachable(Exception):
+    """Nothing answers a connection at a replica's URL."""
 
 
 def refusal(exc: _HttpStatus) -> str:
@@ -469,9 +577,6 @@ class EndpointGenerator:
         rows = []
         probs = option_probs_from_top(outcomes[0].first_top, labels) if labels else None
         for index, outcome in enumerate(outcomes):
-            if self.client.served_model and outcome.model and outcome.model != self.client.served_model:
-                raise UserError(f"the endpoint now answers as model {outcome.model!r}; this run is keyed on "
-                                f"{self.client.served_model!r}: start a new run for the new model")
             text = outcome.text.strip()
             if self.config.stop_at_newline:
                 text = text.split("\n", 1)[0].strip()
@@ -490,27 +595,41 @@ class EndpointGenerator:
 
     async def _question(self, client: Any, url: str, gate: asyncio.Semaphore, question_id: str,
                         prompt: Prompt) -> list[RequestOutcome]:
+        """The most-likely answer and the samples of one question: the samples in one request asking for `n`
+        where the server honours it (checked: count and indices), else one seeded request each."""
         cfg = self.config
         stop = ("\n",) if cfg.stop_at_newline else ()
 
-        async def one(index: int) -> RequestOutcome:
+        async def ask(index: int, n: int = 1) -> list[RequestOutcome]:
             temperature = cfg.most_likely_temperature if index == 0 else cfg.temperature
             body = self.client._body(prompt, temperature=temperature, top_p=cfg.top_p,
                                      max_tokens=cfg.max_new_tokens, seed=sample_seed(cfg.seed, question_id, index),
                                      stop=stop, logprobs=self.client.logprobs)
             async with gate:
-                return await self.client.post(client, url, body)
+                return await self.client.post(client, url, {**body, "n": n} if n > 1 else body)
 
-        return list(await asyncio.gather(*(one(i) for i in range(cfg.n_samples + 1))))
+        if self.client.server_n and cfg.n_samples > 1:
+            greedy, samples = await asyncio.gather(ask(0), ask(1, cfg.n_samples))
+            problem = n_choices_problem([o.index for o in samples], [o.text for o in samples], cfg.n_samples,
+                                        distinct=False)
+            if problem is None:
+                return [greedy[0], *sorted(samples, key=lambda o: o.index or 0)]
+            self.client.server_n = False  # the server stopped honouring n: seeded single requests from here on
+            log.warning("%s: %s; samples now come one seeded request each", url, problem)
+            return [greedy[0], *[r[0] for r in await asyncio.gather(*(ask(i) for i in range(1, cfg.n_samples + 1)))]]
+        return [r[0] for r in await asyncio.gather(*(ask(i) for i in range(cfg.n_samples + 1)))]
 
     async def _all(self, question_ids: Sequence[str], prompts: Sequence[Prompt], labels: list[list[str]] | None,
                    run_key: str) -> list[dict[str, Any]]:
         urls = self.client.spec.urls
         gates = {url: asyncio.Semaphore(self.client.spec.max_in_flight) for url in urls}
         async with self.client._client() as client:
+            if not self.client.n_checked and self.config.n_samples > 1 and (live := self.client._replica(urls[0])):
+                await self.client.check_server_n(client, live)
             tasks = [self._question(client, urls[i % len(urls)], gates[urls[i % len(urls)]], str(qid), prompt)
                      for i, (qid, prompt) in enumerate(zip(question_ids, prompts, strict=True))]
             results = await asyncio.gather(*tasks, return_exceptions=True)
+            await self.client.still_serving(client, [o for r in results if isinstance(r, list) for o in r])
         rows = []
         for i, (qid, result) in enumerate(zip(question_ids, results, strict=True)):
             if isinstance(result, UserError):

@@ -62,6 +62,9 @@ class EndpointConfig(_Strict):
                               "from the first token's")
     max_failed_share: float = Field(0.0, ge=0, le=1, description="the share of questions that may stay unanswered "
                                     "after retries before the model's run fails")
+    server_n: Literal["auto", "on", "off"] = Field("auto", description="a question's samples in one request "
+                                                   "asking for n: auto where the server honours it (checked), "
+                                                   "else one seeded request each")
 
     @field_validator("urls")
     @classmethod
@@ -92,7 +95,7 @@ class EndpointConfig(_Strict):
         return EndpointSpec(urls=self.urls, model=self.model, api=self.api, api_key_env=self.api_key_env,
                             timeout_s=self.timeout_s, retries=self.retries, max_in_flight=self.max_in_flight,
                             max_requests=self.max_requests, max_tokens=self.max_tokens, logprobs=self.logprobs,
-                            top_logprobs=self.top_logprobs)
+                            top_logprobs=self.top_logprobs, server_n=self.server_n)
 
 
 class ModelConfig(_Strict):

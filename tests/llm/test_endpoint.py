@@ -354,3 +354,80 @@ def test_one_replica_dead_at_start_is_a_warning_while_another_answers(server: Se
     assert any(dead in r.getMessage() and "connection refused" in r.getMessage() for r in caplog.records)
     with pytest.raises(UserError, match="endpoint http://127.0.0.1:9/v1: nothing is listening there"):
         EndpointClient(EndpointSpec(urls=(dead, "http://127.0.0.1:7/v1"), model=server.model)).probe()
+
+
+def test_the_served_model_is_read_from_the_listing_never_from_an_echoed_name() -> None:
+    from cic.llm.served_identity import listed_identity, n_choices_problem
+
+    vllm = {"object": "list", "data": [{"id": "prod", "root": "/w/llama-8b", "max_model_len": 8192},
+                                       {"id": "prod-lora", "root": "/w/lora"}]}
+    llamacpp = {"object": "list", "data": [{"id": "/models/qwen-1.5b.gguf", "owned_by": "me"}]}
+    assert listed_identity(vllm, "prod", "prod") == "prod [/w/llama-8b]"  # routed by name: the weights named too
+    assert listed_identity(vllm, "other", "other") is None  # several, none of them the one asked for
+    assert listed_identity(llamacpp, "anything", "anything") == "/models/qwen-1.5b.gguf"  # answers any name
+    assert listed_identity(llamacpp, "m", "m@main") is None  # one cached model beside a server naming itself
+    assert listed_identity({"data": [{"id": "m", "root": "m"}]}, "m", "m") == "m"
+    for junk in (None, [], {"data": "x"}, {"data": []}, {"data": [{"id": ""}, {"name": "m"}]}):
+        assert listed_identity(junk, "m", "m") is None
+    assert n_choices_problem([0, 1, 2], ["a", "b", "a"], 3, distinct=True) is None
+    assert n_choices_problem([0], ["a"], 3, distinct=False) == "asked for n=3 completions, got 1"
+    assert n_choices_problem([0, 0, 1], ["a", "b", "c"], 3, distinct=False) == "choice indices [0, 0, 1] are not 0..2"
+    assert n_choices_problem([0, 1, 2], ["a"] * 3, 3, distinct=True) == "all 3 completions are the same text"
+    assert n_choices_problem([0, 1, 2], ["a"] * 3, 3, distinct=False) is None  # a sure model may repeat itself
+
+
+@pytest.mark.slow
+@pytest.mark.faults
+def test_a_model_switched_behind_a_server_that_echoes_the_requested_name_is_refused_before_its_batch_is_stored(
+        server: ServedModel) -> None:
+    """llama.cpp's server answers in whatever name the request gave; the gateway makes the real server behind it do
+    the same and list one model in /models, as llama.cpp lists the file it loaded. Between two batches the listed
+    model changes: the second batch is refused, naming both, and a new probe keys a new run on the new model."""
+    from cic.llm.endpoint import EndpointGenerator
+    from cic.llm.generation import GenerationConfig
+
+    listing = [{"id": "/models/smollm2-135m.Q4_1.gguf", "object": "model", "owned_by": "me"}]
+    with gateway(server.url, [], listing=listing, echo=server.model) as url:
+        client = EndpointClient(EndpointSpec(urls=(url,), model="served", server_n="off"))
+        assert client.probe() == "/models/smollm2-135m.Q4_1.gguf" and client.echoed == {"served"}
+        generator = EndpointGenerator(client, GenerationConfig(n_samples=1, max_new_tokens=4))
+        first = generator.generate_open(["q1"], ["Name a colour."], run_key="r")
+        listing[0] = {**listing[0], "id": "/models/qwen2.5-1.5b.Q4_K_M.gguf"}  # restarted on another model
+        with pytest.raises(UserError) as caught:
+            generator.generate_open(["q2"], ["Name a fruit."], run_key="r")
+        assert EndpointClient(EndpointSpec(urls=(url,), model="served", server_n="off")).probe() == \
+            "/models/qwen2.5-1.5b.Q4_K_M.gguf"
+    assert first.height == 2 and client.stats.requests == 4  # the second batch was answered, then refused
+    message = str(caught.value)
+    assert "lists '/models/qwen2.5-1.5b.Q4_K_M.gguf' in /models" in message and "\n" not in message
+    assert "keyed on '/models/smollm2-135m.Q4_1.gguf'" in message and "not stored" in message
+
+
+@pytest.mark.slow
+def test_samples_come_n_to_a_request_where_the_server_honours_n_and_seeded_one_by_one_where_not(
+        server: ServedModel, caplog: pytest.LogCaptureFixture) -> None:
+    """`transformers serve` refuses `n`; a gateway that fans `n` out honours it; one that copies a completion n
+    times fails the check. The fanning one gets two requests per question (greedy + n), the others n + 1. (A real
+llama.cpp server ignores `n` and returns one choice: the check's count catches that.)"""
+    import logging
+
+    from cic.llm.endpoint import EndpointGenerator
+    from cic.llm.generation import GenerationConfig
+
+    caplog.set_level(logging.INFO, logger="cic.endpoint")
+    config = GenerationConfig(n_samples=3, max_new_tokens=4)
+    requests = {}
+    with gateway(server.url, [], n_mode="fan") as fan, gateway(server.url, [], n_mode="copies") as copies:
+        for name, url in (("refused", server.url), ("fan", fan), ("copies", copies)):
+            client = EndpointClient(EndpointSpec(urls=(url,), model=server.model))
+            client.probe()
+            frame = EndpointGenerator(client, config).generate_open(["q1"], ["Name a colour."], run_key="r")
+            assert frame.height == 4 and frame.get_column("sample_index").to_list() == [0, 1, 2, 3]
+            requests[name] = (client.server_n, client.stats.requests)
+        insisted = EndpointClient(EndpointSpec(urls=(copies,), model=server.model, server_n="on"))
+        with pytest.raises(UserError, match="endpoint.server_n = 'on', but .* does not honour n: all 3 completions"):
+            EndpointGenerator(insisted, config).generate_open(["q1"], ["Name a colour."], run_key="r")
+    assert requests == {"refused": (False, 4), "fan": (True, 2), "copies": (False, 4)}
+    said = [r.getMessage() for r in caplog.records if "samples come" in r.getMessage()]
+    assert any("n not honoured: all 3 completions are the same text" in m for m in said), said
+    assert any(fan in m and "the server honours n" in m for m in said), said

@@ -1,24 +1,34 @@
 """A rate-limiting gateway in front of a real server, as teams put one before their model server (nginx
 `limit_req`, an API gateway): it answers the first requests itself — 429 with Retry-After, a 5xx, or a body that
-is not JSON — and forwards every other request to the server unchanged."""
+is not JSON — and forwards every other request to the server unchanged.
+
+It can also make the server behind it look like another kind: llama.cpp's server (`listing`: `GET /models` names
+the one model it loaded, and `echo`: every reply names the model the request named), or a server that takes `n`
+(`n_mode="fan"`: n seeded requests upstream, returned as the n choices of one reply; `"copies"`: one completion
+copied n times, as a broken server would)."""
 
 from __future__ import annotations
 
+import json
 import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 
 @contextmanager
 def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *, after: int = 0,
-            dies_after: int | None = None) -> Iterator[str]:
+            dies_after: int | None = None, listing: list[dict[str, Any]] | None = None, echo: str | None = None,
+            n_mode: str | None = None) -> Iterator[str]:
     """Yields the gateway's base URL (…/v1). The first `after` requests go through; `refusals` are (status,
     headers, body) answered to the next ones in order; later requests go to `upstream` (a base URL …/v1). With
     `dies_after` N it dies as a crashed replica does: request N+1 and every one in flight with it get no reply
-    (the connection drops) and it stops listening (connections refused)."""
+    (the connection drops) and it stops listening (connections refused). `listing` is read at every `GET /models`
+    (a test changes it to switch the model the gateway says it serves); `echo` is the model the upstream serves:
+    every request goes to it whatever name it gives, and the reply names the model the request named."""
     pending: list[tuple[int, dict[str, str], bytes] | None] = [None] * after + list(refusals)
     lock = threading.Lock()
     seen = [0]
@@ -40,13 +50,39 @@ def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *,
             if refusal is not None:
                 status, headers, payload = refusal
             else:
-                request = urllib.request.Request(upstream.rstrip("/") + self.path.removeprefix("/v1"), data=body,
-                                                 headers={"content-type": "application/json"}, method="POST")
-                try:
-                    with urllib.request.urlopen(request, timeout=300) as reply:
-                        status, headers, payload = reply.status, {}, reply.read()
-                except urllib.error.HTTPError as exc:
-                    status, headers, payload = exc.code, {}, exc.read()
+                status, headers, payload = self._forward(json.loads(body))
+            self._answer(status, headers, payload)
+
+        def do_GET(self) -> None:  # noqa: N802 - the http.server name
+            if listing is not None and self.path.rstrip("/").endswith("/models"):
+                self._answer(200, {}, json.dumps({"object": "list", "data": listing}).encode())
+                return
+            try:
+                with urllib.request.urlopen(upstream.rstrip("/") + self.path.removeprefix("/v1"), timeout=30) as r:
+                    self._answer(r.status, {}, r.read())
+            except urllib.error.HTTPError as exc:
+                self._answer(exc.code, {}, exc.read())
+
+        def _forward(self, request: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+            n = int(request.pop("n", 1)) if n_mode else 1
+            asked = request.get("model")
+            if echo:
+                request["model"] = echo
+            replies = [_post(upstream.rstrip("/") + self.path.removeprefix("/v1"),
+                             {**request, "seed": int(request.get("seed", 0)) + i} if n_mode == "fan" else request)
+                       for i in range(n if n_mode == "fan" else 1)]
+            status, payload = replies[-1] if any(s != 200 for s, _ in replies) else replies[0]
+            if status == 200 and (n > 1 or echo):
+                merged = json.loads(payload)
+                choices = [json.loads(p)["choices"][0] for _, p in replies] if n_mode == "fan" else \
+                    [merged["choices"][0]] * n
+                merged["choices"] = [{**choice, "index": i} for i, choice in enumerate(choices)]
+                if echo:
+                    merged["model"] = asked
+                payload = json.dumps(merged).encode()
+            return status, {}, payload
+
+        def _answer(self, status: int, headers: dict[str, str], payload: bytes) -> None:
             self.send_response(status)
             for name, value in {"content-type": "application/json", **headers}.items():
                 self.send_header(name, value)
@@ -65,6 +101,16 @@ def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *,
     finally:
         server.shutdown()
         server.server_close()
+
+
+def _post(url: str, request: dict[str, Any]) -> tuple[int, bytes]:
+    call = urllib.request.Request(url, data=json.dumps(request).encode(), method="POST",
+                                  headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(call, timeout=300) as reply:
+            return reply.status, reply.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
 
 
 def stop_listening(server: ThreadingHTTPServer) -> None:
