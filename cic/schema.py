@@ -47,7 +47,9 @@ RUNS = TableSpec("runs", {
     "generation_config": pl.String(),        # canonical JSON of everything that shaped the generations
     "created_at": pl.Datetime("us", "UTC"),
     "experiment_prefix": pl.String(),        # MLflow prefix of the config the run came from (`cic log` uses it)
-}, ("run_key",), added_later=("experiment_prefix",))
+    "unanswered": pl.Int64(),                # questions of its sample still without an answer after the last
+                                             # answer stage (a served model's lost ones); null before one ran
+}, ("run_key",), added_later=("experiment_prefix", "unanswered"))
 
 GENERATIONS = TableSpec("generations", {
     "run_key": pl.String(), "question_id": pl.String(),

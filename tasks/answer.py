@@ -84,6 +84,14 @@ def skipped_without_logprobs(estimators: Sequence[str]) -> list[str]:
             if name in ESTIMATORS and (ESTIMATORS[name].needs_logprobs or ESTIMATORS[name].needs_option_probs)]
 
 
+def record_unanswered(db: str, models: list[ModelJob]) -> None:
+    """Store, per run, how many of its questions are still unanswered (MLflow logs it as `unanswered_questions`)."""
+    with Store.open(db, wait_s=WRITE_WAIT_S) as store:
+        for m in models:
+            for run in m.runs:
+                store.set_unanswered(run.run_key, run.questions.get_column("question_id").cast(str).to_list())
+
+
 def plan_placement(model: Any, cluster: ray_pool.ClusterInfo, *, n_models: int, prefer_gpu: bool = True) -> \
         ray_pool.Placement:
     """A model's replica request from its config (`gpus_per_replica`, `allow_cpu_fallback`); CPU replicas
@@ -150,6 +158,7 @@ def answer_questions(db: str, models: list[ModelJob], *, questions_per_batch: in
         item.tokens += int(result["stats"].get("generated_tokens", 0))
         item.batches += 1
         progress.report(f"answer {pool.name}", done[pool.name], item.questions)
+    record_unanswered(db, models)
     for pool in pools:
         item = stats[pool.name]
         item.options, item.error, item.nodes = pool.options, pool.error, list(pool.placed_on)

@@ -154,7 +154,9 @@ def build_group(store: Store, unit: dict[str, Any], experiment_prefix: str, repo
         run_name=f"{unit['model']} · {unit['estimator']} · {unit['criterion']}",
         log_key=slug, tags=tags, params=params,
         metrics={"base_error_rate": first["base_error_rate"], "n_questions": float(pairs.height),
-                 "generated_tokens": float(generated_tokens(store, unit["run_key"]))},
+                 "generated_tokens": float(generated_tokens(store, unit["run_key"])),
+                 **({"unanswered_questions": float(run["unanswered"])} if run.get("unanswered") is not None
+                    else {})},
         artifacts=[out / "tables", out / "figures"],  # each renders in MLflow's artifact view on its own
         children=_child_runs(calibrations, evaluations, unit), series=alpha_series(calibrations, evaluations),
         dataset=DatasetRef(name=f"{unit['dataset']}/{run['split']}", digest=question_set_digest(pairs, unit),

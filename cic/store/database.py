@@ -617,6 +617,12 @@ class Store:
             "experiment_prefix": pl.Series([experiment_prefix], dtype=pl.String)}))
         return key
 
+    def set_unanswered(self, run_key: str, question_ids: Sequence[str]) -> int:
+        """Record how many of a run's questions still have no answer (after an answer stage); returns it."""
+        unanswered = len(self.missing_questions(run_key, question_ids))
+        self._con.execute("UPDATE runs SET unanswered = ? WHERE run_key = ?", [unanswered, run_key])
+        return unanswered
+
     # -- reading ---------------------------------------------------------------------------------------------
 
     def read(self, table: str, *, ordered: bool = True, **equals: Any) -> pl.DataFrame:

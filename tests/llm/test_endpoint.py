@@ -212,6 +212,18 @@ def _env(cwd: Path, prefect_api: str | None) -> dict[str, str]:
             **({"PREFECT_API_URL": prefect_api} if prefect_api else {})}
 
 
+def _prefect_warnings(api: str, text: str) -> list[str]:
+    """Warnings in the Prefect API's log (what on-call reads in the UI) that contain `text`."""
+    import httpx
+
+    deadline, found = time.monotonic() + 15, []
+    while not found and time.monotonic() < deadline:  # a finished run's last logs may still be on their way
+        logs = httpx.post(f"{api}/logs/filter", json={"logs": {"level": {"ge_": 30}}, "limit": 200}).json()
+        found = [entry["message"] for entry in logs if text in entry["message"]]
+        time.sleep(0 if found else 1)
+    return found
+
+
 def _cic_run(config: Path, cwd: Path, prefect_api: str | None = None) -> tuple[subprocess.CompletedProcess[str], float]:
     started = time.monotonic()
     proc = subprocess.run([str(CIC), "run", "--config", str(config)], cwd=cwd, capture_output=True, text=True,
@@ -222,25 +234,33 @@ def _cic_run(config: Path, cwd: Path, prefect_api: str | None = None) -> tuple[s
 @pytest.mark.slow
 def test_cic_run_certifies_a_served_model_keyed_on_its_reported_id_and_never_writes_the_key(
         server: ServedModel, tmp_path: Path, prefect_api: str) -> None:
+    # a gateway in front answers one request for an answer with a 503 and no retry is allowed: that question is
+    # lost, within max_failed_share, and said on the console, in the Prefect log and as an MLflow metric
+    with gateway(server.url, [], fail_answer=2) as url:
+        config = _write(tmp_path / "c.yaml", {"urls": [url], "model": server.model, "api_key_env": "CIC_TEST_KEY",
+                                              "max_in_flight": 4, "retries": 0, "max_failed_share": 0.5})
+        _served_run_and_ask(config, server, tmp_path, prefect_api)
+
+
+def _served_run_and_ask(config: Path, server: ServedModel, tmp_path: Path, prefect_api: str) -> None:
     from mlflow import MlflowClient
 
     from cic.store import Store
 
-    config = _write(tmp_path / "c.yaml", {"urls": [server.url], "model": server.model, "api_key_env": "CIC_TEST_KEY",
-                                          "max_in_flight": 4})
     proc, _ = _cic_run(config, tmp_path, prefect_api)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "answer smol-served: 4/4 (100.0%)" in proc.stdout and "smol-served · trivia_qa" in proc.stdout
+    assert "answer smol-served: 3/4 (75.0%)" in proc.stdout and "smol-served · trivia_qa" in proc.stdout
     with Store.open(tmp_path / "served.duckdb", read_only=True) as store:
         runs = store.read("runs")
         generations = store.read("generations")
         scores = store.read("scores")
         calibrations = store.read("calibrations")
     assert runs.height == 1 and f'"endpoint_model":"{server.model}@main"' in runs.get_column("generation_config")[0]
-    assert generations.height == 4 * 3 and generations.get_column("n_tokens").min() >= 1  # greedy + 2 samples each
+    assert generations.height == 3 * 3 and generations.get_column("n_tokens").min() >= 1  # greedy + 2 samples each
+    assert runs.get_column("unanswered").to_list() == [1]  # the question whose request got the 503
     assert generations.get_column("text").n_unique() > 4  # samples differ from the greedy answers: sampling is on
     by_estimator = {e: scores.filter(estimator=e).get_column("value").null_count() for e in ("predictive_entropy",)}
-    assert by_estimator == {"predictive_entropy": 4}  # the server returns no log-probabilities: null, not 0
+    assert by_estimator == {"predictive_entropy": 3}  # the server returns no log-probabilities: null, not 0
     assert "no token log-probabilities, so predictive_entropy store null" in proc.stdout + proc.stderr
     assert calibrations.height > 0 and set(calibrations.get_column("estimator")) == {"semantic_entropy[embedding:0.9]"}
     runs_logged = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db").search_runs(
@@ -249,7 +269,11 @@ def test_cic_run_certifies_a_served_model_keyed_on_its_reported_id_and_never_wri
     parents = [r for r in runs_logged if "generated_tokens" in r.data.metrics]  # the run's cost, summed
     assert parents and {r.data.metrics["generated_tokens"] for r in parents} == \
         {float(generations.get_column("n_tokens").sum())}
-    assert f"smol-served 4 question(s), {generations.get_column('n_tokens').sum()} tokens." in proc.stdout
+    assert {r.data.metrics["unanswered_questions"] for r in parents} == {1.0}
+    lost = [line for line in (proc.stdout + proc.stderr).splitlines() if "got no answer from the endpoint" in line]
+    assert lost and "1 of 4 questions" in lost[0] and "replica overloaded" in lost[0], lost
+    assert any("1 of 4 questions got no answer" in m for m in _prefect_warnings(prefect_api, "replica overloaded"))
+    assert f"smol-served 3 question(s), {generations.get_column('n_tokens').sum()} tokens." in proc.stdout
 
     ask = [str(CIC), "ask", "What is the capital of France?", "--config", str(config), "--alpha", "0.9"]
     env = _env(tmp_path, prefect_api)

@@ -22,16 +22,18 @@ from typing import Any
 @contextmanager
 def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *, after: int = 0,
             dies_after: int | None = None, listing: list[dict[str, Any]] | None = None, echo: str | None = None,
-            n_mode: str | None = None) -> Iterator[str]:
+            n_mode: str | None = None, fail_answer: int | None = None) -> Iterator[str]:
     """Yields the gateway's base URL (…/v1). The first `after` requests go through; `refusals` are (status,
     headers, body) answered to the next ones in order; later requests go to `upstream` (a base URL …/v1). With
     `dies_after` N it dies as a crashed replica does: request N+1 and every one in flight with it get no reply
     (the connection drops) and it stops listening (connections refused). `listing` is read at every `GET /models`
     (a test changes it to switch the model the gateway says it serves); `echo` is the model the upstream serves:
-    every request goes to it whatever name it gives, and the reply names the model the request named."""
+    every request goes to it whatever name it gives, and the reply names the model the request named.
+    `fail_answer` N: the N-th request for an answer (not a one-token probe, not a request for n) gets a 503."""
     pending: list[tuple[int, dict[str, str], bytes] | None] = [None] * after + list(refusals)
     lock = threading.Lock()
     seen = [0]
+    answers = [0]
     dead = threading.Event()
 
     class Handler(BaseHTTPRequestHandler):
@@ -45,12 +47,17 @@ def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *,
             if dead.is_set():
                 self.close_connection = True  # no reply: the client sees the connection drop
                 return
+            asked = json.loads(body)
             with lock:
                 refusal = pending.pop(0) if pending else None
+                if fail_answer is not None and asked.get("max_tokens", 1) > 1 and "n" not in asked:
+                    answers[0] += 1
+                    if answers[0] == fail_answer:
+                        refusal = (503, {}, b'{"error": "replica overloaded"}')
             if refusal is not None:
                 status, headers, payload = refusal
             else:
-                status, headers, payload = self._forward(json.loads(body))
+                status, headers, payload = self._forward(asked)
             self._answer(status, headers, payload)
 
         def do_GET(self) -> None:  # noqa: N802 - the http.server name
