@@ -135,6 +135,8 @@ def answer_questions(db: str, models: list[ModelJob], *, questions_per_batch: in
             progress.report(f"answer {m.model}", 0, 0)
             continue
         needs_llm = any(j["generations"] is None for j in jobs[m.model])
+        # said before the replicas load (a model's first batch can be minutes away); repeated while it is quiet
+        progress.report(f"answer {m.model}", 0, stats[m.model].questions)
         pool = ray_pool.WorkerPool(m.model, RayAnswerWorker, (m.settings, needs_llm),
                                       n_actors=max(1, min(m.replicas, len(jobs[m.model]))),
                                       placement=m.placement, ready_timeout_s=ready_timeout_s)

@@ -58,6 +58,7 @@ def ingest(
 ) -> None:
     """Store production records (question, answer, scores, timestamp, correctness when known) next to the
     pipeline's runs; a file of labels alone labels them later. Idempotent; a bad record stores nothing."""
+    from cic.cli.progress_view import side_progress
     from cic.pipeline.ingest import IngestOptions, ingest_file
     from cic.pipeline.record_batches import SUFFIXES
     from cic.store import Store
@@ -67,7 +68,8 @@ def ingest(
     if len(given) != 1:
         raise UserError(f"{' and '.join(given) or 'FILE'}: give exactly one of FILE, --complete ID, --abandon ID")
     if file is None:
-        _journal_command(_existing(db), complete, abandon)
+        with side_progress():
+            _journal_command(_existing(db), complete, abandon)
         return
     input_file(file, SUFFIXES)
     options = IngestOptions(label_name=label_name, criterion=criterion, relabel=relabel, max_skew=max_skew,
@@ -77,7 +79,7 @@ def ingest(
         raise UserError(f"--db = {str(db)!r}: directory {str(db.parent)!r} does not exist")
     if db.exists() and file.exists() and db.resolve() == file.resolve():
         raise UserError(f"FILE = {str(file)!r} is the store itself; give the records file")
-    with Store.open(db, wait_s=300) as store:
+    with Store.open(db, wait_s=300) as store, side_progress():
         stats = ingest_file(store, file, options)
     streams = ", ".join(f"{r['model']}/{r['stream']}" for r in stats.runs)
     stored = (f"{stats.records} record(s) stored" if stats.new is None or stats.new == stats.records else

@@ -8,16 +8,16 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from cic.cli.common import console
+from cic.cli.common import console, err_console
 from cic.pipeline.progress import ProgressLines
 
 
 class StageBars:
     """Rich progress bars, one per pipeline stage, fed by `cic.pipeline.progress`."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, on: Any = console, transient: bool = False) -> None:
         self.progress = Progress(TextColumn("{task.description:<28}", markup=False), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=console, transient=False)
+                                 TimeElapsedColumn(), console=on, transient=transient)
         self.tasks: dict[str, Any] = {}
 
     def __call__(self, stage: str, done: int, total: int) -> None:
@@ -42,3 +42,19 @@ def progress_view() -> AbstractContextManager[Any]:
     if console.is_terminal:
         return StageBars()
     return ProgressLines(lambda text: console.print(text, soft_wrap=True, highlight=False, markup=False))
+
+
+def side_progress() -> AbstractContextManager[Any]:
+    """Progress of a command whose output is a table or one line (`cic evaluate`, `cic ingest`): on stderr, so
+    stdout stays what it was; on a terminal a bar that goes when done, in a log a line once a stage has run
+    $CIC_PROGRESS_AFTER_S (default 5 s: a quick command stays quiet) and then every 10% or 30 s."""
+    import os
+
+    if err_console.is_terminal:
+        return StageBars(on=err_console, transient=True)
+    try:
+        after = max(0.0, float(os.environ.get("CIC_PROGRESS_AFTER_S", "5")))
+    except ValueError:
+        after = 5.0
+    return ProgressLines(lambda text: err_console.print(text, soft_wrap=True, highlight=False, markup=False),
+                         start_after_s=after)

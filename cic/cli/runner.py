@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from cic.cli.common import flow_outcome
+from cic.cli.common import console, flow_outcome
 from cic.cli.progress_view import progress_view
 from cic.cli.service_logs import services_logged_to
 from cic.cli.services import command_services
@@ -35,6 +35,8 @@ def run_flow(flow: Callable[..., Any], failure: type[BaseException], *, store: s
     if parameters.get("log_to_mlflow", True):
         refuse_moved_mlflow_store(mlflow_uri)
     with command_services(store, command=command) as service_log, progress_view():
+        console.print(f"cic {command}: starting its Prefect flow run{' and Ray' if command == 'run' else ''}; the "
+                      "stages follow", highlight=False, markup=False)
         state = flow(**parameters, return_state=True)
     summary, failed = flow_outcome(state, failure)
     return summary, failed, service_log

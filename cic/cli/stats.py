@@ -235,6 +235,8 @@ def evaluate(
 ) -> None:
     """The paper's protocol: FDR, coverage and fails over repeated calibration/test splits (per group with
     --group)."""
+    from cic.cli.progress_view import side_progress
+    from cic.pipeline.progress import report
     from cic.reports.tables import mean_std
     from cic.stats.protocol import evaluate_splits
     from cic.stats.searches import get_search
@@ -252,9 +254,11 @@ def evaluate(
         return
     scores, errors = load_pairs(file, score_col, error_col, correct_col, {
         "model": model, "dataset": dataset, "estimator": estimator, "criterion": criterion, "run_key": run_key})
-    frame = evaluate_splits(scores, errors, alphas=parse_floats(alphas, "--alphas"), bounds=parse_names(bounds),
-                            search=parse_names(search), delta=delta, n_splits=n_splits, cal_fraction=cal_fraction,
-                            seed=seed, grid=parse_grid(grid, pilot, grid_size, score_col), n_min=n_min, start=start)
+    with side_progress():  # 10^7 rows take minutes: a line on stderr while it works
+        frame = evaluate_splits(scores, errors, alphas=parse_floats(alphas, "--alphas"), bounds=parse_names(bounds),
+                                search=parse_names(search), delta=delta, n_splits=n_splits, cal_fraction=cal_fraction,
+                                seed=seed, grid=parse_grid(grid, pilot, grid_size, score_col), n_min=n_min,
+                                start=start, progress=lambda done, total: report(f"evaluate {file.name}", done, total))
     table = Table(title=f"{file.name}: {n_splits} splits, cal_fraction {cal_fraction:g}, delta {delta:g}, "
                         f"base error rate {frame['base_error_rate'][0]:.3f}")
     for col in ("alpha", "bound", "search", "guarantee", "FDR (mean ± std)", "test FDR > α", "coverage", "correct cov.",

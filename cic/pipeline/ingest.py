@@ -50,6 +50,7 @@ import polars as pl
 
 from cic import schema
 from cic.errors import UserError
+from cic.pipeline import progress
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
 from cic.pipeline.record_batches import SUFFIXES, record_batches
 from cic.store.ingest_queries import (
@@ -694,6 +695,7 @@ def _commit_steps(store: Store, digest: str, steps: list[tuple[str, list[str]]],
             _write_step(store, kind, files, Path(source), stamp, digest)
         if manifest is not None:
             _write_manifest(directory, {**manifest, "committed": index + 1})
+        progress.report(f"ingest {digest[:12]} commits", index + 1, len(steps))
     with store.transaction():
         row = store.read("ingests", digest=digest).row(0, named=True)
         store.upsert("ingests", pl.DataFrame([{**row, "state": "done", "finished_at": datetime.now(UTC),
@@ -765,7 +767,8 @@ def abandon_ingest(store: Store, ingest_id: str) -> dict[str, int]:
                                                    for n in names] for kind in ("records", "labels")}
     with store.transaction():
         done = delete_ingest_rows(store, stamp=journal["started_at"], digest=digest,
-                                  records=staged and staged["records"], labels=staged and staged["labels"])
+                                  records=staged and staged["records"], labels=staged and staged["labels"],
+                                  step=lambda n, total: progress.report(f"abandon {digest[:12]}", n, total))
         store.upsert("ingests", pl.DataFrame([{**journal, "state": "abandoned", "finished_at": datetime.now(UTC)}],
                                              schema=schema.INGESTS.schema))
     shutil.rmtree(directory, ignore_errors=True)

@@ -40,16 +40,18 @@ class ProgressLines:
 
     A line when a stage starts, every `every_fraction` of it, when it ends, and — from a background thread —
     at least every `every_seconds` while a stage is unfinished, so a log never goes quiet during a long stage:
-    "answer m: 120/1221 (9.8%) · 0.42/s · ETA 43m40s". `clock` is injectable for tests.
+    "answer m: 120/1221 (9.8%) · 0.42/s · ETA 43m40s". With `start_after_s` a stage says nothing until it has run
+    that long (a command whose output is a table stays clean when it is quick). `clock` is injectable for tests.
     """
 
     def __init__(self, write: Callable[[str], None], *, every_fraction: float = 0.1, every_seconds: float = 30.0,
-                 clock: Callable[[], float] | None = None) -> None:
+                 start_after_s: float = 0.0, clock: Callable[[], float] | None = None) -> None:
         import time
 
         self.write = write
         self.every_fraction = every_fraction
         self.every_seconds = every_seconds
+        self.start_after_s = start_after_s
         self.clock = clock or time.monotonic
         self._state: dict[str, tuple[int, int, float, float, float]] = {}  # done, total, start, last line, mark
         self._first: dict[str, int] = {}
@@ -74,7 +76,7 @@ class ProgressLines:
             _, _, started, last, mark = self._state.get(stage, (0, total, now, -1.0, -1.0))
             fraction = done / total if total else 1.0
             due = (last < 0 or done >= total or fraction - mark >= self.every_fraction
-                   or now - last >= self.every_seconds)
+                   or now - last >= self.every_seconds) and now - started >= self.start_after_s
             if due:
                 last, mark = now, fraction
             self._state[stage] = (done, total, started, last, mark)
@@ -86,7 +88,7 @@ class ProgressLines:
         now = self.clock()
         with self._lock:
             quiet = [(s, d, t, st) for s, (d, t, st, last, _) in self._state.items()
-                     if d < t and now - last >= self.every_seconds]
+                     if d < t and now - max(last, st) >= self.every_seconds and now - st >= self.start_after_s]
             for stage, *_ in quiet:
                 d, t, st, _last, mark = self._state[stage]
                 self._state[stage] = (d, t, st, now, mark)

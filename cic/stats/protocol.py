@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -196,7 +196,8 @@ class _SearchPlan:
 
 def _iter_outcomes(scores: Any, errors: Any, *, alphas: Sequence[float], bounds: Sequence[str] | str,
                    search: Sequence[str] | str, delta: float, n_splits: int, cal_fraction: float, seed: int,
-                   grid: Any, n_min: int | None, start: float | None
+                   grid: Any, n_min: int | None, start: float | None,
+                   progress: Callable[[int, int], None] | None = None
                    ) -> Iterator[tuple[float, str, str, dict[str, np.ndarray]]]:
     s, e = as_pair(scores, errors)
     delta = check_open_unit(delta, "delta")
@@ -254,6 +255,8 @@ def _iter_outcomes(scores: Any, errors: Any, *, alphas: Sequence[float], bounds:
                     else:
                         row["threshold"][split] = np.nan
                     row["test_correct"][split] = test_correct
+        if progress is not None:
+            progress(split + 1, n_splits)
     for key in keys:
         row = out[key]
         correct = row.pop("test_correct")
@@ -344,7 +347,8 @@ def summarize_splits(out: dict[str, np.ndarray], alpha: float) -> dict[str, Any]
 def evaluate_splits(scores: Any, errors: Any, *, alphas: Sequence[float] = DEFAULT_ALPHAS,
                     bounds: Sequence[str] | str = ("hoeffding", "cp"), search: Sequence[str] | str = "paper",
                     delta: float = 0.05, n_splits: int = 100, cal_fraction: float = 0.5, seed: int = 0,
-                    grid: Any = None, n_min: int | None = None, start: float | None = None) -> pl.DataFrame:
+                    grid: Any = None, n_min: int | None = None, start: float | None = None,
+                    progress: Callable[[int, int], None] | None = None) -> pl.DataFrame:
     """The paper's table: one row per (alpha, bound, search) over `n_splits` random calibration/test splits.
 
     Over the splits that found a threshold: fdr_mean, fdr_std, threshold_mean/std, and fdr_above_alpha —
@@ -358,6 +362,8 @@ def evaluate_splits(scores: Any, errors: Any, *, alphas: Sequence[float] = DEFAU
     ----------
     scores, errors, alphas, bounds, search, delta, n_splits, cal_fraction, seed, grid, n_min, start
         As in `split_outcomes` (same splits for the same seed).
+    progress
+        Called with (splits done, n_splits) after each split (a front end shows it on long tables).
 
     Returns
     -------
@@ -377,7 +383,8 @@ def evaluate_splits(scores: Any, errors: Any, *, alphas: Sequence[float] = DEFAU
     rows = []
     for alpha, bound, name, out in _iter_outcomes(scores, errors, alphas=alphas, bounds=bounds, search=search,
                                                   delta=delta, n_splits=n_splits, cal_fraction=cal_fraction,
-                                                  seed=seed, grid=grid, n_min=n_min, start=start):
+                                                  seed=seed, grid=grid, n_min=n_min, start=start,
+                                                  progress=progress):
         rows.append({"alpha": alpha, "bound": bound, "search": name, "delta": float(delta),
                      **summarize_splits(out, alpha),
                      "base_error_rate": float(out["base_error_rate"][0]),

@@ -790,31 +790,44 @@ class Store:
 # Undoing an unfinished ingest (`cic ingest --abandon`)
 
 
+ABANDON_STEPS = 12  # the statements `delete_ingest_rows` runs, for its progress
+
+
 def delete_ingest_rows(store: Store, *, stamp: datetime, digest: str, records: Sequence[str] | None,
-                       labels: Sequence[str] | None) -> dict[str, int]:
+                       labels: Sequence[str] | None, step: Callable[[int, int], None] | None = None) -> dict[str, int]:
     """Delete what an unfinished ingest (`digest`, stamped `stamp`) stored first, so it can be abandoned; rows an
     earlier ingest stored stay, and so do rows another ingest (done or unfinished) wrote since — a later complete
     file holds them; relabelled labels get their old value back unless another ingest rewrote them. Runs inside
     the caller's transaction. `records` / `labels`: its staged Parquet files, narrowing the rows to its keys
-    (None: gone, the stamp alone decides). Returns rows deleted (or restored) per table."""
+    (None: gone, the stamp alone decides). `step` hears (statements done, ABANDON_STEPS) after each one: on 10^6
+    records each takes tens of seconds. Returns rows deleted (or restored) per table."""
     con = store._con
     if store.read_only:
         raise StoreError(f"{store!r} was opened read-only; open it without read_only to write")
 
-    def run(sql: str, params: Sequence[Any]) -> int:
+    finished = [0]
+
+    def execute(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         result = con.execute(sql, list(params)).fetchall()
+        finished[0] += 1
+        if step is not None:
+            step(finished[0], ABANDON_STEPS)
+        return result
+
+    def run(sql: str, params: Sequence[Any]) -> int:
+        result = execute(sql, params)
         return int(result[0][0]) if result else 0
 
     kept = "NOT (ingest IS NOT NULL AND ingest <> ?)"  # another ingest wrote the row since: it holds it
     abandoned = ("CREATE OR REPLACE TEMP TABLE cic_abandoned AS SELECT run_key, question_id FROM observations "
                  f"WHERE created_at = ? AND {kept}")
     if records is None:
-        con.execute(abandoned, [stamp, digest])
+        execute(abandoned, [stamp, digest])
     elif records:
-        con.execute(abandoned + " AND (run_key, question_id) IN (SELECT run_key, question_id FROM read_parquet(?))",
-                    [stamp, digest, list(records)])
+        execute(abandoned + " AND (run_key, question_id) IN (SELECT run_key, question_id FROM read_parquet(?))",
+                [stamp, digest, list(records)])
     else:
-        con.execute(abandoned + " AND false", [stamp, digest])
+        execute(abandoned + " AND false", [stamp, digest])
     done: dict[str, int] = {}
     try:
         done["questions"] = run(
@@ -844,8 +857,8 @@ def delete_ingest_rows(store: Store, *, stamp: datetime, digest: str, records: S
         done["observations"] = run("DELETE FROM observations WHERE (run_key, question_id) IN "
                                    "(SELECT run_key, question_id FROM cic_abandoned)", [])
         for table in ("labels", "observations"):  # rows it rewrote that stay: written last by their first ingest
-            con.execute(f"UPDATE {table} t SET ingest = (SELECT min(i.digest) FROM ingests i WHERE i.started_at = "
-                        "t.created_at AND i.digest <> ?) WHERE t.ingest = ?", [digest, digest])
+            execute(f"UPDATE {table} t SET ingest = (SELECT min(i.digest) FROM ingests i WHERE i.started_at = "
+                    "t.created_at AND i.digest <> ?) WHERE t.ingest = ?", [digest, digest])
         done["runs"] = run(  # production runs it registered that hold nothing now
             "DELETE FROM runs r WHERE r.split = 'production' AND r.created_at >= ? AND " + " AND ".join(
                 f"NOT EXISTS (SELECT 1 FROM {t} x WHERE x.run_key = r.run_key)"

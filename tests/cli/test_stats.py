@@ -75,6 +75,12 @@ def test_evaluate_prints_the_protocol_table_and_writes_it(table_files, tmp_path:
     assert written.height == 4 and set(written["search"]) == {"geometric"}  # the CLI's one default search
     np.testing.assert_allclose(written["coverage_mean"].to_numpy(), expected["coverage_mean"].to_numpy())
     assert "FDR" in result.output and "fails" in result.output
+    assert f"evaluate {parquet.name}:" not in result.output  # quick: no progress lines (they start after 5 s)
+    watched = runner.invoke(app, ["evaluate", str(parquet), "--score-col", "uncertainty", "--error-col", "wrong",
+                                  "--n-splits", "20"], env={"CIC_PROGRESS_AFTER_S": "0"})
+    assert watched.exit_code == 0 and watched.stdout.count("FDR") == result.stdout.count("FDR")
+    assert f"evaluate {parquet.name}: 1/20 (5.0%)" in watched.stderr  # the first split, then every 10%: on stderr
+    assert f"evaluate {parquet.name}: 20/20 (100.0%)" in watched.stderr and "evaluate" not in watched.stdout
 
 
 @pytest.mark.parametrize("args,message", [

@@ -251,9 +251,10 @@ def test_a_cut_off_ingest_is_abandoned_in_one_transaction(tmp_path: Path, staged
     assert both.exit_code == 2 and "give exactly one of" in both.output
     with Store.open(db) as store:
         assert store.counts() == untouched  # refused: nothing changed
-    done = runner.invoke(app, ["ingest", "--abandon", short, "--db", str(db)])
+    done = runner.invoke(app, ["ingest", "--abandon", short, "--db", str(db)], env={"CIC_PROGRESS_AFTER_S": "0"})
     assert done.exit_code == 0, done.output
     assert f"abandoning ingest {short} of {path.resolve()} (60 record(s)): removing what it stored" in done.output
+    assert f"abandon {short}: 1/12 (8.3%)" in done.output and f"abandon {short}: 12/12 (100.0%)" in done.output
     assert f"ingest {short} abandoned: removed" in done.output
     with Store.open(db) as store:
         after = store.counts()

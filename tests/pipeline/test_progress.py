@@ -38,3 +38,21 @@ def test_the_first_report_of_a_stage_shows_no_rate_and_later_rates_count_from_it
     progress("answer m", 30, 100)
     assert lines[0] == "answer m: 10/100 (10.0%)"
     assert lines[1].startswith("answer m: 30/100 (30.0%) · 1.00/s · 20s elapsed · ETA 1m10s")
+
+
+def test_a_stage_says_nothing_before_start_after_s_then_goes_on_as_usual() -> None:
+    now, lines = [0.0], []
+    progress = ProgressLines(lines.append, every_seconds=30, start_after_s=5, clock=lambda: now[0])
+    progress("quick", 0, 4)
+    now[0] += 1
+    progress("quick", 4, 4)  # done within 5 s: not a line
+    progress("evaluate", 0, 100)
+    for done in range(1, 101):
+        now[0] += 0.125
+        progress("evaluate", done, 100)
+    assert lines[0].startswith("evaluate: 40/100 (40.0%)")  # the first report after 5 s
+    assert lines[-1].startswith("evaluate: 100/100 (100.0%)") and not any(line.startswith("quick") for line in lines)
+    progress("slow", 0, 1)
+    now[0] += 31
+    progress.tick()
+    assert lines[-1].startswith("slow: 0/1 (0.0%)")  # a stage quiet past the interval is said by the tick
