@@ -5,8 +5,8 @@
 A Parquet file of R records (S streams, two scores, labels) is ingested three ways, each into its own store:
 fresh (the baseline); cut off by a full disk at commit step `--cut-at` and then completed by rerunning
 `cic ingest FILE` (from the staged data the journal keeps); and the same cut-off completed after its staged data
-was removed (the whole file read, checked and upserted again: what every completion cost before). Target:
-completion ≤ 1.5× the fresh ingest.
+was removed (the whole file read, checked and staged again; the steps the journal counts as committed skipped).
+Target: completion ≤ 1.5× the fresh ingest, both ways.
 """
 
 from __future__ import annotations
@@ -100,8 +100,9 @@ def main() -> None:
     print(f"| the cut-off attempt | {first:.1f} | {first / fresh:.2f} |")
     print(f"| completion from staged data (rerun `cic ingest FILE` or `--complete ID`) | {staged:.1f} | "
           f"{staged / fresh:.2f} |")
-    print(f"| completion with staged data gone (the whole file again) | {gone:.1f} | {gone / fresh:.2f} |")
-    print(f"target: completion ≤ 1.5× fresh — {'met' if staged <= 1.5 * fresh else 'NOT met'}")
+    print(f"| completion with staged data gone (the file read and staged again, committed steps skipped) | "
+          f"{gone:.1f} | {gone / fresh:.2f} |")
+    print(f"target: completion ≤ 1.5× fresh — {'met' if max(staged, gone) <= 1.5 * fresh else 'NOT met'}")
 
 
 if __name__ == "__main__":

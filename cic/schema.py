@@ -158,7 +158,9 @@ INGESTS = TableSpec("ingests", {
     "started_at": pl.Datetime("us", "UTC"),
     "finished_at": pl.Datetime("us", "UTC"),
     "created_at": pl.Datetime("us", "UTC"),
-}, ("digest",))
+    "plan": pl.String(),                     # its commit steps (kind and rows of each staged file), as JSON
+    "committed": pl.Int64(),                 # steps committed so far (in the same transaction as each step)
+}, ("digest",), added_later=("plan", "committed"))
 
 GROUP_EVALUATIONS = TableSpec("group_evaluations", {
     "evaluation_id": pl.String(),            # one per (model, estimator, criterion) study over its datasets

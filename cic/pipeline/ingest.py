@@ -577,14 +577,20 @@ def _write(store: Store, stage: _Stage, layout: Layout, path: Path, now: datetim
     pairs = staged_streams(store, stage.files["keys"])
     steps = [(kind, files[i:i + commit_files]) for kind in ("records", "scores", "labels")
              for files in [stage.files[kind]] for i in range(0, len(files), commit_files)]
+    plan = _plan(steps)
+    previous = _journal(store, digest)
+    # a cut-off ingest of these bytes rerun without its staged data: the steps it committed are skipped when it
+    # staged the same steps (upserting half a million stored rows again costs several times a fresh ingest)
+    first = int(previous["committed"] or 0) if previous is not None and previous["state"] == "writing" and \
+        previous["plan"] == plan else 0
     journal = {"digest": digest, "file": str(path.resolve()), "records": stats.records,
-               "started_at": now, "created_at": None}
+               "started_at": now, "created_at": None, "plan": plan, "committed": first}
     if stage.has("labels"):
         stats.labels = staged_label_count(store, stage.files["labels"])
     stats.unlabelled = 0 if layout.labels_only else stats.records - stats.labels
     journaled = not (len(steps) <= 3 and len({kind for kind, _ in steps}) == len(steps))
     if journaled:  # its checked data outlives a kill: the journal can be completed from it, or abandoned
-        steps = _persist(store, digest, path, now, steps, stats)
+        steps = _persist(store, digest, path, now, steps, stats, committed=first)
     with store.transaction():
         store.upsert("runs", pl.DataFrame({
             "run_key": [run_key_of(m, s) for m, s, _ in pairs], "model": [m for m, _, _ in pairs],
@@ -614,7 +620,16 @@ def _write(store: Store, stage: _Stage, layout: Layout, path: Path, now: datetim
                                                "finished_at": None if steps else now}],
                                              schema=schema.INGESTS.schema))
     if steps:  # a large file: one commit per step, the journal says it is unfinished
-        _commit_steps(store, digest, steps, 0, path.name, now)
+        _commit_steps(store, digest, steps, first, path.name, now)
+
+
+def _plan(steps: list[tuple[str, list[str]]]) -> str:
+    """The commit steps as JSON: each step's kind and the rows of each staged file (Parquet metadata only)."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    return json.dumps([[kind, [pq.read_metadata(f).num_rows for f in files]] for kind, files in steps])
 
 
 def _write_step(store: Store, kind: str, files: list[str], path: Path, now: datetime, digest: str) -> None:
@@ -632,7 +647,7 @@ def staging_dir(store: Store, digest: str) -> Path:
 
 
 def _persist(store: Store, digest: str, path: Path, now: datetime, steps: list[tuple[str, list[str]]],
-             stats: IngestStats) -> list[tuple[str, list[str]]]:
+             stats: IngestStats, *, committed: int = 0) -> list[tuple[str, list[str]]]:
     """Move the steps' staged files into the ingest's staging directory and write its manifest (last, so a
     manifest means the staged data is complete); returns the steps with their new paths."""
     import os
@@ -651,7 +666,7 @@ def _persist(store: Store, digest: str, path: Path, now: datetime, steps: list[t
         moved.append((kind, names))
     _write_manifest(target, {"digest": digest, "file": str(path.resolve()), "source": path.name,
                              "stamp": now.isoformat(), "records": stats.records, "labels": stats.labels,
-                             "steps": moved, "committed": 0})
+                             "steps": moved, "committed": committed})
     return [(kind, [str(target / n) for n in names]) for kind, names in moved]
 
 
@@ -689,10 +704,12 @@ def _commit_steps(store: Store, digest: str, steps: list[tuple[str, list[str]]],
 
     directory = staging_dir(store, digest)
     manifest = _staged_manifest(store, digest)
+    journal = store.read("ingests", digest=digest).row(0, named=True)
     for index in range(first, len(steps)):
         kind, files = steps[index]
         with store.transaction():
             _write_step(store, kind, files, Path(source), stamp, digest)
+            store.upsert("ingests", pl.DataFrame([{**journal, "committed": index + 1}], schema=schema.INGESTS.schema))
         if manifest is not None:
             _write_manifest(directory, {**manifest, "committed": index + 1})
         progress.report(f"ingest {digest[:12]} commits", index + 1, len(steps))
@@ -744,7 +761,8 @@ def complete_ingest(store: Store, ingest_id: str, *, file: Path | None = None) -
     steps = [(kind, [str(directory / n) for n in names]) for kind, names in manifest["steps"]]
     stats = IngestStats(file=str(file or journal["file"]), records=int(manifest["records"]),
                         labels=int(manifest["labels"]))
-    _commit_steps(store, digest, steps, int(manifest["committed"]), manifest["source"],
+    _commit_steps(store, digest, steps, max(int(manifest["committed"]), int(journal["committed"] or 0)),
+                  manifest["source"],
                   datetime.fromisoformat(manifest["stamp"]), file)
     return stats
 

@@ -310,3 +310,32 @@ def test_a_cut_off_ingest_is_completed_from_its_staged_data_without_its_file(tmp
         assert store.count("label_events") == 5 and store.read("ingests").filter(state="done").height == 2
     missing = CliRunner().invoke(app, ["ingest", "--complete", short, "--db", str(db)])
     assert missing.exit_code == 2 and "is done, not unfinished" in missing.output
+
+
+def test_a_cut_off_ingest_rerun_without_its_staged_data_commits_only_the_steps_it_lacks(tmp_path: Path) -> None:
+    """Cut off after 9 of 18 steps, staged data removed, the file ingested again: it stages the same steps and
+    commits the 9 it lacks (the journal counts committed steps in their own transactions), ending with exactly the
+    rows a completion from staged data gives."""
+    import shutil
+
+    import cic.pipeline.ingest as ingest
+
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    ref_path, _, _ = _cut_off(reference, reference / "s.duckdb", fail_at=10)
+    with Store.open(reference / "s.duckdb") as store:
+        ingest.complete_ingest(store, ingest.file_digest(ref_path)[:12])
+    db = tmp_path / "s.duckdb"
+    path, _, _ = _cut_off(tmp_path, db, fail_at=10)
+    real, written = ingest._write_step, []
+    with Store.open(db) as store, pytest.MonkeyPatch.context() as patch:
+        assert store.read("ingests", state="writing").get_column("committed").to_list() == [9]
+        shutil.rmtree(ingest.staging_dir(store, ingest.file_digest(path)))
+        patch.setattr(ingest, "_write_step", lambda *a, **k: (written.append(a[1]), real(*a, **k)))
+        ingest_file(store, path, IngestOptions(relabel=True), now=NOW, batch_rows=10, commit_records=10)
+        assert len(written) == 9 and ingest.unfinished_ingests(store) == []
+        got = {t: store.read(t) for t in ("questions", "generations", "scores", "labels", "observations", "runs")}
+    with Store.open(reference / "s.duckdb", read_only=True) as store:
+        for table, frame in got.items():
+            assert frame.drop("created_at", strict=False).equals(
+                store.read(table).drop("created_at", strict=False)), table
