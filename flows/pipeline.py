@@ -17,9 +17,10 @@ from typing import Any
 from prefect import flow
 from prefect.states import Failed, State
 
+from cic.llm.engines import EngineProbe
 from cic.pipeline import progress
-from cic.pipeline.config import DEMO_CONFIG, ModelConfig, PipelineConfig, load_config, with_overrides
-from cic.pipeline.preflight import served_model_id
+from cic.pipeline.config import DEMO_CONFIG, PipelineConfig, load_config, with_overrides
+from cic.pipeline.preflight import probe_models
 from cic.pipeline.progress import ProgressLines
 from cic.pipeline.run_digest import PER_DATASET_UNSHARED, RESULTS_ARTIFACT, markdown_summary
 from cic.pipeline.run_results import PipelineSummary, ResultRow
@@ -49,13 +50,14 @@ class ModelsFailed(RuntimeError):
 @flow(name="cic-pipeline", flow_run_name=flow_run_name(), log_prints=True)
 def pipeline(config_path: str = DEMO_CONFIG, db: str | None = None, ray_address: str | None = None,
              tracking: str | None = None, report_dir: str | None = None,
-             log_to_mlflow: bool = True) -> PipelineSummary | State:
+             log_to_mlflow: bool = True, probes: dict[str, dict[str, Any]] | None = None) -> PipelineSummary | State:
     """Run the whole job for the config; returns a summary (also the flow run's result).
 
     Stage progress goes to the flow run's log (the Prefect UI, a worker's output) at least every 30 s while a
     stage runs, whoever started the flow: `cic run`, a deployment's schedule or plain Python. When a model
     fails, the run ends Failed (a direct call raises `ModelsFailed`; `return_state=True` returns the state,
-    whose result is that exception with its `.summary`).
+    whose result is that exception with its `.summary`). `probes`: what `cic run` already found when it probed
+    every model's engine (model -> identity and state); the flow probes them itself otherwise, once.
     """
     from prefect import get_run_logger
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -64,7 +66,8 @@ def pipeline(config_path: str = DEMO_CONFIG, db: str | None = None, ray_address:
     run_id = str(flow_run.id) if flow_run.id else None
     storage = load_config(config_path).storage
     with store_slot(storage.concurrency_limit, timeout_s=storage.queue_timeout_s), ProgressLines(get_run_logger().info):
-        summary = run_stages(config_path, db, ray_address, tracking, report_dir, log_to_mlflow, flow_run_id=run_id)
+        summary = run_stages(config_path, db, ray_address, tracking, report_dir, log_to_mlflow, flow_run_id=run_id,
+                             probes=probes)
     summary.flow_run_id = run_id
     if summary.results:  # the full split-protocol table: sortable in the UI, not hundreds of Markdown rows
         create_table_artifact([asdict(r) for r in summary.results], key=RESULTS_ARTIFACT,
@@ -79,25 +82,19 @@ def pipeline(config_path: str = DEMO_CONFIG, db: str | None = None, ray_address:
     return summary
 
 
-def generation_key(model: ModelConfig, settings: Any) -> dict[str, Any]:
-    """What shapes a model's generations (the run key hashes it): model, decoding settings, explicit dtype and
-    quantization; for a served model, the model id its server reports and the API (not the URLs: replicas and a
-    moved server answer the same run)."""
-    if model.endpoint is not None:
-        from cic.llm.endpoint import SAMPLER
+def generation_key(settings: Any) -> dict[str, Any]:
+    """What shapes a model's generations (the run key hashes it), as its engine says: the model (for a served
+    model the identity its probe found, not the URLs: replicas and a moved server answer the same run), decoding
+    settings, explicit dtype and quantization."""
+    from cic.llm.engines import engine_class
 
-        return {"endpoint_model": settings.served_model, "api": model.endpoint.api,
-                **settings.generation.shaping(), "sampler": SAMPLER}
-    return {"model_spec": model.spec, **settings.generation.shaping(),
-            # numerics shape the answers: an explicit dtype is its own run ("auto" keeps older keys)
-            **({"dtype": model.dtype} if model.dtype != "auto" else {}),
-            **({"quantization": model.quantization} if model.quantization != "none" else {})}
+    return engine_class(settings.engine).run_key(settings, settings.probe)
 
 
 def plan_models(config: PipelineConfig, db_path: str, questions: dict[str, Any], summary: PipelineSummary,
-                cluster: ray_pool.ClusterInfo, served: dict[str, str] | None = None) -> list[ModelJob]:
+                cluster: ray_pool.ClusterInfo, probes: dict[str, Any]) -> list[ModelJob]:
     """Register every (model, dataset) run and what it still lacks; one job per model, placed from its config.
-    `served`: the model id each served model's endpoint reported (its runs are keyed on it)."""
+    `probes`: what each model's engine probe found (its runs are keyed on it; its workers adopt it)."""
     from dataclasses import replace
 
     from cic.data import DATASETS
@@ -107,9 +104,7 @@ def plan_models(config: PipelineConfig, db_path: str, questions: dict[str, Any],
     score_names = config.uncertainty.score_names()
     with Store.open(db_path, wait_s=60) as store:
         for index, model in enumerate(config.models):
-            settings = config.answerer_settings(index)
-            if model.endpoint is not None:
-                settings = replace(settings, served_model=(served or {})[model.name])
+            settings = replace(config.answerer_settings(index), probe=probes[model.name])
             runs = []
             for dataset in config.datasets:
                 frame = questions[dataset.name]
@@ -119,13 +114,13 @@ def plan_models(config: PipelineConfig, db_path: str, questions: dict[str, Any],
                 # the run key covers what shapes the generations only; scores are keyed by estimator name and
                 # labels by criterion, so a new estimator or criterion re-scores stored answers (no LLM load)
                 key = store.register_run(model.name, dataset.name, dataset.split, prompt_id,
-                                         generation_key(model, settings),
+                                         generation_key(settings),
                                          experiment_prefix=config.mlflow.experiment_prefix)
                 summary.run_keys.append(key)
                 work = missing_work(store, key, frame.get_column("question_id").to_list(),
                                     n_samples=config.generation.n_samples, estimators=score_names, criteria=criteria)
                 runs.append(RunJob(key, dataset.name, prompt_id, criteria, frame, work))
-            share = model.endpoint.max_failed_share if model.endpoint is not None else 0.0
+            share = model.max_failed_share
             try:
                 placement = plan_placement(model, cluster, n_models=len(config.models),
                                            prefer_gpu=config.ray.prefer_gpu)
@@ -136,15 +131,16 @@ def plan_models(config: PipelineConfig, db_path: str, questions: dict[str, Any],
 
 
 def run_stages(config_path: str, db: str | None, ray_address: str | None, tracking: str | None,
-               report_dir: str | None, log_to_mlflow: bool, *, flow_run_id: str | None = None) -> PipelineSummary:
+               report_dir: str | None, log_to_mlflow: bool, *, flow_run_id: str | None = None,
+               probes: dict[str, dict[str, Any]] | None = None) -> PipelineSummary:
     """The pipeline's stages in order (the flow's body)."""
     import time
 
     config = with_overrides(load_config(config_path), db, ray_address, tracking, report_dir)
     db_path = config.storage.db
-    # a served model answers one token before any work (a dead URL stops the run here); its runs are keyed on the
-    # model id it reports
-    served = {model.name: served_model_id(model) for model in config.models if model.endpoint is not None}
+    # every model's engine probed once before any work (a served model answers one token; a dead URL stops the run
+    # here), unless `cic run` did it already: its runs are keyed on what the probe found, its workers adopt it
+    found = probe_models(config, known={name: EngineProbe(**probe) for name, probe in (probes or {}).items()})
     summary = PipelineSummary(db=db_path, tracking_uri=tracking_uri(config.mlflow.tracking_uri),
                               report_dir=config.storage.report_dir, experiment_prefix=config.mlflow.experiment_prefix)
     started = time.perf_counter()
@@ -158,7 +154,7 @@ def run_stages(config_path: str, db: str | None, ray_address: str | None, tracki
     cluster = ray_pool.connect(config.ray.address, num_cpus=config.ray.num_cpus,
                                   runtime_env=config.ray.runtime_env)
     try:
-        jobs = plan_models(config, db_path, questions, summary, cluster, served)
+        jobs = plan_models(config, db_path, questions, summary, cluster, found)
         summary.answer = answer_questions(db_path, jobs, questions_per_batch=config.generation.questions_per_batch,
                                           ready_timeout_s=config.ray.ready_timeout_s,
                                           batch_timeout_s=config.ray.batch_timeout_s)

@@ -93,11 +93,13 @@ def record_unanswered(db: str, models: list[ModelJob]) -> None:
 
 
 def plan_placement(model: Any, cluster: ray_pool.ClusterInfo, *, n_models: int, prefer_gpu: bool = True) -> \
-        ray_pool.Placement:
-    """A model's replica request from its config (`gpus_per_replica`, `allow_cpu_fallback`); CPU replicas
-    share the cluster's CPUs among every model's replicas."""
+    ray_pool.Placement:
+    """A model's replica request from its config (`gpus_per_replica`, `allow_cpu_fallback`) and its engine;
+    CPU replicas share the cluster's CPUs among every model's replicas."""
+    from cic.llm.engines import engine_class
+
     cpu_share = max(1.0, float(cluster.cpus // max(1, n_models * model.replicas)))
-    gpus = 0.0 if model.endpoint is not None else model.gpus_per_replica  # a served model's GPUs are its server's
+    gpus = engine_class(model.kind).gpus(model.gpus_per_replica)  # a served model's GPUs are its server's
     return ray_pool.resolve_placement(model.name, gpus, cluster, cpus_per_cpu_actor=cpu_share,
                                          allow_cpu_fallback=model.allow_cpu_fallback, prefer_gpu=prefer_gpu,
                                          resources=model.resources)
@@ -167,7 +169,7 @@ def answer_questions(db: str, models: list[ModelJob], *, questions_per_batch: in
         item.load_s = first.get(pool.name, 0.0)
         item.wall_s = time.perf_counter() - started
         job = next(m for m in models if m.model == pool.name)
-        if pool.info.get("device") == "endpoint" and pool.info.get("logprobs") is False:
+        if pool.info.get("token_logprobs") is False:
             unread = skipped_without_logprobs(job.settings.estimators)
             if unread:
                 logger.warning("%s: the server returns no token log-probabilities, so %s store null and are not "

@@ -173,3 +173,26 @@ def test_the_insert_rule_sees_a_positional_insert(tmp_path: Path) -> None:
     sample.write_text('a = f"INSERT INTO {t}__new SELECT 1"\nb = "INSERT INTO v VALUES (1)"\n'
                       'c = "INSERT INTO v (x) VALUES (1)"\nd = f"INSERT INTO {t} BY NAME SELECT 1"\n')
     assert positional_inserts([sample]) == ["bad.py:1", "bad.py:2"]
+
+
+# a concrete engine and the code only it runs: named inside cic/llm/engines (and by its own modules) only
+CONCRETE_ENGINES = ("cic.llm.engines.local", "cic.llm.engines.endpoint", "cic.llm.endpoint",
+                    "cic.llm.generation.AnswerGenerator", "cic.llm.models.load_causal_lm")
+ENGINE_HOMES = ("cic.llm.engines", "cic.llm.endpoint", "cic.llm.generation", "cic.llm.models")
+
+
+def test_nothing_outside_the_engines_names_a_concrete_engine() -> None:
+    """A new backend is one module in cic/llm/engines and one registry line: the pipeline, tasks, flows and CLI
+    reach every engine through `cic.llm.engines` (its interface and registry)."""
+    named = [f"{module}:{line} imports {target}" for module, path in MODULES.items()
+             if not module.startswith(ENGINE_HOMES)
+             for target, line in imports(path, top_level_only=False)
+             if any(target == c or target.startswith(c + ".") for c in CONCRETE_ENGINES)]
+    assert named == []
+    registered = re.findall(r'"(\w+)": "(cic\.llm\.engines\.\w+):(\w+)"', (ROOT / "cic/llm/engines/registry.py")
+                            .read_text())
+    assert {name for name, _, _ in registered} == {"local", "endpoint"}
+    for name, module, attribute in registered:
+        from importlib import import_module
+
+        assert getattr(import_module(module), attribute).name == name

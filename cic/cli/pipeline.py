@@ -64,9 +64,12 @@ def run(
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="Skip MLflow logging (`cic log` later).")] = False,
 ) -> None:
     """The main job: generate → score → label → DuckDB → calibrate → split protocol → MLflow."""
-    from cic.pipeline.preflight import preflight
+    from dataclasses import asdict
+
+    from cic.pipeline.preflight import preflight, probe_models
 
     checked = preflight(config, ray_address=ray_address, db=db)  # before any service starts: one second, one line
+    probes = probe_models(checked)  # a served model answers one token now (≤ 5 s when down); the flow reuses it
     from cic.store.outputs import guard_output_dir
 
     guard_output_dir(report_dir or checked.storage.report_dir, "--report-dir" if report_dir else "storage.report_dir")
@@ -78,7 +81,8 @@ def run(
     summary, failed, service_log = run_flow(
         pipeline, ModelsFailed, store=db or checked.storage.db, command="run",
         mlflow_uri=tracking_uri or checked.mlflow.tracking_uri, config_path=str(config), db=db,
-        ray_address=ray_address, tracking=tracking_uri, report_dir=report_dir, log_to_mlflow=not no_mlflow)
+        ray_address=ray_address, tracking=tracking_uri, report_dir=report_dir, log_to_mlflow=not no_mlflow,
+        probes={name: asdict(probe) for name, probe in probes.items()})
     tables, shown = results_tables(summary.results, estimator)
     for table in tables:
         console.print(table)

@@ -428,6 +428,17 @@ class EndpointClient:
         self.served_model = models.pop()
         return self.served_model
 
+    def state(self) -> dict[str, Any]:
+        """What the probe found, as plain data: a worker `adopt`s it instead of probing the server again."""
+        return {"served_model": self.served_model, "logprobs": self.logprobs, "down": dict(self.down),
+                "listed": dict(self.listed), "echoed": sorted(self.echoed), "fingerprints": sorted(self.fingerprints)}
+
+    def adopt(self, state: dict[str, Any]) -> None:
+        """Take over a probe's findings (`state()` of the run's probe): no request is made."""
+        self.served_model, self.logprobs = state["served_model"], bool(state["logprobs"])
+        self.down, self.listed = dict(state["down"]), dict(state["listed"])
+        self.echoed, self.fingerprints = set(state["echoed"]), set(state["fingerprints"])
+
     async def _probe_one(self, client: httpx.AsyncClient, url: str) -> Any:
         """One replica's one-token reply (the log-probability question settled on the way); _Unreachable when
         nothing answers a connection there, a UserError for any other refusal."""

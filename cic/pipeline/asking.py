@@ -47,17 +47,19 @@ def serving_gate(db: str, *, model: str, dataset: str, estimator: str, criterion
                          alpha=alpha, bound=bound, search=search)
 
 
-def certified_served_model(db: str, gate_row: dict) -> str | None:
-    """The model id a served model's server reported when the gate's answers were generated (its run key)."""
+def certified_identity(db: str, gate_row: dict, engine: str) -> str | None:
+    """The identity the gate's answers were generated under (a served model: what its server said it serves),
+    read from the gate's run key as its engine wrote it; None where the spec alone keys the run."""
     import json
 
+    from cic.llm.engines import engine_class
     from cic.store import Store
 
     with Store.open(db, read_only=True, wait_s=60) as store:
         runs = store.read("runs", run_key=gate_row["run_key"])
     if runs.height == 0:
         return None
-    return json.loads(runs.get_column("generation_config")[0]).get("endpoint_model")
+    return engine_class(engine).certified_identity(json.loads(runs.get_column("generation_config")[0]))
 
 
 def ask_question(question: str, *, config_path: str | Path, db: str | None, model: str | None, dataset: str,
@@ -67,6 +69,7 @@ def ask_question(question: str, *, config_path: str | Path, db: str | None, mode
     from dataclasses import replace
 
     from cic.llm.answering import Answerer
+    from cic.llm.engines import EngineProbe
     from cic.pipeline.config import load_config
     from cic.stats.gate import Gate
 
@@ -78,15 +81,15 @@ def ask_question(question: str, *, config_path: str | Path, db: str | None, mode
     gate_row = serving_gate(db or config.storage.db, model=names[index], dataset=dataset, estimator=estimator,
                            criterion=criterion, alpha=alpha, bound=bound, search=search)
     settings = config.answerer_settings(index)
-    if settings.endpoint is not None:  # the gate holds only for the model it was certified on
-        settings = replace(settings, served_model=certified_served_model(db or config.storage.db, gate_row))
-    base = gate_row["estimator"].split("[")[0]
-    answerer = Answerer(replace(settings, estimators=(base,)))
+    # the gate holds only for the model it was certified on: the engine probes and refuses another
+    expected = certified_identity(db or config.storage.db, gate_row, settings.engine)
+    settings = replace(settings, estimators=(gate_row["estimator"].split("[")[0],),
+                       probe=EngineProbe(identity=expected) if expected is not None else None)
+    answerer = Answerer(settings)
     questions = question_row(question, dataset, choices)
     generations = answerer.generate(questions, run_key="ask")
-    if settings.endpoint is not None and answerer.generator.stats.failed_questions:
-        reason = next(iter(answerer.generator.stats.failed_questions.values()))
-        raise UserError(f"model {names[index]}: the endpoint gave no answer ({reason})")
+    if failures := answerer.engine.take_failures():
+        raise UserError(f"model {names[index]}: the endpoint gave no answer ({next(iter(failures.values()))})")
     scores = answerer.scorer.score(generations, run_key="ask").filter(estimator=gate_row["estimator"])
     if scores.height == 0 or scores.get_column("value")[0] is None:
         raise UserError(f"estimator {gate_row['estimator']!r} gives no score for this question")

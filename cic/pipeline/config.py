@@ -88,15 +88,6 @@ class EndpointConfig(_Strict):
             raise UserError(f"endpoint.urls lists a URL twice: {sorted({u for u in urls if urls.count(u) > 1})}")
         return urls
 
-    def client_spec(self) -> Any:
-        """The `cic.llm.endpoint.EndpointSpec` the workers' clients use."""
-        from cic.llm.endpoint import EndpointSpec
-
-        return EndpointSpec(urls=self.urls, model=self.model, api=self.api, api_key_env=self.api_key_env,
-                            timeout_s=self.timeout_s, retries=self.retries, max_in_flight=self.max_in_flight,
-                            max_requests=self.max_requests, max_tokens=self.max_tokens, logprobs=self.logprobs,
-                            top_logprobs=self.top_logprobs, server_n=self.server_n)
-
 
 class ModelConfig(_Strict):
     """One model: a short name (used in tables and MLflow) and either a spec the loader understands (weights CIC
@@ -135,8 +126,15 @@ class ModelConfig(_Strict):
 
     @property
     def kind(self) -> str:
-        """"endpoint" for a served model, "local" for weights cic loads."""
+        """The engine that answers (`cic.llm.engines.registry`): "endpoint" for a served model, "local" for
+        weights cic loads."""
         return "endpoint" if self.endpoint is not None else "local"
+
+    @property
+    def max_failed_share(self) -> float:
+        """The share of questions that may stay unanswered (a served model's `endpoint.max_failed_share`; 0 for
+        weights cic loads, whose failures are errors)."""
+        return self.endpoint.max_failed_share if self.endpoint is not None else 0.0
 
     @property
     def source(self) -> str:
@@ -389,8 +387,8 @@ class PipelineConfig(_Strict):
             dtype=model.dtype, device=model.device, trust_remote_code=model.trust_remote_code,
             cache_dir=self.storage.model_cache,
             gpu_share=model.gpus_per_replica if model.gpus_per_replica and model.gpus_per_replica < 1 else 1.0,
-            quantization=model.quantization,
-            endpoint=model.endpoint.client_spec() if model.endpoint is not None else None)
+            quantization=model.quantization, engine=model.kind,
+            engine_options=model.endpoint.model_dump(mode="json") if model.endpoint is not None else None)
 
     @model_validator(mode="after")
     def _unique_names(self) -> PipelineConfig:

@@ -8,7 +8,8 @@ import re
 from pathlib import Path
 
 from cic.errors import UserError
-from cic.pipeline.config import ModelConfig, PipelineConfig, load_config
+from cic.llm.engines.probe import EngineProbe
+from cic.pipeline.config import PipelineConfig, load_config
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -78,16 +79,21 @@ def check_store(db: str | Path, *, must_exist: bool = False, option: str = "stor
         return  # locked by a writer (writes wait their turn) or an older layout (migrated when written)
 
 
-def served_model_id(model: ModelConfig) -> str:
-    """The model id a served model's endpoint reports (every replica asked once): the run key holds it. A URL
-    where nothing listens, an unset key variable or replicas serving different models are a UserError."""
-    from cic.llm.endpoint import EndpointClient
+def probe_models(config: PipelineConfig, *, known: dict[str, EngineProbe] | None = None) -> dict[str, EngineProbe]:
+    """Every model's engine probed once (`cic.llm.engines`; a served model answers one token, every replica
+    asked) unless `known` holds it already: what keys its runs, passed down to its workers. A URL where nothing
+    listens, an unset key variable or replicas serving different models are a UserError naming the model."""
+    from cic.llm.engines import engine_class
 
-    assert model.endpoint is not None
-    try:
-        return EndpointClient(model.endpoint.client_spec()).probe()
-    except UserError as exc:
-        raise UserError(f"model {model.name!r}: {exc}") from None
+    probes = dict(known or {})
+    for index, model in enumerate(config.models):
+        if model.name in probes:
+            continue
+        try:
+            probes[model.name] = engine_class(model.kind).probe(config.answerer_settings(index))
+        except UserError as exc:
+            raise UserError(f"model {model.name!r}: {exc}") from None
+    return probes
 
 
 def preflight(config_path: str | Path, *, ray_address: str | None = None, db: str | None = None) -> PipelineConfig:
@@ -105,9 +111,6 @@ def preflight(config_path: str | Path, *, ray_address: str | None = None, db: st
     for i, model in enumerate(config.models):
         if model.spec is not None and (why := model_problem(model.spec)) is not None:
             problems.append(f"models.{i}.spec: {why}")
-    for model in config.models:  # a served model answers one token now, or the run stops here (≤ 5 s if down)
-        if model.endpoint is not None:
-            served_model_id(model)
     for i, dataset in enumerate(config.datasets):
         if (why := dataset_problem(dataset.name, dataset.source)) is not None:
             problems.append(f"datasets.{i}: {why}")

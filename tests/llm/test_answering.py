@@ -64,9 +64,9 @@ def test_every_estimator_and_label_on_twenty_questions(answerer: Answerer, datas
 def test_stored_generations_are_scored_without_regenerating(answerer: Answerer) -> None:
     questions = load_questions("trivia_qa", limit=3, seed=5)
     first = answerer.process(questions, run_key="r", criteria=["similarity[0.6]"])
-    before = answerer.generator.n_forward_calls
+    before = answerer.engine.generator.n_forward_calls
     rescored = answerer.process(questions, run_key="r", criteria=["exact_match"], generations=first.generations)
-    assert answerer.generator.n_forward_calls == before and rescored.generations.height == 0
+    assert answerer.engine.generator.n_forward_calls == before and rescored.generations.height == 0
     assert rescored.labels.get_column("criterion").unique().to_list() == ["exact_match"]
     assert rescored.scores.sort("question_id", "estimator").equals(first.scores.sort("question_id", "estimator"))
     assert isinstance(rescored.scores, pl.DataFrame)

@@ -88,7 +88,7 @@ def test_placement_and_quantization_enter_the_config_and_quantization_the_run_ke
     a, b = config.models
     assert (a.gpus_per_replica, a.resources, a.allow_cpu_fallback) == (0.5, {"gpu_80gb": 1}, False)
     assert config.answerer_settings(0).gpu_share == 0.5 and config.answerer_settings(1).quantization == "int4"
-    key_a, key_b = (generation_key(m, config.answerer_settings(i)) for i, m in enumerate(config.models))
+    key_a, key_b = (generation_key(config.answerer_settings(i)) for i in range(len(config.models)))
     assert "quantization" not in key_a and key_b["quantization"] == "int4"
     assert {k: v for k, v in key_b.items() if k != "quantization"} == key_a  # otherwise the same generations
 

@@ -1,0 +1,102 @@
+"""The engine interface: one way answers are generated (weights CIC loads, a served model, ...). An engine says
+what it offers (`Capabilities`), probes once per run for the identity that keys the run (`EngineProbe`, passed
+down to every worker so none probes again), builds prompts in the form it takes, and generates GENERATIONS rows
+for a batch of questions. `cic.llm.engines.registry` finds an engine by name; nothing outside this package names a
+concrete one."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from cic.llm.engines.probe import EngineProbe
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from cic.llm.settings import AnswererSettings
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an engine's answers carry: token log-probabilities, option probabilities (multiple choice), seeded
+    samples, samples drawn n to a request; and whether it loads weights in the worker (and so wants a GPU)."""
+
+    token_logprobs: bool
+    option_probs: bool
+    seeds: bool
+    server_samples: bool
+    local_weights: bool
+
+
+class Engine(ABC):
+    """One model's answers, built in a worker from its `AnswererSettings`."""
+
+    name: ClassVar[str]
+
+    def __init__(self, settings: AnswererSettings) -> None:
+        self.settings = settings
+
+    # -- once per run, in the flow (no worker yet) -------------------------------------------------------------
+    @classmethod
+    @abstractmethod
+    def probe(cls, settings: AnswererSettings) -> EngineProbe:
+        """Ask the model what it is before any work: a UserError (one line) when it cannot answer."""
+
+    @classmethod
+    @abstractmethod
+    def run_key(cls, settings: AnswererSettings, probe: EngineProbe) -> dict[str, Any]:
+        """What shapes this engine's generations, for the run key: its identity and the decoding settings."""
+
+    @classmethod
+    def certified_identity(cls, generation_config: dict[str, Any]) -> str | None:
+        """The identity a stored run was keyed on (None where the spec keys it)."""
+        return None
+
+    @classmethod
+    def gpus(cls, requested: float) -> float:
+        """GPUs a worker of this engine asks Ray for, given the model's `gpus_per_replica`."""
+        return requested
+
+    # -- in a worker -----------------------------------------------------------------------------------------
+    @abstractmethod
+    def load(self) -> None:
+        """Make it ready to answer (weights loaded, or the run's probe adopted): a replica is ready only then."""
+
+    @property
+    @abstractmethod
+    def loaded(self) -> bool:
+        """Whether `load` ran (a worker that only re-scores stored answers never loads)."""
+
+    @property
+    @abstractmethod
+    def capabilities(self) -> Capabilities:
+        """What its answers carry (after `load`, where a probe decides it)."""
+
+    @property
+    @abstractmethod
+    def device(self) -> Any:
+        """Where the embedder and NLI model run beside it."""
+
+    @abstractmethod
+    def prompts(self, rows: Sequence[dict[str, Any]], prompt_id: str | None) -> list[Any]:
+        """The prompt of every question row, in the form this engine takes."""
+
+    @abstractmethod
+    def generate_open(self, question_ids: Sequence[str], prompts: Sequence[Any], *, run_key: str) -> pl.DataFrame:
+        """Most-likely answer plus the samples of free text per question (GENERATIONS rows)."""
+
+    @abstractmethod
+    def choose(self, question_ids: Sequence[str], prompts: Sequence[Any], choice_labels: Sequence[Sequence[str]],
+               *, run_key: str) -> pl.DataFrame:
+        """Multiple choice: the option each answer names (GENERATIONS rows)."""
+
+    def take_failures(self) -> dict[str, str]:
+        """Questions of the last calls that got no answer (id -> why), forgotten once taken: a rerun asks them."""
+        return {}
+
+    @abstractmethod
+    def ready(self) -> dict[str, Any]:
+        """What this worker runs on, for the run's log (answers once `load` ran)."""

@@ -1,0 +1,130 @@
+"""A served model (an OpenAI-compatible server: vLLM, SGLang, TGI, llama.cpp's server, `transformers serve`, a
+hosted API) answers: `cic.llm.endpoint` is its HTTP client. The run's one probe asks the server what it serves;
+the workers adopt what it found instead of asking again."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from cic.errors import UserError
+from cic.llm.engines.base import Capabilities, Engine, EngineProbe
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from cic.llm.endpoint import EndpointSpec
+    from cic.llm.settings import AnswererSettings
+
+
+def endpoint_spec(settings: AnswererSettings) -> EndpointSpec:
+    """The client's spec from the model's `endpoint` config (its fields that the client reads)."""
+    from cic.llm.endpoint import EndpointSpec
+
+    options = dict(settings.engine_options or {})
+    names = {f.name for f in dataclasses.fields(EndpointSpec)}
+    return EndpointSpec(**{k: tuple(v) if k == "urls" else v for k, v in options.items() if k in names})
+
+
+class EndpointEngine(Engine):
+    """Answers from a server: no weights here, log-probabilities only where the server returns them."""
+
+    name = "endpoint"
+
+    def __init__(self, settings: AnswererSettings) -> None:
+        super().__init__(settings)
+        self._generator: Any = None
+
+    @classmethod
+    def probe(cls, settings: AnswererSettings) -> EngineProbe:
+        from cic.llm.endpoint import EndpointClient
+
+        client = EndpointClient(endpoint_spec(settings))
+        identity = client.probe()
+        return EngineProbe(identity=identity, state=client.state())
+
+    @classmethod
+    def run_key(cls, settings: AnswererSettings, probe: EngineProbe) -> dict[str, Any]:
+        from cic.llm.endpoint import SAMPLER
+
+        return {"endpoint_model": probe.identity, "api": endpoint_spec(settings).api,
+                **settings.generation.shaping(), "sampler": SAMPLER}
+
+    @classmethod
+    def certified_identity(cls, generation_config: dict[str, Any]) -> str | None:
+        return generation_config.get("endpoint_model")
+
+    @classmethod
+    def gpus(cls, requested: float) -> float:
+        return 0.0  # the server's GPUs are its own
+
+    @property
+    def generator(self) -> Any:
+        """The client and its row builder (`cic.llm.endpoint.EndpointGenerator`)."""
+        if self._generator is None:
+            from cic.llm.endpoint import EndpointClient, EndpointGenerator
+
+            client = EndpointClient(endpoint_spec(self.settings), seed=self.settings.generation.seed)
+            self._generator = EndpointGenerator(client, self.settings.generation)
+        return self._generator
+
+    def load(self) -> None:
+        """Adopt the run's probe; without one (or with an identity only, as `cic ask` passes the certified one),
+        probe now and refuse a server that now serves another model than the run was keyed on."""
+        client = self.generator.client
+        probe = self.settings.probe
+        if probe is not None and probe.state is not None:
+            client.adopt(probe.state)
+            return
+        served = client.probe()
+        if probe is not None and probe.identity is not None and served != probe.identity:
+            raise UserError(f"model {self.settings.model_spec}: the endpoint now serves {served!r}, but this run is "
+                            f"keyed on {probe.identity!r}; start a new run for the new model")
+
+    @property
+    def loaded(self) -> bool:
+        return self._generator is not None and self._generator.client.served_model is not None
+
+    @property
+    def capabilities(self) -> Capabilities:
+        client = self.generator.client
+        top = endpoint_spec(self.settings).top_logprobs > 0
+        return Capabilities(token_logprobs=client.logprobs, option_probs=client.logprobs and top, seeds=True,
+                            server_samples=client.server_n, local_weights=False)
+
+    @property
+    def device(self) -> Any:
+        from cic.llm.models import pick_device
+
+        return pick_device(self.settings.device)
+
+    def prompts(self, rows: Sequence[dict[str, Any]], prompt_id: str | None) -> list[Any]:
+        """Chat messages (the server applies its own template) or the plain few-shot text (completions API)."""
+        from cic.data import build_messages, build_prompt
+
+        build = build_messages if endpoint_spec(self.settings).api == "chat" else build_prompt
+        return [build(row, prompt_id=prompt_id) for row in rows]
+
+    def generate_open(self, question_ids: Sequence[str], prompts: Sequence[Any], *, run_key: str) -> pl.DataFrame:
+        return self.generator.generate_open(question_ids, prompts, run_key=run_key)
+
+    def choose(self, question_ids: Sequence[str], prompts: Sequence[Any], choice_labels: Sequence[Sequence[str]],
+               *, run_key: str) -> pl.DataFrame:
+        return self.generator.choose(question_ids, prompts, choice_labels, run_key=run_key)
+
+    def take_failures(self) -> dict[str, str]:
+        failed = self.generator.stats.failed_questions
+        taken = dict(failed)
+        failed.clear()
+        return taken
+
+    @property
+    def stats(self) -> Any:
+        """Requests, retries, moved requests and tokens so far (`cic.llm.endpoint.EndpointStats`)."""
+        return self.generator.stats
+
+    def ready(self) -> dict[str, Any]:
+        client = self.generator.client
+        return {"model": self.settings.model_spec, "device": "endpoint", "dtype": None, "llm_loaded": self.loaded,
+                "served_model": client.served_model, "token_logprobs": client.logprobs}
