@@ -8,7 +8,6 @@ and a rerun picks up exactly what is missing (`cic.store.resume`).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +15,7 @@ import polars as pl
 from prefect import task
 
 from cic.llm.answering import AnswererSettings
+from cic.llm.uncertainty.estimators import DATA_NEEDS, get_estimator, unmet_by
 from cic.pipeline import progress
 from cic.pipeline.run_results import AnswerStats
 from cic.services import ray_pool
@@ -62,6 +62,9 @@ def store_batch(store: Store, result: dict[str, Any]) -> None:
         store.upsert("labels", result["labels"])
 
 
+WORDS = {"token_logprobs": "token log-probabilities", "option_probs": "option probabilities"}
+
+
 @dataclass(frozen=True)
 class ModelJob:
     """One model's share of the answer stage: its worker settings, runs, replicas and placement."""
@@ -73,15 +76,6 @@ class ModelJob:
     placement: ray_pool.Placement | None
     error: str | None = None  # known before starting (e.g. a GPU the in-process Ray lacks): reported, not run
     max_failed_share: float = 0.0  # a served model: the share of questions that may go unanswered
-
-
-def skipped_without_logprobs(estimators: Sequence[str]) -> list[str]:
-    """The configured estimators that read token log-probabilities (or option probabilities, which a server gives
-    only with top_logprobs) and so store null for a server that returns none."""
-    from cic.llm.uncertainty.estimators import ESTIMATORS
-
-    return [name for name in estimators
-            if name in ESTIMATORS and (ESTIMATORS[name].needs_logprobs or ESTIMATORS[name].needs_option_probs)]
 
 
 def record_unanswered(db: str, models: list[ModelJob]) -> None:
@@ -169,11 +163,11 @@ def answer_questions(db: str, models: list[ModelJob], *, questions_per_batch: in
         item.load_s = first.get(pool.name, 0.0)
         item.wall_s = time.perf_counter() - started
         job = next(m for m in models if m.model == pool.name)
-        if pool.info.get("token_logprobs") is False:
-            unread = skipped_without_logprobs(job.settings.estimators)
-            if unread:
-                logger.warning("%s: the server returns no token log-probabilities, so %s store null and are not "
-                               "calibrated", pool.name, ", ".join(unread))
+        if "offers" in pool.info and (unread := unmet_by(job.settings.estimators, set(pool.info["offers"]))):
+            lacking = [WORDS[n] for n in DATA_NEEDS if n not in pool.info["offers"]
+                       and any(n in get_estimator(e).needs for e in unread)]
+            logger.warning("%s: the server returns no %s, so %s store null and are not calibrated", pool.name,
+                           " or ".join(lacking), ", ".join(unread))
         if not item.error and item.failed and item.failed > job.max_failed_share * item.questions:
             item.error = (f"{item.failed} of {item.questions} questions got no answer from the endpoint (more than "
                           f"endpoint.max_failed_share = {job.max_failed_share:g}); first: {item.failure}; the answers "

@@ -130,3 +130,21 @@ def test_answers_without_log_probabilities_get_null_where_an_estimator_reads_the
     assert all(full[name] is not None for name in needs) and all(bare[name] is None for name in needs)
     assert {k: v for k, v in bare.items() if k not in needs} == {k: v for k, v in full.items() if k not in needs}
     assert bare["semantic_entropy[exact]"] == pytest.approx(-(2 / 3 * math.log(2 / 3) + 1 / 3 * math.log(1 / 3)))
+
+
+def test_estimators_declare_what_they_read_and_an_engine_lacking_it_skips_them_by_name() -> None:
+    from cic.llm.engines import Capabilities
+    from cic.llm.uncertainty.estimators import ESTIMATORS, NEEDS, Estimator, unmet_by
+
+    assert all(e.needs <= set(NEEDS) for e in ESTIMATORS.values())
+    assert {n for n, e in ESTIMATORS.items() if "token_logprobs" in e.needs} == {
+        "semantic_entropy_weighted", "predictive_entropy", "predictive_entropy_normalized"}
+    assert {n for n, e in ESTIMATORS.items() if e.uses_equivalence} == {
+        "semantic_entropy", "semantic_entropy_weighted", "num_semantic_sets", "eigv", "deg", "ecc"}
+    served = Capabilities(token_logprobs=False, option_probs=False, seeds=True, server_samples=False,
+                          local_weights=False)
+    names = ["semantic_entropy", "predictive_entropy", "option_entropy", "lexical_similarity"]
+    assert unmet_by(names, set(served.offers())) == ["predictive_entropy", "option_entropy"]
+    assert unmet_by(names, {"token_logprobs", "option_probs"}) == []
+    with pytest.raises(ValueError, match="unknown need"):
+        Estimator("x", lambda s: 0.0, frozenset({"gpu"}))

@@ -30,6 +30,11 @@ class Capabilities:
     server_samples: bool
     local_weights: bool
 
+    def offers(self) -> list[str]:
+        """The data needs (`cic.llm.uncertainty.estimators.DATA_NEEDS`) its answers meet."""
+        return [need for need, on in (("token_logprobs", self.token_logprobs), ("option_probs", self.option_probs))
+                if on]
+
 
 class Engine(ABC):
     """One model's answers, built in a worker from its `AnswererSettings`."""

@@ -127,4 +127,4 @@ class EndpointEngine(Engine):
     def ready(self) -> dict[str, Any]:
         client = self.generator.client
         return {"model": self.settings.model_spec, "device": "endpoint", "dtype": None, "llm_loaded": self.loaded,
-                "served_model": client.served_model, "token_logprobs": client.logprobs}
+                "served_model": client.served_model, "offers": self.capabilities.offers()}

@@ -91,6 +91,6 @@ class LocalEngine(Engine):
     def ready(self) -> dict[str, Any]:
         if self._loaded is None:
             return {"model": self.settings.model_spec, "device": self.device, "dtype": None, "llm_loaded": False,
-                    "token_logprobs": True}
+                    "offers": self.capabilities.offers()}
         return {"model": self.settings.model_spec, "device": self._loaded.device, "dtype": self._loaded.dtype,
-                "llm_loaded": True, "token_logprobs": True}
+                "llm_loaded": True, "offers": self.capabilities.offers()}

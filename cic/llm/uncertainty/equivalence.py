@@ -89,6 +89,14 @@ class EmbeddingEquivalence:
         """Encode every text the clustering will compare in one batched call (the embedder caches them)."""
         self.embedder.encode(list(texts))
 
+    def similarities(self, texts: Sequence[str]) -> np.ndarray:
+        """Symmetric [K, K] similarity in [0, 1]: clipped cosine of the embeddings, 1 on the diagonal (the graph
+        estimators read it; an equivalence without this method gives them its 0/1 same-class adjacency)."""
+        vectors = self.embedder.encode(list(texts))
+        sim = np.clip(vectors @ vectors.T, 0.0, 1.0).astype(np.float64)
+        np.fill_diagonal(sim, 1.0)
+        return sim
+
 
 def entailment_decision(forward: np.ndarray, backward: np.ndarray, *, entail: int, contradict: int,
                         variant: str) -> np.ndarray:

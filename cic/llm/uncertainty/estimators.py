@@ -8,7 +8,7 @@ L = I − D^{-1/2} W D^{-1/2} the normalised graph Laplacian with eigenvalues λ
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -93,32 +93,66 @@ def one_minus_max_prob(s: QuestionStats) -> float | None:
     return None if s.option_probs is None else float(1.0 - np.max(s.option_probs))
 
 
+NEEDS = {  # what an estimator may read, beyond the sampled texts every one gets
+    "clusters": "meaning classes of the samples (the equivalence: its name enters the stored estimator name)",
+    "similarity": "pairwise similarity of the samples (the equivalence's, or its embeddings')",
+    "token_logprobs": "token log-probabilities of every sample (null for answers that came without them)",
+    "option_probs": "option probabilities (multiple choice; a served model gives them only with top_logprobs)",
+}
+DATA_NEEDS = ("token_logprobs", "option_probs")  # needs an engine may lack (`cic.llm.engines.Capabilities`)
+
+
 @dataclass(frozen=True)
 class Estimator:
-    """A named estimator, whether its value depends on the equivalence (then its stored name says which) and
-    whether it reads token log-probabilities (null for answers that came without them, never read as 0) or option
-    probabilities (multiple choice; a served model gives them only with its first token's top log-probabilities)."""
+    """A named estimator and the statistics it reads (`NEEDS`): the scorer computes only what some requested
+    estimator needs, each statistic once per question, and stores null where an answer lacks a data need (never
+    a 0 read from a missing log-probability)."""
 
     name: str
     compute: Callable[[QuestionStats], float | None]
-    uses_equivalence: bool
-    needs_logprobs: bool = False
-    needs_option_probs: bool = False
+    needs: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        if unknown := sorted(self.needs - set(NEEDS)):
+            raise ValueError(f"estimator {self.name!r}: unknown need(s) {unknown}; one of {sorted(NEEDS)}")
+
+    @property
+    def uses_equivalence(self) -> bool:
+        """Whether the equivalence shapes its value (then its stored name says which)."""
+        return bool(self.needs & {"clusters", "similarity"})
+
+    def lacking(self, stats: QuestionStats) -> str | None:
+        """The data need this question's answers do not meet, or None."""
+        if "token_logprobs" in self.needs and not stats.has_logprobs:
+            return "token_logprobs"
+        if "option_probs" in self.needs and stats.option_probs is None:
+            return "option_probs"
+        return None
+
+
+def _needs(*names: str) -> frozenset[str]:
+    return frozenset(names)
 
 
 ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (
-    Estimator("semantic_entropy", semantic_entropy, True),
-    Estimator("semantic_entropy_weighted", semantic_entropy_weighted, True, needs_logprobs=True),
-    Estimator("num_semantic_sets", num_semantic_sets, True),
-    Estimator("predictive_entropy", predictive_entropy, False, needs_logprobs=True),
-    Estimator("predictive_entropy_normalized", predictive_entropy_normalized, False, needs_logprobs=True),
-    Estimator("lexical_similarity", lexical_similarity, False),
-    Estimator("eigv", eigv, True),
-    Estimator("deg", deg, True),
-    Estimator("ecc", ecc, True),
-    Estimator("option_entropy", option_entropy, False, needs_option_probs=True),
-    Estimator("one_minus_max_prob", one_minus_max_prob, False, needs_option_probs=True),
+    Estimator("semantic_entropy", semantic_entropy, _needs("clusters")),
+    Estimator("semantic_entropy_weighted", semantic_entropy_weighted, _needs("clusters", "token_logprobs")),
+    Estimator("num_semantic_sets", num_semantic_sets, _needs("clusters")),
+    Estimator("predictive_entropy", predictive_entropy, _needs("token_logprobs")),
+    Estimator("predictive_entropy_normalized", predictive_entropy_normalized, _needs("token_logprobs")),
+    Estimator("lexical_similarity", lexical_similarity),
+    Estimator("eigv", eigv, _needs("similarity")),
+    Estimator("deg", deg, _needs("similarity")),
+    Estimator("ecc", ecc, _needs("similarity")),
+    Estimator("option_entropy", option_entropy, _needs("option_probs")),
+    Estimator("one_minus_max_prob", one_minus_max_prob, _needs("option_probs")),
 )}
+
+
+def unmet_by(names: Sequence[str], offered: set[str]) -> list[str]:
+    """The estimators among `names` that need data an engine does not offer (`offered`: the DATA_NEEDS it
+    gives): they store null, known from their declarations alone."""
+    return [n for n in names if n in ESTIMATORS and ESTIMATORS[n].needs & set(DATA_NEEDS) - offered]
 
 
 def list_estimators() -> list[str]:

@@ -51,14 +51,16 @@ class UncertaintyScorer:
         records = []
         names = self.stored_names()
         every = [self.question_stats(rows) for _, rows in generations.group_by("question_id", maintain_order=True)]
-        needs_clusters = any(e.uses_equivalence for e in self.estimators)
+        graded = getattr(self.equivalence, "similarities", None) is not None
+        needs_clusters = any("clusters" in e.needs or ("similarity" in e.needs and not graded)
+                             for e in self.estimators)
         open_ended = [stats for stats in every if not stats.is_multiple_choice and needs_clusters]
         for stats, ids in zip(open_ended, cluster_many([s.texts for s in open_ended], self.equivalence), strict=True):
             stats.set_clusters(ids)
         for stats in every:
             question_id = stats.question_id
             for estimator, name in zip(self.estimators, names, strict=True):
-                value = None if estimator.needs_logprobs and not stats.has_logprobs else estimator.compute(stats)
+                value = None if estimator.lacking(stats) else estimator.compute(stats)
                 records.append({"run_key": run_key, "question_id": str(question_id), "estimator": name,
                                 "value": finite_or_none(value)})
         return schema.conform(pl.DataFrame(records, schema=schema.SCORES.schema), schema.SCORES)

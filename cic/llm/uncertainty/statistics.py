@@ -50,12 +50,9 @@ class QuestionStats:
         """Symmetric [K, K] similarity in [0, 1] for the graph estimators: clipped cosine of embeddings with
         embedding equivalence, else the 0/1 same-cluster adjacency."""
         if "similarity" not in self._cache:
-            from cic.llm.uncertainty.equivalence import EmbeddingEquivalence
-
-            if isinstance(self.equivalence, EmbeddingEquivalence) and not self.is_multiple_choice:
-                vectors = self.equivalence.embedder.encode(self.texts)
-                sim = np.clip(vectors @ vectors.T, 0.0, 1.0).astype(np.float64)
-                np.fill_diagonal(sim, 1.0)
+            own = getattr(self.equivalence, "similarities", None)  # an equivalence that grades, not only classes
+            if own is not None and not self.is_multiple_choice:
+                sim = own(self.texts)
             else:
                 c = self.clusters
                 sim = (c[:, None] == c[None, :]).astype(np.float64)
