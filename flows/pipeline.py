@@ -20,6 +20,7 @@ from prefect.states import Failed, State
 from cic.llm.engines import EngineProbe
 from cic.pipeline import progress
 from cic.pipeline.config import DEMO_CONFIG, PipelineConfig, load_config, with_overrides
+from cic.pipeline.group_reports import write_group_reports
 from cic.pipeline.preflight import probe_models
 from cic.pipeline.progress import ProgressLines
 from cic.pipeline.run_digest import PER_DATASET_UNSHARED, RESULTS_ARTIFACT, markdown_summary
@@ -179,6 +180,10 @@ def run_stages(config_path: str, db: str | None, ray_address: str | None, tracki
             run_logger().warning("MLflow logging failed (%s); results are stored in %s, run `cic log` to log them",
                                  summary.log_error, db_path)
         summary.stage_seconds["log"] = time.perf_counter() - stage
+    elif finished:  # no MLflow this time: the same report directories, for `cic log` to attach later
+        stage = time.perf_counter()
+        summary.reports = len(write_group_reports(db_path, config.storage.report_dir, finished))
+        summary.stage_seconds["report"] = time.perf_counter() - stage
     summary.stage_seconds["total"] = time.perf_counter() - started
     by_dataset = config.calibration.group_by == "dataset"
     if finished:  # read without holding a write lock

@@ -1,29 +1,17 @@
-"""Prefect task: calibrate and evaluate every (run, estimator, criterion) group the store holds, and store it."""
+"""Prefect task: calibrate and evaluate every (run, estimator, criterion) group the store holds, and store it
+(`cic.pipeline.calibrate_store`); one line in the run's log."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import polars as pl
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from cic.pipeline import progress
+from cic.pipeline.calibrate_store import calibrate_store
 from cic.pipeline.config import CalibrationConfig
-from cic.pipeline.gates import promote_first_gates
-from cic.pipeline.recalibration import labelled_pairs, span
 from cic.pipeline.run_results import CalibrateStats
-from cic.pipeline.stored_calibration import (
-    GroupKey,
-    calibration_rows,
-    evaluation_rows,
-    group_counts,
-    group_evaluation_rows,
-    groups_of_run,
-    iter_group_pairs,
-)
 from cic.services.prefect_runs import named_by_runs, run_logger
-from cic.store import Store
 
 
 @task(name="calibrate", task_run_name=named_by_runs("calibrate"), cache_policy=NO_CACHE, timeout_seconds=6 * 3600)
@@ -31,35 +19,7 @@ def calibrate_runs(db: str, run_keys: Sequence[str], calibration: CalibrationCon
                    estimators: Sequence[str] | None = None, criteria: Sequence[str] | None = None) -> CalibrateStats:
     """Gate per (alpha, bound, search) on each group's pairs plus the split protocol; idempotent upserts. A gate
     whose key has no live gate yet goes live; later ones wait as candidates (`cic gate promote`)."""
-    stats = CalibrateStats()
-    with Store.open(db, wait_s=60) as store:
-        runs = [r for r in store.read("runs").iter_rows(named=True) if r["run_key"] in set(run_keys)]
-        groups = [g for run in runs for g in groups_of_run(store, run, estimators, criteria)]
-        together = group_counts(runs, calibration)  # G per model with `group_by: dataset`, else 1
-        by_family: dict[tuple[str, str, str], list[tuple[GroupKey, pl.DataFrame]]] = {}
-        for key, pairs in iter_group_pairs(store, groups):
-            if calibration.group_by == "dataset":
-                by_family.setdefault((key.model, key.estimator, key.criterion), []).append((key, pairs))
-            # the window the gates cover (when production saw / labels came): recalibration starts after it
-            calibrations = calibration_rows(key, pairs, calibration, window=span(labelled_pairs(store, key)),
-                                            groups=together[key.model])
-            evaluations = evaluation_rows(key, pairs, calibration)
-            with store.transaction():
-                store.upsert("calibrations", calibrations)
-                store.upsert("evaluations", evaluations)
-                stats.promoted += len(promote_first_gates(store, calibrations.get_column("calibration_id"),
-                                                          reason="pipeline: the first gate of its key"))
-            stats.groups += 1
-            stats.calibrations += calibrations.height
-            stats.evaluations += evaluations.height
-            stats.unattainable += calibrations.get_column("threshold").null_count()
-            progress.report("calibrate", stats.groups, len(groups))
-        for parts in by_family.values():
-            if len(parts) >= 2:  # the per-dataset table: per-dataset gates beside the pooled gate
-                rows = group_evaluation_rows(parts, calibration)
-                with store.transaction():
-                    store.upsert("group_evaluations", rows)
-                stats.group_studies += 1
+    stats = calibrate_store(db, run_keys, calibration, estimators, criteria)
     run_logger().info("calibrated %d groups: %d gates (%d unattainable), %d evaluation rows, %d per-dataset "
                       "studies", stats.groups, stats.calibrations, stats.unattainable, stats.evaluations,
                       stats.group_studies)

@@ -96,6 +96,9 @@ def run(
                                 f"{summary.log.already} already there"), highlight=False)
         console.print(printable(f"tables and plots: {summary.report_dir}/ (also attached to the MLflow runs)"),
                       highlight=False)
+    if summary.log is None and summary.reports:
+        console.print(printable(f"tables and plots: {summary.report_dir}/ ({summary.reports} group(s); `cic log` "
+                                "attaches them to MLflow runs)"), highlight=False)
     if summary.log_error:
         err_console.print(styled(("MLflow logging failed:", "bold yellow"), printable(
             f" {summary.log_error} — results are in {summary.db}; run `cic log` to log them")))
@@ -275,8 +278,8 @@ def log_command(
 ) -> None:
     """Log to MLflow every stored result not logged yet (after a tracking-server outage, say), or a (score,
     error) table — the committed real example, say — as the pipeline would have logged it."""
+    from cic.services.mlflow_results import log_store
     from cic.store.outputs import guard_output_dir
-    from tasks.log import log_results
 
     guard_output_dir(report_dir, "--report-dir", inputs=[table])
     refuse_moved_mlflow_store(tracking_uri)
@@ -287,7 +290,7 @@ def log_command(
 
     check_store(db, must_exist=True, option="--db")
     with without_flow(services_log_path(db)):
-        stats = log_results.fn(db, tracking=tracking_uri, experiment_prefix=experiment_prefix, report_dir=report_dir)
+        stats = log_store(db, tracking=tracking_uri, experiment_prefix=experiment_prefix, report_dir=report_dir)
     console.print(f"{stats.logged} group(s) logged, {stats.already} already in MLflow", highlight=False)
 
 
@@ -296,13 +299,13 @@ def _log_table(table: Path, tracking_uri: str | None, experiment_prefix: str | N
     """`cic log TABLE`: the table into a temporary store, the pipeline's calibrate and log tasks on it."""
     import tempfile
 
+    from cic.pipeline.calibrate_store import calibrate_store
     from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX, CalibrationConfig
     from cic.pipeline.ingest import file_digest
     from cic.pipeline.score_tables import store_long_table
+    from cic.services.mlflow_results import log_store
     from cic.store import Store
     from cic.store.score_files import read_long_table
-    from tasks.calibrate import calibrate_runs
-    from tasks.log import log_results
 
     frame = read_long_table(table)
     with tempfile.TemporaryDirectory(prefix="cic-log-") as tmp:
@@ -311,9 +314,9 @@ def _log_table(table: Path, tracking_uri: str | None, experiment_prefix: str | N
             run_keys = store_long_table(store, frame, source=f"TABLE = {str(table)!r}", digest=file_digest(table))
         calibration = CalibrationConfig(n_splits=n_splits)
         with without_flow(Path(tmp) / "services.log"):
-            calibrate_runs.fn(store_file, run_keys, calibration)
-            stats = log_results.fn(store_file, tracking=tracking_uri, report_dir=report_dir, run_keys=run_keys,
-                                   experiment_prefix=experiment_prefix or DEFAULT_EXPERIMENT_PREFIX)
+            calibrate_store(store_file, run_keys, calibration)
+            stats = log_store(store_file, tracking=tracking_uri, report_dir=report_dir, run_keys=run_keys,
+                              experiment_prefix=experiment_prefix or DEFAULT_EXPERIMENT_PREFIX)
     console.print(printable(f"{table}: {stats.logged} group(s) logged, {stats.already} already in MLflow "
                             f"(experiments {experiment_prefix or DEFAULT_EXPERIMENT_PREFIX}-<dataset>)"),
                   highlight=False)

@@ -77,6 +77,7 @@ class PipelineSummary:
     calibrate: CalibrateStats | None = None
     log: LogStats | None = None
     log_error: str | None = None
+    reports: int = 0  # group reports written without MLflow (`--no-mlflow`)
     stage_seconds: dict[str, float] = field(default_factory=dict)
     results: list[ResultRow] = field(default_factory=list)
     per_dataset: list[dict[str, Any]] = field(default_factory=list)  # `group_evaluations` rows, every column

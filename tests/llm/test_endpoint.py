@@ -336,6 +336,9 @@ def test_a_server_killed_mid_run_loses_no_stored_answer_and_the_rerun_asks_only_
                             capture_output=True, text=True, timeout=900)
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
     assert f"answer smol-served: {6 - stored}/{6 - stored} (100.0%)" in second.stdout  # only the unanswered
+    # no MLflow, but the report all the same: the directories `cic log` attaches later
+    assert "tables and plots: reports/ (1 group(s); `cic log` attaches them to MLflow runs)" in second.stdout
+    assert len(list((tmp_path / "reports").glob("*/tables/evaluations.csv"))) == 1
     with Store.open(tmp_path / "served.duckdb", read_only=True) as store:
         assert store.read("generations").get_column("question_id").n_unique() == 6
 

@@ -1,0 +1,60 @@
+"""Calibrate and evaluate every (run, estimator, criterion) group of some runs and store it: the pipeline's
+calibrate task and `cic log TABLE` both call `calibrate_store`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import polars as pl
+
+from cic.pipeline import progress
+from cic.pipeline.config import CalibrationConfig
+from cic.pipeline.gates import promote_first_gates
+from cic.pipeline.recalibration import labelled_pairs, span
+from cic.pipeline.run_results import CalibrateStats
+from cic.pipeline.stored_calibration import (
+    GroupKey,
+    calibration_rows,
+    evaluation_rows,
+    group_counts,
+    group_evaluation_rows,
+    groups_of_run,
+    iter_group_pairs,
+)
+from cic.store import Store
+
+
+def calibrate_store(db: str, run_keys: Sequence[str], calibration: CalibrationConfig,
+                   estimators: Sequence[str] | None = None, criteria: Sequence[str] | None = None) -> CalibrateStats:
+    """Gate per (alpha, bound, search) on each group's pairs plus the split protocol; idempotent upserts. A gate
+    whose key has no live gate yet goes live; later ones wait as candidates (`cic gate promote`)."""
+    stats = CalibrateStats()
+    with Store.open(db, wait_s=60) as store:
+        runs = [r for r in store.read("runs").iter_rows(named=True) if r["run_key"] in set(run_keys)]
+        groups = [g for run in runs for g in groups_of_run(store, run, estimators, criteria)]
+        together = group_counts(runs, calibration)  # G per model with `group_by: dataset`, else 1
+        by_family: dict[tuple[str, str, str], list[tuple[GroupKey, pl.DataFrame]]] = {}
+        for key, pairs in iter_group_pairs(store, groups):
+            if calibration.group_by == "dataset":
+                by_family.setdefault((key.model, key.estimator, key.criterion), []).append((key, pairs))
+            # the window the gates cover (when production saw / labels came): recalibration starts after it
+            calibrations = calibration_rows(key, pairs, calibration, window=span(labelled_pairs(store, key)),
+                                            groups=together[key.model])
+            evaluations = evaluation_rows(key, pairs, calibration)
+            with store.transaction():
+                store.upsert("calibrations", calibrations)
+                store.upsert("evaluations", evaluations)
+                stats.promoted += len(promote_first_gates(store, calibrations.get_column("calibration_id"),
+                                                          reason="pipeline: the first gate of its key"))
+            stats.groups += 1
+            stats.calibrations += calibrations.height
+            stats.evaluations += evaluations.height
+            stats.unattainable += calibrations.get_column("threshold").null_count()
+            progress.report("calibrate", stats.groups, len(groups))
+        for parts in by_family.values():
+            if len(parts) >= 2:  # the per-dataset table: per-dataset gates beside the pooled gate
+                rows = group_evaluation_rows(parts, calibration)
+                with store.transaction():
+                    store.upsert("group_evaluations", rows)
+                stats.group_studies += 1
+    return stats
