@@ -18,6 +18,7 @@ from rich.table import Table
 from cic.cli.common import TrackingOpt, console, err_console, fmt, friendly_errors, printable, styled
 from cic.cli.runner import refuse_moved_mlflow_store, run_flow, without_flow
 from cic.cli.service_logs import services_log_path
+from cic.stats.searches import DEFAULT_SEARCH
 
 if TYPE_CHECKING:
     from cic.pipeline.run_results import AlertRow, MonitorRow, ResultRow
@@ -336,7 +337,7 @@ def ask(
     alpha: Annotated[float, typer.Option("--alpha", help="The gate's risk level: its error rate among accepted "
                                          "answers is certified <= this.")] = 0.25,
     bound: Annotated[str, typer.Option("--bound", help="The gate's bound: cp or hoeffding.")] = "cp",
-    search: Annotated[str, typer.Option("--search", help="The gate's search.")] = "geometric",
+    search: Annotated[str, typer.Option("--search", help="The gate's search.")] = DEFAULT_SEARCH,
 ) -> None:
     """Answer with the live gate, or abstain; shows the uncertainty score and the certified threshold."""
     from cic.pipeline.asking import ask_question

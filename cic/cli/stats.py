@@ -45,7 +45,7 @@ from cic.cli.common import (
     printable,
 )
 from cic.errors import UserError
-from cic.stats.searches import SEARCH_NAMES
+from cic.stats.searches import DEFAULT_SEARCH, SEARCH_NAMES
 
 
 @friendly_errors
@@ -59,7 +59,7 @@ def calibrate(
     delta: Delta = 0.05,
     bound: Annotated[str, typer.Option("--bound", help="cp | hoeffding | hoeffding_kl | bentkus | "
                                                        "hoeffding_bentkus")] = "cp",
-    search: Search = "geometric",
+    search: Search = DEFAULT_SEARCH,
     grid: GridOpt = None,
     pilot: PilotOpt = None,
     grid_size: GridSize = None,
@@ -213,7 +213,7 @@ def evaluate(
     correct_col: CorrectCol = None,
     alphas: Alphas = "0.05,0.10,0.15,0.20,0.25",
     bounds: Bounds = "hoeffding,cp",
-    search: Searches = "geometric",
+    search: Searches = DEFAULT_SEARCH,
     delta: Delta = 0.05,
     n_splits: NSplits = 100,
     cal_fraction: CalFraction = 0.5,
@@ -283,7 +283,7 @@ def simulate(
     delta: Delta = 0.05,
     bound: Annotated[str, typer.Option("--bound", help="cp | hoeffding | hoeffding_kl | bentkus | "
                                                        "hoeffding_bentkus")] = "cp",
-    search: Search = "geometric",
+    search: Search = DEFAULT_SEARCH,
     grid: GridOpt = None,
     n_min: NMin = None,
     start: Start = None,
@@ -317,7 +317,7 @@ def report(
     correct_col: CorrectCol = None,
     alphas: Alphas = "0.05,0.10,0.15,0.20,0.25",
     bounds: Bounds = "hoeffding,cp",
-    search: Searches = "geometric",
+    search: Searches = DEFAULT_SEARCH,
     delta: Delta = 0.05,
     n_splits: NSplits = 100,
     cal_fraction: CalFraction = 0.5,

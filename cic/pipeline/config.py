@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from cic.errors import UserError
+from cic.stats.searches import DEFAULT_SEARCH
 
 # Upper limits of the numeric settings: far beyond any sensible run, low enough that a typo (an extra zero, a YAML
 # .inf) is refused before anything starts instead of running for days or sampling from an infinite temperature
@@ -264,7 +265,7 @@ class CalibrationConfig(_Strict):
     alphas: tuple[float, ...] = (0.05, 0.10, 0.15, 0.20, 0.25)
     delta: float = Field(0.05, gt=0, lt=1)
     bounds: tuple[str, ...] = ("hoeffding", "cp")
-    searches: tuple[str, ...] = ("geometric", "paper")
+    searches: tuple[str, ...] = (DEFAULT_SEARCH, "paper")
     n_splits: int = Field(100, ge=1, le=MAX_SPLITS)
     cal_fraction: float = Field(0.5, gt=0, lt=1)
     seed: Seed = 0

@@ -24,7 +24,7 @@ from cic.stats.bounds import resolve_bound
 from cic.stats.calibration import calibrate
 from cic.stats.curves import rejection_curve, risk_coverage_curve
 from cic.stats.protocol import DEFAULT_ALPHAS, evaluate_splits
-from cic.stats.searches import get_search
+from cic.stats.searches import DEFAULT_SEARCH, get_search
 from cic.store.outputs import write_frame, write_text
 from cic.store.score_files import GROUP_KEYS, check_long_frame
 
@@ -47,7 +47,7 @@ class ReportConfig:
 
     alphas: tuple[float, ...] = DEFAULT_ALPHAS
     bounds: tuple[str, ...] = ("hoeffding", "cp")
-    searches: tuple[str, ...] = ("geometric",)
+    searches: tuple[str, ...] = (DEFAULT_SEARCH,)
     delta: float = 0.05
     n_splits: int = 100
     cal_fraction: float = 0.5
@@ -164,7 +164,7 @@ def baselines_study(frame: pl.DataFrame, config: ReportConfig = ReportConfig(),
     import polars as pl
 
     frame = check_long_frame(frame)
-    wanted = (*config.searches, "geometric", "fixed_sequence", "multistart")
+    wanted = (*config.searches, DEFAULT_SEARCH, "fixed_sequence", "multistart")
     cic_searches = [s for s in dict.fromkeys(wanted) if config.grid is not None or not get_search(s).needs_grid]
     parts = []
     for key, scores, errors in iter_groups(frame):

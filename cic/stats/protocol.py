@@ -26,7 +26,15 @@ from cic.errors import UserError
 from cic.stats import bounds as _bounds
 from cic.stats import searches
 from cic.stats._validation import as_pair, check_open_unit, check_positive_int
-from cic.stats.searches import Search, Setting, check_search_args, compact_candidates, get_search, run_search
+from cic.stats.searches import (
+    DEFAULT_SEARCH,
+    Search,
+    Setting,
+    check_search_args,
+    compact_candidates,
+    get_search,
+    run_search,
+)
 
 if TYPE_CHECKING:
     import polars as pl
@@ -273,7 +281,7 @@ _OUTCOME_FIELDS = {"found": bool, "threshold": np.float64, "cal_accepted": np.in
 
 
 def split_outcomes(scores: Any, errors: Any, *, alphas: Sequence[float] = DEFAULT_ALPHAS,
-                   bounds: Sequence[str] | str = ("hoeffding", "cp"), search: Sequence[str] | str = "paper",
+                   bounds: Sequence[str] | str = ("hoeffding", "cp"), search: Sequence[str] | str = DEFAULT_SEARCH,
                    delta: float = 0.05, n_splits: int = 100, cal_fraction: float = 0.5, seed: int = 0,
                    grid: Any = None, n_min: int | None = None, start: float | None = None) -> pl.DataFrame:
     """One row per (alpha, bound, search, split): threshold (null on a fail), test FDR, coverage, counts.
@@ -345,7 +353,7 @@ def summarize_splits(out: dict[str, np.ndarray], alpha: float) -> dict[str, Any]
 
 
 def evaluate_splits(scores: Any, errors: Any, *, alphas: Sequence[float] = DEFAULT_ALPHAS,
-                    bounds: Sequence[str] | str = ("hoeffding", "cp"), search: Sequence[str] | str = "paper",
+                    bounds: Sequence[str] | str = ("hoeffding", "cp"), search: Sequence[str] | str = DEFAULT_SEARCH,
                     delta: float = 0.05, n_splits: int = 100, cal_fraction: float = 0.5, seed: int = 0,
                     grid: Any = None, n_min: int | None = None, start: float | None = None,
                     progress: Callable[[int, int], None] | None = None) -> pl.DataFrame:

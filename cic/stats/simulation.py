@@ -16,7 +16,15 @@ from scipy import special
 from cic.errors import UserError
 from cic.stats import bounds as _bounds
 from cic.stats._validation import check_open_unit, check_positive_int
-from cic.stats.searches import Setting, candidate_matrix, check_search_args, feasibility_table, get_search, run_search
+from cic.stats.searches import (
+    DEFAULT_SEARCH,
+    Setting,
+    candidate_matrix,
+    check_search_args,
+    feasibility_table,
+    get_search,
+    run_search,
+)
 
 
 class RiskModel(Protocol):
@@ -165,7 +173,7 @@ def binomial_ci(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]
 
 
 def simulate(model: RiskModel | None = None, *, n: int = 1000, alpha: float = 0.1, delta: float = 0.05,
-             bound: str = "cp", search: str = "paper", n_trials: int = 1000, seed: int = 0, grid: Any = None,
+             bound: str = "cp", search: str = DEFAULT_SEARCH, n_trials: int = 1000, seed: int = 0, grid: Any = None,
              n_min: int | None = None, start: float | None = None,
              confidence: float = 0.95) -> SimulationResult:
     """Run `search` on `n_trials` calibration sets of size `n` from `model`; count R(t_hat) > alpha.

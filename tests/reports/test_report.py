@@ -171,7 +171,7 @@ def test_results_match_evaluate_splits_per_group() -> None:
     results = evaluate_groups(frame, ReportConfig(**FAST))
     assert results.height == 2 * 5 * 2
     for model, s, e in (("m1", s1, e1), ("m2", s2, e2)):
-        expected = cic.evaluate_splits(s, e, n_splits=N_SPLITS)
+        expected = cic.evaluate_splits(s, e, n_splits=N_SPLITS, search="paper")
         got = results.filter(model=model).drop("model", "dataset", "estimator", "criterion", "cal_fraction", "seed")
         assert got.equals(expected)
 
@@ -184,7 +184,7 @@ def test_sensitivity_study_runs_each_fraction_on_its_own_splits() -> None:
                                                                    sensitivity_alphas=(0.15,), searches=("paper",)))
     assert sorted(set(table["cal_fraction"])) == [0.1, 0.5]
     for f in (0.5, 0.1):
-        expected = cic.evaluate_splits(s, e, alphas=[0.15], n_splits=8, cal_fraction=f)
+        expected = cic.evaluate_splits(s, e, alphas=[0.15], n_splits=8, cal_fraction=f, search="paper")
         assert table.filter(cal_fraction=f)["coverage_mean"].to_list() == expected["coverage_mean"].to_list()
     assert [ratio_label(f) for f in (0.5, 0.4, 0.3, 0.2, 0.1, 0.25)] == ["1:1", "2:3", "3:7", "1:4", "1:9", "1:3"]
 

@@ -116,7 +116,7 @@ def test_compare_methods_puts_cic_on_the_same_splits() -> None:
         "cic_multistart": "high-probability",
         "naive": "none",
         "coin_binary": "high-probability", "conformal_alignment": "expectation", "lec": "expectation"}
-    reference = cic.evaluate_splits(scores, errors, alphas=[0.15], bounds="cp", n_splits=20, seed=4)
+    reference = cic.evaluate_splits(scores, errors, alphas=[0.15], bounds="cp", n_splits=20, seed=4, search="paper")
     row = table.filter(method="cic_paper").row(0, named=True)
     assert row["coverage_mean"] == reference["coverage_mean"][0]
     assert row["fdr_mean"] == reference["fdr_mean"][0]

@@ -116,3 +116,17 @@ def test_protocol_rows_equal_calibrate_on_the_same_split(search: str) -> None:
         direct = cic.calibrate(scores[masks[split]], errors[masks[split]], alpha=0.15, bound="cp", search=search,
                                **kwargs)
         assert rows["threshold"][split] == direct.threshold
+
+
+def test_every_function_that_searches_defaults_to_the_one_default_search() -> None:
+    import inspect
+
+    import cic
+    from cic.stats import groups, protocol
+    from cic.stats.searches import DEFAULT_SEARCH
+
+    functions = [cic.calibrate, cic.evaluate_splits, protocol.split_outcomes, cic.simulate, *[
+        f for _, f in inspect.getmembers(groups, inspect.isfunction)
+        if f.__module__ == groups.__name__ and "search" in inspect.signature(f).parameters]]
+    defaults = {f.__qualname__: inspect.signature(f).parameters["search"].default for f in functions}
+    assert len(defaults) >= 6 and set(defaults.values()) == {DEFAULT_SEARCH}, defaults
