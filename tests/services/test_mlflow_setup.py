@@ -8,7 +8,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -22,7 +21,22 @@ from tests.support.pipeline_data import store_run
 
 pytestmark = pytest.mark.faults
 CIC = str(Path(sys.executable).with_name("cic"))
-FIRST_USE = "import sys\nfrom mlflow import MlflowClient\nMlflowClient(tracking_uri=sys.argv[1]).search_experiments()\n"
+# MLflow's first use of a new SQLite file, SIGTERMed by itself right after its N-th CREATE TABLE: the same signal
+# an operator's stop sends, at a point that does not depend on how busy the machine is
+FIRST_USE = """
+import os, signal, sys
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+created = [0]
+@event.listens_for(Engine, "after_cursor_execute")
+def count(conn, cursor, statement, *args):
+    if statement.lstrip().upper().startswith("CREATE TABLE"):
+        created[0] += 1
+        if created[0] >= int(sys.argv[2]):
+            os.kill(os.getpid(), signal.SIGTERM)
+from mlflow import MlflowClient
+MlflowClient(tracking_uri=sys.argv[1]).search_experiments()
+"""
 
 
 def _tables(db: Path) -> int:
@@ -43,18 +57,14 @@ def _revision(db: Path) -> str | None:
 
 
 def half_set_up(db: Path) -> None:
-    """SIGTERM MLflow's first use of a new SQLite file once it has created some tables, until the file is left in
+    """SIGTERM MLflow's first use of a new SQLite file after it has created some tables, until the file is left in
     a state MLflow's next use cannot finish; a few tries at most."""
     uri = f"sqlite:///{db}"
     for enough in (38, 52, 7, 20, 45, 30):  # tables created before the SIGTERM
         db.unlink(missing_ok=True)
-        proc = subprocess.Popen([sys.executable, "-c", FIRST_USE, uri], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while _tables(db) < enough and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.002)
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=30)
+        proc = subprocess.run([sys.executable, "-c", FIRST_USE, uri, str(enough)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, timeout=120)
+        assert proc.returncode in (-signal.SIGTERM, 0), proc.returncode
         if not (db.exists() and _tables(db) and _revision(db) != head_revision(uri)):
             continue
         try:
