@@ -6,6 +6,7 @@ import polars as pl
 import pytest
 
 from cic import schema
+from cic.errors import UserError
 
 
 def test_run_key_is_stable_and_sensitive_to_every_part() -> None:
@@ -28,7 +29,7 @@ def test_conform_orders_and_casts_columns_and_names_what_is_missing() -> None:
     out = schema.conform(frame, schema.SCORES)
     assert out.columns == ["run_key", "question_id", "estimator", "value"]
     assert out.schema["value"] == pl.Float64
-    with pytest.raises(ValueError, match="lack column\\(s\\) estimator"):
+    with pytest.raises(UserError, match="lack column\\(s\\) estimator"):
         schema.conform(frame.drop("estimator"), schema.SCORES)
 
 

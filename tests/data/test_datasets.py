@@ -19,6 +19,7 @@ from cic.data import DATASETS, DatasetSourceError, DatasetSpec, build_prompt, lo
 from cic.data.bundle import write_samples
 from cic.data.prompts import SHORT_ANSWER_V1
 from cic.data.sources import sample_path
+from cic.errors import UserError
 
 SHARED = Path(os.environ.get("CIC_SHARED_DATA", "/work/shared/data"))
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"shared data directory {SHARED} not present")
@@ -110,7 +111,7 @@ def test_limit_and_seed_subsample_deterministically_in_source_order() -> None:
     for small, large in ((8, 9), (25, 60)):  # a larger limit extends the sample a smaller one drew
         kept = set(load_questions("trivia_qa", limit=large, seed=7)["question_id"])
         assert set(load_questions("trivia_qa", limit=small, seed=7)["question_id"]) < kept
-    with pytest.raises(ValueError, match="limit = 0"):
+    with pytest.raises(UserError, match="limit = 0"):
         load_questions("trivia_qa", limit=0)
 
 
@@ -172,14 +173,14 @@ def test_full_trivia_record_as_jsonl_and_commonsense_parquet_and_json_array(tmp_
      r"duplicate question_id 'c1' at line 1 of 'bad.jsonl' and line 3 of 'bad.jsonl'"),
 ])
 def test_bad_records_name_the_row_and_the_field(tmp_path: Path, records: list[dict], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(UserError, match=message):
         load_questions("commonsense_qa", write_jsonl(tmp_path / "bad.jsonl", records))
 
 
 def test_bad_sources_give_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(DatasetSourceError, match="no such file or directory"):
         load_questions("trivia_qa", tmp_path / "missing.jsonl")
-    with pytest.raises(ValueError, match="dataset = 'squad': unknown; registered datasets are commonsense_qa, "
+    with pytest.raises(UserError, match="dataset = 'squad': unknown; registered datasets are commonsense_qa, "
                                          "trivia_qa"):
         load_questions("squad")
     (tmp_path / "empty.jsonl").write_text("\n\n")
@@ -246,7 +247,7 @@ def test_a_users_own_dataset_is_one_registry_entry(tmp_path: Path) -> None:
     prompt = build_prompt(frame.row(1, named=True), registry=registry)
     assert prompt.endswith("Question: What is the capital of Japan?\nAnswer:")
     assert "capitals" not in DATASETS  # the default registry is untouched
-    with pytest.raises(ValueError, match="already registered"):
+    with pytest.raises(UserError, match="already registered"):
         registry.register(DatasetSpec(name="capitals", parse=open_ended_fields(), prompt=SHORT_ANSWER_V1))
 
 
@@ -260,11 +261,11 @@ def test_a_dataset_from_a_config_entry(tmp_path: Path) -> None:
     row = load_questions("arith", registry=registry).row(0, named=True)
     assert row["choices"] == ["3", "4"] and row["choice_labels"] == ["A", "B"] and row["answer"] == "B"
     assert build_prompt(row, registry=registry).endswith("Question: 2 + 2 = ?\nA. 3\nB. 4\nAnswer:")
-    with pytest.raises(ValueError, match="kind = 'ranking'"):
+    with pytest.raises(UserError, match="kind = 'ranking'"):
         registry.register_config({"name": "x", "kind": "ranking"})
-    with pytest.raises(ValueError, match="fields choices do not apply to kind 'open'"):
+    with pytest.raises(UserError, match="fields choices do not apply to kind 'open'"):
         registry.register_config({"name": "y", "fields": {"choices": "c"}})
-    with pytest.raises(ValueError, match="dataset name = 'a b'"):
+    with pytest.raises(UserError, match="dataset name = 'a b'"):
         registry.register_config({"name": "a b"})
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from cic.data import MC_LETTER_V1, PROMPTS, SHORT_ANSWER_V1, build_prompt, get_prompt, load_questions
+from cic.errors import UserError
 
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
@@ -86,13 +87,13 @@ def test_prompt_texts_are_pinned_to_their_ids(chat_tokenizer: Any) -> None:
 
 
 def test_prompt_errors_are_clear() -> None:
-    with pytest.raises(ValueError, match="prompt 'mc-letter-v1' needs 'choices' and 'choice_labels'"):
+    with pytest.raises(UserError, match="prompt 'mc-letter-v1' needs 'choices' and 'choice_labels'"):
         build_prompt(OPEN_ROW, prompt_id="mc-letter-v1")
-    with pytest.raises(ValueError, match="prompt_id = 'v9': unknown"):
+    with pytest.raises(UserError, match="prompt_id = 'v9': unknown"):
         get_prompt("v9")
-    with pytest.raises(ValueError, match="no 'dataset' field; pass prompt_id"):
+    with pytest.raises(UserError, match="no 'dataset' field; pass prompt_id"):
         build_prompt({k: v for k, v in MC_ROW.items() if k != "dataset"})
-    with pytest.raises(ValueError, match="question_id 'q1': field 'question' is missing"):
+    with pytest.raises(UserError, match="question_id 'q1': field 'question' is missing"):
         build_prompt({**MC_ROW, "question": ""})
 
 

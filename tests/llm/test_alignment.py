@@ -6,6 +6,7 @@ import polars as pl
 import pytest
 
 from cic import schema
+from cic.errors import UserError
 from cic.llm.alignment import default_criteria, label_generations, parse_criterion
 from cic.llm.text import normalize_answer, rouge_l, token_f1
 
@@ -32,7 +33,7 @@ def test_parse_and_defaults() -> None:
     assert default_criteria(True) == ["option_match"] and default_criteria(False) == ["similarity[0.6]"]
     for bad, message in (("bleu", "unknown"), ("similarity[x]", "not a number"), ("option_match[1]", "no parameter"),
                          ("similarity[2]", r"\[0, 1\]")):
-        with pytest.raises(ValueError, match=message):
+        with pytest.raises(UserError, match=message):
             parse_criterion(bad)
 
 
@@ -55,7 +56,7 @@ def test_lexical_criteria_and_option_match() -> None:
 
 
 def test_similarity_needs_an_embedder() -> None:
-    with pytest.raises(ValueError, match="needs a sentence embedder"):
+    with pytest.raises(UserError, match="needs a sentence embedder"):
         label_generations(questions(), greedy({"q1": "Paris"}), ["similarity[0.6]"], run_key="r")
 
 

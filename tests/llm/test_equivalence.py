@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cic.errors import UserError
 from cic.llm.uncertainty import (
     EmbeddingEquivalence,
     ExactEquivalence,
@@ -86,7 +87,7 @@ def test_entailment_variants_differ_on_neutral_pairs() -> None:
     assert entailment_decision(entail, neutral, variant="strict", **labels).tolist() == [False]
     assert entailment_decision(entail, neutral, variant="no_contradiction", **labels).tolist() == [True]
     assert entailment_decision(contra, entail, variant="no_contradiction", **labels).tolist() == [False]
-    with pytest.raises(ValueError, match="nli_variant = 'loose'"):
+    with pytest.raises(UserError, match="nli_variant = 'loose'"):
         entailment_decision(entail, entail, variant="loose", **labels)
 
 
@@ -123,7 +124,7 @@ def test_nli_model_without_an_entailment_label_is_refused(tiny_nli: Path, tmp_pa
     model.config.id2label = {0: "a", 1: "b", 2: "c"}
     model.save_pretrained(tmp_path)
     AutoTokenizer.from_pretrained(tiny_nli).save_pretrained(tmp_path)
-    with pytest.raises(ValueError, match="lacks 'entailment'"):
+    with pytest.raises(UserError, match="lacks 'entailment'"):
         NliEquivalence(str(tmp_path))
 
 

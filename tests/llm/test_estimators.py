@@ -9,6 +9,7 @@ import polars as pl
 import pytest
 
 from cic import schema
+from cic.errors import UserError
 from cic.llm.uncertainty import ExactEquivalence, UncertaintyScorer, list_estimators, stored_name
 from cic.llm.uncertainty.estimators import (
     deg,
@@ -113,7 +114,7 @@ def test_scorer_writes_one_row_per_question_and_estimator_with_nulls_where_undef
 
 
 def test_unknown_estimator_is_refused_with_the_known_names() -> None:
-    with pytest.raises(ValueError, match="estimator = 'entropy': unknown; choose from semantic_entropy"):
+    with pytest.raises(UserError, match="estimator = 'entropy': unknown; choose from semantic_entropy"):
         UncertaintyScorer(ExactEquivalence(), ["entropy"])
 
 
@@ -146,5 +147,5 @@ def test_estimators_declare_what_they_read_and_an_engine_lacking_it_skips_them_b
     names = ["semantic_entropy", "predictive_entropy", "option_entropy", "lexical_similarity"]
     assert unmet_by(names, set(served.offers())) == ["predictive_entropy", "option_entropy"]
     assert unmet_by(names, {"token_logprobs", "option_probs"}) == []
-    with pytest.raises(ValueError, match="unknown need"):
+    with pytest.raises(ValueError, match="unknown need"):  # a programming error in an estimator module
         Estimator("x", lambda s: 0.0, frozenset({"gpu"}))

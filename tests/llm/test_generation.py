@@ -8,6 +8,7 @@ import pytest
 
 from cic import schema
 from cic.data import build_prompt, load_questions
+from cic.errors import UserError
 from cic.llm.generation import SAMPLER, AnswerGenerator, GenerationConfig, generate_for_questions
 
 pytestmark = pytest.mark.slow
@@ -24,7 +25,7 @@ def trivia(smollm) -> tuple[pl.DataFrame, list[str]]:
 
 
 def test_config_validation_and_shaping() -> None:
-    with pytest.raises(ValueError, match="top_p = 1.5"):
+    with pytest.raises(UserError, match="top_p = 1.5"):
         GenerationConfig(top_p=1.5)
     shaping = GenerationConfig(batch_size=8).shaping()
     assert "batch_size" not in shaping and shaping["sampler"] == SAMPLER

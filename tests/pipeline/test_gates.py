@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cic.cli import app
+from cic.errors import UserError
 from cic.pipeline.asking import serving_gate
 from cic.pipeline.gates import gates, promote, retire
 from cic.pipeline.recalibration import WindowRule, correct_and_alert, promote_quiet_groups, recalibrate_group
@@ -54,7 +55,7 @@ def test_ask_serves_the_live_gate_until_a_candidate_is_promoted(tmp_path: Path) 
     assert serving_gate(str(db), **ASK)["calibration_id"] == candidate
     with Store.open(db) as store:
         retire(store, candidate, reason="incident")
-    with pytest.raises(ValueError, match="no live gate for .*every gate of it was retired"):
+    with pytest.raises(UserError, match="no live gate for .*every gate of it was retired"):
         serving_gate(str(db), **ASK)
     with Store.open(db) as store:  # rolling back = promoting the old gate again
         promote(store, live, reason="rollback")
@@ -67,7 +68,7 @@ def test_a_candidate_with_alerts_needs_a_person_and_the_auto_policy_never_promot
     with Store.open(db) as store:
         row = gates(store, calibration_id=candidate).row(0, named=True)
         assert row["state"] == "candidate" and any("score distribution moved" in a for a in row["alerts"])
-        with pytest.raises(ValueError, match="was written with alerts .* --despite-alerts"):
+        with pytest.raises(UserError, match="was written with alerts .* --despite-alerts"):
             promote(store, candidate, reason="no")
         group = only_group(store)
         result = recalibrate_group(store, group, CONFIG, WindowRule())

@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cic.cli import app
+from cic.errors import UserError
 from cic.pipeline.ingest import IngestOptions, ingest_file, run_key_of
 from cic.pipeline.recalibration import labelled_pairs
 from cic.pipeline.stored_calibration import groups_of_run
@@ -115,7 +116,7 @@ def test_a_bad_record_is_named_and_nothing_of_the_file_is_written(tmp_path: Path
     with Store.open(tmp_path / "s.duckdb") as store:
         ingest_file(store, write(records(), tmp_path / "good.parquet"))
         before = store.counts()
-        with pytest.raises(ValueError) as caught:
+        with pytest.raises(UserError) as caught:
             frame = spoil(records().with_columns(pl.col("timestamp").cast(pl.String)))  # type: ignore[operator]
             ingest_file(store, write(frame, tmp_path / "bad.parquet"))
         assert message in str(caught.value)
@@ -129,7 +130,7 @@ def test_labels_for_records_never_ingested_are_refused(tmp_path: Path) -> None:
     with Store.open(tmp_path / "s.duckdb") as store:
         ingest_file(store, write(records(), tmp_path / "good.parquet"))
         before = store.read("labels")
-        with pytest.raises(ValueError, match="record 2 \\(question_id 'nope'\\): no ingested record"):
+        with pytest.raises(UserError, match="record 2 \\(question_id 'nope'\\): no ingested record"):
             ingest_file(store, write(labels, tmp_path / "labels.parquet"))
         assert store.read("labels").equals(before)
 
@@ -167,30 +168,30 @@ def test_group_column_stores_each_group_as_its_own_stream_and_a_record_keeps_its
         assert ingest_file(store, write(labels, tmp_path / "l.parquet"), IngestOptions(group="tier")).labels == 6
         before = {t: store.read(t) for t in ("runs", "questions", "observations", "labels")}
         moved = frame.with_columns(tier=pl.Series(["free", "free"] * 3))  # r0 was gold
-        with pytest.raises(ValueError, match="record 1 \\(question_id 'r0'\\): model 'qwen' has this question "
+        with pytest.raises(UserError, match="record 1 \\(question_id 'r0'\\): model 'qwen' has this question "
                                              "stored in stream 'support-bot/gold', not 'support-bot/free'"):
             ingest_file(store, write(moved, tmp_path / "m.parquet"), IngestOptions(group="tier"))
-        with pytest.raises(ValueError, match="stored in stream 'support-bot/gold', not 'support-bot'"):
+        with pytest.raises(UserError, match="stored in stream 'support-bot/gold', not 'support-bot'"):
             ingest_file(store, write(records(), tmp_path / "plain.parquet"))  # ungrouped: still the same record
         twice = pl.concat([frame.head(1), frame.head(1).with_columns(tier=pl.lit("free"))])
-        with pytest.raises(ValueError, match="records 1, 2 put question_id 'r0' of model 'qwen', stream "
+        with pytest.raises(UserError, match="records 1, 2 put question_id 'r0' of model 'qwen', stream "
                                              "'support-bot' in two groups \\('support-bot/free' and "
                                              "'support-bot/gold'\\)"):
             ingest_file(store, write(twice, tmp_path / "t.parquet"), IngestOptions(group="tier"))
-        with pytest.raises(ValueError, match="tier = 'a/b': a group may not contain '/'"):
+        with pytest.raises(UserError, match="tier = 'a/b': a group may not contain '/'"):
             ingest_file(store, write(frame.with_columns(tier=pl.lit("a/b")), tmp_path / "s.parquet"), tier)
-        with pytest.raises(ValueError, match="record 1 \\(question_id 'r0'\\): tier is empty"):
+        with pytest.raises(UserError, match="record 1 \\(question_id 'r0'\\): tier is empty"):
             ingest_file(store, write(frame.with_columns(tier=pl.lit(" ")), tmp_path / "e.parquet"), tier)
-        with pytest.raises(ValueError, match="group = 'segment': .* has no such column"):
+        with pytest.raises(UserError, match="group = 'segment': .* has no such column"):
             ingest_file(store, write(frame, tmp_path / "a.parquet"), IngestOptions(group="segment"))
-        with pytest.raises(ValueError, match="group = 'stream': that column already has a role"):
+        with pytest.raises(UserError, match="group = 'stream': that column already has a role"):
             ingest_file(store, write(frame, tmp_path / "a.parquet"), IngestOptions(group="stream"))
         slash = records().with_columns(stream=pl.lit("support-bot/gold"), question_id=pl.lit("x") + pl.col(
             "question_id"))  # an ungrouped stream named like a group of another
-        with pytest.raises(ValueError, match="stream 'support-bot/gold' of model 'qwen' is stored as a group of "
+        with pytest.raises(UserError, match="stream 'support-bot/gold' of model 'qwen' is stored as a group of "
                                              "stream 'support-bot', and this file would make it a stream of its own"):
             ingest_file(store, write(slash, tmp_path / "slash.parquet"))
-        with pytest.raises(ValueError, match="unknown column\\(s\\) 'tier'"):
+        with pytest.raises(UserError, match="unknown column\\(s\\) 'tier'"):
             ingest_file(store, write(frame, tmp_path / "a.parquet"))  # the column is not silently dropped
         after = {t: store.read(t) for t in before}
     assert all(before[t].equals(after[t]) for t in before)

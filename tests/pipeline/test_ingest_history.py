@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cic.cli import app
+from cic.errors import UserError
 from cic.pipeline.gates import gates
 from cic.pipeline.ingest import IngestOptions, ingest_file
 from cic.pipeline.recalibration import WindowRule, recalibrate_group
@@ -27,18 +28,18 @@ NOW = T0 + timedelta(days=1)
 def test_a_timestamp_beyond_now_plus_the_skew_is_refused_and_the_skew_is_configurable(tmp_path: Path) -> None:
     future = records().with_columns(pl.Series("timestamp", [T0] * 5 + [NOW + timedelta(days=3650)]))
     with Store.open(tmp_path / "s.duckdb") as store:
-        with pytest.raises(ValueError, match=r"record 6 \(question_id 'r5'\): timestamp = 2036-.* lies 3.65e\+03 d in "
+        with pytest.raises(UserError, match=r"record 6 \(question_id 'r5'\): timestamp = 2036-.* lies 3.65e\+03 d in "
                                              r"the future .* allowed clock skew 5 min"):
             ingest_file(store, write(future, tmp_path / "f.parquet"), now=NOW)
         assert store.count("observations") == 0
         near = records().with_columns(pl.Series("timestamp", [T0] * 5 + [NOW + timedelta(minutes=3)]))
         ingest_file(store, write(near, tmp_path / "near.parquet"), now=NOW)  # within the default skew
         later = records().with_columns(pl.Series("timestamp", [T0] * 5 + [NOW + timedelta(hours=2)]))
-        with pytest.raises(ValueError, match="lies 2 h in the future"):
+        with pytest.raises(UserError, match="lies 2 h in the future"):
             ingest_file(store, write(later, tmp_path / "later.parquet"), now=NOW)
         ingest_file(store, write(later, tmp_path / "later.parquet"), IngestOptions(max_skew="3h"), now=NOW)
         old = records().with_columns(pl.Series("timestamp", [datetime(1970, 1, 1, tzinfo=UTC)] * 6))
-        with pytest.raises(ValueError, match="record 1 .* is before 2000-01-01"):
+        with pytest.raises(UserError, match="record 1 .* is before 2000-01-01"):
             ingest_file(store, write(old, tmp_path / "old.parquet"), now=NOW)
 
 
@@ -48,12 +49,12 @@ def test_naive_timestamps_are_refused_unless_their_zone_is_named(tmp_path: Path)
     naive.with_columns(pl.col("timestamp").dt.to_string("%Y-%m-%dT%H:%M:%S")).write_csv(text)
     with Store.open(tmp_path / "s.duckdb") as store:
         for path in (write(naive, tmp_path / "n.parquet"), text):
-            with pytest.raises(ValueError, match="record 1 .*has no time zone.*--timezone"):
+            with pytest.raises(UserError, match="record 1 .*has no time zone.*--timezone"):
                 ingest_file(store, path, now=NOW)
         ingest_file(store, text, IngestOptions(timezone="Europe/Berlin"), now=NOW)
         seen = store.read("observations").sort("question_id")["observed_at"][0]
     assert seen == T0 - timedelta(hours=1)  # 09:00 in Berlin in November is 08:00 UTC
-    with pytest.raises(ValueError, match="timezone = 'Mars/Olympus'"):
+    with pytest.raises(UserError, match="timezone = 'Mars/Olympus'"):
         with Store.open(tmp_path / "s.duckdb") as store:
             ingest_file(store, text, IngestOptions(timezone="Mars/Olympus"), now=NOW)
 
@@ -76,7 +77,7 @@ def test_relabelling_is_refused_unless_asked_then_recorded_and_the_live_gate_fla
         before = store.read("labels")
         flips = before.head(300).select("question_id", ~pl.col("aligned")).rename({"aligned": "correct"})
         labels = flips.with_columns(model=pl.lit("qwen"), stream=pl.lit("bot"))
-        with pytest.raises(ValueError, match=r"record 1 \(question_id 'q0'\): would change the stored human label .*"
+        with pytest.raises(UserError, match=r"record 1 \(question_id 'q0'\): would change the stored human label .*"
                                              r"\(300 stored label\(s\) in all\).*--relabel"):
             ingest_file(store, write(labels, tmp_path / "flips.csv"), now=NOW)
         assert store.read("labels").equals(before) and store.count("label_events") == 0
@@ -118,7 +119,7 @@ def test_score_columns_are_normalised_and_names_that_collide_are_refused(tmp_pat
         ingest_file(store, write(spaced, tmp_path / "spaced.parquet"), now=NOW)
         assert set(store.read("scores")["estimator"]) == {"semantic_entropy", "predictive_entropy"}
         both = records().with_columns(pl.col("score:semantic_entropy").alias("score:semantic_entropy "))
-        with pytest.raises(ValueError, match="columns 'score:semantic_entropy' and 'score:semantic_entropy ' both name "
+        with pytest.raises(UserError, match="columns 'score:semantic_entropy' and 'score:semantic_entropy ' both name "
                                              "estimator 'semantic_entropy'"):
             ingest_file(store, write(both, tmp_path / "both.parquet"), now=NOW)
 
@@ -137,7 +138,7 @@ def test_batches_give_what_one_piece_gives_and_repeats_across_batches_are_caught
             drop = [c for c in ("created_at",) if c in one.read(table).columns]
             assert one.read(table).drop(drop).equals(many.read(table).drop(drop)), table
         repeated = frame.with_columns(pl.Series("question_id", ["r0", "r1", "r2", "r3", "r4", "r5", "r1"]))
-        with pytest.raises(ValueError, match="records 2, 7 repeat model 'qwen', stream 'support-bot', "
+        with pytest.raises(UserError, match="records 2, 7 repeat model 'qwen', stream 'support-bot', "
                                              "question_id 'r1'"):
             ingest_file(many, write(repeated, tmp_path / f"rep{suffix}"), now=NOW, batch_rows=2)
 
@@ -147,7 +148,7 @@ def test_a_broken_jsonl_line_is_named_by_its_number(tmp_path: Path) -> None:
     lines = path.read_text().splitlines()
     lines[2] = lines[2][:-5]  # a line cut short, as a crashed writer leaves it
     path.write_text("\n".join(lines) + "\n")
-    with Store.open(tmp_path / "s.duckdb") as store, pytest.raises(ValueError, match="line 3 is not JSON"):
+    with Store.open(tmp_path / "s.duckdb") as store, pytest.raises(UserError, match="line 3 is not JSON"):
         ingest_file(store, path, now=NOW)
 
 
@@ -184,7 +185,7 @@ def test_a_large_ingest_killed_between_commits_blocks_recalibration_until_rerun(
     with Store.open(db) as store:
         assert unfinished_ingests(store) == [str(path.resolve())]
         assert 0 < store.count("generations") < 40  # partly written: exactly why recalibration must wait
-        with pytest.raises(ValueError, match="cut off before its last commit.*rerun `cic ingest"):
+        with pytest.raises(UserError, match="cut off before its last commit.*rerun `cic ingest"):
             recalibrate_store(store, store.read("runs")["run_key"].to_list(), CalibrationConfig(), 0.01,
                               WindowRule())
         moved = path.rename(tmp_path / "renamed.parquet")  # the journal knows the file by its bytes, not its name
@@ -238,7 +239,7 @@ def test_a_cut_off_ingest_is_abandoned_in_one_transaction(tmp_path: Path, staged
         assert store.count("label_events") == 5 and store.count("observations") == 60
         assert store.read("labels").join(labels, on=["run_key", "question_id", "criterion"]) \
             .filter(pl.col("aligned") != pl.col("aligned_right")).height == 5
-        with pytest.raises(ValueError, match=rf"cut off before its last commit.*(--complete {short}|rerun `cic "
+        with pytest.raises(UserError, match=rf"cut off before its last commit.*(--complete {short}|rerun `cic "
                                              rf"ingest).*`cic ingest --abandon {short} --db"):
             recalibrate_store(store, store.read("runs")["run_key"].to_list(), CalibrationConfig(), 0.01, WindowRule())
         if not staged:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cic.errors import UserError
 from cic.pipeline.preflight import preflight
 
 CIC = Path(sys.executable).parent / "cic"
@@ -35,7 +36,7 @@ def _config(tmp_path: Path, **changes: object) -> Path:
 ])
 @pytest.mark.faults
 def test_preflight_names_the_key_and_value(tmp_path: Path, changes: dict, message: str) -> None:
-    with pytest.raises(ValueError, match="c.yaml") as info:
+    with pytest.raises(UserError, match="c.yaml") as info:
         preflight(_config(tmp_path, **changes))
     assert message in str(info.value)
 

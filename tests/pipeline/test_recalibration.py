@@ -9,6 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from cic.errors import UserError
 from cic.pipeline.config import CalibrationConfig
 from cic.pipeline.gates import promote_first_gates
 from cic.pipeline.recalibration import (
@@ -82,9 +83,9 @@ def test_window_rules_count_and_since(store: Store) -> None:
     week = WindowRule(since=parse_since("7d"), now=START + timedelta(days=10, hours=12))
     newest = recalibrate_group(store, group, CONFIG, week).rows.row(0, named=True)
     assert newest["n_cal"] == 100 and newest["window_from"] >= START + timedelta(days=9)
-    with pytest.raises(ValueError, match="since = '7x'"):
+    with pytest.raises(UserError, match="since = '7x'"):
         parse_since("7x")
-    with pytest.raises(ValueError, match="window = 1"):
+    with pytest.raises(UserError, match="window = 1"):
         WindowRule(count=1)
 
 

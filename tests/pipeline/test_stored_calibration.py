@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cic.errors import UserError
 from cic.pipeline.config import CalibrationConfig, GridConfig
 from cic.pipeline.stored_calibration import (
     calibration_rows,
@@ -39,7 +40,7 @@ def test_groups_are_every_scored_estimator_times_every_criterion(store: Store) -
     assert [g.estimator for g in groups_of_run(store, run, estimators=["semantic_entropy"])] == [
         "semantic_entropy[embedding:0.9]"]
     assert stored_run_keys(store, ["m"], ["d"]) == [key]
-    with pytest.raises(ValueError, match="holds no runs of models \\['other'\\]"):
+    with pytest.raises(UserError, match="holds no runs of models \\['other'\\]"):
         stored_run_keys(store, ["other"], ["d"])
 
 
@@ -55,7 +56,7 @@ def test_gate_and_protocol_rows_match_the_core_functions(store: Store) -> None:
         assert row["threshold"] == direct.threshold and row["n_accepted"] == direct.n_accepted
         assert row["run_key"] == key and row["kind"] == "pipeline" and row["n_cal"] == 400
     evaluations = evaluation_rows(group, pairs, CONFIG)
-    direct = evaluate_splits(scores, errors, alphas=CONFIG.alphas, bounds=CONFIG.bounds, n_splits=20)
+    direct = evaluate_splits(scores, errors, alphas=CONFIG.alphas, bounds=CONFIG.bounds, n_splits=20, search="paper")
     assert evaluations.height == 4
     assert np.allclose(evaluations.sort("alpha", "bound").get_column("coverage_mean").to_numpy(),
                        direct.sort("alpha", "bound").get_column("coverage_mean").to_numpy())
@@ -98,9 +99,9 @@ def test_a_stored_gate_that_was_altered_is_not_served(tmp_path: Path) -> None:
     assert serving_gate(str(db), alpha=0.3, **ask)["threshold"] is not None  # an intact gate is served
     raw_sql(db, "UPDATE calibrations SET threshold = 1e9 WHERE alpha = 0.01",
             "UPDATE calibrations SET n_errors = 0 WHERE alpha = 0.3")  # edits behind the store's back
-    with pytest.raises(ValueError, match="column threshold = 1000000000.0 but its certified result says None"):
+    with pytest.raises(UserError, match="column threshold = 1000000000.0 but its certified result says None"):
         serving_gate(str(db), alpha=0.01, **ask)
-    with pytest.raises(ValueError, match="column n_errors = 0"):
+    with pytest.raises(UserError, match="column n_errors = 0"):
         serving_gate(str(db), alpha=0.3, **ask)
 
 
@@ -130,7 +131,7 @@ def test_gates_certified_together_share_delta_and_say_so(tmp_path: Path) -> None
         assert together["calibration_id"] != alone["calibration_id"]
         assert alone["threshold"] >= together["threshold"]  # a smaller share of delta certifies no more
         verify_gate(together)
-        with pytest.raises(ValueError, match="column delta = 0.05 but its certified result says 0.01666"):
+        with pytest.raises(UserError, match="column delta = 0.05 but its certified result says 0.01666"):
             verify_gate({**together, "groups": 1})  # G lost: the stored result no longer matches the row
         store.upsert("calibrations", calibration_rows(group, pairs, config, groups=3))
         promote_first_gates(store, [together["calibration_id"]], reason="test")
@@ -138,7 +139,7 @@ def test_gates_certified_together_share_delta_and_say_so(tmp_path: Path) -> None
                           alpha=0.3, bound="cp", search="fixed_sequence")
     assert served["calibration_id"] == together["calibration_id"]
     raw_sql(db, "UPDATE calibrations SET groups = 1")
-    with pytest.raises(ValueError, match="column delta = 0.05 but its certified result says 0.0166"):
+    with pytest.raises(UserError, match="column delta = 0.05 but its certified result says 0.0166"):
         serving_gate(str(db), model="m", dataset="d", estimator=group.estimator, criterion=group.criterion,
                      alpha=0.3, bound="cp", search="fixed_sequence")
 

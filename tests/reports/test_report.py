@@ -12,6 +12,7 @@ import polars as pl
 import pytest
 
 import cic
+from cic.errors import UserError
 from cic.reports.report import (
     ReportConfig,
     baselines_study,
@@ -210,18 +211,18 @@ def test_prr_study_one_row_per_group() -> None:
 ])
 def test_bad_long_frames_are_refused_with_a_clear_message(change, message: str) -> None:
     frame = _group("m", "d", np.linspace(0, 1, 20), np.zeros(20, dtype=int))
-    with pytest.raises(ValueError, match=re.escape(message)):
+    with pytest.raises(UserError, match=re.escape(message)):
         check_long_frame(change(frame))
 
 
 def test_bad_config_is_refused() -> None:
-    with pytest.raises(ValueError, match="bonferroni' needs grid"):
+    with pytest.raises(UserError, match="bonferroni' needs grid"):
         ReportConfig(searches=("bonferroni",))
-    with pytest.raises(ValueError, match=r"alphas\[1\] = 2"):
+    with pytest.raises(UserError, match=r"alphas\[1\] = 2"):
         ReportConfig(alphas=(0.1, 2))
-    with pytest.raises(ValueError, match="baseline = 'x'"):
+    with pytest.raises(UserError, match="baseline = 'x'"):
         ReportConfig(baselines=("x",))
-    with pytest.raises(ValueError, match="unknown report setting"):
+    with pytest.raises(UserError, match="unknown report setting"):
         write_report(_hand_frame(), "unused", n_split=3)
 
 
@@ -256,7 +257,7 @@ def test_write_report_writes_every_table_figure_and_an_index_that_links_them(tmp
 def test_write_report_refuses_a_file_as_directory(tmp_path: Path) -> None:
     target = tmp_path / "taken"
     target.write_text("x")
-    with pytest.raises(ValueError, match="exists and is not a directory"):
+    with pytest.raises(UserError, match="exists and is not a directory"):
         write_report(_hand_frame(), target, **FAST)
     assert target.read_text() == "x"
 

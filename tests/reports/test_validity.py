@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 import cic
+from cic.errors import UserError
 from cic.reports.validity import SCENARIOS, validity_study, write_validity
 from cic.stats.searches import SEARCH_NAMES
 
@@ -41,9 +42,9 @@ def test_verdicts_follow_the_confidence_interval() -> None:
 def test_scenarios_scale_with_alpha() -> None:
     assert SCENARIOS["crossing"].model(0.2) == cic.PowerRisk(0.0, 0.8, 1.0)
     assert SCENARIOS["crossing"].model(0.1).oracle_threshold(0.1) == pytest.approx(0.5)
-    with pytest.raises(ValueError, match="needs alpha <= 0.25"):
+    with pytest.raises(UserError, match="needs alpha <= 0.25"):
         validity_study(alphas=(0.3,), ns=(100,), n_trials=10)
-    with pytest.raises(ValueError, match="scenario = 'steep'"):
+    with pytest.raises(UserError, match="scenario = 'steep'"):
         validity_study(scenarios=("steep",))
 
 

@@ -10,6 +10,7 @@ import mlflow
 import pytest
 from mlflow import MlflowClient
 
+from cic.errors import UserError
 from cic.services import mlflow_artifacts as artifact_locations
 from cic.services.mlflow_artifacts import check_not_moved, moved_experiments, relocate
 from cic.services.mlflow_registry import registry_sync
@@ -40,7 +41,7 @@ def test_a_served_artifact_store_moves_with_its_folder_and_needs_no_relocation(
         check_not_moved(server.url)  # nothing recorded is absolute
         fetched = Path(mlflow.artifacts.download_artifacts(f"models:/{name}@{alias}", dst_path=str(tmp_path / "dl")))
         assert '"threshold"' in (fetched / "gate.json").read_text() and row["state"] == "live"
-        with pytest.raises(ValueError, match="only a local SQLite store"):
+        with pytest.raises(UserError, match="only a local SQLite store"):
             relocate(server.url)
     finally:
         server.kill()
@@ -84,7 +85,7 @@ def test_a_store_that_does_not_exist_is_not_created_by_the_check_and_an_empty_on
     assert moved_experiments(f"sqlite:///{tmp_path}/absent.db") == [] and not (tmp_path / "absent.db").exists()
     (tmp_path / "empty.db").touch()  # MLflow initialises an empty file on first use: nothing to refuse
     check_not_moved(f"sqlite:///{tmp_path}/empty.db")
-    with pytest.raises(ValueError, match="is an empty file: no experiment to relocate"):
+    with pytest.raises(UserError, match="is an empty file: no experiment to relocate"):
         relocate(f"sqlite:///{tmp_path}/empty.db")
     assert (tmp_path / "empty.db").stat().st_size == 0  # refused, and not rewritten into a SQLite header
 
@@ -97,7 +98,7 @@ def test_a_store_another_writer_holds_is_refused_after_the_wait_and_left_as_it_w
     writer = sqlite3.connect(tmp_path / "b" / "mlflow.db", isolation_level=None)
     writer.execute("BEGIN IMMEDIATE")  # an MLflow server mid-write, say
     try:
-        with pytest.raises(ValueError, match="stayed locked by another writer for 0.2 s; nothing changed"):
+        with pytest.raises(UserError, match="stayed locked by another writer for 0.2 s; nothing changed"):
             relocate(uri, wait_s=0.2)
     finally:
         writer.execute("ROLLBACK")

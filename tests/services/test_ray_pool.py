@@ -13,6 +13,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+from cic.errors import UserError  # noqa: E402
 from cic.services import ray_pool  # noqa: E402
 from cic.services.ray_pool import ClusterInfo, Placement, PlacementError, WorkerPool  # noqa: E402
 
@@ -165,5 +166,5 @@ def test_a_hung_batch_is_taken_back_after_the_batch_timeout(cluster: ClusterInfo
 
 
 def test_pool_needs_an_actor() -> None:
-    with pytest.raises(ValueError, match="n_actors = 0"):
+    with pytest.raises(UserError, match="n_actors = 0"):
         WorkerPool("a", Doubler, (), n_actors=0, placement=CPU)

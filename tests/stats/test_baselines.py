@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import cic
+from cic.errors import UserError
 from cic.stats import baselines as B
 from tests.support.tables import make_table
 
@@ -134,7 +135,7 @@ def test_compare_methods_puts_cic_on_the_same_splits() -> None:
     (dict(n_splits=0), "n_splits = 0"),
 ])
 def test_bad_arguments_name_the_field(kwargs: dict, message: str) -> None:
-    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(UserError, match=message.replace("[", r"\[").replace("]", r"\]")):
         B.baseline_outcomes(SCORES, ERRORS, **kwargs)
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from cic.errors import UserError
 from cic.stats import bounds
 
 ALL = bounds.BOUND_NAMES
@@ -136,7 +137,7 @@ def test_half_alpha_n_is_the_first_count_certifying_half_alpha() -> None:
     (lambda: bounds.ucb("wilson", 1, 4, 0.05), "bound = 'wilson'"),
 ])
 def test_bad_input_names_the_argument(call, message: str) -> None:
-    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+    with pytest.raises(UserError, match=message.replace("(", r"\(")):
         call()
 
 

@@ -10,6 +10,7 @@ import pytest
 from scipy import stats
 
 import cic
+from cic.errors import UserError
 from cic.stats import bounds
 from tests.support import reference
 from tests.support.tables import make_table
@@ -218,7 +219,7 @@ def test_json_round_trip() -> None:
                 cic.calibrate(scores, errors, alpha=0.2, search="fixed_sequence", start=0.1)):
         back = cic.CalibrationResult.from_json(res.to_json())
         assert back == res
-        with pytest.raises(ValueError, match="include_table"):
+        with pytest.raises(UserError, match="include_table"):
             back.table()
         full = cic.CalibrationResult.from_json(res.to_json(include_table=True))
         assert full == res and full.table().equals(res.table())
@@ -231,7 +232,7 @@ def test_json_round_trip() -> None:
     ('{"kind": "cic.calibration_result", "surprise": 1}', "unknown field"),
 ])
 def test_from_json_rejects_foreign_documents(text: str, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(UserError, match=message):
         cic.CalibrationResult.from_json(text)
 
 
@@ -268,7 +269,7 @@ def test_errors_as_booleans_and_floats() -> None:
 def test_bad_input_names_the_argument_and_value(kwargs: dict, message: str) -> None:
     args = dict(scores=[0.1, 0.2, 0.3], errors=[0, 0, 1], alpha=0.2)
     args.update(kwargs)
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(UserError, match=message):
         cic.calibrate(args.pop("scores"), args.pop("errors"), **args)
 
 
@@ -276,16 +277,16 @@ def test_grid_helpers() -> None:
     np.testing.assert_allclose(cic.uniform_grid(0, 1, 5), [0, 0.25, 0.5, 0.75, 1])
     grid = cic.quantile_grid(np.arange(100.0), 4)
     assert grid.tolist() == sorted(set(grid.tolist())) and len(grid) == 4
-    with pytest.raises(ValueError, match="low = 1"):
+    with pytest.raises(UserError, match="low = 1"):
         cic.uniform_grid(1, 0, 5)
-    with pytest.raises(ValueError, match="k = 0"):
+    with pytest.raises(UserError, match="k = 0"):
         cic.uniform_grid(0, 1, 0)
 
 
 @pytest.mark.faults
 def test_a_non_numeric_error_value_is_reported_at_its_own_row() -> None:
     errors = ["0", "1"] * 25 + ["yes"] + ["0"] * 10
-    with pytest.raises(ValueError, match=r"errors\[50\] = 'yes'"):
+    with pytest.raises(UserError, match=r"errors\[50\] = 'yes'"):
         cic.calibrate(np.linspace(0, 1, 61), np.array(errors, dtype=object), alpha=0.2)
 
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest, ks_2samp
 
+from cic.errors import UserError
 from cic.stats.drift import error_rate_test, holm, score_shift_test
 
 
@@ -50,11 +51,11 @@ def test_holm_matches_the_step_down_definition() -> None:
 
 
 def test_bad_input_names_the_argument() -> None:
-    with pytest.raises(ValueError, match=r"new_scores\[1\] = nan"):
+    with pytest.raises(UserError, match=r"new_scores\[1\] = nan"):
         score_shift_test([0.1, 0.2], [0.3, float("nan")])
-    with pytest.raises(ValueError, match="alpha = 1.5"):
+    with pytest.raises(UserError, match="alpha = 1.5"):
         error_rate_test([0.1], [0], threshold=0.5, alpha=1.5)
-    with pytest.raises(ValueError, match="differ in length"):
+    with pytest.raises(UserError, match="differ in length"):
         error_rate_test([0.1, 0.2], [0], threshold=0.5, alpha=0.1)
-    with pytest.raises(ValueError, match="level = 0"):
+    with pytest.raises(UserError, match="level = 0"):
         holm([0.01], 0)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from cic import Gate
+from cic.errors import UserError
 
 
 def test_accept_and_decide_include_the_threshold() -> None:
@@ -29,17 +30,17 @@ def test_json_round_trip_keeps_threshold_exactly() -> None:
 
 @pytest.mark.parametrize("threshold", [float("nan"), float("inf"), "0.5", True])
 def test_invalid_threshold_is_refused(threshold: object) -> None:
-    with pytest.raises(ValueError, match="threshold ="):
+    with pytest.raises(UserError, match="threshold ="):
         Gate(threshold)  # type: ignore[arg-type]
 
 
 def test_nan_score_is_an_error_not_a_silent_decision() -> None:
-    with pytest.raises(ValueError, match=r"scores\[1\] = nan"):
+    with pytest.raises(UserError, match=r"scores\[1\] = nan"):
         Gate(0.5).accept([0.1, float("nan")])
 
 
 @pytest.mark.parametrize("text,message", [("[]", "kind = None"), ('{"kind": "cic.gate"}', "threshold"),
                                           ("{", "not valid JSON")])
 def test_from_json_refuses_other_documents(text: str, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(UserError, match=message):
         Gate.from_json(text)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import cic
+from cic.errors import UserError
 from cic.stats.groups import calibrate_groups, group_validity
 
 
@@ -38,7 +39,7 @@ def test_a_group_too_small_is_unattainable_with_its_size_or_served_the_pooled_ga
     tiny = {r["group"]: r for r in lenient.as_rows()}["tiny"]
     assert tiny["served"] == "pooled" and tiny["threshold"] == lenient.pooled.threshold
     assert tiny["certified_threshold"] is None
-    with pytest.raises(ValueError, match="groups has 3 entries for 2005 scores"):
+    with pytest.raises(UserError, match="groups has 3 entries for 2005 scores"):
         calibrate_groups(scores, errors, groups[:3], alpha=0.2)
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
+from cic.errors import UserError
 from cic.stats.monitoring import (
     BET_FRACTIONS,
     MonitorState,
@@ -57,7 +58,7 @@ def test_a_real_excess_is_detected_and_the_state_accumulates() -> None:
     assert state.n == 1000 and state.k == 200 and state.alarmed and state.e_value >= 100
     assert 0.1 < state.rate_lower_bound < 0.2
     assert MonitorState(alpha=0.1, level=0.01).update(0, 0).e_value == 1.0
-    with pytest.raises(ValueError, match="errors = 5, answered = 3"):
+    with pytest.raises(UserError, match="errors = 5, answered = 3"):
         state.update(3, 5)
 
 

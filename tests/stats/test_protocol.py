@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import cic
+from cic.errors import UserError
 from cic.stats import protocol
 from tests.support.tables import make_table
 
@@ -118,7 +119,7 @@ def test_split_masks_are_exact_and_reproducible() -> None:
 ])
 def test_bad_input_names_the_argument(kwargs: dict, message: str) -> None:
     scores, errors = np.linspace(0, 1, 20), np.zeros(20, dtype=int)
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(UserError, match=message):
         cic.evaluate_splits(scores, errors, **kwargs)
 
 

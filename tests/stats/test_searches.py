@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import cic
+from cic.errors import UserError
 from cic.stats.searches import DEFAULT_SEARCH, SEARCH_NAMES, SEARCHES, get_search
 from tests.support import reference
 from tests.support.tables import make_table
@@ -22,7 +23,7 @@ def test_every_search_states_its_guarantee_once_and_paper_claims_none() -> None:
 
 
 def test_unknown_search_is_refused_with_the_choices() -> None:
-    with pytest.raises(ValueError, match="search = 'greedy': unknown; choose one of geometric, fixed_sequence"):
+    with pytest.raises(UserError, match="search = 'greedy': unknown; choose one of geometric, fixed_sequence"):
         get_search("greedy")
     assert get_search("multistart[8]").n_starts == 8
     assert "8 fixed-sequence chains" in get_search("multistart[8]").guarantee

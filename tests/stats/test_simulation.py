@@ -7,6 +7,7 @@ import pytest
 from scipy import stats
 
 import cic
+from cic.errors import UserError
 from cic.stats import bounds
 from cic.stats.simulation import binomial_ci
 
@@ -74,10 +75,10 @@ def test_binomial_ci_is_exact_clopper_pearson() -> None:
 @pytest.mark.parametrize("kwargs,message", [(dict(n=0), "n = 0"), (dict(n_trials=0), "n_trials = 0"),
                                             (dict(alpha=2.0), "alpha = 2.0"), (dict(search="bonferroni"), "grid")])
 def test_bad_input(kwargs: dict, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(UserError, match=message):
         cic.simulate(**kwargs)
 
 
 def test_power_risk_refuses_impossible_probabilities() -> None:
-    with pytest.raises(ValueError, match="high = 1.5"):
+    with pytest.raises(UserError, match="high = 1.5"):
         cic.PowerRisk(0.0, 1.5)

@@ -17,6 +17,7 @@ import pytest
 import cic
 from cic import schema
 from cic.data import load_questions
+from cic.errors import UserError
 from cic.store.database import (
     SCHEMA_VERSION,
     NotADuckDBFileError,
@@ -163,13 +164,13 @@ def test_bad_batches_raise_clear_errors_and_write_nothing(db: Path) -> None:
         before = store.read("scores")
         bad_key = scores_frame("r", ["c", "d"]).with_columns(
             pl.when(pl.col("question_id") == "d").then(None).otherwise(pl.col("question_id")).alias("question_id"))
-        with pytest.raises(ValueError, match=r"scores.question_id is null at row 1"):
+        with pytest.raises(UserError, match=r"scores.question_id is null at row 1"):
             store.upsert_batches("scores", [scores_frame("r", ["e"]), bad_key])
-        with pytest.raises(ValueError, match=r"scores.value: cannot store"):
+        with pytest.raises(UserError, match=r"scores.value: cannot store"):
             store.upsert("scores", scores_frame("r", ["f"]).with_columns(pl.lit("high").alias("value")))
-        with pytest.raises(ValueError, match="lack column\\(s\\) estimator"):
+        with pytest.raises(UserError, match="lack column\\(s\\) estimator"):
             store.upsert("scores", scores_frame("r", ["g"]).drop("estimator"))
-        with pytest.raises(ValueError, match="table = 'score': unknown"):
+        with pytest.raises(UserError, match="table = 'score': unknown"):
             store.upsert("score", scores_frame("r", ["h"]))
         with pytest.raises(RuntimeError, match="worker failed"), store.transaction():
             store.upsert("scores", scores_frame("r", ["x", "y"]))
@@ -303,7 +304,7 @@ def test_sql_injection_text_is_stored_as_data(db: Path) -> None:
         pairs = store.calibration_frame(INJECTION, INJECTION, INJECTION, INJECTION)
         assert pairs["question_id"].to_list() == ["b", INJECTION] and pairs["error"].to_list() == [1, 0]
         assert store.missing_questions(run, [INJECTION, "c"], table="scores") == ["c"]
-        with pytest.raises(ValueError, match="scores has no column"):
+        with pytest.raises(UserError, match="scores has no column"):
             store.read("scores", **{"value; DROP TABLE scores": 1})
         assert store.count("scores") == 2
 
@@ -407,12 +408,12 @@ def test_calibration_frame_feeds_calibrate_and_refuses_to_mix_runs(db: Path) -> 
         assert result == cic.calibrate(scores, errors.astype(int), alpha=0.2)
 
         other = store.register_run("m", "trivia_qa", "validation", "short-answer-v1", {"temperature": 0.5})
-        with pytest.raises(ValueError, match=f"2 runs match .*pass run_key= to choose one: .*run_key=({run}|{other})"):
+        with pytest.raises(UserError, match=f"2 runs match .*pass run_key= to choose one: .*run_key=({run}|{other})"):
             store.calibration_frame("m", "trivia_qa", "se", "similarity[0.6]")
         assert store.calibration_frame("m", "trivia_qa", "se", "similarity[0.6]", run_key=run).equals(pairs)
-        with pytest.raises(ValueError, match="no run with model='m', dataset='commonsense_qa'"):
+        with pytest.raises(UserError, match="no run with model='m', dataset='commonsense_qa'"):
             store.calibration_frame("m", "commonsense_qa", "se", "similarity[0.6]")
-        with pytest.raises(ValueError, match=r"no scores for estimator=.lexical.; stored estimator values: \[.se.\]"):
+        with pytest.raises(UserError, match=r"no scores for estimator=.lexical.; stored estimator values: \[.se.\]"):
             store.calibration_frame("m", "trivia_qa", "lexical", "similarity[0.6]", run_key=run)
 
 
@@ -421,7 +422,7 @@ def test_calibration_frame_reports_unlabelled_questions(db: Path) -> None:
         run = store.register_run("m", "d", "validation", "p", {})
         store.upsert("scores", scores_frame(run, ["a", "b", "c"]))
         store.upsert("labels", labels_frame(run, ["a", "b"], [True, False]))
-        with pytest.raises(ValueError, match=r"1 question\(s\) have a 'se' score but no 'match' label .*\['c'\]"):
+        with pytest.raises(UserError, match=r"1 question\(s\) have a 'se' score but no 'match' label .*\['c'\]"):
             store.calibration_frame("m", "d", "se", "match")
         partial = store.calibration_frame("m", "d", "se", "match", allow_partial=True)
         assert partial.rows() == [("a", 0.0, 0), ("b", 0.1, 1)]
@@ -442,16 +443,16 @@ def test_export_and_import_move_a_table_between_stores(tmp_path: Path) -> None:
         assert target.import_(out) == ("generations", 30)
         assert target.import_(out) == ("generations", 30)  # idempotent
         assert target.read("generations").equals(rows.sort(list(schema.GENERATIONS.key)))
-        with pytest.raises(ValueError, match="holds table 'generations', not 'scores'"):
+        with pytest.raises(UserError, match="holds table 'generations', not 'scores'"):
             target.import_(out, table="scores")
         plain = tmp_path / "plain.parquet"
         scores_frame("r", ["a"]).drop("estimator").write_parquet(plain)
-        with pytest.raises(ValueError, match="does not say which table"):
+        with pytest.raises(UserError, match="does not say which table"):
             target.import_(plain)
-        with pytest.raises(ValueError, match="lack column\\(s\\) estimator"):
+        with pytest.raises(UserError, match="lack column\\(s\\) estimator"):
             target.import_(plain, table="scores")
         assert target.count("scores") == 0
-        with pytest.raises(ValueError, match="give a .parquet file name"):
+        with pytest.raises(UserError, match="give a .parquet file name"):
             target.export("scores", tmp_path / "scores.csv")
 
 
