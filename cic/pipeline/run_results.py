@@ -51,7 +51,6 @@ class LogStats:
     logged: int = 0
     already: int = 0
     run_ids: list[str] = field(default_factory=list)
-    report_dirs: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -171,12 +171,11 @@ def log_store(db: str, *, tracking: str | None = None, experiment_prefix: str | 
         for _ in as_completed(future for future, _ in sent):
             _report_progress([future for future, _ in sent], len(units))
     stats = LogStats()
-    for future, report in sent:
+    for future, _ in sent:
         run_id, new = future.result()
         stats.logged += int(new)
         stats.already += int(not new)
         stats.run_ids.append(run_id)
-        stats.report_dirs += [report] if new and report else []
     return stats
 
 

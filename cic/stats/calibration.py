@@ -76,12 +76,6 @@ class SortedCalibration:
         """Every unique score as a candidate threshold, with n(t) and FD(t) (ties counted as accepted)."""
         return compact_candidates(self.scores, self.errors_through)
 
-    def counts_at(self, thresholds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """n(t) and FD(t) at arbitrary thresholds."""
-        n = np.searchsorted(self.scores, thresholds, side="right").astype(np.int64)
-        fd = np.where(n > 0, self.errors_through[np.maximum(n - 1, 0)], 0)
-        return n, fd
-
 
 # ----------------------------------------------------------------------------------------------------------
 # Result

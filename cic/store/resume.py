@@ -26,10 +26,6 @@ class RunWork:
     to_generate: list[str]
     to_score: list[str]
 
-    @property
-    def n_questions(self) -> int:
-        return len(self.to_generate) + len(self.to_score)
-
 
 def missing_work(store: Store, run_key: str, question_ids: Sequence[str], *, n_samples: int,
                  estimators: Sequence[str], criteria: Sequence[str]) -> RunWork:
