@@ -486,7 +486,7 @@ class EndpointClient:
         fails the check gets seeded single requests (one line says why); under "on" that is a UserError."""
         import httpx
 
-        body = {**self._body("Write three random words.", temperature=1.0, top_p=1.0, max_tokens=12, seed=1,
+        body = {**self._body("Write three random words.", temperature=1.0, top_p=1.0, max_tokens=8, seed=1,
                              stop=(), logprobs=False), "n": 3}
         try:
             outcomes = parse_choices(await self._post_patiently(client, url, body), self.spec.api, url)
