@@ -34,6 +34,7 @@ class EndpointEngine(Engine):
 
     def __init__(self, settings: AnswererSettings) -> None:
         super().__init__(settings)
+        self.spec = endpoint_spec(settings)  # built once: prompts and capabilities read it every batch
         self._generator: Any = None
 
     @classmethod
@@ -65,7 +66,7 @@ class EndpointEngine(Engine):
         if self._generator is None:
             from cic.llm.endpoint import EndpointClient, EndpointGenerator
 
-            client = EndpointClient(endpoint_spec(self.settings), seed=self.settings.generation.seed)
+            client = EndpointClient(self.spec, seed=self.settings.generation.seed)
             self._generator = EndpointGenerator(client, self.settings.generation)
         return self._generator
 
@@ -89,7 +90,7 @@ class EndpointEngine(Engine):
     @property
     def capabilities(self) -> Capabilities:
         client = self.generator.client
-        top = endpoint_spec(self.settings).top_logprobs > 0
+        top = self.spec.top_logprobs > 0
         return Capabilities(token_logprobs=client.logprobs, option_probs=client.logprobs and top, seeds=True,
                             server_samples=client.server_n, local_weights=False)
 
@@ -103,7 +104,7 @@ class EndpointEngine(Engine):
         """Chat messages (the server applies its own template) or the plain few-shot text (completions API)."""
         from cic.data import build_messages, build_prompt
 
-        build = build_messages if endpoint_spec(self.settings).api == "chat" else build_prompt
+        build = build_messages if self.spec.api == "chat" else build_prompt
         return [build(row, prompt_id=prompt_id) for row in rows]
 
     def generate_open(self, question_ids: Sequence[str], prompts: Sequence[Any], *, run_key: str) -> pl.DataFrame:
