@@ -4,6 +4,7 @@ streamed in batches with the same result as in one piece, broken JSON lines name
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -340,3 +341,22 @@ def test_a_cut_off_ingest_rerun_without_its_staged_data_commits_only_the_steps_i
         for table, frame in got.items():
             assert frame.drop("created_at", strict=False).equals(
                 store.read(table).drop("created_at", strict=False)), table
+
+
+def test_a_rerun_that_stages_other_steps_redoes_every_step(tmp_path: Path) -> None:
+    """Cut off after 9 steps of 10 records, staged data removed, rerun in steps of 20: its plan differs from the
+    journal's, so nothing is skipped (skipping by count would skip steps holding other records)."""
+    import shutil
+
+    import cic.pipeline.ingest as ingest
+
+    db = tmp_path / "s.duckdb"
+    path, _, _ = _cut_off(tmp_path, db, fail_at=10)
+    real, written = ingest._write_step, []
+    with Store.open(db) as store, pytest.MonkeyPatch.context() as patch:
+        shutil.rmtree(ingest.staging_dir(store, ingest.file_digest(path)))
+        patch.setattr(ingest, "_write_step", lambda *a, **k: (written.append(a[1]), real(*a, **k)))
+        ingest_file(store, path, IngestOptions(relabel=True), now=NOW, batch_rows=10, commit_records=20)
+        plan = json.loads(store.read("ingests", digest=ingest.file_digest(path)).get_column("plan")[0])
+        assert len(written) == len(plan) < 18 and ingest.unfinished_ingests(store) == []
+        assert store.count("observations") == 60 and store.count("labels") == 60
