@@ -98,6 +98,7 @@ class AnswerGenerator:
         self.sizer = BatchSizer(ModelShape.of(loaded.model), loaded.device, fixed_rows=config.batch_size)
         self.sync_every = 4 if str(loaded.device).startswith("cuda") else 1
         self._stop_mask: Any = None
+        self.step_model: Any = loaded.model  # runs the one-token decode steps; a benchmark may swap in a compiled one
         self.chunk_sizes: list[int] = []  # items per chunk of the last call (for benchmarks and logs)
         self._letter_cache: dict[str, list[int]] = {}
 
@@ -163,12 +164,12 @@ class AnswerGenerator:
     def forward_s(self, value: float) -> None:
         self._forward_events, self._cpu_forward_s = [], value
 
-    def _forward(self, **inputs: Any) -> Any:
+    def _forward(self, model: Any = None, **inputs: Any) -> Any:
         import torch
 
         def run() -> Any:
             with torch.inference_mode():
-                return self.loaded.model(**inputs, use_cache=True, logits_to_keep=1)
+                return (self.loaded.model if model is None else model)(**inputs, use_cache=True, logits_to_keep=1)
         return self._timed(run)
 
     def _prefill(self, encoded: Sequence[Sequence[int]], room: int = 0) -> tuple[Any, Any, Any, Any]:
@@ -325,7 +326,7 @@ class AnswerGenerator:
                 break
             mask = torch.cat([mask, live[:, None].to(mask.dtype)], dim=1)
             last_pos = last_pos + 1
-            out = self._forward(input_ids=torch.where(live, chosen, pad)[:, None],
+            out = self._forward(self.step_model, input_ids=torch.where(live, chosen, pad)[:, None],
                                 attention_mask=self._cache_mask(mask, cache), position_ids=last_pos,
                                 past_key_values=cache)
             logits = out.logits[:, -1, :]
