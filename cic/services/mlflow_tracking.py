@@ -1,8 +1,8 @@
 """MLflow logging through `MlflowClient` with explicit run ids (the fluent API is thread-local).
 
-One experiment per dataset; a parent run per (model, dataset, estimator, criterion) and a nested run per
-(alpha, bound, search). Every parent carries a `cic.log_key` tag — a hash of everything that shaped its
-numbers — so logging the same work twice finds the finished run and writes nothing (no duplicates on
+One experiment per dataset; a run per (model, dataset, estimator, criterion), its per-α results a logged
+table (the layout is `cic.services.mlflow_layout`'s). Every run carries a `cic.log_key` tag — a hash of everything
+that shaped its numbers — so logging the same work twice finds the finished run and writes nothing (no duplicates on
 reruns, and `cic log` can fill in whatever a tracking outage left out).
 """
 
@@ -33,7 +33,7 @@ PARENT_RUN_TAG = "mlflow.parentRunId"
 LOG_KEY_TAG = "cic.log_key"
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 MODEL_KIND = "custom_model_development"  # MLflow 3 opens these on the runs view, not GenAI traces
-PARENT_LOG_KEY_TAG = "cic.parent_log_key"
+PARENT_LOG_KEY_TAG = "cic.parent_log_key"  # nested runs of the layout before per_alpha.json: cleaned up if partial
 # requests one logger keeps in flight against a server: below urllib3's pool of 10 connections per host
 # (MLFLOW_HTTP_POOL_MAXSIZE), with two groups logged at once
 REQUESTS_IN_FLIGHT = 4
@@ -46,13 +46,11 @@ def tracking_uri(explicit: str | None = None) -> str:
 
 
 @dataclass(frozen=True)
-class ChildRun:
-    """One nested run: its name, params, metrics and small text artifacts (file name -> content)."""
+class GroupTable:
+    """A table logged with `MlflowClient.log_table` (column -> values) and small text files logged beside it."""
 
     name: str
-    params: Mapping[str, Any]
-    metrics: Mapping[str, float | None]
-    tags: Mapping[str, str] = field(default_factory=dict)
+    columns: Mapping[str, Sequence[Any]]
     texts: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -67,7 +65,7 @@ class GroupLog:
     params: Mapping[str, Any]
     metrics: Mapping[str, float | None] = field(default_factory=dict)
     artifacts: Sequence[Path] = ()
-    children: Sequence[ChildRun] = ()
+    table: GroupTable | None = None
     # metric name -> {step: value}; the step is alpha x 100, so MLflow's charts draw each metric against alpha
     series: Mapping[str, Mapping[int, float | None]] = field(default_factory=dict)
     dataset: DatasetRef | None = None
@@ -156,11 +154,11 @@ def requests_in_flight(tracking_uri: str) -> int:
 
 def log_group(client: MlflowClient, group: GroupLog, *, artifact_location: str | None = None,
               in_flight: int = 1) -> tuple[str, bool]:
-    """Log a group (parent + nested runs) unless already logged; returns (parent run id, newly logged).
+    """Log a group's run unless already logged; returns (run id, newly logged).
 
-    With `in_flight` > 1 the parent's inputs and artifacts and the nested runs are sent concurrently (a nested
-    run's own calls stay in order); the parent is marked FINISHED only after every one of them succeeded, so a
-    cut-off or failed group is found and replaced by the next logging pass (`find_logged`).
+    With `in_flight` > 1 the run's metrics, inputs, artifacts and table are sent concurrently; the run is marked
+    FINISHED only after every one of them succeeded, so a cut-off or failed group is found and replaced by the
+    next logging pass (`find_logged`).
     """
     with claimed(client.tracking_uri, group.log_key):  # one logger per group across processes
         return _log_unclaimed(client, group, artifact_location=artifact_location, in_flight=in_flight)
@@ -180,7 +178,8 @@ def _log_unclaimed(client: MlflowClient, group: GroupLog, *, artifact_location: 
     if group.dataset is not None:
         steps.append(lambda: _log_dataset(client, run_id, group.dataset))
     steps += [lambda path=path: _log_artifact(client, run_id, path) for path in group.artifacts]
-    steps += [lambda child=child: _log_child(client, exp_id, run_id, group, child, now) for child in group.children]
+    if group.table is not None:
+        steps.append(lambda: _log_table(client, parent.info.artifact_uri, run_id, group.table))
     try:
         if in_flight > 1:
             with ThreadPoolExecutor(in_flight, thread_name_prefix="cic-mlflow") as pool:
@@ -210,15 +209,14 @@ def _log_artifact(client: MlflowClient, run_id: str, path: Path) -> None:
         client.log_artifact(run_id, str(path))
 
 
-def _log_child(client: MlflowClient, exp_id: str, parent_id: str, group: GroupLog, child: ChildRun,
-               now: int) -> None:
-    """One nested run: created, filled and finished in order (four requests with its texts)."""
-    sub = client.create_run(exp_id, run_name=child.name, tags={
-        **group.tags, **child.tags, PARENT_RUN_TAG: parent_id, PARENT_LOG_KEY_TAG: group.log_key})
-    client.log_batch(sub.info.run_id, metrics=_metrics(child.metrics, now), params=_params(child.params))
-    if child.texts:  # straight to the run's artifact location (client.log_text would look the run up first)
+def _log_table(client: MlflowClient, artifact_uri: str, run_id: str, table: GroupTable) -> None:
+    """The table (MLflow's table view reads it) and its texts, the texts in one upload to the run's artifacts."""
+    import pandas as pd
+
+    columns = pd.DataFrame({k: list(v) for k, v in table.columns.items()}, dtype=object)  # no pandas "str" columns
+    client.log_table(run_id, columns, table.name)  # (MLflow 3.17 warns on those under pandas 3)
+    if table.texts:  # straight to the run's artifact location (client.log_text would look the run up first)
         with tempfile.TemporaryDirectory(prefix="cic-texts-") as texts:
-            for name, text in child.texts.items():
+            for name, text in table.texts.items():
                 (Path(texts) / name).write_text(text, encoding="utf-8")
-            get_artifact_repository(sub.info.artifact_uri, tracking_uri=client.tracking_uri).log_artifacts(texts)
-    client.set_terminated(sub.info.run_id, "FINISHED")
+            get_artifact_repository(artifact_uri, tracking_uri=client.tracking_uri).log_artifacts(texts)

@@ -18,6 +18,7 @@ from cic.pipeline.gates import gates, served_entries
 from cic.store import Store
 from flows.calibrate import calibrate_flow
 from flows.recalibrate import recalibrate_flow
+from tests.support.mlflow_reading import gates_logged, per_alpha
 from tests.support.pipeline_data import store_run, write_config
 
 pytestmark = pytest.mark.slow
@@ -46,10 +47,8 @@ def test_calibrate_flow_stores_gates_and_logs_each_group_once(setup: tuple[Path,
     with Store.open(db) as store:
         counts = store.counts()
     assert counts["calibrations"] == 2 * 2 * 2 and counts["evaluations"] == 2 * 2 * 2
-    runs = _runs(client, "cic-t-d")
-    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-    assert len(parents) == 2 and len(children) == 8
+    parents = _runs(client, "cic-t-d")
+    assert len(parents) == 2 and not any("mlflow.parentRunId" in r.data.tags for r in parents)
     parent = parents[0]
     assert parent.data.tags["cic.model"] == "m" and parent.data.params["n_splits"] == "10"
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id, "figures")}
@@ -57,13 +56,13 @@ def test_calibrate_flow_stores_gates_and_logs_each_group_once(setup: tuple[Path,
     assert any(p.startswith("figures/risk_coverage") for p in artifacts)
     assert {a.path for a in client.list_artifacts(parent.info.run_id, "tables")} >= {"tables/fdr.md",
                                                                                     "tables/results.csv"}
-    child = children[0]
-    assert {"fdr_mean", "coverage_mean", "fails", "base_error_rate"} <= set(child.data.metrics)
-    assert [a.path for a in client.list_artifacts(child.info.run_id)] == ["gate.json"]
+    table = per_alpha(client, parent)  # alphas × bounds × searches, one row each
+    assert len(table) == 2 * 2 and {"fdr_mean", "coverage_mean", "fails", "base_error_rate"} <= set(table.columns)
+    assert len(gates_logged(client, parent)) == 4
 
     again = calibrate_flow(config_path=str(config))
     assert again.log.logged == 0 and again.log.already == 2
-    assert len(_runs(client, "cic-t-d")) == 10
+    assert len(_runs(client, "cic-t-d")) == 2
     with Store.open(db) as store:
         assert store.counts()["calibrations"] == 8
 
@@ -111,18 +110,19 @@ def test_recalibration_flow_fails_on_drift_and_logs_candidates_with_the_pipeline
         served = {e["flagged_gate_id"]: e for e in served_entries(store) if e.get("flagged_gate_id")}
     assert set(served) == set(result.withdrawn) and all(e["serve"] == "nothing" for e in served.values())
     recal = [r for r in _runs(client, "cic-t-d") if r.data.tags.get("cic.kind") == "recalibration"]
-    parents = [r for r in recal if "mlflow.parentRunId" not in r.data.tags]
-    children = [r for r in recal if "mlflow.parentRunId" in r.data.tags]
-    assert len(parents) == 2 and len(children) == 8
+    assert len(recal) == 2
     assert all(r.data.tags["cic.alpha_unattainable"] == "true" and "cic.data_fingerprint" in r.data.tags
-               and float(r.data.metrics["ks_p_value"]) < 0.01 for r in parents)
-    assert all({"cic.alpha", "cic.bound", "cic.search", "cic.gate_id", "cic.gate_state"} <= set(r.data.tags)
-               and r.data.tags["cic.gate_state"] == "candidate" for r in children)
+               and float(r.data.metrics["ks_p_value"]) < 0.01 for r in recal)
+    for run in recal:  # per α × bound × search: the candidate's state and id beside the live gate's
+        table = per_alpha(client, run)
+        assert len(table) == 4 and set(table["state"]) == {"candidate"} and table["gate_id"].str.len().min() > 12
+        assert {"live_threshold", "threshold_change", "alerts", "live_gate_id"} <= set(table.columns)
+        assert {g["state"] for g in gates_logged(client, run)} == {"candidate"}
     with Store.open(db, read_only=True) as store:  # nothing went live: ask still serves the pipeline's gates
         assert set(gates(store, kind="recalibration")["state"]) == {"candidate"}
     with pytest.raises(RecalibrationAlert):  # a direct call raises the alert
         recalibrate_flow(config_path=str(config))
-    assert len([r for r in _runs(client, "cic-t-d") if r.data.tags.get("cic.kind") == "recalibration"]) == 2 + 8
+    assert len([r for r in _runs(client, "cic-t-d") if r.data.tags.get("cic.kind") == "recalibration"]) == 2
 
 
 def test_recalibrate_cli_exits_1_on_alerts_unless_told_not_to(setup: tuple[Path, Path, MlflowClient],

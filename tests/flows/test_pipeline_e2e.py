@@ -17,8 +17,10 @@ from mlflow import MlflowClient
 
 from cic.pipeline.run_results import PipelineSummary
 from cic.services import ray_pool
+from cic.services.mlflow_layout import UNATTAINABLE, UNDEFINED
 from cic.store import Store
 from flows.pipeline import pipeline
+from tests.support.mlflow_reading import gates_logged, per_alpha
 from tests.support.pipeline_process import run_pipeline_process
 
 pytestmark = pytest.mark.slow
@@ -117,34 +119,36 @@ def test_group_by_dataset_certifies_both_datasets_at_once_and_reports_per_datase
     assert summary.per_dataset_note in markdown_summary(summary)
 
 
-def test_mlflow_has_parents_children_metrics_and_artifacts(
+def test_mlflow_has_one_run_per_group_with_its_per_alpha_table_and_artifacts(
         demo_run: tuple[Path, PipelineSummary, MlflowClient]) -> None:
     _, summary, client = demo_run
     assert summary.log_error is None and summary.log.logged == summary.calibrate.groups
     runs = _all_runs(client)
-    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-    # children: alphas x bounds x searches (geometric and paper, the default)
-    assert len(parents) == summary.calibrate.groups and len(children) == len(parents) * 2 * 2 * 2
-    assert {r.data.tags["cic.dataset"] for r in parents} == {"commonsense_qa", "trivia_qa"}
-    parent = next(r for r in parents if r.data.tags["cic.dataset"] == "trivia_qa")
+    assert len(runs) == summary.calibrate.groups and not any("mlflow.parentRunId" in r.data.tags for r in runs)
+    assert {r.data.tags["cic.dataset"] for r in runs} == {"commonsense_qa", "trivia_qa"}
+    parent = next(r for r in runs if r.data.tags["cic.dataset"] == "trivia_qa")
     assert parent.data.params["run_key"] and "base_error_rate" in parent.data.metrics
     figures = {a.path for a in client.list_artifacts(parent.info.run_id, "figures")}
     assert {"figures/fdr_vs_alpha.png", "figures/coverage_vs_alpha.png"} <= figures
-    mine = [r for r in children if r.data.tags["mlflow.parentRunId"] == parent.info.run_id]
-    assert all({"alpha", "coverage_mean", "fails", "n_accepted", "feasible"} <= set(r.data.metrics) for r in mine)
-    assert all(r.info.run_name == f"smollm2 · {r.data.tags['cic.estimator']} · {r.data.tags['cic.criterion']} · "
-               f"{r.data.params['bound']} · {r.data.params['search']} · α={float(r.data.params['alpha']):g}"
-               and r.data.metrics["alpha"] == float(r.data.params["alpha"]) for r in mine)
-    assert {a.path for a in client.list_artifacts(parent.info.run_id)} == {"figures", "tables"}  # no relative links
+    assert {a.path for a in client.list_artifacts(parent.info.run_id)} == {"figures", "tables", "per_alpha.json",
+                                                                          "gates.json"}  # no relative links
     with Store.open(summary.db) as store:
         fdr = {(r["estimator"], r["criterion"], r["alpha"], r["bound"], r["search"]): r["fdr_mean"]
                for r in store.read("evaluations").iter_rows(named=True)}
-    for r in children:  # logged exactly where some split found a threshold (null FDR is not a metric)
-        key = (r.data.tags["cic.estimator"], r.data.tags["cic.criterion"], float(r.data.params["alpha"]),
-               r.data.params["bound"], r.data.params["search"])
-        assert ("fdr_mean" in r.data.metrics) == (fdr[key] is not None)
-    assert [a.path for a in client.list_artifacts(mine[0].info.run_id)] == ["gate.json"]
+        stored = store.read("calibrations")
+    for run in runs:  # alphas x bounds x searches (geometric and paper, the default), every one a row
+        table, tags = per_alpha(client, run), run.data.tags
+        assert len(table) == 2 * 2 * 2 and {"alpha", "coverage_mean", "fails", "n_accepted", "feasible"} <= set(
+            table.columns)
+        assert run.data.metrics["certified_gates"] + run.data.metrics["unattainable_gates"] == len(table)
+        for row in table.to_dict("records"):  # an FDR no split defined is said so, never blank
+            value = fdr[(tags["cic.estimator"], tags["cic.criterion"], row["alpha"], row["bound"], row["search"])]
+            assert row["fdr_mean"] == (UNDEFINED if value is None else pytest.approx(value, abs=1e-9))  # 10 digits
+            assert (row["threshold"] == UNATTAINABLE) == (not row["feasible"])
+        gates = gates_logged(client, run)
+        assert {g["calibration_id"] for g in gates} <= set(stored.get_column("calibration_id"))
+        assert [g["gate"]["threshold"] for g in gates] == [None if t == UNATTAINABLE else pytest.approx(t, abs=1e-9)
+                                                            for t in table["threshold"]]
 
 
 def test_rerun_adds_no_rows_and_no_mlflow_runs(demo_run: tuple[Path, PipelineSummary, MlflowClient]) -> None:

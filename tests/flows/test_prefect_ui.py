@@ -22,6 +22,7 @@ import polars as pl
 import pytest
 import yaml
 
+from cic.services.mlflow_layout import UNATTAINABLE, UNDEFINED
 from tests.support.mlflow_server import MlflowServer
 
 pytestmark = pytest.mark.slow
@@ -102,30 +103,37 @@ def test_cic_run_shows_in_the_prefect_and_mlflow_uis(server: dict[str, str], mlf
 
 
 def _mlflow_shows_both_models_against_alpha(url: str) -> None:
-    """The runs the MLflow UI's chart view plots (metric `coverage_mean` / `fdr_mean` against metric `alpha`),
-    fetched as the UI does, and a figure served from the runs' artifacts."""
+    """What the MLflow UI shows, fetched as the UI does: the chart view's per-α series of both models (step =
+    100·α), each group's per-α table (certified threshold, FDR, coverage, an undefined value said so), and a figure
+    served from the run's artifacts."""
     with urllib.request.urlopen(f"{url}/ajax-api/2.0/mlflow/experiments/get-by-name?experiment_name=cic-trivia_qa",
                                 timeout=30) as reply:
         experiment_id = json.loads(reply.read())["experiment"]["experiment_id"]
     runs = _post(url, "/ajax-api/2.0/mlflow/runs/search", {"experiment_ids": [experiment_id], "max_results": 1000})
-    runs = runs["runs"]
-    tags = [{t["key"]: t["value"] for t in r["data"].get("tags", [])} for r in runs]
-    parents = {r["info"]["run_id"]: r for r, t in zip(runs, tags, strict=True) if "mlflow.parentRunId" not in t}
-    points: dict[str, dict[float, dict[str, float]]] = {}
-    for run, tag in zip(runs, tags, strict=True):
-        if tag.get("mlflow.parentRunId") not in parents or tag.get("cic.bound") != "cp" \
-                or tag.get("cic.search") != "geometric":
-            continue
-        metrics = {m["key"]: m["value"] for m in run["data"].get("metrics", [])}
-        model = run["info"]["run_name"].split(" · ")[0]
-        points.setdefault(model, {})[metrics["alpha"]] = metrics
-    assert set(points) == {"smollm2", "qwen2.5-coder-1.5b"}, set(points)
-    assert set(points["smollm2"]) == {0.1, 0.25} and set(points["qwen2.5-coder-1.5b"]) >= {0.1, 0.25}
-    for by_alpha in points.values():  # every point has the x and y the chart view plots, certified or not
-        assert all({"alpha", "coverage_mean", "feasible", "fails"} <= set(m) for m in by_alpha.values())
-    certified = [m for m in points["qwen2.5-coder-1.5b"].values() if m["feasible"] == 1.0]
-    assert certified and all(m["coverage_mean"] > 0 and "fdr_mean" in m for m in certified)
-    qwen_parent = next(r for r in parents.values() if r["info"]["run_name"].startswith("qwen2.5-coder-1.5b · "))
+    parents = {r["info"]["run_name"].split(" · ")[0]: r for r in runs["runs"]}
+    assert set(parents) == {"smollm2", "qwen2.5-coder-1.5b"}, set(parents)
+    series = urllib.parse.urlencode({"run_ids": [r["info"]["run_id"] for r in parents.values()],
+                                     "metric_key": "coverage_by_alpha_pct.cp.geometric", "max_results": 100},
+                                    doseq=True)
+    with urllib.request.urlopen(f"{url}/ajax-api/2.0/mlflow/metrics/get-history-bulk-interval?{series}",
+                                timeout=30) as reply:
+        points = json.loads(reply.read())["metrics"]
+    steps = {name: {p["step"] for p in points if p["run_id"] == run["info"]["run_id"]}
+             for name, run in parents.items()}
+    assert steps["smollm2"] == {10, 25} and steps["qwen2.5-coder-1.5b"] >= {10, 25}, steps
+    tables = {}
+    for name, run in parents.items():
+        query = urllib.parse.urlencode({"path": "per_alpha.json", "run_uuid": run["info"]["run_id"]})
+        with urllib.request.urlopen(f"{url}/get-artifact?{query}", timeout=30) as reply:
+            table = json.loads(reply.read())  # pandas' "split" layout, as MLflow's table view reads it
+        rows = tables[name] = [dict(zip(table["columns"], row, strict=True)) for row in table["data"]]
+        mine = [r for r in rows if r["bound"] == "cp" and r["search"] == "geometric"]
+        assert {round(r["alpha"] * 100) for r in mine} == steps[name]
+        assert all(r["fdr_mean"] == UNDEFINED or 0 <= r["fdr_mean"] <= 1 for r in rows)
+        assert all((r["threshold"] == UNATTAINABLE) == (not r["feasible"]) for r in rows)
+    certified = [r for r in tables["qwen2.5-coder-1.5b"] if r["feasible"]]  # the real example certifies some α
+    assert any(isinstance(r["fdr_mean"], float) and r["coverage_mean"] > 0 for r in certified), certified
+    qwen_parent = parents["qwen2.5-coder-1.5b"]
     listing = urllib.parse.urlencode({"run_id": qwen_parent["info"]["run_id"], "path": "figures"})
     with urllib.request.urlopen(f"{url}/ajax-api/2.0/mlflow/artifacts/list?{listing}", timeout=30) as reply:
         figures = [f["path"] for f in json.loads(reply.read())["files"] if f["path"].endswith(".png")]

@@ -13,17 +13,16 @@ from mlflow import MlflowClient  # noqa: E402
 from cic.services import mlflow_tracking as tracking  # noqa: E402
 from tests.support.mlflow_server import MlflowServer  # noqa: E402
 
+GATES = '{"gates": [{"alpha": 0.1, "gate": {"kind": "cic.gate", "threshold": 0.5}}]}'
+
 
 def _group(log_key: str = "k1", artifacts: tuple[Path, ...] = ()) -> tracking.GroupLog:
-    children = [tracking.ChildRun(name=f"alpha={a}", params={"alpha": a, "bound": "cp", "search": "paper"},
-                                  metrics={"threshold": 0.1 * a if a < 0.2 else None, "fdr_mean": a / 2,
-                                           "fails": 0.0},
-                                  texts={"gate.json": '{"kind": "cic.gate", "threshold": 0.5}'})
-                for a in (0.1, 0.2)]
+    table = tracking.GroupTable("per_alpha.json", {"alpha": [0.1, 0.2], "threshold": [0.01, "unattainable"],
+                                                   "fdr_mean": [0.05, 0.1]}, {"gates.json": GATES})
     return tracking.GroupLog(experiment="cic-trivia_qa", run_name="smollm2 / semantic_entropy", log_key=log_key,
                              tags={"cic.model": "smollm2", "cic.dataset": "trivia_qa"},
                              params={"n_splits": 100, "alphas": [0.1, 0.2]}, metrics={"base_error_rate": 0.3},
-                             artifacts=artifacts, children=children)
+                             artifacts=artifacts, table=table)
 
 
 @pytest.fixture
@@ -37,26 +36,24 @@ def _runs(client: MlflowClient, experiment: str) -> list:
     return list(client.search_runs([exp.experiment_id])) if exp else []
 
 
-def test_group_is_logged_once_with_nested_runs(client: MlflowClient, tmp_path: Path) -> None:
+def test_group_is_logged_once_as_one_run_with_its_table(client: MlflowClient, tmp_path: Path) -> None:
     table = tmp_path / "table.md"
     table.write_text("| alpha | fdr |\n")
     parent_id, new = tracking.log_group(client, _group(artifacts=(table,)), artifact_location=str(tmp_path / "a"))
     assert new
     runs = _runs(client, "cic-trivia_qa")
-    assert len(runs) == 3
+    assert len(runs) == 1
     parent = client.get_run(parent_id)
     assert parent.data.params["n_splits"] == "100" and parent.data.metrics["base_error_rate"] == 0.3
     assert parent.data.tags[tracking.LOG_KEY_TAG] == "k1" and parent.info.status == "FINISHED"
-    children = [r for r in runs if r.data.tags.get(tracking.PARENT_RUN_TAG) == parent_id]
-    assert sorted(r.data.params["alpha"] for r in children) == ["0.1", "0.2"]
-    unattainable = next(r for r in children if r.data.params["alpha"] == "0.2")
-    assert "threshold" not in unattainable.data.metrics and unattainable.data.metrics["fdr_mean"] == 0.1
-    assert [a.path for a in client.list_artifacts(parent_id)] == ["table.md"]
-    assert [a.path for a in client.list_artifacts(children[0].info.run_id)] == ["gate.json"]
+    assert sorted(a.path for a in client.list_artifacts(parent_id)) == ["gates.json", "per_alpha.json", "table.md"]
+    read = client.load_table(parent.info.experiment_id, "per_alpha.json", run_ids=[parent_id])
+    assert read["alpha"].tolist() == [0.1, 0.2] and read["threshold"].tolist() == [0.01, "unattainable"]
+    assert "per_alpha.json" in parent.data.tags["mlflow.loggedArtifacts"]  # MLflow's table view lists it
 
     again_id, new_again = tracking.log_group(client, _group(artifacts=(table,)))
     assert (again_id, new_again) == (parent_id, False)
-    assert len(_runs(client, "cic-trivia_qa")) == 3
+    assert len(_runs(client, "cic-trivia_qa")) == 1
 
 
 def test_a_partial_group_from_a_crash_is_replaced_not_duplicated(client: MlflowClient) -> None:
@@ -65,8 +62,8 @@ def test_a_partial_group_from_a_crash_is_replaced_not_duplicated(client: MlflowC
     client.create_run(exp_id, tags={tracking.PARENT_RUN_TAG: stale.info.run_id, tracking.PARENT_LOG_KEY_TAG: "k2"})
     parent_id, new = tracking.log_group(client, _group("k2"))
     assert new and parent_id != stale.info.run_id
-    runs = _runs(client, "cic-trivia_qa")
-    assert len(runs) == 3 and all(r.info.status == "FINISHED" for r in runs)
+    runs = _runs(client, "cic-trivia_qa")  # the stale run and its nested run (the layout before) are gone
+    assert [r.info.run_id for r in runs] == [parent_id] and runs[0].info.status == "FINISHED"
 
 
 @pytest.fixture
@@ -88,27 +85,22 @@ def test_logging_to_a_real_mlflow_server(mlflow_server: str, tmp_path: Path) -> 
     parent_id, new = tracking.log_group(client, _group("k3", artifacts=(table,)), in_flight=in_flight)
     assert new
     runs = _runs(client, "cic-trivia_qa")
-    assert len(runs) == 3 and all(r.info.status == "FINISHED" for r in runs)
-    assert [a.path for a in client.list_artifacts(parent_id)] == ["table.csv"]
-    for child in (r for r in runs if r.info.run_id != parent_id):  # texts go straight to the run's location
-        assert [a.path for a in client.list_artifacts(child.info.run_id)] == ["gate.json"]
-        fetched = Path(client.download_artifacts(child.info.run_id, "gate.json", str(tmp_path)))
-        assert fetched.read_text() == '{"kind": "cic.gate", "threshold": 0.5}'
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    assert sorted(a.path for a in client.list_artifacts(parent_id)) == ["gates.json", "per_alpha.json", "table.csv"]
+    fetched = Path(client.download_artifacts(parent_id, "gates.json", str(tmp_path)))  # through the server's proxy
+    assert fetched.read_text() == GATES
     assert tracking.log_group(client, _group("k3", artifacts=(table,)), in_flight=in_flight) == (parent_id, False)
 
-    # a nested run the server refuses (a param name over MLflow's limit) while its siblings are in flight: the
-    # parent ends FAILED, and the next pass replaces the whole group instead of keeping a partial one
-    broken = _group("k4")
-    broken = tracking.GroupLog(**{**broken.__dict__, "children": [*broken.children, tracking.ChildRun(
-        name="refused", params={"x" * 300: 1}, metrics={})]})
+    # params the server refuses (a name over MLflow's limit) while the table is in flight: the run ends
+    # FAILED, and the next pass replaces the whole group instead of keeping a partial one
+    broken = tracking.GroupLog(**{**_group("k4").__dict__, "params": {"x" * 300: 1}})
     with pytest.raises(mlflow.exceptions.MlflowException):
         tracking.log_group(client, broken, in_flight=in_flight)
     failed = [r for r in _runs(client, "cic-trivia_qa") if r.data.tags.get(tracking.LOG_KEY_TAG) == "k4"]
     assert [r.info.status for r in failed] == ["FAILED"]
     again, new = tracking.log_group(client, _group("k4"), in_flight=in_flight)
     assert new and again != failed[0].info.run_id
-    assert {r.data.tags.get(tracking.LOG_KEY_TAG) or r.data.tags[tracking.PARENT_LOG_KEY_TAG]
-            for r in _runs(client, "cic-trivia_qa")} == {"k3", "k4"} and len(_runs(client, "cic-trivia_qa")) == 6
+    assert sorted(r.data.tags.get(tracking.LOG_KEY_TAG) for r in _runs(client, "cic-trivia_qa")) == ["k3", "k4"]
 
 
 @pytest.mark.faults
@@ -159,6 +151,4 @@ def test_two_processes_logging_one_group_at_once_log_it_once(tmp_path: Path) -> 
     said = sorted(out.split()[0] for out, _ in outputs)
     assert said == ["FOUND", "NEW"] and len({out.split()[1] for out, _ in outputs}) == 1, outputs
     client = MlflowClient(tracking_uri=uri)
-    parents = [r for r in _runs(client, "cic-trivia_qa") if tracking.PARENT_RUN_TAG not in r.data.tags]
-    assert [r.info.status for r in parents] == ["FINISHED"]
-    assert len(_runs(client, "cic-trivia_qa")) == 1 + 2  # the parent and its two nested runs, once
+    assert [r.info.status for r in _runs(client, "cic-trivia_qa")] == ["FINISHED"]  # the group's run, once

@@ -1,0 +1,217 @@
+"""The MLflow layout, one module for `cic run`, `cic log` and recalibration: what a person reads in MLflow.
+
+One parent run per (model, dataset, estimator, criterion) in experiment '<prefix>-<dataset>', holding
+- params and group metrics (base error rate, questions, tokens; for recalibration the drift tests and alerts);
+- per-α series whose step is 100·α, so MLflow's chart view draws every model against α side by side;
+- the table `per_alpha.json` (MLflow's table view): one row per α × bound × search with the certified threshold,
+  its bound, FDR and coverage over the splits — a value that does not exist is written as a sentence saying why
+  ("unattainable", "undefined: no split accepted anything"), never a blank;
+- `gates.json`: every gate as `cic ask` and the registry read it, keyed by α, bound and search.
+No nested runs: the same facts in a few requests per group instead of four per α × bound × search.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from cic import schema
+from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
+from cic.pipeline.group_reports import write_unit_report
+from cic.pipeline.recalibration import Candidate, RecalibrationPass
+from cic.pipeline.stored_calibration import GroupKey
+from cic.services.mlflow_tracking import DatasetRef, GroupLog, GroupTable
+from cic.stats.calibration import CalibrationResult
+from cic.store import Store
+from cic.store.queries import generated_tokens
+
+ALPHA_STEP = "_by_alpha_pct"  # in a series' name: its step is 100·alpha (MLflow steps are integers)
+TABLE_FILE = "per_alpha.json"
+GATES_FILE = "gates.json"
+UNATTAINABLE = "unattainable: no threshold certifies this α"
+UNDEFINED = "undefined: no split accepted anything"
+SPLIT_COLUMNS = ("fdr_mean", "fdr_std", "fdr_above_alpha", "coverage_mean", "coverage_std", "correct_coverage_mean",
+                 "fails", "threshold_mean", "base_error_rate")
+
+
+def said(value: Any, why: str) -> Any:
+    """A table cell: the value, or the sentence saying why there is none (MLflow shows a blank for null)."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return why
+    return value
+
+
+def experiment_prefix_of(store: Store, run_key: str, explicit: str | None) -> str:
+    """Where a run's groups are logged: the explicit prefix, else the one its config recorded, else "cic"."""
+    if explicit:
+        return explicit
+    rows = store.read("runs", run_key=run_key)
+    return (rows.get_column("experiment_prefix")[0] if rows.height else None) or DEFAULT_EXPERIMENT_PREFIX
+
+
+def alpha_series(calibrations: pl.DataFrame, evaluations: pl.DataFrame) -> dict[str, dict[int, float | None]]:
+    """threshold, UCB, FDR and coverage per (bound, search) as metrics whose step is alpha x 100, named so:
+    `coverage_by_alpha_pct.cp.fixed_sequence`."""
+    series: dict[str, dict[int, float | None]] = {}
+    for gate in calibrations.iter_rows(named=True):
+        step, suffix = round(gate["alpha"] * 100), f"{gate['bound']}.{gate['search']}"
+        series.setdefault(f"threshold{ALPHA_STEP}.{suffix}", {})[step] = gate["threshold"]
+        series.setdefault(f"ucb{ALPHA_STEP}.{suffix}", {})[step] = gate["bound_value"]
+    for row in evaluations.iter_rows(named=True):
+        step, suffix = round(row["alpha"] * 100), f"{row['bound']}.{row['search']}"
+        series.setdefault(f"fdr{ALPHA_STEP}.{suffix}", {})[step] = row["fdr_mean"]
+        series.setdefault(f"coverage{ALPHA_STEP}.{suffix}", {})[step] = row["coverage_mean"]
+    return series
+
+
+def _gate_entry(row: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
+    """One entry of gates.json: the gate object beside the keys a reader looks it up by."""
+    gate = json.loads(CalibrationResult.from_json(row["result_json"]).gate().to_json())
+    return {"alpha": row["alpha"], "bound": row["bound"], "search": row["search"],
+            "calibration_id": row["calibration_id"], **extra, "gate": gate}
+
+
+def _table(rows: Iterable[Mapping[str, Any]]) -> GroupTable:
+    """Rows (one per α × bound × search) as a table and the gates beside it."""
+    rows = list(rows)
+    columns = list(dict.fromkeys(k for row in rows for k in row if k != "_gate"))
+    gates = schema.canonical_json({"gates": [row["_gate"] for row in rows]})
+    return GroupTable(TABLE_FILE, {c: [row.get(c) for row in rows] for c in columns}, {GATES_FILE: gates})
+
+
+def pipeline_rows(calibrations: pl.DataFrame, evaluations: pl.DataFrame) -> list[dict[str, Any]]:
+    """Per α × bound × search: the gate certified on all calibration data and what the splits measured."""
+    rows = []
+    for gate in calibrations.sort("search", "bound", "alpha").iter_rows(named=True):
+        match = evaluations.filter(alpha=gate["alpha"], bound=gate["bound"], search=gate["search"])
+        split = match.row(0, named=True) if match.height else {}
+        result = CalibrationResult.from_json(gate["result_json"])
+        rows.append({"alpha": gate["alpha"], "bound": gate["bound"], "search": gate["search"],
+                     "delta": gate["delta"], "threshold": said(gate["threshold"], UNATTAINABLE),
+                     "ucb": said(gate["bound_value"], UNATTAINABLE), "n_cal": gate["n_cal"],
+                     "n_accepted": gate["n_accepted"], "n_errors": gate["n_errors"],
+                     "feasible": gate["threshold"] is not None,
+                     **{m: said(split.get(m), UNDEFINED) for m in SPLIT_COLUMNS},
+                     "n_candidates": said(result.n_candidates, "not recorded"),
+                     "calibration_id": gate["calibration_id"], "_gate": _gate_entry(gate)})
+    return rows
+
+
+def question_set_digest(pairs: pl.DataFrame, unit: dict[str, Any]) -> str:
+    """MLflow's dataset digest: the questions (dataset and ids), not the estimator or criterion that scored and
+    labelled them, so one question set is one dataset version in MLflow's Datasets filter."""
+    return schema.stable_hash(unit["dataset"], *sorted(pairs.get_column("question_id").to_list()), length=36)
+
+
+def pipeline_group(store: Store, unit: dict[str, Any], experiment_prefix: str, report_root: Path,
+                   log_key: str) -> GroupLog:
+    """One pipeline group's parent run, from the store (its report written first, as `cic run --no-mlflow`)."""
+    report = write_unit_report(store, unit, report_root)
+    run, calibrations, evaluations, pairs = report.run, report.calibrations, report.evaluations, report.pairs
+    first = evaluations.row(0, named=True)
+    params = {"model": unit["model"], "dataset": unit["dataset"], "split": run["split"],
+              "prompt_id": run["prompt_id"], "estimator": unit["estimator"], "criterion": unit["criterion"],
+              "run_key": unit["run_key"], "data_fingerprint": unit["data_fingerprint"],
+              "generation_config": run["generation_config"], "delta": first["delta"], "n_splits": first["n_splits"],
+              "cal_fraction": first["cal_fraction"], "seed": first["seed"], "n_questions": pairs.height,
+              "alphas": sorted(set(evaluations.get_column("alpha").to_list())),
+              "bounds": sorted(set(evaluations.get_column("bound").to_list())), "searches": list(report.searches)}
+    metrics = {"base_error_rate": first["base_error_rate"], "n_questions": float(pairs.height),
+               "generated_tokens": float(generated_tokens(store, unit["run_key"])),
+               "certified_gates": float(calibrations.get_column("threshold").is_not_null().sum()),
+               "unattainable_gates": float(calibrations.get_column("threshold").is_null().sum())}
+    if run.get("unanswered") is not None:
+        metrics["unanswered_questions"] = float(run["unanswered"])
+    return GroupLog(
+        experiment=f"{experiment_prefix}-{unit['dataset']}",
+        run_name=f"{unit['model']} · {unit['estimator']} · {unit['criterion']}", log_key=log_key,
+        tags=_group_tags(unit["model"], unit["dataset"], unit["estimator"], unit["criterion"], unit["run_key"],
+                         unit["data_fingerprint"], kind="pipeline"),
+        params=params, metrics=metrics, series=alpha_series(calibrations, evaluations),
+        artifacts=[report.out / "tables", report.out / "figures"],  # each renders in MLflow's artifact view
+        table=_table(pipeline_rows(calibrations, evaluations)),
+        dataset=DatasetRef(name=f"{unit['dataset']}/{run['split']}", digest=question_set_digest(pairs, unit),
+                           source=f"{store.path.name}#run_key={unit['run_key']}", profile={"questions": pairs.height}))
+
+
+def _group_tags(model: str, dataset: str, estimator: str, criterion: str, run_key: str, fingerprint: str, *,
+                kind: str) -> dict[str, str]:
+    return {"cic.model": model, "cic.dataset": dataset, "cic.estimator": estimator, "cic.criterion": criterion,
+            "cic.run_key": run_key, "cic.kind": kind, "cic.data_fingerprint": fingerprint}
+
+
+def recalibration_row(item: Candidate, monitor_of: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Per α × bound × search of a recalibration: the candidate beside the live gate it would replace."""
+    row, live = item.row, item.live
+    monitor = monitor_of.get(live["calibration_id"]) if live is not None else None
+    no_live = "no live gate"
+    change = (row["threshold"] - live["threshold"] if live is not None and None not in
+              (live["threshold"], row["threshold"]) else None)
+    return {"alpha": row["alpha"], "bound": row["bound"], "search": row["search"], "delta": row["delta"],
+            "state": item.state, "threshold": said(row["threshold"], UNATTAINABLE),
+            "ucb": said(row["bound_value"], UNATTAINABLE), "n_cal": row["n_cal"], "n_accepted": row["n_accepted"],
+            "n_errors": row["n_errors"], "feasible": row["threshold"] is not None,
+            "alerts": " | ".join(item.alerts) or "none", "n_alerts": len(item.alerts),
+            "live_threshold": said(live["threshold"], UNATTAINABLE) if live is not None else no_live,
+            "threshold_change": said(change, "none: a threshold is missing on one side"),
+            "live_monitor_e_value": monitor["e_value"] if monitor else "no monitor",
+            "live_rate_lower_bound": monitor["rate_lower_bound"] if monitor else "no monitor",
+            "live_monitor_alarmed": bool(monitor["alarmed"]) if monitor else "no monitor",
+            "live_monitor_answered": monitor["n"] if monitor else "no monitor",
+            "certified_together": row.get("groups") or 1, "gate_id": row["calibration_id"],
+            "live_gate_id": live["calibration_id"] if live else no_live,
+            "_gate": _gate_entry(row, state=item.state, alerts=list(item.alerts))}
+
+
+def recalibration_groups(result: RecalibrationPass, experiment_prefix: str,
+                         flow_run_id: str | None = None) -> list[GroupLog]:
+    """One parent run per recalibrated group (cic.kind = recalibration); its drift tests as metrics."""
+    by_group: dict[GroupKey, list[Candidate]] = {}
+    for item in result.candidates:
+        by_group.setdefault(item.key, []).append(item)
+    monitor_of = {m.gate["calibration_id"]: m.row for m in result.monitors}
+    alarms_of: dict[GroupKey, int] = {}
+    for alarm in result.monitor_alarms:  # counted on its group like any alert: every surface counts the same
+        alarms_of[alarm.key] = alarms_of.get(alarm.key, 0) + 1
+    checks_of: dict[GroupKey, list[Any]] = {}
+    for key, check in result.checks:
+        checks_of.setdefault(key, []).append(check)
+    return [_recalibration_group(key, items, checks_of.get(key, []), alarms_of.get(key, 0), monitor_of,
+                                 experiment_prefix, flow_run_id) for key, items in by_group.items()]
+
+
+def _recalibration_group(key: GroupKey, items: Sequence[Candidate], checks: Sequence[Any], alarms: int,
+                         monitor_of: Mapping[str, Mapping[str, Any]], experiment_prefix: str,
+                         flow_run_id: str | None) -> GroupLog:
+    first = items[0].row
+    metrics: dict[str, float | None] = {
+        "n_window": float(first["n_cal"]), "alerts": float(sum(len(i.alerts) for i in items) + alarms),
+        "monitor_alarms": float(alarms), "unattainable_gates": float(sum(i.row["threshold"] is None for i in items)),
+        "certified_gates": float(sum(i.row["threshold"] is not None for i in items))}
+    shift = [c for c in checks if c.test.name == "score_shift"]
+    if shift:
+        metrics.update(ks_statistic=shift[0].test.statistic, ks_p_value=shift[0].test.p_value)
+    errors = [c for c in checks if c.test.name == "error_rate"]
+    if errors:
+        metrics["min_error_rate_p_value"] = min(c.test.p_value for c in errors)
+    tags = {**_group_tags(key.model, key.dataset, key.estimator, key.criterion, key.run_key,
+                          first["data_fingerprint"], kind="recalibration"),
+            "cic.alpha_unattainable": str(metrics["unattainable_gates"] > 0).lower(),
+            "cic.shift_detected": str(any(c.rejected for c in checks) or alarms > 0).lower(),
+            "cic.monitor_alarm": str(alarms > 0).lower(), "cic.alerts": str(int(metrics["alerts"] or 0)),
+            **({"cic.flow_run_id": flow_run_id} if flow_run_id else {})}
+    return GroupLog(
+        experiment=f"{experiment_prefix}-{key.dataset}",
+        run_name=f"recalibration · {key.model} · {key.estimator} · {key.criterion}",
+        log_key=schema.stable_hash("recalibration", *sorted(i.row["calibration_id"] for i in items)), tags=tags,
+        params={"run_key": key.run_key, "data_fingerprint": first["data_fingerprint"], "n_window": first["n_cal"],
+                "window_from": str(first["window_from"]), "window_to": str(first["window_to"]),
+                "drift_tests": [c.test.as_dict() | {"rejected": c.rejected} for c in checks]},
+        metrics=metrics, table=_table(recalibration_row(i, monitor_of)
+                                      for i in sorted(items, key=lambda i: (i.row["search"], i.row["bound"],
+                                                                            i.row["alpha"]))))
