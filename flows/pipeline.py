@@ -179,7 +179,9 @@ def run_stages(config_path: str, db: str | None, ray_address: str | None, tracki
             summary.log_error = f"{type(exc).__name__}: {exc}"
             run_logger().warning("MLflow logging failed (%s); results are stored in %s, run `cic log` to log them",
                                  summary.log_error, db_path)
-        summary.stage_seconds["log"] = time.perf_counter() - stage
+        rendering = summary.log.report_s if summary.log else 0.0  # reports rendered while logging (as without
+        summary.stage_seconds["report"] = rendering                 # MLflow), the rest of the stage is MLflow's
+        summary.stage_seconds["log"] = time.perf_counter() - stage - rendering
     elif finished:  # no MLflow this time: the same report directories, for `cic log` to attach later
         stage = time.perf_counter()
         summary.reports = len(write_group_reports(db_path, config.storage.report_dir, finished))

@@ -70,7 +70,7 @@ def write_unit_report(store: Store, unit: dict[str, Any], report_root: Path) -> 
                           searches=tuple(s for s in searches if not get_search(s).needs_grid) or ("paper",),
                           delta=first["delta"], n_splits=first["n_splits"], cal_fraction=first["cal_fraction"],
                           seed=first["seed"], sensitivity_fractions=(), baselines=())
-    write_report(frame, out, config)
+    write_report(frame, out, config, stored=evaluations)  # the stored protocol rows: not run again
     write_frame(evaluations, out / "tables" / "evaluations.csv", "--report-dir")
     return UnitReport(out, key, run, calibrations, evaluations, pairs, searches)
 

@@ -51,6 +51,7 @@ class LogStats:
     logged: int = 0
     already: int = 0
     run_ids: list[str] = field(default_factory=list)
+    report_s: float = 0.0  # of the pass, seconds spent reading the store and rendering reports (as --no-mlflow)
 
 
 @dataclass

@@ -10,6 +10,7 @@ the same splits (`cic.stats.baselines`) and the rejection statistics (`cic.stats
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -120,6 +121,26 @@ def evaluate_groups(frame: pl.DataFrame, config: ReportConfig = ReportConfig()) 
             parts.append(_with_keys(key, table).with_columns(cal_fraction=pl.lit(config.cal_fraction),
                                                              seed=pl.lit(config.seed)))
     return pl.concat(parts)
+
+
+def stored_results(frame: pl.DataFrame, config: ReportConfig, stored: pl.DataFrame) -> pl.DataFrame | None:
+    """Stored evaluation rows (the `evaluations` table: the same protocol and seed) in `evaluate_groups`' columns
+    and row order, or None when they do not cover every group × search × bound × α of `config` (then the report
+    runs the protocol itself)."""
+    import polars as pl
+
+    axes = {"search": config.searches, "bound": config.bounds, "alpha": config.alphas}
+    groups = frame.select(GROUP_KEYS).unique(maintain_order=True).with_row_index("_group")
+    rows = stored.join(groups, on=list(GROUP_KEYS), how="inner").filter(
+        *[pl.col(name).is_in(list(values)) for name, values in axes.items()],
+        delta=config.delta, n_splits=config.n_splits, cal_fraction=config.cal_fraction, seed=config.seed)
+    if rows.select("_group", *axes).n_unique() != groups.height * math.prod(len(v) for v in axes.values()) \
+            or rows.height != groups.height * math.prod(len(v) for v in axes.values()):
+        return None
+    order = [pl.col(name).replace_strict({v: i for i, v in enumerate(values)}) for name, values in axes.items()]
+    columns = [*GROUP_KEYS, *evaluate_splits(np.zeros(4), np.zeros(4, dtype=bool), alphas=(0.5,), bounds=("cp",),
+                                             n_splits=1).columns, "cal_fraction", "seed"]  # its columns, in order
+    return rows.sort([pl.col("_group"), *order]).select(columns)
 
 
 def sensitivity_study(frame: pl.DataFrame, config: ReportConfig = ReportConfig(),
@@ -272,11 +293,12 @@ def _risk_coverage_figures(frame: pl.DataFrame, config: ReportConfig, out: Path,
         files.figures.append(path.relative_to(out))
 
 
-def write_report(frame: pl.DataFrame, out_dir: str | Path, config: ReportConfig | None = None,
-                 **overrides: Any) -> ReportFiles:
+def write_report(frame: pl.DataFrame, out_dir: str | Path, config: ReportConfig | None = None, *,
+                 stored: pl.DataFrame | None = None, **overrides: Any) -> ReportFiles:
     """Compute everything for `frame` and write tables (.md/.tex/.csv), figures (.png) and README.md to out_dir.
 
-    `overrides` replace fields of `config` (e.g. n_splits=20). Returns the written paths (relative).
+    `overrides` replace fields of `config` (e.g. n_splits=20). `stored`: evaluation rows already computed with
+    this config (the store's), used instead of running the protocol again. Returns the written paths (relative).
     """
     from cic.reports import tables as rt
 
@@ -300,7 +322,8 @@ def write_report(frame: pl.DataFrame, out_dir: str | Path, config: ReportConfig 
     tables = out / "tables"
 
     tables.mkdir(exist_ok=True)
-    results = evaluate_groups(frame, config)
+    results = stored_results(frame, config, stored) if stored is not None else None
+    results = evaluate_groups(frame, config) if results is None else results
     write_frame(results, tables / "results.csv", "report file")
     files.tables.append(Path("tables/results.csv"))
     for metric in rt.METRICS:

@@ -9,6 +9,7 @@ the `cic.log_key` tag (a hash of the evaluation id and the gate ids) keeps rerun
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import replace
@@ -46,6 +47,7 @@ def log_store(db: str, *, tracking: str | None = None, experiment_prefix: str | 
     client = MlflowClient(tracking_uri=uri)
     in_flight = requests_in_flight(uri)
     sent: list[tuple[Future[tuple[str, bool]], str | None]] = []  # per unit: (run id, new), its report dir
+    report_s = 0.0
     with Store.open(db, read_only=True, wait_s=60) as store, \
             ThreadPoolExecutor(GROUPS_IN_FLIGHT if in_flight > 1 else 1, thread_name_prefix="cic-log") as pool:
         units = log_units(store, run_keys)
@@ -58,8 +60,10 @@ def log_store(db: str, *, tracking: str | None = None, experiment_prefix: str | 
                 sent.append((done, None))
             else:  # store reads and figures here, one group at a time (matplotlib is not thread-safe), while
                 # the groups before it are sent
+                rendering = time.perf_counter()
                 group = pipeline_group(store, unit, experiment_prefix_of(store, unit["run_key"], experiment_prefix),
                                        Path(report_dir), key)
+                report_s += time.perf_counter() - rendering
                 if flow_run_id:  # which Prefect flow run logged it: from the MLflow run to its logs and back
                     group = replace(group, tags={**group.tags, "cic.flow_run_id": flow_run_id})
                 sent.append((pool.submit(log_group, client, group, in_flight=in_flight),
@@ -67,7 +71,7 @@ def log_store(db: str, *, tracking: str | None = None, experiment_prefix: str | 
             _report_progress([future for future, _ in sent], len(units))
         for _ in as_completed(future for future, _ in sent):
             _report_progress([future for future, _ in sent], len(units))
-    stats = LogStats()
+    stats = LogStats(report_s=report_s)
     for future, _ in sent:
         run_id, new = future.result()
         stats.logged += int(new)
