@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from prefect import flow
 
 from cic.errors import UserError
-from cic.pipeline.config import DEMO_CONFIG, load_config, with_overrides
+from cic.pipeline.config import DEMO_CONFIG, PipelineConfig, flow_config
 from cic.pipeline.run_results import CalibrationRunSummary
 from cic.pipeline.stored_calibration import stored_run_keys
 from cic.services.prefect_limits import store_slot
@@ -21,11 +21,11 @@ from tasks.log import log_results
 def calibrate_flow(config_path: str = DEMO_CONFIG, db: str | None = None, tracking: str | None = None,
                    alphas: Sequence[float] | None = None, delta: float | None = None,
                    bounds: Sequence[str] | None = None, searches: Sequence[str] | None = None,
-                   log_to_mlflow: bool = True) -> CalibrationRunSummary:
+                   log_to_mlflow: bool = True, config: PipelineConfig | None = None) -> CalibrationRunSummary:
     """Calibrate + split protocol for every stored run of the config's models and datasets, then log."""
     from cic.pipeline.config import CalibrationConfig
 
-    config = with_overrides(load_config(config_path), db, None, tracking, None)
+    config = flow_config(config_path, config, db, tracking=tracking)
     changes = {k: v for k, v in (("alphas", alphas), ("delta", delta), ("bounds", bounds), ("searches", searches))
                if v is not None}
     try:

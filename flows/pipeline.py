@@ -19,7 +19,7 @@ from prefect.states import Failed, State
 
 from cic.llm.engines import EngineProbe
 from cic.pipeline import progress
-from cic.pipeline.config import DEMO_CONFIG, PipelineConfig, load_config, with_overrides
+from cic.pipeline.config import DEMO_CONFIG, PipelineConfig, flow_config
 from cic.pipeline.group_reports import write_group_reports
 from cic.pipeline.preflight import probe_models
 from cic.pipeline.progress import ProgressLines
@@ -51,24 +51,26 @@ class ModelsFailed(RuntimeError):
 @flow(name="cic-pipeline", flow_run_name=flow_run_name(), log_prints=True)
 def pipeline(config_path: str = DEMO_CONFIG, db: str | None = None, ray_address: str | None = None,
              tracking: str | None = None, report_dir: str | None = None,
-             log_to_mlflow: bool = True, probes: dict[str, dict[str, Any]] | None = None) -> PipelineSummary | State:
+             log_to_mlflow: bool = True, probes: dict[str, dict[str, Any]] | None = None,
+             config: PipelineConfig | None = None) -> PipelineSummary | State:
     """Run the whole job for the config; returns a summary (also the flow run's result).
 
     Stage progress goes to the flow run's log (the Prefect UI, a worker's output) at least every 30 s while a
     stage runs, whoever started the flow: `cic run`, a deployment's schedule or plain Python. When a model
     fails, the run ends Failed (a direct call raises `ModelsFailed`; `return_state=True` returns the state,
     whose result is that exception with its `.summary`). `probes`: what `cic run` already found when it probed
-    every model's engine (model -> identity and state); the flow probes them itself otherwise, once.
+    every model's engine (model -> identity and state); the flow probes them itself otherwise, once. `config`:
+    the config `cic run` already parsed from `config_path` (a deployment passes the path alone).
     """
     from prefect import get_run_logger
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
     from prefect.runtime import flow_run
 
     run_id = str(flow_run.id) if flow_run.id else None
-    storage = load_config(config_path).storage
+    config = flow_config(config_path, config, db, ray_address, tracking, report_dir)
+    storage = config.storage
     with store_slot(storage.concurrency_limit, timeout_s=storage.queue_timeout_s), ProgressLines(get_run_logger().info):
-        summary = run_stages(config_path, db, ray_address, tracking, report_dir, log_to_mlflow, flow_run_id=run_id,
-                             probes=probes)
+        summary = run_stages(config, log_to_mlflow, flow_run_id=run_id, probes=probes)
     summary.flow_run_id = run_id
     if summary.results:  # the full split-protocol table: sortable in the UI, not hundreds of Markdown rows
         create_table_artifact([asdict(r) for r in summary.results], key=RESULTS_ARTIFACT,
@@ -131,13 +133,11 @@ def plan_models(config: PipelineConfig, db_path: str, questions: dict[str, Any],
     return jobs
 
 
-def run_stages(config_path: str, db: str | None, ray_address: str | None, tracking: str | None,
-               report_dir: str | None, log_to_mlflow: bool, *, flow_run_id: str | None = None,
+def run_stages(config: PipelineConfig, log_to_mlflow: bool, *, flow_run_id: str | None = None,
                probes: dict[str, dict[str, Any]] | None = None) -> PipelineSummary:
     """The pipeline's stages in order (the flow's body)."""
     import time
 
-    config = with_overrides(load_config(config_path), db, ray_address, tracking, report_dir)
     db_path = config.storage.db
     # every model's engine probed once before any work (a served model answers one token; a dead URL stops the run
     # here), unless `cic run` did it already: its runs are keyed on what the probe found, its workers adopt it

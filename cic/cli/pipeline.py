@@ -83,7 +83,7 @@ def run(
         pipeline, ModelsFailed, store=db or checked.storage.db, command="run",
         mlflow_uri=tracking_uri or checked.mlflow.tracking_uri, config_path=str(config), db=db,
         ray_address=ray_address, tracking=tracking_uri, report_dir=report_dir, log_to_mlflow=not no_mlflow,
-        probes={name: asdict(probe) for name, probe in probes.items()})
+        probes={name: asdict(probe) for name, probe in probes.items()}, config=checked)
     tables, shown = results_tables(summary.results, estimator)
     for table in tables:
         console.print(table)
@@ -203,7 +203,7 @@ def recalibrate(
     result, failed, _ = run_flow(
         recalibrate_flow, RecalibrationAlert, store=resolved_db, command="recalibrate",
         mlflow_uri=tracking_uri or checked.mlflow.tracking_uri, config_path=str(config), db=db, tracking=tracking_uri,
-        window=window, since=since, log_to_mlflow=not no_mlflow, fail_on_alert=fail_on_alert)
+        window=window, since=since, log_to_mlflow=not no_mlflow, fail_on_alert=fail_on_alert, config=checked)
     def group(p: Any) -> str:
         return f"{p.model}/{p.dataset} {p.estimator} × {p.criterion}"
 

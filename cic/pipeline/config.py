@@ -6,7 +6,6 @@ value. `PipelineConfig.fingerprint_params()` lists what shaped the numbers (logg
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -494,22 +493,14 @@ def _refuse_duplicate_keys(node: Any, path: str, trail: str = "") -> None:
 
 
 def load_config(path: str | Path) -> PipelineConfig:
-    """Read and validate a pipeline YAML file (a path, or the name of a shipped config). Parsed once per command:
-    the command, its flow and the flow's run name read the same frozen config while the file is unchanged."""
+    """Read and validate a pipeline YAML file (a path, or the name of a shipped config). A command parses it once
+    and passes the result down (`flow_config`); nothing here is cached."""
+    import yaml
+
     p = config_path(path)
     if not p.is_file():
         raise UserError(f"config = {str(path)!r}: file not found (a YAML path, or one of "
                          f"{', '.join(SHIPPED_CONFIGS)})")
-    stat = p.stat()
-    return _parsed(p, p.resolve(), stat.st_mtime_ns, stat.st_size)
-
-
-@functools.lru_cache(maxsize=16)
-def _parsed(p: Path, resolved: Path, mtime_ns: int, size: int) -> PipelineConfig:
-    """The validated config of file `p` (named as given, in errors) as it is at (mtime, size); errors are raised
-    again on every call."""
-    import yaml
-
     try:
         text = p.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -524,6 +515,15 @@ def _parsed(p: Path, resolved: Path, mtime_ns: int, size: int) -> PipelineConfig
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise UserError(f"config = {str(p)!r}: not valid YAML{where}: {problem}") from None
     return parse_config(data, source=f"config = {str(p)!r}", line_of=yaml_line_finder(text))
+
+
+def flow_config(config_path: str | Path, config: PipelineConfig | None, db: str | None = None,
+                ray_address: str | None = None, tracking: str | None = None,
+                report_dir: str | None = None) -> PipelineConfig:
+    """The config a flow runs with: the one its command already parsed (`cic run` passes it down), else the file
+    parsed here (a deployment passes a path); the command line's overrides applied here, once."""
+    return with_overrides(config if config is not None else load_config(config_path), db, ray_address, tracking,
+                          report_dir)
 
 
 def with_overrides(config: PipelineConfig, db: str | None, ray_address: str | None, tracking: str | None,

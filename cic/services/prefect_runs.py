@@ -41,7 +41,10 @@ def flow_run_name(kind: str | None = None) -> Callable[[], str]:
 
         from cic.pipeline.config import DEMO_CONFIG
 
-        label = _config_label((flow_run.parameters or {}).get("config_path", DEMO_CONFIG))
+        parameters = flow_run.parameters or {}
+        parsed = parameters.get("config")  # the config its command parsed, passed down (a deployment: the path)
+        label = getattr(parsed, "name", None) or (parsed.get("name") if isinstance(parsed, dict) else None) \
+            or _config_label(parameters.get("config_path", DEMO_CONFIG))
         return " · ".join([label, *([kind] if kind else []), f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC"])
 
     return name

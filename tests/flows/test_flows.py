@@ -14,6 +14,7 @@ from mlflow import MlflowClient
 from typer.testing import CliRunner
 
 from cic.cli import app
+from cic.pipeline.config import load_config
 from cic.pipeline.gates import gates, served_entries
 from cic.store import Store
 from flows.calibrate import calibrate_flow
@@ -60,7 +61,8 @@ def test_calibrate_flow_stores_gates_and_logs_each_group_once(setup: tuple[Path,
     assert len(table) == 2 * 2 and {"fdr_mean", "coverage_mean", "fails", "base_error_rate"} <= set(table.columns)
     assert len(gates_logged(client, parent)) == 4
 
-    again = calibrate_flow(config_path=str(config))
+    # the config its command parsed, passed down: the flow reads no file (this path does not exist)
+    again = calibrate_flow(config_path=str(config.parent / "gone.yaml"), config=load_config(config))
     assert again.log.logged == 0 and again.log.already == 2
     assert len(_runs(client, "cic-t-d")) == 2
     with Store.open(db) as store:

@@ -167,15 +167,14 @@ def test_an_infinite_temperature_in_a_file_is_one_line_exit_2_before_any_work(tm
     assert not (tmp_path / "s.duckdb").exists()
 
 
-def test_a_config_is_parsed_once_per_command_and_again_when_the_file_changes(tmp_path: Path) -> None:
-    """The command, its flow and the flow's run name read one frozen config; an edited file is read anew."""
-    from cic.pipeline.config import _parsed, load_config
+def test_a_config_is_read_from_the_file_on_every_load(tmp_path: Path) -> None:
+    """No cache: a command parses once and passes the config down (`flow_config`); an edited file is read anew."""
+    from cic.pipeline.config import flow_config, load_config
 
     source = tmp_path / "c.yaml"
     source.write_text((config_path("demo")).read_text())
     first = load_config(str(source))
-    misses = _parsed.cache_info().misses
-    assert load_config(str(source)) is first and _parsed.cache_info().misses == misses
+    assert flow_config(str(tmp_path / "gone.yaml"), first, db="x.duckdb").storage.db == "x.duckdb"  # passed down
     source.write_text(source.read_text().replace("name: demo", "name: demo-edited"))
     edited = load_config(str(source))
     assert edited is not first and edited.name == "demo-edited"
