@@ -28,6 +28,7 @@ from cic.stats._validation import (
 from cic.stats.gate import Gate
 from cic.stats.searches import (
     DEFAULT_SEARCH,
+    Search,
     Setting,
     check_search_args,
     compact_candidates,
@@ -293,7 +294,7 @@ def quantile_grid(pilot_scores: Any, k: int) -> np.ndarray:
 
 
 def calibrate(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05, bound: str = "cp",
-              search: str = DEFAULT_SEARCH, grid: Any = None, n_min: int | None = None,
+              search: str | Search = DEFAULT_SEARCH, grid: Any = None, n_min: int | None = None,
               start: float | None = None, keep_table: bool = True) -> CalibrationResult:
     """Learn the largest threshold t with P(error | U <= t) <= alpha certified at confidence 1 - delta.
 
@@ -310,8 +311,9 @@ def calibrate(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05, bo
     bound : str
         A name of `cic.stats.bounds.BOUNDS`: "cp" (Clopper–Pearson), "hoeffding", "hoeffding_kl", "bentkus",
         "hoeffding_bentkus".
-    search : str
-        A name of `cic.stats.searches.SEARCHES`: "geometric" (default: fixed-sequence chains from n/2, n/4, ...
+    search : str or Search
+        A `cic.stats.searches.Search` of your own (MAPIE-style: a procedure object; its `select` decides), or a
+        name of `cic.stats.searches.SEARCHES`: "geometric" (default: fixed-sequence chains from n/2, n/4, ...
         accepted answers, chain k at delta·(1/k)/H_J, FWER <= delta), "fixed_sequence" (one chain upwards from
         `start` or the `n_min`-th score at delta; by default n_min is the smallest count at which an empirical
         risk of alpha/2 would be certified, `bounds.half_alpha_n`), "multistart" (four such chains at
@@ -346,8 +348,9 @@ def calibrate(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05, bo
                   guarantee=plan.guarantee)
 
     if plan.bins_large_inputs and s.shape[0] >= _BINNED_MIN_ITEMS:
-        hit = paper_search_binned(s, e, bound=bound, alpha=alpha, gamma=delta)
-        return _result(hit, gamma=delta, **common,
+        level = plan.level(delta, 1)  # one level for every candidate (the paper's: delta)
+        hit = paper_search_binned(s, e, bound=bound, alpha=alpha, gamma=level)
+        return _result(hit, gamma=level, **common,
                        _data=(s.copy(), e.copy()) if keep_table else None)  # type: ignore[arg-type]
 
     data = SortedCalibration.build(s, e)

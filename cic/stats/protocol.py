@@ -186,7 +186,7 @@ def split_measures(found: np.ndarray, accepted: np.ndarray, wrong: np.ndarray, t
 
 
 def _as_names(value: Any, name: str) -> list[str]:
-    items = [value] if isinstance(value, str) else list(value)
+    items = [value] if isinstance(value, str | Search) else list(value)
     if not items:
         raise UserError(f"{name} is empty: give at least one")
     return items

@@ -343,7 +343,10 @@ _MULTISTART = re.compile(r"^multistart\[(\d+)\]$")
 
 
 def get_search(name: Any) -> Search:
-    """The search object named `name`; `multistart[S]` gives fixed-sequence testing from S starts."""
+    """The search object named `name` (a `Search` itself is returned as it is: a procedure of the caller's own);
+    `multistart[S]` gives fixed-sequence testing from S starts."""
+    if isinstance(name, Search):
+        return name
     if isinstance(name, str):
         key = name.strip().lower()
         if key in SEARCHES:
@@ -370,7 +373,7 @@ def feasibility_table(bound: str, n_max: int, alpha: float, gamma: float) -> np.
 # protocol and the simulator alike
 
 
-def check_search_args(search: str, grid: Any, n_min: Any, start: Any) -> tuple[np.ndarray | None, int | None,
+def check_search_args(search: str | Search, grid: Any, n_min: Any, start: Any) -> tuple[np.ndarray | None, int | None,
                                                                                 float | None]:
     """Validate the search-specific arguments against the search's registry entry (shared with the protocol)."""
     get_search(search).check_args(grid, n_min, start)

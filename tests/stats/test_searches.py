@@ -131,3 +131,39 @@ def test_every_function_that_searches_defaults_to_the_one_default_search() -> No
         if f.__module__ == groups.__name__ and "search" in inspect.signature(f).parameters]]
     defaults = {f.__qualname__: inspect.signature(f).parameters["search"].default for f in functions}
     assert len(defaults) >= 6 and set(defaults.values()) == {DEFAULT_SEARCH}, defaults
+
+
+def test_a_search_object_of_ones_own_is_run_like_a_named_one() -> None:
+    """`calibrate` and `evaluate_splits` take a `Search` object as well as a name (as MAPIE takes a procedure):
+    the registry's own object gives the named result, and a procedure of one's own decides by its `select`."""
+    from dataclasses import dataclass
+
+    from cic.stats.searches import LargestFeasible
+
+    @dataclass(frozen=True)
+    class HalfLevel(LargestFeasible):
+        """Every candidate at delta / 2: a stricter rule of the caller's own."""
+
+        def level(self, delta: float, k: int) -> float:
+            return delta / 2
+
+    rng = np.random.default_rng(5)
+    scores = rng.random(600)
+    errors = (rng.random(600) < 0.3 * scores).astype(int)
+    named = cic.calibrate(scores, errors, alpha=0.2, search="geometric")
+    assert cic.calibrate(scores, errors, alpha=0.2, search=get_search("geometric")) == named
+    mine = HalfLevel("half_level", "every candidate at delta / 2", "FWER <= delta / 2", "high-probability",
+                     takes_grid=False)  # every unique score, as the paper search: large inputs are binned
+    got = cic.calibrate(scores, errors, alpha=0.2, delta=0.1, search=mine)
+    as_paper = cic.calibrate(scores, errors, alpha=0.2, delta=0.05, search="paper")
+    assert got.search == "half_level" and got.guarantee == "FWER <= delta / 2"
+    assert (got.threshold, got.n_accepted, got.n_errors) == (as_paper.threshold, as_paper.n_accepted,
+                                                             as_paper.n_errors)
+    table = cic.evaluate_splits(scores, errors, alphas=(0.2,), search=mine, n_splits=5)
+    assert table.get_column("search").to_list() == ["half_level", "half_level"]  # one row per bound
+    big = rng.random(60_000)  # past the size where the paper-like searches bin the scores: its level still holds
+    big_errors = (rng.random(60_000) < 0.3 * big).astype(int)
+    binned = cic.calibrate(big, big_errors, alpha=0.1, delta=0.1, search=mine)
+    strict = cic.calibrate(big, big_errors, alpha=0.1, delta=0.05, search="paper")
+    assert binned.gamma == 0.05 and (binned.threshold, binned.bound_value) == (strict.threshold, strict.bound_value)
+    assert binned.threshold != cic.calibrate(big, big_errors, alpha=0.1, delta=0.1, search="paper").threshold
