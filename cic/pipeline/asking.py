@@ -71,7 +71,7 @@ def ask_question(question: str, *, config_path: str | Path, db: str | None, mode
     from cic.llm.answering import Answerer
     from cic.llm.engines import EngineProbe
     from cic.pipeline.config import load_config
-    from cic.stats.gate import Gate
+    from cic.pipeline.gates import gate_of
 
     config = load_config(config_path)
     names = [m.name for m in config.models]
@@ -97,5 +97,5 @@ def ask_question(question: str, *, config_path: str | Path, db: str | None, mode
     why = gate_row.get("withheld")
     threshold = None if why is not None else gate_row["threshold"]  # a gate out of service answers nothing
     answer = generations.filter(sample_index=0).get_column("text")[0]
-    return Reply(Gate(threshold).decide(score), answer, score, threshold, gate_row["estimator"],
+    return Reply(gate_of(gate_row).decide(score), answer, score, threshold, gate_row["estimator"],
                  gate_row["calibration_id"], why)

@@ -12,7 +12,7 @@ alpha, delta, bound, search): one live gate each. The first gate of a key the pi
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +24,7 @@ from cic.pipeline.certificates import recertify_all
 from cic.store.queries import last_gate_events
 
 if TYPE_CHECKING:
+    from cic.stats.gate import Gate
     from cic.store import Store
 
 STATES = ("candidate", "live", "retired", "unattainable")
@@ -125,6 +126,18 @@ def no_guarantee_refusal(row: dict[str, Any]) -> str | None:
     return (f"gate {row['calibration_id'][:12]} comes from search {row['search']!r}, which has no high-probability "
             "guarantee: a report result, not a gate to serve (promote a gate of a guaranteed search, or opt in with "
             "`cic gate promote ID --without-guarantee`)")
+
+
+def gate_of(row: Mapping[str, Any]) -> Gate:
+    """The gate a stored calibration row certifies (its result's threshold and metadata), or, for a row that
+    `live_gate` withheld, a gate that accepts nothing: the one conversion from a stored row to a `Gate`, for
+    `cic ask`, the served export, the MLflow layout and the registry alike."""
+    from cic.stats.calibration import CalibrationResult
+    from cic.stats.gate import Gate
+
+    if row.get("withheld") is not None:
+        return Gate(None, {"withheld": row["withheld"], "calibration_id": row.get("calibration_id")})
+    return CalibrationResult.from_json(row["result_json"]).gate()
 
 
 def verify_gate(row: dict[str, Any]) -> None:
@@ -359,8 +372,6 @@ def served_entries(store: Store, **equals: Any) -> list[dict[str, Any]]:
     replaces the old gate instead of keeping it. Keys that never had a live or unattainable gate are left out."""
     import json
 
-    from cic.stats.calibration import CalibrationResult
-
     table = gates(store, **equals)
     families = live_families(store)  # every dataset's: a filter on one dataset still states the whole family
     out, serving = [], []
@@ -384,7 +395,7 @@ def served_entries(store: Store, **equals: Any) -> list[dict[str, Any]]:
                         **{k: row[k] for k in ("threshold", "bound_value", "n_accepted", "n_errors", "n_cal")},
                         "certified_with": _certified_with(row, families[family_of(row)]),
                         "window_from": str(row["window_from"]), "window_to": str(row["window_to"]),
-                        "gate": json.loads(CalibrationResult.from_json(row["result_json"]).gate().to_json())})
+                        "gate": json.loads(gate_of(row).to_json())})
             continue
         retired = key_rows.filter(state="retired").sort("state_at")
         if retired.height:

@@ -22,6 +22,7 @@ import polars as pl
 
 from cic import schema
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
+from cic.pipeline.gates import gate_of
 from cic.pipeline.group_reports import write_unit_report
 from cic.pipeline.recalibration import Candidate, RecalibrationPass
 from cic.pipeline.stored_calibration import GroupKey
@@ -71,7 +72,7 @@ def alpha_series(calibrations: pl.DataFrame, evaluations: pl.DataFrame) -> dict[
 
 def _gate_entry(row: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
     """One entry of gates.json: the gate object beside the keys a reader looks it up by."""
-    gate = json.loads(CalibrationResult.from_json(row["result_json"]).gate().to_json())
+    gate = json.loads(gate_of(row).to_json())
     return {"alpha": row["alpha"], "bound": row["bound"], "search": row["search"],
             "calibration_id": row["calibration_id"], **extra, "gate": gate}
 

@@ -23,9 +23,8 @@ from mlflow import MlflowClient
 
 from cic import schema
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
-from cic.pipeline.gates import SERVING_KEY
+from cic.pipeline.gates import SERVING_KEY, gate_of
 from cic.services.mlflow_tracking import experiment_id
-from cic.stats.calibration import CalibrationResult
 
 LIVE_ALIAS = "live"           # the alias of the per-key registered models earlier versions wrote (cleared)
 GATE_ID_TAG = "cic.gate_id"
@@ -115,7 +114,7 @@ def _gate_run(client: MlflowClient, row: dict[str, Any], experiment_prefix: str)
         "cic.estimator": row["estimator"], "cic.criterion": row["criterion"], "cic.alpha": f"{row['alpha']:g}",
         "cic.bound": row["bound"], "cic.search": row["search"], "cic.kind": row.get("kind") or "pipeline",
         KEY_TAG: serving_key_json(row)})
-    gate = CalibrationResult.from_json(row["result_json"]).gate().to_json()
+    gate = gate_of(row).to_json()
     client.log_text(run.info.run_id, gate, "gate/gate.json")
     stored = {k: v for k, v in row.items() if k in schema.CALIBRATIONS.columns}
     client.log_text(run.info.run_id, schema.canonical_json(stored), "gate/calibration.json")
