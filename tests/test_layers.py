@@ -16,8 +16,8 @@ PACKAGES = ("cic", "tasks", "flows")
 
 # lowest first: a module may import its own layer and the ones before it, never a later one; the CLI imports
 # tasks and flows only inside the command that runs them (test_nothing_in_cic_imports_flows_or_tasks_when_imported)
-LAYERS = ("cic.errors", "cic.stats", "cic.schema", "cic.data", "cic.llm", "cic.store", "cic.reports", "cic.pipeline",
-          "cic.services", "tasks", "flows", "cic.cli")
+LAYERS = ("cic.errors", "cic.registry", "cic.stats", "cic.schema", "cic.data", "cic.llm", "cic.store", "cic.reports",
+          "cic.pipeline", "cic.services", "tasks", "flows", "cic.cli")
 SERVICES = ("prefect", "ray", "mlflow", "psutil", "subprocess")
 HEAVY = ("torch", "transformers", "sentence_transformers", "prefect", "ray", "mlflow", "duckdb", "polars",
          "pandas", "matplotlib")

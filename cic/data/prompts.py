@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from cic.errors import UserError
+from cic.registry import Registry
 
 PromptKind = Literal["multiple_choice", "short_answer"]
 
@@ -111,11 +112,9 @@ SHORT_ANSWER_V1 = PromptBuilder(
     ),
 )
 
-PROMPTS: dict[str, PromptBuilder] = {p.prompt_id: p for p in (MC_LETTER_V1, SHORT_ANSWER_V1)}
+PROMPTS: Registry[PromptBuilder] = Registry("prompt_id", (MC_LETTER_V1, SHORT_ANSWER_V1), name_of=lambda p: p.prompt_id)
 
 
 def get_prompt(prompt_id: str) -> PromptBuilder:
     """The built-in prompt builder with this id."""
-    if prompt_id not in PROMPTS:
-        raise UserError(f"prompt_id = {prompt_id!r}: unknown; built-in prompts are {', '.join(PROMPTS)}")
-    return PROMPTS[prompt_id]
+    return PROMPTS.lookup(prompt_id)

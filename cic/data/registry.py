@@ -19,6 +19,7 @@ from cic.data.records import (
     trivia_qa_record,
 )
 from cic.errors import UserError
+from cic.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -57,14 +58,11 @@ class DatasetRegistry:
     """Datasets by name. `DATASETS` holds the built-ins; `copy()` gives an independent registry."""
 
     def __init__(self, specs: Mapping[str, DatasetSpec] | None = None) -> None:
-        self._specs: dict[str, DatasetSpec] = dict(specs or {})
+        self._specs: Registry[DatasetSpec] = Registry("dataset", dict(specs or {}))
 
     def register(self, spec: DatasetSpec, *, replace: bool = False) -> DatasetSpec:
         """Add a dataset; an existing name is an error unless `replace=True`."""
-        if spec.name in self._specs and not replace:
-            raise UserError(f"dataset {spec.name!r} is already registered; pass replace=True to override it")
-        self._specs[spec.name] = spec
-        return spec
+        return self._specs.register(spec, replace=replace)
 
     def register_config(self, entry: Mapping[str, Any], *, replace: bool = False) -> DatasetSpec:
         """Add a dataset from a plain mapping (e.g. YAML): name, path, kind, fields, optional prompt_id.
@@ -93,9 +91,8 @@ class DatasetRegistry:
         return self.register(spec, replace=replace)
 
     def get(self, name: str) -> DatasetSpec:
-        if name not in self._specs:
-            raise UserError(f"dataset = {name!r}: unknown; registered datasets are {', '.join(self._specs)}")
-        return self._specs[name]
+        """The dataset named `name`; a UserError naming the registered ones otherwise."""
+        return self._specs.lookup(name)
 
     def prompt_for(self, dataset: str, prompt_id: str | None = None) -> PromptBuilder:
         """The dataset's default prompt, or the built-in one named by `prompt_id`."""
@@ -105,7 +102,7 @@ class DatasetRegistry:
         return get_prompt(prompt_id)
 
     def copy(self) -> DatasetRegistry:
-        return DatasetRegistry(self._specs)
+        return DatasetRegistry(dict(self._specs))
 
     def __iter__(self) -> Iterator[DatasetSpec]:
         return iter(self._specs.values())

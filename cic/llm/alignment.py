@@ -19,8 +19,12 @@ import polars as pl
 from cic import schema
 from cic.errors import UserError
 from cic.llm.text import normalize_answer, token_f1
+from cic.registry import Registry
 
-CRITERIA = {"option_match": None, "similarity": 0.6, "exact_match": None, "token_f1": 0.5}
+# criterion -> its default threshold (None: it takes none)
+CRITERIA: Registry[float | None] = Registry("criterion", {"option_match": None, "similarity": 0.6,
+                                                           "exact_match": None, "token_f1": 0.5},
+                                            hint="similarity and token_f1 take a threshold: similarity[0.6]")
 _PATTERN = re.compile(r"^(?P<name>[a-z_0-9]+)(\[(?P<param>[^\]]*)\])?$")
 
 
@@ -40,8 +44,7 @@ def parse_criterion(text: str) -> Criterion:
     """"similarity[0.6]" → Criterion("similarity", 0.6); errors name the value."""
     match = _PATTERN.match(text.strip()) if isinstance(text, str) else None
     if not match or match["name"] not in CRITERIA:
-        raise UserError(f"criterion = {text!r}: unknown; choose from option_match, similarity[τ], exact_match, "
-                         "token_f1[τ]")
+        raise UserError(CRITERIA.unknown(text))
     name, param = match["name"], match["param"]
     if CRITERIA[name] is None:
         if param is not None:

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cic.errors import UserError
-from cic.stats._validation import check_choice, check_open_unit, check_positive_int
+from cic.registry import Registry
+from cic.stats._validation import check_open_unit, check_positive_int
 from cic.stats.bounds import resolve_bound
 from cic.stats.calibration import uniform_grid
 from cic.stats.searches import SEARCH_NAMES, get_search
@@ -51,10 +52,10 @@ def _flat(alpha: float) -> PowerRisk:
     return PowerRisk(1.2 * alpha, 1.2 * alpha, 1.0)
 
 
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
+SCENARIOS: Registry[Scenario] = Registry("scenario", (
     Scenario("crossing", "R(t) = 2α·t, crosses α at t = 0.5", _crossing),
     Scenario("flat", "R(t) = 1.2α everywhere: α unattainable", _flat),
-)}
+))
 
 
 def validity_study(*, scenarios: Sequence[str] = tuple(SCENARIOS), ns: Sequence[int] = (200, 1000, 5000),
@@ -70,7 +71,7 @@ def validity_study(*, scenarios: Sequence[str] = tuple(SCENARIOS), ns: Sequence[
     import polars as pl
 
     for name in scenarios:
-        check_choice(name, "scenario", SCENARIOS)
+        SCENARIOS.lookup(name)
     delta = check_open_unit(delta, "delta")
     n_trials = check_positive_int(n_trials, "n_trials")
     grid = uniform_grid(0.05, 1.0, check_positive_int(grid_size, "grid_size"))

@@ -41,9 +41,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cic.errors import UserError
+from cic.registry import Registry
 from cic.stats import bounds as _bounds
 from cic.stats import searches
-from cic.stats._validation import as_pair, as_scores, check_choice, check_open_unit, check_positive_int
+from cic.stats._validation import as_pair, as_scores, check_open_unit, check_positive_int
 from cic.stats.calibration import SortedCalibration
 from cic.stats.protocol import DEFAULT_ALPHAS, SortedSplits, evaluate_splits, gather, split_measures, summarize_splits
 from cic.stats.searches import get_search
@@ -65,7 +66,7 @@ class Method:
     claim: str
 
 
-METHODS: dict[str, Method] = {m.name: m for m in (
+METHODS: Registry[Method] = Registry("method", (
     Method("naive", "naive plug-in", "none", "none: largest t with calibration FD/n <= alpha"),
     Method("coin_binary", "COIN-style binary search", "high-probability",
            "P(FDR <= alpha) >= 1 - delta claimed per probed threshold; data-dependent grid, no correction"),
@@ -73,7 +74,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            "E[FDP] <= alpha (conformal p-values + Benjamini-Hochberg)"),
     Method("lec", "LEC-style marginal rule", "expectation",
            "E[accepted errors] <= alpha E[accepted]: sum (E_i - alpha) <= -1 over accepted"),
-)}
+))
 
 # ----------------------------------------------------------------------------------------------------------
 # One calibration set (the definitions, also the reference for the vectorised versions)
@@ -173,7 +174,7 @@ def _iter_baselines(scores: Any, errors: Any, *, alphas: Sequence[float], method
     alpha_list = [check_open_unit(a, f"alphas[{i}]") for i, a in enumerate(alphas)]
     if not alpha_list:
         raise UserError("alphas is empty: give at least one")
-    method_list = [check_choice(m, "method", METHODS) for m in methods]
+    method_list = [METHODS.lookup(m).name for m in methods]
     if not method_list:
         raise UserError("methods is empty: give at least one of " + ", ".join(METHODS))
     data = SortedSplits.build(s, e, n_splits, cal_fraction, seed)

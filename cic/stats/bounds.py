@@ -25,6 +25,7 @@ import numpy as np
 from scipy import special
 
 from cic.errors import UserError
+from cic.registry import Registry
 
 
 def _counts(fd: Any, n: Any, gamma: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
@@ -376,7 +377,7 @@ class Bound:
     table_label: str = ""  # the paper's column name (UCB-HFD, UCB-CP); UCB-<name> when empty
 
 
-BOUNDS: dict[str, Bound] = {b.name: b for b in (
+BOUNDS: Registry[Bound] = Registry("bound", (
     Bound("hoeffding", "Hoeffding", hoeffding_ucb, hoeffding_feasible, _hoeffding_table, aliases=("hfd",),
           table_label="UCB-HFD",
           description="FD/n + sqrt(log(1/γ) / 2n): distribution-free, loose at small n (paper §3.2)"),
@@ -391,20 +392,15 @@ BOUNDS: dict[str, Bound] = {b.name: b for b in (
     Bound("hoeffding_bentkus", "Hoeffding–Bentkus", hoeffding_bentkus_ucb, hoeffding_bentkus_feasible,
           _bisect_table("hoeffding_bentkus"), aliases=("hb",),
           description="min of Hoeffding-KL and Bentkus (Bates et al. 2021, RCPS)"),
-)}
+))
 BOUND_NAMES: tuple[str, ...] = tuple(BOUNDS)
-_ALIASES = {alias: b.name for b in BOUNDS.values() for alias in b.aliases}
+for _bound in tuple(BOUNDS.values()):
+    BOUNDS.alias(*_bound.aliases, to=_bound.name)
 
 
 def get_bound(name: Any) -> Bound:
     """The registry record of `name` (accepts the aliases, e.g. "clopper_pearson" -> cp)."""
-    if isinstance(name, str):
-        key = name.strip().lower()
-        key = _ALIASES.get(key, key)
-        if key in BOUNDS:
-            return BOUNDS[key]
-    raise UserError(f"bound = {name!r}: unknown; choose one of {', '.join(BOUND_NAMES)} "
-                     f"(aliases: {', '.join(sorted(_ALIASES))})")
+    return BOUNDS.lookup(name)
 
 
 def resolve_bound(name: Any) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from cic.errors import UserError
+from cic.registry import Registry
 from cic.stats import bounds
 from cic.stats._validation import as_grid, check_positive_int
 
@@ -289,7 +290,7 @@ def geometric_chains(n_calibration: int, bound: str, alpha: float, delta: float)
     return ((bounds.half_alpha_n(bound, alpha, bottom), bottom), *chains)
 
 
-SEARCHES: dict[str, Search] = {s.name: s for s in (
+SEARCHES: Registry[Search] = Registry("search", (
     GeometricStarts(
         "geometric", "fixed sequence, geometric starts",
         "FWER <= delta: fixed-sequence chains, each testing every calibration score upward from its start and "
@@ -335,7 +336,7 @@ SEARCHES: dict[str, Search] = {s.name: s for s in (
         "maximum, whose violation rate can exceed delta (cic validity)",
         "none", short_guarantee="none simultaneous", takes_grid=False,
         claim="none for the chosen threshold: P(R(t) <= alpha) >= 1 - delta holds for each fixed t only"),
-)}
+), hint="or multistart[S]")
 SEARCH_NAMES: tuple[str, ...] = tuple(SEARCHES)
 DEFAULT_SEARCH = "geometric"  # why: docs/statistics.md, "The default search"
 
@@ -347,20 +348,19 @@ def get_search(name: Any) -> Search:
     `multistart[S]` gives fixed-sequence testing from S starts."""
     if isinstance(name, Search):
         return name
-    if isinstance(name, str):
-        key = name.strip().lower()
-        if key in SEARCHES:
-            return SEARCHES[key]
-        match = _MULTISTART.match(key)
-        if match and int(match[1]) >= 1:
-            s = int(match[1])
-            base = SEARCHES["multistart"]
-            return FixedSequence(key, f"fixed sequence, {s} starts", base.guarantee.replace(
-                "four fixed-sequence chains, each at level delta / 4", f"{s} fixed-sequence chains, each at level "
-                f"delta / {s}"), "high-probability", first_test=True, n_starts=s,
-                claim=base.claim.replace("4 fixed-sequence chains, each at delta / 4",
-                                         f"{s} fixed-sequence chains, each at delta / {s}"))
-    raise UserError(f"search = {name!r}: unknown; choose one of {', '.join(SEARCH_NAMES)} (or multistart[S])")
+    found = SEARCHES.find(name)
+    if found is not None:
+        return found
+    match = _MULTISTART.match(name.strip().lower()) if isinstance(name, str) else None
+    if match and int(match[1]) >= 1:
+        s = int(match[1])
+        base = SEARCHES["multistart"]
+        return FixedSequence(f"multistart[{s}]", f"fixed sequence, {s} starts", base.guarantee.replace(
+            "four fixed-sequence chains, each at level delta / 4", f"{s} fixed-sequence chains, each at level "
+            f"delta / {s}"), "high-probability", first_test=True, n_starts=s,
+            claim=base.claim.replace("4 fixed-sequence chains, each at delta / 4",
+                                     f"{s} fixed-sequence chains, each at delta / {s}"))
+    return SEARCHES.lookup(name)  # the one error text
 
 
 def feasibility_table(bound: str, n_max: int, alpha: float, gamma: float) -> np.ndarray:

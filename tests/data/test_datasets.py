@@ -180,7 +180,7 @@ def test_bad_records_name_the_row_and_the_field(tmp_path: Path, records: list[di
 def test_bad_sources_give_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(DatasetSourceError, match="no such file or directory"):
         load_questions("trivia_qa", tmp_path / "missing.jsonl")
-    with pytest.raises(UserError, match="dataset = 'squad': unknown; registered datasets are commonsense_qa, "
+    with pytest.raises(UserError, match="dataset = 'squad': unknown; choose one of commonsense_qa, "
                                          "trivia_qa"):
         load_questions("squad")
     (tmp_path / "empty.jsonl").write_text("\n\n")

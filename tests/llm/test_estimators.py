@@ -114,7 +114,7 @@ def test_scorer_writes_one_row_per_question_and_estimator_with_nulls_where_undef
 
 
 def test_unknown_estimator_is_refused_with_the_known_names() -> None:
-    with pytest.raises(UserError, match="estimator = 'entropy': unknown; choose from semantic_entropy"):
+    with pytest.raises(UserError, match="estimator = 'entropy': unknown; choose one of semantic_entropy"):
         UncertaintyScorer(ExactEquivalence(), ["entropy"])
 
 

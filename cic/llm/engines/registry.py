@@ -6,23 +6,21 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING
 
-from cic.errors import UserError
+from cic.registry import Registry
 
 if TYPE_CHECKING:
     from cic.llm.engines.base import Engine
     from cic.llm.settings import AnswererSettings
 
-ENGINES: dict[str, str] = {
+ENGINES: Registry[str] = Registry("engine", {
     "local": "cic.llm.engines.local:LocalEngine",          # weights CIC loads (transformers, GGUF)
     "endpoint": "cic.llm.engines.endpoint:EndpointEngine",  # an OpenAI-compatible server
-}
+})
 
 
 def engine_class(name: str) -> type[Engine]:
     """The engine registered as `name`; a UserError naming the ones there are otherwise."""
-    if name not in ENGINES:
-        raise UserError(f"engine = {name!r}: not one of {', '.join(sorted(ENGINES))}")
-    module, _, attribute = ENGINES[name].partition(":")
+    module, _, attribute = ENGINES.lookup(name).partition(":")
     return getattr(import_module(module), attribute)
 
 

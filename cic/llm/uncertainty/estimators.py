@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cic.errors import UserError
 from cic.llm.text import rouge_l
 from cic.llm.uncertainty.statistics import QuestionStats
+from cic.registry import Registry
 
 
 def _entropy(p: np.ndarray) -> float:
@@ -134,7 +134,7 @@ def _needs(*names: str) -> frozenset[str]:
     return frozenset(names)
 
 
-ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (
+ESTIMATORS: Registry[Estimator] = Registry("estimator", (
     Estimator("semantic_entropy", semantic_entropy, _needs("clusters")),
     Estimator("semantic_entropy_weighted", semantic_entropy_weighted, _needs("clusters", "token_logprobs")),
     Estimator("num_semantic_sets", num_semantic_sets, _needs("clusters")),
@@ -146,7 +146,7 @@ ESTIMATORS: dict[str, Estimator] = {e.name: e for e in (
     Estimator("ecc", ecc, _needs("similarity")),
     Estimator("option_entropy", option_entropy, _needs("option_probs")),
     Estimator("one_minus_max_prob", one_minus_max_prob, _needs("option_probs")),
-)}
+))
 
 
 def unmet_by(names: Sequence[str], offered: set[str]) -> list[str]:
@@ -161,9 +161,8 @@ def list_estimators() -> list[str]:
 
 
 def get_estimator(name: str) -> Estimator:
-    if name not in ESTIMATORS:
-        raise UserError(f"estimator = {name!r}: unknown; choose from {', '.join(ESTIMATORS)}")
-    return ESTIMATORS[name]
+    """The estimator named `name`; a UserError naming the ones there are otherwise."""
+    return ESTIMATORS.lookup(name)
 
 
 def stored_name(name: str, equivalence_name: str) -> str:
