@@ -11,6 +11,9 @@ Work already in DuckDB is not redone: each run's unfinished questions are comput
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Any
 
@@ -135,68 +138,96 @@ def plan_models(config: PipelineConfig, db_path: str, questions: dict[str, Any],
 
 def run_stages(config: PipelineConfig, log_to_mlflow: bool, *, flow_run_id: str | None = None,
                probes: dict[str, dict[str, Any]] | None = None) -> PipelineSummary:
-    """The pipeline's stages in order (the flow's body)."""
-    import time
-
-    db_path = config.storage.db
+    """The pipeline's stages in order (the flow's body): questions → answer → calibrate → report and log."""
     # every model's engine probed once before any work (a served model answers one token; a dead URL stops the run
     # here), unless `cic run` did it already: its runs are keyed on what the probe found, its workers adopt it
     found = probe_models(config, known={name: EngineProbe(**probe) for name, probe in (probes or {}).items()})
-    summary = PipelineSummary(db=db_path, tracking_uri=tracking_uri(config.mlflow.tracking_uri),
+    summary = PipelineSummary(db=config.storage.db, tracking_uri=tracking_uri(config.mlflow.tracking_uri),
                               report_dir=config.storage.report_dir, experiment_prefix=config.mlflow.experiment_prefix)
+    seconds = summary.stage_seconds
+    with timed(seconds, "total"):
+        with timed(seconds, "questions"):
+            questions = questions_stage(config)
+        with timed(seconds, "answer"):
+            jobs = answer_stage(config, questions, summary, found)
+        failed = {s.model for s in summary.answer if s.error}
+        finished = [r.run_key for job in jobs if job.model not in failed for r in job.runs]  # failed: partial data
+        with timed(seconds, "calibrate"):
+            summary.calibrate = calibrate_runs(config.storage.db, finished, config.calibration)
+        if finished:
+            report_stage(config, finished, summary, log_to_mlflow, flow_run_id)
+    if finished:
+        results_stage(config, finished, summary)
+    return summary
+
+
+@contextmanager
+def timed(seconds: dict[str, float], stage: str) -> Iterator[None]:
+    """Add the stage's wall time to `seconds[stage]` (the summary's stage times, in the order stages end)."""
     started = time.perf_counter()
+    try:
+        yield
+    finally:
+        seconds[stage] = seconds.get(stage, 0.0) + time.perf_counter() - started
+
+
+def questions_stage(config: PipelineConfig) -> dict[str, Any]:
+    """Every dataset's questions, loaded and stored."""
     questions = {}
     for done, dataset in enumerate(config.datasets, 1):
-        questions[dataset.name] = load_and_store_questions(db_path, dataset)
+        questions[dataset.name] = load_and_store_questions(config.storage.db, dataset)
         progress.report("questions", done, len(config.datasets))
-    summary.stage_seconds["questions"] = time.perf_counter() - started
+    return questions
 
-    stage = time.perf_counter()
-    cluster = ray_pool.connect(config.ray.address, num_cpus=config.ray.num_cpus,
-                                  runtime_env=config.ray.runtime_env)
+
+def answer_stage(config: PipelineConfig, questions: dict[str, Any], summary: PipelineSummary,
+                 found: dict[str, Any]) -> list[ModelJob]:
+    """Every model's missing answers on its Ray pool, all models at once; Ray is left once they are stored."""
+    cluster = ray_pool.connect(config.ray.address, num_cpus=config.ray.num_cpus, runtime_env=config.ray.runtime_env)
     try:
-        jobs = plan_models(config, db_path, questions, summary, cluster, found)
-        summary.answer = answer_questions(db_path, jobs, questions_per_batch=config.generation.questions_per_batch,
+        jobs = plan_models(config, config.storage.db, questions, summary, cluster, found)
+        summary.answer = answer_questions(config.storage.db, jobs,
+                                          questions_per_batch=config.generation.questions_per_batch,
                                           ready_timeout_s=config.ray.ready_timeout_s,
                                           batch_timeout_s=config.ray.batch_timeout_s)
     finally:  # the answers are in DuckDB: leave Ray (an in-process one stops) while its processes still answer
         ray_pool.shutdown(cluster)
-    summary.stage_seconds["answer"] = time.perf_counter() - stage
-    failed = {s.model for s in summary.answer if s.error}
-    finished = [r.run_key for job in jobs if job.model not in failed for r in job.runs]  # failed: partial data
+    return jobs
 
-    stage = time.perf_counter()
-    summary.calibrate = calibrate_runs(db_path, finished, config.calibration)
-    summary.stage_seconds["calibrate"] = time.perf_counter() - stage
-    if log_to_mlflow and finished:
-        stage = time.perf_counter()
-        try:
-            summary.log = log_results(db_path, tracking=config.mlflow.tracking_uri,
-                                      experiment_prefix=config.mlflow.experiment_prefix,
-                                      report_dir=config.storage.report_dir, run_keys=finished,
-                                      flow_run_id=flow_run_id)
-        except Exception as exc:  # the results are safe in DuckDB; `cic log` fills MLflow in later
-            summary.log_error = f"{type(exc).__name__}: {exc}"
-            run_logger().warning("MLflow logging failed (%s); results are stored in %s, run `cic log` to log them",
-                                 summary.log_error, db_path)
-        rendering = summary.log.report_s if summary.log else 0.0  # reports rendered while logging (as without
-        summary.stage_seconds["report"] = rendering                 # MLflow), the rest of the stage is MLflow's
-        summary.stage_seconds["log"] = time.perf_counter() - stage - rendering
-    elif finished:  # no MLflow this time: the same report directories, for `cic log` to attach later
-        stage = time.perf_counter()
-        summary.reports = len(write_group_reports(db_path, config.storage.report_dir, finished))
-        summary.stage_seconds["report"] = time.perf_counter() - stage
-    summary.stage_seconds["total"] = time.perf_counter() - started
+
+def report_stage(config: PipelineConfig, finished: list[str], summary: PipelineSummary, log_to_mlflow: bool,
+                 flow_run_id: str | None) -> None:
+    """Each group's report, logged to MLflow with it (or, without MLflow, written alone for `cic log` later); a
+    tracking server that fails is a warning: the results are safe in DuckDB."""
+    db, seconds = config.storage.db, summary.stage_seconds
+    if not log_to_mlflow:
+        with timed(seconds, "report"):
+            summary.reports = len(write_group_reports(db, config.storage.report_dir, finished))
+        return
+    started = time.perf_counter()
+    try:
+        summary.log = log_results(db, tracking=config.mlflow.tracking_uri,
+                                  experiment_prefix=config.mlflow.experiment_prefix,
+                                  report_dir=config.storage.report_dir, run_keys=finished, flow_run_id=flow_run_id)
+    except Exception as exc:  # the results are safe in DuckDB; `cic log` fills MLflow in later
+        summary.log_error = f"{type(exc).__name__}: {exc}"
+        run_logger().warning("MLflow logging failed (%s); results are stored in %s, run `cic log` to log them",
+                             summary.log_error, db)
+    rendering = summary.log.report_s if summary.log else 0.0  # reports rendered while logging, as without MLflow:
+    seconds["report"] = rendering                               # the rest of the stage is MLflow's
+    seconds["log"] = time.perf_counter() - started - rendering
+
+
+def results_stage(config: PipelineConfig, finished: list[str], summary: PipelineSummary) -> None:
+    """The run's results table (and the per-dataset table when gates are certified per dataset), from the store."""
     by_dataset = config.calibration.group_by == "dataset"
-    if finished:  # read without holding a write lock
-        with Store.open(db_path, read_only=True, wait_s=60) as store:
-            summary.results = [ResultRow.from_row(r) for r in latest_results(store, finished).iter_rows(named=True)]
-            summary.per_dataset = latest_group_results(store, finished).to_dicts() if by_dataset else []
+    with Store.open(config.storage.db, read_only=True, wait_s=60) as store:  # no write lock held
+        summary.results = [ResultRow.from_row(r) for r in latest_results(store, finished).iter_rows(named=True)]
+        summary.per_dataset = latest_group_results(store, finished).to_dicts() if by_dataset else []
     if summary.per_dataset:
         summary.per_dataset_file = write_per_dataset(summary.per_dataset, config.storage.report_dir)
-    elif by_dataset and finished:
+    elif by_dataset:
         summary.per_dataset_note = PER_DATASET_UNSHARED
-    return summary
 
 
 def write_per_dataset(rows: list[dict[str, Any]], report_dir: str) -> str:

@@ -204,10 +204,25 @@ def recalibrate(
         recalibrate_flow, RecalibrationAlert, store=resolved_db, command="recalibrate",
         mlflow_uri=tracking_uri or checked.mlflow.tracking_uri, config_path=str(config), db=db, tracking=tracking_uri,
         window=window, since=since, log_to_mlflow=not no_mlflow, fail_on_alert=fail_on_alert, config=checked)
-    def group(p: Any) -> str:
-        return f"{p.model}/{p.dataset} {p.estimator} × {p.criterion}"
+    print_candidates(result)
+    print_recalibration_notes(result, failed, f"nothing to recalibrate: {resolved_db} holds no labelled results for "
+                              f"the models and datasets of {config} (run `cic run --config {config}` first, or "
+                              "check --db)")
+    if failed:
+        raise typer.Exit(1)
 
-    groups = {group(c.place) for c in result.candidates}
+
+def _group_of(p: Any) -> str:
+    return f"{p.model}/{p.dataset} {p.estimator} × {p.criterion}"
+
+
+def _group_of(p: Any) -> str:
+    return f"{p.model}/{p.dataset} {p.estimator} × {p.criterion}"
+
+
+def print_candidates(result: Any) -> None:
+    """The candidate gates (those with alerts first, at most SHOWN_CANDIDATES) and the live gates' monitors."""
+    groups = {_group_of(c.place) for c in result.candidates}
     one = len(groups) == 1  # one group (a nightly pass over one stream): named once in the title
     table = Table(title=printable(f"recalibration: {result.gates} candidate gate(s)"
                                   + (f" of {next(iter(groups))}" if one else "")))
@@ -220,13 +235,18 @@ def recalibrate(
     shown = sorted(result.candidates, key=lambda c: not c.alerts)[:SHOWN_CANDIDATES]
     for r in shown:
         p = r.place
-        table.add_row(*map(printable, (r.gate_id[:12], r.state, *([] if one else [group(p)]), f"{p.alpha:g}",
+        table.add_row(*map(printable, (r.gate_id[:12], r.state, *([] if one else [_group_of(p)]), f"{p.alpha:g}",
                                        f"{p.bound} · {p.search}", str(r.n_window))),
                       styled(("unattainable", "red")) if r.threshold is None else fmt(r.threshold, ".4g"),
                       fmt(r.live_threshold, ".4g"))
     if result.candidates:
         console.print(table)
     print_monitors(result.monitors)
+
+
+def print_recalibration_notes(result: Any, failed: bool, nothing: str) -> None:
+    """What on-call reads after the table: skipped groups, alerts, withdrawn gates, registry and MLflow trouble,
+    and what to do next (`nothing`: the line when there was nothing to recalibrate)."""
     if len(result.candidates) > SHOWN_CANDIDATES:
         console.print(f"{len(result.candidates) - SHOWN_CANDIDATES} more candidate(s) not shown: `cic gate list "
                       "--state candidate`", soft_wrap=True)
@@ -237,8 +257,7 @@ def recalibrate(
         console.print(f"{len(result.skipped) - SHOWN_ALERTS} more group(s) skipped (the flow run's log and "
                       "artifact list them)", soft_wrap=True)
     if not result.candidates and not result.skipped:
-        console.print(f"nothing to recalibrate: {resolved_db} holds no labelled results for the models and datasets of "
-                      f"{config} (run `cic run --config {config}` first, or check --db)", soft_wrap=True)
+        console.print(nothing, soft_wrap=True)
     print_alerts(result.alerts)
     for gate_id, why in result.withdrawn.items():
         err_console.print(styled(("WITHDRAWN", "bold red"), printable(
@@ -257,8 +276,6 @@ def recalibrate(
     if result.candidates and not result.promoted:
         console.print("candidates wait for review: `cic gate list --state candidate`, then `cic gate promote ID`",
                       soft_wrap=True)
-    if failed:
-        raise typer.Exit(1)
 
 
 @friendly_errors

@@ -216,104 +216,125 @@ def drain_pools(pools: Sequence[WorkerPool], jobs: dict[str, Sequence[Any]], met
     actor up to the pool's `max_retries`, then fails its pool; an exception raised inside a batch fails its pool.
     A failed pool's actors are stopped and its error kept in `pool.error`; the other pools go on.
     """
-    pending: dict[Any, _Pending] = {}
-    queues = {p.name: list(range(len(jobs[p.name])))[::-1] for p in pools}
-    started = {}
+    drain = _Drain(pools, jobs, method, batch_timeout_s)
+    while drain.pending or drain.restarts:
+        landed = drain.next_landed()
+        if landed is None:
+            continue
+        item, value = landed
+        if item.kind == "batch":
+            yield item.pool, item.batch, value  # stored by the caller before this actor gets its next batch
+        drain.feed(item.pool, item.actor)
     for pool in pools:
-        started[pool.name] = time.monotonic()
-        for ref, index in pool.start():
-            pending[ref] = _Pending(pool, "ready", index)
+        if pool.error is None:
+            pool.close()
 
-    def submit(pool: WorkerPool, actor: int, batch: int, attempt: int = 0) -> None:
-        ref = getattr(pool.actors[actor], method).remote(jobs[pool.name][batch])
-        pending[ref] = _Pending(pool, "batch", actor, batch, attempt)
 
-    def drop(pool: WorkerPool, message: str) -> None:
+class _Drain:
+    """The state of one `drain_pools`: calls in flight, each pool's queue of batches, retries and the lost
+    replicas waiting out their backoff."""
+
+    def __init__(self, pools: Sequence[WorkerPool], jobs: dict[str, Sequence[Any]], method: str,
+                 batch_timeout_s: float) -> None:
+        self.jobs, self.method, self.batch_timeout_s = jobs, method, batch_timeout_s
+        self.pending: dict[Any, _Pending] = {}
+        self.queues = {p.name: list(range(len(jobs[p.name])))[::-1] for p in pools}
+        self.retries: dict[tuple[str, int], int] = {}
+        self.restarts: list[tuple[float, WorkerPool, int]] = []  # (due time, pool, actor slot) of lost replicas
+        for pool in pools:
+            for ref, index in pool.start():
+                self.pending[ref] = _Pending(pool, "ready", index)
+
+    def next_landed(self) -> tuple[_Pending, Any] | None:
+        """Wait (at most POLL_S) for the next call to finish: (its record, its value), or None when nothing
+        usable landed (deadlines checked, a lost batch queued for retry, a failed pool dropped)."""
+        self._restart_due()
+        wait_s = min([POLL_S] + [max(0.0, due - time.monotonic()) for due, _, _ in self.restarts])
+        if not self.pending:
+            time.sleep(wait_s)
+            return None
+        done, _ = ray.wait(list(self.pending), num_returns=1, timeout=wait_s)
+        if not done:
+            self._check_deadlines()
+            return None
+        item = self.pending.pop(done[0])
+        try:
+            value = ray.get(done[0], timeout=60)
+        except (RayActorError, GetTimeoutError) as exc:
+            if item.kind == "batch":
+                self._retry(item, type(exc).__name__)
+            elif not any(item.pool.ready):
+                self._drop(item.pool, f"its worker could not start: {_first_line(exc)}")
+            return None
+        except RayTaskError as exc:  # raised by the model's own code: a bug or bad input, not a lost node
+            self._drop(item.pool, _first_line(exc.cause if getattr(exc, "cause", None) is not None else exc))
+            return None
+        if item.kind == "ready":
+            item.pool.ready[item.actor] = True
+            item.pool.info = value if isinstance(value, dict) else {"ready": value}
+            item.pool.placed_on.append(str(item.pool.info.get("node_id", "")))
+        return item, value
+
+    def feed(self, pool: WorkerPool, actor: int) -> None:
+        """Hand the free actor its pool's next batch (a lost batch first), if any is left."""
+        if self.queues[pool.name]:
+            batch = self.queues[pool.name].pop()
+            ref = getattr(pool.actors[actor], self.method).remote(self.jobs[pool.name][batch])
+            self.pending[ref] = _Pending(pool, "batch", actor, batch, self.retries.get((pool.name, batch), 0))
+
+    def _check_deadlines(self) -> None:
+        """Calls past their limit: a batch is retried; a pool with no replica ready falls back to CPU (if allowed)
+        or fails; a replica that never got ready beside ready ones is stopped, the others carry on."""
+        now = time.monotonic()
+        for ref, item in list(self.pending.items()):
+            if ref not in self.pending:
+                continue
+            limit = item.pool.ready_timeout_s if item.kind == "ready" else self.batch_timeout_s
+            if now - item.since <= limit:
+                continue
+            self.pending.pop(ref)
+            placement = item.pool.placement
+            if item.kind == "batch":
+                self._retry(item, f"no result within {self.batch_timeout_s:g} s")
+            elif not any(item.pool.ready) and placement.gpus and placement.allow_cpu_fallback:
+                for p_ref in [r for r, p in self.pending.items() if p.pool is item.pool]:
+                    self.pending.pop(p_ref)
+                for new_ref, index in item.pool.fall_back_to_cpu():
+                    self.pending[new_ref] = _Pending(item.pool, "ready", index)
+            elif not any(item.pool.ready):
+                where = f"{placement.gpus:g} GPU(s) per replica" if placement.gpus else f"{placement.cpus:g} CPU(s)"
+                self._drop(item.pool, f"no replica started within {item.pool.ready_timeout_s:g} s asking for "
+                                      f"{where} (no node offers it? an autoscaler still adding one? the model still "
+                                      "loading?)")
+            else:
+                _kill(item.pool.actors[item.actor])
+
+    def _drop(self, pool: WorkerPool, message: str) -> None:
         log.error("model %s failed: %s", pool.name, message)
         pool.fail(message)
-        for ref in [r for r, p in pending.items() if p.pool is pool]:
-            pending.pop(ref)
-        restarts[:] = [entry for entry in restarts if entry[1] is not pool]
-        queues[pool.name] = []
+        for ref in [r for r, p in self.pending.items() if p.pool is pool]:
+            self.pending.pop(ref)
+        self.restarts[:] = [entry for entry in self.restarts if entry[1] is not pool]
+        self.queues[pool.name] = []
 
-    def retry(item: _Pending, why: str) -> None:
+    def _retry(self, item: _Pending, why: str) -> None:
         pool = item.pool
         if item.attempt >= pool.max_retries:
-            drop(pool, f"batch {item.batch} failed {item.attempt + 1} times ({why})")
+            self._drop(pool, f"batch {item.batch} failed {item.attempt + 1} times ({why})")
             return
         delay = pool.backoff_s * 2 ** item.attempt
         log.warning("model %s: worker %d lost on batch %d (%s, attempt %d); retrying in %.0f s", pool.name,
                     item.actor, item.batch, why, item.attempt + 1, delay)
         # the replacement starts after the backoff while every other pool's batches keep landing
-        restarts.append((time.monotonic() + delay, pool, item.actor))
-        queues[pool.name].append(item.batch)  # the lost batch goes first to the next free actor
-        retries[(pool.name, item.batch)] = item.attempt + 1
+        self.restarts.append((time.monotonic() + delay, pool, item.actor))
+        self.queues[pool.name].append(item.batch)  # the lost batch goes first to the next free actor
+        self.retries[(pool.name, item.batch)] = item.attempt + 1
 
-    def restart_due() -> None:
-        for entry in [e for e in restarts if e[0] <= time.monotonic()]:
-            restarts.remove(entry)
+    def _restart_due(self) -> None:
+        for entry in [e for e in self.restarts if e[0] <= time.monotonic()]:
+            self.restarts.remove(entry)
             _, pool, actor = entry
-            pending[pool.replace(actor)] = _Pending(pool, "ready", actor)
-
-    retries: dict[tuple[str, int], int] = {}
-    restarts: list[tuple[float, WorkerPool, int]] = []   # (due time, pool, actor slot) of lost replicas
-    while pending or restarts:
-        restart_due()
-        wait_s = min([POLL_S] + [max(0.0, due - time.monotonic()) for due, _, _ in restarts])
-        if not pending:
-            time.sleep(wait_s)
-            continue
-        done, _ = ray.wait(list(pending), num_returns=1, timeout=wait_s)
-        now = time.monotonic()
-        if not done:
-            for ref, item in list(pending.items()):
-                if ref not in pending:
-                    continue
-                limit = item.pool.ready_timeout_s if item.kind == "ready" else batch_timeout_s
-                if now - item.since <= limit:
-                    continue
-                pending.pop(ref)
-                if item.kind == "batch":
-                    retry(item, f"no result within {batch_timeout_s:g} s")
-                elif not any(item.pool.ready) and item.pool.placement.gpus and item.pool.placement.allow_cpu_fallback:
-                    for p_ref in [r for r, p in pending.items() if p.pool is item.pool]:
-                        pending.pop(p_ref)
-                    for new_ref, index in item.pool.fall_back_to_cpu():
-                        pending[new_ref] = _Pending(item.pool, "ready", index)
-                elif not any(item.pool.ready):
-                    where = (f"{item.pool.placement.gpus:g} GPU(s) per replica" if item.pool.placement.gpus
-                             else f"{item.pool.placement.cpus:g} CPU(s)")
-                    drop(item.pool, f"no replica started within {item.pool.ready_timeout_s:g} s asking for {where}"
-                                    " (no node offers it? an autoscaler still adding one? the model still loading?)")
-                else:
-                    _kill(item.pool.actors[item.actor])  # the others carry on
-            continue
-        ref = done[0]
-        item = pending.pop(ref)
-        pool = item.pool
-        try:
-            value = ray.get(ref, timeout=60)
-        except (RayActorError, GetTimeoutError) as exc:
-            if item.kind == "batch":
-                retry(item, type(exc).__name__)
-            elif not any(pool.ready):
-                drop(pool, f"its worker could not start: {_first_line(exc)}")
-            continue
-        except RayTaskError as exc:  # raised by the model's own code: a bug or bad input, not a lost node
-            drop(pool, _first_line(exc.cause if getattr(exc, "cause", None) is not None else exc))
-            continue
-        if item.kind == "ready":
-            pool.ready[item.actor] = True
-            pool.info = value if isinstance(value, dict) else {"ready": value}
-            pool.placed_on.append(str(pool.info.get("node_id", "")))
-        else:
-            yield pool, item.batch, value
-        if queues[pool.name]:
-            batch = queues[pool.name].pop()
-            submit(pool, item.actor, batch, retries.get((pool.name, batch), 0))
-    for pool in pools:
-        if pool.error is None:
-            pool.close()
+            self.pending[pool.replace(actor)] = _Pending(pool, "ready", actor)
 
 
 def _first_line(exc: BaseException) -> str:
