@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import cic.pipeline.ingest as ingest  # noqa: E402
+import cic.pipeline.ingest_journal as journal  # noqa: E402
 from cic.store import Store  # noqa: E402
 
 NOW = datetime(2027, 1, 1, tzinfo=UTC)
@@ -47,7 +48,7 @@ def traffic(records: int, streams: int, path: Path) -> Path:
 
 def cut_off(db: Path, path: Path, at: int) -> float:
     """An ingest that fails at commit step `at` (a full disk); returns its seconds."""
-    real, calls = ingest._write_step, []
+    real, calls = journal.write_step, []
 
     def failing(*args: object, **kwargs: object) -> None:
         calls.append(1)
@@ -55,7 +56,7 @@ def cut_off(db: Path, path: Path, at: int) -> float:
             raise OSError("No space left on device")
         real(*args, **kwargs)
 
-    ingest._write_step = failing
+    journal.write_step = failing
     start = time.perf_counter()
     try:
         with Store.open(db) as store:
@@ -63,7 +64,7 @@ def cut_off(db: Path, path: Path, at: int) -> float:
     except OSError:
         pass
     finally:
-        ingest._write_step = real
+        journal.write_step = real
     return time.perf_counter() - start
 
 

@@ -168,15 +168,15 @@ def test_a_large_ingest_killed_between_commits_blocks_recalibration_until_rerun(
     code = (
         "import os, signal, sys\n"
         "from datetime import datetime, UTC\n"
-        "import cic.pipeline.ingest as ingest\n"
+        "import cic.pipeline.ingest as ingest\nimport cic.pipeline.ingest_journal as journal\n"
         "from cic.store import Store\n"
-        "real, calls = ingest._write_step, []\n"
+        "real, calls = journal.write_step, []\n"
         "def killing(*args, **kwargs):\n"
         "    calls.append(1)\n"
         "    if len(calls) == 2:\n"
         "        os.kill(os.getpid(), signal.SIGKILL)\n"
         "    real(*args, **kwargs)\n"
-        "ingest._write_step = killing\n"
+        "journal.write_step = killing\n"
         f"with Store.open({str(db)!r}) as store:\n"
         f"    ingest.ingest_file(store, {str(path)!r}, now=datetime.fromisoformat({NOW.isoformat()!r}), "
         "batch_rows=10, commit_records=10)\n")
@@ -199,7 +199,7 @@ def test_a_large_ingest_killed_between_commits_blocks_recalibration_until_rerun(
 def _cut_off(tmp_path: Path, db: Path, *, fail_at: int) -> tuple[Path, dict[str, int], pl.DataFrame]:
     """A store with 20 labelled records, then a 60-record file (those 20 again, 5 of them relabelled, and 40 new
     ones in a new stream) written in steps of 10 and cut off by a full disk at step `fail_at`."""
-    import cic.pipeline.ingest as ingest
+    import cic.pipeline.ingest_journal as journal
 
     before = _stream(20, 5, T0 - timedelta(days=5))
     with Store.open(db) as store:
@@ -210,7 +210,7 @@ def _cut_off(tmp_path: Path, db: Path, *, fail_at: int) -> tuple[Path, dict[str,
                                   .otherwise(pl.col("correct")).alias("correct"))
     big = pl.concat([flipped, _stream(40, 6, T0 - timedelta(days=3), offset=100).with_columns(stream=pl.lit("bot2"))])
     path = write(big, tmp_path / "big.parquet")
-    real, calls = ingest._write_step, []
+    real, calls = journal.write_step, []
 
     def failing(*args: object, **kwargs: object) -> None:
         calls.append(1)
@@ -219,7 +219,7 @@ def _cut_off(tmp_path: Path, db: Path, *, fail_at: int) -> tuple[Path, dict[str,
         real(*args, **kwargs)
 
     with Store.open(db) as store, pytest.MonkeyPatch.context() as patch:
-        patch.setattr(ingest, "_write_step", failing)
+        patch.setattr(journal, "write_step", failing)
         with pytest.raises(OSError):
             ingest_file(store, path, IngestOptions(relabel=True), now=NOW, batch_rows=10, commit_records=10)
     return path, counts, labels
@@ -321,6 +321,7 @@ def test_a_cut_off_ingest_rerun_without_its_staged_data_commits_only_the_steps_i
     import shutil
 
     import cic.pipeline.ingest as ingest
+    import cic.pipeline.ingest_journal as journal
 
     reference = tmp_path / "reference"
     reference.mkdir()
@@ -329,11 +330,11 @@ def test_a_cut_off_ingest_rerun_without_its_staged_data_commits_only_the_steps_i
         ingest.complete_ingest(store, ingest.file_digest(ref_path)[:12])
     db = tmp_path / "s.duckdb"
     path, _, _ = _cut_off(tmp_path, db, fail_at=10)
-    real, written = ingest._write_step, []
+    real, written = journal.write_step, []
     with Store.open(db) as store, pytest.MonkeyPatch.context() as patch:
         assert store.read("ingests", state="writing").get_column("committed").to_list() == [9]
         shutil.rmtree(ingest.staging_dir(store, ingest.file_digest(path)))
-        patch.setattr(ingest, "_write_step", lambda *a, **k: (written.append(a[1]), real(*a, **k)))
+        patch.setattr(journal, "write_step", lambda *a, **k: (written.append(a[1]), real(*a, **k)))
         ingest_file(store, path, IngestOptions(relabel=True), now=NOW, batch_rows=10, commit_records=10)
         assert len(written) == 9 and ingest.unfinished_ingests(store) == []
         got = {t: store.read(t) for t in ("questions", "generations", "scores", "labels", "observations", "runs")}
@@ -349,13 +350,14 @@ def test_a_rerun_that_stages_other_steps_redoes_every_step(tmp_path: Path) -> No
     import shutil
 
     import cic.pipeline.ingest as ingest
+    import cic.pipeline.ingest_journal as journal
 
     db = tmp_path / "s.duckdb"
     path, _, _ = _cut_off(tmp_path, db, fail_at=10)
-    real, written = ingest._write_step, []
+    real, written = journal.write_step, []
     with Store.open(db) as store, pytest.MonkeyPatch.context() as patch:
         shutil.rmtree(ingest.staging_dir(store, ingest.file_digest(path)))
-        patch.setattr(ingest, "_write_step", lambda *a, **k: (written.append(a[1]), real(*a, **k)))
+        patch.setattr(journal, "write_step", lambda *a, **k: (written.append(a[1]), real(*a, **k)))
         ingest_file(store, path, IngestOptions(relabel=True), now=NOW, batch_rows=10, commit_records=20)
         plan = json.loads(store.read("ingests", digest=ingest.file_digest(path)).get_column("plan")[0])
         assert len(written) == len(plan) < 18 and ingest.unfinished_ingests(store) == []
