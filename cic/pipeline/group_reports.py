@@ -3,8 +3,13 @@ alone with `--no-mlflow`; the MLflow layout attaches the same directories as art
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +22,14 @@ from cic.store import Store
 from cic.store.outputs import guard_output_dir, write_frame
 from cic.store.queries import loggable_units
 
+PARALLEL_FROM = 6  # groups: from this many on, reports render in worker processes
+log = logging.getLogger("cic.reports")
+
 
 @dataclass(frozen=True)
 class UnitReport:
-    """One group's report directory and the stored rows it was rendered from."""
+    """One group's report directory and the stored rows it is rendered from (everything a renderer needs, so a
+    worker process renders it without opening the store)."""
 
     out: Path
     key: str                    # the group's key: its evaluation and gates (`log_key`)
@@ -29,6 +38,8 @@ class UnitReport:
     evaluations: pl.DataFrame
     pairs: pl.DataFrame
     searches: tuple[str, ...]
+    frame: pl.DataFrame         # the (score, error) table the report is drawn from
+    config: ReportConfig
 
 
 def log_units(store: Store, run_keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
@@ -50,9 +61,8 @@ def log_key(evaluation_id: str, calibrations: pl.DataFrame) -> str:
     return schema.stable_hash(evaluation_id, *calibrations.get_column("calibration_id").sort().to_list())
 
 
-def write_unit_report(store: Store, unit: dict[str, Any], report_root: Path) -> UnitReport:
-    """Render one group's paper tables and figures from its stored pairs, and its evaluation rows as CSV, under
-    `report_root` (a directory named by the group and its key)."""
+def read_unit(store: Store, unit: dict[str, Any], report_root: Path) -> UnitReport:
+    """One group's stored rows and where its report goes (a directory named by the group and its key)."""
     run = store.read("runs", run_key=unit["run_key"]).row(0, named=True)
     calibrations = pipeline_calibrations(store, unit)
     evaluations = store.read("evaluations", evaluation_id=unit["evaluation_id"])
@@ -70,13 +80,64 @@ def write_unit_report(store: Store, unit: dict[str, Any], report_root: Path) -> 
                           searches=tuple(s for s in searches if not get_search(s).needs_grid) or ("paper",),
                           delta=first["delta"], n_splits=first["n_splits"], cal_fraction=first["cal_fraction"],
                           seed=first["seed"], sensitivity_fractions=(), baselines=())
-    write_report(frame, out, config, stored=evaluations)  # the stored protocol rows: not run again
-    write_frame(evaluations, out / "tables" / "evaluations.csv", "--report-dir")
-    return UnitReport(out, key, run, calibrations, evaluations, pairs, searches)
+    return UnitReport(out, key, run, calibrations, evaluations, pairs, searches, frame, config)
+
+
+def render_unit(report: UnitReport) -> UnitReport:
+    """Render one group's paper tables and figures, and its evaluation rows as CSV (the stored protocol rows: the
+    protocol is not run again). A module-level function of picklable data: it runs in a worker process too."""
+    write_report(report.frame, report.out, report.config, stored=report.evaluations)
+    write_frame(report.evaluations, report.out / "tables" / "evaluations.csv", "--report-dir")
+    return report
+
+
+def render_units(reports: Iterable[UnitReport], count: int) -> Iterator[UnitReport]:
+    """Render `count` groups, yielding each as it is done: in worker processes (one per core, at most one per
+    group) when there are PARALLEL_FROM groups or more and more than one core, else here, one after the other
+    (starting a process costs a second or two: not worth it for a few groups). `reports` may be lazy: the
+    workers start, and warm up, while the next group is read."""
+    workers = min(count, os.cpu_count() or 1)
+    if count < PARALLEL_FROM or workers < 2:
+        yield from (render_unit(r) for r in reports)
+        return
+    reports, rendered = list(reports), set()
+    try:  # spawned, not forked: the flow's process runs threads (Prefect's, the MLflow senders)
+        with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+            for _ in range(workers):
+                pool.submit(warm_up)
+            for done in as_completed([pool.submit(render_unit, r) for r in reports]):
+                rendered.add(done.result().out)
+                yield done.result()
+    except BrokenProcessPool:  # e.g. a script calling this without `if __name__ == "__main__":` (spawn needs it)
+        log.warning("report worker processes could not start; rendering the reports in this process")
+        yield from (render_unit(r) for r in reports if r.out not in rendered)
+
+
+def warm_up() -> None:
+    """A worker's first job: import the renderer and draw one small figure (fonts loaded), off the clock of the
+    first group it renders."""
+    import io
+
+    from matplotlib.figure import Figure
+
+    from cic.reports import report  # noqa: F401 - the import is the point
+
+    figure = Figure(figsize=(1, 1))
+    figure.subplots().set_title("α")
+    figure.savefig(io.BytesIO(), format="png")
+
+
+def write_unit_report(store: Store, unit: dict[str, Any], report_root: Path) -> UnitReport:
+    """Read and render one group's report (see `read_unit`, `render_unit`)."""
+    return render_unit(read_unit(store, unit, report_root))
 
 
 def write_group_reports(db: str, report_dir: str, run_keys: Sequence[str] | None = None) -> list[Path]:
     """Every stored group's report under `report_dir` (cic's own directory, never one holding other files)."""
     guard_output_dir(report_dir, "report_dir")
     with Store.open(db, read_only=True, wait_s=60) as store:
-        return [write_unit_report(store, unit, Path(report_dir)).out for unit in log_units(store, run_keys)]
+        units = log_units(store, run_keys)
+        reports = [read_unit(store, unit, Path(report_dir)) for unit in units]
+    for _ in render_units(reports, len(reports)):
+        pass
+    return [report.out for report in reports]

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -23,7 +22,7 @@ import polars as pl
 from cic import schema
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
 from cic.pipeline.gates import gate_of
-from cic.pipeline.group_reports import write_unit_report
+from cic.pipeline.group_reports import UnitReport
 from cic.pipeline.recalibration import Candidate, RecalibrationPass
 from cic.pipeline.stored_calibration import GroupKey
 from cic.services.mlflow_tracking import DatasetRef, GroupLog, GroupTable
@@ -109,10 +108,8 @@ def question_set_digest(pairs: pl.DataFrame, unit: dict[str, Any]) -> str:
     return schema.stable_hash(unit["dataset"], *sorted(pairs.get_column("question_id").to_list()), length=36)
 
 
-def pipeline_group(store: Store, unit: dict[str, Any], experiment_prefix: str, report_root: Path,
-                   log_key: str) -> GroupLog:
-    """One pipeline group's parent run, from the store (its report written first, as `cic run --no-mlflow`)."""
-    report = write_unit_report(store, unit, report_root)
+def pipeline_group(store: Store, unit: dict[str, Any], report: UnitReport, experiment_prefix: str) -> GroupLog:
+    """One pipeline group's run, from its stored rows and its rendered report (as `cic run --no-mlflow` writes)."""
     run, calibrations, evaluations, pairs = report.run, report.calibrations, report.evaluations, report.pairs
     first = evaluations.row(0, named=True)
     params = {"model": unit["model"], "dataset": unit["dataset"], "split": run["split"],
@@ -130,7 +127,7 @@ def pipeline_group(store: Store, unit: dict[str, Any], experiment_prefix: str, r
         metrics["unanswered_questions"] = float(run["unanswered"])
     return GroupLog(
         experiment=f"{experiment_prefix}-{unit['dataset']}",
-        run_name=f"{unit['model']} · {unit['estimator']} · {unit['criterion']}", log_key=log_key,
+        run_name=f"{unit['model']} · {unit['estimator']} · {unit['criterion']}", log_key=report.key,
         tags=_group_tags(unit["model"], unit["dataset"], unit["estimator"], unit["criterion"], unit["run_key"],
                          unit["data_fingerprint"], kind="pipeline"),
         params=params, metrics=metrics, series=alpha_series(calibrations, evaluations),

@@ -19,7 +19,14 @@ from mlflow import MlflowClient
 
 from cic.pipeline import progress
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
-from cic.pipeline.group_reports import log_key, log_units, pipeline_calibrations
+from cic.pipeline.group_reports import (
+    UnitReport,
+    log_key,
+    log_units,
+    pipeline_calibrations,
+    read_unit,
+    render_units,
+)
 from cic.pipeline.recalibration import RecalibrationPass
 from cic.pipeline.run_results import LogStats
 from cic.services.mlflow_layout import experiment_prefix_of, pipeline_group, recalibration_groups
@@ -46,34 +53,41 @@ def log_store(db: str, *, tracking: str | None = None, experiment_prefix: str | 
     guard_output_dir(report_dir, "report_dir")  # cic's own directory (marked), never one holding other files
     client = MlflowClient(tracking_uri=uri)
     in_flight = requests_in_flight(uri)
-    sent: list[tuple[Future[tuple[str, bool]], str | None]] = []  # per unit: (run id, new), its report dir
-    report_s = 0.0
+    sent: dict[int, Future[tuple[str, bool]]] = {}  # per unit (by its index): (run id, newly logged)
     with Store.open(db, read_only=True, wait_s=60) as store, \
             ThreadPoolExecutor(GROUPS_IN_FLIGHT if in_flight > 1 else 1, thread_name_prefix="cic-log") as pool:
         units = log_units(store, run_keys)
         keys = [log_key(unit["evaluation_id"], pipeline_calibrations(store, unit)) for unit in units]
         found = list(pool.map(lambda key: find_logged(client, key), keys))  # lookups concurrently too
-        for unit, key, existing in zip(units, keys, found, strict=True):
+        for index, existing in enumerate(found):
             if existing is not None:
-                done: Future[tuple[str, bool]] = Future()
-                done.set_result((existing, False))
-                sent.append((done, None))
-            else:  # store reads and figures here, one group at a time (matplotlib is not thread-safe), while
-                # the groups before it are sent
-                rendering = time.perf_counter()
-                group = pipeline_group(store, unit, experiment_prefix_of(store, unit["run_key"], experiment_prefix),
-                                       Path(report_dir), key)
-                report_s += time.perf_counter() - rendering
-                if flow_run_id:  # which Prefect flow run logged it: from the MLflow run to its logs and back
-                    group = replace(group, tags={**group.tags, "cic.flow_run_id": flow_run_id})
-                sent.append((pool.submit(log_group, client, group, in_flight=in_flight),
-                             str(group.artifacts[0].parent)))
-            _report_progress([future for future, _ in sent], len(units))
-        for _ in as_completed(future for future, _ in sent):
-            _report_progress([future for future, _ in sent], len(units))
+                sent[index] = Future()
+                sent[index].set_result((existing, False))
+        started = time.perf_counter()
+        todo = [index for index, existing in enumerate(found) if existing is None]
+        index_of: dict[Path, int] = {}
+
+        def read(index: int) -> UnitReport:
+            report = read_unit(store, units[index], Path(report_dir))
+            index_of[report.out] = index
+            return report
+
+        # read one group after the other here while the groups read before render (in worker processes when
+        # there are many) and the groups rendered before are sent
+        for report in render_units((read(index) for index in todo), len(todo)):
+            index = index_of[report.out]
+            group = pipeline_group(store, units[index], report,
+                                   experiment_prefix_of(store, units[index]["run_key"], experiment_prefix))
+            if flow_run_id:  # which Prefect flow run logged it: from the MLflow run to its logs and back
+                group = replace(group, tags={**group.tags, "cic.flow_run_id": flow_run_id})
+            sent[index] = pool.submit(log_group, client, group, in_flight=in_flight)
+            _report_progress(list(sent.values()), len(units))
+        report_s = time.perf_counter() - started
+        for _ in as_completed(sent.values()):
+            _report_progress(list(sent.values()), len(units))
     stats = LogStats(report_s=report_s)
-    for future, _ in sent:
-        run_id, new = future.result()
+    for index in sorted(sent):
+        run_id, new = sent[index].result()
         stats.logged += int(new)
         stats.already += int(not new)
         stats.run_ids.append(run_id)
