@@ -65,18 +65,19 @@ class Registry(Mapping[str, T], Generic[T]):
         key = self._resolve(name)
         return None if key is None else self._entries[key]
 
-    def lookup(self, name: Any) -> T:
-        """The entry `name` names; a UserError naming the field, the value and the choices otherwise."""
+    def lookup(self, name: Any, field: str | None = None) -> T:
+        """The entry `name` names; a UserError naming the field (`field`, else the registry's), the value and the
+        choices otherwise."""
         key = self._resolve(name)
         if key is None:
-            raise UserError(self.unknown(name))
+            raise UserError(self.unknown(name, field))
         return self._entries[key]
 
-    def unknown(self, name: Any) -> str:
+    def unknown(self, name: Any, field: str | None = None) -> str:
         """The one error text for a name that is not registered."""
         aliases = f" (aliases: {', '.join(sorted(self._aliases))})" if self._aliases else ""
         hint = f" ({self.hint})" if self.hint else ""
-        return f"{self.field} = {name!r}: unknown; choose one of {', '.join(self._entries)}{aliases}{hint}"
+        return f"{field or self.field} = {name!r}: unknown; choose one of {', '.join(self._entries)}{aliases}{hint}"
 
     def __getitem__(self, name: str) -> T:
         key = self._resolve(name)

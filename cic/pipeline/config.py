@@ -11,9 +11,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from cic.errors import UserError
+from cic.stats._validation import constraint_of
 from cic.stats.searches import DEFAULT_SEARCH
 
 # Upper limits of the numeric settings: far beyond any sensible run, low enough that a typo (an extra zero, a YAML
@@ -261,12 +262,13 @@ class GridConfig(_Strict):
 class CalibrationConfig(_Strict):
     """Risk levels, confidence, bounds, searches and the split protocol."""
 
-    alphas: tuple[float, ...] = (0.05, 0.10, 0.15, 0.20, 0.25)
-    delta: float = Field(0.05, gt=0, lt=1)
+    # alpha, delta and cal_fraction are checked by their one declaration (`cic.stats._validation.PARAMETERS`)
+    alphas: Annotated[tuple[float, ...], BeforeValidator(constraint_of("alphas"))] = (0.05, 0.10, 0.15, 0.20, 0.25)
+    delta: Annotated[float, BeforeValidator(constraint_of("delta"))] = 0.05
     bounds: tuple[str, ...] = ("hoeffding", "cp")
     searches: tuple[str, ...] = (DEFAULT_SEARCH, "paper")
     n_splits: int = Field(100, ge=1, le=MAX_SPLITS)
-    cal_fraction: float = Field(0.5, gt=0, lt=1)
+    cal_fraction: Annotated[float, BeforeValidator(constraint_of("cal_fraction"))] = 0.5
     seed: Seed = 0
     grid: GridConfig = GridConfig()
     n_min: int | None = Field(None, ge=1, le=MAX_QUESTIONS)
@@ -274,16 +276,6 @@ class CalibrationConfig(_Strict):
                                                 "(production streams) certified at once, each at delta / G for the "
                                                 "G datasets of that model, so with probability >= 1 - delta every "
                                                 "dataset's error rate among its accepted answers is <= alpha")
-
-    @field_validator("alphas")
-    @classmethod
-    def _alphas_in_unit_interval(cls, value: tuple[float, ...]) -> tuple[float, ...]:
-        if not value:
-            raise UserError("alphas is empty")
-        for a in value:
-            if not 0 < a < 1:
-                raise UserError(f"alpha {a!r} must lie strictly between 0 and 1")
-        return value
 
     @field_validator("bounds")
     @classmethod
@@ -408,7 +400,8 @@ def _describe(error: dict[str, Any], line_of: Callable[[tuple[Any, ...]], int | 
         return f"{path}: unknown key"
     if error["type"] == "missing":
         return f"{path}: required key missing"
-    return hide_url_credentials(f"{path} = {error.get('input')!r}: {error['msg']}")
+    message = error["msg"].removeprefix("Value error, ")  # a declared parameter's own sentence, as it is
+    return hide_url_credentials(f"{path} = {error.get('input')!r}: {message}")
 
 
 def hide_url_credentials(text: str) -> str:

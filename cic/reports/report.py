@@ -20,7 +20,7 @@ import numpy as np
 
 from cic.errors import UserError
 from cic.stats import baselines as _baselines
-from cic.stats._validation import check_open_unit, check_positive_int
+from cic.stats._validation import PARAMETERS, check_open_unit
 from cic.stats.bounds import resolve_bound
 from cic.stats.calibration import calibrate
 from cic.stats.curves import rejection_curve, risk_coverage_curve
@@ -66,8 +66,8 @@ class ReportConfig:
         for name in ("alphas", "bounds", "searches"):
             if not getattr(self, name):
                 raise UserError(f"{name} is empty: give at least one")
-        for i, a in enumerate(self.alphas):
-            check_open_unit(a, f"alphas[{i}]")
+        for name in ("alphas", "delta", "cal_fraction", "n_splits"):  # by their one declaration
+            PARAMETERS[name].check(getattr(self, name), name)
         for i, a in enumerate(self.sensitivity_alphas):
             check_open_unit(a, f"sensitivity_alphas[{i}]")
         for i, f in enumerate(self.sensitivity_fractions):
@@ -78,13 +78,9 @@ class ReportConfig:
             if get_search(s).needs_grid and self.grid is None:
                 raise UserError(f"search {s!r} needs grid: thresholds fixed before seeing the labels")
         for m in self.baselines:
-            if m not in _baselines.METHODS:
-                raise UserError(f"baseline = {m!r}: unknown; choose from {', '.join(_baselines.METHODS)}")
+            _baselines.METHODS.lookup(m, field="baseline")
         if self.group_by not in (None, "dataset"):
             raise UserError(f"group_by = {self.group_by!r}: the report groups by 'dataset' (or not at all)")
-        check_open_unit(self.delta, "delta")
-        check_open_unit(self.cal_fraction, "cal_fraction")
-        check_positive_int(self.n_splits, "n_splits")
 
     def search_kwargs(self, search: str) -> dict[str, Any]:
         return {"grid": list(self.grid)} if get_search(search).takes_grid and self.grid is not None else {}

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 
 from cic.errors import UserError
+from cic.registry import Registry
+
+T = TypeVar("T")
 
 
 def _first_bad(mask: np.ndarray) -> int:
@@ -118,3 +124,59 @@ def parse_document(text: str, kind: str, what: str) -> dict[str, Any]:
     if found != kind:
         raise UserError(f"kind = {found!r}: not a {what} (expected {kind!r})")
     return payload
+
+
+def check_levels(values: Any, name: str) -> tuple[float, ...]:
+    """A non-empty list of levels strictly inside (0, 1) (alphas), each named by its place in errors."""
+    items = [values] if np.ndim(values) == 0 else list(values)
+    if not items:
+        raise UserError(f"{name} is empty: give at least one")
+    return tuple(check_open_unit(a, f"{name}[{i}]") for i, a in enumerate(items))
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A parameter's rule: what it says (for help and errors) and the check that returns the value to use."""
+
+    name: str
+    says: str
+    check: Callable[[Any, str], Any]
+
+
+#: Every constrained parameter of CIC's API and config, declared once: `checked` applies them to a function's
+#: arguments by name, the config's fields validate through `constraint_of`.
+PARAMETERS: Registry[Constraint] = Registry("parameter", (
+    Constraint("alpha", "the target error rate, strictly between 0 and 1", check_open_unit),
+    Constraint("alphas", "target error rates, each strictly between 0 and 1", check_levels),
+    Constraint("delta", "the allowed failure probability, strictly between 0 and 1", check_open_unit),
+    Constraint("confidence", "a confidence level strictly between 0 and 1", check_open_unit),
+    Constraint("cal_fraction", "the calibration share of each split, strictly between 0 and 1", check_open_unit),
+    Constraint("n_splits", "the number of random calibration/test splits, an integer >= 1", check_positive_int),
+    Constraint("n_trials", "the number of simulated calibration sets, an integer >= 1", check_positive_int),
+    Constraint("n_min", "the first accepted count tested, an integer >= 1", check_positive_int),
+    Constraint("grid", "thresholds fixed in advance: finite and strictly increasing", lambda v, n: as_grid(v, n)),
+))
+
+
+def constraint_of(name: str) -> Callable[[Any], Any]:
+    """A validator of one declared parameter (for pydantic's `BeforeValidator`)."""
+    rule = PARAMETERS.lookup(name)
+    return lambda value: rule.check(value, name)
+
+
+def checked(function: Callable[..., T]) -> Callable[..., T]:
+    """Check every argument of `function` named like a declared parameter (`PARAMETERS`) before it runs, and pass
+    the checked value on (None, where a parameter is optional, passes unchecked)."""
+    signature = inspect.signature(function)
+    names = [name for name in signature.parameters if name in PARAMETERS]
+
+    @functools.wraps(function)
+    def run(*args: Any, **kwargs: Any) -> T:
+        bound = signature.bind(*args, **kwargs)
+        for name in names:
+            value = bound.arguments.get(name)
+            if value is not None:
+                bound.arguments[name] = PARAMETERS[name].check(value, name)
+        return function(*bound.args, **bound.kwargs)
+
+    return run

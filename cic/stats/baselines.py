@@ -44,7 +44,7 @@ from cic.errors import UserError
 from cic.registry import Registry
 from cic.stats import bounds as _bounds
 from cic.stats import searches
-from cic.stats._validation import as_pair, as_scores, check_open_unit, check_positive_int
+from cic.stats._validation import as_pair, as_scores, checked
 from cic.stats.calibration import SortedCalibration
 from cic.stats.protocol import DEFAULT_ALPHAS, SortedSplits, evaluate_splits, gather, split_measures, summarize_splits
 from cic.stats.searches import get_search
@@ -90,27 +90,27 @@ def _largest(values: np.ndarray, ok: np.ndarray) -> float | None:
     return float(values[hit[-1]]) if hit.size else None
 
 
+@checked
 def naive_threshold(scores: Any, errors: Any, alpha: float) -> float | None:
     """The largest calibration score t with empirical error FD(t)/n(t) <= alpha; None when there is none."""
     s, e = as_pair(scores, errors)
-    alpha = check_open_unit(alpha, "alpha")
     values, n, fd = _distinct_counts(s, e)
     return _largest(values, fd <= alpha * n + _EPS)
 
 
+@checked
 def lec_threshold(scores: Any, errors: Any, alpha: float) -> float | None:
     """The largest calibration score t with sum_{U_i <= t} (E_i - alpha) <= -1; None when there is none."""
     s, e = as_pair(scores, errors)
-    alpha = check_open_unit(alpha, "alpha")
     values, n, fd = _distinct_counts(s, e)
     return _largest(values, fd + 1 <= alpha * n + _EPS)
 
 
+@checked
 def coin_binary_threshold(scores: Any, errors: Any, alpha: float, *, delta: float = 0.05,
                           bound: str = "cp") -> float | None:
     """COIN-style binary search over the distinct calibration scores (see the module docstring)."""
     s, e = as_pair(scores, errors)
-    alpha, delta = check_open_unit(alpha, "alpha"), check_open_unit(delta, "delta")
     values, n, fd = _distinct_counts(s, e)
     lo, hi, best = 0, values.shape[0] - 1, -1
     while lo <= hi:
@@ -122,11 +122,11 @@ def coin_binary_threshold(scores: Any, errors: Any, alpha: float, *, delta: floa
     return float(values[best]) if best >= 0 else None
 
 
+@checked
 def conformal_alignment_select(cal_scores: Any, cal_errors: Any, test_scores: Any, alpha: float) -> np.ndarray:
     """Boolean mask over `test_scores`: the items Conformal Alignment accepts at FDR level alpha (BH)."""
     s, e = as_pair(cal_scores, cal_errors)
     test = as_scores(test_scores, "test_scores")
-    alpha = check_open_unit(alpha, "alpha")
     wrong_scores = np.sort(s[e == 1])
     p = (1 + np.searchsorted(wrong_scores, test, side="right")) / (s.shape[0] + 1)
     m = test.shape[0]
@@ -164,14 +164,13 @@ def _select_threshold(n: np.ndarray, fd: np.ndarray, valid: np.ndarray, method: 
     return np.where(best >= 0, order[rows, np.maximum(best, 0)], -1)
 
 
+@checked
 def _iter_baselines(scores: Any, errors: Any, *, alphas: Sequence[float], methods: Sequence[str], delta: float,
                     bound: str, n_splits: int, cal_fraction: float,
                     seed: int) -> Iterator[tuple[float, str, dict[str, np.ndarray]]]:
     s, e = as_pair(scores, errors)
-    delta = check_open_unit(delta, "delta")
     bound = _bounds.resolve_bound(bound)
-    n_splits = check_positive_int(n_splits, "n_splits")
-    alpha_list = [check_open_unit(a, f"alphas[{i}]") for i, a in enumerate(alphas)]
+    alpha_list = list(alphas)  # checked from the declaration (`checked`)
     if not alpha_list:
         raise UserError("alphas is empty: give at least one")
     method_list = [METHODS.lookup(m).name for m in methods]

@@ -21,8 +21,8 @@ from cic.stats import bounds as _bounds
 from cic.stats._validation import (
     as_pair,
     as_scores,
-    check_open_unit,
     check_positive_int,
+    checked,
     parse_document,
 )
 from cic.stats.gate import Gate
@@ -293,6 +293,7 @@ def quantile_grid(pilot_scores: Any, k: int) -> np.ndarray:
 # Entry point
 
 
+@checked
 def calibrate(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05, bound: str = "cp",
               search: str | Search = DEFAULT_SEARCH, grid: Any = None, n_min: int | None = None,
               start: float | None = None, keep_table: bool = True) -> CalibrationResult:
@@ -339,8 +340,6 @@ def calibrate(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05, bo
     (1.0, 2000, 40, 'geometric')
     """
     s, e = as_pair(scores, errors)
-    alpha = check_open_unit(alpha, "alpha")
-    delta = check_open_unit(delta, "delta")
     bound = _bounds.resolve_bound(bound)
     grid_arr, n_min_v, start_v = check_search_args(search, grid, n_min, start)
     plan = get_search(search)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from cic.errors import UserError
-from cic.stats._validation import as_pair, check_open_unit
+from cic.stats._validation import as_pair, checked
 from cic.stats.calibration import CalibrationResult, calibrate
 from cic.stats.searches import DEFAULT_SEARCH
 
@@ -71,6 +71,7 @@ class GroupCalibration:
                 for g in self.groups]
 
 
+@checked
 def calibrate_groups(scores: Any, errors: Any, groups: Any, *, alpha: float, delta: float = 0.05,
                      bound: str = "cp", search: str = DEFAULT_SEARCH, pooled_fallback: bool = False,
                      **search_args: Any) -> GroupCalibration:
@@ -79,8 +80,6 @@ def calibrate_groups(scores: Any, errors: Any, groups: Any, *, alpha: float, del
     labels = np.asarray(groups)
     if labels.shape != values.shape:
         raise UserError(f"groups has {labels.size} entries for {values.size} scores; give one group per item")
-    check_open_unit(alpha, "alpha")
-    check_open_unit(delta, "delta")
     names = sorted({str(g) for g in labels.tolist()})
     if not names:
         raise UserError("groups is empty: nothing to calibrate")
@@ -98,6 +97,7 @@ def calibrate_groups(scores: Any, errors: Any, groups: Any, *, alpha: float, del
     return GroupCalibration(tuple(gates), pooled, alpha, delta)
 
 
+@checked
 def group_validity(*, alpha: float = 0.25, delta: float = 0.1, sizes: tuple[int, ...] = (3000, 3000, 1500),
                    worse: int = 2, excess: float = 0.1, repetitions: int = 500, seed: int = 0,
                    bound: str = "cp", search: str = DEFAULT_SEARCH) -> dict[str, float]:
@@ -106,7 +106,6 @@ def group_validity(*, alpha: float = 0.25, delta: float = 0.1, sizes: tuple[int,
     Each repetition draws a calibration set of every group, calibrates per group and pooled, and checks each
     group's true error rate at the threshold it is served. Returns the share of repetitions in which some
     group's rate exceeds alpha — per-group (guaranteed ≤ delta) and pooled — and the worse group's coverage."""
-    check_open_unit(alpha, "alpha")
     rng = np.random.default_rng(seed)
     per_group_fail = pooled_fail = 0
     coverage_group: list[float] = []
@@ -134,6 +133,7 @@ def group_validity(*, alpha: float = 0.25, delta: float = 0.1, sizes: tuple[int,
             "delta": delta, "alpha": alpha}
 
 
+@checked
 def evaluate_group_splits(scores: Any, errors: Any, groups: Any, *, alphas: tuple[float, ...] = (0.1, 0.2),
                           delta: float = 0.05, bound: str = "cp", search: str = DEFAULT_SEARCH,
                           n_splits: int = 100, cal_fraction: float = 0.5, seed: int = 0,
@@ -147,7 +147,6 @@ def evaluate_group_splits(scores: Any, errors: Any, groups: Any, *, alphas: tupl
     labels = np.asarray(groups).astype(str)
     if labels.shape != values.shape:
         raise UserError(f"groups has {labels.size} entries for {values.size} scores; give one group per item")
-    check_open_unit(cal_fraction, "cal_fraction")
     names = sorted(set(labels.tolist()))
     rng = np.random.default_rng(seed)
     outcomes: dict[tuple[float, str, str], list[tuple[float | None, float]]] = {}

@@ -25,7 +25,7 @@ import numpy as np
 from cic.errors import UserError
 from cic.stats import bounds as _bounds
 from cic.stats import searches
-from cic.stats._validation import as_pair, check_open_unit, check_positive_int
+from cic.stats._validation import as_pair, check_open_unit, check_positive_int, checked
 from cic.stats.searches import (
     DEFAULT_SEARCH,
     Search,
@@ -202,16 +202,14 @@ class _SearchPlan:
     start: float | None
 
 
+@checked
 def _iter_outcomes(scores: Any, errors: Any, *, alphas: Sequence[float], bounds: Sequence[str] | str,
                    search: Sequence[str] | str, delta: float, n_splits: int, cal_fraction: float, seed: int,
                    grid: Any, n_min: int | None, start: float | None,
                    progress: Callable[[int, int], None] | None = None
                    ) -> Iterator[tuple[float, str, str, dict[str, np.ndarray]]]:
     s, e = as_pair(scores, errors)
-    delta = check_open_unit(delta, "delta")
-    n_splits = check_positive_int(n_splits, "n_splits")
-    alpha_list = [check_open_unit(a, f"alphas[{i}]") for i, a in enumerate(_as_names(
-        [alphas] if np.ndim(alphas) == 0 else alphas, "alphas"))]
+    alpha_list = list(alphas)  # checked from the declaration (`checked`)
     bound_list = [_bounds.resolve_bound(b) for b in _as_names(bounds, "bounds")]
     plans: dict[str, _SearchPlan] = {}
     for name in _as_names(search, "search"):

@@ -15,7 +15,7 @@ from scipy import special
 
 from cic.errors import UserError
 from cic.stats import bounds as _bounds
-from cic.stats._validation import check_open_unit, check_positive_int
+from cic.stats._validation import check_positive_int, checked
 from cic.stats.searches import (
     DEFAULT_SEARCH,
     Setting,
@@ -172,6 +172,7 @@ def binomial_ci(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]
     return low, high
 
 
+@checked
 def simulate(model: RiskModel | None = None, *, n: int = 1000, alpha: float = 0.1, delta: float = 0.05,
              bound: str = "cp", search: str = DEFAULT_SEARCH, n_trials: int = 1000, seed: int = 0, grid: Any = None,
              n_min: int | None = None, start: float | None = None,
@@ -207,10 +208,6 @@ def simulate(model: RiskModel | None = None, *, n: int = 1000, alpha: float = 0.
     """
     model = model if model is not None else PowerRisk()
     n = check_positive_int(n, "n")
-    n_trials = check_positive_int(n_trials, "n_trials")
-    alpha = check_open_unit(alpha, "alpha")
-    delta = check_open_unit(delta, "delta")
-    confidence = check_open_unit(confidence, "confidence")
     bound = _bounds.resolve_bound(bound)
     grid_arr, n_min_v, start_v = check_search_args(search, grid, n_min, start)
 
