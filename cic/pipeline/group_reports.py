@@ -16,6 +16,7 @@ from typing import Any
 import polars as pl
 
 from cic import schema
+from cic.pipeline.stored_calibration import GroupKey
 from cic.reports.report import ReportConfig, file_slug, write_report
 from cic.stats.searches import get_search
 from cic.store import Store
@@ -42,16 +43,27 @@ class UnitReport:
     config: ReportConfig
 
 
-def log_units(store: Store, run_keys: Sequence[str] | None = None) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class StoredUnit:
+    """One loggable unit: a calibration group with its stored evaluation and the fingerprint of its data (what
+    `cic log` logs as one MLflow run)."""
+
+    group: GroupKey
+    evaluation_id: str
+    data_fingerprint: str
+
+
+def log_units(store: Store, run_keys: Sequence[str] | None = None) -> list[StoredUnit]:
     """The loggable units: one per stored evaluation with the pipeline gates of the same data."""
-    units = loggable_units(store)
-    return [u for u in units if run_keys is None or u["run_key"] in set(run_keys)]
+    return [StoredUnit(GroupKey(u["run_key"], u["model"], u["dataset"], u["estimator"], u["criterion"]),
+                       u["evaluation_id"], u["data_fingerprint"])
+            for u in loggable_units(store) if run_keys is None or u["run_key"] in set(run_keys)]
 
 
-def pipeline_calibrations(store: Store, unit: dict[str, Any]) -> pl.DataFrame:
+def pipeline_calibrations(store: Store, unit: StoredUnit) -> pl.DataFrame:
     """The pipeline's gates of one unit (a recalibration's gates are logged by the recalibrate flow)."""
-    calibrations = store.read("calibrations", run_key=unit["run_key"], estimator=unit["estimator"],
-                              criterion=unit["criterion"], data_fingerprint=unit["data_fingerprint"])
+    calibrations = store.read("calibrations", run_key=unit.group.run_key, estimator=unit.group.estimator,
+                              criterion=unit.group.criterion, data_fingerprint=unit.data_fingerprint)
     return calibrations.filter(pl.col("kind").fill_null("pipeline") == "pipeline")
 
 
@@ -61,18 +73,19 @@ def log_key(evaluation_id: str, calibrations: pl.DataFrame) -> str:
     return schema.stable_hash(evaluation_id, *calibrations.get_column("calibration_id").sort().to_list())
 
 
-def read_unit(store: Store, unit: dict[str, Any], report_root: Path) -> UnitReport:
+def read_unit(store: Store, unit: StoredUnit, report_root: Path) -> UnitReport:
     """One group's stored rows and where its report goes (a directory named by the group and its key)."""
-    run = store.read("runs", run_key=unit["run_key"]).row(0, named=True)
+    group = unit.group
+    run = store.read("runs", run_key=group.run_key).row(0, named=True)
     calibrations = pipeline_calibrations(store, unit)
-    evaluations = store.read("evaluations", evaluation_id=unit["evaluation_id"])
+    evaluations = store.read("evaluations", evaluation_id=unit.evaluation_id)
     first = evaluations.row(0, named=True)
-    pairs = store.calibration_frame(unit["model"], unit["dataset"], unit["estimator"], unit["criterion"],
-                                    run_key=unit["run_key"], allow_partial=True)
-    key = log_key(unit["evaluation_id"], calibrations)
-    out = report_root / file_slug(unit["model"], unit["dataset"], unit["estimator"], unit["criterion"], key[:10])
-    frame = pairs.select(pl.lit(unit["model"]).alias("model"), pl.lit(unit["dataset"]).alias("dataset"),
-                         pl.lit(unit["estimator"]).alias("estimator"), pl.lit(unit["criterion"]).alias("criterion"),
+    pairs = store.calibration_frame(group.model, group.dataset, group.estimator, group.criterion,
+                                    run_key=group.run_key, allow_partial=True)
+    key = log_key(unit.evaluation_id, calibrations)
+    out = report_root / file_slug(group.model, group.dataset, group.estimator, group.criterion, key[:10])
+    frame = pairs.select(pl.lit(group.model).alias("model"), pl.lit(group.dataset).alias("dataset"),
+                         pl.lit(group.estimator).alias("estimator"), pl.lit(group.criterion).alias("criterion"),
                          "score", "error")
     searches = tuple(dict.fromkeys(evaluations.get_column("search").to_list()))
     config = ReportConfig(alphas=tuple(sorted(set(evaluations.get_column("alpha").to_list()))),
@@ -127,7 +140,7 @@ def warm_up() -> None:
     figure.savefig(io.BytesIO(), format="png")
 
 
-def write_unit_report(store: Store, unit: dict[str, Any], report_root: Path) -> UnitReport:
+def write_unit_report(store: Store, unit: StoredUnit, report_root: Path) -> UnitReport:
     """Read and render one group's report (see `read_unit`, `render_unit`)."""
     return render_unit(read_unit(store, unit, report_root))
 

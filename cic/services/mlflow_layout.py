@@ -22,7 +22,7 @@ import polars as pl
 from cic import schema
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
 from cic.pipeline.gates import gate_of
-from cic.pipeline.group_reports import UnitReport
+from cic.pipeline.group_reports import StoredUnit, UnitReport
 from cic.pipeline.recalibration import Candidate, RecalibrationPass
 from cic.pipeline.stored_calibration import GroupKey
 from cic.services.mlflow_tracking import DatasetRef, GroupLog, GroupTable
@@ -102,45 +102,46 @@ def pipeline_rows(calibrations: pl.DataFrame, evaluations: pl.DataFrame) -> list
     return rows
 
 
-def question_set_digest(pairs: pl.DataFrame, unit: dict[str, Any]) -> str:
+def question_set_digest(pairs: pl.DataFrame, unit: StoredUnit) -> str:
     """MLflow's dataset digest: the questions (dataset and ids), not the estimator or criterion that scored and
     labelled them, so one question set is one dataset version in MLflow's Datasets filter."""
-    return schema.stable_hash(unit["dataset"], *sorted(pairs.get_column("question_id").to_list()), length=36)
+    return schema.stable_hash(unit.group.dataset, *sorted(pairs.get_column("question_id").to_list()), length=36)
 
 
-def pipeline_group(store: Store, unit: dict[str, Any], report: UnitReport, experiment_prefix: str) -> GroupLog:
+def pipeline_group(store: Store, unit: StoredUnit, report: UnitReport, experiment_prefix: str) -> GroupLog:
     """One pipeline group's run, from its stored rows and its rendered report (as `cic run --no-mlflow` writes)."""
+    group = unit.group
     run, calibrations, evaluations, pairs = report.run, report.calibrations, report.evaluations, report.pairs
     first = evaluations.row(0, named=True)
-    params = {"model": unit["model"], "dataset": unit["dataset"], "split": run["split"],
-              "prompt_id": run["prompt_id"], "estimator": unit["estimator"], "criterion": unit["criterion"],
-              "run_key": unit["run_key"], "data_fingerprint": unit["data_fingerprint"],
+    params = {"model": group.model, "dataset": group.dataset, "split": run["split"],
+              "prompt_id": run["prompt_id"], "estimator": group.estimator, "criterion": group.criterion,
+              "run_key": group.run_key, "data_fingerprint": unit.data_fingerprint,
               "generation_config": run["generation_config"], "delta": first["delta"], "n_splits": first["n_splits"],
               "cal_fraction": first["cal_fraction"], "seed": first["seed"], "n_questions": pairs.height,
               "alphas": sorted(set(evaluations.get_column("alpha").to_list())),
               "bounds": sorted(set(evaluations.get_column("bound").to_list())), "searches": list(report.searches)}
     metrics = {"base_error_rate": first["base_error_rate"], "n_questions": float(pairs.height),
-               "generated_tokens": float(generated_tokens(store, unit["run_key"])),
+               "generated_tokens": float(generated_tokens(store, group.run_key)),
                "certified_gates": float(calibrations.get_column("threshold").is_not_null().sum()),
                "unattainable_gates": float(calibrations.get_column("threshold").is_null().sum())}
     if run.get("unanswered") is not None:
         metrics["unanswered_questions"] = float(run["unanswered"])
     return GroupLog(
-        experiment=f"{experiment_prefix}-{unit['dataset']}",
-        run_name=f"{unit['model']} · {unit['estimator']} · {unit['criterion']}", log_key=report.key,
-        tags=_group_tags(unit["model"], unit["dataset"], unit["estimator"], unit["criterion"], unit["run_key"],
-                         unit["data_fingerprint"], kind="pipeline"),
+        experiment=f"{experiment_prefix}-{group.dataset}",
+        run_name=f"{group.model} · {group.estimator} · {group.criterion}", log_key=report.key,
+        tags=_group_tags(group, unit.data_fingerprint, kind="pipeline"),
         params=params, metrics=metrics, series=alpha_series(calibrations, evaluations),
         artifacts=[report.out / "tables", report.out / "figures"],  # each renders in MLflow's artifact view
         table=_table(pipeline_rows(calibrations, evaluations)),
-        dataset=DatasetRef(name=f"{unit['dataset']}/{run['split']}", digest=question_set_digest(pairs, unit),
-                           source=f"{store.path.name}#run_key={unit['run_key']}", profile={"questions": pairs.height}))
+        dataset=DatasetRef(name=f"{group.dataset}/{run['split']}", digest=question_set_digest(pairs, unit),
+                           source=f"{store.path.name}#run_key={group.run_key}", profile={"questions": pairs.height}))
 
 
-def _group_tags(model: str, dataset: str, estimator: str, criterion: str, run_key: str, fingerprint: str, *,
-                kind: str) -> dict[str, str]:
-    return {"cic.model": model, "cic.dataset": dataset, "cic.estimator": estimator, "cic.criterion": criterion,
-            "cic.run_key": run_key, "cic.kind": kind, "cic.data_fingerprint": fingerprint}
+def _group_tags(group: GroupKey, fingerprint: str, *, kind: str) -> dict[str, str]:
+    """The tags every run of a group carries (pipeline and recalibration alike): MLflow's filters find them."""
+    return {"cic.model": group.model, "cic.dataset": group.dataset, "cic.estimator": group.estimator,
+            "cic.criterion": group.criterion, "cic.run_key": group.run_key, "cic.kind": kind,
+            "cic.data_fingerprint": fingerprint}
 
 
 def recalibration_row(item: Candidate, monitor_of: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -197,8 +198,7 @@ def _recalibration_group(key: GroupKey, items: Sequence[Candidate], checks: Sequ
     errors = [c for c in checks if c.test.name == "error_rate"]
     if errors:
         metrics["min_error_rate_p_value"] = min(c.test.p_value for c in errors)
-    tags = {**_group_tags(key.model, key.dataset, key.estimator, key.criterion, key.run_key,
-                          first["data_fingerprint"], kind="recalibration"),
+    tags = {**_group_tags(key, first["data_fingerprint"], kind="recalibration"),
             "cic.alpha_unattainable": str(metrics["unattainable_gates"] > 0).lower(),
             "cic.shift_detected": str(any(c.rejected for c in checks) or alarms > 0).lower(),
             "cic.monitor_alarm": str(alarms > 0).lower(), "cic.alerts": str(int(metrics["alerts"] or 0)),

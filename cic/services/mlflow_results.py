@@ -57,7 +57,7 @@ def log_store(db: str, *, tracking: str | None = None, experiment_prefix: str | 
     with Store.open(db, read_only=True, wait_s=60) as store, \
             ThreadPoolExecutor(GROUPS_IN_FLIGHT if in_flight > 1 else 1, thread_name_prefix="cic-log") as pool:
         units = log_units(store, run_keys)
-        keys = [log_key(unit["evaluation_id"], pipeline_calibrations(store, unit)) for unit in units]
+        keys = [log_key(unit.evaluation_id, pipeline_calibrations(store, unit)) for unit in units]
         found = list(pool.map(lambda key: find_logged(client, key), keys))  # lookups concurrently too
         for index, existing in enumerate(found):
             if existing is not None:
@@ -77,7 +77,7 @@ def log_store(db: str, *, tracking: str | None = None, experiment_prefix: str | 
         for report in render_units((read(index) for index in todo), len(todo)):
             index = index_of[report.out]
             group = pipeline_group(store, units[index], report,
-                                   experiment_prefix_of(store, units[index]["run_key"], experiment_prefix))
+                                   experiment_prefix_of(store, units[index].group.run_key, experiment_prefix))
             if flow_run_id:  # which Prefect flow run logged it: from the MLflow run to its logs and back
                 group = replace(group, tags={**group.tags, "cic.flow_run_id": flow_run_id})
             sent[index] = pool.submit(log_group, client, group, in_flight=in_flight)
