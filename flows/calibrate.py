@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from prefect import flow
 
 from cic.errors import UserError
-from cic.pipeline.config import DEMO_CONFIG, PipelineConfig, flow_config
+from cic.pipeline.config import DEMO_CONFIG, flow_config
 from cic.pipeline.run_results import CalibrationRunSummary
 from cic.pipeline.stored_calibration import stored_run_keys
 from cic.services.prefect_limits import store_slot
@@ -21,8 +22,10 @@ from tasks.log import log_results
 def calibrate_flow(config_path: str = DEMO_CONFIG, db: str | None = None, tracking: str | None = None,
                    alphas: Sequence[float] | None = None, delta: float | None = None,
                    bounds: Sequence[str] | None = None, searches: Sequence[str] | None = None,
-                   log_to_mlflow: bool = True, config: PipelineConfig | None = None) -> CalibrationRunSummary:
-    """Calibrate + split protocol for every stored run of the config's models and datasets, then log."""
+                   log_to_mlflow: bool = True, config: Any = None) -> CalibrationRunSummary:
+    """Calibrate + split protocol for every stored run of the config's models and datasets, then log. `config`: the
+    `PipelineConfig` its command parsed (typed `Any`: a served deployment builds its parameter schema from this
+    signature without the config's module)."""
     from cic.pipeline.config import CalibrationConfig
 
     config = flow_config(config_path, config, db, tracking=tracking)

@@ -55,7 +55,7 @@ class ModelsFailed(RuntimeError):
 def pipeline(config_path: str = DEMO_CONFIG, db: str | None = None, ray_address: str | None = None,
              tracking: str | None = None, report_dir: str | None = None,
              log_to_mlflow: bool = True, probes: dict[str, dict[str, Any]] | None = None,
-             config: PipelineConfig | None = None) -> PipelineSummary | State:
+             config: Any = None) -> PipelineSummary | State:
     """Run the whole job for the config; returns a summary (also the flow run's result).
 
     Stage progress goes to the flow run's log (the Prefect UI, a worker's output) at least every 30 s while a
@@ -63,7 +63,8 @@ def pipeline(config_path: str = DEMO_CONFIG, db: str | None = None, ray_address:
     fails, the run ends Failed (a direct call raises `ModelsFailed`; `return_state=True` returns the state,
     whose result is that exception with its `.summary`). `probes`: what `cic run` already found when it probed
     every model's engine (model -> identity and state); the flow probes them itself otherwise, once. `config`:
-    the config `cic run` already parsed from `config_path` (a deployment passes the path alone).
+    the `PipelineConfig` `cic run` already parsed from `config_path` (a deployment passes the path alone; typed
+    `Any`: a served deployment builds its parameter schema without the config's module).
     """
     from prefect import get_run_logger
     from prefect.artifacts import create_markdown_artifact, create_table_artifact

@@ -17,7 +17,7 @@ from prefect import flow, get_run_logger
 from prefect.states import Completed, Failed, State
 
 from cic.pipeline.alerts import counts_line
-from cic.pipeline.config import DEMO_CONFIG, PipelineConfig, flow_config
+from cic.pipeline.config import DEMO_CONFIG, flow_config
 from cic.pipeline.recalibration import WindowRule, parse_since
 from cic.pipeline.run_results import (
     AlertRow,
@@ -151,10 +151,11 @@ def markdown_report(summary: RecalibrationSummary) -> str:
 @flow(name="cic-recalibrate", flow_run_name=flow_run_name("recalibrate"), log_prints=True)
 def recalibrate_flow(config_path: str = DEMO_CONFIG, db: str | None = None, tracking: str | None = None,
                      window: int | None = None, since: str | None = None, log_to_mlflow: bool = True,
-                     fail_on_alert: bool = True, config: PipelineConfig | None = None) -> RecalibrationSummary | State:
+                     fail_on_alert: bool = True, config: Any = None) -> RecalibrationSummary | State:
     """Recalibrate every stored run of the config's models × datasets and every ingested stream; fails (after
     storing and logging everything) when a test rejects or an alpha is unattainable, unless `fail_on_alert`
-    is off."""
+    is off. `config`: the `PipelineConfig` `cic recalibrate` parsed (typed `Any`: a served deployment builds its
+    parameter schema without the config's module)."""
     from prefect.artifacts import create_markdown_artifact
 
     logger = get_run_logger()
