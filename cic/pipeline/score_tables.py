@@ -1,5 +1,5 @@
 """A precomputed long (score, error) table as stored runs, so `cic log FILE` logs it to MLflow in the pipeline's
-layout (a parent per model × dataset × estimator × criterion, a nested run per bound × search × alpha) through the
+layout (a run per model × dataset × estimator × criterion with its per-α table) through the
 same calibrate and log tasks: a table from elsewhere — the committed real example included — compares in MLflow
 side by side with `cic run`'s results."""
 

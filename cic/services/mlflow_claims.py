@@ -1,5 +1,5 @@
 """One logger at a time per MLflow group: a claim (an exclusive file lock, keyed by tracking URI and log key)
-held from "is this group logged?" to its parent run marked FINISHED. Two processes logging one store (two `cic
+held from "is this group logged?" to its run marked FINISHED. Two processes logging one store (two `cic
 run`s without a Prefect server, a `cic log` beside a run) would otherwise both find the group unlogged and log it
 twice — and each would take the other's RUNNING parent for a crashed one. The lock dies with its process, so a
 killed logger leaves no claim behind: the next pass finds its RUNNING parent stale and replaces it. Runs that

@@ -1,6 +1,6 @@
 """The MLflow layout, one module for `cic run`, `cic log` and recalibration: what a person reads in MLflow.
 
-One parent run per (model, dataset, estimator, criterion) in experiment '<prefix>-<dataset>', holding
+One run per (model, dataset, estimator, criterion) in experiment '<prefix>-<dataset>', holding
 - params and group metrics (base error rate, questions, tokens; for recalibration the drift tests and alerts);
 - per-α series whose step is 100·α, so MLflow's chart view draws every model against α side by side;
 - the table `per_alpha.json` (MLflow's table view): one row per α × bound × search with the certified threshold,
@@ -169,7 +169,7 @@ def recalibration_row(item: Candidate, monitor_of: Mapping[str, Mapping[str, Any
 
 def recalibration_groups(result: RecalibrationPass, experiment_prefix: str,
                          flow_run_id: str | None = None) -> list[GroupLog]:
-    """One parent run per recalibrated group (cic.kind = recalibration); its drift tests as metrics."""
+    """One run per recalibrated group (cic.kind = recalibration); its drift tests as metrics."""
     by_group: dict[GroupKey, list[Candidate]] = {}
     for item in result.candidates:
         by_group.setdefault(item.key, []).append(item)

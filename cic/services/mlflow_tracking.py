@@ -114,7 +114,7 @@ def experiment_id(client: MlflowClient, name: str, artifact_location: str | None
 
 
 def find_logged(client: MlflowClient, log_key: str) -> str | None:
-    """The run id of a finished parent run with this log key in any experiment, so a group logged under another
+    """The run id of a finished group run with this log key in any experiment, so a group logged under another
     prefix is not logged twice. A partial group left by a crash mid-logging is removed, never duplicated."""
     everywhere = [e.experiment_id for e in client.search_experiments()]
     if not everywhere:

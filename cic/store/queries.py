@@ -94,7 +94,7 @@ def newest_monitor_rows(store: Store) -> pl.DataFrame:
 
 def loggable_units(store: Store) -> list[dict[str, Any]]:
     """One unit per stored evaluation with the pipeline gates of the same data: run_key, evaluation_id, model,
-    dataset, estimator, criterion, data_fingerprint (what `cic log` logs as one MLflow parent run)."""
+    dataset, estimator, criterion, data_fingerprint (what `cic log` logs as one MLflow run)."""
     return store.sql_frame(
         "SELECT c.run_key, e.evaluation_id, e.model, e.dataset, e.estimator, e.criterion, e.data_fingerprint "
         "FROM (SELECT DISTINCT evaluation_id, model, dataset, estimator, criterion, data_fingerprint "
