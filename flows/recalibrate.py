@@ -73,13 +73,13 @@ def recalibration_run_keys(store: Store, models: list[str], datasets: list[str])
 
 def summarize(result: RecalibrationPass) -> RecalibrationSummary:
     """The pass as typed rows for the CLI, the flow's return value and its Prefect artifact."""
-    def place(key: Any, gate: dict[str, Any]) -> GroupPlace:
+    def place(key: Any, gate: Any) -> GroupPlace:  # a candidate's GateRow or a monitor's gate row
         return GroupPlace(key.model, key.dataset, key.estimator, key.criterion, gate["alpha"], gate["bound"],
                           gate["search"])
 
     return RecalibrationSummary(
-        candidates=[CandidateRow(place(c.key, c.row), c.row["calibration_id"], c.state, c.row["threshold"],
-                                 c.row["n_cal"], c.live["threshold"] if c.live else None, list(c.alerts))
+        candidates=[CandidateRow(place(c.key, c.row), c.row.calibration_id, c.state, c.row.threshold, c.row.n_cal,
+                                 c.live.threshold if c.live else None, list(c.alerts))
                     for c in result.candidates],
         alerts=[AlertRow(place(c.key, c.row), a) for c, a in result.alerts]
         + [AlertRow(place(m.key, m.gate), m.alert()) for m in result.monitor_alarms],

@@ -25,6 +25,7 @@ import polars as pl
 from cic import schema
 from cic.errors import UserError
 from cic.pipeline.durations import parse_duration
+from cic.pipeline.gate_rows import GateRow
 from cic.pipeline.gates import gates
 from cic.pipeline.stored_calibration import GroupKey, calibration_rows, group_counts
 from cic.stats.drift import DriftTest, error_rate_test, holm, score_shift_test
@@ -264,8 +265,8 @@ class Candidate:
     """One new gate of a recalibration: its row, the live gate of its slot before the pass, alerts, state."""
 
     key: GroupKey
-    row: dict[str, Any]
-    live: dict[str, Any] | None
+    row: GateRow
+    live: GateRow | None
     alerts: list[str]
     state: str
 
@@ -359,7 +360,8 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
             continue
         out.checks.extend((result.key, c) for c in result.checks)
         for row in result.rows.iter_rows(named=True):
-            out.candidates.append(Candidate(result.key, row, result.live.get(slot_of(row)),
+            live = result.live.get(slot_of(row))
+            out.candidates.append(Candidate(result.key, GateRow.of(row), None if live is None else GateRow.of(live),
                                             alerts.get(row["calibration_id"], []),
                                             states.get(row["calibration_id"], "candidate")))
     return out

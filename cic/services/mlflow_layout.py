@@ -147,23 +147,23 @@ def _group_tags(group: GroupKey, fingerprint: str, *, kind: str) -> dict[str, st
 def recalibration_row(item: Candidate, monitor_of: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Per α × bound × search of a recalibration: the candidate beside the live gate it would replace."""
     row, live = item.row, item.live
-    monitor = monitor_of.get(live["calibration_id"]) if live is not None else None
+    monitor = monitor_of.get(live.calibration_id) if live is not None else None
     no_live = "no live gate"
-    change = (row["threshold"] - live["threshold"] if live is not None and None not in
-              (live["threshold"], row["threshold"]) else None)
-    return {"alpha": row["alpha"], "bound": row["bound"], "search": row["search"], "delta": row["delta"],
-            "state": item.state, "threshold": said(row["threshold"], UNATTAINABLE),
-            "ucb": said(row["bound_value"], UNATTAINABLE), "n_cal": row["n_cal"], "n_accepted": row["n_accepted"],
-            "n_errors": row["n_errors"], "feasible": row["threshold"] is not None,
+    change = (row.threshold - live.threshold if live is not None and None not in
+              (live.threshold, row.threshold) else None)
+    return {"alpha": row.alpha, "bound": row.bound, "search": row.search, "delta": row.delta,
+            "state": item.state, "threshold": said(row.threshold, UNATTAINABLE),
+            "ucb": said(row.bound_value, UNATTAINABLE), "n_cal": row.n_cal, "n_accepted": row.n_accepted,
+            "n_errors": row.n_errors, "feasible": row.threshold is not None,
             "alerts": " | ".join(item.alerts) or "none", "n_alerts": len(item.alerts),
-            "live_threshold": said(live["threshold"], UNATTAINABLE) if live is not None else no_live,
+            "live_threshold": said(live.threshold, UNATTAINABLE) if live is not None else no_live,
             "threshold_change": said(change, "none: a threshold is missing on one side"),
             "live_monitor_e_value": monitor["e_value"] if monitor else "no monitor",
             "live_rate_lower_bound": monitor["rate_lower_bound"] if monitor else "no monitor",
             "live_monitor_alarmed": bool(monitor["alarmed"]) if monitor else "no monitor",
             "live_monitor_answered": monitor["n"] if monitor else "no monitor",
-            "certified_together": row.get("groups") or 1, "gate_id": row["calibration_id"],
-            "live_gate_id": live["calibration_id"] if live else no_live,
+            "certified_together": row.groups or 1, "gate_id": row.calibration_id,
+            "live_gate_id": live.calibration_id if live else no_live,
             "_gate": _gate_entry(row, state=item.state, alerts=list(item.alerts))}
 
 
@@ -189,16 +189,16 @@ def _recalibration_group(key: GroupKey, items: Sequence[Candidate], checks: Sequ
                          flow_run_id: str | None) -> GroupLog:
     first = items[0].row
     metrics: dict[str, float | None] = {
-        "n_window": float(first["n_cal"]), "alerts": float(sum(len(i.alerts) for i in items) + alarms),
-        "monitor_alarms": float(alarms), "unattainable_gates": float(sum(i.row["threshold"] is None for i in items)),
-        "certified_gates": float(sum(i.row["threshold"] is not None for i in items))}
+        "n_window": float(first.n_cal), "alerts": float(sum(len(i.alerts) for i in items) + alarms),
+        "monitor_alarms": float(alarms), "unattainable_gates": float(sum(i.row.threshold is None for i in items)),
+        "certified_gates": float(sum(i.row.threshold is not None for i in items))}
     shift = [c for c in checks if c.test.name == "score_shift"]
     if shift:
         metrics.update(ks_statistic=shift[0].test.statistic, ks_p_value=shift[0].test.p_value)
     errors = [c for c in checks if c.test.name == "error_rate"]
     if errors:
         metrics["min_error_rate_p_value"] = min(c.test.p_value for c in errors)
-    tags = {**_group_tags(key, first["data_fingerprint"], kind="recalibration"),
+    tags = {**_group_tags(key, first.data_fingerprint, kind="recalibration"),
             "cic.alpha_unattainable": str(metrics["unattainable_gates"] > 0).lower(),
             "cic.shift_detected": str(any(c.rejected for c in checks) or alarms > 0).lower(),
             "cic.monitor_alarm": str(alarms > 0).lower(), "cic.alerts": str(int(metrics["alerts"] or 0)),
@@ -206,10 +206,9 @@ def _recalibration_group(key: GroupKey, items: Sequence[Candidate], checks: Sequ
     return GroupLog(
         experiment=f"{experiment_prefix}-{key.dataset}",
         run_name=f"recalibration · {key.model} · {key.estimator} · {key.criterion}",
-        log_key=schema.stable_hash("recalibration", *sorted(i.row["calibration_id"] for i in items)), tags=tags,
-        params={"run_key": key.run_key, "data_fingerprint": first["data_fingerprint"], "n_window": first["n_cal"],
-                "window_from": str(first["window_from"]), "window_to": str(first["window_to"]),
+        log_key=schema.stable_hash("recalibration", *sorted(i.row.calibration_id for i in items)), tags=tags,
+        params={"run_key": key.run_key, "data_fingerprint": first.data_fingerprint, "n_window": first.n_cal,
+                "window_from": str(first.window_from), "window_to": str(first.window_to),
                 "drift_tests": [c.test.as_dict() | {"rejected": c.rejected} for c in checks]},
         metrics=metrics, table=_table(recalibration_row(i, monitor_of)
-                                      for i in sorted(items, key=lambda i: (i.row["search"], i.row["bound"],
-                                                                            i.row["alpha"]))))
+                                      for i in sorted(items, key=lambda i: (i.row.search, i.row.bound, i.row.alpha))))
