@@ -10,8 +10,8 @@ import tempfile
 # imported): two workers each spinning threads for every core run the model tests several times slower.
 if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
     _THREADS = str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
-    for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ.setdefault(_variable, _THREADS)
+    for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "CIC_REPORT_WORKERS"):
+        os.environ.setdefault(_variable, _THREADS)  # report workers too: the xdist workers already fill the cores
 
 import numpy as np  # noqa: E402
 import pytest

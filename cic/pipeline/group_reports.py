@@ -16,6 +16,7 @@ from typing import Any
 import polars as pl
 
 from cic import schema
+from cic.errors import UserError
 from cic.pipeline.stored_calibration import GroupKey
 from cic.reports.report import ReportConfig, file_slug, write_report
 from cic.stats.searches import get_search
@@ -105,11 +106,11 @@ def render_unit(report: UnitReport) -> UnitReport:
 
 
 def render_units(reports: Iterable[UnitReport], count: int) -> Iterator[UnitReport]:
-    """Render `count` groups, yielding each as it is done: in worker processes (one per core, at most one per
-    group) when there are PARALLEL_FROM groups or more and more than one core, else here, one after the other
+    """Render `count` groups, yielding each as it is done: in worker processes (`report_workers`, at most one per
+    group) when there are PARALLEL_FROM groups or more and more than one worker, else here, one after the other
     (starting a process costs a second or two: not worth it for a few groups). `reports` may be lazy: the
     workers start, and warm up, while the next group is read."""
-    workers = min(count, os.cpu_count() or 1)
+    workers = min(count, report_workers())
     if count < PARALLEL_FROM or workers < 2:
         yield from (render_unit(r) for r in reports)
         return
@@ -124,6 +125,18 @@ def render_units(reports: Iterable[UnitReport], count: int) -> Iterator[UnitRepo
     except BrokenProcessPool:  # e.g. a script calling this without `if __name__ == "__main__":` (spawn needs it)
         log.warning("report worker processes could not start; rendering the reports in this process")
         yield from (render_unit(r) for r in reports if r.out not in rendered)
+
+
+def report_workers() -> int:
+    """How many processes render reports: $CIC_REPORT_WORKERS (1 renders here, one group after the other), else
+    one per core."""
+    value = os.environ.get("CIC_REPORT_WORKERS")
+    if value is None:
+        return os.cpu_count() or 1
+    if not value.strip().isdigit() or int(value) < 1:
+        raise UserError(f"CIC_REPORT_WORKERS = {value!r}: expected an integer >= 1 (1 renders reports in this "
+                        "process)")
+    return int(value)
 
 
 def warm_up() -> None:

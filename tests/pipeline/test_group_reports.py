@@ -23,7 +23,7 @@ def test_many_groups_render_in_worker_processes_to_the_same_files(tmp_path: Path
     monkeypatch.setattr(group_reports, "PARALLEL_FROM", 10**6)
     here = group_reports.write_group_reports(str(db), str(tmp_path / "here"))
     monkeypatch.setattr(group_reports, "PARALLEL_FROM", 2)
-    monkeypatch.setattr(group_reports.os, "cpu_count", lambda: 2)  # two worker processes on any machine
+    monkeypatch.setenv("CIC_REPORT_WORKERS", "2")  # two worker processes on any machine
     spawned = group_reports.write_group_reports(str(db), str(tmp_path / "spawned"))
     assert len(here) == 6 and [p.name for p in spawned] == [p.name for p in here]  # in the store's order
     for directory in here:
@@ -33,3 +33,13 @@ def test_many_groups_render_in_worker_processes_to_the_same_files(tmp_path: Path
         assert any(f.suffix == ".png" for f in files)
         for name in (f for f in files if f.suffix != ".png"):  # tables identical; figures drawn by each process
             assert filecmp.cmp(directory / name, twin / name, shallow=False), name
+
+
+def test_a_bad_worker_count_is_one_line_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cic.errors import UserError
+
+    monkeypatch.setenv("CIC_REPORT_WORKERS", "zero")
+    with pytest.raises(UserError, match="CIC_REPORT_WORKERS = 'zero': expected an integer >= 1"):
+        group_reports.report_workers()
+    monkeypatch.setenv("CIC_REPORT_WORKERS", "1")
+    assert group_reports.report_workers() == 1
