@@ -24,7 +24,7 @@ from cic.stats._validation import PARAMETERS, check_open_unit
 from cic.stats.bounds import resolve_bound
 from cic.stats.calibration import calibrate
 from cic.stats.curves import rejection_curve, risk_coverage_curve
-from cic.stats.protocol import DEFAULT_ALPHAS, evaluate_splits
+from cic.stats.protocol import DEFAULT_ALPHAS, SPLIT_TABLE, evaluate_splits
 from cic.stats.searches import DEFAULT_SEARCH, get_search
 from cic.store.outputs import write_frame, write_text
 from cic.store.score_files import GROUP_KEYS, check_long_frame
@@ -134,8 +134,7 @@ def stored_results(frame: pl.DataFrame, config: ReportConfig, stored: pl.DataFra
             or rows.height != groups.height * math.prod(len(v) for v in axes.values()):
         return None
     order = [pl.col(name).replace_strict({v: i for i, v in enumerate(values)}) for name, values in axes.items()]
-    columns = [*GROUP_KEYS, *evaluate_splits(np.zeros(4), np.zeros(4, dtype=bool), alphas=(0.5,), bounds=("cp",),
-                                             n_splits=1).columns, "cal_fraction", "seed"]  # its columns, in order
+    columns = [*GROUP_KEYS, *SPLIT_TABLE, "cal_fraction", "seed"]  # evaluate_groups' columns, in order
     return rows.sort([pl.col("_group"), *order]).select(columns)
 
 

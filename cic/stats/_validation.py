@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -93,14 +93,6 @@ def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
     if value < minimum:
         raise UserError(f"{name} = {value!r}: must be an integer >= {minimum}")
     return int(value)
-
-
-def check_choice(value: Any, name: str, choices: Iterable[str]) -> str:
-    """A name from a fixed set of choices."""
-    options = list(choices)
-    if not isinstance(value, str) or value not in options:
-        raise UserError(f"{name} = {value!r}: unknown; choose one of {', '.join(options)}")
-    return value
 
 
 def as_grid(values: Any, name: str = "grid") -> np.ndarray:

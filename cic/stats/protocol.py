@@ -185,6 +185,16 @@ def split_measures(found: np.ndarray, accepted: np.ndarray, wrong: np.ndarray, t
     return {"fdr": np.where(found, fdr, np.nan), "coverage": accepted / n_test, "correct_coverage": correct_cov}
 
 
+#: The columns of `evaluate_splits`' table, in order, with their polars types (the stored `evaluations` rows hold
+#: the same columns, so a report renders from either).
+SPLIT_TABLE: dict[str, str] = {
+    "alpha": "Float64", "bound": "String", "search": "String", "delta": "Float64", "fdr_mean": "Float64",
+    "fdr_std": "Float64", "fdr_above_alpha": "Float64", "coverage_mean": "Float64", "coverage_std": "Float64",
+    "correct_coverage_mean": "Float64", "correct_coverage_std": "Float64", "fails": "Int64", "n_splits": "Int64",
+    "base_error_rate": "Float64", "threshold_mean": "Float64", "threshold_std": "Float64", "n_cal": "Int64",
+    "n_test": "Int64"}
+
+
 def _as_names(value: Any, name: str) -> list[str]:
     items = [value] if isinstance(value, str | Search) else list(value)
     if not items:
@@ -397,11 +407,4 @@ def evaluate_splits(scores: Any, errors: Any, *, alphas: Sequence[float] = DEFAU
                      "threshold_mean": _mean(out["threshold"][out["found"]]),
                      "threshold_std": _std(out["threshold"][out["found"]]),
                      "n_cal": int(out["n_cal"][0]), "n_test": int(out["n_test"][0])})
-    return pl.DataFrame(rows, schema={
-        "alpha": pl.Float64, "bound": pl.String, "search": pl.String, "delta": pl.Float64,
-        "fdr_mean": pl.Float64, "fdr_std": pl.Float64, "fdr_above_alpha": pl.Float64,
-        "coverage_mean": pl.Float64, "coverage_std": pl.Float64, "correct_coverage_mean": pl.Float64,
-        "correct_coverage_std": pl.Float64, "fails": pl.Int64, "n_splits": pl.Int64,
-        "base_error_rate": pl.Float64, "threshold_mean": pl.Float64, "threshold_std": pl.Float64,
-        "n_cal": pl.Int64, "n_test": pl.Int64,
-    })
+    return pl.DataFrame(rows, schema={name: getattr(pl, kind) for name, kind in SPLIT_TABLE.items()})
