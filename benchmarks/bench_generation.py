@@ -225,6 +225,8 @@ def generation(args: argparse.Namespace) -> list[Any]:
     print(line)
     if args.compile:
         compiled_decode(generator, ids, prompts, args, rows_out, ours_s, 2 * params, peak)
+    for backend in filter(None, args.sdpa_backends.split(",")):
+        pinned_attention(generator, ids, prompts, args, backend, rows_out, ours_s, 2 * params, peak)
     if args.alone:
         batch_invariance(loaded, config, ids[:args.alone], prompts[:args.alone], rows_out)
     samples = rows_out.filter(pl.col("sample_index") >= 1).sort("question_id", "sample_index")
@@ -326,6 +328,36 @@ def scoring(answers: list[list[str]], device: str, nli_questions: int) -> None:
                   f"{batched.n_calls} comparisons; identical clusters: {same}")
 
 
+def pinned_attention(generator: Any, ids: list[str], prompts: list[str], args: argparse.Namespace, backend: str,
+                     eager_rows: Any, default_s: float, flops_per_token: float, peak: float) -> None:
+    """Time the same call with PyTorch's scaled-dot-product attention pinned to one kernel (`efficient`,
+    `cudnn`, `math`, `flash`) against the default choice: which attention the decode over the static cache uses."""
+    import polars as pl
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    kernel = {"efficient": SDPBackend.EFFICIENT_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+              "math": SDPBackend.MATH, "flash": SDPBackend.FLASH_ATTENTION}[backend]
+    try:
+        with sdpa_kernel([kernel]):
+            generator.generate_open(ids[:1], prompts[:1], run_key="warmup")
+            generator.forward_s = 0.0
+            seconds, rows = timed_open(generator, ids, prompts, args.device)
+            for _ in range(args.repeat - 1):
+                generator.forward_s = 0.0
+                seconds = min(seconds, timed_open(generator, ids, prompts, args.device)[0])
+    except RuntimeError as error:
+        print(f"  attention pinned to {backend}: not usable here ({str(error).splitlines()[0][:120]})")
+        return
+    tokens = int(rows.get_column("n_tokens").sum())
+    report(f"CIC, attention pinned to {backend}", seconds, tokens, len(prompts), generator.forward_s,
+           flops_per_token, peak)
+    keys = ["question_id", "sample_index"]
+    both = rows.select(*keys, "text").join(eager_rows.select(*keys, pl.col("text").alias("default")), on=keys)
+    same = int((both.get_column("text") == both.get_column("default")).sum())
+    print(f"  {backend} vs default attention wall time: {default_s / seconds:.2f}x; {same}/{both.height} rows "
+          "identical")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shape", choices=sorted(SHAPES), help="random-weight Llama shape (default: SmolLM2)")
@@ -341,6 +373,8 @@ def main() -> None:
     parser.add_argument("--skip-scoring", action="store_true")
     parser.add_argument("--repeat", type=int, default=1, help="time CIC's call N times, report the best")
     parser.add_argument("--compile", action="store_true", help="also time the decode step under torch.compile")
+    parser.add_argument("--sdpa-backends", default="", help="also time CIC with attention pinned to each of these "
+                        "comma-separated kernels (efficient, cudnn, math, flash)")
     parser.add_argument("--alone", type=int, default=0,
                         help="regenerate the first N questions one per call and compare with the batched rows")
     args = parser.parse_args()
