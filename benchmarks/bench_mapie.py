@@ -7,8 +7,15 @@ MAPIE 1.6 `BinaryClassificationController(risk="precision", target_level=1 - alp
 (Learn-then-Test, Bonferroni–Holm over its default grid of 100 thresholds) controls the precision of "accept when
 1 - U >= lambda", which is the error rate among accepted answers that `cic.calibrate` certifies for "accept when
 U <= t". Both see the same calibration rows — U ~ Uniform(0, 1), P(error | U = u) = 0.05 + 0.3u, the issue's
-model — at n = 10^4, 10^5, 10^6 and alpha = 0.1, 0.15, delta = 0.05. Prints per cell the mean seconds of one
-calibration, the mean coverage P(U <= t) (0 when nothing is certified) and the ratios.
+model — at n = 10^4, 10^5, 10^6 and alpha = 0.1, 0.15, delta = 0.05, and the same model with tied scores (U
+rounded up to ten values 0.1 … 1.0, as a verbalised confidence that never says 100% gives). Prints per cell the
+mean seconds of one calibration, the mean coverage P(U <= t) (0 when nothing is certified) and the ratios.
+
+MAPIE 1.6 gives a grid point that accepts no calibration answer a NaN p-value; its Holm procedure then stops at
+that NaN (NaN <= level is False) and certifies nothing, though such a point only says "no evidence". The
+"MAPIE, NaN → 1" column runs MAPIE's own Holm (`FWERBonferroniHolm`) with those p-values set to 1 — what a fix in
+MAPIE would do, the point kept in the family and never rejected; "MAPIE as shipped" is the unpatched result, and
+"NaN p-values" the share of calibrations where MAPIE produced any.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -29,7 +37,23 @@ from cic.stats.searches import DEFAULT_SEARCH  # noqa: E402
 DELTA = 0.05
 
 
-def mapie_threshold(scores: np.ndarray, errors: np.ndarray, alpha: float) -> float | None:
+def nan_safe_holm() -> Any:
+    """MAPIE's own Bonferroni–Holm with NaN p-values (grid points accepting nothing) read as 1; counts them."""
+    from mapie.risk_control.fwer_control import FWERBonferroniHolm
+
+    class NanSafeHolm(FWERBonferroniHolm):
+        saw_nan = False
+
+        def run(self, p_values: Any, delta: float) -> Any:
+            p = np.asarray(p_values, dtype=float)
+            NanSafeHolm.saw_nan = bool(np.isnan(p).any())
+            return super().run(np.nan_to_num(p, nan=1.0), delta)
+
+    return NanSafeHolm()
+
+
+def mapie_threshold(scores: np.ndarray, errors: np.ndarray, alpha: float,
+                    fwer: Any = "bonferroni_holm") -> float | None:
     """MAPIE's certified threshold on U (accept when U <= it), or None."""
     from mapie.risk_control import BinaryClassificationController
 
@@ -37,7 +61,7 @@ def mapie_threshold(scores: np.ndarray, errors: np.ndarray, alpha: float) -> flo
         return np.column_stack([x[:, 0], 1.0 - x[:, 0]])
 
     controller = BinaryClassificationController(predict_function=proba, risk="precision", target_level=1 - alpha,
-                                                confidence_level=1 - DELTA)
+                                                confidence_level=1 - DELTA, fwer_method=fwer)
     controller.calibrate(scores.reshape(-1, 1), (errors == 0).astype(int))
     best = controller.best_predict_param
     return None if best is None or not np.isfinite(np.asarray(best, dtype=float)).all() else 1.0 - float(best)
@@ -52,27 +76,41 @@ def main() -> None:
     except ImportError:
         sys.exit("MAPIE is a benchmark-only dependency: .venv/bin/pip install mapie==1.6.0")
     print(f"MAPIE {mapie.__version__} against cic.calibrate(search={DEFAULT_SEARCH!r}), delta = {DELTA}")
-    print("| n | α | CIC s | MAPIE s | MAPIE / CIC time | CIC coverage | MAPIE coverage |")
-    print("|---|---|---|---|---|---|---|")
+    print("| scores | n | α | CIC s | MAPIE s | MAPIE / CIC time | CIC coverage | MAPIE coverage, NaN → 1 | "
+          "MAPIE as shipped | NaN p-values |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     rng = np.random.default_rng(0)
-    for n in (10_000, 100_000, 1_000_000):
-        for alpha in (0.10, 0.15):
-            times = {"cic": [], "mapie": []}
-            cover = {"cic": [], "mapie": []}
-            for _ in range(args.draws):
-                u = rng.random(n)
-                e = (rng.random(n) < 0.05 + 0.3 * u).astype(int)
-                start = time.perf_counter()
-                t_cic = cic.calibrate(u, e, alpha=alpha, delta=DELTA, bound="cp", keep_table=False).threshold
-                times["cic"].append(time.perf_counter() - start)
-                start = time.perf_counter()
-                t_mapie = mapie_threshold(u, e, alpha)
-                times["mapie"].append(time.perf_counter() - start)
-                for name, t in (("cic", t_cic), ("mapie", t_mapie)):
-                    cover[name].append(0.0 if t is None else float(np.mean(u <= t)))
-            cic_s, mapie_s = np.mean(times["cic"]), np.mean(times["mapie"])
-            print(f"| {n:,} | {alpha:g} | {cic_s:.3f} | {mapie_s:.3f} | {mapie_s / cic_s:.1f}x | "
-                  f"{np.mean(cover['cic']):.3f} | {np.mean(cover['mapie']):.3f} |", flush=True)
+    for ties in (False, True):
+        for n in (10_000, 100_000, 1_000_000):
+            for alpha in (0.10, 0.15):
+                cell(rng, n, alpha, ties, args.draws)
+
+
+def cell(rng: np.random.Generator, n: int, alpha: float, ties: bool, draws: int) -> None:
+    """One row: `draws` calibration sets, each calibrated by CIC, by MAPIE with NaN read as 1, and as shipped."""
+    times: dict[str, list[float]] = {"cic": [], "mapie": []}
+    cover: dict[str, list[float]] = {"cic": [], "mapie": [], "shipped": []}
+    nans = 0
+    for _ in range(draws):
+        u = rng.random(n)
+        e = (rng.random(n) < 0.05 + 0.3 * u).astype(int)
+        if ties:
+            u = np.ceil(u * 10) / 10  # 0.1 ... 1.0: a stated confidence is never 100%
+        start = time.perf_counter()
+        t_cic = cic.calibrate(u, e, alpha=alpha, delta=DELTA, bound="cp", keep_table=False).threshold
+        times["cic"].append(time.perf_counter() - start)
+        holm = nan_safe_holm()
+        start = time.perf_counter()
+        t_mapie = mapie_threshold(u, e, alpha, holm)
+        times["mapie"].append(time.perf_counter() - start)
+        nans += type(holm).saw_nan
+        t_shipped = mapie_threshold(u, e, alpha)
+        for name, t in (("cic", t_cic), ("mapie", t_mapie), ("shipped", t_shipped)):
+            cover[name].append(0.0 if t is None else float(np.mean(u <= t)))
+    cic_s, mapie_s = np.mean(times["cic"]), np.mean(times["mapie"])
+    print(f"| {'10 tied values' if ties else 'continuous'} | {n:,} | {alpha:g} | {cic_s:.3f} | {mapie_s:.3f} | "
+          f"{mapie_s / cic_s:.1f}x | {np.mean(cover['cic']):.3f} | {np.mean(cover['mapie']):.3f} | "
+          f"{np.mean(cover['shipped']):.3f} | {nans}/{draws} |", flush=True)
 
 
 if __name__ == "__main__":

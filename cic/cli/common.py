@@ -212,16 +212,17 @@ ErrorCol = Annotated[str, typer.Option("--error-col", help="Column with 1 where 
 CorrectCol = Annotated[str | None, typer.Option("--correct-col",
                                                 help="Use a column with 1 where the answer is right instead.")]
 Delta = Annotated[float, typer.Option("--delta", help="Allowed probability that the guarantee fails.")]
-Search = Annotated[str, typer.Option("--search", help="geometric (default, FWER <= delta) | fixed_sequence | "
-                                                     "multistart | holm | bonferroni (need --grid) | paper "
-                                                     "(Algorithm 1, no simultaneous guarantee)")]
+Search = Annotated[str, typer.Option("--search", help="fallback (default, FWER <= delta) | geometric | "
+                                                     "fixed_sequence | multistart | holm | bonferroni (need "
+                                                     "--grid) | paper (Algorithm 1, no simultaneous guarantee) "
+                                                     "| lec (in expectation only)")]
 GridOpt = Annotated[str | None, typer.Option("--grid", help="Uniform grid LOW:HIGH:K fixed in advance.")]
 PilotOpt = Annotated[Path | None, typer.Option("--pilot", help="Pilot file whose score quantiles form the grid.")]
 GridSize = Annotated[int | None, typer.Option("--grid-size", help="Number of pilot quantiles.")]
-NMin = Annotated[int | None, typer.Option("--n-min", help="geometric / fixed_sequence / multistart: no test "
-                                                         "below this accepted count.")]
-Start = Annotated[float | None, typer.Option("--start", help="geometric / fixed_sequence / multistart: no test "
-                                                            "below this threshold.")]
+NMin = Annotated[int | None, typer.Option("--n-min", help="fallback / geometric / fixed_sequence / multistart: "
+                                                         "no test below this accepted count.")]
+Start = Annotated[float | None, typer.Option("--start", help="fallback / geometric / fixed_sequence / multistart: "
+                                                            "no test below this threshold.")]
 Alphas = Annotated[str, typer.Option("--alphas", help="Comma-separated risk levels.")]
 Bounds = Annotated[str, typer.Option("--bounds", help="Comma-separated bounds.")]
 Searches = Annotated[str, typer.Option("--search", help="Comma-separated searches.")]

@@ -118,6 +118,17 @@ def guaranteed(row: dict[str, Any]) -> bool:
         return False
 
 
+def _weaker_guarantee(row: Mapping[str, Any]) -> str:
+    """What a gate of a search without a high-probability guarantee does promise: `lec`'s holds in expectation
+    over calibration sets, `paper`'s for no data-chosen threshold."""
+    from cic.stats.searches import get_search
+
+    try:
+        return "in expectation only" if get_search(row["search"]).guarantee_kind == "expectation" else "none"
+    except UserError:
+        return "none"
+
+
 def no_guarantee_refusal(row: dict[str, Any]) -> str | None:
     """Why a live gate must not serve because its search has no guarantee (None when it may: a guaranteed
     search, or a person's explicit opt-in, `cic gate promote --without-guarantee`, as its newest event)."""
@@ -144,9 +155,9 @@ def verify_gate(row: dict[str, Any]) -> None:
     """Refuse a stored gate that disagrees with its own stored result, or whose certificate does not hold:
     the threshold, alpha, delta (delta / groups for a gate certified with its model's other datasets), bound and
     search columns must equal the result JSON's, and a threshold needs (n_errors, n_accepted) whose upper bound at
-    the result's level is <= alpha."""
-    from cic.stats.bounds import ucb
+    the result's level is <= alpha (for `lec`, its own condition on the counts)."""
     from cic.stats.calibration import CalibrationResult
+    from cic.stats.searches import DEFAULT_SEARCH, SEARCHES
 
     name = f"stored gate {str(row.get('calibration_id'))[:12]}"
     try:
@@ -166,10 +177,10 @@ def verify_gate(row: dict[str, Any]) -> None:
             raise UserError(f"{name}: column {column} = {stored!r} but its certified result says {certified!r}; "
                              "the row was altered — refusing to serve it (recalibrate to replace it)")
     if result.threshold is not None:
-        value = float(ucb(result.bound, result.n_errors, result.n_accepted, result.gamma))
-        if not value <= result.alpha * (1 + 1e-12):
-            raise UserError(f"{name}: its certificate does not hold (UCB {value:.4g} > alpha {result.alpha:g}); "
-                             "refusing to serve it")
+        plan = SEARCHES.find(result.search) or SEARCHES[DEFAULT_SEARCH]  # a caller's own procedure: its UCB
+        holds, figure = plan.certificate(result.bound, result.n_errors, result.n_accepted, result.alpha, result.gamma)
+        if not holds:
+            raise UserError(f"{name}: its certificate does not hold ({figure}); refusing to serve it")
 
 
 def _same_key(frame: pl.DataFrame, row: dict[str, Any]) -> pl.DataFrame:
@@ -391,7 +402,7 @@ def served_entries(store: Store, **equals: Any) -> list[dict[str, Any]]:
             serving.append(row)
             out.append({"serve": "gate", "gate_id": row["calibration_id"], **key,
                         "guarantee": "high-probability" if guaranteed(row) else
-                        f"none: a person opted in ({row['reason'][len(WITHOUT_GUARANTEE):]})",
+                        f"{_weaker_guarantee(row)}: a person opted in ({row['reason'][len(WITHOUT_GUARANTEE):]})",
                         **{k: row[k] for k in ("threshold", "bound_value", "n_accepted", "n_errors", "n_cal")},
                         "certified_with": _certified_with(row, families[family_of(row)]),
                         "window_from": str(row["window_from"]), "window_to": str(row["window_to"]),

@@ -236,7 +236,8 @@ def baseline_outcomes(scores: Any, errors: Any, *, alphas: Sequence[float] = DEF
 
 def compare_methods(scores: Any, errors: Any, *, alphas: Sequence[float] = DEFAULT_ALPHAS,
                     methods: Sequence[str] = tuple(METHODS),
-                    cic_searches: Sequence[str] = ("paper", "geometric", "fixed_sequence", "multistart"),
+                    cic_searches: Sequence[str] = ("paper", "fallback", "geometric", "fixed_sequence",
+                                                                   "multistart"),
                     delta: float = 0.05,
                     bound: str = "cp", n_splits: int = 100, cal_fraction: float = 0.5, seed: int = 0,
                     grid: Any = None, known: pl.DataFrame | None = None) -> pl.DataFrame:

@@ -2,7 +2,7 @@
 
 `calibrate(scores, errors, alpha=...)` returns a frozen `CalibrationResult`. The search is one object of
 `cic.stats.searches.SEARCHES` (its rule and its guarantee) run by `searches.run_search`, the one search pipeline
-the split protocol and the simulator share; the default, `geometric`, carries a valid family-wise guarantee.
+the split protocol and the simulator share; the default, `fallback`, carries a valid family-wise guarantee.
 This module counts n(t) and FD(t) on one sorted set, bins huge inputs for the paper search and assembles the
 result. A threshold t accepts every score U <= t (ties included).
 """
@@ -28,6 +28,7 @@ from cic.stats._validation import (
 from cic.stats.gate import Gate
 from cic.stats.searches import (
     DEFAULT_SEARCH,
+    SEARCHES,
     Search,
     Setting,
     check_search_args,
@@ -195,6 +196,11 @@ class CalibrationResult:
             return (f"alpha = {self.alpha:g} is unattainable at delta = {self.delta:g} ({name} bound, "
                     f"{self.search} search over {self.n_candidates or 'every unique score as'} candidates, "
                     f"{self.n_calibration} calibration points): abstain on everything")
+        if SEARCHES.find(self.search) is not None and SEARCHES[self.search].guarantee_kind == "expectation":
+            return (f"answer when score <= {self.threshold + 0.0:.6g}: error among accepted <= {self.alpha:g} in "
+                    f"expectation over calibration sets, not with probability {1 - self.delta:g} (FD + 1 <= alpha·n "
+                    f"at n = {self.n_accepted}, FD = {self.n_errors}; {name} UCB {self.bound_value:.4f}; "
+                    f"{self.search} search)")
         return (f"answer when score <= {self.threshold + 0.0:.6g}: error among accepted <= {self.alpha:g} with "
                 f"probability >= {1 - self.delta:g} ({name} UCB {self.bound_value:.4f} at n = {self.n_accepted}, "
                 f"FD = {self.n_errors}; {self.search} search)")
@@ -314,12 +320,13 @@ def calibrate(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05, bo
         "hoeffding_bentkus".
     search : str or Search
         A `cic.stats.searches.Search` of your own (MAPIE-style: a procedure object; its `select` decides), or a
-        name of `cic.stats.searches.SEARCHES`: "geometric" (default: fixed-sequence chains from n/2, n/4, ...
-        accepted answers, chain k at delta·(1/k)/H_J, FWER <= delta), "fixed_sequence" (one chain upwards from
-        `start` or the `n_min`-th score at delta; by default n_min is the smallest count at which an empirical
-        risk of alpha/2 would be certified, `bounds.half_alpha_n`), "multistart" (four such chains at
+        name of `cic.stats.searches.SEARCHES`: "fallback" (default: one fixed-sequence line entered at the first
+        certifiable count, at n/2, n/4, ... and at an equal-count grid, a passed threshold handing its level on,
+        FWER <= delta), "geometric" (chains from n/2, n/4, ... by a union bound), "fixed_sequence" (one chain
+        upwards from `start` or the `n_min`-th score at delta; by default n_min is the smallest count at which an
+        empirical risk of alpha/2 would be certified, `bounds.half_alpha_n`), "multistart" (four such chains at
         delta / 4), "holm" and "bonferroni" (a `grid` fixed in advance), "paper" (Algorithm 1: every unique
-        score at delta, no simultaneous guarantee).
+        score at delta, no simultaneous guarantee), "lec" (LEC's rule: a guarantee in expectation only).
     grid, n_min, start
         Search arguments, fixed before the labels are seen.
     keep_table : bool
@@ -337,7 +344,7 @@ def calibrate(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05, bo
     >>> scores = np.linspace(0, 1, 2000); errors = (np.arange(2000) % 50 == 49).astype(int)  # 2% wrong
     >>> result = cic.calibrate(scores, errors, alpha=0.1, delta=0.05)
     >>> result.threshold, result.n_accepted, result.n_errors, result.search
-    (1.0, 2000, 40, 'geometric')
+    (1.0, 2000, 40, 'fallback')
     """
     s, e = as_pair(scores, errors)
     bound = _bounds.resolve_bound(bound)

@@ -74,9 +74,11 @@ class Search:
         return delta
 
     def select(self, eligible: np.ndarray, feasible_at: FeasibleAt, delta: float, k: int, *,
-               counts: np.ndarray | None = None, setting: Setting | None = None) -> tuple[np.ndarray, np.ndarray]:
+               counts: np.ndarray | None = None, errors: np.ndarray | None = None,
+               setting: Setting | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Per row, the chosen column (-1: none) and the level it was certified at. `counts` (accepted count per
-        column) and `setting` (calibration size, bound, alpha) are for searches whose chains depend on them."""
+        column) and `setting` (calibration size, bound, alpha) are for searches whose chains depend on them;
+        `errors` (error count per column) for rules that test the counts without a bound (`lec`)."""
         raise NotImplementedError
 
     def default_n_min(self, bound: str, alpha: float, delta: float) -> int | None:
@@ -88,6 +90,12 @@ class Search:
         """The exact fast path on one calibration set: (chosen index or -1, its level, exact tests run), or None
         where the search has none (`select` then decides through the feasibility tables)."""
         return None
+
+    def certificate(self, bound: str, n_errors: int, n_accepted: int, alpha: float, gamma: float) -> tuple[bool, str]:
+        """Whether a stored threshold's counts still satisfy what this search claims for it, and the figure that
+        says so (a high-probability search: the bound's UCB at the certified level is <= alpha)."""
+        value = float(bounds.ucb(bound, n_errors, n_accepted, gamma))
+        return value <= alpha * (1 + 1e-12), f"UCB {value:.4g} > alpha {alpha:g}"
 
     def check_args(self, grid: Any, n_min: Any, start: Any) -> None:
         """Refuse arguments this search does not take, naming them."""
@@ -116,7 +124,8 @@ class LargestFeasible(Search):
         return delta / k if self.divide_by_k else delta
 
     def select(self, eligible: np.ndarray, feasible_at: FeasibleAt, delta: float, k: int, *,
-               counts: np.ndarray | None = None, setting: Setting | None = None) -> tuple[np.ndarray, np.ndarray]:
+               counts: np.ndarray | None = None, errors: np.ndarray | None = None,
+               setting: Setting | None = None) -> tuple[np.ndarray, np.ndarray]:
         gamma = self.level(delta, k)
         return last_true(feasible_at(gamma) & eligible), np.full(eligible.shape[0], gamma)
 
@@ -140,7 +149,8 @@ class Holm(Search):
         return delta / k
 
     def select(self, eligible: np.ndarray, feasible_at: FeasibleAt, delta: float, k: int, *,
-               counts: np.ndarray | None = None, setting: Setting | None = None) -> tuple[np.ndarray, np.ndarray]:
+               counts: np.ndarray | None = None, errors: np.ndarray | None = None,
+               setting: Setting | None = None) -> tuple[np.ndarray, np.ndarray]:
         rows = eligible.shape[0]
         k_eff = eligible.sum(axis=1)
         rejected = np.zeros(rows, dtype=np.int64)
@@ -192,7 +202,8 @@ class FixedSequence(Search):
         return index, gamma, tested
 
     def select(self, eligible: np.ndarray, feasible_at: FeasibleAt, delta: float, k: int, *,
-               counts: np.ndarray | None = None, setting: Setting | None = None) -> tuple[np.ndarray, np.ndarray]:
+               counts: np.ndarray | None = None, errors: np.ndarray | None = None,
+               setting: Setting | None = None) -> tuple[np.ndarray, np.ndarray]:
         gamma = self.level(delta, k)
         feasible = feasible_at(gamma)
         rows, cols = eligible.shape
@@ -232,7 +243,8 @@ class GeometricStarts(Search):
     """
 
     def select(self, eligible: np.ndarray, feasible_at: FeasibleAt, delta: float, k: int, *,
-               counts: np.ndarray | None = None, setting: Setting | None = None) -> tuple[np.ndarray, np.ndarray]:
+               counts: np.ndarray | None = None, errors: np.ndarray | None = None,
+               setting: Setting | None = None) -> tuple[np.ndarray, np.ndarray]:
         if counts is None or setting is None:
             raise ValueError(f"search = {self.name!r} needs the accepted counts and the calibration setting")
         rows, cols = eligible.shape
@@ -267,7 +279,8 @@ BOTTOM_SHARE = 0.9  # of delta, for the chain from the first count that can cert
 
 
 @functools.lru_cache(maxsize=4096)
-def geometric_chains(n_calibration: int, bound: str, alpha: float, delta: float) -> tuple[tuple[int, float], ...]:
+def geometric_chains(n_calibration: int, bound: str, alpha: float, delta: float,
+                     bottom: float | None = None) -> tuple[tuple[int, float], ...]:
     """The (first accepted count, level) of each chain of the geometric search.
 
     A bottom chain at delta·BOTTOM_SHARE from `half_alpha_n` (fixed_sequence's first test at its level: where a
@@ -275,7 +288,7 @@ def geometric_chains(n_calibration: int, bound: str, alpha: float, delta: float)
     J the most chains whose last one starts where its own level can certify an empirical risk of alpha/2.
     """
 
-    bottom = delta * BOTTOM_SHARE
+    bottom = delta * BOTTOM_SHARE if bottom is None else bottom
     rest = delta - bottom
     chains: tuple[tuple[int, float], ...] = ()
     harmonic = 0.0
@@ -290,7 +303,149 @@ def geometric_chains(n_calibration: int, bound: str, alpha: float, delta: float)
     return ((bounds.half_alpha_n(bound, alpha, bottom), bottom), *chains)
 
 
+@dataclass(frozen=True)
+class Marginal(Search):
+    """LEC's rule (Wang et al., ICML 2026, arXiv 2512.01556): the largest candidate whose accepted calibration
+    answers satisfy sum (E_i - alpha) <= -1, i.e. FD(t) + 1 <= alpha · n(t).
+
+    Its guarantee is in expectation over calibration and test draw (P(error | accepted) <= alpha marginally,
+    exchangeable data): a single calibration set's threshold can have R(t) > alpha far more often than delta —
+    the split protocol's fdr_above_alpha column shows how often. Never a default and never served unless a
+    person opts in (`cic.pipeline.gates.guaranteed`); delta plays no part in it.
+    """
+
+    def select(self, eligible: np.ndarray, feasible_at: FeasibleAt, delta: float, k: int, *,
+               counts: np.ndarray | None = None, errors: np.ndarray | None = None,
+               setting: Setting | None = None) -> tuple[np.ndarray, np.ndarray]:
+        if counts is None or errors is None or setting is None:
+            raise ValueError(f"search = {self.name!r} needs the accepted and error counts and the setting")
+        fd, n = np.broadcast_to(errors, eligible.shape), np.broadcast_to(counts, eligible.shape)
+        ok = fd + 1 <= setting.alpha * n + 1e-9  # (alpha·n is often an integer in exact arithmetic)
+        return last_true(ok & eligible), np.full(eligible.shape[0], delta)
+
+    def certificate(self, bound: str, n_errors: int, n_accepted: int, alpha: float, gamma: float) -> tuple[bool, str]:
+        """LEC's own condition on the accepted counts (no bound, no level)."""
+        excess = n_errors + 1 - alpha * n_accepted
+        return excess <= 1e-9, f"errors + 1 - alpha·accepted = {excess:.4g} > 0"
+
+
+@dataclass(frozen=True)
+class Fallback(Search):
+    """One fixed-sequence line through every candidate, entered at several points fixed before the labels, each
+    with its own share of delta; a rejected hypothesis hands its whole level on to the next candidate (a
+    graphical procedure whose graph is the line t_1 -> t_2 -> ...).
+
+    Entry points (`fallback_entries`): the first count that can certify (as fixed_sequence, 0.6·delta), the
+    geometric starts n/2, n/4, ... (0.1·delta) and an equal-count grid n·i/K (0.3·delta). The scan goes upward
+    carrying a level: at an entry the entry's share is added; a candidate that passes at the carried level is
+    rejected and the level moves on; one that fails keeps the level (it is stuck there) and the scan waits for
+    the next entry. Where `geometric` runs the same kind of chains side by side (a union bound), here a chain
+    that reaches the next entry adds that entry's level to its own. The grid entries are what a low-score
+    region of confident-but-wrong answers cannot trap: every chain that starts inside it stops there, but some
+    grid entry lies beyond it. FWER <= sum of the shares = delta (Bretz et al. 2009: weighted-Bonferroni
+    graphical procedures control the FWER strongly under any dependence among the tests), conditionally on
+    the scores like fixed_sequence. The shares are chosen by measurement: docs/statistics.md.
+    """
+
+    shares: tuple[float, float, float] = (0.6, 0.1, 0.3)  # of delta: bottom entry, geometric starts, grid
+    grid_entries: int = 20  # at most: grid entries at n·i/K, i = 1..K-1 (K adapted to n, `fallback_entries`)
+
+    def entries(self, setting: Setting, delta: float) -> tuple[tuple[int, float], ...]:
+        return fallback_entries(setting.n_calibration, setting.bound, setting.alpha, delta, self.shares,
+                                self.grid_entries)
+
+    def select(self, eligible: np.ndarray, feasible_at: FeasibleAt, delta: float, k: int, *,
+               counts: np.ndarray | None = None, errors: np.ndarray | None = None,
+               setting: Setting | None = None) -> tuple[np.ndarray, np.ndarray]:
+        if counts is None or setting is None:
+            raise ValueError(f"search = {self.name!r} needs the accepted counts and the calibration setting")
+        rows, cols = eligible.shape
+        counts = np.broadcast_to(counts, eligible.shape)
+        col, row = np.arange(cols), np.arange(rows)
+        last_eligible = np.maximum.accumulate(np.where(eligible, col[None, :], -1), axis=1)
+        entries = self.entries(setting, delta)
+        starts = [np.where((tested := eligible & (counts >= c)).any(axis=1), np.argmax(tested, axis=1), cols)
+                  for c, _ in entries]
+        best, level = np.full(rows, -1, dtype=np.int64), np.full(rows, np.nan)
+        carry = np.zeros(rows)
+        tables: dict[float, np.ndarray] = {}
+        for e, (_, share) in enumerate(entries):
+            start, stop = starts[e], (starts[e + 1] if e + 1 < len(entries) else np.full(rows, cols))
+            held = carry + share
+            fail_at = np.full(rows, cols)
+            for w in np.unique(held):
+                these = held == w
+                if w not in tables:
+                    tables[w] = feasible_at(float(w))
+                failed = eligible[these] & ~tables[w][these] & (col[None, :] >= start[these, None])
+                fail_at[these] = np.where(failed.any(axis=1), np.argmax(failed, axis=1), cols)
+            end = np.minimum(fail_at, stop)  # the segment [start, stop) passes up to (not including) end
+            reached = np.where(end > start, last_eligible[row, np.maximum(end - 1, 0)], -1)
+            better = reached > best
+            best, level = np.where(better, reached, best), np.where(better, held, level)
+            carry = np.where(fail_at >= stop, held, 0.0)  # a whole segment passed: its level enters the next
+        return best, level
+
+    def scan_one(self, fd: np.ndarray, n: np.ndarray, eligible: np.ndarray, *, delta: float, k: int,
+                 setting: Setting) -> tuple[int, float, int | None] | None:
+        """The same scan on one calibration set, each segment tested lazily up to its first failure."""
+        entries = self.entries(setting, delta)
+        best, level, tested, carry = -1, math.nan, 0, 0.0
+        for e, (first, share) in enumerate(entries):
+            upper = entries[e + 1][0] if e + 1 < len(entries) else None
+            segment = eligible & (n >= first) & (n < upper if upper is not None else True)
+            held = carry + share
+            end, count = search_fixed_sequence(fd, n, segment, bound=setting.bound, alpha=setting.alpha, gamma=held)
+            tested += count
+            if end > best:
+                best, level = end, held
+            carry = held if end == _last_true(segment) else 0.0  # an empty segment passes its level on too
+        return best, level, tested
+
+
+@functools.lru_cache(maxsize=4096)
+def fallback_entries(n_calibration: int, bound: str, alpha: float, delta: float,
+                     shares: tuple[float, float, float] = (0.6, 0.1, 0.3),
+                     grid_entries: int = 20) -> tuple[tuple[int, float], ...]:
+    """The (first accepted count, share of delta) of each entry of the fallback search, ascending by count,
+    shares at equal counts summed; they sum to delta at most.
+
+    The bottom entry at half_alpha_n (shares[0]·delta); the geometric starts ceil(n / 2^j) sharing
+    shares[1]·delta as `geometric_chains` does; grid entries ceil(n·i/K) sharing shares[2]·delta equally, K the
+    largest K <= grid_entries whose middle entry (n/2) can certify an empirical risk of alpha/2 on its own share
+    (small n: a coarse grid with larger shares), each entry kept only where its share can; a share no entry
+    can use is given to the bottom entry. A function of (n, bound, alpha, delta) alone.
+    """
+    bottom_share, geometric_share, grid_share = (delta * s for s in shares)
+    geometric = geometric_chains(n_calibration, bound, alpha, delta, bottom=delta - geometric_share)[1:]
+    kept = sum(w for _, w in geometric)
+    grid: list[tuple[int, float]] = []
+    for k in range(grid_entries, 1, -1):  # the finest grid whose middle entry can certify on its own share
+        each = grid_share / (k - 1)
+        floor = bounds.half_alpha_n(bound, alpha, each)
+        if -(-n_calibration // 2) >= floor:
+            grid = [(c, each) for i in range(1, k) if (c := -(-n_calibration * i // k)) >= floor]
+            break
+    bottom = delta - kept - sum(w for _, w in grid)
+    merged: dict[int, float] = {}
+    for count, share in ((bounds.half_alpha_n(bound, alpha, bottom), bottom), *geometric, *grid):
+        merged[count] = merged.get(count, 0.0) + share
+    return tuple(sorted(merged.items()))
+
+
 SEARCHES: Registry[Search] = Registry("search", (
+    Fallback(
+        "fallback", "fixed sequence, fallback entries",
+        "FWER <= delta: one fixed-sequence line through every calibration score, entered at points fixed by "
+        "(n, bound, alpha, delta) before the labels — the first count that can certify (0.6·delta), the geometric "
+        "starts n/2, n/4, ... (0.1·delta) and an equal-count grid n·i/K, K <= 20 (0.3·delta) —; a threshold "
+        "that passes hands its level on to the next score, so a chain reaching an entry adds that entry's level to "
+        "its own (a graphical procedure, Bretz et al. 2009: the levels sum to delta). The largest threshold passed is "
+        "returned. The guarantee holds conditionally on the scores whatever the shape of R(t); a low-score region "
+        "of confident-but-wrong answers stops the chains that start inside it, not the grid entries beyond it",
+        "high-probability", takes_grid=False, first_test=True,
+        claim="P(R(t_hat) <= alpha) >= 1 - delta (a fixed-sequence line entered at 0.6·delta from the first "
+              "certifiable count, 0.1·delta at n/2, n/4, ..., 0.3·delta at an equal-count grid; levels passed on)"),
     GeometricStarts(
         "geometric", "fixed sequence, geometric starts",
         "FWER <= delta: fixed-sequence chains, each testing every calibration score upward from its start and "
@@ -329,6 +484,14 @@ SEARCHES: Registry[Search] = Registry("search", (
         "the labels, each tested at delta / K",
         "high-probability", needs_grid=True, divide_by_k=True,
         claim="P(R(t_hat) <= alpha) >= 1 - delta (Theorem 2, grid fixed in advance, each at delta / K)"),
+    Marginal(
+        "lec", "LEC (expectation)",
+        "in expectation only (LEC, Wang et al. 2026): the largest calibration score whose accepted answers satisfy "
+        "sum (E_i - alpha) <= -1; P(error | accepted) <= alpha on average over calibration sets (exchangeable "
+        "data), not with probability 1 - delta for the calibration set at hand — the share of splits whose test "
+        "FDR exceeds alpha (fdr_above_alpha) says how often one set's threshold misses",
+        "expectation", short_guarantee="in expectation", takes_grid=False,
+        claim="E-guarantee: P(error | accepted) <= alpha marginally over calibration sets (sum (E - alpha) <= -1)"),
     LargestFeasible(
         "paper", "paper (Algorithm 1)",
         "none simultaneous: every unique calibration score is tested at level delta with no multiplicity "
@@ -338,7 +501,7 @@ SEARCHES: Registry[Search] = Registry("search", (
         claim="none for the chosen threshold: P(R(t) <= alpha) >= 1 - delta holds for each fixed t only"),
 ), hint="or multistart[S]")
 SEARCH_NAMES: tuple[str, ...] = tuple(SEARCHES)
-DEFAULT_SEARCH = "geometric"  # why: docs/statistics.md, "The default search"
+DEFAULT_SEARCH = "fallback"  # why: docs/statistics.md, "The default search"
 
 _MULTISTART = re.compile(r"^multistart\[(\d+)\]$")
 
@@ -484,7 +647,8 @@ def run_search(search: Search, values: np.ndarray, n: np.ndarray, fd: np.ndarray
                 tables[gamma] = feasibility_table(setting.bound, n_max, setting.alpha, gamma)
             return tables[gamma]
 
-    index, level = search.select(eligible, lambda gamma: fd <= table(gamma)[n], delta, k, counts=n, setting=setting)
+    index, level = search.select(eligible, lambda gamma: fd <= table(gamma)[n], delta, k, counts=n, errors=fd,
+                                 setting=setting)
     return SearchOutcome(index, np.where(index >= 0, level, unattained), n_min, None)
 
 

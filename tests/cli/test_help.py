@@ -51,11 +51,11 @@ def test_version() -> None:
 
 
 def test_one_search_default_everywhere() -> None:
-    """`geometric` (a simultaneous guarantee, DEFAULT_SEARCH) is every command's default; `paper` only when asked."""
+    """`fallback` (a simultaneous guarantee, DEFAULT_SEARCH) is every command's default; `paper` only when asked."""
     defaults = {" ".join(path): p.default for path, command in COMMANDS for p in command.params
                 if p.opts and p.opts[0] == "--search"}
     assert {"calibrate", "evaluate", "report", "simulate", "ask"} <= set(defaults)
-    assert set(defaults.values()) == {"geometric"}, defaults
+    assert set(defaults.values()) == {"fallback"}, defaults
 
 
 def test_one_experiment_prefix_default() -> None:

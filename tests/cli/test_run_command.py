@@ -30,7 +30,7 @@ def test_cic_run_prints_the_table_says_where_things_went_and_why_nothing_certifi
     out = proc.stdout
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "smollm2 · trivia_qa · similarity[0.6] — split protocol of" in out.replace("\n", " ")
-    assert "geometric" in out and "10/10" in out and "…" not in out  # fits 100 columns: nothing cut
+    assert "fallback" in out and "10/10" in out and "…" not in out  # fits 100 columns: nothing cut
     assert f"DuckDB: {tmp_path / 'small.duckdb'}" in out.replace("\n", "") or "DuckDB: small.duckdb" in out
     assert (tmp_path / "small.duckdb").is_file() and (tmp_path / "mlflow.db").is_file()
     assert any((tmp_path / "reports").iterdir())

@@ -71,8 +71,8 @@ def test_evaluate_prints_the_protocol_table_and_writes_it(table_files, tmp_path:
                                  "--n-splits", "20", "--alphas", "0.1,0.2", "--out", str(out)])
     assert result.exit_code == 0, result.output
     written = pl.read_csv(out)
-    expected = cic.evaluate_splits(scores, errors, alphas=[0.1, 0.2], n_splits=20, search="geometric")
-    assert written.height == 4 and set(written["search"]) == {"geometric"}  # the CLI's one default search
+    expected = cic.evaluate_splits(scores, errors, alphas=[0.1, 0.2], n_splits=20, search="fallback")
+    assert written.height == 4 and set(written["search"]) == {"fallback"}  # the CLI's one default search
     np.testing.assert_allclose(written["coverage_mean"].to_numpy(), expected["coverage_mean"].to_numpy())
     assert "FDR" in result.output and "fails" in result.output
     assert f"evaluate {parquet.name}:" not in result.output  # quick: no progress lines (they start after 5 s)

@@ -136,7 +136,7 @@ def test_mlflow_has_one_run_per_group_with_its_per_alpha_table_and_artifacts(
         fdr = {(r["estimator"], r["criterion"], r["alpha"], r["bound"], r["search"]): r["fdr_mean"]
                for r in store.read("evaluations").iter_rows(named=True)}
         stored = store.read("calibrations")
-    for run in runs:  # alphas x bounds x searches (geometric and paper, the default), every one a row
+    for run in runs:  # alphas x bounds x searches (fallback, the default, and paper), every one a row
         table, tags = per_alpha(client, run), run.data.tags
         assert len(table) == 2 * 2 * 2 and {"alpha", "coverage_mean", "fails", "n_accepted", "feasible"} <= set(
             table.columns)

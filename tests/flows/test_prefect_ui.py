@@ -90,7 +90,7 @@ def test_cic_run_shows_in_the_prefect_and_mlflow_uis(server: dict[str, str], mlf
     table = artifacts["cic-pipeline-results"]
     rows = json.loads(table["data"]) if isinstance(table["data"], str) else table["data"]
     assert table["type"] == "table" and {r["estimator"] for r in rows} == {"semantic_entropy[embedding:0.9]"}
-    assert {r["search"] for r in rows} == {"geometric", "paper"} and all("fdr_mean" in r for r in rows)
+    assert {r["search"] for r in rows} == {"fallback", "paper"} and all("fdr_mean" in r for r in rows)
 
     # the committed real model's TriviaQA results, same estimator and criterion, logged beside the run
     real = tmp_path / "real.parquet"
@@ -113,7 +113,7 @@ def _mlflow_shows_both_models_against_alpha(url: str) -> None:
     parents = {r["info"]["run_name"].split(" · ")[0]: r for r in runs["runs"]}
     assert set(parents) == {"smollm2", "qwen2.5-coder-1.5b"}, set(parents)
     series = urllib.parse.urlencode({"run_ids": [r["info"]["run_id"] for r in parents.values()],
-                                     "metric_key": "coverage_by_alpha_pct.cp.geometric", "max_results": 100},
+                                     "metric_key": "coverage_by_alpha_pct.cp.fallback", "max_results": 100},
                                     doseq=True)
     with urllib.request.urlopen(f"{url}/ajax-api/2.0/mlflow/metrics/get-history-bulk-interval?{series}",
                                 timeout=30) as reply:
@@ -127,7 +127,7 @@ def _mlflow_shows_both_models_against_alpha(url: str) -> None:
         with urllib.request.urlopen(f"{url}/get-artifact?{query}", timeout=30) as reply:
             table = json.loads(reply.read())  # pandas' "split" layout, as MLflow's table view reads it
         rows = tables[name] = [dict(zip(table["columns"], row, strict=True)) for row in table["data"]]
-        mine = [r for r in rows if r["bound"] == "cp" and r["search"] == "geometric"]
+        mine = [r for r in rows if r["bound"] == "cp" and r["search"] == "fallback"]
         assert {round(r["alpha"] * 100) for r in mine} == steps[name]
         assert all(r["fdr_mean"] == UNDEFINED or 0 <= r["fdr_mean"] <= 1 for r in rows)
         assert all((r["threshold"] == UNATTAINABLE) == (not r["feasible"]) for r in rows)

@@ -140,7 +140,7 @@ def test_cic_run_exits_0_within_seconds_of_its_last_line_and_says_where_things_w
     readable(ran, max_lines=60)
     out = ran.text
     assert "smollm2 · trivia_qa · similarity[0.6] — split protocol of" in out.replace("\n", " ")
-    assert "geometric" in out and "10/10" in out and "…" not in out  # fits 100 columns: nothing cut
+    assert "fallback" in out and "10/10" in out and "…" not in out  # fits 100 columns: nothing cut
     assert "answer smollm2: 6/6 (100.0%)" in out  # not a terminal: plain progress lines, not bars
     assert "Every α was unattainable" in out and "infra/examples/real/README.md" in out
     assert "group(s) logged" in out and (user / "small.duckdb").is_file() and any((user / "reports").iterdir())
@@ -258,7 +258,7 @@ def test_on_call_a_warning_completes_a_page_fails_and_the_rejected_gate_serves_n
 
     user, env = home
     config = yaml.safe_load((user / "small.yaml").read_text())
-    config["calibration"] = {"alphas": [0.001, 0.2], "bounds": ["cp"], "searches": ["geometric", "paper"],
+    config["calibration"] = {"alphas": [0.001, 0.2], "bounds": ["cp"], "searches": ["fallback", "paper"],
                              "n_splits": 10}
     config["recalibration"] = {"promotion": "auto"}
     config["storage"]["db"] = "oncall.duckdb"
@@ -275,7 +275,7 @@ def test_on_call_a_warning_completes_a_page_fails_and_the_rejected_gate_serves_n
     readable(first, max_lines=40)
     assert run_cic(["gate", "export", "--db", "oncall.duckdb", "--out", "first.json"], user, env).code == 0
     served = [e for e in json.loads((user / "first.json").read_text()) if e["serve"] == "gate"]
-    assert served and {e["search"] for e in served} == {"geometric"} and {e["alpha"] for e in served} == {0.2}
+    assert served and {e["search"] for e in served} == {"fallback"} and {e["alpha"] for e in served} == {0.2}
     live_id = served[0]["gate_id"]
 
     assert run_cic(["ingest", "week2.csv", "--db", "oncall.duckdb"], user, env).code == 0

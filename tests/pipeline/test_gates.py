@@ -261,16 +261,16 @@ def test_a_first_gate_that_certifies_nothing_is_unattainable_not_live_until_one_
         strict = calibration_rows(group, pairs, CalibrationConfig(alphas=(0.001,), bounds=("cp",)))
         store.upsert("calibrations", strict)
         assert promote_first_gates(store, strict["calibration_id"], reason="pipeline") == []
-        first = strict.filter(search="geometric")["calibration_id"][0]
+        first = strict.filter(search="fallback")["calibration_id"][0]
         assert gates(store, calibration_id=first)["state"][0] == "unattainable"
         (entry,) = served_entries(store)
         assert entry["serve"] == "nothing" and entry["unattainable_gate_id"] == first
         assert entry["reason"].startswith("alpha = 0.001 is unattainable") and "(300 labelled" in entry["reason"]
     key = dict(model=group.model, dataset=group.dataset, estimator=group.estimator, criterion=group.criterion,
-               alpha=0.001, bound="cp", search="geometric")
+               alpha=0.001, bound="cp", search="fallback")
     assert serving_gate(str(db), **key)["withheld"].startswith("alpha = 0.001 is unattainable")
     with Store.open(db) as store:  # a person promotes another gate of the key: the unattainable one retires
         other = calibration_rows(group, pairs.head(250), CalibrationConfig(alphas=(0.001,), bounds=("cp",)))
         store.upsert("calibrations", other)
-        row, retired = promote(store, other.filter(search="geometric")["calibration_id"][0], reason="t")
+        row, retired = promote(store, other.filter(search="fallback")["calibration_id"][0], reason="t")
         assert row["state"] == "unattainable" and retired == [first]  # certifies nothing either: never live

@@ -222,22 +222,23 @@ def test_on_alarm_flag_keeps_the_gate_serving_with_the_alert_on_it(store: Store)
     assert gates(store).filter(pl.col("calibration_id") == live_id)["alerts"].list.len()[0] == 1
 
 
-def test_a_search_without_a_guarantee_never_goes_live_on_its_own(store: Store) -> None:
+@pytest.mark.parametrize(("search", "promise"), [("paper", "none"), ("lec", "in expectation only")])
+def test_a_search_without_a_guarantee_never_goes_live_on_its_own(store: Store, search: str, promise: str) -> None:
     from cic.errors import UserError
     from cic.pipeline.gates import gates, promote, served_entries
 
     store_run(store, n=300, labelled_at=START, estimators=("semantic_entropy",))
     group = only_group(store)
-    config = CalibrationConfig(alphas=(0.3,), bounds=("cp",), searches=("paper", "fixed_sequence"), n_splits=5)
+    config = CalibrationConfig(alphas=(0.3,), bounds=("cp",), searches=(search, "fixed_sequence"), n_splits=5)
     rows = make_live(store, group, config)
     states = dict(gates(store).select("search", "state").iter_rows())
-    assert states == {"paper": "candidate", "fixed_sequence": "live"}
-    paper_id = rows.filter(pl.col("search") == "paper")["calibration_id"][0]
+    assert states == {search: "candidate", "fixed_sequence": "live"}
+    weak_id = rows.filter(pl.col("search") == search)["calibration_id"][0]
     with pytest.raises(UserError, match="no high-probability guarantee"):
-        promote(store, paper_id, reason="t")
-    promote(store, paper_id, reason="reviewed by ana", without_guarantee=True)
-    entry = next(e for e in served_entries(store) if e["search"] == "paper")
-    assert entry["serve"] == "gate" and entry["guarantee"] == "none: a person opted in (reviewed by ana)"
+        promote(store, weak_id, reason="t")
+    promote(store, weak_id, reason="reviewed by ana", without_guarantee=True)
+    entry = next(e for e in served_entries(store) if e["search"] == search)
+    assert entry["serve"] == "gate" and entry["guarantee"] == f"{promise}: a person opted in (reviewed by ana)"
 
 
 def test_auto_promotion_is_held_back_by_a_page_not_by_an_unreachable_alpha_beside_it(store: Store) -> None:

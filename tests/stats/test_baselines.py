@@ -109,11 +109,12 @@ def test_split_outcomes_equal_a_loop_over_the_single_set_rules(bound: str) -> No
 def test_compare_methods_puts_cic_on_the_same_splits() -> None:
     scores, errors = make_table(np.random.default_rng(6), 1000, decimals=3, base=0.02)
     table = B.compare_methods(scores, errors, alphas=[0.15], n_splits=20, seed=4, cal_fraction=0.5)
-    assert table["method"].to_list() == ["cic_paper", "cic_geometric", "cic_fixed_sequence", "cic_multistart", "naive",
-                                         "coin_binary", "conformal_alignment", "lec"]
+    assert table["method"].to_list() == ["cic_paper", "cic_fallback", "cic_geometric", "cic_fixed_sequence",
+                                         "cic_multistart", "naive", "coin_binary", "conformal_alignment", "lec"]
     # each CIC search carries the guarantee its registry entry states: Algorithm 1 as printed has none
     assert dict(zip(table["method"], table["guarantee"], strict=True)) == {
-        "cic_paper": "none", "cic_geometric": "high-probability", "cic_fixed_sequence": "high-probability",
+        "cic_paper": "none", "cic_fallback": "high-probability", "cic_geometric": "high-probability",
+        "cic_fixed_sequence": "high-probability",
         "cic_multistart": "high-probability",
         "naive": "none",
         "coin_binary": "high-probability", "conformal_alignment": "expectation", "lec": "expectation"}

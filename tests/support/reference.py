@@ -125,3 +125,35 @@ def geometric(scores: np.ndarray, errors: np.ndarray, alpha: float, delta: float
                 break
             best = t if best is None else max(best, t)
     return best
+
+
+def fallback(scores: np.ndarray, errors: np.ndarray, alpha: float, delta: float, bound: str,
+             entries: list[tuple[int, float]], seed: int = 0) -> float | None:
+    """The graphical procedure written out: each distinct score a hypothesis with the summed levels of the entries
+    whose count it is the first to reach; repeatedly, in a random order, reject any hypothesis whose literal UCB
+    at its current level is <= alpha and hand its level to the next unrejected score, until nothing changes (a
+    graphical procedure's result does not depend on the order). The largest rejected score."""
+    candidates = sorted(set(scores.tolist()))
+    counts = [int(np.sum(scores <= t)) for t in candidates]
+    level = [0.0] * len(candidates)
+    for first, share in entries:
+        at = next((i for i, c in enumerate(counts) if c >= first), None)
+        if at is not None:
+            level[at] += share
+    rejected = [False] * len(candidates)
+    order = np.random.default_rng(seed)
+    changed = True
+    while changed:
+        changed = False
+        for i in order.permutation(len(candidates)):
+            if rejected[i] or level[i] <= 0:
+                continue
+            fd = int(np.sum((scores <= candidates[i]) & (errors == 1)))
+            if literal_ucb(bound, fd, counts[i], level[i]) <= alpha:
+                rejected[i], changed = True, True
+                nxt = next((j for j in range(i + 1, len(candidates)) if not rejected[j]), None)
+                if nxt is not None:
+                    level[nxt] += level[i]
+                level[i] = 0.0
+    hits = [t for t, r in zip(candidates, rejected, strict=True) if r]
+    return max(hits) if hits else None
