@@ -27,9 +27,8 @@ and FD(t) = #{U_i <= t, E_i = 1}, candidates t being the distinct calibration sc
   sum_{U_i <= t} (E_i - alpha) <= -1, i.e. FD(t) + 1 <= alpha n(t). The margin reserves room for a
   worst-case test point (an accepted error adds 1 - alpha <= 1 to the sum), the exchangeability argument
   behind P(error and accepted) <= alpha P(accepted) marginally: a guarantee in expectation over calibration
-  and test draws, not with high probability. (-1 is the rule as specified for this project; a margin of
-  -(1 - alpha) for the test point alone would be slightly less conservative. We could not consult LEC's
-  full text to confirm its exact constant.)
+  and test draws, not with high probability. (-1 is LEC's finite-sample condition, its Eq. 5 as summarised
+  from arXiv 2512.01556; the `lec` search of `cic.stats.searches` is the same rule, `searches.lec_feasible`.)
 """
 
 from __future__ import annotations
@@ -103,7 +102,7 @@ def lec_threshold(scores: Any, errors: Any, alpha: float) -> float | None:
     """The largest calibration score t with sum_{U_i <= t} (E_i - alpha) <= -1; None when there is none."""
     s, e = as_pair(scores, errors)
     values, n, fd = _distinct_counts(s, e)
-    return _largest(values, fd + 1 <= alpha * n + _EPS)
+    return _largest(values, searches.lec_feasible(fd, n, alpha))
 
 
 @checked
@@ -147,7 +146,7 @@ def _select_threshold(n: np.ndarray, fd: np.ndarray, valid: np.ndarray, method: 
     if method == "naive":
         return searches.last_true(valid & (n > 0) & (fd <= alpha * n + _EPS))
     if method == "lec":
-        return searches.last_true(valid & (fd + 1 <= alpha * n + _EPS))
+        return searches.last_true(valid & searches.lec_feasible(fd, n, alpha))
     # coin_binary: a binary search per split over its own candidates (the valid columns, in order)
     kmax = _bounds.max_errors(bound, np.arange(n_cal + 1), alpha, delta)
     order = np.argsort(~valid, axis=1, kind="stable")  # valid columns first, ascending

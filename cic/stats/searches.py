@@ -303,6 +303,12 @@ def geometric_chains(n_calibration: int, bound: str, alpha: float, delta: float,
     return ((bounds.half_alpha_n(bound, alpha, bottom), bottom), *chains)
 
 
+def lec_feasible(fd: np.ndarray, n: np.ndarray, alpha: float) -> np.ndarray:
+    """LEC's condition on accepted counts: sum (E_i - alpha) <= -1, i.e. FD + 1 <= alpha·n (alpha·n is often an
+    integer in exact arithmetic: a tolerance of 1e-9)."""
+    return fd + 1 <= alpha * n + 1e-9
+
+
 @dataclass(frozen=True)
 class Marginal(Search):
     """LEC's rule (Wang et al., ICML 2026, arXiv 2512.01556): the largest candidate whose accepted calibration
@@ -319,8 +325,8 @@ class Marginal(Search):
                setting: Setting | None = None) -> tuple[np.ndarray, np.ndarray]:
         if counts is None or errors is None or setting is None:
             raise ValueError(f"search = {self.name!r} needs the accepted and error counts and the setting")
-        fd, n = np.broadcast_to(errors, eligible.shape), np.broadcast_to(counts, eligible.shape)
-        ok = fd + 1 <= setting.alpha * n + 1e-9  # (alpha·n is often an integer in exact arithmetic)
+        ok = lec_feasible(np.broadcast_to(errors, eligible.shape), np.broadcast_to(counts, eligible.shape),
+                          setting.alpha)
         return last_true(ok & eligible), np.full(eligible.shape[0], delta)
 
     def certificate(self, bound: str, n_errors: int, n_accepted: int, alpha: float, gamma: float) -> tuple[bool, str]:

@@ -6,6 +6,7 @@ processes report to the session's Prefect server (a killed run stays Running the
 from __future__ import annotations
 
 import signal
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -58,15 +59,34 @@ def _answers_requested(lines: list[str]) -> int:
 
 
 def test_sigkill_at_every_stage_then_rerun_equals_an_uninterrupted_run(tmp_path: Path, prefect_api: str) -> None:
-    config, uri = _setup(tmp_path / "clean")
+    clean, clean_uri = _setup(tmp_path / "clean")
+    with ThreadPoolExecutor(1) as pool:  # the uninterrupted run beside the killed ones: its own store and MLflow
+        uninterrupted = pool.submit(run_pipeline_process, clean, tracking=clean_uri, prefect_api=prefect_api)
+        config, uri = _setup(tmp_path / "killed")
+        _kill_at_each_stage(config, uri, prefect_api)
+        code, lines = uninterrupted.result()
+    assert code == 0 and "FINISHED" in lines, (lines[-5:], (clean.parent / "stderr.log").read_text()[-3000:])
+    assert not [line for line in lines if line.startswith("LOG_ERROR")], lines[-5:]
+    expected_tables, expected_runs = table_contents(clean.parent / "cic.duckdb"), mlflow_contents(clean_uri)
+    assert _answers_requested(lines) == sum(d["limit"] for d in DATASETS)
+
     code, lines = run_pipeline_process(config, tracking=uri, prefect_api=prefect_api)
     assert code == 0 and "FINISHED" in lines, (lines[-5:], (config.parent / "stderr.log").read_text()[-3000:])
     assert not [line for line in lines if line.startswith("LOG_ERROR")], lines[-5:]
-    expected_tables, expected_runs = table_contents(config.parent / "cic.duckdb"), mlflow_contents(uri)
-    questions = sum(d["limit"] for d in DATASETS)
-    assert _answers_requested(lines) == questions
 
-    config, uri = _setup(tmp_path / "killed")
+    tables = table_contents(config.parent / "cic.duckdb")
+    for name, frame in expected_tables.items():
+        assert frame.height > 0 or name not in ("generations", "scores", "labels", "calibrations"), name
+        assert tables[name].equals(frame), (name, tables[name].height, frame.height)
+    runs = mlflow_contents(uri)
+    assert len(runs) == len(expected_runs) and runs == expected_runs
+    assert all(status == "FINISHED" for _, _, status, *_ in runs)
+
+
+def _kill_at_each_stage(config: Path, uri: str, prefect_api: str) -> None:
+    """SIGKILL a run at each stage of KILLS in turn on one store; after a kill mid-answer, the next run asks only
+    for the questions left unanswered."""
+    questions = sum(d["limit"] for d in DATASETS)
     stored = 0
     for stage, done in KILLS:
         code, lines = run_pipeline_process(config, tracking=uri, kill_at=(stage, done), prefect_api=prefect_api)
@@ -79,14 +99,3 @@ def test_sigkill_at_every_stage_then_rerun_equals_an_uninterrupted_run(tmp_path:
         elif stored:  # the next run asks only for the questions the kill left unanswered
             assert _answers_requested(lines) == questions - stored, (stored, lines)
             stored = 0
-    code, lines = run_pipeline_process(config, tracking=uri, prefect_api=prefect_api)
-    assert code == 0 and "FINISHED" in lines, (lines[-5:], (config.parent / "stderr.log").read_text()[-3000:])
-    assert not [line for line in lines if line.startswith("LOG_ERROR")], lines[-5:]
-
-    tables = table_contents(config.parent / "cic.duckdb")
-    for name, frame in expected_tables.items():
-        assert frame.height > 0 or name not in ("generations", "scores", "labels", "calibrations"), name
-        assert tables[name].equals(frame), (name, tables[name].height, frame.height)
-    runs = mlflow_contents(uri)
-    assert len(runs) == len(expected_runs) and runs == expected_runs
-    assert all(status == "FINISHED" for _, _, status, *_ in runs)
