@@ -228,6 +228,17 @@ class FixedSequence(Search):
         return end.max(axis=1, initial=-1), np.full(rows, gamma)
 
 
+def _chain_frame(name: str, eligible: np.ndarray, counts: np.ndarray | None,
+                 setting: Setting | None) -> tuple[np.ndarray, Setting, np.ndarray, np.ndarray]:
+    """What chain searches scan with: the counts per cell, the setting, column indices and, per cell, the last
+    eligible column at or before it."""
+    if counts is None or setting is None:
+        raise ValueError(f"search = {name!r} needs the accepted counts and the calibration setting")
+    col = np.arange(eligible.shape[1])
+    last_eligible = np.maximum.accumulate(np.where(eligible, col[None, :], -1), axis=1)
+    return np.broadcast_to(counts, eligible.shape), setting, col, last_eligible
+
+
 @dataclass(frozen=True)
 class GeometricStarts(Search):
     """fixed_sequence's chain at 0.9·delta plus chains started at n/2, n/4, ... accepted answers sharing 0.1·delta.
@@ -245,12 +256,8 @@ class GeometricStarts(Search):
     def select(self, eligible: np.ndarray, feasible_at: FeasibleAt, delta: float, k: int, *,
                counts: np.ndarray | None = None, errors: np.ndarray | None = None,
                setting: Setting | None = None) -> tuple[np.ndarray, np.ndarray]:
-        if counts is None or setting is None:
-            raise ValueError(f"search = {self.name!r} needs the accepted counts and the calibration setting")
+        counts, setting, col, last_eligible = _chain_frame(self.name, eligible, counts, setting)
         rows, cols = eligible.shape
-        counts = np.broadcast_to(counts, eligible.shape)
-        col = np.arange(cols)
-        last_eligible = np.maximum.accumulate(np.where(eligible, col[None, :], -1), axis=1)
         best, level = np.full(rows, -1, dtype=np.int64), np.full(rows, np.nan)
         for start_count, gamma in geometric_chains(setting.n_calibration, setting.bound, setting.alpha, delta):
             tested = eligible & (counts >= start_count)
@@ -363,12 +370,9 @@ class Fallback(Search):
     def select(self, eligible: np.ndarray, feasible_at: FeasibleAt, delta: float, k: int, *,
                counts: np.ndarray | None = None, errors: np.ndarray | None = None,
                setting: Setting | None = None) -> tuple[np.ndarray, np.ndarray]:
-        if counts is None or setting is None:
-            raise ValueError(f"search = {self.name!r} needs the accepted counts and the calibration setting")
+        counts, setting, col, last_eligible = _chain_frame(self.name, eligible, counts, setting)
         rows, cols = eligible.shape
-        counts = np.broadcast_to(counts, eligible.shape)
-        col, row = np.arange(cols), np.arange(rows)
-        last_eligible = np.maximum.accumulate(np.where(eligible, col[None, :], -1), axis=1)
+        row = np.arange(rows)
         entries = self.entries(setting, delta)
         starts = [np.where((tested := eligible & (counts >= c)).any(axis=1), np.argmax(tested, axis=1), cols)
                   for c, _ in entries]

@@ -14,7 +14,9 @@ the column that tells a 1 - delta guarantee from an expectation.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -29,18 +31,23 @@ ESTIMATOR = "semantic_entropy[embedding:0.9]"
 ALPHAS = (0.05, 0.10, 0.15, 0.20, 0.25)
 
 
-def main() -> None:
-    frame = pl.read_parquet(sys.argv[1] if len(sys.argv) > 1 else TABLE)
-    print("| dataset (questions, base error) | score | bound | " + " | ".join(f"α = {a:g}" for a in ALPHAS) + " |")
-    print("|---|---|---|" + "---|" * len(ALPHAS))
-    gates = []
+def datasets(frame: pl.DataFrame) -> Iterator[tuple[str, pl.DataFrame, dict[str, Any], str]]:
+    """Per dataset with its paper criterion: its rows, each estimator's PRR and the estimator with the highest."""
     for dataset, criterion in MAIN.items():
         rows = frame.filter(dataset=dataset, criterion=criterion)
         if rows.height == 0:
             continue
         prr = {name: prediction_rejection_ratio(g.get_column("score").to_numpy(), g.get_column("error").to_numpy())
                for (name,), g in rows.group_by("estimator")}
-        best = max((n for n in prr if prr[n] is not None), key=lambda n: prr[n])
+        yield dataset, rows, prr, max((n for n in prr if prr[n] is not None), key=lambda n: prr[n])
+
+
+def main() -> None:
+    frame = pl.read_parquet(sys.argv[1] if len(sys.argv) > 1 else TABLE)
+    print("| dataset (questions, base error) | score | bound | " + " | ".join(f"α = {a:g}" for a in ALPHAS) + " |")
+    print("|---|---|---|" + "---|" * len(ALPHAS))
+    gates = []
+    for dataset, rows, prr, best in datasets(frame):
         first = True
         for estimator, bounds in ((ESTIMATOR, ("cp", "hoeffding")), (best, ("cp",))):
             if estimator == ESTIMATOR and not first:
@@ -75,13 +82,7 @@ def side_by_side(frame: pl.DataFrame) -> None:
     searches = (DEFAULT_SEARCH, "geometric", "lec")
     print("| dataset | score | search (guarantee) | " + " | ".join(f"α = {a:g}" for a in ALPHAS) + " |")
     print("|---|---|---|" + "---|" * len(ALPHAS))
-    for dataset, criterion in MAIN.items():
-        rows = frame.filter(dataset=dataset, criterion=criterion)
-        if rows.height == 0:
-            continue
-        prr = {name: prediction_rejection_ratio(g.get_column("score").to_numpy(), g.get_column("error").to_numpy())
-               for (name,), g in rows.group_by("estimator")}
-        best = max((n for n in prr if prr[n] is not None), key=lambda n: prr[n])
+    for dataset, rows, _, best in datasets(frame):
         group = rows.filter(estimator=best)
         scores, errors = group.get_column("score").to_numpy(), group.get_column("error").to_numpy()
         for search in searches:
