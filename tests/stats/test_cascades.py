@@ -1,0 +1,109 @@
+"""Cascades and the estimator choice: the counts along a path against a brute force, the certified thresholds
+against the counts they claim, the single-model path against `calibrate`, validity by simulation, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cic
+from cic.errors import UserError
+from cic.stats.cascades import _answering, _thresholds, calibrate_cascade, cascade_counts, choose_estimator
+
+
+def two_models(rng: np.random.Generator, n: int, decimals: int | None = None) -> tuple[list[np.ndarray],
+                                                                                       list[np.ndarray]]:
+    d = rng.random(n)
+    probs = [0.03 + 0.7 * d ** 2, 0.02 + 0.25 * d]
+    scores = [p + s * rng.normal(size=n) for p, s in zip(probs, (0.08, 0.05), strict=True)]
+    if decimals is not None:
+        scores = [np.round(u, decimals) for u in scores]
+    return scores, [(rng.random(n) < p).astype(int) for p in probs]
+
+
+@pytest.mark.parametrize("decimals", [None, 1])
+def test_counts_along_a_path_are_what_the_thresholds_at_each_level_accept(decimals: int | None) -> None:
+    rng = np.random.default_rng(3)
+    scores, errors = two_models(rng, 400, decimals)
+    for path in ((1.0, 1.0), (0.25, 1.0), (1.0, 0.0), (0.0, 1.0)):
+        q, n, fd = cascade_counts(scores, errors, path)
+        assert np.all(np.diff(q) > 0) and np.all(np.diff(n) >= 0)
+        for at in rng.integers(0, q.shape[0], 25):
+            answering = _answering(scores, _thresholds(scores, path, float(q[at])))
+            wrong = np.where(answering == 0, errors[0], np.where(answering == 1, errors[1], 0))
+            assert (answering < 2).sum() == n[at] and wrong.sum() == fd[at], (path, at)
+
+
+def test_a_certified_cascade_accepts_what_it_reports_and_the_second_model_is_asked_only_when_needed() -> None:
+    rng = np.random.default_rng(5)
+    scores, errors = two_models(rng, 2000)
+    result = calibrate_cascade(scores, errors, alpha=0.1, models=("small", "big"), costs=(1.0, 10.0))
+    assert result.certified and 0 < result.coverage < 1
+    answering = _answering(scores, result.thresholds)
+    wrong = np.where(answering == 0, errors[0], np.where(answering == 1, errors[1], 0))
+    assert (answering < 2).sum() == result.n_accepted and wrong.sum() == result.n_errors
+    assert result.bound_value <= 0.1 and result.shares == pytest.approx(
+        (np.mean(answering == 0), np.mean(answering == 1)))
+    first = int(np.flatnonzero(answering == 0)[0])
+    assert result.route([float(scores[0][first]), None]) == 0  # answered by the first: the second never asked
+    assert result.cost_per_question == pytest.approx(1.0 + 10.0 * (1 - result.shares[0]))
+    assert "small when score <=" in result.summary() and "answers" in result.summary()
+
+
+def test_the_single_model_path_is_calibrate_at_its_share_of_delta() -> None:
+    rng = np.random.default_rng(8)
+    scores, errors = two_models(rng, 1500)
+    result = calibrate_cascade(scores, errors, alpha=0.15, paths=[(0.0, 1.0), (1.0, 1.0)])
+    alone = cic.calibrate(scores[1], errors[1], alpha=0.15, delta=0.025)
+    only_big = calibrate_cascade(scores, errors, alpha=0.15, delta=0.025, paths=[(0.0, 1.0)])
+    assert only_big.thresholds == (None, alone.threshold) and only_big.n_accepted == alone.n_accepted
+    assert result.n_accepted >= only_big.n_accepted  # the most coverage over the paths
+
+
+def test_the_cascade_keeps_its_system_risk_below_alpha_where_chaining_single_gates_does_not() -> None:
+    """300 draws of 1,000 questions, alpha = 0.15: true system risk from 200,000 fresh questions."""
+    rng = np.random.default_rng(11)
+    d = rng.random(200_000)
+    probs = [0.03 + 0.7 * d ** 2, 0.02 + 0.25 * d]
+    pop = [p + s * rng.normal(size=d.shape[0]) for p, s in zip(probs, (0.08, 0.05), strict=True)]
+
+    def risk(thresholds: tuple[float | None, ...]) -> float:
+        answering = _answering(pop, thresholds)
+        answered = answering < 2
+        return float(np.choose(np.minimum(answering, 1), probs)[answered].mean()) if answered.any() else 0.0
+
+    cascade_bad = naive_bad = 0
+    for _ in range(300):
+        scores, errors = two_models(rng, 1000)
+        cascade_bad += risk(calibrate_cascade(scores, errors, alpha=0.15).thresholds) > 0.15
+        naive = tuple(cic.calibrate(u, e, alpha=0.15, keep_table=False).threshold
+                      for u, e in zip(scores, errors, strict=True))
+        naive_bad += risk(naive) > 0.15
+    assert cic.stats.simulation.binomial_ci(cascade_bad, 300)[0] <= 0.05, cascade_bad
+    assert naive_bad / 300 > 0.2, naive_bad  # each model's gate holds alone; the chained system does not
+
+
+def test_choose_estimator_certifies_each_at_its_share_and_picks_the_widest() -> None:
+    rng = np.random.default_rng(2)
+    scores, errors = two_models(rng, 1500)
+    tables = {"good": (scores[1], errors[1]), "noisy": (scores[1] + 0.3 * rng.normal(size=1500), errors[1])}
+    chosen = choose_estimator(tables, alpha=0.15)
+    for name, (u, e) in tables.items():
+        assert chosen.results[name] == cic.calibrate(u, e, alpha=0.15, delta=0.025, keep_table=False)
+    best = max((k for k in tables if chosen.results[k].threshold is not None),
+               key=lambda k: chosen.results[k].n_accepted)
+    assert chosen.estimator == best and "delta / 2" in chosen.guarantee
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"scores": [np.zeros(5)], "errors": [np.zeros(5)]}, "at least two models"),
+    ({"scores": [np.zeros(5), np.zeros(4)], "errors": [np.zeros(5), np.zeros(4)]}, "model 2: scores and errors"),
+    ({"scores": [np.zeros(5), np.zeros(5)], "errors": [np.zeros(5), np.full(5, 2)]}, "model 2: errors must be"),
+    ({"scores": [np.zeros(5), np.full(5, np.nan)], "errors": [np.zeros(5)] * 2}, "model 2: scores must be finite"),
+    ({"scores": [np.zeros(5)] * 2, "errors": [np.zeros(5)] * 2, "costs": [1.0]}, "costs = \\[1.0\\]: one per model"),
+])
+def test_bad_input_is_one_line_naming_the_model_or_field(kwargs: dict, message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        calibrate_cascade(alpha=0.1, **kwargs)
+    with pytest.raises(UserError, match="alpha"):
+        calibrate_cascade([np.zeros(5)] * 2, [np.zeros(5)] * 2, alpha=1.5)
