@@ -79,8 +79,11 @@ def calibrate(
                                                   "small to certify the pooled gate (no per-group guarantee).")]
     = False,
     force: ForceOpt = False,
+    cascade: Annotated[str | None, typer.Option("--cascade", help="Models in cost order, comma-separated (a long "
+                                                "table): certify the cascade's system error at once.")] = None,
 ) -> None:
-    """Certify the largest threshold whose error rate among accepted answers is <= ALPHA (per group with --group)."""
+    """Certify the largest threshold whose error rate among accepted answers is <= ALPHA (per group with --group;
+    a cascade of models with --cascade; the estimator chosen with one guarantee with --estimator auto)."""
     from cic.stats.calibration import calibrate as run_calibration
     from cic.store.outputs import guard_output, write_text
 
@@ -90,6 +93,11 @@ def calibrate(
     if gate_out is not None:
         gate_out = guard_output(gate_out, "--gate", inputs=inputs, force=force, writes="json",
                                 others={"--json": json_out})
+    if cascade is not None or estimator == "auto":
+        _calibrate_system(file, cascade, {"model": model, "dataset": dataset, "criterion": criterion,
+                                          "estimator": estimator},
+                          alpha=alpha, delta=delta, bound=bound, search=search, json_out=json_out)
+        return
     if group_col is not None:
         _calibrate_groups(file, group_col, score_col, error_col, correct_col, alpha=alpha, delta=delta, bound=bound,
                           search=search, grid=parse_grid(grid, pilot, grid_size, score_col), n_min=n_min,
@@ -161,6 +169,18 @@ def _evaluate_groups(file: Path, group_col: str, score_col: str, error_col: str,
     if out is not None:
         write_frame(pl.DataFrame(rows), out, "--out", force=force)
         console.print(f"table written to {out}", style="dim")
+
+
+def _calibrate_system(file: Path, cascade: str | None, filters: dict[str, str | None], **kwargs: Any) -> None:
+    """--cascade or --estimator auto (not both: a cascade names each model's estimator)."""
+    from cic.cli.system_gates import run_cascade, run_estimator_choice
+
+    if cascade is not None and filters["estimator"] == "auto":
+        raise UserError("--cascade with --estimator auto: name the one estimator the models use (--estimator NAME)")
+    if cascade is not None:
+        run_cascade(file, cascade, filters, **kwargs)
+    else:
+        run_estimator_choice(file, {**filters, "estimator": None}, **kwargs)
 
 
 def _calibrate_groups(file: Path, group_col: str, score_col: str, error_col: str, correct_col: str | None, *,
