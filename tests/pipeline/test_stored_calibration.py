@@ -95,7 +95,7 @@ def test_a_stored_gate_that_was_altered_is_not_served(tmp_path: Path) -> None:
         store.upsert("calibrations", rows)
         promote_first_gates(store, rows.get_column("calibration_id"), reason="test")
     ask = dict(model=group.model, dataset=group.dataset, estimator=group.estimator, criterion=group.criterion,
-               bound="cp", search="geometric")
+               bound="cp", search="fallback")
     assert serving_gate(str(db), alpha=0.3, **ask)["threshold"] is not None  # an intact gate is served
     raw_sql(db, "UPDATE calibrations SET threshold = 1e9 WHERE alpha = 0.01",
             "UPDATE calibrations SET n_errors = 0 WHERE alpha = 0.3")  # edits behind the store's back
