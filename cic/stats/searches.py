@@ -370,6 +370,9 @@ class Fallback(Search):
     def select(self, eligible: np.ndarray, feasible_at: FeasibleAt, delta: float, k: int, *,
                counts: np.ndarray | None = None, errors: np.ndarray | None = None,
                setting: Setting | None = None) -> tuple[np.ndarray, np.ndarray]:
+        if eligible.shape[0] == 1 and counts is not None and setting is not None:
+            return self._select_one(eligible[0], feasible_at, np.broadcast_to(counts, eligible.shape)[0],
+                                    self.entries(setting, delta))
         counts, setting, col, last_eligible = _chain_frame(self.name, eligible, counts, setting)
         rows, cols = eligible.shape
         row = np.arange(rows)
@@ -383,18 +386,45 @@ class Fallback(Search):
             start, stop = starts[e], (starts[e + 1] if e + 1 < len(entries) else np.full(rows, cols))
             held = carry + share
             fail_at = np.full(rows, cols)
-            for w in np.unique(held):
+            lo, hi = int(start.min()), int(stop.max())  # only the segment's columns are tested
+            for w in (np.unique(held) if rows > 1 and lo < hi else held[:1] if lo < hi else ()):
                 these = held == w
                 if w not in tables:
                     tables[w] = feasible_at(float(w))
-                failed = eligible[these] & ~tables[w][these] & (col[None, :] >= start[these, None])
-                fail_at[these] = np.where(failed.any(axis=1), np.argmax(failed, axis=1), cols)
+                window = slice(lo, hi)
+                failed = (eligible[these, window] & ~tables[w][these, window]
+                          & (col[None, window] >= start[these, None]))
+                fail_at[these] = np.where(failed.any(axis=1), lo + np.argmax(failed, axis=1), cols)
             end = np.minimum(fail_at, stop)  # the segment [start, stop) passes up to (not including) end
             reached = np.where(end > start, last_eligible[row, np.maximum(end - 1, 0)], -1)
             better = reached > best
             best, level = np.where(better, reached, best), np.where(better, held, level)
             carry = np.where(fail_at >= stop, held, 0.0)  # a whole segment passed: its level enters the next
         return best, level
+
+    @staticmethod
+    def _select_one(eligible: np.ndarray, feasible_at: FeasibleAt, counts: np.ndarray,
+                    entries: tuple[tuple[int, float], ...]) -> tuple[np.ndarray, np.ndarray]:
+        """`select` for one calibration set (what the split protocol asks split by split): the same scan on the
+        eligible columns' slices, without per-row bookkeeping."""
+        idx = np.flatnonzero(eligible)
+        bounds_at = np.searchsorted(counts[idx], [c for c, _ in entries], side="left")
+        best, level, carry = -1, math.nan, 0.0
+        tables: dict[float, np.ndarray] = {}
+        for e, (_, share) in enumerate(entries):
+            a, b = int(bounds_at[e]), int(bounds_at[e + 1]) if e + 1 < len(entries) else idx.shape[0]
+            held = carry + share
+            if a >= b:  # no candidate in this segment: the level passes on
+                carry = held
+                continue
+            if held not in tables:
+                tables[held] = feasible_at(held)[0]
+            ok = tables[held][idx[a:b]]
+            passed = b - a if ok.all() else int(np.argmin(ok))
+            if passed > 0 and idx[a + passed - 1] > best:
+                best, level = int(idx[a + passed - 1]), held
+            carry = held if passed == b - a else 0.0
+        return np.array([best]), np.array([level])
 
     def scan_one(self, fd: np.ndarray, n: np.ndarray, eligible: np.ndarray, *, delta: float, k: int,
                  setting: Setting) -> tuple[int, float, int | None] | None:
