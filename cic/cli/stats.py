@@ -94,6 +94,12 @@ def calibrate(
         gate_out = guard_output(gate_out, "--gate", inputs=inputs, force=force, writes="json",
                                 others={"--json": json_out})
     if cascade is not None or estimator == "auto":
+        unused = {"--gate": gate_out, "--group": group_col, "--grid": grid, "--pilot": pilot, "--n-min": n_min,
+                  "--start": start, "--run-key": run_key, "--table": show_table or None}
+        given = [name for name, value in unused.items() if value is not None]
+        if given:
+            raise UserError(f"{', '.join(given)} do not apply with --cascade / --estimator auto (a system of "
+                            "thresholds on a score table; --json writes its result)")
         _calibrate_system(file, cascade, {"model": model, "dataset": dataset, "criterion": criterion,
                                           "estimator": estimator},
                           alpha=alpha, delta=delta, bound=bound, search=search, json_out=json_out)

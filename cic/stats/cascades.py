@@ -201,7 +201,7 @@ def _result(us: list[np.ndarray], es: list[np.ndarray], names: tuple[str, ...], 
         thresholds = _thresholds(us, path, float(values[index]))
         n_acc, fd = int(accepted[index]), int(wrong[index])
         value = float(_bounds.ucb(bound, fd, n_acc, gamma))
-    answering = _answering(us, thresholds)
+    answering = answering_model(us, thresholds)
     shares = tuple(float(np.mean(answering == i)) for i in range(len(us)))
     cost = None
     if costs is not None:  # a model with a threshold is called when every model before it declined
@@ -218,8 +218,9 @@ def _result(us: list[np.ndarray], es: list[np.ndarray], names: tuple[str, ...], 
                          shares, cost, int(values.shape[0]), guarantee)
 
 
-def _answering(us: list[np.ndarray], thresholds: Sequence[float | None]) -> np.ndarray:
-    """Per question, the index of the answering model (len(us): none)."""
+def answering_model(us: Sequence[np.ndarray], thresholds: Sequence[float | None]) -> np.ndarray:
+    """Per question, the index of the model that answers at these thresholds (len(us): none does) — what
+    `CascadeResult.route` decides one question at a time."""
     out = np.full(us[0].shape[0], len(us))
     for i in range(len(us) - 1, -1, -1):
         t = thresholds[i]

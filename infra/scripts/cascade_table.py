@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import cic  # noqa: E402
-from cic.stats.cascades import _answering, calibrate_cascade, choose_estimator  # noqa: E402
+from cic.stats.cascades import answering_model, calibrate_cascade, choose_estimator  # noqa: E402
 from cic.stats.simulation import binomial_ci  # noqa: E402
 
 DELTA = 0.05
@@ -55,7 +55,7 @@ def system(pop: tuple[list[np.ndarray], list[np.ndarray]], thresholds: tuple[flo
                                                                                                          float]:
     """(coverage, true risk) of thresholds on the population (risk 0 when nothing is answered)."""
     scores, probs = pop
-    answering = _answering(scores, thresholds)
+    answering = answering_model(scores, thresholds)
     answered = answering < len(scores)
     if not answered.any():
         return 0.0, 0.0
@@ -69,7 +69,7 @@ def lec_routing(scores: list[np.ndarray], errors: list[np.ndarray], alpha: float
     best, chosen = -1, (None, None)
     for t1 in (None, *grids[0]):
         for t2 in (None, *grids[1]):
-            answering = _answering(scores, (t1, t2))
+            answering = answering_model(scores, (t1, t2))
             answered = answering < 2
             wrong = np.where(answering == 0, errors[0], np.where(answering == 1, errors[1], 0))
             if wrong.sum() - alpha * answered.sum() <= -1 and answered.sum() > best:

@@ -189,12 +189,9 @@ def run_cell(cell: tuple[str, float, int, int, bool, str]) -> dict[str, Any]:
         u, e = model.sample(rng, (1, n))
         u, e = u[0], e[0]
         for rule in rules:
-            if rule == "lec":
-                t = lec_threshold(u, e, alpha)
-            else:
-                grid = cic.quantile_grid(u, GRIDS[rule]) if rule in GRIDS else None
-                t = cic.calibrate(u, e, alpha=alpha, delta=DELTA, bound="cp", search=rule, grid=grid,
-                                  keep_table=False).threshold
+            grid = cic.quantile_grid(u, GRIDS[rule]) if rule in GRIDS else None
+            t = cic.calibrate(u, e, alpha=alpha, delta=DELTA, bound="cp", search=rule, grid=grid,
+                              keep_table=False).threshold
             if t is not None:
                 coverage[rule][i] = float(model.acceptance(np.array(t)))
                 violated[rule][i] = bool(model.selection_risk(np.array(t)) > alpha)
@@ -205,12 +202,6 @@ def run_cell(cell: tuple[str, float, int, int, bool, str]) -> dict[str, Any]:
             "collapse": {str(getattr(r, "name", r)): float((c < 0.5 * oracle_cov).mean()) if oracle_cov > 0 else 0.0
                          for r, c in coverage.items()},
             "violations": {str(getattr(r, "name", r)): int(v.sum()) for r, v in violated.items()}}
-
-
-def lec_threshold(u: np.ndarray, e: np.ndarray, alpha: float) -> float | None:
-    """LEC's rule on sorted scores: the largest score whose accepted answers satisfy sum(e - alpha) <= -1."""
-    result = cic.calibrate(u, e, alpha=alpha, delta=DELTA, bound="cp", search="lec", keep_table=False)
-    return result.threshold
 
 
 def targets(results: list[dict[str, Any]], names: list[str]) -> dict[str, dict[str, Any]]:

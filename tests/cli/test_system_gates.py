@@ -70,9 +70,30 @@ def test_estimator_auto_certifies_each_at_its_share_and_names_the_choice(long_ta
     (["--cascade", "small,big", "--estimator", "auto"], "--cascade with --estimator auto"),
     (["--estimator", "auto"], "several models: name one with --model"),
     (["--estimator", "auto", "--model", "big", "--dataset", "other"], "--dataset = 'other': no rows"),
+    (["--cascade", "small,big", "--estimator", "se", "--gate", "g.json"], "--gate do not apply with --cascade"),
+    (["--estimator", "auto", "--model", "big", "--n-min", "50", "--table"], "--n-min, --table do not apply"),
 ])
 def test_bad_system_options_are_one_line_exit_2(long_table, args: list[str], message: str) -> None:
     path, _ = long_table
     result = runner.invoke(app, ["calibrate", str(path), "--alpha", "0.12", *args])
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
+
+
+def test_the_json_result_may_not_overwrite_the_table_it_reads(long_table) -> None:
+    path, _ = long_table
+    before = path.read_bytes()
+    result = runner.invoke(app, ["calibrate", str(path), "--alpha", "0.12", "--cascade", "small,big",
+                                 "--estimator", "se", "--json", str(path)])
+    assert result.exit_code == 2 and "--json" in result.output and path.read_bytes() == before, result.output
+
+
+def test_a_csv_table_with_integer_question_ids_gives_the_same_cascade(long_table, tmp_path: Path) -> None:
+    path, _ = long_table
+    frame = pl.read_parquet(path).with_columns(pl.col("question_id").str.slice(1).cast(pl.Int64))
+    csv = tmp_path / "long.csv"
+    frame.write_csv(csv)
+    args = ["--alpha", "0.12", "--cascade", "small,big", "--estimator", "se"]
+    from_csv = runner.invoke(app, ["calibrate", str(csv), *args])
+    from_parquet = runner.invoke(app, ["calibrate", str(path), *args])
+    assert from_csv.exit_code == 0 and from_csv.output == from_parquet.output, from_csv.output

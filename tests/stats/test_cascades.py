@@ -8,7 +8,7 @@ import pytest
 
 import cic
 from cic.errors import UserError
-from cic.stats.cascades import _answering, _thresholds, calibrate_cascade, cascade_counts, choose_estimator
+from cic.stats.cascades import _thresholds, answering_model, calibrate_cascade, cascade_counts, choose_estimator
 
 
 def two_models(rng: np.random.Generator, n: int, decimals: int | None = None) -> tuple[list[np.ndarray],
@@ -29,7 +29,7 @@ def test_counts_along_a_path_are_what_the_thresholds_at_each_level_accept(decima
         q, n, fd = cascade_counts(scores, errors, path)
         assert np.all(np.diff(q) > 0) and np.all(np.diff(n) >= 0)
         for at in rng.integers(0, q.shape[0], 25):
-            answering = _answering(scores, _thresholds(scores, path, float(q[at])))
+            answering = answering_model(scores, _thresholds(scores, path, float(q[at])))
             wrong = np.where(answering == 0, errors[0], np.where(answering == 1, errors[1], 0))
             assert (answering < 2).sum() == n[at] and wrong.sum() == fd[at], (path, at)
 
@@ -39,7 +39,7 @@ def test_a_certified_cascade_accepts_what_it_reports_and_the_second_model_is_ask
     scores, errors = two_models(rng, 2000)
     result = calibrate_cascade(scores, errors, alpha=0.1, models=("small", "big"), costs=(1.0, 10.0))
     assert result.certified and 0 < result.coverage < 1
-    answering = _answering(scores, result.thresholds)
+    answering = answering_model(scores, result.thresholds)
     wrong = np.where(answering == 0, errors[0], np.where(answering == 1, errors[1], 0))
     assert (answering < 2).sum() == result.n_accepted and wrong.sum() == result.n_errors
     assert result.bound_value <= 0.1 and result.shares == pytest.approx(
@@ -68,7 +68,7 @@ def test_the_cascade_keeps_its_system_risk_below_alpha_where_chaining_single_gat
     pop = [p + s * rng.normal(size=d.shape[0]) for p, s in zip(probs, (0.08, 0.05), strict=True)]
 
     def risk(thresholds: tuple[float | None, ...]) -> float:
-        answering = _answering(pop, thresholds)
+        answering = answering_model(pop, thresholds)
         answered = answering < 2
         return float(np.choose(np.minimum(answering, 1), probs)[answered].mean()) if answered.any() else 0.0
 

@@ -110,6 +110,23 @@ def test_fallback_equals_the_literal_graphical_procedure_in_any_order(rng: np.ra
                                                      search="fallback").threshold
 
 
+def test_fallback_on_many_calibration_sets_at_once_equals_each_set_alone(rng: np.random.Generator) -> None:
+    """The simulator's matrix path (many rows, per-row carried levels) against one row at a time."""
+    from cic.stats.searches import Setting, candidate_matrix, run_search
+
+    search = get_search("fallback")
+    for alpha in (0.2, 0.3):
+        u = np.sort(np.round(rng.random((12, 600)), 2), axis=1)
+        p = 0.03 + 0.35 * u + 0.5 * (u < 0.04)  # a confident-but-wrong cluster in some rows' lowest scores
+        e = (rng.random(u.shape) < p).astype(np.int64)
+        values, n, fd, candidate = candidate_matrix(u, np.cumsum(e, axis=1))
+        setting = Setting(600, "cp", alpha)
+        together = run_search(search, values, n, fd, setting=setting, delta=0.05, candidate=candidate).index
+        alone = [run_search(search, values[i], n[i], fd[i], setting=setting, delta=0.05,
+                            candidate=candidate[i]).index[0] for i in range(12)]
+        assert together.tolist() == alone and max(alone) >= 0
+
+
 def test_the_default_answers_past_a_confident_but_wrong_cluster_that_traps_every_chain() -> None:
     """The blind spot the default was chosen against: the 3% most confident answers are wrong half the time, the
     error rate among accepted answers then falls under alpha = 0.05 (from about 32% to 46% of answers) and rises
