@@ -73,9 +73,10 @@ class ProgressLines:
         with self._lock:
             if stage not in self._state:
                 self._first[stage] = done  # the rate counts what is done after the first report
-            _, _, started, last, mark = self._state.get(stage, (0, total, now, -1.0, -1.0))
+            before, _, started, last, mark = self._state.get(stage, (-1, total, now, -1.0, -1.0))
             fraction = done / total if total else 1.0
-            due = (last < 0 or done >= total or fraction - mark >= self.every_fraction
+            ends = done >= total and before < done  # the end once: repeated final reports add nothing
+            due = (last < 0 or ends or fraction - mark >= self.every_fraction
                    or now - last >= self.every_seconds) and now - started >= self.start_after_s
             if due:
                 last, mark = now, fraction

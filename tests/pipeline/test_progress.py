@@ -16,6 +16,15 @@ def test_lines_every_tenth_and_at_the_end_not_per_event() -> None:
     assert "ETA" in lines[5] and "ETA" not in lines[-1]
 
 
+def test_the_end_of_a_stage_is_one_line_however_often_it_is_reported() -> None:
+    now, lines = [0.0], []
+    progress = ProgressLines(lines.append, clock=lambda: now[0])
+    for done in (0, 3, 10, 10, 10, 10):  # a pool reporting its count once per finished future, after the last
+        now[0] += 1
+        progress("log", done, 10)
+    assert [line.split(" ·")[0] for line in lines] == ["log: 0/10 (0.0%)", "log: 3/10 (30.0%)", "log: 10/10 (100.0%)"]
+
+
 def test_a_quiet_stage_is_repeated_every_interval() -> None:
     now, lines = [0.0], []
     progress = ProgressLines(lines.append, every_seconds=30, clock=lambda: now[0])
