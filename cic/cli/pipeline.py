@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 from cic.errors import UserError
 
 ConfigOpt = Annotated[str, typer.Option("--config", help="Pipeline YAML (models, datasets, estimators, ...), or the "
-                                       "name of a shipped config: demo, paper, example.")]
+                                       "name of a shipped config: demo, paper, example, example_smollm2.")]
 DbOpt = Annotated[str | None, typer.Option("--db", help="DuckDB file (default: the config's, ./cic.duckdb).")]
 
 

@@ -455,7 +455,7 @@ def parse_config(data: Any, source: str = "config",
         raise UserError(f"{source}: {details}") from None
 
 
-SHIPPED_CONFIGS: tuple[str, ...] = ("demo", "paper", "example")
+SHIPPED_CONFIGS: tuple[str, ...] = ("demo", "paper", "example", "example_smollm2")
 
 
 def config_path(name_or_path: str | Path) -> Path:

@@ -4,9 +4,9 @@
         --model-file ~/.cache/cic/models/qwen2.5-coder-1.5b-instruct.gguf --commit <sha of the run's checkout>
 
 Writes OUT/<model>.parquet with columns model, dataset, estimator, criterion, question_id, score, error (one
-row per question and group, every stored group of every run of the config) and OUT/PROVENANCE.md (model file
-sha256, config, run keys, commit, dates, machine, wall time from the store's own timestamps). Prints the
-per-dataset counts and base error rates it wrote.
+row per question and group, every stored group of every run of the config) and OUT/PROVENANCE.md (or the file
+`--provenance` names: model file sha256, config, run keys, commit, dates, machine, wall time from the store's own
+timestamps). Prints the per-dataset counts and base error rates it wrote.
 """
 
 from __future__ import annotations
@@ -51,6 +51,9 @@ def main() -> None:
     parser.add_argument("--model-file", type=Path, required=True)
     parser.add_argument("--commit", required=True, help="commit of the checkout that ran the pipeline")
     parser.add_argument("--machine", default=f"{platform.machine()}, {os.cpu_count()} CPU cores, no GPU")
+    parser.add_argument("--provenance", default="PROVENANCE.md", help="file name of the provenance under --out")
+    parser.add_argument("--model-source", default="assembled by `infra/scripts/fetch_example_model.py`",
+                        help="where the model file came from, in words")
     args = parser.parse_args()
 
     config = load_config(args.config)
@@ -75,7 +78,7 @@ def main() -> None:
         + (" (shipped in `cic/pipeline/configs/`)" if args.config in SHIPPED_CONFIGS else "")
         + f", commit `{args.commit}`",
         f"- model file `{args.model_file.name}`, {args.model_file.stat().st_size:,} bytes, sha256 "
-        f"`{sha256(args.model_file.expanduser())}` (assembled by `infra/scripts/fetch_example_model.py`)",
+        f"`{sha256(args.model_file.expanduser())}` ({args.model_source})",
         f"- run keys: {', '.join(f'`{k}`' for k in keys)}",
         f"- questions stored: {', '.join(f'{d} {n:,}' for d, n in questions.items())}; "
         f"rows in the table: {table.height:,} ({table.select('estimator').n_unique()} estimators)",
@@ -86,7 +89,7 @@ def main() -> None:
         "| dataset | criterion | questions | base error rate |", "|---|---|---|---|",
         *[f"| {r['dataset']} | {r['criterion']} | {r['questions']:,} | {r['base_error_rate']:.3f} |"
           for r in summary.iter_rows(named=True)], ""]
-    (args.out / "PROVENANCE.md").write_text("\n".join(lines))
+    (args.out / args.provenance).write_text("\n".join(lines))
     print("\n".join(lines))
 
 

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from cic.errors import UserError
-from cic.pipeline.config import config_path, load_config, parse_config
+from cic.pipeline.config import SHIPPED_CONFIGS, config_path, load_config, parse_config
 
 CONFIGS = Path(__file__).resolve().parents[2] / "cic" / "pipeline" / "configs"
 MINIMAL = {"models": [{"name": "m", "spec": "org/model"}], "datasets": [{"name": "trivia_qa"}]}
@@ -23,6 +23,14 @@ def test_demo_and_paper_configs_load() -> None:
     assert len(paper.models) == 7 and {d.name for d in paper.datasets} == {"commonsense_qa", "trivia_qa"}
     assert paper.calibration.alphas == (0.05, 0.10, 0.15, 0.20, 0.25) and paper.calibration.n_splits == 100
     assert set(paper.calibration.bounds) == {"hoeffding", "cp"}
+
+
+def test_every_shipped_config_loads_by_name_and_the_example_pair_asks_the_same_questions() -> None:
+    configs = {name: load_config(name) for name in SHIPPED_CONFIGS}
+    assert {path.stem for path in CONFIGS.glob("*.yaml")} == set(configs)
+    csqa = {name: next(d for d in configs[name].datasets if d.name == "commonsense_qa")
+            for name in ("example", "example_smollm2")}
+    assert csqa["example"].source == csqa["example_smollm2"].source and csqa["example_smollm2"].limit is None
 
 
 @pytest.mark.parametrize(("change", "message"), [
