@@ -176,9 +176,46 @@ GROUP_EVALUATIONS = TableSpec("group_evaluations", {
     "created_at": pl.Datetime("us", "UTC"),
 }, ("evaluation_id", "dataset", "gate", "alpha", "bound", "search"))
 
+SYSTEM_CALIBRATIONS = TableSpec("system_calibrations", {
+    "calibration_id": pl.String(),
+    "system": pl.String(),                   # the cascade's name, or "<model>:auto" for a model's estimator choice
+    "kind": pl.String(),                     # cascade | estimator (the estimator chosen among K at delta / K)
+    "models": pl.List(pl.String()),          # in cost order (the order they are asked in)
+    "estimators": pl.List(pl.String()),      # the stored estimator each stage thresholds
+    "dataset": pl.String(), "criterion": pl.String(),
+    "alpha": pl.Float64(), "delta": pl.Float64(), "bound": pl.String(), "search": pl.String(),
+    "thresholds": pl.List(pl.Float64()),     # per stage; a null stage never answers; all null: unattainable
+    "certified": pl.Boolean(),
+    "bound_value": pl.Float64(), "n_accepted": pl.Int64(), "n_errors": pl.Int64(), "n_cal": pl.Int64(),
+    "shares": pl.List(pl.Float64()),         # share of the calibration questions each stage answers
+    "cost_per_question": pl.Float64(),       # with the cascade's costs: every stage up to the answering one paid
+    "candidates": pl.Int64(),                # K: the estimators tried, each at delta / K (1: named in the config)
+    "run_keys": pl.List(pl.String()),        # each stage's generation run, joined on question id
+    "data_fingerprint": pl.String(),
+    "guarantee": pl.String(),                # the statement, in words
+    "created_at": pl.Datetime("us", "UTC"),
+}, ("calibration_id",))
+
+SYSTEM_EVALUATIONS = TableSpec("system_evaluations", {
+    "evaluation_id": pl.String(),
+    "system": pl.String(), "kind": pl.String(), "models": pl.List(pl.String()),
+    "dataset": pl.String(), "criterion": pl.String(),
+    "alpha": pl.Float64(), "bound": pl.String(), "search": pl.String(), "delta": pl.Float64(),
+    "n_splits": pl.Int64(), "cal_fraction": pl.Float64(), "seed": pl.Int64(),
+    "fdr_mean": pl.Float64(), "fdr_std": pl.Float64(), "fdr_above_alpha": pl.Float64(),
+    "coverage_mean": pl.Float64(), "coverage_std": pl.Float64(), "fails": pl.Int64(),
+    "shares_mean": pl.List(pl.Float64()),    # per stage, the share of test questions it answers
+    "candidates": pl.List(pl.String()),      # the estimators tried (each at delta / K) ...
+    "chosen_shares": pl.List(pl.Float64()),  # ... and the share of splits that kept each
+    "n_cal": pl.Int64(), "n_test": pl.Int64(),
+    "data_fingerprint": pl.String(),
+    "created_at": pl.Datetime("us", "UTC"),
+}, ("evaluation_id", "alpha", "bound", "search"))
+
 TABLES: dict[str, TableSpec] = {t.name: t for t in (QUESTIONS, RUNS, GENERATIONS, SCORES, LABELS, CALIBRATIONS,
                                                      EVALUATIONS, OBSERVATIONS, GATE_EVENTS, LABEL_EVENTS,
-                                                     INGESTS, GATE_MONITOR, GROUP_EVALUATIONS)}
+                                                     INGESTS, GATE_MONITOR, GROUP_EVALUATIONS, SYSTEM_CALIBRATIONS,
+                                                     SYSTEM_EVALUATIONS)}
 
 
 def conform(frame: pl.DataFrame, spec: TableSpec) -> pl.DataFrame:

@@ -28,6 +28,7 @@ from cic.pipeline.preflight import probe_models
 from cic.pipeline.progress import ProgressLines
 from cic.pipeline.run_digest import PER_DATASET_UNSHARED, RESULTS_ARTIFACT, markdown_summary
 from cic.pipeline.run_results import PipelineSummary, ResultRow
+from cic.pipeline.system_gates import system_results
 from cic.services import ray_pool
 from cic.services.mlflow_tracking import tracking_uri
 from cic.services.prefect_limits import store_slot
@@ -225,6 +226,7 @@ def results_stage(config: PipelineConfig, finished: list[str], summary: Pipeline
     with Store.open(config.storage.db, read_only=True, wait_s=60) as store:  # no write lock held
         summary.results = [ResultRow.from_row(r) for r in latest_results(store, finished).iter_rows(named=True)]
         summary.per_dataset = latest_group_results(store, finished).to_dicts() if by_dataset else []
+        summary.systems = system_results(store, finished)
     if summary.per_dataset:
         summary.per_dataset_file = write_per_dataset(summary.per_dataset, config.storage.report_dir)
     elif by_dataset:

@@ -21,6 +21,7 @@ def calibrate_runs(db: str, run_keys: Sequence[str], calibration: CalibrationCon
     whose key has no live gate yet goes live; later ones wait as candidates (`cic gate promote`)."""
     stats = calibrate_store(db, run_keys, calibration, estimators, criteria)
     run_logger().info("calibrated %d groups: %d gates (%d unattainable), %d evaluation rows, %d per-dataset "
-                      "studies", stats.groups, stats.calibrations, stats.unattainable, stats.evaluations,
-                      stats.group_studies)
+                      "studies, %d system gates of cascades and estimators chosen (%d certify nothing)",
+                      stats.groups, stats.calibrations, stats.unattainable, stats.evaluations, stats.group_studies,
+                      stats.system_gates, stats.system_unattainable)
     return stats

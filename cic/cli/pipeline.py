@@ -21,7 +21,7 @@ from cic.cli.service_logs import services_log_path
 from cic.stats.searches import DEFAULT_SEARCH
 
 if TYPE_CHECKING:
-    from cic.pipeline.run_results import AlertRow, MonitorRow, ResultRow
+    from cic.pipeline.run_results import AlertRow, MonitorRow, ResultRow, SystemResultRow
 from cic.errors import UserError
 
 ConfigOpt = Annotated[str, typer.Option("--config", help="Pipeline YAML (models, datasets, estimators, ...), or the "
@@ -51,6 +51,27 @@ def results_tables(rows: Sequence[ResultRow], estimator: str | None) -> tuple[li
                                            fmt(r.coverage_mean), f"{r.fails}/{r.n_splits}", fmt(r.base_error_rate))))
         tables.append(table)
     return tables, shown
+
+
+def system_tables(rows: Sequence[SystemResultRow]) -> list[Table]:
+    """One table per (system, dataset, criterion): each (α, bound) gate certified on all questions and its split
+    protocol."""
+    from cic.pipeline.run_digest import SYSTEM_COLUMNS, system_cells
+
+    tables = []
+    for (system, place), part in itertools.groupby(zip(rows, system_cells(rows), strict=True),
+                                                   key=lambda item: (item[1][0], item[1][1])):
+        part = list(part)
+        first = part[0][0]
+        what = "cascade " + " -> ".join(first.models) if first.kind == "cascade" else "estimator chosen (δ/K each)"
+        table = Table(title=printable(f"{system} · {place} — {what}: one guarantee for the system; split "
+                                      "protocol"), title_justify="left")
+        for column in SYSTEM_COLUMNS[2:]:
+            table.add_column(column, justify="left" if column in SYSTEM_COLUMNS[2:5] else "right", overflow="fold")
+        for _, cells in part:
+            table.add_row(*map(printable, cells[2:]))
+        tables.append(table)
+    return tables
 
 
 @friendly_errors
@@ -85,7 +106,7 @@ def run(
         ray_address=ray_address, tracking=tracking_uri, report_dir=report_dir, log_to_mlflow=not no_mlflow,
         probes={name: asdict(probe) for name, probe in probes.items()}, config=checked)
     tables, shown = results_tables(summary.results, estimator)
-    for table in tables:
+    for table in [*tables, *system_tables(summary.systems)]:
         console.print(table)
     for line in [unattainable_note(shown), *per_dataset_lines(summary), generated_line(summary),
                  f"stages: {stage_times(summary)}",
@@ -355,10 +376,19 @@ def ask(
                                          "answers is certified <= this.")] = 0.25,
     bound: Annotated[str, typer.Option("--bound", help="The gate's bound: cp or hoeffding.")] = "cp",
     search: Annotated[str, typer.Option("--search", help="The gate's search.")] = DEFAULT_SEARCH,
+    cascade: Annotated[str | None, typer.Option("--cascade", help="A cascade of the config (calibration.cascades): "
+                                                "its models asked in order, the next only when needed; its "
+                                                "gate's estimators and search are used.")] = None,
 ) -> None:
     """Answer with the live gate, or abstain; shows the uncertainty score and the certified threshold."""
     from cic.pipeline.asking import ask_question
 
+    if cascade is not None:
+        if model is not None:
+            raise UserError(f"--model {model!r} with --cascade {cascade!r}: the cascade names its models")
+        ask_with_cascade(question, config=config, db=db, cascade=cascade, dataset=dataset, choices=choices,
+                         criterion=criterion, alpha=alpha, bound=bound)
+        return
     reply = ask_question(question, config_path=config, db=db, model=model, dataset=dataset, choices=choices,
                          estimator=estimator, criterion=criterion, alpha=alpha, bound=bound, search=search)
     verdict = ("ANSWER", "bold green") if reply.decision == "answer" else ("ABSTAIN", "bold yellow")
@@ -371,6 +401,32 @@ def ask(
         console.print(printable(f"why: {reply.withheld}"), highlight=False, soft_wrap=True)
     if reply.decision == "abstain":
         console.print(f"most likely answer (withheld): {reply.answer!r}", style="dim", highlight=False)
+
+
+def ask_with_cascade(question: str, *, config: str, db: str | None, cascade: str, dataset: str,
+                     choices: list[str] | None, criterion: str | None, alpha: float, bound: str) -> None:
+    """`cic ask --cascade`: the decision, which model answered, and each stage asked (score against threshold)."""
+    from cic.pipeline.asking import ask_cascade
+
+    reply = ask_cascade(question, config_path=config, db=db, cascade=cascade, dataset=dataset, choices=choices,
+                        criterion=criterion, alpha=alpha, bound=bound)
+    if reply.decision == "answer":
+        console.print(styled(("ANSWER", "bold green"), printable(f"  {reply.answer!r} (answered by "
+                                                                 f"{reply.answered_by})")), highlight=False)
+    else:
+        console.print(styled(("ABSTAIN", "bold yellow"), " (no stage within its threshold)"), highlight=False)
+    for model, score, threshold in reply.steps:
+        console.print(printable(f"  {model}: " + ("not called (this stage never answers)" if score is None else
+                                                  f"score {score + 0.0:.4g} vs threshold {threshold:.4g}")),
+                      highlight=False)
+    if reply.not_called:
+        console.print(printable(f"  not called: {', '.join(reply.not_called)} (an earlier model answered)"),
+                      highlight=False)
+    estimator = reply.estimators[0] if reply.estimators else "none"
+    console.print(printable(f"cascade {cascade} (α = {alpha:g}, {bound}, estimator {estimator}, gate "
+                            f"{reply.calibration_id[:12]})"), highlight=False)
+    if reply.decision == "abstain" and reply.answer:
+        console.print(printable(f"last answer (withheld): {reply.answer!r}"), style="dim", highlight=False)
 
 
 COMMANDS = {"run": run, "recalibrate": recalibrate, "log": log_command, "ask": ask}

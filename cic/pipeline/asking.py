@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -66,10 +67,6 @@ def ask_question(question: str, *, config_path: str | Path, db: str | None, mode
                  choices: Sequence[str] | None, estimator: str, criterion: str | None, alpha: float, bound: str,
                  search: str) -> Reply:
     """Generate the answer and its samples with the config's model, score it, apply the stored gate."""
-    from dataclasses import replace
-
-    from cic.llm.answering import Answerer
-    from cic.llm.engines import EngineProbe
     from cic.pipeline.config import load_config
     from cic.pipeline.gates import gate_of
 
@@ -80,22 +77,88 @@ def ask_question(question: str, *, config_path: str | Path, db: str | None, mode
         raise UserError(f"model = {model!r}: not in the config; choose from {names}")
     gate_row = serving_gate(db or config.storage.db, model=names[index], dataset=dataset, estimator=estimator,
                            criterion=criterion, alpha=alpha, bound=bound, search=search)
-    settings = config.answerer_settings(index)
-    # the gate holds only for the model it was certified on: the engine probes and refuses another
-    expected = certified_identity(db or config.storage.db, gate_row, settings.engine)
-    settings = replace(settings, estimators=(gate_row["estimator"].split("[")[0],),
-                       probe=EngineProbe(identity=expected) if expected is not None else None)
-    answerer = Answerer(settings)
-    questions = question_row(question, dataset, choices)
-    generations = answerer.generate(questions, run_key="ask")
-    if failures := answerer.engine.take_failures():
-        raise UserError(f"model {names[index]}: the endpoint gave no answer ({next(iter(failures.values()))})")
-    scores = answerer.scorer.score(generations, run_key="ask").filter(estimator=gate_row["estimator"])
-    if scores.height == 0 or scores.get_column("value")[0] is None:
-        raise UserError(f"estimator {gate_row['estimator']!r} gives no score for this question")
-    score = float(scores.get_column("value")[0])
+    answer, score = answer_and_score(config, index, db or config.storage.db, gate_row["run_key"],
+                                     gate_row["estimator"], question_row(question, dataset, choices))
     why = gate_row.get("withheld")
     threshold = None if why is not None else gate_row["threshold"]  # a gate out of service answers nothing
-    answer = generations.filter(sample_index=0).get_column("text")[0]
     return Reply(gate_of(gate_row).decide(score), answer, score, threshold, gate_row["estimator"],
                  gate_row["calibration_id"], why)
+
+
+def answer_and_score(config: Any, index: int, db: str, run_key: str, estimator: str,
+                     questions: pl.DataFrame) -> tuple[str, float]:
+    """Model number `index` of the config answers the one question and scores it with `estimator` (stored name);
+    its engine refuses a model other than the one the gate's run was generated with."""
+    from dataclasses import replace
+
+    from cic.llm.answering import Answerer
+    from cic.llm.engines import EngineProbe
+
+    name = config.models[index].name
+    settings = config.answerer_settings(index)
+    # the gate holds only for the model it was certified on: the engine probes and refuses another
+    expected = certified_identity(db, {"run_key": run_key}, settings.engine)
+    settings = replace(settings, estimators=(estimator.split("[")[0],),
+                       probe=EngineProbe(identity=expected) if expected is not None else None)
+    answerer = Answerer(settings)
+    generations = answerer.generate(questions, run_key="ask")
+    if failures := answerer.engine.take_failures():
+        raise UserError(f"model {name}: the endpoint gave no answer ({next(iter(failures.values()))})")
+    scores = answerer.scorer.score(generations, run_key="ask").filter(estimator=estimator)
+    if scores.height == 0 or scores.get_column("value")[0] is None:
+        raise UserError(f"estimator {estimator!r} gives no score for this question")
+    return generations.filter(sample_index=0).get_column("text")[0], float(scores.get_column("value")[0])
+
+
+@dataclass(frozen=True)
+class CascadeReply:
+    """A cascade's decision for one question: who answered (None: every stage declined), and per stage asked its
+    score against its threshold; stages after the answering one were never called."""
+
+    decision: str
+    answer: str
+    answered_by: str | None
+    steps: tuple[tuple[str, float | None, float | None], ...]  # (model, score or None: not called, threshold)
+    calibration_id: str
+    estimators: tuple[str, ...]
+    models: tuple[str, ...]
+
+    @property
+    def not_called(self) -> tuple[str, ...]:
+        """The stages after the answering one: never asked."""
+        return self.models[len(self.steps):]
+
+
+def ask_cascade(question: str, *, config_path: str | Path, db: str | None, cascade: str, dataset: str,
+                choices: Sequence[str] | None, criterion: str | None, alpha: float, bound: str) -> CascadeReply:
+    """Ask the cascade's models in order with its stored (re-certified) gate: the first whose score is within its
+    threshold answers and no later model is called; a stage without a threshold is skipped; none: abstain."""
+    from cic.pipeline.config import load_config
+    from cic.pipeline.system_gates import serving_system_gate
+    from cic.store import Store
+
+    config = load_config(config_path)
+    names = {c.name for c in config.calibration.cascades}
+    if cascade not in names:
+        raise UserError(f"cascade = {cascade!r}: not in the config's calibration.cascades "
+                        f"({', '.join(sorted(names)) or 'none'})")
+    store_path = db or config.storage.db
+    with Store.open(store_path, read_only=True, wait_s=60) as store:
+        row = serving_system_gate(store, config.calibration, system=cascade, dataset=dataset, criterion=criterion,
+                                  alpha=alpha, bound=bound)
+    models = [m.name for m in config.models]
+    questions = question_row(question, dataset, choices)
+    steps: list[tuple[str, float | None, float | None]] = []
+    last = ""
+    for stage, (model, threshold) in enumerate(zip(row["models"], row["thresholds"], strict=True)):
+        if threshold is None or not row["estimators"]:  # this stage never answers: not called
+            steps.append((model, None, None))
+            continue
+        last, score = answer_and_score(config, models.index(model), store_path, row["run_keys"][stage],
+                                       row["estimators"][stage], questions)
+        steps.append((model, score, threshold))
+        if score <= threshold:
+            return CascadeReply("answer", last, model, tuple(steps), row["calibration_id"],
+                                tuple(row["estimators"]), tuple(row["models"]))
+    return CascadeReply("abstain", last, None, tuple(steps), row["calibration_id"], tuple(row["estimators"]),
+                        tuple(row["models"]))

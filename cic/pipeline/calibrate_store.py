@@ -21,6 +21,7 @@ from cic.pipeline.stored_calibration import (
     groups_of_run,
     iter_group_pairs,
 )
+from cic.pipeline.system_gates import calibrate_systems
 from cic.store import Store
 
 
@@ -57,4 +58,5 @@ def calibrate_store(db: str, run_keys: Sequence[str], calibration: CalibrationCo
                 with store.transaction():
                     store.upsert("group_evaluations", rows)
                 stats.group_studies += 1
+        calibrate_systems(store, list(run_keys), calibration, stats)  # cascades and estimators chosen, if any
     return stats

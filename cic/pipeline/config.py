@@ -259,6 +259,19 @@ class GridConfig(_Strict):
         return self
 
 
+class CascadeConfig(_Strict):
+    """A named cascade: models of the config in cost order, each answering when its score is within its threshold,
+    certified as one system (`cic.stats.cascades`): its error among answered <= alpha with probability >= 1 - delta.
+    `estimator`: the score every stage thresholds (a base name such as `semantic_entropy`), or `auto`: each
+    estimator the models share tried at delta / K and the one answering the most kept."""
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    models: tuple[str, ...] = Field(min_length=2, max_length=8)
+    estimator: str = Field("semantic_entropy", min_length=1)
+    costs: tuple[Annotated[float, Field(ge=0)], ...] | None = Field(None, description="cost per call of each model, "
+                                                                    "in cost order: the cost per question is shown")
+
+
 class CalibrationConfig(_Strict):
     """Risk levels, confidence, bounds, searches and the split protocol."""
 
@@ -272,6 +285,10 @@ class CalibrationConfig(_Strict):
     seed: Seed = 0
     grid: GridConfig = GridConfig()
     n_min: int | None = Field(None, ge=1, le=MAX_QUESTIONS)
+    estimator: Literal["auto"] | None = Field(None, description="auto: beside each estimator's gates, per model "
+                                              "the estimator answering the most with every estimator certified at "
+                                              "delta / K (choosing among K gates spends up to K·delta otherwise)")
+    cascades: tuple[CascadeConfig, ...] = ()
     group_by: Literal["dataset"] | None = Field(None, description="dataset: the gates of a model's datasets "
                                                 "(production streams) certified at once, each at delta / G for the "
                                                 "G datasets of that model, so with probability >= 1 - delta every "
@@ -388,7 +405,30 @@ class PipelineConfig(_Strict):
             dupes = sorted({n for n in names if names.count(n) > 1})
             if dupes:
                 raise UserError(f"{kind} name(s) used twice: {', '.join(dupes)}")
+        self._check_cascades()
         return self
+
+    def _check_cascades(self) -> None:
+        """Each cascade names models of this config, each once, with a cost per model when costs are given, and a
+        name no model or other cascade uses."""
+        models = [m.name for m in self.models]
+        seen: set[str] = set()
+        for i, cascade in enumerate(self.calibration.cascades):
+            where = f"calibration.cascades.{i}"
+            if cascade.name in seen or cascade.name in models:
+                raise UserError(f"{where}.name = {cascade.name!r}: used twice (by a model or another cascade)")
+            seen.add(cascade.name)
+            for name in cascade.models:
+                if name not in models:
+                    raise UserError(f"{where}.models = {list(cascade.models)!r}: {name!r} is not a model of this "
+                                    f"config ({', '.join(models)})")
+            if len(set(cascade.models)) != len(cascade.models):
+                raise UserError(f"{where}.models = {list(cascade.models)!r}: a model twice")
+            if cascade.estimator != "auto" and cascade.estimator not in self.uncertainty.estimators:
+                raise UserError(f"{where}.estimator = {cascade.estimator!r}: not among uncertainty.estimators "
+                                f"({', '.join(self.uncertainty.estimators)}) or auto")
+            if cascade.costs is not None and len(cascade.costs) != len(cascade.models):
+                raise UserError(f"{where}.costs = {list(cascade.costs)!r}: one per model ({len(cascade.models)})")
 
 
 def _describe(error: dict[str, Any], line_of: Callable[[tuple[Any, ...]], int | None] | None = None) -> str:

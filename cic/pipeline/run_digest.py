@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cic.pipeline.run_results import PipelineSummary, ResultRow
+from cic.pipeline.run_results import PipelineSummary, ResultRow, SystemResultRow
 from cic.stats.bounds import min_certifiable_n
 
 RESULTS_ARTIFACT = "cic-pipeline-results"
@@ -107,6 +107,29 @@ def per_dataset_lines(summary: PipelineSummary) -> list[str]:
     return lines
 
 
+def system_cells(rows: Sequence[SystemResultRow]) -> list[tuple[str, ...]]:
+    """Per system gate: (system, dataset · criterion, α, bound, the gate, test FDR mean, share of splits with
+    FDR > α, coverage, stage shares, fails) as text — the closing table's and the digest's rows."""
+    cells = []
+    for r in rows:
+        gate = ("certifies nothing" if not r.certified else ", ".join(
+            f"{m} ≤ {t:.4g}" if t is not None else f"{m} never" for m, t in zip(r.models, r.thresholds, strict=True))
+            + (f" ({r.estimators[0]})" if r.estimators else ""))
+        shares = " / ".join(f"{s:.2f}" for s in r.shares_mean) or "—"
+        cells.append((r.system, f"{r.dataset} · {r.criterion}", f"{r.alpha:g}", r.bound, gate, _num(r.fdr_mean),
+                      "—" if r.fdr_above_alpha is None else f"{r.fdr_above_alpha:.0%}", _num(r.coverage_mean), shares,
+                      "—" if r.fails is None else f"{r.fails}/{r.n_splits}"))
+    return cells
+
+
+SYSTEM_COLUMNS = ("system", "dataset · criterion", "α", "bound", "gate on all questions", "test FDR",
+                  "> α", "coverage", "stage shares", "fails")
+
+
+def _num(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
 def markdown_summary(summary: PipelineSummary) -> str:
     """The run's digest first, then its models and stage times, for the Prefect UI; every split-protocol row is
     in the table artifact `cic-pipeline-results`."""
@@ -130,4 +153,9 @@ def markdown_summary(summary: PipelineSummary) -> str:
                          f"{count} |")
     if summary.per_dataset_note:
         lines += ["", summary.per_dataset_note]
+    if summary.systems:
+        lines += ["", "Systems — cascades and estimators chosen, each certified as one system (error among "
+                  "answered ≤ α with probability ≥ 1 − δ); split protocol on the same questions:", "",
+                  "| " + " | ".join(SYSTEM_COLUMNS) + " |", "|" + "---|" * len(SYSTEM_COLUMNS)]
+        lines += ["| " + " | ".join(cells) + " |" for cells in system_cells(summary.systems)]
     return "\n".join(lines) + "\n"

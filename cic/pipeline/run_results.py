@@ -42,6 +42,9 @@ class CalibrateStats:
     unattainable: int = 0
     promoted: int = 0          # gates that went live because their key had no live gate yet
     group_studies: int = 0     # (model, estimator, criterion) studies over datasets (`group_by: dataset`)
+    systems: int = 0           # (system, dataset, criterion) of cascades and estimator choices certified
+    system_gates: int = 0      # their (alpha, bound) gates, and how many certify nothing
+    system_unattainable: int = 0
 
 
 @dataclass
@@ -83,11 +86,41 @@ class PipelineSummary:
     per_dataset: list[dict[str, Any]] = field(default_factory=list)  # `group_evaluations` rows, every column
     per_dataset_file: str | None = None
     per_dataset_note: str | None = None
+    systems: list[SystemResultRow] = field(default_factory=list)  # cascades and estimators chosen
     flow_run_id: str | None = None
 
     @property
     def failed_models(self) -> list[AnswerStats]:
         return [a for a in self.answer if a.error]
+
+
+@dataclass(frozen=True)
+class SystemResultRow:
+    """One system (a cascade, or a model with its estimator chosen) at one (alpha, bound): the gate certified on
+    all its pairs and its split protocol — what the closing table and the Prefect digest show beside single
+    models."""
+
+    system: str
+    kind: str
+    models: tuple[str, ...]
+    dataset: str
+    criterion: str
+    alpha: float
+    bound: str
+    search: str
+    estimators: tuple[str, ...]        # the gate's estimator per stage (empty: it certifies nothing)
+    thresholds: tuple[float | None, ...]
+    shares: tuple[float, ...]          # the gate's share of calibration questions per stage
+    fdr_mean: float | None
+    fdr_above_alpha: float | None
+    coverage_mean: float | None
+    shares_mean: tuple[float, ...]     # per stage, over the test parts of the splits
+    fails: int | None
+    n_splits: int | None
+
+    @property
+    def certified(self) -> bool:
+        return any(t is not None for t in self.thresholds)
 
 
 @dataclass(frozen=True)

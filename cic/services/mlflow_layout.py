@@ -212,3 +212,67 @@ def _recalibration_group(key: GroupKey, items: Sequence[Candidate], checks: Sequ
                 "drift_tests": [c.test.as_dict() | {"rejected": c.rejected} for c in checks]},
         metrics=metrics, table=_table(recalibration_row(i, monitor_of)
                                       for i in sorted(items, key=lambda i: (i.row.search, i.row.bound, i.row.alpha))))
+
+
+def system_groups(store: Store, run_keys: Sequence[str] | None, experiment_prefix: str | None) -> list[GroupLog]:
+    """One run per (system, dataset, criterion) — a cascade, or a model's estimator chosen — in the dataset's
+    experiment (cic.kind = system): per α its coverage, system FDR and each stage's share as series against α,
+    and the table of every (α, bound) gate with each stage's threshold beside the split protocol."""
+    gates = store.read("system_calibrations")
+    if run_keys is not None:
+        wanted = list(run_keys)
+        gates = gates.filter(pl.col("run_keys").list.eval(pl.element().is_in(wanted)).list.all())
+    if gates.is_empty():
+        return []
+    protocol = store.read("system_evaluations")
+    out = []
+    for (system, dataset, criterion, fingerprint), part in gates.sort("created_at").group_by(
+            "system", "dataset", "criterion", "data_fingerprint", maintain_order=True):
+        part = part.unique(subset=["alpha", "bound", "search"], keep="last").sort("bound", "alpha")
+        splits = protocol.filter(system=system, dataset=dataset, criterion=criterion, data_fingerprint=fingerprint)
+        out.append(_system_group(part, splits, experiment_prefix_of(store, part.get_column("run_keys")[0][0],
+                                                                    experiment_prefix)))
+    return out
+
+
+def _system_group(gates: pl.DataFrame, splits: pl.DataFrame, prefix: str) -> GroupLog:
+    first = gates.row(0, named=True)
+    models = first["models"]
+    series: dict[str, dict[int, float | None]] = {}
+    rows = []
+    for gate in gates.iter_rows(named=True):
+        step, suffix = round(gate["alpha"] * 100), f"{gate['bound']}.{gate['search']}"
+        match = splits.filter(alpha=gate["alpha"], bound=gate["bound"], search=gate["search"])
+        split = match.row(0, named=True) if match.height else {}
+        series.setdefault(f"coverage{ALPHA_STEP}.{suffix}", {})[step] = split.get("coverage_mean")
+        series.setdefault(f"fdr{ALPHA_STEP}.{suffix}", {})[step] = split.get("fdr_mean")
+        for model, share in zip(models, split.get("shares_mean") or [], strict=False):
+            series.setdefault(f"share.{model}{ALPHA_STEP}.{suffix}", {})[step] = share
+        rows.append({"alpha": gate["alpha"], "bound": gate["bound"], "search": gate["search"],
+                     "delta": gate["delta"], "certified": gate["certified"],
+                     **{f"threshold.{m}": said(t, "never answers" if gate["certified"] else UNATTAINABLE)
+                        for m, t in zip(models, gate["thresholds"], strict=True)},
+                     "estimator": gate["estimators"][0] if gate["estimators"] else UNATTAINABLE,
+                     "ucb": said(gate["bound_value"], UNATTAINABLE), "n_cal": gate["n_cal"],
+                     "n_accepted": gate["n_accepted"], "n_errors": gate["n_errors"],
+                     **{f"share.{m}": s for m, s in zip(models, gate["shares"], strict=True)},
+                     "cost_per_question": said(gate["cost_per_question"], "no costs given"),
+                     **{m: said(split.get(m), UNDEFINED) for m in ("fdr_mean", "fdr_above_alpha", "coverage_mean",
+                                                                   "fails")},
+                     "calibration_id": gate["calibration_id"], "_gate": {k: gate[k] for k in (
+                         "calibration_id", "alpha", "bound", "search", "models", "estimators", "thresholds",
+                         "guarantee")}})
+    kind = "cascade " + " -> ".join(models) if first["kind"] == "cascade" else f"{models[0]} · estimator auto"
+    return GroupLog(
+        experiment=f"{prefix}-{first['dataset']}", run_name=f"{first['system']} ({kind}) · {first['criterion']}",
+        log_key=schema.stable_hash("system", *sorted(gates.get_column("calibration_id").to_list())),
+        tags={"cic.kind": "system", "cic.system": first["system"], "cic.system_kind": first["kind"],
+              "cic.models": ",".join(models), "cic.dataset": first["dataset"], "cic.criterion": first["criterion"],
+              "cic.data_fingerprint": first["data_fingerprint"]},
+        params={"system": first["system"], "kind": first["kind"], "models": models, "dataset": first["dataset"],
+                "criterion": first["criterion"], "delta": first["delta"], "candidates": first["candidates"],
+                "run_keys": first["run_keys"], "guarantee": first["guarantee"]},
+        metrics={"certified_gates": float(gates.get_column("certified").sum()),
+                 "unattainable_gates": float((~gates.get_column("certified")).sum()),
+                 "n_questions": float(first["n_cal"])},
+        series=series, table=_table(rows))

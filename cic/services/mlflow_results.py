@@ -29,7 +29,7 @@ from cic.pipeline.group_reports import (
 )
 from cic.pipeline.recalibration import RecalibrationPass
 from cic.pipeline.run_results import LogStats
-from cic.services.mlflow_layout import experiment_prefix_of, pipeline_group, recalibration_groups
+from cic.services.mlflow_layout import experiment_prefix_of, pipeline_group, recalibration_groups, system_groups
 from cic.services.mlflow_setup import check_before_logging
 from cic.services.mlflow_tracking import check_reachable, find_logged, log_group, requests_in_flight, tracking_uri
 from cic.store import Store
@@ -82,10 +82,17 @@ def log_store(db: str, *, tracking: str | None = None, experiment_prefix: str | 
                 group = replace(group, tags={**group.tags, "cic.flow_run_id": flow_run_id})
             sent[index] = pool.submit(log_group, client, group, in_flight=in_flight)
             _report_progress(list(sent.values()), len(units))
+        systems = system_groups(store, run_keys, experiment_prefix)  # cascades and estimators chosen
         report_s = time.perf_counter() - started
+        system_runs = [pool.submit(log_group, client, group, in_flight=in_flight) for group in systems]
         for _ in as_completed(sent.values()):
             _report_progress(list(sent.values()), len(units))
     stats = LogStats(report_s=report_s)
+    for future in system_runs:
+        run_id, new = future.result()
+        stats.logged += int(new)
+        stats.already += int(not new)
+        stats.run_ids.append(run_id)
     for index in sorted(sent):
         run_id, new = sent[index].result()
         stats.logged += int(new)

@@ -105,6 +105,29 @@ def lec_threshold(scores: Any, errors: Any, alpha: float) -> float | None:
     return _largest(values, searches.lec_feasible(fd, n, alpha))
 
 
+def lec_routing(scores: Sequence[Any], errors: Sequence[Any], alpha: float, *,
+                grid: int = 40) -> tuple[float | None, float | None]:
+    """LEC's two-model routing rule as its condition reads: among the pairs of thresholds on a grid x grid of
+    score quantiles (or None: the model never answers), the pair answering the most calibration questions with
+    FD + 1 <= alpha·n over the system's answers (first model answers when within its threshold, else the
+    second). A guarantee in expectation only, with no correction for the grid search; a baseline beside
+    `cic.stats.cascades.calibrate_cascade`."""
+    from cic.stats.cascades import answering_model
+
+    us = [np.asarray(u, dtype=float) for u in scores]
+    es = [np.asarray(e, dtype=np.int64) for e in errors]
+    grids = [np.quantile(u, np.linspace(0, 1, grid + 1)[1:]) for u in us]
+    best, chosen = -1, (None, None)
+    for t1 in (None, *grids[0]):
+        for t2 in (None, *grids[1]):
+            answering = answering_model(us, (t1, t2))
+            n = int((answering < 2).sum())
+            wrong = int(np.where(answering == 0, es[0], np.where(answering == 1, es[1], 0)).sum())
+            if n > best and searches.lec_feasible(np.array([wrong]), np.array([n]), alpha)[0]:
+                best, chosen = n, (None if t1 is None else float(t1), None if t2 is None else float(t2))
+    return chosen
+
+
 @checked
 def coin_binary_threshold(scores: Any, errors: Any, alpha: float, *, delta: float = 0.05,
                           bound: str = "cp") -> float | None:

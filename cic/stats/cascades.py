@@ -267,3 +267,98 @@ def choose_estimator(tables: Mapping[str, tuple[Any, Any]], *, alpha: float, del
     guarantee = (f"P(the chosen gate's error among accepted <= {alpha:g}) >= {1 - delta:g}: each of {len(tables)} "
                  f"estimators certified at delta / {len(tables)} = {share:.4g}, the largest coverage chosen")
     return EstimatorChoice(name, certified.get(name) if name else None, results, float(delta), guarantee)
+
+
+
+@dataclass(frozen=True)
+class SystemChoice:
+    """A system certified with its estimator chosen: each of the K candidate estimators at delta / K, the one
+    answering the most calibration questions kept (estimator None: no candidate certifies anything)."""
+
+    estimator: str | None
+    thresholds: tuple[float | None, ...]
+    result: Any  # the kept candidate's CascadeResult (several stages) or CalibrationResult (one); the first if none
+    candidates: int
+
+    @property
+    def shares(self) -> tuple[float, ...]:
+        if self.estimator is None:
+            return (0.0,) * len(self.thresholds)
+        if isinstance(self.result, CascadeResult):
+            return self.result.shares
+        n = self.result.n_calibration
+        return (self.result.n_accepted / n if n else 0.0,)
+
+
+def certify_system(tables: Mapping[str, tuple[Sequence[Any], Sequence[Any]]], *, alpha: float, delta: float = 0.05,
+                   bound: str = "cp", search: str = DEFAULT_SEARCH, models: Sequence[str] | None = None,
+                   costs: Sequence[float] | None = None) -> SystemChoice:
+    """Certify a system of one stage (a gate) or several (a cascade) for each candidate estimator at delta / K
+    and keep the one answering the most (a tie: the first in `tables` order): P(the kept system's risk > alpha)
+    <= delta (union bound over the K).
+    `tables[name]` = (per stage scores, per stage errors) on the same questions."""
+    from cic.stats.calibration import calibrate
+
+    if not tables:
+        raise UserError("certify_system needs at least one estimator's scores and errors")
+    share = delta / len(tables)
+    found: list[tuple[str, tuple[float | None, ...], Any, int]] = []
+    for name, (us, es) in tables.items():
+        if len(us) == 1:
+            result = calibrate(us[0], es[0], alpha=alpha, delta=share, bound=bound, search=search, keep_table=False)
+            found.append((name, (result.threshold,), result, result.n_accepted))
+        else:
+            result = calibrate_cascade(us, es, alpha=alpha, delta=share, bound=bound, search=search, models=models,
+                                       costs=costs)
+            found.append((name, result.thresholds, result, result.n_accepted))
+    certified = [f for f in found if any(t is not None for t in f[1])]
+    if not certified:
+        return SystemChoice(None, (None,) * len(found[0][1]), found[0][2], len(tables))
+    name, thresholds, result, _ = max(certified, key=lambda f: f[3])
+    return SystemChoice(name, thresholds, result, len(tables))
+
+
+def evaluate_system_splits(tables: Mapping[str, tuple[Sequence[Any], Sequence[Any]]], *, alphas: Sequence[float],
+                           bounds: Sequence[str], delta: float = 0.05, search: str = DEFAULT_SEARCH,
+                           n_splits: int = 100, cal_fraction: float = 0.5, seed: int = 0,
+                           costs: Sequence[float] | None = None) -> list[dict[str, Any]]:
+    """The split protocol for `certify_system`, on the splits `cic.split_masks` draws for these sizes and seed
+    (those of `evaluate_splits`): per (alpha, bound) and split, certify on the calibration part and measure the
+    system on the test part. Per row: mean test FDR, its spread and the share of splits above alpha (over splits
+    answering something), mean coverage, fails (splits certifying nothing), `shares_mean` (per stage, the share of
+    test questions it answers) and `chosen_shares` (per candidate estimator, the share of splits keeping it)."""
+    from cic.stats.protocol import split_masks, summarize_splits
+
+    names = list(tables)
+    us = {k: [np.asarray(u, dtype=float) for u in tables[k][0]] for k in names}
+    es = {k: [np.asarray(e, dtype=np.int64) for e in tables[k][1]] for k in names}
+    n = us[names[0]][0].shape[0]
+    if any(a.shape != (n,) for k in names for a in (*us[k], *es[k])):
+        raise UserError(f"every estimator and stage needs scores and errors on the same {n} questions")
+    stages = len(us[names[0]])
+    masks = split_masks(n, n_splits, cal_fraction, seed)
+    rows = []
+    for alpha in alphas:
+        for bound in bounds:
+            found, fdr, coverage, shares, chosen = [], [], [], [], []
+            for cal in masks:
+                test = ~cal
+                choice = certify_system({k: ([u[cal] for u in us[k]], [e[cal] for e in es[k]]) for k in names},
+                                        alpha=alpha, delta=delta, bound=bound, search=search, costs=costs)
+                chosen.append(choice.estimator)
+                found.append(choice.estimator is not None)
+                kept = choice.estimator or names[0]
+                answering = answering_model([u[test] for u in us[kept]], choice.thresholds)
+                answered = answering < stages
+                wrong = np.choose(np.minimum(answering, stages - 1), [e[test] for e in es[kept]]) * answered
+                fdr.append(wrong.sum() / answered.sum() if answered.any() else np.nan)
+                coverage.append(answered.mean())
+                shares.append([float(np.mean(answering == i)) for i in range(stages)])
+            out = summarize_splits({"found": np.array(found), "fdr": np.array(fdr, dtype=float),
+                                    "coverage": np.array(coverage),
+                                    "correct_coverage": np.full(len(masks), np.nan)}, alpha)  # no one "correct"
+            rows.append({"alpha": float(alpha), "bound": bound, "search": search, "delta": float(delta), **out,
+                         "shares_mean": np.mean(shares, axis=0).tolist(),
+                         "chosen_shares": [chosen.count(k) / len(masks) for k in names],
+                         "n_cal": int(masks[0].sum()), "n_test": int((~masks[0]).sum())})
+    return rows

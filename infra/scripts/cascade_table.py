@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import cic  # noqa: E402
+from cic.stats.baselines import lec_routing  # noqa: E402
 from cic.stats.cascades import answering_model, calibrate_cascade, choose_estimator  # noqa: E402
 from cic.stats.simulation import binomial_ci  # noqa: E402
 
@@ -61,20 +62,6 @@ def system(pop: tuple[list[np.ndarray], list[np.ndarray]], thresholds: tuple[flo
         return 0.0, 0.0
     p = np.choose(np.minimum(answering, len(scores) - 1), probs)
     return float(answered.mean()), float(p[answered].mean())
-
-
-def lec_routing(scores: list[np.ndarray], errors: list[np.ndarray], alpha: float) -> tuple[float | None, ...]:
-    """LEC's two-model rule on a 40 x 40 grid of score quantiles: most answered with sum(Z - alpha S) <= -1."""
-    grids = [np.quantile(u, np.linspace(0, 1, 41)[1:]) for u in scores]
-    best, chosen = -1, (None, None)
-    for t1 in (None, *grids[0]):
-        for t2 in (None, *grids[1]):
-            answering = answering_model(scores, (t1, t2))
-            answered = answering < 2
-            wrong = np.where(answering == 0, errors[0], np.where(answering == 1, errors[1], 0))
-            if wrong.sum() - alpha * answered.sum() <= -1 and answered.sum() > best:
-                best, chosen = int(answered.sum()), (t1, t2)
-    return chosen
 
 
 def cascade_cell(alpha: float, n: int, draws: int, pop: tuple[list[np.ndarray], list[np.ndarray]],

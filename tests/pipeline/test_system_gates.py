@@ -1,0 +1,122 @@
+"""System gates from the store: cascades of stored runs and each model's estimator chosen, certified with the
+statistics' own functions on the joined pairs, evaluated on the same splits, stored idempotently."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cic.errors import UserError
+from cic.pipeline.calibrate_store import calibrate_store
+from cic.pipeline.config import CalibrationConfig, CascadeConfig, parse_config
+from cic.pipeline.system_gates import SystemSpec, iter_system_data, system_calibration_rows
+from cic.stats.calibration import calibrate
+from cic.stats.cascades import calibrate_cascade
+from cic.store import Store
+from tests.support.pipeline_data import store_run
+
+ESTIMATORS = ("semantic_entropy[embedding:0.9]", "predictive_entropy")
+CONFIG = CalibrationConfig(alphas=(0.1, 0.2), bounds=("cp",), searches=("fallback",), n_splits=8,
+                           estimator="auto",
+                           cascades=(CascadeConfig(name="small-big", models=("small", "big"),
+                                                   estimator="semantic_entropy", costs=(1.0, 5.0)),))
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    with Store.open(tmp_path / "t.duckdb") as opened:
+        yield opened
+
+
+def two_models(store: Store) -> list[str]:
+    """A weak and a strong model on the same 600 questions (ids shared), and a third run on another dataset."""
+    return [store_run(store, model="small", n=600, seed=1, error_slope=0.9, base=0.05),
+            store_run(store, model="big", n=600, seed=2, error_slope=0.4, base=0.01),
+            store_run(store, model="big", dataset="other", n=50, seed=3)]
+
+
+def test_a_cascade_row_is_calibrate_cascade_on_the_joined_pairs_at_its_share_of_delta(store: Store) -> None:
+    keys = two_models(store)
+    spec = SystemSpec("small-big", "cascade", ("small", "big"), "semantic_entropy", (1.0, 5.0))
+    (data,) = list(iter_system_data(store, keys, spec))  # "other" has no small run: no system there
+    assert (data.dataset, data.criterion, list(data.tables)) == ("d", "similarity[0.6]", [ESTIMATORS[0]])
+    rows = system_calibration_rows(data, CONFIG)
+    pairs = [store.calibration_frame(m, "d", ESTIMATORS[0], "similarity[0.6]") for m in ("small", "big")]
+    for row in rows.iter_rows(named=True):
+        direct = calibrate_cascade([p.get_column("score").to_numpy() for p in pairs],
+                                   [p.get_column("error").to_numpy() for p in pairs], alpha=row["alpha"],
+                                   delta=0.05, bound="cp", costs=(1.0, 5.0))
+        assert row["thresholds"] == list(direct.thresholds) and row["n_accepted"] == direct.n_accepted
+        assert row["shares"] == pytest.approx(direct.shares) and row["cost_per_question"] == direct.cost_per_question
+        assert row["certified"] and row["run_keys"] == keys[:2] and row["candidates"] == 1
+
+
+def test_the_estimator_choice_certifies_each_at_delta_over_k_and_keeps_the_widest(store: Store) -> None:
+    keys = two_models(store)
+    (data,) = list(iter_system_data(store, keys[1:2], SystemSpec("big:auto", "estimator", ("big",), "auto")))
+    rows = system_calibration_rows(data, CONFIG)
+    pairs = {e: store.calibration_frame("big", "d", e, "similarity[0.6]") for e in sorted(ESTIMATORS)}
+    for row in rows.iter_rows(named=True):
+        each = {e: calibrate(p.get_column("score").to_numpy(), p.get_column("error").to_numpy(), alpha=row["alpha"],
+                             delta=0.05 / 2, bound="cp") for e, p in pairs.items()}
+        best = max(each, key=lambda e: each[e].n_accepted)  # a tie keeps the first in name order
+        assert row["estimators"] == [best] and row["thresholds"] == [each[best].threshold]
+        assert row["candidates"] == 2 and "2 estimator(s) tried at delta / 2" in row["guarantee"]
+
+
+def test_the_store_holds_every_system_once_and_a_rerun_adds_nothing(store: Store, tmp_path: Path) -> None:
+    keys = two_models(store)
+    store.close()
+    db = str(tmp_path / "t.duckdb")
+    first = calibrate_store(db, keys, CONFIG)
+    again = calibrate_store(db, keys, CONFIG)
+    # the cascade on d; small:auto on d; big:auto on d and other
+    assert (first.systems, first.system_gates) == (again.systems, again.system_gates) == (4, 8)
+    with Store.open(db, read_only=True) as reopened:
+        calibrations, evaluations = reopened.read("system_calibrations"), reopened.read("system_evaluations")
+    assert calibrations.height == 8 and evaluations.height == 8
+    cascade = evaluations.filter(system="small-big")
+    assert cascade.get_column("n_splits").to_list() == [8, 8]
+    for row in cascade.iter_rows(named=True):
+        assert sum(row["shares_mean"]) == pytest.approx(row["coverage_mean"]) and row["chosen_shares"][0] <= 1
+        assert row["fdr_mean"] is None or 0 <= row["fdr_mean"] <= 1
+
+
+@pytest.mark.parametrize(("cascade", "message"), [
+    ({"name": "c", "models": ["m", "x"]}, "calibration.cascades.0.models = \\['m', 'x'\\]: 'x' is not a model"),
+    ({"name": "m", "models": ["m", "n"]}, "calibration.cascades.0.name = 'm': used twice"),
+    ({"name": "c", "models": ["m", "m"]}, "a model twice"),
+    ({"name": "c", "models": ["m", "n"], "costs": [1]}, "costs = \\[1.0\\]: one per model \\(2\\)"),
+    ({"name": "c", "models": ["m", "n"], "estimator": "eigv"}, "estimator = 'eigv': not among uncertainty"),
+    ({"name": "c", "models": ["m"]}, "calibration.cascades.0.models"),
+])
+def test_a_cascade_that_cannot_be_built_is_refused_naming_the_field(cascade: dict, message: str) -> None:
+    data = {"models": [{"name": "m", "spec": "org/m"}, {"name": "n", "spec": "org/n"}],
+            "datasets": [{"name": "trivia_qa"}], "uncertainty": {"estimators": ["semantic_entropy"]},
+            "calibration": {"cascades": [cascade]}}
+    with pytest.raises(UserError, match=message):
+        parse_config(data)
+
+
+def test_a_cascade_whose_stages_share_no_question_is_skipped(store: Store) -> None:
+    keys = [store_run(store, model="small", n=50), store_run(store, model="big", n=50, id_offset=1000)]
+    spec = SystemSpec("small-big", "cascade", ("small", "big"), "semantic_entropy")
+    assert list(iter_system_data(store, keys, spec)) == []
+
+
+def test_the_results_show_each_system_gate_with_its_protocol_and_only_for_these_runs(store: Store,
+                                                                                       tmp_path: Path) -> None:
+    from cic.pipeline.system_gates import system_results
+
+    keys = two_models(store)
+    store.close()
+    db = str(tmp_path / "t.duckdb")
+    calibrate_store(db, keys, CONFIG)
+    with Store.open(db, read_only=True) as reopened:
+        rows = system_results(reopened, keys)
+        assert system_results(reopened, ["elsewhere"]) == []
+    assert {r.system for r in rows} == {"small-big", "small:auto", "big:auto"} and len(rows) == 8
+    cascade = [r for r in rows if r.system == "small-big"]
+    assert [r.alpha for r in cascade] == [0.1, 0.2] and all(r.n_splits == 8 for r in cascade)
+    assert all(r.certified == bool(r.estimators) for r in rows)
