@@ -182,6 +182,8 @@ SYSTEM_CALIBRATIONS = TableSpec("system_calibrations", {
     "kind": pl.String(),                     # cascade | estimator (the estimator chosen among K at delta / K)
     "models": pl.List(pl.String()),          # in cost order (the order they are asked in)
     "estimators": pl.List(pl.String()),      # the stored estimator each stage thresholds
+    "estimator_rule": pl.String(),           # what the config asked: an estimator's base name, or auto
+    "costs": pl.List(pl.Float64()),          # per stage, from the config (null: none given)
     "dataset": pl.String(), "criterion": pl.String(),
     "alpha": pl.Float64(), "delta": pl.Float64(), "bound": pl.String(), "search": pl.String(),
     "thresholds": pl.List(pl.Float64()),     # per stage; a null stage never answers; all null: unattainable

@@ -334,8 +334,10 @@ def export_gates(
     """Write what a serving system should serve, one JSON list: every live gate (verified against its
     certificate), and for a key whose gates were all retired, whose gate is unattainable or without a guarantee,
     or whose live gate is flagged (until it is recalibrated or confirmed with `cic gate confirm`), an entry that
-    serves nothing (abstain on all) and says why."""
+    serves nothing (abstain on all) and says why; then each system's newest gate (a cascade or a model's estimator
+    chosen, re-certified from the store) with every stage's threshold."""
     from cic.pipeline.gates import served_entries
+    from cic.pipeline.system_gates import served_system_entries
     from cic.store import Store
     from cic.store.outputs import guard_output, write_text
 
@@ -343,18 +345,24 @@ def export_gates(
     filters = {k: v for k, v in (("model", model), ("dataset", dataset)) if v is not None}
     with Store.open(_existing(db), read_only=True, wait_s=60) as store:
         exported = served_entries(store, **filters)
+        systems = served_system_entries(store, **filters)
+    exported += systems
     if not exported:
         raise UserError(f"no live or retired gate in {db}" + (f" for {filters}" if filters else "") +
                          "; promote one with `cic gate promote ID`")
     write_text(target, json.dumps(exported, indent=2) + "\n", "--out")
     live = sum(e["serve"] == "gate" for e in exported)
+    serving_systems = sum(e["serve"] == "system" for e in systems)
     flagged = [e for e in exported if e.get("flagged")]
     why = {"every gate retired": "retired_gate_id", "alpha unattainable": "unattainable_gate_id",
            "no guarantee": "unguaranteed_gate_id", "flagged": "flagged_gate_id"}
     nothing = ", ".join(f"{n} {label}" for label, field in why.items()
                         if (n := sum(e.get(field) is not None for e in exported)))
-    console.print(f"{live} live gate(s)" + (f" and {len(exported) - live} key(s) serving nothing ({nothing})"
-                                            if nothing else "") + f" written to {target}")
+    systems_said = (f"; {serving_systems} system gate(s) (cascades, estimators chosen)"
+                    + (f", {len(systems) - serving_systems} certifying nothing" if len(systems) > serving_systems
+                       else "") if systems else "")
+    console.print(f"{live} live gate(s)" + (f" and {len(exported) - len(systems) - live} key(s) serving nothing "
+                                            f"({nothing})" if nothing else "") + systems_said + f" written to {target}")
     for entry in flagged:
         err_console.print(styled(("flagged, serving nothing:", "bold yellow"), " ", printable(entry["reason"])),
                           soft_wrap=True)

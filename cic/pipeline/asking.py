@@ -144,8 +144,12 @@ def ask_cascade(question: str, *, config_path: str | Path, db: str | None, casca
                         f"({', '.join(sorted(names)) or 'none'})")
     store_path = db or config.storage.db
     with Store.open(store_path, read_only=True, wait_s=60) as store:
-        row = serving_system_gate(store, config.calibration, system=cascade, dataset=dataset, criterion=criterion,
-                                  alpha=alpha, bound=bound)
+        row = serving_system_gate(store, system=cascade, dataset=dataset, criterion=criterion, alpha=alpha,
+                                  bound=bound)
+    configured = next(c for c in config.calibration.cascades if c.name == cascade)
+    if list(configured.models) != row["models"]:
+        raise UserError(f"cascade {cascade!r}: the config's {' -> '.join(configured.models)} is not the system "
+                        f"certified ({' -> '.join(row['models'])}); run `cic run` to certify it")
     models = [m.name for m in config.models]
     questions = question_row(question, dataset, choices)
     steps: list[tuple[str, float | None, float | None]] = []

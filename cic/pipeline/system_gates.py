@@ -141,6 +141,7 @@ def system_calibration_rows(data: SystemData, config: CalibrationConfig) -> pl.D
                                                     bound, DEFAULT_SEARCH, data.fingerprint),
                 "system": spec.name, "kind": spec.kind, "models": list(spec.models),
                 "estimators": [choice.estimator] * len(spec.models) if kept else [],
+                "estimator_rule": spec.estimator, "costs": list(spec.costs) if spec.costs is not None else None,
                 "dataset": data.dataset, "criterion": data.criterion, "alpha": alpha, "delta": config.delta,
                 "bound": bound, "search": DEFAULT_SEARCH, "thresholds": list(choice.thresholds), "certified": kept,
                 "bound_value": result.bound_value if kept else None,
@@ -199,33 +200,84 @@ def system_results(store: Store, run_keys: list[str]) -> list[SystemResultRow]:
             for r in joined.iter_rows(named=True)]
 
 
-def serving_system_gate(store: Store, config: CalibrationConfig, *, system: str, dataset: str,
-                        criterion: str | None, alpha: float, bound: str) -> dict[str, Any]:
+def spec_of(row: dict[str, Any]) -> SystemSpec:
+    """The system a stored gate was certified for, from its own row (no config needed to re-certify it)."""
+    costs = row.get("costs")
+    return SystemSpec(row["system"], row["kind"], tuple(row["models"]), row["estimator_rule"],
+                      tuple(costs) if costs is not None else None)
+
+
+def verify_system_gate(store: Store, row: dict[str, Any]) -> None:
+    """Re-certify a stored system gate from the store's pairs: an error unless the same data and system give the
+    same gate (same id, same thresholds) — a gate whose data changed or whose row was edited never serves."""
+    from cic.pipeline.config import CalibrationConfig
+
+    spec = spec_of(row)
+    one = CalibrationConfig(alphas=(row["alpha"],), bounds=(row["bound"],), delta=row["delta"])
+    data = next((d for d in iter_system_data(store, row["run_keys"], spec) if d.dataset == row["dataset"]
+                 and d.criterion == row["criterion"]), None)
+    again = system_calibration_rows(data, one).row(0, named=True) if data is not None else None
+    if again is None or again["calibration_id"] != row["calibration_id"] or again["thresholds"] != row["thresholds"]:
+        raise UserError(f"system gate {row['calibration_id'][:12]} ({row['system']}, {row['dataset']}, "
+                        f"alpha={row['alpha']:g}, {row['bound']}): the store's pairs no longer give its thresholds "
+                        "(data changed or the row was edited); run `cic run` to certify it again")
+
+
+def newest_system_gates(store: Store, **equals: Any) -> pl.DataFrame:
+    """The newest stored gate of each system key (system, dataset, criterion, alpha, bound, search)."""
+    rows = store.read("system_calibrations")
+    for column, value in equals.items():
+        rows = rows.filter(pl.col(column) == value)
+    return rows.sort("created_at").unique(subset=list(SYSTEM_KEY), keep="last").sort(*SYSTEM_KEY)
+
+
+SYSTEM_KEY = ("system", "dataset", "criterion", "alpha", "bound", "search")
+
+
+def serving_system_gate(store: Store, *, system: str, dataset: str, criterion: str | None, alpha: float,
+                        bound: str) -> dict[str, Any]:
     """The newest stored gate of a system for (dataset, criterion, alpha, bound), re-certified from the store's
-    pairs before it serves (the same check a single gate gets): an error when there is none, when the config's
-    system is not the one certified, or when the data no longer gives the stored thresholds."""
-    rows = store.read("system_calibrations").filter(pl.col("system") == system, pl.col("dataset") == dataset,
-                                                    pl.col("bound") == bound, (pl.col("alpha") - alpha).abs() < 1e-12)
+    pairs before it serves (the same check a single gate gets): an error when there is none or when the data no
+    longer gives the stored thresholds."""
+    rows = newest_system_gates(store, system=system, dataset=dataset, bound=bound)
+    rows = rows.filter((pl.col("alpha") - alpha).abs() < 1e-12)
     if criterion:
         rows = rows.filter(criterion=criterion)
     wanted = f"system={system!r}, dataset={dataset!r}, criterion={criterion!r}, alpha={alpha:g}, bound={bound!r}"
     if rows.height == 0:
         raise UserError(f"no stored gate for {wanted} in {store.path}; run `cic run` with this cascade in "
                         "calibration.cascades first")
-    criteria = sorted(set(rows.get_column("criterion").to_list()))
-    if len(criteria) > 1:
-        raise UserError(f"{wanted}: gates for several criteria ({', '.join(criteria)}); pass --criterion")
-    row = rows.sort("created_at").row(-1, named=True)
-    models = sorted(set(store.read("runs", run_key=row["run_keys"]).get_column("model").to_list()))
-    spec = next((s for s in system_specs(config, models) if s.name == system), None)
-    if spec is None or list(spec.models) != row["models"]:
-        raise UserError(f"system {system!r}: the config's {'-> '.join(spec.models) if spec else 'nothing'} is not the "
-                        f"system certified ({' -> '.join(row['models'])}); run `cic run` to certify it")
-    one = config.model_copy(update={"alphas": (row["alpha"],), "bounds": (bound,)})
-    data = next((d for d in iter_system_data(store, row["run_keys"], spec) if d.dataset == dataset
-                 and d.criterion == row["criterion"]), None)
-    again = system_calibration_rows(data, one).row(0, named=True) if data is not None else None
-    if again is None or again["calibration_id"] != row["calibration_id"] or again["thresholds"] != row["thresholds"]:
-        raise UserError(f"gate {row['calibration_id'][:12]} of {wanted}: the store's pairs no longer give its "
-                        "thresholds (data changed or the row was edited); run `cic run` to certify it again")
+    if rows.height > 1:
+        criteria = ", ".join(sorted(set(rows.get_column("criterion").to_list())))
+        raise UserError(f"{wanted}: gates for several criteria ({criteria}); pass --criterion")
+    row = rows.row(0, named=True)
+    verify_system_gate(store, row)
     return row
+
+
+def served_system_entries(store: Store, *, model: str | None = None, dataset: str | None = None
+                          ) -> list[dict[str, Any]]:
+    """What `cic gate export` serves for systems: per key the newest stored gate, re-certified — `serve` =
+    "system" with every stage's threshold, or "nothing" (abstain on all) when it certifies nothing. System gates
+    have no promotion step yet: the newest certified one serves."""
+    rows = newest_system_gates(store, **({"dataset": dataset} if dataset else {}))
+    if model is not None:
+        rows = rows.filter(pl.col("models").list.contains(model))
+    out = []
+    for row in rows.iter_rows(named=True):
+        key = {k: row[k] for k in SYSTEM_KEY} | {"kind": row["kind"], "models": row["models"], "delta": row["delta"]}
+        verify_system_gate(store, row)
+        if not row["certified"]:
+            out.append({"serve": "nothing", "gate_id": None, **key, "thresholds": None,
+                        "unattainable_gate_id": row["calibration_id"], "n_cal": row["n_cal"],
+                        "reason": f"alpha = {row['alpha']:g} is unattainable for this system: abstain on every "
+                                  "question"})
+            continue
+        out.append({"serve": "system", "gate_id": row["calibration_id"], **key, "estimators": row["estimators"],
+                    "thresholds": row["thresholds"], "guarantee": row["guarantee"],
+                    **{k: row[k] for k in ("bound_value", "n_accepted", "n_errors", "n_cal", "shares",
+                                           "cost_per_question", "run_keys")},
+                    "state": "newest certified (system gates have no promotion step yet)",
+                    "route": "ask the models in order; the first whose score is <= its threshold answers (a null "
+                             "threshold: that model never answers); none: abstain"})
+    return out

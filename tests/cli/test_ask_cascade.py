@@ -106,3 +106,28 @@ def test_a_cascade_gate_that_no_longer_matches_its_data_does_not_serve(tmp_path:
                              capture_output=True, text=True, timeout=120)
     assert unknown.returncode == 2 and "cascade = 'nope': not in the config's calibration.cascades (pair)" in \
         unknown.stderr
+
+
+def test_gate_export_serves_the_cascade_with_every_threshold_and_refuses_an_edited_one(tmp_path: Path) -> None:
+    import json
+
+    config = write_config(tmp_path / "pair.yaml", free_port())
+    first = np.arange(200) < 100
+    store_pair(tmp_path / "pair.duckdb", config, (np.where(first, 1e-9, 5.0), ~first), big_error=first)
+    out = tmp_path / "gates.json"
+    proc = subprocess.run([str(CIC), "gate", "export", "--db", "pair.duckdb", "--out", str(out)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 system gate(s) (cascades, estimators chosen)" in " ".join(proc.stdout.split())
+    (entry,) = [e for e in json.loads(out.read_text()) if e["serve"] == "system"]
+    assert entry["system"] == "pair" and entry["models"] == ["smollm2", "big"]
+    assert entry["thresholds"] == [pytest.approx(1e-9), 0.5] and entry["estimators"] == [ESTIMATOR, ESTIMATOR]
+    assert entry["n_errors"] == 0 and entry["shares"] == [0.5, 0.5] and "2-model cascade" in entry["guarantee"]
+    with Store.open(tmp_path / "pair.duckdb") as store:
+        row = store.read("system_calibrations")
+        store.upsert("system_calibrations", row.with_columns(thresholds=pl.lit([1.0, 0.5])))
+    again = subprocess.run([str(CIC), "gate", "export", "--db", "pair.duckdb", "--out", str(out), "--force"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 2 and "no longer give its thresholds" in again.stderr, again.stderr
+    kept = [e for e in json.loads(out.read_text()) if e["serve"] == "system"]
+    assert kept[0]["thresholds"][0] == pytest.approx(1e-9)  # the last export stays as it was

@@ -120,3 +120,26 @@ def test_the_results_show_each_system_gate_with_its_protocol_and_only_for_these_
     cascade = [r for r in rows if r.system == "small-big"]
     assert [r.alpha for r in cascade] == [0.1, 0.2] and all(r.n_splits == 8 for r in cascade)
     assert all(r.certified == bool(r.estimators) for r in rows)
+
+
+def test_the_export_serves_each_system_keys_newest_gate_or_nothing_and_filters_by_model(store: Store,
+                                                                                        tmp_path: Path) -> None:
+    from cic.pipeline.system_gates import served_system_entries
+
+    keys = two_models(store)
+    store.close()
+    db = str(tmp_path / "t.duckdb")
+    calibrate_store(db, keys, CONFIG)
+    with Store.open(db, read_only=True) as reopened:
+        entries = served_system_entries(reopened)
+        small = served_system_entries(reopened, model="small")
+        other = served_system_entries(reopened, dataset="other")
+        stored = reopened.read("system_calibrations")
+    assert len(entries) == stored.height == 8  # one per key: a rerun's identical rows are the same rows
+    assert {e["system"] for e in small} == {"small-big", "small:auto"} and {e["dataset"] for e in other} == {"other"}
+    for entry in entries:
+        row = stored.filter(calibration_id=entry["gate_id"] or entry["unattainable_gate_id"]).row(0, named=True)
+        if row["certified"]:
+            assert entry["serve"] == "system" and entry["thresholds"] == row["thresholds"]
+        else:
+            assert entry["serve"] == "nothing" and "unattainable" in entry["reason"]
