@@ -105,14 +105,21 @@ def test_a_cascade_whose_stages_share_no_question_is_skipped(store: Store) -> No
     assert list(iter_system_data(store, keys, spec)) == []
 
 
-def test_the_results_show_each_system_gate_with_its_protocol_and_only_for_these_runs(store: Store,
-                                                                                       tmp_path: Path) -> None:
-    from cic.pipeline.system_gates import system_results
-
+@pytest.fixture
+def calibrated(store: Store, tmp_path: Path) -> tuple[str, list[str]]:
+    """The two-model store after the pipeline's calibrate step: (its path, its run keys)."""
     keys = two_models(store)
     store.close()
     db = str(tmp_path / "t.duckdb")
     calibrate_store(db, keys, CONFIG)
+    return db, keys
+
+
+def test_the_results_show_each_system_gate_with_its_protocol_and_only_for_these_runs(
+        calibrated: tuple[str, list[str]]) -> None:
+    from cic.pipeline.system_gates import system_results
+
+    db, keys = calibrated
     with Store.open(db, read_only=True) as reopened:
         rows = system_results(reopened, keys)
         assert system_results(reopened, ["elsewhere"]) == []
@@ -122,14 +129,11 @@ def test_the_results_show_each_system_gate_with_its_protocol_and_only_for_these_
     assert all(r.certified == bool(r.estimators) for r in rows)
 
 
-def test_the_export_serves_each_system_keys_newest_gate_or_nothing_and_filters_by_model(store: Store,
-                                                                                        tmp_path: Path) -> None:
+def test_the_export_serves_each_system_keys_newest_gate_or_nothing_and_filters_by_model(
+        calibrated: tuple[str, list[str]]) -> None:
     from cic.pipeline.system_gates import served_system_entries
 
-    keys = two_models(store)
-    store.close()
-    db = str(tmp_path / "t.duckdb")
-    calibrate_store(db, keys, CONFIG)
+    db, _ = calibrated
     with Store.open(db, read_only=True) as reopened:
         entries = served_system_entries(reopened)
         small = served_system_entries(reopened, model="small")
