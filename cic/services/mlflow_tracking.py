@@ -21,6 +21,7 @@ from typing import Any
 
 from mlflow import MlflowClient
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunStatus
+from mlflow.exceptions import MlflowException
 from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 
 from cic.errors import ServiceDown
@@ -105,7 +106,13 @@ def experiment_id(client: MlflowClient, name: str, artifact_location: str | None
     found = client.get_experiment_by_name(name)
     if found is None:
         location = artifact_location or local_artifact_location(client.tracking_uri, name)
-        return client.create_experiment(name, artifact_location=location, tags={EXPERIMENT_KIND_TAG: MODEL_KIND})
+        try:
+            return client.create_experiment(name, artifact_location=location,
+                                            tags={EXPERIMENT_KIND_TAG: MODEL_KIND})
+        except MlflowException as exc:  # another group (thread or process) created it since the lookup: use it
+            found = client.get_experiment_by_name(name) if exc.error_code == "RESOURCE_ALREADY_EXISTS" else None
+            if found is None:
+                raise
     if found.lifecycle_stage == "deleted":
         client.restore_experiment(found.experiment_id)
     if EXPERIMENT_KIND_TAG not in found.tags:

@@ -152,3 +152,25 @@ def test_two_processes_logging_one_group_at_once_log_it_once(tmp_path: Path) -> 
     assert said == ["FOUND", "NEW"] and len({out.split()[1] for out, _ in outputs}) == 1, outputs
     client = MlflowClient(tracking_uri=uri)
     assert [r.info.status for r in _runs(client, "cic-trivia_qa")] == ["FINISHED"]  # the group's run, once
+
+
+def test_an_experiment_created_by_another_logger_after_the_lookup_is_used_not_an_error(tmp_path: Path) -> None:
+    """Two groups of a new dataset logged at once (`cic log`'s two groups in flight) both find no experiment and
+    both create it: the one that loses the race uses the winner's experiment instead of failing the pass."""
+
+    class Stale(MlflowClient):
+        """A client whose first lookup ran before the other logger created the experiment."""
+
+        looked = False
+
+        def get_experiment_by_name(self, name: str):  # type: ignore[no-untyped-def]
+            if not self.looked:
+                self.looked = True
+                return None
+            return super().get_experiment_by_name(name)
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    winner = tracking.experiment_id(MlflowClient(tracking_uri=uri), "cic-trivia_qa")
+    assert tracking.experiment_id(Stale(tracking_uri=uri), "cic-trivia_qa") == winner
+    with pytest.raises(mlflow.exceptions.MlflowException):  # any other failure to create still fails loudly
+        tracking.experiment_id(MlflowClient(tracking_uri=uri), "")
