@@ -147,3 +147,18 @@ def test_the_export_serves_each_system_keys_newest_gate_or_nothing_and_filters_b
             assert entry["serve"] == "system" and entry["thresholds"] == row["thresholds"]
         else:
             assert entry["serve"] == "nothing" and "unattainable" in entry["reason"]
+
+
+def test_the_prefect_digest_shows_each_system_gate_beside_the_single_models(calibrated: tuple[str, list[str]]) -> None:
+    from cic.pipeline.run_digest import SYSTEM_COLUMNS, markdown_summary
+    from cic.pipeline.run_results import PipelineSummary
+    from cic.pipeline.system_gates import system_results
+
+    db, keys = calibrated
+    with Store.open(db, read_only=True) as reopened:
+        rows = system_results(reopened, keys)
+    shown = markdown_summary(PipelineSummary(db=db, tracking_uri="", report_dir="", systems=rows))
+    assert "| " + " | ".join(SYSTEM_COLUMNS) + " |" in shown
+    cascade = [line for line in shown.splitlines() if line.startswith("| small-big | d · similarity[0.6] |")]
+    assert len(cascade) == 2 and all("≤" in line or "certifies nothing" in line for line in cascade)
+    assert markdown_summary(PipelineSummary(db=db, tracking_uri="", report_dir="")).count("Systems —") == 0

@@ -22,14 +22,17 @@ from typing import Any
 @contextmanager
 def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *, after: int = 0,
             dies_after: int | None = None, listing: list[dict[str, Any]] | None = None, echo: str | None = None,
-            n_mode: str | None = None, fail_answer: int | None = None) -> Iterator[str]:
+            n_mode: str | None = None, fail_answer: int | None = None, port: int = 0,
+            kill: threading.Event | None = None) -> Iterator[str]:
     """Yields the gateway's base URL (…/v1). The first `after` requests go through; `refusals` are (status,
     headers, body) answered to the next ones in order; later requests go to `upstream` (a base URL …/v1). With
     `dies_after` N it dies as a crashed replica does: request N+1 and every one in flight with it get no reply
     (the connection drops) and it stops listening (connections refused). `listing` is read at every `GET /models`
     (a test changes it to switch the model the gateway says it serves); `echo` is the model the upstream serves:
     every request goes to it whatever name it gives, and the reply names the model the request named.
-    `fail_answer` N: the N-th request for an answer (not a one-token probe, not a request for n) gets a 503."""
+    `fail_answer` N: the N-th request for an answer (not a one-token probe, not a request for n) gets a 503.
+    `port`: listen there (0: any free port; a gateway started again on a dead one's port is that server back).
+    `kill`: when set, the gateway dies at once as `dies_after` makes it die (a killed server process)."""
     pending: list[tuple[int, dict[str, str], bytes] | None] = [None] * after + list(refusals)
     lock = threading.Lock()
     seen = [0]
@@ -100,12 +103,24 @@ def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *,
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    if kill is not None:
+        def die_when_killed() -> None:
+            kill.wait()
+            with lock:
+                if dead.is_set():
+                    return
+                dead.set()
+            stop_listening(server)
+
+        threading.Thread(target=die_when_killed, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/v1"
     finally:
+        if kill is not None:
+            kill.set()  # the watcher ends (a second shutdown of a stopped server returns at once)
         server.shutdown()
         server.server_close()
 
