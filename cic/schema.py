@@ -193,6 +193,7 @@ SYSTEM_CALIBRATIONS = TableSpec("system_calibrations", {
     "cost_per_question": pl.Float64(),       # with the cascade's costs: every stage up to the answering one paid
     "candidates": pl.Int64(),                # K: the estimators tried, each at delta / K (1: named in the config)
     "run_keys": pl.List(pl.String()),        # each stage's generation run, joined on question id
+    "question_ids": pl.List(pl.String()),    # the questions it was certified on: re-certified on exactly these
     "data_fingerprint": pl.String(),
     "guarantee": pl.String(),                # the statement, in words
     "created_at": pl.Datetime("us", "UTC"),

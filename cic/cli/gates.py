@@ -128,8 +128,12 @@ def list_gates(
     model: Annotated[str | None, typer.Option("--model", help="Only this model's gates.")] = None,
     dataset: Annotated[str | None, typer.Option("--dataset", help="Only this dataset's (stream's) gates.")] = None,
 ) -> None:
-    """Gates with their state, threshold, window and the alerts their recalibration raised."""
+    """Gates with their state, threshold, window and the alerts their recalibration raised; then the system gates
+    (cascades, estimators chosen) with every stage's threshold."""
+    import polars as pl
+
     from cic.pipeline.gates import STATES, gates, live_families
+    from cic.pipeline.system_gates import system_gates
     from cic.store import Store
 
     if state is not None and state not in STATES:
@@ -138,8 +142,12 @@ def list_gates(
     with Store.open(_existing(db), read_only=True, wait_s=60) as store:
         rows = gates(store, **filters)
         families = live_families(store)
+        systems = system_gates(store, **({"dataset": dataset} if dataset else {}))
+    if model is not None:
+        systems = systems.filter(pl.col("models").list.contains(model))
     if state is not None:
         rows = rows.filter(state=state)
+        systems = systems.filter(state=state)
     cells = [tuple(map(printable, (
         r["calibration_id"][:12], r["state"] + ("" if (r["kind"] or "pipeline") == "pipeline" else f" ({r['kind']})"),
         f"{r['model']} · {r['dataset']}", f"{r['estimator']} · {r['criterion']}", f"{r['alpha']:g} · {_delta(r)}",
@@ -148,11 +156,24 @@ def list_gates(
         for r in rows.sort("model", "dataset", "estimator", "criterion", "alpha", "bound", "search", "created_at")
         .iter_rows(named=True)]
     _print_gates(f"gates in {db}: {rows.height}", cells)
+    if systems.height:
+        _print_gates(f"system gates (cascades, estimators chosen) in {db}: {systems.height}", _system_cells(systems))
     for r in rows.sort("model", "dataset", "created_at").iter_rows(named=True):
         for alert in r["alerts"]:
             console.print(printable(f"{r['calibration_id'][:12]} alert: {alert}"), soft_wrap=True)
     shown = set(rows.get_column("model").to_list())
     _warn_over_budget({key: family for key, family in families.items() if family[0]["model"] in shown})
+
+
+def _system_cells(rows: Any) -> list[tuple[str, ...]]:
+    """System gates in the gate list's columns: the models in order, each stage's threshold ("never": that model
+    never answers)."""
+    return [tuple(map(printable, (
+        r["calibration_id"][:12], f"{r['state']} (system)", f"{' -> '.join(r['models'])} · {r['dataset']}",
+        f"{(r['estimators'] or [r['estimator_rule']])[0]} · {r['criterion']}", f"{r['alpha']:g} · {r['delta']:g}",
+        f"{r['bound']} · {r['search']}", " / ".join("never" if t is None else fmt(t, ".4g") for t in r["thresholds"])
+        if r["certified"] else "unattainable", str(r["n_cal"]), "—", r["system"])))
+        for r in rows.sort("system", "dataset", "criterion", "alpha", "bound", "created_at").iter_rows(named=True)]
 
 
 def _warn_over_budget(families: dict[tuple[Any, ...], list[dict[str, Any]]]) -> None:
@@ -259,9 +280,19 @@ def promote_gate(
 ) -> None:
     """Make a gate live (retiring the live gate of its key) and point MLflow's `live` alias at it."""
     from cic.pipeline.gates import family_of, live_families, promote
+    from cic.pipeline.system_gates import find_system_gate, promote_system_gate
     from cic.store import Store
 
     with Store.open(_existing(db), wait_s=300) as store:
+        system = find_system_gate(store, gate_id) if len(gate_id.strip()) >= 6 else None
+        if system is not None:  # a cascade's or an estimator choice's gate: the same lifecycle, no registry yet
+            retired = promote_system_gate(store, system, reason=reason)
+            console.print(printable(
+                f"system gate {system['calibration_id'][:12]} is live: {system['system']} "
+                f"({' -> '.join(system['models'])}) on {system['dataset']} × {system['criterion']} "
+                f"α={system['alpha']:g} {system['bound']}" + (f"; retired {', '.join(r[:12] for r in retired)}"
+                                                             if retired else "")))
+            return
         row, retired = promote(store, gate_id, reason=reason, despite_alerts=despite_alerts,
                                without_guarantee=without_guarantee)
         family = {family_of(row): live_families(store).get(family_of(row), [])}

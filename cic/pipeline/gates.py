@@ -100,6 +100,11 @@ def _write(store: Store, events: list[dict[str, Any]]) -> None:
         store.upsert("gate_events", pl.DataFrame(events, schema=schema.GATE_EVENTS.schema))
 
 
+def write_moves(store: Store, moves: Sequence[tuple[str, str, str, Sequence[str]]]) -> None:
+    """Append (calibration id, state, reason, alerts) moves to the gate event log (system gates use it too)."""
+    _write(store, _events(store, moves))
+
+
 def record_candidates(store: Store, alerts_by_gate: dict[str, Sequence[str]], reason: str) -> None:
     """Mark new gates as candidates with what their recalibration found (a gate with a state keeps it)."""
     known = set(current_states(store).get_column("calibration_id").to_list())

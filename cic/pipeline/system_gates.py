@@ -52,6 +52,7 @@ class SystemData:
     run_keys: tuple[str, ...]
     tables: dict[str, tuple[list[Any], list[Any]]]
     fingerprint: str
+    question_ids: list[str]
 
 
 def calibrate_systems(store: Store, run_keys: list[str], config: CalibrationConfig, stats: CalibrateStats) -> None:
@@ -68,6 +69,9 @@ def calibrate_systems(store: Store, run_keys: list[str], config: CalibrationConf
             with store.transaction():
                 store.upsert("system_calibrations", calibrations)
                 store.upsert("system_evaluations", evaluations)
+                stats.promoted += len(promote_first_system_gates(
+                    store, calibrations.get_column("calibration_id").to_list(),
+                    reason="pipeline: the first gate of its key"))
             stats.systems += 1
             stats.system_gates += calibrations.height
             stats.system_unattainable += int((~calibrations.get_column("certified")).sum())
@@ -82,8 +86,10 @@ def system_specs(config: CalibrationConfig, models: list[str]) -> list[SystemSpe
     return specs
 
 
-def iter_system_data(store: Store, run_keys: list[str], spec: SystemSpec) -> Iterator[SystemData]:
-    """Every (dataset, criterion) on which each of the system's models has a run among `run_keys`."""
+def iter_system_data(store: Store, run_keys: list[str], spec: SystemSpec,
+                     only: list[str] | None = None) -> Iterator[SystemData]:
+    """Every (dataset, criterion) on which each of the system's models has a run among `run_keys` (`only`: on
+    these questions alone, as a stored gate was certified)."""
     runs = store.read("runs", run_key=run_keys)
     for (dataset,), group in runs.sort("dataset").group_by("dataset", maintain_order=True):
         by_model = {r["model"]: r["run_key"] for r in group.iter_rows(named=True)}
@@ -94,13 +100,13 @@ def iter_system_data(store: Store, run_keys: list[str], spec: SystemSpec) -> Ite
         shared = set.intersection(*(set(scored_estimators(store, k)) for k in keys))
         estimators = sorted(e for e in shared if spec.estimator == "auto" or e.split("[")[0] == spec.estimator)
         for criterion in sorted(criteria):
-            data = _joined(store, spec, str(dataset), criterion, keys, estimators)
+            data = _joined(store, spec, str(dataset), criterion, keys, estimators, only)
             if data is not None:
                 yield data
 
 
 def _joined(store: Store, spec: SystemSpec, dataset: str, criterion: str, keys: tuple[str, ...],
-            estimators: list[str]) -> SystemData | None:
+            estimators: list[str], only: list[str] | None = None) -> SystemData | None:
     """Every candidate estimator's stage pairs on the questions all stages (and all candidates) hold."""
     frames = []
     for estimator in estimators:
@@ -113,6 +119,8 @@ def _joined(store: Store, spec: SystemSpec, dataset: str, criterion: str, keys: 
     joined = frames[0]
     for frame in frames[1:]:
         joined = joined.join(frame, on="question_id", how="inner")
+    if only is not None:
+        joined = joined.filter(pl.col("question_id").is_in(only))
     joined = joined.sort("question_id")
     if joined.height < 2:
         return None
@@ -122,7 +130,8 @@ def _joined(store: Store, spec: SystemSpec, dataset: str, criterion: str, keys: 
     fingerprint = schema.value_hash(*(data_fingerprint(joined.select(
         "question_id", pl.col(f"s|{e}|{i}").alias("score"), pl.col(f"e|{e}|{i}").alias("error")))
         for e in estimators for i in stages))
-    return SystemData(spec, dataset, criterion, keys, tables, fingerprint)
+    return SystemData(spec, dataset, criterion, keys, tables, fingerprint,
+                      joined.get_column("question_id").to_list())
 
 
 def system_calibration_rows(data: SystemData, config: CalibrationConfig) -> pl.DataFrame:
@@ -148,7 +157,8 @@ def system_calibration_rows(data: SystemData, config: CalibrationConfig) -> pl.D
                 "n_accepted": result.n_accepted if kept else 0, "n_errors": result.n_errors if kept else 0,
                 "n_cal": result.n_calibration, "shares": list(choice.shares),
                 "cost_per_question": getattr(result, "cost_per_question", None) if kept else None,
-                "candidates": k, "run_keys": list(data.run_keys), "data_fingerprint": data.fingerprint,
+                "candidates": k, "run_keys": list(data.run_keys), "question_ids": data.question_ids,
+                "data_fingerprint": data.fingerprint,
                 "guarantee": _guarantee(spec, k, alpha, config.delta), "created_at": datetime.now(UTC)})
     return schema.conform(pl.DataFrame(rows, schema=schema.SYSTEM_CALIBRATIONS.schema), schema.SYSTEM_CALIBRATIONS)
 
@@ -208,14 +218,15 @@ def spec_of(row: dict[str, Any]) -> SystemSpec:
 
 
 def verify_system_gate(store: Store, row: dict[str, Any]) -> None:
-    """Re-certify a stored system gate from the store's pairs: an error unless the same data and system give the
-    same gate (same id, same thresholds) — a gate whose data changed or whose row was edited never serves."""
+    """Re-certify a stored system gate from the store's pairs on the questions it was certified on: an error unless
+    the same data and system give the same gate (same id, same thresholds) — a gate whose data changed (a label
+    replaced) or whose row was edited never serves; labels of new questions since do not touch it."""
     from cic.pipeline.config import CalibrationConfig
 
     spec = spec_of(row)
     one = CalibrationConfig(alphas=(row["alpha"],), bounds=(row["bound"],), delta=row["delta"])
-    data = next((d for d in iter_system_data(store, row["run_keys"], spec) if d.dataset == row["dataset"]
-                 and d.criterion == row["criterion"]), None)
+    data = next((d for d in iter_system_data(store, row["run_keys"], spec, only=row["question_ids"])
+                 if d.dataset == row["dataset"] and d.criterion == row["criterion"]), None)
     again = system_calibration_rows(data, one).row(0, named=True) if data is not None else None
     if again is None or again["calibration_id"] != row["calibration_id"] or again["thresholds"] != row["thresholds"]:
         raise UserError(f"system gate {row['calibration_id'][:12]} ({row['system']}, {row['dataset']}, "
@@ -223,30 +234,107 @@ def verify_system_gate(store: Store, row: dict[str, Any]) -> None:
                         "(data changed or the row was edited); run `cic run` to certify it again")
 
 
-def newest_system_gates(store: Store, **equals: Any) -> pl.DataFrame:
-    """The newest stored gate of each system key (system, dataset, criterion, alpha, bound, search)."""
+SYSTEM_KEY = ("system", "dataset", "criterion", "alpha", "bound", "search")
+
+
+def system_gates(store: Store, **equals: Any) -> pl.DataFrame:
+    """Stored system gates (filtered by column equality) with their state from the gate event log, as single gates
+    have theirs (`cic.pipeline.gates`): no event = candidate."""
+    from cic.pipeline.gates import current_states
+
     rows = store.read("system_calibrations")
     for column, value in equals.items():
         rows = rows.filter(pl.col(column) == value)
-    return rows.sort("created_at").unique(subset=list(SYSTEM_KEY), keep="last").sort(*SYSTEM_KEY)
+    return rows.join(current_states(store), on="calibration_id", how="left").with_columns(
+        pl.col("state").fill_null("candidate"))
 
 
-SYSTEM_KEY = ("system", "dataset", "criterion", "alpha", "bound", "search")
+def _system_key(row: dict[str, Any]) -> tuple[Any, ...]:
+    return (*(round(float(row[c]), 12) if c == "alpha" else row[c] for c in SYSTEM_KEY), round(float(row["delta"]), 12))
+
+
+def promote_first_system_gates(store: Store, calibration_ids: list[str], *, reason: str) -> list[str]:
+    """Make live each of these system gates whose key has no live gate yet (one that certifies nothing becomes the
+    key's *unattainable* gate, replacing an earlier one); later ones stay candidates for `cic gate promote`, as
+    single gates do. Returns the ids made live."""
+    from cic.pipeline.gates import UNATTAINABLE, write_moves
+
+    table = system_gates(store)
+    live = {_system_key(r) for r in table.filter(state="live").iter_rows(named=True)}
+    unattainable: dict[tuple[Any, ...], list[str]] = {}
+    for r in table.filter(state=UNATTAINABLE).iter_rows(named=True):
+        unattainable.setdefault(_system_key(r), []).append(r["calibration_id"])
+    moves, promoted = [], []
+    for row in table.filter(pl.col("calibration_id").is_in(calibration_ids) & (pl.col("state") == "candidate")) \
+            .sort("created_at").iter_rows(named=True):
+        key, gid = _system_key(row), row["calibration_id"]
+        if key in live:
+            continue
+        moves += [(old, "retired", f"replaced by {gid[:12]}", []) for old in unattainable.pop(key, [])]
+        if row["certified"]:
+            live.add(key)
+            moves.append((gid, "live", reason, []))
+            promoted.append(gid)
+        else:
+            moves.append((gid, UNATTAINABLE, reason, []))
+            unattainable[key] = [gid]
+    write_moves(store, moves)
+    return promoted
+
+
+def find_system_gate(store: Store, gate_id: str) -> dict[str, Any] | None:
+    """The system gate whose id is or starts with `gate_id` (None: no system gate has it)."""
+    found = system_gates(store).filter(pl.col("calibration_id").str.starts_with(gate_id.strip()))
+    if found.height > 1:
+        raise UserError(f"gate id = {gate_id!r}: {found.height} system gates start with it; give more characters")
+    return found.row(0, named=True) if found.height else None
+
+
+def promote_system_gate(store: Store, row: dict[str, Any], *, reason: str) -> list[str]:
+    """Make a system gate speak for its key — re-certified first — retiring the gate that did; returns the ids
+    retired."""
+    from cic.pipeline.gates import HOLDS_KEY, UNATTAINABLE, write_moves
+
+    verify_system_gate(store, row)
+    if row["state"] == "live":
+        return []
+    holding = system_gates(store).filter(pl.col("state").is_in(HOLDS_KEY))
+    retired = [r["calibration_id"] for r in holding.iter_rows(named=True)
+               if _system_key(r) == _system_key(row) and r["calibration_id"] != row["calibration_id"]]
+    with store.transaction():
+        write_moves(store, [*((gid, "retired", f"replaced by {row['calibration_id'][:12]}", []) for gid in retired),
+                            (row["calibration_id"], "live" if row["certified"] else UNATTAINABLE, reason, [])])
+    return retired
+
+
+def speaking_system_gates(store: Store, **equals: Any) -> pl.DataFrame:
+    """Per system key the gate that speaks for it: live, or unattainable (serves nothing)."""
+    from cic.pipeline.gates import HOLDS_KEY
+
+    rows = system_gates(store, **equals).filter(pl.col("state").is_in(HOLDS_KEY))
+    return rows.sort("state_at").unique(subset=list(SYSTEM_KEY), keep="last").sort(*SYSTEM_KEY)
 
 
 def serving_system_gate(store: Store, *, system: str, dataset: str, criterion: str | None, alpha: float,
                         bound: str) -> dict[str, Any]:
-    """The newest stored gate of a system for (dataset, criterion, alpha, bound), re-certified from the store's
-    pairs before it serves (the same check a single gate gets): an error when there is none or when the data no
-    longer gives the stored thresholds."""
-    rows = newest_system_gates(store, system=system, dataset=dataset, bound=bound)
-    rows = rows.filter((pl.col("alpha") - alpha).abs() < 1e-12)
-    if criterion:
-        rows = rows.filter(criterion=criterion)
+    """The gate speaking for a system's (dataset, criterion, alpha, bound) — live, or unattainable —, re-certified
+    from the store's pairs before it serves (the same check a single gate gets): an error when there is none
+    (naming candidates waiting for `cic gate promote`) or when the data no longer gives its thresholds."""
     wanted = f"system={system!r}, dataset={dataset!r}, criterion={criterion!r}, alpha={alpha:g}, bound={bound!r}"
-    if rows.height == 0:
+    every = system_gates(store, system=system, dataset=dataset, bound=bound).filter(
+        (pl.col("alpha") - alpha).abs() < 1e-12)
+    if criterion:
+        every = every.filter(criterion=criterion)
+    if every.height == 0:
         raise UserError(f"no stored gate for {wanted} in {store.path}; run `cic run` with this cascade in "
                         "calibration.cascades first")
+    rows = speaking_system_gates(store, system=system, dataset=dataset, bound=bound).filter(
+        pl.col("calibration_id").is_in(every.get_column("calibration_id").to_list()))
+    if rows.height == 0:
+        waiting = every.filter(state="candidate").sort("created_at").get_column("calibration_id").to_list()
+        raise UserError(f"no live gate for {wanted}: " + (
+            f"candidates waiting for review: {', '.join(g[:12] for g in waiting[-3:])}; promote one with "
+            "`cic gate promote ID`" if waiting else "every gate of it was retired; promote one"))
     if rows.height > 1:
         criteria = ", ".join(sorted(set(rows.get_column("criterion").to_list())))
         raise UserError(f"{wanted}: gates for several criteria ({criteria}); pass --criterion")
@@ -257,15 +345,27 @@ def serving_system_gate(store: Store, *, system: str, dataset: str, criterion: s
 
 def served_system_entries(store: Store, *, model: str | None = None, dataset: str | None = None
                           ) -> list[dict[str, Any]]:
-    """What `cic gate export` serves for systems: per key the newest stored gate, re-certified — `serve` =
-    "system" with every stage's threshold, or "nothing" (abstain on all) when it certifies nothing. System gates
-    have no promotion step yet: the newest certified one serves."""
-    rows = newest_system_gates(store, **({"dataset": dataset} if dataset else {}))
+    """What `cic gate export` serves for systems, per key with a gate speaking for it: the live gate, re-certified —
+    `serve` = "system" with every stage's threshold — or "nothing" (abstain on all) for a key whose gate certifies
+    nothing or whose gates were all retired. Keys with candidates only are left out, as for single gates."""
+    every = system_gates(store, **({"dataset": dataset} if dataset else {}))
     if model is not None:
-        rows = rows.filter(pl.col("models").list.contains(model))
+        every = every.filter(pl.col("models").list.contains(model))
+    speaking = {_system_key(r): r for r in speaking_system_gates(store).iter_rows(named=True)}
     out = []
-    for row in rows.iter_rows(named=True):
-        key = {k: row[k] for k in SYSTEM_KEY} | {"kind": row["kind"], "models": row["models"], "delta": row["delta"]}
+    for key_rows in every.sort(*SYSTEM_KEY).partition_by(list(SYSTEM_KEY), maintain_order=True):
+        first = key_rows.row(0, named=True)
+        row = speaking.get(_system_key(first))
+        key = {k: first[k] for k in SYSTEM_KEY} | {"kind": first["kind"], "models": first["models"],
+                                                    "delta": first["delta"]}
+        if row is None:
+            retired = key_rows.filter(state="retired").sort("state_at")
+            if retired.height:
+                out.append({"serve": "nothing", "gate_id": None, **key, "thresholds": None,
+                            "retired_gate_id": retired.get_column("calibration_id")[-1],
+                            "reason": "every gate of this system key is retired; abstain on every question until "
+                                      "one is promoted"})
+            continue
         verify_system_gate(store, row)
         if not row["certified"]:
             out.append({"serve": "nothing", "gate_id": None, **key, "thresholds": None,
@@ -277,7 +377,7 @@ def served_system_entries(store: Store, *, model: str | None = None, dataset: st
                     "thresholds": row["thresholds"], "guarantee": row["guarantee"],
                     **{k: row[k] for k in ("bound_value", "n_accepted", "n_errors", "n_cal", "shares",
                                            "cost_per_question", "run_keys")},
-                    "state": "newest certified (system gates have no promotion step yet)",
+                    "live_since": str(row["state_at"]),
                     "route": "ask the models in order; the first whose score is <= its threshold answers (a null "
                              "threshold: that model never answers); none: abstain"})
     return out

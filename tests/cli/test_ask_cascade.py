@@ -131,3 +131,21 @@ def test_gate_export_serves_the_cascade_with_every_threshold_and_refuses_an_edit
     assert again.returncode == 2 and "no longer give its thresholds" in again.stderr, again.stderr
     kept = [e for e in json.loads(out.read_text()) if e["serve"] == "system"]
     assert kept[0]["thresholds"][0] == pytest.approx(1e-9)  # the last export stays as it was
+
+
+def test_gate_list_shows_the_cascade_gate_and_promote_takes_its_id(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "pair.yaml", free_port())
+    first = np.arange(200) < 100
+    store_pair(tmp_path / "pair.duckdb", config, (np.where(first, 1e-9, 5.0), ~first), big_error=first)
+    listed = subprocess.run([str(CIC), "gate", "list", "--db", "pair.duckdb"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+    assert listed.returncode == 0, listed.stderr
+    flat = " ".join(listed.stdout.split())
+    assert "system gates (cascades, estimators chosen) in pair.duckdb: 1" in flat
+    assert "live (system)" in flat and "smollm2 -> big · trivia_qa" in flat and "1e-09 / 0.5" in flat
+    with Store.open(tmp_path / "pair.duckdb", read_only=True) as store:
+        gate_id = store.read("system_calibrations").get_column("calibration_id")[0]
+    promoted = subprocess.run([str(CIC), "gate", "promote", gate_id[:12], "--db", "pair.duckdb"], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+    assert promoted.returncode == 0 and f"system gate {gate_id[:12]} is live: pair (smollm2 -> big)" in \
+        " ".join(promoted.stdout.split()), promoted.stdout + promoted.stderr

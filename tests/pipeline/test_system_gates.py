@@ -162,3 +162,34 @@ def test_the_prefect_digest_shows_each_system_gate_beside_the_single_models(cali
     cascade = [line for line in shown.splitlines() if line.startswith("| small-big | d · similarity[0.6] |")]
     assert len(cascade) == 2 and all("≤" in line or "certifies nothing" in line for line in cascade)
     assert markdown_summary(PipelineSummary(db=db, tracking_uri="", report_dir="")).count("Systems —") == 0
+
+
+def test_a_systems_first_gate_goes_live_later_ones_wait_for_promotion_as_single_gates_do(
+        calibrated: tuple[str, list[str]]) -> None:
+    from cic.pipeline.system_gates import (
+        find_system_gate,
+        promote_system_gate,
+        served_system_entries,
+        system_gates,
+    )
+
+    db, keys = calibrated
+    with Store.open(db) as store:
+        first = system_gates(store, system="small-big")
+        assert set(first.get_column("state")) <= {"live", "unattainable"} and first.height == 2
+        served = {e["alpha"]: e for e in served_system_entries(store) if e["system"] == "small-big"}
+        for model, seed in (("small", 11), ("big", 12)):  # more labelled traffic on the same runs: new data
+            store_run(store, model=model, n=200, seed=seed, id_offset=600)
+    calibrate_store(db, keys, CONFIG)
+    with Store.open(db) as store:
+        every = system_gates(store, system="small-big")
+        new = every.filter(state="candidate")
+        assert every.height == 4 and new.height == 2  # the keys were spoken for: the new gates wait
+        assert {e["alpha"]: e["gate_id"] for e in served_system_entries(store) if e["system"] == "small-big"} == \
+            {a: e["gate_id"] for a, e in served.items()}
+        row = find_system_gate(store, new.filter(alpha=0.2).get_column("calibration_id")[0][:12])
+        retired = promote_system_gate(store, row, reason="reviewed")
+        now = {e["alpha"]: e for e in served_system_entries(store) if e["system"] == "small-big"}
+    assert retired == [served[0.2]["gate_id"] or served[0.2]["unattainable_gate_id"]]
+    assert (now[0.2]["gate_id"] or now[0.2]["unattainable_gate_id"]) == row["calibration_id"]
+    assert now[0.1] == served[0.1] or now[0.1]["gate_id"] == served[0.1]["gate_id"]
