@@ -254,21 +254,17 @@ class EstimatorChoice:
 def choose_estimator(tables: Mapping[str, tuple[Any, Any]], *, alpha: float, delta: float = 0.05,
                      bound: str = "cp", search: str = DEFAULT_SEARCH) -> EstimatorChoice:
     """Certify every estimator's (scores, errors) at delta / K and choose the one accepting the most calibration
-    answers: the chosen gate has risk <= alpha with probability >= 1 - delta (union bound over the K)."""
-    from cic.stats.calibration import calibrate
-
+    answers: the chosen gate has risk <= alpha with probability >= 1 - delta (union bound over the K). One model's
+    `certify_system`, with every estimator's result kept."""
     if not tables:
         raise UserError("choose_estimator needs at least one estimator's (scores, errors)")
-    share = delta / len(tables)
-    results = {name: calibrate(s, e, alpha=alpha, delta=share, bound=bound, search=search, keep_table=False)
-               for name, (s, e) in tables.items()}
-    certified = {k: r for k, r in results.items() if r.threshold is not None}
-    name = max(certified, key=lambda k: certified[k].n_accepted) if certified else None
+    choice = certify_system({name: ([s], [e]) for name, (s, e) in tables.items()}, alpha=alpha, delta=delta,
+                            bound=bound, search=search)
     guarantee = (f"P(the chosen gate's error among accepted <= {alpha:g}) >= {1 - delta:g}: each of {len(tables)} "
-                 f"estimators certified at delta / {len(tables)} = {share:.4g}, the largest coverage chosen")
-    return EstimatorChoice(name, certified.get(name) if name else None, results, float(delta), guarantee)
-
-
+                 f"estimators certified at delta / {len(tables)} = {delta / len(tables):.4g}, the largest coverage "
+                 "chosen")
+    return EstimatorChoice(choice.estimator, choice.result if choice.estimator else None, choice.results,
+                           float(delta), guarantee)
 
 @dataclass(frozen=True)
 class SystemChoice:
@@ -279,6 +275,7 @@ class SystemChoice:
     thresholds: tuple[float | None, ...]
     result: Any  # the kept candidate's CascadeResult (several stages) or CalibrationResult (one); the first if none
     candidates: int
+    results: Mapping[str, Any] = field(default_factory=dict)  # every candidate's, by name
 
     @property
     def shares(self) -> tuple[float, ...]:
@@ -311,11 +308,12 @@ def certify_system(tables: Mapping[str, tuple[Sequence[Any], Sequence[Any]]], *,
             result = calibrate_cascade(us, es, alpha=alpha, delta=share, bound=bound, search=search, models=models,
                                        costs=costs)
             found.append((name, result.thresholds, result, result.n_accepted))
+    results = {f[0]: f[2] for f in found}
     certified = [f for f in found if any(t is not None for t in f[1])]
     if not certified:
-        return SystemChoice(None, (None,) * len(found[0][1]), found[0][2], len(tables))
+        return SystemChoice(None, (None,) * len(found[0][1]), found[0][2], len(tables), results)
     name, thresholds, result, _ = max(certified, key=lambda f: f[3])
-    return SystemChoice(name, thresholds, result, len(tables))
+    return SystemChoice(name, thresholds, result, len(tables), results)
 
 
 def evaluate_system_splits(tables: Mapping[str, tuple[Sequence[Any], Sequence[Any]]], *, alphas: Sequence[float],
