@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.pipeline_data import write_small_config
+from tests.support.processes import command_line, still_running
 
 pytestmark = pytest.mark.slow
 
@@ -78,9 +79,9 @@ def test_after_a_sigkill_nothing_cic_run_started_outlives_it_and_the_store_reads
     alive = tree
     deadline = time.time() + 20
     while alive and time.time() < deadline:  # the watchdog stops them: no later command is needed
-        alive = [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        alive = still_running(tree)
         time.sleep(0.2)
-    assert alive == [], [" ".join(p.cmdline())[:120] for p in alive]
+    assert alive == [], [command_line(p)[:120] for p in alive]
     listed = subprocess.run([str(CIC), "gate", "list", "--db", str(next(tmp_path.glob("*.duckdb")))], cwd=tmp_path,
                             env=env, capture_output=True, text=True, timeout=120)
     assert listed.returncode == 0, listed.stdout[-2000:] + listed.stderr[-2000:]  # no lock, no damage left

@@ -21,6 +21,7 @@ from flows.calibrate import calibrate_flow
 from flows.recalibrate import recalibrate_flow
 from tests.support.mlflow_reading import gates_logged, per_alpha
 from tests.support.pipeline_data import store_run, write_config
+from tests.support.processes import command_line, still_running
 
 pytestmark = pytest.mark.slow
 
@@ -262,22 +263,21 @@ def test_kill_9_of_cic_recalibrate_leaves_no_prefect_server_behind(setup: tuple[
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and run.poll() is None:
         tree = psutil.Process(run.pid).children(recursive=True)
-        if any("uvicorn" in " ".join(p.cmdline()) or "prefect" in " ".join(p.cmdline()) for p in tree
-               if p.is_running()):
+        if any("uvicorn" in command_line(p) or "prefect" in command_line(p) for p in tree):
             break
         time.sleep(0.1)
     assert run.poll() is None, "the recalibration ended before its Prefect server was seen"
     time.sleep(1.0)  # the watchdog's next look
     tree = psutil.Process(run.pid).children(recursive=True)
-    assert any("prefect" in " ".join(p.cmdline()) or "uvicorn" in " ".join(p.cmdline()) for p in tree)
+    assert any("prefect" in command_line(p) or "uvicorn" in command_line(p) for p in tree)
     run.send_signal(signal.SIGKILL)
     run.wait(timeout=10)
     deadline = time.monotonic() + 15
     alive = tree
     while alive and time.monotonic() < deadline:
-        alive = [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        alive = still_running(tree)
         time.sleep(0.2)
-    assert alive == [], [" ".join(p.cmdline())[:120] for p in alive]
+    assert alive == [], [command_line(p)[:120] for p in alive]
 
 
 def test_group_by_dataset_certifies_a_models_datasets_at_once_and_recalibrates_them_so(tmp_path: Path) -> None:

