@@ -80,7 +80,8 @@ def summarize(result: RecalibrationPass) -> RecalibrationSummary:
     return RecalibrationSummary(
         candidates=[CandidateRow(place(c.key, c.row), c.row.calibration_id, c.state, c.row.threshold, c.row.n_cal,
                                  c.live.threshold if c.live else None, list(c.alerts))
-                    for c in result.candidates],
+                    for c in result.candidates]
+        + [system_candidate_row(s, place(s.key, s.row)) for s in result.systems],
         alerts=[AlertRow(place(c.key, c.row), a) for c, a in result.alerts]
         + [AlertRow(place(m.key, m.gate), m.alert()) for m in result.monitor_alarms],
         monitors=[MonitorRow(place(m.key, m.gate), m.gate["calibration_id"], m.gate["threshold"],
@@ -92,8 +93,15 @@ def summarize(result: RecalibrationPass) -> RecalibrationSummary:
         promoted=list(result.promoted), withdrawn=dict(result.withdrawn))
 
 
-def _threshold(value: float | None) -> str:
-    return "unattainable" if value is None else f"{value:.4g}"
+def system_candidate_row(candidate: Any, place: GroupPlace) -> CandidateRow:
+    """A candidate system gate as the candidates table shows it: every stage's threshold beside the live one's."""
+    row, live = candidate.row, candidate.live
+
+    def stages(r: dict[str, Any]) -> tuple[float | None, ...] | None:
+        return tuple(r["thresholds"]) if r["certified"] else None
+
+    return CandidateRow(place, row["calibration_id"], candidate.state, None, row["n_cal"], None,
+                        list(candidate.alerts), stages(row), stages(live) if live["state"] == "live" else None)
 
 
 SHOWN_CANDIDATES = 500
@@ -114,7 +122,7 @@ def markdown_report(summary: RecalibrationSummary) -> str:
                   ""]
 
     def order(c: Any) -> tuple[bool, bool, bool]:
-        return (not any(severity(a) == "page" for a in c.alerts), c.live_threshold is None, not c.alerts)
+        return (not any(severity(a) == "page" for a in c.alerts), c.shown(live=True) is None, not c.alerts)
 
     candidates = sorted(summary.candidates, key=order)
     lines += ["| model | dataset | estimator | criterion | α | bound | search | threshold | live | state | alerts |",
@@ -122,8 +130,7 @@ def markdown_report(summary: RecalibrationSummary) -> str:
     for c in candidates[:SHOWN_CANDIDATES]:
         p = c.place
         lines.append(f"| {p.model} | {p.dataset} | {p.estimator} | {p.criterion} | {p.alpha:g} | {p.bound} | "
-                     f"{p.search} | {_threshold(c.threshold)} | "
-                     f"{'—' if c.live_threshold is None else _threshold(c.live_threshold)} | {c.state} | "
+                     f"{p.search} | {c.shown()} | {c.shown(live=True) or '—'} | {c.state} | "
                      f"{'; '.join(c.alerts) or '—'} |")
     if len(candidates) > SHOWN_CANDIDATES:
         lines.append(f"\n{len(candidates) - SHOWN_CANDIDATES} more candidate(s): `cic gate list --state candidate`")

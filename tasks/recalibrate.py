@@ -40,8 +40,8 @@ def recalibrate_runs(db: str, run_keys: Sequence[str], calibration: CalibrationC
         logger.error("WITHDRAWN live gate %s: serves nothing from now on (%s); promote a recalibrated gate or "
                      "confirm it with `cic gate confirm %s`", gate_id[:12], why, gate_id[:12])
     logger.info("recalibration: %d candidate gate(s), %d alert(s) (%s), %d promoted, %d withdrawn, %d group(s) "
-                "skipped", len(out.candidates), len(placed), counts_line(a for _, a in placed) or "none",
-                len(out.promoted), len(out.withdrawn), len(out.skipped))
+                "skipped", len(out.candidates) + len(out.systems), len(placed),
+                counts_line(a for _, a in placed) or "none", len(out.promoted), len(out.withdrawn), len(out.skipped))
     return out
 
 

@@ -158,8 +158,9 @@ def list_gates(
     _print_gates(f"gates in {db}: {rows.height}", cells)
     if systems.height:
         _print_gates(f"system gates (cascades, estimators chosen) in {db}: {systems.height}", _system_cells(systems))
-    for r in rows.sort("model", "dataset", "created_at").iter_rows(named=True):
-        for alert in r["alerts"]:
+    for r in [*rows.sort("model", "dataset", "created_at").iter_rows(named=True),
+              *systems.sort("system", "dataset", "created_at").iter_rows(named=True)]:
+        for alert in r["alerts"] or []:
             console.print(printable(f"{r['calibration_id'][:12]} alert: {alert}"), soft_wrap=True)
     shown = set(rows.get_column("model").to_list())
     _warn_over_budget({key: family for key, family in families.items() if family[0]["model"] in shown})
@@ -172,7 +173,8 @@ def _system_cells(rows: Any) -> list[tuple[str, ...]]:
         r["calibration_id"][:12], f"{r['state']} (system)", f"{' -> '.join(r['models'])} · {r['dataset']}",
         f"{(r['estimators'] or [r['estimator_rule']])[0]} · {r['criterion']}", f"{r['alpha']:g} · {r['delta']:g}",
         f"{r['bound']} · {r['search']}", " / ".join("never" if t is None else fmt(t, ".4g") for t in r["thresholds"])
-        if r["certified"] else "unattainable", str(r["n_cal"]), "—", r["system"])))
+        if r["certified"] else "unattainable", str(r["n_cal"]), "—",
+        r["system"] + (f"; {_alert_summary(r['alerts'])}" if r["alerts"] else ""))))
         for r in rows.sort("system", "dataset", "criterion", "alpha", "bound", "created_at").iter_rows(named=True)]
 
 
@@ -285,13 +287,15 @@ def promote_gate(
 
     with Store.open(_existing(db), wait_s=300) as store:
         system = find_system_gate(store, gate_id) if len(gate_id.strip()) >= 6 else None
-        if system is not None:  # a cascade's or an estimator choice's gate: the same lifecycle, no registry yet
+        if system is not None:  # a cascade's or an estimator choice's gate: the same lifecycle
             retired = promote_system_gate(store, system, reason=reason)
             console.print(printable(
                 f"system gate {system['calibration_id'][:12]} is live: {system['system']} "
                 f"({' -> '.join(system['models'])}) on {system['dataset']} × {system['criterion']} "
                 f"α={system['alpha']:g} {system['bound']}" + (f"; retired {', '.join(r[:12] for r in retired)}"
                                                              if retired else "")))
+            if not no_mlflow:
+                _sync(db, [system["calibration_id"], *retired], tracking_uri, experiment_prefix)
             return
         row, retired = promote(store, gate_id, reason=reason, despite_alerts=despite_alerts,
                                without_guarantee=without_guarantee)
@@ -321,10 +325,13 @@ def confirm_gate(
     """Keep serving a flagged live gate after review: recorded in its event log; `cic gate export`, `cic ask` and
     MLflow's alias serve it again. (A newer gate promoted for its key clears the flag too.)"""
     from cic.pipeline.gates import confirm
+    from cic.pipeline.system_gates import confirm_system_gate, find_system_gate
     from cic.store import Store
 
     with Store.open(_existing(db), wait_s=300) as store:
-        row = confirm(store, gate_id, reason=reason)
+        system = find_system_gate(store, gate_id) if len(gate_id.strip()) >= 6 else None
+        row = confirm(store, gate_id, reason=reason) if system is None else \
+            confirm_system_gate(store, system, reason=reason)
     console.print(f"gate {row['calibration_id'][:12]} confirmed: it is served again by `cic gate export`")
     if not no_mlflow:
         _sync(db, [row["calibration_id"]], tracking_uri, experiment_prefix)
@@ -375,9 +382,9 @@ def export_gates(
     target = guard_output(out, "--out", inputs=[db], force=force, writes="json")
     filters = {k: v for k, v in (("model", model), ("dataset", dataset)) if v is not None}
     with Store.open(_existing(db), read_only=True, wait_s=60) as store:
-        exported = served_entries(store, **filters)
+        singles = served_entries(store, **filters)
         systems = served_system_entries(store, **filters)
-    exported += systems
+    exported = singles + systems
     if not exported:
         raise UserError(f"no live or retired gate in {db}" + (f" for {filters}" if filters else "") +
                          "; promote one with `cic gate promote ID`")
@@ -388,11 +395,11 @@ def export_gates(
     why = {"every gate retired": "retired_gate_id", "alpha unattainable": "unattainable_gate_id",
            "no guarantee": "unguaranteed_gate_id", "flagged": "flagged_gate_id"}
     nothing = ", ".join(f"{n} {label}" for label, field in why.items()
-                        if (n := sum(e.get(field) is not None for e in exported)))
+                        if (n := sum(e.get(field) is not None for e in singles)))
     systems_said = (f"; {serving_systems} system gate(s) (cascades, estimators chosen)"
-                    + (f", {len(systems) - serving_systems} certifying nothing" if len(systems) > serving_systems
+                    + (f", {len(systems) - serving_systems} serving nothing" if len(systems) > serving_systems
                        else "") if systems else "")
-    console.print(f"{live} live gate(s)" + (f" and {len(exported) - len(systems) - live} key(s) serving nothing "
+    console.print(f"{live} live gate(s)" + (f" and {len(singles) - live} key(s) serving nothing "
                                             f"({nothing})" if nothing else "") + systems_said + f" written to {target}")
     for entry in flagged:
         err_console.print(styled(("flagged, serving nothing:", "bold yellow"), " ", printable(entry["reason"])),

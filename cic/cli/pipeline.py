@@ -237,10 +237,6 @@ def _group_of(p: Any) -> str:
     return f"{p.model}/{p.dataset} {p.estimator} × {p.criterion}"
 
 
-def _group_of(p: Any) -> str:
-    return f"{p.model}/{p.dataset} {p.estimator} × {p.criterion}"
-
-
 def print_candidates(result: Any) -> None:
     """The candidate gates (those with alerts first, at most SHOWN_CANDIDATES) and the live gates' monitors."""
     groups = {_group_of(c.place) for c in result.candidates}
@@ -258,8 +254,7 @@ def print_candidates(result: Any) -> None:
         p = r.place
         table.add_row(*map(printable, (r.gate_id[:12], r.state, *([] if one else [_group_of(p)]), f"{p.alpha:g}",
                                        f"{p.bound} · {p.search}", str(r.n_window))),
-                      styled(("unattainable", "red")) if r.threshold is None else fmt(r.threshold, ".4g"),
-                      fmt(r.live_threshold, ".4g"))
+                      styled(("unattainable", "red")) if r.unattainable else r.shown(), r.shown(live=True) or "—")
     if result.candidates:
         console.print(table)
     print_monitors(result.monitors)

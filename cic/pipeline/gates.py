@@ -520,8 +520,16 @@ def flag_gates(store: Store, alerts: dict[str, str], prefix: str = FLAGGED) -> l
     serving, the alert listed. Retired gates are left alone; returns the gates flagged."""
     if not alerts:
         return []
-    table = gates(store).filter(pl.col("calibration_id").is_in(list(alerts)) & (pl.col("state") != "retired"))
+    known = dict((r["calibration_id"], r) for r in current_states(store).filter(
+        pl.col("calibration_id").is_in(list(alerts))).iter_rows(named=True))  # single and system gates alike
+    fresh = [gid for gid in alerts if gid not in known]  # no event yet: a stored candidate, or no gate at all
+    stored = {gid for (gid,) in store.sql(
+        "SELECT calibration_id FROM calibrations WHERE calibration_id IN (SELECT unnest(?)) UNION "
+        "SELECT calibration_id FROM system_calibrations WHERE calibration_id IN (SELECT unnest(?))",
+        [fresh, fresh])} if fresh else set()
+    rows = [*known.values(), *({"calibration_id": gid, "state": "candidate", "alerts": []} for gid in stored)]
     events = _events(store, [(row["calibration_id"], row["state"], prefix + alerts[row["calibration_id"]],
-                              [*row["alerts"], alerts[row["calibration_id"]]]) for row in table.iter_rows(named=True)])
+                              [*(row["alerts"] or []), alerts[row["calibration_id"]]]) for row in rows
+                             if row["state"] != "retired"])
     _write(store, events)
     return [e["calibration_id"] for e in events]

@@ -64,22 +64,29 @@ def monitor_group(key: GroupKey, pairs: pl.DataFrame, live_rows: list[dict[str, 
     for gate in live_rows:
         if gate["threshold"] is None:
             continue
-        before = previous.get(gate["calibration_id"])
         after = gate["window_to"] or gate["created_at"]
         seen = pairs.filter(pl.col("at") > after) if after is not None else pairs
         answered = seen.filter(pl.col("score") <= gate["threshold"])
-        n, k = answered.height, int(answered.get_column("error").sum() or 0)
-        old_n, old_k = (before["n"], before["k"]) if before else (0, 0)
-        changed = (n, k) != (old_n, old_k)
         newest = seen.get_column("at").max() if seen.height else after
-        out.append(MonitorUpdate(key, gate, {
-            "calibration_id": gate["calibration_id"], "checked_at": now,
-            "seen_to": newest if changed or not before else before["seen_to"],
-            "nights": (before["nights"] if before else 0) + (1 if changed else 0), "n": n, "k": k,
-            "e_value": None, "alarm_at": None, "rate_lower_bound": before["rate_lower_bound"] if before else 0.0,
-            "alarmed": bool(before["alarmed"]) if before else False, "created_at": now},
-            max(n - old_n, 0), changed))
+        out.append(update_of(key, gate, answered.height, int(answered.get_column("error").sum() or 0), newest,
+                             previous, now))
     return out
+
+
+def update_of(key: GroupKey, gate: dict[str, Any], n: int, k: int, newest: datetime | None,
+              previous: dict[str, dict[str, Any]], now: datetime) -> MonitorUpdate:
+    """A gate's monitor after counting n answered and k errors among every labelled pair seen after its data
+    (a single gate's window, a system gate's certified questions); `newest`: the newest such pair's time."""
+    before = previous.get(gate["calibration_id"])
+    old_n, old_k = (before["n"], before["k"]) if before else (0, 0)
+    changed = (n, k) != (old_n, old_k)
+    return MonitorUpdate(key, gate, {
+        "calibration_id": gate["calibration_id"], "checked_at": now,
+        "seen_to": newest if changed or not before else before["seen_to"],
+        "nights": (before["nights"] if before else 0) + (1 if changed else 0), "n": n, "k": k,
+        "e_value": None, "alarm_at": None, "rate_lower_bound": before["rate_lower_bound"] if before else 0.0,
+        "alarmed": bool(before["alarmed"]) if before else False, "created_at": now},
+        max(n - old_n, 0), changed)
 
 
 def finish(updates: list[MonitorUpdate], level: float) -> list[MonitorUpdate]:

@@ -193,8 +193,9 @@ def recalibrate_pairs(key: GroupKey, pairs: pl.DataFrame, live_rows: list[dict[s
     return out
 
 
-def correct_and_alert(results: Sequence[GroupRecalibration], level: float) -> dict[str, list[str]]:
-    """Holm across every test of the pass (at family-wise `level`); returns each candidate's alerts."""
+def correct_and_alert(results: Sequence[Any], level: float) -> dict[str, list[str]]:
+    """Holm across every test of the pass (at family-wise `level`), single and system gates' alike; returns each
+    candidate's alerts."""
     checks = list({id(c): c for r in results for c in r.checks}.values())  # a shared score test counts once
     if checks:
         rejected = holm([c.test.p_value for c in checks], level)
@@ -229,7 +230,7 @@ def promote_quiet_groups(store: Store, results: Sequence[GroupRecalibration],
     return promoted, held
 
 
-def rejected_live_gates(results: Sequence[GroupRecalibration], updates: Sequence[Any]) -> dict[str, str]:
+def rejected_live_gates(results: Sequence[Any], updates: Sequence[Any]) -> dict[str, str]:
     """Live gate id -> why, for each live gate this pass found failing: its error-rate test rejected (after
     Holm) or its anytime-valid monitor alarmed. (A score shift pages but leaves the gates serving: it says the
     inputs moved, not that a threshold's error rate did.)"""
@@ -272,6 +273,18 @@ class Candidate:
 
 
 @dataclass
+class SystemCandidate:
+    """One new system gate of a recalibration: its `system_calibrations` row, the gate speaking for its key
+    before the pass, its alerts and state."""
+
+    key: GroupKey
+    row: dict[str, Any]
+    live: dict[str, Any]
+    alerts: list[str]
+    state: str
+
+
+@dataclass
 class RecalibrationPass:
     """What one recalibration did: candidates, groups skipped (and why), every drift test with its verdict."""
 
@@ -281,10 +294,11 @@ class RecalibrationPass:
     promoted: list[str] = field(default_factory=list)
     monitors: list[Any] = field(default_factory=list)  # cic.pipeline.monitoring.MonitorUpdate, one per live gate
     withdrawn: dict[str, str] = field(default_factory=dict)  # live gate id -> why it stopped serving this pass
+    systems: list[SystemCandidate] = field(default_factory=list)  # candidate system gates (cascades, auto)
 
     @property
-    def alerts(self) -> list[tuple[Candidate, str]]:
-        return [(c, a) for c in self.candidates for a in c.alerts]
+    def alerts(self) -> list[tuple[Candidate | SystemCandidate, str]]:
+        return [(c, a) for c in [*self.candidates, *self.systems] for a in c.alerts]
 
     @property
     def monitor_alarms(self) -> list[Any]:
@@ -296,27 +310,65 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
                       rule: WindowRule, *, auto_promote: bool = False, reason: str | None = None,
                       chunk_runs: int = 250, on_alarm: str = "withdraw") -> RecalibrationPass:
     """One pass over the store: every group of the runs recalibrated (pairs read in one query per `chunk_runs`
-    runs, live gates once), Holm across all tests, candidates stored with their alerts in one transaction,
-    quiet groups promoted when `auto_promote`. A live gate the pass finds failing (`rejected_live_gates`) stops
+    runs, live gates once) and every system gate over them (`cic.pipeline.system_recalibration`), Holm across
+    all tests, candidates stored with their alerts in one transaction, quiet groups and systems promoted when
+    `auto_promote`. A live gate the pass finds failing (`rejected_live_gates`) — single or system — stops
     serving (`on_alarm` "withdraw": flagged, serves nothing until a newer gate is promoted or a person confirms
     it) or keeps serving with the alert on it ("flag")."""
     from cic.pipeline import monitoring
-    from cic.pipeline.gates import ALERTED, FLAGGED, current_states, flag_gates, record_candidates
+    from cic.pipeline.gates import ALERTED, FLAGGED, flag_gates, record_candidates
     from cic.pipeline.ingest import refusal
+    from cic.pipeline.system_recalibration import recalibrate_systems
 
     cut = refusal(store)
     if cut:
         raise UserError(cut)
+    previous, now = monitoring.previous_states(store), datetime.now(UTC)
+    results, updates, live_rows = _recalibrate_groups(store, run_keys, config, rule, previous, now, chunk_runs)
+    systems, system_updates = recalibrate_systems(store, list(run_keys), config, rule, previous, now)
+    updates += system_updates
+    alerts = correct_and_alert([*results, *systems], level)
+    monitoring.finish(updates, level)
+    written = [r.rows for r in results if r.skipped is None and r.rows.height]
+    new_systems = [s.rows for s in systems if s.skipped is None and s.rows.height]
+    with store.transaction():
+        monitoring.store_updates(store, updates)
+        if written:
+            store.upsert("calibrations", pl.concat(written))
+        if new_systems:
+            store.upsert("system_calibrations", pl.concat(new_systems))
+        record_candidates(store, alerts, reason=reason or f"recalibration on window '{rule.describe()}'")
+        live_reasons = {r["calibration_id"]: r.get("reason") or "" for r in [*live_rows, *(s.live for s in systems)]}
+        failing = {gid: why for gid, why in rejected_live_gates([*results, *systems], updates).items()
+                   if not _already_handled(live_reasons.get(gid, FLAGGED), why)}
+        withdrawn = flag_gates(store, failing, prefix=FLAGGED if on_alarm == "withdraw" else ALERTED)
+    promoted, held = promote_quiet_groups(store, results, alerts) if auto_promote else ([], {})
+    if auto_promote:
+        promoted += promote_quiet_systems(store, systems, alerts)
+    for gate_id, why in held.items():  # a held candidate alerts like any other: a person decides
+        alerts.setdefault(gate_id, []).append(why)
+    out = RecalibrationPass(promoted=promoted, monitors=updates,
+                            withdrawn={gid: failing[gid] for gid in withdrawn} if on_alarm == "withdraw" else {})
+    _collect(store, out, results, systems, alerts)
+    return out
+
+
+def _recalibrate_groups(store: Store, run_keys: Sequence[str], config: CalibrationConfig, rule: WindowRule,
+                        previous: dict[str, dict[str, Any]], now: datetime, chunk_runs: int
+                        ) -> tuple[list[GroupRecalibration], list[Any], list[dict[str, Any]]]:
+    """Every single-model group of the runs: its candidates and tests, the monitors of its live gates, and the
+    live gates read (pairs in one query per `chunk_runs` runs)."""
+    from cic.pipeline import monitoring
+
     wanted = set(run_keys)
     runs = {r["run_key"]: r for r in store.read("runs").iter_rows(named=True) if r["run_key"] in wanted}
+    live_rows = gates(store).filter(pl.col("run_key").is_in(list(runs)) & (pl.col("state") == "live")).to_dicts()
     live_by_group: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
-    for row in gates(store).filter(pl.col("run_key").is_in(list(runs)) & (pl.col("state") == "live")) \
-            .iter_rows(named=True):
+    for row in live_rows:
         live_by_group.setdefault((row["run_key"], row["estimator"], row["criterion"]), []).append(row)
     shared: dict[tuple[Any, ...], Check] = {}
     results: list[GroupRecalibration] = []
     updates: list[Any] = []
-    previous, now = monitoring.previous_states(store), datetime.now(UTC)
     keys = sorted(runs)
     together = group_counts(runs.values(), config)
     with store.memory_limit(MEMORY_LIMIT):
@@ -334,26 +386,40 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
                                                  groups=together[run["model"]]))
                 updates.extend(monitoring.monitor_group(key, group, live, previous, now))
             del pairs, values
-    alerts = correct_and_alert(results, level)
-    monitoring.finish(updates, level)
-    written = [r.rows for r in results if r.skipped is None and r.rows.height]
-    with store.transaction():
-        monitoring.store_updates(store, updates)
-        if written:
-            store.upsert("calibrations", pl.concat(written))
-        record_candidates(store, alerts, reason=reason or f"recalibration on window '{rule.describe()}'")
-        live_reasons = {r["calibration_id"]: r.get("reason") or "" for rows in live_by_group.values() for r in rows}
-        failing = {gid: why for gid, why in rejected_live_gates(results, updates).items()
-                   if not _already_handled(live_reasons.get(gid, FLAGGED), why)}
-        withdrawn = flag_gates(store, failing, prefix=FLAGGED if on_alarm == "withdraw" else ALERTED)
-    promoted, held = promote_quiet_groups(store, results, alerts) if auto_promote else ([], {})
-    for gate_id, why in held.items():  # a held candidate alerts like any other: a person decides
-        alerts.setdefault(gate_id, []).append(why)
-    ids = [i for frame in written for i in frame.get_column("calibration_id").to_list()]
+    return results, updates, live_rows
+
+
+def promote_quiet_systems(store: Store, systems: Sequence[Any], alerts: dict[str, list[str]]) -> list[str]:
+    """The `promotion: auto` policy for system gates: a key whose pass raised no page has its candidate made
+    live (re-certified first, retiring the gate that spoke for the key) when it certifies something and raised
+    nothing itself. (A system gate spends its own delta: no family budget is shared with single gates.)"""
+    from cic.pipeline.alerts import PAGE, severity
+    from cic.pipeline.system_gates import promote_system_gate, system_gates
+
+    promoted = []
+    for result in systems:
+        if result.skipped is not None:
+            continue
+        rows = list(result.rows.iter_rows(named=True))
+        if any(severity(a) == PAGE for r in rows for a in alerts.get(r["calibration_id"], [])):
+            continue
+        for row in rows:
+            if row["certified"] and not alerts.get(row["calibration_id"]):
+                stored = system_gates(store, calibration_id=row["calibration_id"]).row(0, named=True)
+                promote_system_gate(store, stored, reason="recalibration: policy promotion=auto, no page for its key")
+                promoted.append(row["calibration_id"])
+    return promoted
+
+
+def _collect(store: Store, out: RecalibrationPass, results: Sequence[GroupRecalibration], systems: Sequence[Any],
+             alerts: dict[str, list[str]]) -> None:
+    """The pass's candidates (with their state after it), skipped groups and tests, into `out`."""
+    from cic.pipeline.gates import current_states
+
+    ids = [r["calibration_id"] for x in [*results, *systems] if x.skipped is None
+           for r in x.rows.iter_rows(named=True)]
     states = dict(current_states(store).filter(pl.col("calibration_id").is_in(ids))
                   .select("calibration_id", "state").iter_rows())
-    out = RecalibrationPass(promoted=promoted, monitors=updates,
-                            withdrawn={gid: failing[gid] for gid in withdrawn} if on_alarm == "withdraw" else {})
     for result in results:
         if result.skipped is not None:
             out.skipped.append((result.key, result.skipped))
@@ -364,4 +430,11 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
             out.candidates.append(Candidate(result.key, GateRow.of(row), None if live is None else GateRow.of(live),
                                             alerts.get(row["calibration_id"], []),
                                             states.get(row["calibration_id"], "candidate")))
-    return out
+    for system in systems:
+        if system.skipped is not None:
+            out.skipped.append((system.key, system.skipped))
+            continue
+        out.checks.extend((system.key, c) for c in system.checks)
+        out.systems.extend(SystemCandidate(system.key, row, system.live, alerts.get(row["calibration_id"], []),
+                                           states.get(row["calibration_id"], "candidate"))
+                           for row in system.rows.iter_rows(named=True))

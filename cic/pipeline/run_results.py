@@ -177,6 +177,22 @@ class CandidateRow:
     n_window: int
     live_threshold: float | None
     alerts: list[str]
+    thresholds: tuple[float | None, ...] | None = None       # a system gate's, one per stage (None: unattainable)
+    live_thresholds: tuple[float | None, ...] | None = None  # the live system gate's
+
+    @property
+    def unattainable(self) -> bool:
+        return self.threshold is None and self.thresholds is None
+
+    def shown(self, live: bool = False) -> str | None:
+        """The (live) gate's threshold as tables print it — a system's one per stage, '-' for a stage that never
+        answers —, 'unattainable', or None for no live gate."""
+        one, many = (self.live_threshold, self.live_thresholds) if live else (self.threshold, self.thresholds)
+        if many is not None:
+            return " / ".join("-" if t is None else f"{t:.4g}" for t in many)
+        if one is not None:
+            return f"{one:.4g}"
+        return None if live else "unattainable"
 
 
 @dataclass(frozen=True)
@@ -263,7 +279,7 @@ class RecalibrationSummary:
 
     @property
     def unattainable(self) -> int:
-        return sum(c.threshold is None for c in self.candidates)
+        return sum(c.unattainable for c in self.candidates)
 
     @property
     def pages(self) -> list[AlertRow]:

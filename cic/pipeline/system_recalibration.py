@@ -1,0 +1,190 @@
+"""Recalibration of system gates (cascades, chosen estimators) in the same pass as single gates, the same way.
+
+Per system key (system, dataset, criterion, alpha, bound, search, delta) with a gate speaking for it:
+1. the new questions: those labelled in every stage, seen after the newest question the speaking gate was
+   certified on (by when the last stage's record was seen, as a single gate's window ends) and not among them —
+   disjoint by construction —, oldest first, narrowed by the window rule;
+2. a candidate system gate certified on them (the same `certify_system`, same delta / K over candidates);
+3. drift: per stage, the score distribution of its certified questions against the new ones (KS), and the
+   live system's error rate among the new questions it answers (exact binomial) — in Holm with every other test
+   of the pass;
+4. the anytime-valid monitor of a live system gate over every new question (`cic.pipeline.monitoring`, in the
+   same family as the single gates): a rejected error-rate test or an alarm withdraws it like any live gate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import polars as pl
+
+from cic.pipeline.monitoring import MonitorUpdate, update_of
+from cic.pipeline.recalibration import MIN_WINDOW, Check, WindowRule, new_window
+from cic.pipeline.stored_calibration import GroupKey
+from cic.pipeline.system_gates import iter_system_data, speaking_system_gates, spec_of, system_calibration_rows
+from cic.stats.cascades import answering_model
+from cic.stats.drift import answered_error_test, score_shift_test
+from cic.store.queries import labelled_pairs_of_runs
+
+if TYPE_CHECKING:
+    from cic.pipeline.config import CalibrationConfig
+    from cic.store import Store
+
+
+@dataclass
+class SystemRecalibration:
+    """One system key's pass: the gate speaking for it, the candidate on its new questions, the tests, or why
+    skipped; `key` names the system as a group (model 'a -> b', estimator 'e1 / e2') for tables and alerts."""
+
+    key: GroupKey
+    live: dict[str, Any]
+    rows: pl.DataFrame
+    checks: list[Check] = field(default_factory=list)
+    skipped: str | None = None
+
+    def alerts_of(self, row: dict[str, Any]) -> list[str]:
+        """A candidate's alerts: alpha unattainable on the new questions, and every rejected test of its key."""
+        out = []
+        if not row["certified"]:
+            out.append("alpha has become unattainable: the new gate would abstain on everything"
+                       if self.live["certified"] and self.live["state"] == "live" else
+                       f"alpha is unattainable on the new window ({row['n_cal']} labelled questions): the gate "
+                       "would abstain on everything")
+        out.extend(c.test.detail for c in self.checks if c.rejected)
+        return out
+
+
+def system_group(row: dict[str, Any]) -> GroupKey:
+    """A system gate's key as a group, for the tables and alerts single gates use."""
+    return GroupKey(row["run_keys"][0], " -> ".join(row["models"]), row["dataset"],
+                    " / ".join(row["estimators"] or [row["estimator_rule"]]), row["criterion"])
+
+
+def display_gate(row: dict[str, Any]) -> dict[str, Any]:
+    """A system gate as the monitor's tables read a gate (one `threshold` is meaningless for a cascade)."""
+    return {**row, "threshold": None, "window_to": None}
+
+
+def recalibrate_systems(store: Store, run_keys: list[str], config: CalibrationConfig, rule: WindowRule,
+                        previous: dict[str, dict[str, Any]], now: datetime
+                        ) -> tuple[list[SystemRecalibration], list[MonitorUpdate]]:
+    """Every system key over these runs with a gate speaking for it: its candidate and tests, and the monitor of
+    its live gate (e-values and alarms are set with the single gates' in `monitoring.finish`)."""
+    wanted = set(run_keys)
+    speaking = speaking_system_gates(store).filter(
+        pl.col("run_keys").list.eval(pl.element().is_in(list(wanted))).list.all())
+    results, updates = [], []
+    for row in speaking.iter_rows(named=True):
+        result, update = recalibrate_system(store, row, config, rule, previous, now)
+        results.append(result)
+        if update is not None:
+            updates.append(update)
+    return results, updates
+
+
+def recalibrate_system(store: Store, live: dict[str, Any], config: CalibrationConfig, rule: WindowRule,
+                       previous: dict[str, dict[str, Any]], now: datetime
+                       ) -> tuple[SystemRecalibration, MonitorUpdate | None]:
+    """One system key: the monitor over every new question, then the candidate and tests on the window."""
+    from cic.pipeline.config import CalibrationConfig
+
+    key = system_group(live)
+    times = question_times(store, live)
+    certified = times.filter(pl.col("question_id").is_in(live["question_ids"]))
+    after = certified.get_column("at").max() if certified.height else None
+    seen = times.filter(~pl.col("question_id").is_in(live["question_ids"]))  # after its data, as a window
+    if after is not None:
+        seen = seen.filter(pl.col("at") > after)
+    stages = stage_pairs(store, live) if live["certified"] and not _flagged(live) else None
+    update = None
+    if stages is not None:
+        answered, errors, newest = _routed(stages, live, seen)
+        update = update_of(key, display_gate(live), int(answered.sum()), int(errors[answered].sum()), newest,
+                           previous, now)
+    window = new_window(seen, None, rule)
+    if window.height < MIN_WINDOW:
+        return SystemRecalibration(key, live, pl.DataFrame(), skipped=(
+            f"{window.height} new labelled question(s) in every stage since the system gate's questions under rule "
+            f"'{rule.describe()}'; at least {MIN_WINDOW} are needed")), update
+    one = CalibrationConfig(alphas=(live["alpha"],), bounds=(live["bound"],), delta=live["delta"])
+    ids = window.get_column("question_id").to_list()
+    data = next((d for d in iter_system_data(store, live["run_keys"], spec_of(live), only=ids)
+                 if d.dataset == live["dataset"] and d.criterion == live["criterion"]), None)
+    if data is None:
+        return SystemRecalibration(key, live, pl.DataFrame(), skipped="the new questions hold no pairs of every "
+                                   "stage's estimators"), update
+    result = SystemRecalibration(key, live, system_calibration_rows(data, one))
+    if stages is not None:
+        result.checks = _checks(stages, live, window)
+    return result, update
+
+
+def _flagged(row: dict[str, Any]) -> bool:
+    from cic.pipeline.gates import flag_of
+
+    return flag_of(row) is not None
+
+
+def question_times(store: Store, row: dict[str, Any]) -> pl.DataFrame:
+    """(question_id, at) of the questions labelled (for the gate's criterion) in every stage of a system gate,
+    `at` the latest stage's time, oldest first."""
+    frames = []
+    for i, run_key in enumerate(row["run_keys"]):
+        pairs = labelled_pairs_of_runs(store, [run_key], criterion=row["criterion"])
+        frames.append(pairs.group_by("question_id").agg(pl.col("at").max().alias(f"at{i}")))
+    joined = frames[0]
+    for frame in frames[1:]:
+        joined = joined.join(frame, on="question_id", how="inner")
+    return joined.select("question_id", pl.max_horizontal(*(f"at{i}" for i in range(len(frames)))).alias("at")) \
+        .sort("at", "question_id")
+
+
+def stage_pairs(store: Store, row: dict[str, Any]) -> pl.DataFrame:
+    """(question_id, s0, e0, s1, e1, …): each stage's score (the gate's estimator) and error per question."""
+    joined = None
+    for i, (run_key, estimator) in enumerate(zip(row["run_keys"], row["estimators"], strict=True)):
+        pairs = labelled_pairs_of_runs(store, [run_key], estimator=estimator, criterion=row["criterion"]) \
+            .select("question_id", pl.col("score").alias(f"s{i}"), pl.col("error").alias(f"e{i}"))
+        joined = pairs if joined is None else joined.join(pairs, on="question_id", how="inner")
+    assert joined is not None
+    return joined
+
+
+def _routed(stages: pl.DataFrame, live: dict[str, Any], seen: pl.DataFrame
+            ) -> tuple[np.ndarray, np.ndarray, datetime | None]:
+    """Whether the live system answers each seen question, the answering stage's error, and the newest time."""
+    frame = seen.join(stages, on="question_id", how="inner")
+    k = len(live["models"])
+    us = [frame.get_column(f"s{i}").to_numpy() for i in range(k)]
+    es = np.stack([frame.get_column(f"e{i}").to_numpy() for i in range(k)] + [np.zeros(frame.height)])
+    who = answering_model(us, live["thresholds"])
+    errors = es[who, np.arange(frame.height)].astype(int)
+    newest = frame.get_column("at").max() if frame.height else None
+    return who < k, errors, newest  # type: ignore[return-value]
+
+
+def _checks(stages: pl.DataFrame, live: dict[str, Any], window: pl.DataFrame) -> list[Check]:
+    """Per stage the score shift (certified questions against the window), and the live system's error rate on
+    the window; each check concerns the key's candidate and names the live gate when it tests the live rate."""
+    certified = stages.filter(pl.col("question_id").is_in(live["question_ids"]))
+    recent = window.join(stages, on="question_id", how="inner")
+    checks = []
+    for i, model in enumerate(live["models"]):
+        before, after = certified.get_column(f"s{i}").to_numpy(), recent.get_column(f"s{i}").to_numpy()
+        if before.size >= MIN_WINDOW and after.size >= MIN_WINDOW:
+            test = score_shift_test(before, after)
+            checks.append(Check(_for_stage(test, i, model), []))
+    answered, errors, _ = _routed(stages, live, window)
+    where = "at the live thresholds " + " / ".join("-" if t is None else f"{t:.4g}" for t in live["thresholds"])
+    checks.append(Check(answered_error_test(answered, errors, alpha=live["alpha"], where=where), [],
+                        live_gate_id=live["calibration_id"]))
+    return checks
+
+
+def _for_stage(test: Any, stage: int, model: str) -> Any:
+    from dataclasses import replace
+
+    return replace(test, detail=f"{test.detail} — stage {stage + 1}, {model}")

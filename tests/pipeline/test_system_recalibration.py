@@ -1,0 +1,123 @@
+"""System gates in the recalibration pass, as single gates are: a candidate on the questions labelled since the live
+gate's own (disjoint), drift per stage and of the system's error rate in Holm with the rest, the anytime-valid
+monitor, a failing live system gate withdrawn (it serves nothing, `cic ask` refuses), quiet keys promoted."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from cic.errors import UserError
+from cic.pipeline.calibrate_store import calibrate_store
+from cic.pipeline.config import CalibrationConfig, CascadeConfig
+from cic.pipeline.recalibration import WindowRule, recalibrate_store
+from cic.pipeline.system_gates import confirm_system_gate, served_system_entries, serving_system_gate, system_gates
+from cic.store import Store
+from tests.support.pipeline_data import store_run
+
+CONFIG = CalibrationConfig(alphas=(0.2,), bounds=("cp",), searches=("fixed_sequence",), n_splits=4,
+                           cascades=(CascadeConfig(name="small-big", models=("small", "big"),
+                                                   estimator="semantic_entropy"),))
+DAY = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@pytest.fixture
+def live(tmp_path: Path) -> tuple[str, list[str], dict]:
+    """A weak and a strong model on 600 shared questions, the cascade certified and live."""
+    db = str(tmp_path / "t.duckdb")
+    with Store.open(db) as store:
+        keys = [store_run(store, model="small", n=600, seed=1, error_slope=0.9, base=0.05, labelled_at=DAY),
+                store_run(store, model="big", n=600, seed=2, error_slope=0.4, base=0.01, labelled_at=DAY)]
+    calibrate_store(db, keys, CONFIG)
+    with Store.open(db, read_only=True) as store:
+        row = system_gates(store, system="small-big").row(0, named=True)
+    assert row["state"] == "live" and row["certified"]
+    return db, keys, row
+
+
+def more_traffic(db: str, *, big_base: float, n: int = 400, offset: int = 600, day: int = 2) -> None:
+    with Store.open(db) as store:
+        store_run(store, model="small", n=n, seed=10 + day, error_slope=0.9, base=0.05, id_offset=offset,
+                  labelled_at=DAY + timedelta(days=day))
+        store_run(store, model="big", n=n, seed=20 + day, error_slope=0.4, base=big_base, id_offset=offset,
+                  labelled_at=DAY + timedelta(days=day))
+
+
+def one_pass(db: str, keys: list[str], **options: object):
+    with Store.open(db) as store:
+        return recalibrate_store(store, keys, CONFIG, 0.05, WindowRule(), **options)
+
+
+def test_a_quiet_week_certifies_the_system_on_the_new_questions_alone_and_promotes_it(live: tuple) -> None:
+    db, keys, old = live
+    more_traffic(db, big_base=0.01)
+    result = one_pass(db, keys, auto_promote=True)
+    (candidate,) = result.systems
+    assert candidate.row["question_ids"] == [f"q{i:05d}" for i in range(600, 1000)]  # disjoint from the live gate's
+    assert candidate.row["certified"] and candidate.alerts == [] and candidate.state == "live"
+    assert candidate.row["calibration_id"] in result.promoted and result.withdrawn == {}
+    names = [c.test.name for k, c in result.checks if k.model == "small -> big"]
+    assert names.count("score_shift") == 2 and names.count("error_rate") == 1  # per stage, and the system's
+    (monitor,) = [m for m in result.monitors if m.gate["calibration_id"] == old["calibration_id"]]
+    assert monitor.row["n"] > 0 and not monitor.row["alarmed"] and monitor.key.model == "small -> big"
+    with Store.open(db, read_only=True) as store:
+        states = dict(system_gates(store).select("calibration_id", "state").iter_rows())
+        (served,) = served_system_entries(store)
+    assert states[old["calibration_id"]] == "retired" and served["gate_id"] == candidate.row["calibration_id"]
+    again = one_pass(db, keys, auto_promote=True)  # nothing new since the new live gate: nothing to certify
+    assert again.systems == [] and any("small -> big" in k.model for k, _ in again.skipped)
+
+
+def test_drift_in_the_second_model_withdraws_the_live_system_gate_and_holds_the_candidate(live: tuple) -> None:
+    db, keys, old = live
+    more_traffic(db, big_base=0.6)  # the strong model now errs on most questions it answers
+    result = one_pass(db, keys, auto_promote=True)
+    assert old["calibration_id"] in result.withdrawn
+    assert result.withdrawn[old["calibration_id"]].startswith("error rate at the live thresholds")
+    (candidate,) = result.systems
+    assert candidate.state == "candidate" and candidate.alerts and result.promoted == []
+    with Store.open(db, read_only=True) as store:
+        (served,) = served_system_entries(store)
+        assert served["serve"] == "nothing" and served["flagged_gate_id"] == old["calibration_id"]
+        with pytest.raises(UserError, match="is flagged"):
+            serving_system_gate(store, system="small-big", dataset="d", criterion=None, alpha=0.2, bound="cp")
+    again = one_pass(db, keys, auto_promote=True)  # flagged once: not again, and its monitor stops
+    assert again.withdrawn == {} and all(m.gate["calibration_id"] != old["calibration_id"] for m in again.monitors)
+    with Store.open(db) as store:
+        row = system_gates(store, calibration_id=old["calibration_id"]).row(0, named=True)
+        confirm_system_gate(store, row, reason="reviewed: the new labels were a bad batch")
+        (served,) = served_system_entries(store)
+    assert served["serve"] == "system" and served["gate_id"] == old["calibration_id"]
+
+
+def test_the_monitor_counts_a_question_once_its_last_stage_is_labelled_and_never_twice(live: tuple) -> None:
+    db, keys, old = live
+
+    def monitor() -> dict:
+        result = one_pass(db, keys, on_alarm="flag")
+        (found,) = [m for m in result.monitors if m.gate["calibration_id"] == old["calibration_id"]]
+        return {"n": found.row["n"], "k": found.row["k"], "new": found.new_pairs, "alarmed": found.row["alarmed"],
+                "alerts": [m.alert() for m in result.monitor_alarms]}
+
+    more_traffic(db, big_base=0.01, n=50)
+    first = monitor()
+    with Store.open(db) as store:  # the first stage's labels of 50 more questions; the second's come a day later
+        store_run(store, model="small", n=50, seed=7, error_slope=0.9, base=0.05, id_offset=650,
+                  labelled_at=DAY + timedelta(days=3))
+    assert monitor()["n"] == first["n"]  # not yet a system answer: its last stage is unlabelled
+    with Store.open(db) as store:
+        store_run(store, model="big", n=50, seed=8, error_slope=0.4, base=0.01, id_offset=650,
+                  labelled_at=DAY + timedelta(days=4))
+    late = monitor()
+    assert late["n"] > first["n"] and late["new"] == late["n"] - first["n"]
+    assert monitor()["new"] == 0  # a pass with nothing new counts nothing twice
+    more_traffic(db, big_base=0.9, n=600, offset=700, day=5)
+    drifted = monitor()
+    assert drifted["alarmed"] and any(a.startswith("anytime-valid monitor of live gate "
+                                                   f"{old['calibration_id'][:12]} (small -> big")
+                                      for a in drifted["alerts"])
+    with Store.open(db, read_only=True) as store:  # on_alarm: flag — the alert noted, the gate still serves
+        (served,) = served_system_entries(store)
+    assert served["serve"] == "system"
