@@ -63,6 +63,8 @@ def log_store(db: str, *, tracking: str | None = None, experiment_prefix: str | 
             if existing is not None:
                 sent[index] = Future()
                 sent[index].set_result((existing, False))
+        systems = system_groups(store, run_keys, experiment_prefix)  # cascades and estimators chosen: no report,
+        system_runs = [pool.submit(log_group, client, group, in_flight=in_flight) for group in systems]  # sent now
         started = time.perf_counter()
         todo = [index for index, existing in enumerate(found) if existing is None]
         index_of: dict[Path, int] = {}
@@ -82,9 +84,7 @@ def log_store(db: str, *, tracking: str | None = None, experiment_prefix: str | 
                 group = replace(group, tags={**group.tags, "cic.flow_run_id": flow_run_id})
             sent[index] = pool.submit(log_group, client, group, in_flight=in_flight)
             _report_progress(list(sent.values()), len(units))
-        systems = system_groups(store, run_keys, experiment_prefix)  # cascades and estimators chosen
         report_s = time.perf_counter() - started
-        system_runs = [pool.submit(log_group, client, group, in_flight=in_flight) for group in systems]
         for _ in as_completed(sent.values()):
             _report_progress(list(sent.values()), len(units))
     stats = LogStats(report_s=report_s)
