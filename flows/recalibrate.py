@@ -28,10 +28,10 @@ from cic.pipeline.run_results import (
     RecalibrationSummary,
     SkippedGroup,
 )
-from cic.services.mlflow_registry import registry_sync
 from cic.services.mlflow_tracking import tracking_uri
 from cic.services.prefect_limits import store_slot
 from cic.services.prefect_runs import flow_run_name
+from cic.services.registry_sync import registry_sync
 from cic.store import Store
 from tasks.recalibrate import RecalibrationPass, log_recalibrations, recalibrate_runs
 

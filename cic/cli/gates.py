@@ -248,8 +248,8 @@ SYNC_HINT = "run `cic gate sync` when MLflow is back (it reconciles every key's 
 def _sync(db: Path, gate_ids: list[str], tracking_uri: str | None, experiment_prefix: str) -> None:
     """Bring MLflow's registry in line for these gates' keys; an outage is reported, never fatal: the store holds
     the new state and `cic gate sync` catches up."""
-    from cic.services.mlflow_registry import registry_sync
     from cic.services.mlflow_tracking import tracking_uri as resolve
+    from cic.services.registry_sync import registry_sync
 
     uri = resolve(tracking_uri)
     try:
@@ -419,8 +419,8 @@ def sync_registry(
     from cic.cli.runner import without_flow
     from cic.cli.service_logs import services_log_path
     from cic.pipeline import progress
-    from cic.services.mlflow_registry import registry_sync
     from cic.services.mlflow_tracking import tracking_uri as resolve
+    from cic.services.registry_sync import registry_sync
 
     _existing(db)
     uri = resolve(tracking_uri)

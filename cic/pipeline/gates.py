@@ -21,7 +21,7 @@ import polars as pl
 from cic import schema
 from cic.errors import UserError
 from cic.pipeline.certificates import recertify_all
-from cic.store.queries import last_gate_events
+from cic.store.queries import last_gate_events, stored_gate_ids
 
 if TYPE_CHECKING:
     from cic.stats.gate import Gate
@@ -523,10 +523,7 @@ def flag_gates(store: Store, alerts: dict[str, str], prefix: str = FLAGGED) -> l
     known = dict((r["calibration_id"], r) for r in current_states(store).filter(
         pl.col("calibration_id").is_in(list(alerts))).iter_rows(named=True))  # single and system gates alike
     fresh = [gid for gid in alerts if gid not in known]  # no event yet: a stored candidate, or no gate at all
-    stored = {gid for (gid,) in store.sql(
-        "SELECT calibration_id FROM calibrations WHERE calibration_id IN (SELECT unnest(?)) UNION "
-        "SELECT calibration_id FROM system_calibrations WHERE calibration_id IN (SELECT unnest(?))",
-        [fresh, fresh])} if fresh else set()
+    stored = stored_gate_ids(store, fresh) if fresh else set()
     rows = [*known.values(), *({"calibration_id": gid, "state": "candidate", "alerts": []} for gid in stored)]
     events = _events(store, [(row["calibration_id"], row["state"], prefix + alerts[row["calibration_id"]],
                               [*(row["alerts"] or []), alerts[row["calibration_id"]]]) for row in rows

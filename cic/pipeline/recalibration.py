@@ -17,60 +17,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from cic import schema
 from cic.errors import UserError
-from cic.pipeline.durations import parse_duration
 from cic.pipeline.gate_rows import GateRow
 from cic.pipeline.gates import gates
 from cic.pipeline.stored_calibration import GroupKey, calibration_rows, group_counts
-from cic.stats.drift import DriftTest, error_rate_test, holm, score_shift_test
+from cic.pipeline.windows import MIN_WINDOW, Check, WindowRule, new_window, parse_since, span
+from cic.stats.drift import error_rate_test, holm, score_shift_test
 from cic.store.queries import labelled_pairs_of_runs
 
 if TYPE_CHECKING:
     from cic.pipeline.config import CalibrationConfig
     from cic.store import Store
 
-MIN_WINDOW = 2
+__all__ = ["MIN_WINDOW", "Check", "WindowRule", "new_window", "parse_since", "recalibrate_store", "span"]
 MEMORY_LIMIT = "1GB"  # DuckDB's limit while reading a pass's pairs (it spills beyond it)
-
-
-@dataclass(frozen=True)
-class WindowRule:
-    """Which new labelled pairs to use: the newest `count`, those seen within `since` of `now`, or both."""
-
-    count: int | None = None
-    since: timedelta | None = None
-    now: datetime | None = None
-
-    def __post_init__(self) -> None:
-        if self.count is not None and (isinstance(self.count, bool) or self.count < MIN_WINDOW):
-            raise UserError(f"window = {self.count!r}: must be at least {MIN_WINDOW} labelled questions")
-        if self.since is not None and self.since <= timedelta(0):
-            raise UserError(f"since = {self.since!r}: must be a positive duration")
-
-    def describe(self) -> str:
-        parts = [f"newest {self.count}" if self.count else "", f"seen within {self.since}" if self.since else ""]
-        return " and ".join(p for p in parts if p) or "all new"
-
-
-def parse_since(text: str | None) -> timedelta | None:
-    """'7d', '12h', '30m', '2w' → a timedelta (None stays None)."""
-    return parse_duration(text, "since")
-
-
-@dataclass
-class Check:
-    """One drift test, the candidates it concerns, and whether Holm rejected it across the pass."""
-
-    test: DriftTest
-    gate_ids: list[str]
-    rejected: bool = False
-    live_gate_id: str | None = None  # the live gate whose threshold an error-rate test checks
 
 
 @dataclass
@@ -113,29 +79,12 @@ def labelled_pairs(store: Store, key: GroupKey) -> pl.DataFrame:
         .select("question_id", "score", "error", "at")
 
 
-def span(pairs: pl.DataFrame) -> tuple[datetime | None, datetime | None]:
-    """The (first, last) `at` of some pairs: a gate's window."""
-    if pairs.height == 0:
-        return None, None
-    return pairs.get_column("at").min(), pairs.get_column("at").max()  # type: ignore[return-value]
-
-
 def reference_window(live: Sequence[dict[str, Any]]) -> tuple[datetime | None, datetime | None] | None:
     """The window of the newest live gate (its creation time bounds a gate stored without one)."""
     if not live:
         return None
     newest = max(live, key=lambda r: r["state_at"] or r["created_at"])
     return newest["window_from"], newest["window_to"] or newest["created_at"]
-
-
-def new_window(pairs: pl.DataFrame, after: datetime | None, rule: WindowRule) -> pl.DataFrame:
-    """Pairs strictly after `after` (the reference's end), narrowed by the rule."""
-    chosen = pairs if after is None else pairs.filter(pl.col("at") > after)
-    if rule.since is not None:
-        chosen = chosen.filter(pl.col("at") >= (rule.now or datetime.now(UTC)) - rule.since)
-    if rule.count is not None and chosen.height > rule.count:
-        chosen = chosen.tail(rule.count)
-    return chosen
 
 
 def live_gates_of(store: Store, key: GroupKey) -> list[dict[str, Any]]:

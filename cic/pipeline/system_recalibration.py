@@ -22,9 +22,9 @@ import numpy as np
 import polars as pl
 
 from cic.pipeline.monitoring import MonitorUpdate, update_of
-from cic.pipeline.recalibration import MIN_WINDOW, Check, WindowRule, new_window
 from cic.pipeline.stored_calibration import GroupKey
 from cic.pipeline.system_gates import iter_system_data, speaking_system_gates, spec_of, system_calibration_rows
+from cic.pipeline.windows import MIN_WINDOW, Check, WindowRule, new_window
 from cic.stats.cascades import answering_model
 from cic.stats.drift import answered_error_test, score_shift_test
 from cic.store.queries import labelled_pairs_of_runs

@@ -80,6 +80,14 @@ def last_label_time(store: Store, run_keys: Sequence[str]) -> datetime | None:
     return store.sql("SELECT max(created_at) FROM labels WHERE run_key IN (SELECT unnest(?))", [list(run_keys)])[0][0]
 
 
+def stored_gate_ids(store: Store, calibration_ids: Sequence[str]) -> set[str]:
+    """Which of these ids a stored gate has, single (`calibrations`) or system (`system_calibrations`)."""
+    return {gid for (gid,) in store.sql(
+        "SELECT calibration_id FROM calibrations WHERE calibration_id IN (SELECT unnest(?)) UNION "
+        "SELECT calibration_id FROM system_calibrations WHERE calibration_id IN (SELECT unnest(?))",
+        [list(calibration_ids), list(calibration_ids)])}
+
+
 def last_gate_events(store: Store, calibration_ids: Sequence[str]) -> dict[str, datetime]:
     """The time of each gate's newest lifecycle event (gates without one are left out)."""
     return dict(store.sql("SELECT calibration_id, max(created_at) FROM gate_events WHERE calibration_id IN "

@@ -386,7 +386,7 @@ def test_a_withdrawing_pass_with_mlflow_down_says_the_registry_was_not_updated_a
     """The drift pass withdraws the live gates in the store while MLflow is down: the summary and the log say
     "registry not updated — `cic gate sync`", the stale alias is still there, and a sync once MLflow is back
     removes it (the withdrawn gates stay registered, tagged flagged)."""
-    from cic.services.mlflow_registry import registry_sync
+    from cic.services.registry_sync import registry_sync
 
     _, db, client = setup
     uri = client.tracking_uri
@@ -430,7 +430,7 @@ def test_a_cascade_gate_drifting_is_withdrawn_by_the_nightly_flow_and_leaves_the
     import yaml
 
     from cic.pipeline.system_gates import system_gates
-    from cic.services.mlflow_registry import registry_sync
+    from cic.services.registry_sync import registry_sync
 
     _, db, client = setup
     db = db.parent / "systems.duckdb"

@@ -175,7 +175,7 @@ def test_a_flagged_live_gate_is_exported_serving_nothing_until_a_person_confirms
     from mlflow import MlflowClient
 
     from cic.pipeline.ingest import ingest_file
-    from cic.services.mlflow_registry import registry_sync
+    from cic.services.registry_sync import registry_sync
     from tests.pipeline.test_ingest import T0, write
     from tests.pipeline.test_ingest_history import NOW, _stream
 

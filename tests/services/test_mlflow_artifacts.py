@@ -13,7 +13,7 @@ from mlflow import MlflowClient
 from cic.errors import UserError
 from cic.services import mlflow_artifacts as artifact_locations
 from cic.services.mlflow_artifacts import check_not_moved, moved_experiments, relocate
-from cic.services.mlflow_registry import registry_sync
+from cic.services.registry_sync import registry_sync
 from tests.services.test_mlflow_registry import live_store
 from tests.support.mlflow_server import MlflowServer
 

@@ -55,7 +55,7 @@ def test_the_registry_holds_a_live_system_gate_as_one_version_with_every_thresho
 
     from cic.pipeline.gates import flag_gates
     from cic.pipeline.system_gates import system_gates
-    from cic.services.mlflow_registry import registry_sync
+    from cic.services.registry_sync import registry_sync
 
     db = tmp_path / "t.duckdb"
     with Store.open(db) as store:

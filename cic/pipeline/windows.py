@@ -1,0 +1,66 @@
+"""Which new labelled pairs a recalibration uses (the window rule), and one drift check of a pass: shared by the
+single gates' recalibration and the system gates' (`cic.pipeline.system_recalibration`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import polars as pl
+
+from cic.errors import UserError
+from cic.pipeline.durations import parse_duration
+from cic.stats.drift import DriftTest
+
+MIN_WINDOW = 2
+
+
+@dataclass(frozen=True)
+class WindowRule:
+    """Which new labelled pairs to use: the newest `count`, those seen within `since` of `now`, or both."""
+
+    count: int | None = None
+    since: timedelta | None = None
+    now: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.count is not None and (isinstance(self.count, bool) or self.count < MIN_WINDOW):
+            raise UserError(f"window = {self.count!r}: must be at least {MIN_WINDOW} labelled questions")
+        if self.since is not None and self.since <= timedelta(0):
+            raise UserError(f"since = {self.since!r}: must be a positive duration")
+
+    def describe(self) -> str:
+        parts = [f"newest {self.count}" if self.count else "", f"seen within {self.since}" if self.since else ""]
+        return " and ".join(p for p in parts if p) or "all new"
+
+
+def parse_since(text: str | None) -> timedelta | None:
+    """'7d', '12h', '30m', '2w' → a timedelta (None stays None)."""
+    return parse_duration(text, "since")
+
+
+@dataclass
+class Check:
+    """One drift test, the candidates it concerns, and whether Holm rejected it across the pass."""
+
+    test: DriftTest
+    gate_ids: list[str]
+    rejected: bool = False
+    live_gate_id: str | None = None  # the live gate whose threshold an error-rate test checks
+
+
+def span(pairs: pl.DataFrame) -> tuple[datetime | None, datetime | None]:
+    """The (first, last) `at` of some pairs: a gate's window."""
+    if pairs.height == 0:
+        return None, None
+    return pairs.get_column("at").min(), pairs.get_column("at").max()  # type: ignore[return-value]
+
+
+def new_window(pairs: pl.DataFrame, after: datetime | None, rule: WindowRule) -> pl.DataFrame:
+    """Pairs strictly after `after` (the reference's end), narrowed by the rule."""
+    chosen = pairs if after is None else pairs.filter(pl.col("at") > after)
+    if rule.since is not None:
+        chosen = chosen.filter(pl.col("at") >= (rule.now or datetime.now(UTC)) - rule.since)
+    if rule.count is not None and chosen.height > rule.count:
+        chosen = chosen.tail(rule.count)
+    return chosen
