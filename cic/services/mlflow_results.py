@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from mlflow import MlflowClient
 
@@ -57,8 +58,7 @@ def log_store(db: str, *, tracking: str | None = None, experiment_prefix: str | 
     with Store.open(db, read_only=True, wait_s=60) as store, \
             ThreadPoolExecutor(GROUPS_IN_FLIGHT if in_flight > 1 else 1, thread_name_prefix="cic-log") as pool:
         units = log_units(store, run_keys)
-        keys = [log_key(unit.evaluation_id, pipeline_calibrations(store, unit)) for unit in units]
-        found = list(pool.map(lambda key: find_logged(client, key), keys))  # lookups concurrently too
+        found = _already_logged(client, pool, store, units)
         for index, existing in enumerate(found):
             if existing is not None:
                 sent[index] = Future()
@@ -99,6 +99,13 @@ def log_store(db: str, *, tracking: str | None = None, experiment_prefix: str | 
         stats.already += int(not new)
         stats.run_ids.append(run_id)
     return stats
+
+
+def _already_logged(client: MlflowClient, pool: ThreadPoolExecutor, store: Store, units: list[Any]
+                    ) -> list[str | None]:
+    """Per unit, the MLflow run that already holds it (its log key found), else None; looked up concurrently."""
+    keys = [log_key(unit.evaluation_id, pipeline_calibrations(store, unit)) for unit in units]
+    return list(pool.map(lambda key: find_logged(client, key), keys))
 
 
 def _report_progress(futures: list[Future[tuple[str, bool]]], total: int) -> None:
