@@ -215,10 +215,30 @@ SYSTEM_EVALUATIONS = TableSpec("system_evaluations", {
     "created_at": pl.Datetime("us", "UTC"),
 }, ("evaluation_id", "alpha", "bound", "search"))
 
+ANYTIME_STATES = TableSpec("anytime_states", {
+    "state_id": pl.String(),                 # hash of the key and its epoch
+    "run_key": pl.String(), "model": pl.String(), "dataset": pl.String(), "estimator": pl.String(),
+    "criterion": pl.String(), "alpha": pl.Float64(), "delta": pl.Float64(),
+    "groups": pl.Int64(),                    # G datasets certified together: each state at delta / G
+    "epoch": pl.Int64(),                     # 0, then +1 each time a monitor alarm restarts the key
+    "state_json": pl.String(),               # `cic.stats.anytime.AnytimeState` (grid, wealth, crossings)
+    "counted": pl.Int64(),                   # labelled answers counted, each once
+    "threshold": pl.Float64(),               # the widest certified threshold (null: none yet)
+    "certified_since": pl.Datetime("us", "UTC"),  # the pass that first certified that threshold
+    "started_at": pl.Datetime("us", "UTC"),
+    "created_at": pl.Datetime("us", "UTC"),  # this pass (the newest row of a state_id is its state)
+}, ("state_id", "created_at"))
+
+ANYTIME_COUNTED = TableSpec("anytime_counted", {
+    "state_id": pl.String(), "question_id": pl.String(),
+    "position": pl.Int64(),                  # arrival order: the e-processes saw the answers in this order
+    "counted_at": pl.Datetime("us", "UTC"),
+}, ("state_id", "question_id"))
+
 TABLES: dict[str, TableSpec] = {t.name: t for t in (QUESTIONS, RUNS, GENERATIONS, SCORES, LABELS, CALIBRATIONS,
                                                      EVALUATIONS, OBSERVATIONS, GATE_EVENTS, LABEL_EVENTS,
                                                      INGESTS, GATE_MONITOR, GROUP_EVALUATIONS, SYSTEM_CALIBRATIONS,
-                                                     SYSTEM_EVALUATIONS)}
+                                                     SYSTEM_EVALUATIONS, ANYTIME_STATES, ANYTIME_COUNTED)}
 
 
 def conform(frame: pl.DataFrame, spec: TableSpec) -> pl.DataFrame:

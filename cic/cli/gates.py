@@ -152,18 +152,36 @@ def list_gates(
         r["calibration_id"][:12], r["state"] + ("" if (r["kind"] or "pipeline") == "pipeline" else f" ({r['kind']})"),
         f"{r['model']} · {r['dataset']}", f"{r['estimator']} · {r['criterion']}", f"{r['alpha']:g} · {_delta(r)}",
         f"{r['bound']} · {r['search']}", "unattainable" if r["threshold"] is None else fmt(r["threshold"], ".4g"),
-        str(r["n_cal"]), str(r["window_to"] or "—")[:19], _alert_summary(r["alerts"]))))
+        str(r["n_cal"]), _window_cell(r), _alert_summary(r["alerts"]))))
         for r in rows.sort("model", "dataset", "estimator", "criterion", "alpha", "bound", "search", "created_at")
         .iter_rows(named=True)]
     _print_gates(f"gates in {db}: {rows.height}", cells)
     if systems.height:
         _print_gates(f"system gates (cascades, estimators chosen) in {db}: {systems.height}", _system_cells(systems))
+    for r in rows.filter((pl.col("search") == "anytime") & (pl.col("state") == "live")).iter_rows(named=True):
+        console.print(printable(f"{r['calibration_id'][:12]} ({r['model']}/{r['dataset']} {r['estimator']} "
+                                f"α={r['alpha']:g}): certified at every night since {_since(r)}"), soft_wrap=True)
     for r in [*rows.sort("model", "dataset", "created_at").iter_rows(named=True),
               *systems.sort("system", "dataset", "created_at").iter_rows(named=True)]:
         for alert in r["alerts"] or []:
             console.print(printable(f"{r['calibration_id'][:12]} alert: {alert}"), soft_wrap=True)
     shown = set(rows.get_column("model").to_list())
     _warn_over_budget({key: family for key, family in families.items() if family[0]["model"] in shown})
+
+
+def _since(row: dict[str, Any]) -> str:
+    from cic.pipeline.anytime_gates import certified_since
+
+    return certified_since(row)[:19]
+
+
+def _window_cell(row: dict[str, Any]) -> str:
+    """A gate's window end, or for an anytime gate since when it is certified at every night."""
+    from cic.pipeline.anytime_gates import certified_since, is_anytime
+
+    if is_anytime(row):
+        return f"since {certified_since(row)[:10]}"
+    return str(row["window_to"] or "—")[:19]
 
 
 def _system_cells(rows: Any) -> list[tuple[str, ...]]:

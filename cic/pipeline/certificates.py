@@ -98,8 +98,13 @@ def recertify(row: dict[str, Any], group: pl.DataFrame) -> None:
 
 def recertify_all(store: Store, rows: Sequence[dict[str, Any]]) -> None:
     """`recertify` each gate, the pairs of all their runs read in one query."""
+    from cic.pipeline.anytime_gates import is_anytime, recertify_anytime
     from cic.store.queries import certified_pairs_of_runs
 
+    for row in rows:
+        if is_anytime(row):
+            recertify_anytime(store, row)
+    rows = [r for r in rows if not is_anytime(r)]
     if not rows:
         return
     pairs = certified_pairs_of_runs(store, sorted({r["run_key"] for r in rows}))

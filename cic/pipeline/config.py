@@ -356,6 +356,12 @@ class RecalibrationConfig(_Strict):
                                                               "every test of a recalibration)")
     promotion: Literal["manual", "auto"] = Field("manual", description="auto: a candidate goes live when its "
                                                  "group raised no alert; manual: `cic gate promote ID`")
+    rule: Literal["window", "anytime"] = Field("window", description="window: candidates on each pass's new "
+                                               "labelled window; anytime: one e-process per threshold fed by every "
+                                               "labelled answer, the widest certified threshold served "
+                                               "(certified at every night, `cic.stats.anytime`)")
+    anytime_grid: int = Field(40, ge=2, le=1000, description="candidate thresholds of the anytime rule: label-free "
+                              "quantiles of the group's scores when its state starts")
     on_alarm: Literal["withdraw", "flag"] = Field("withdraw", description="a live gate whose error-rate test "
                                                   "rejects or whose monitor alarms: withdraw (serves nothing "
                                                   "until a newer gate is promoted or `cic gate confirm`), or "

@@ -117,6 +117,8 @@ def guaranteed(row: dict[str, Any]) -> bool:
     expectation-only rule do not: their gates are report results, never live unless a person opts in)."""
     from cic.stats.searches import get_search
 
+    if row["search"] == "anytime":  # `cic.pipeline.anytime_gates`: Ville's inequality, at every night
+        return True
     try:
         return get_search(row["search"]).guarantee_kind == "high-probability"
     except UserError:
@@ -181,7 +183,7 @@ def verify_gate(row: dict[str, Any]) -> None:
         if not same:
             raise UserError(f"{name}: column {column} = {stored!r} but its certified result says {certified!r}; "
                              "the row was altered — refusing to serve it (recalibrate to replace it)")
-    if result.threshold is not None:
+    if result.threshold is not None and result.search != "anytime":  # an anytime gate: its replay is the check
         plan = SEARCHES.find(result.search) or SEARCHES[DEFAULT_SEARCH]  # a caller's own procedure: its UCB
         holds, figure = plan.certificate(result.bound, result.n_errors, result.n_accepted, result.alpha, result.gamma)
         if not holds:
@@ -406,7 +408,7 @@ def served_entries(store: Store, **equals: Any) -> list[dict[str, Any]]:
             verify_gate(row)
             serving.append(row)
             out.append({"serve": "gate", "gate_id": row["calibration_id"], **key,
-                        "guarantee": "high-probability" if guaranteed(row) else
+                        "guarantee": _anytime_guarantee(row) or "high-probability" if guaranteed(row) else
                         f"{_weaker_guarantee(row)}: a person opted in ({row['reason'][len(WITHOUT_GUARANTEE):]})",
                         **{k: row[k] for k in ("threshold", "bound_value", "n_accepted", "n_errors", "n_cal")},
                         "certified_with": _certified_with(row, families[family_of(row)]),
@@ -422,6 +424,13 @@ def served_entries(store: Store, **equals: Any) -> list[dict[str, Any]]:
                                   "until one is promoted"})
     recertify_all(store, serving)  # every served certificate, recomputed from the store's pairs in one read
     return out
+
+
+def _anytime_guarantee(row: dict[str, Any]) -> str | None:
+    """An anytime gate's guarantee in the export's words (None for any other gate)."""
+    from cic.pipeline.anytime_gates import certified_since, is_anytime
+
+    return f"anytime-valid: certified at every night since {certified_since(row)}" if is_anytime(row) else None
 
 
 def _withheld_fields(row: dict[str, Any]) -> dict[str, Any]:

@@ -244,6 +244,7 @@ class RecalibrationPass:
     monitors: list[Any] = field(default_factory=list)  # cic.pipeline.monitoring.MonitorUpdate, one per live gate
     withdrawn: dict[str, str] = field(default_factory=dict)  # live gate id -> why it stopped serving this pass
     systems: list[SystemCandidate] = field(default_factory=list)  # candidate system gates (cascades, auto)
+    anytime: list[Any] = field(default_factory=list)  # cic.pipeline.anytime_gates.AnytimeUpdate, rule: anytime
 
     @property
     def alerts(self) -> list[tuple[Candidate | SystemCandidate, str]]:
@@ -257,13 +258,16 @@ class RecalibrationPass:
 
 def recalibrate_store(store: Store, run_keys: Sequence[str], config: CalibrationConfig, level: float,
                       rule: WindowRule, *, auto_promote: bool = False, reason: str | None = None,
-                      chunk_runs: int = 250, on_alarm: str = "withdraw") -> RecalibrationPass:
+                      chunk_runs: int = 250, on_alarm: str = "withdraw",
+                      anytime_grid: int | None = None) -> RecalibrationPass:
     """One pass over the store: every group of the runs recalibrated (pairs read in one query per `chunk_runs`
     runs, live gates once) and every system gate over them (`cic.pipeline.system_recalibration`), Holm across
     all tests, candidates stored with their alerts in one transaction, quiet groups and systems promoted when
     `auto_promote`. A live gate the pass finds failing (`rejected_live_gates`) — single or system — stops
     serving (`on_alarm` "withdraw": flagged, serves nothing until a newer gate is promoted or a person confirms
-    it) or keeps serving with the alert on it ("flag")."""
+    it) or keeps serving with the alert on it ("flag"). With `anytime_grid` (`recalibration.rule: anytime`) the
+    single-model groups get no window candidates: each key's e-processes count the answers new to them and the
+    widest certified threshold goes live (`cic.pipeline.anytime_gates`); an alarm on such a gate restarts its key."""
     from cic.pipeline import monitoring
     from cic.pipeline.gates import ALERTED, FLAGGED, flag_gates, record_candidates
     from cic.pipeline.ingest import refusal
@@ -273,7 +277,8 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
     if cut:
         raise UserError(cut)
     previous, now = monitoring.previous_states(store), datetime.now(UTC)
-    results, updates, live_rows = _recalibrate_groups(store, run_keys, config, rule, previous, now, chunk_runs)
+    results, updates, live_rows, seen = _recalibrate_groups(store, run_keys, config, rule, previous, now, chunk_runs,
+                                                            windows=anytime_grid is None)
     systems, system_updates = recalibrate_systems(store, list(run_keys), config, rule, previous, now)
     updates += system_updates
     alerts = correct_and_alert([*results, *systems], level)
@@ -291,22 +296,66 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
         failing = {gid: why for gid, why in rejected_live_gates([*results, *systems], updates).items()
                    if not _already_handled(live_reasons.get(gid, FLAGGED), why)}
         withdrawn = flag_gates(store, failing, prefix=FLAGGED if on_alarm == "withdraw" else ALERTED)
+        anytime = _anytime_pass(store, seen, config, anytime_grid, withdrawn, live_rows, now) \
+            if anytime_grid is not None else []
     promoted, held = promote_quiet_groups(store, results, alerts) if auto_promote else ([], {})
+    promoted += _promote_anytime(store, anytime)
     if auto_promote:
         promoted += promote_quiet_systems(store, systems, alerts)
     for gate_id, why in held.items():  # a held candidate alerts like any other: a person decides
         alerts.setdefault(gate_id, []).append(why)
     out = RecalibrationPass(promoted=promoted, monitors=updates,
                             withdrawn={gid: failing[gid] for gid in withdrawn} if on_alarm == "withdraw" else {})
+    out.anytime = anytime
     _collect(store, out, results, systems, alerts)
     return out
 
 
+def _anytime_pass(store: Store, seen: list[tuple[GroupKey, pl.DataFrame, int]], config: CalibrationConfig,
+                  grid_size: int, withdrawn: list[str], live_rows: list[dict[str, Any]], now: datetime) -> list[Any]:
+    """The anytime rule inside the pass's transaction: alarmed anytime gates restart their key, then every key's
+    state counts its new answers; a widened threshold is stored as a gate (made live after the transaction)."""
+    from cic.pipeline.anytime_gates import gate_row, is_anytime, restart, update_key
+
+    newest = {(k.run_key, k.estimator, k.criterion): pairs.get_column("at").max() for k, pairs, _ in seen}
+    for row in live_rows:
+        if row["calibration_id"] in withdrawn and is_anytime(row):
+            restart(store, row, now, newest.get((row["run_key"], row["estimator"], row["criterion"])))
+    live = {(r["run_key"], r["estimator"], r["criterion"], round(r["alpha"], 12)): r["threshold"]
+            for r in live_rows if is_anytime(r) and r["calibration_id"] not in withdrawn}
+    out = []
+    for key, pairs, groups in seen:
+        for alpha in config.alphas:
+            update = update_key(store, key, pairs, alpha=alpha, delta=config.delta, groups=groups,
+                                grid_size=grid_size, now=now)
+            place = (key.run_key, key.estimator, key.criterion, round(alpha, 12))
+            if update.threshold is not None and live.get(place) != update.threshold:
+                row = gate_row(store, update, delta=config.delta, groups=groups, now=now)
+                store.upsert("calibrations", row)
+                update.gate_id = row.get_column("calibration_id")[0]
+            out.append(update)
+    return out
+
+
+def _promote_anytime(store: Store, updates: Sequence[Any]) -> list[str]:
+    """Make each widened anytime threshold live (re-certified by replay first), retiring the one it widens."""
+    from cic.pipeline.gates import promote_many, record_candidates
+
+    ids = [u.gate_id for u in updates if u.gate_id is not None]
+    if not ids:
+        return []
+    record_candidates(store, {gid: [] for gid in ids}, reason="recalibration: anytime rule")
+    return promote_many(store, ids, reason="recalibration: anytime rule, certified at every night since "
+                                           + str(min(u.certified_since for u in updates if u.gate_id is not None)))
+
+
 def _recalibrate_groups(store: Store, run_keys: Sequence[str], config: CalibrationConfig, rule: WindowRule,
-                        previous: dict[str, dict[str, Any]], now: datetime, chunk_runs: int
-                        ) -> tuple[list[GroupRecalibration], list[Any], list[dict[str, Any]]]:
-    """Every single-model group of the runs: its candidates and tests, the monitors of its live gates, and the
-    live gates read (pairs in one query per `chunk_runs` runs)."""
+                        previous: dict[str, dict[str, Any]], now: datetime, chunk_runs: int, *, windows: bool = True
+                        ) -> tuple[list[GroupRecalibration], list[Any], list[dict[str, Any]],
+                                   list[tuple[GroupKey, pl.DataFrame, int]]]:
+    """Every single-model group of the runs: its candidates and tests (unless `windows` is off: the anytime
+    rule), the monitors of its live gates, the live gates read, and each group's pairs with its G (pairs in one
+    query per `chunk_runs` runs)."""
     from cic.pipeline import monitoring
 
     wanted = set(run_keys)
@@ -318,6 +367,7 @@ def _recalibrate_groups(store: Store, run_keys: Sequence[str], config: Calibrati
     shared: dict[tuple[Any, ...], Check] = {}
     results: list[GroupRecalibration] = []
     updates: list[Any] = []
+    seen: list[tuple[GroupKey, pl.DataFrame, int]] = []
     keys = sorted(runs)
     together = group_counts(runs.values(), config)
     with store.memory_limit(MEMORY_LIMIT):
@@ -331,11 +381,14 @@ def _recalibrate_groups(store: Store, run_keys: Sequence[str], config: Calibrati
                 run = runs[run_key]
                 key = GroupKey(run_key, run["model"], run["dataset"], estimator, criterion)
                 group, live = values.slice(first, length), live_by_group.get((run_key, estimator, criterion), [])
-                results.append(recalibrate_pairs(key, group, live, config, rule, shared,  # a slice: no copy
-                                                 groups=together[run["model"]]))
+                if windows:
+                    results.append(recalibrate_pairs(key, group, live, config, rule, shared,  # a slice: no copy
+                                                     groups=together[run["model"]]))
+                else:
+                    seen.append((key, group, together[run["model"]]))
                 updates.extend(monitoring.monitor_group(key, group, live, previous, now))
             del pairs, values
-    return results, updates, live_rows
+    return results, updates, live_rows, seen
 
 
 def promote_quiet_systems(store: Store, systems: Sequence[Any], alerts: dict[str, list[str]]) -> list[str]:
@@ -379,6 +432,12 @@ def _collect(store: Store, out: RecalibrationPass, results: Sequence[GroupRecali
             out.candidates.append(Candidate(result.key, GateRow.of(row), None if live is None else GateRow.of(live),
                                             alerts.get(row["calibration_id"], []),
                                             states.get(row["calibration_id"], "candidate")))
+    made = [u for u in out.anytime if u.gate_id is not None]
+    if made:  # the anytime rule's new gates, as candidates are shown (made live already)
+        stored = {r["calibration_id"]: r for r in gates(store).filter(
+            pl.col("calibration_id").is_in([u.gate_id for u in made])).iter_rows(named=True)}
+        out.candidates.extend(Candidate(u.key, GateRow.of(stored[u.gate_id]), None, [], stored[u.gate_id]["state"])
+                              for u in made)
     for system in systems:
         if system.skipped is not None:
             out.skipped.append((system.key, system.skipped))

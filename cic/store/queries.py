@@ -115,3 +115,31 @@ def loggable_units(store: Store) -> list[dict[str, Any]]:
 def generated_tokens(store: Store, run_key: str) -> int:
     """Tokens of every answer stored for a run (most-likely answers and samples): what generating it cost."""
     return int(store.sql("SELECT coalesce(sum(n_tokens), 0) FROM generations WHERE run_key = ?", [run_key])[0][0])
+
+
+def newest_anytime_state(store: Store, run_key: str, estimator: str, criterion: str, alpha: float,
+                         delta: float) -> dict[str, Any] | None:
+    """The newest row of a key's anytime state (its latest epoch), or None: the key has none yet."""
+    rows = store.sql_frame(
+        "SELECT * FROM anytime_states WHERE run_key = ? AND estimator = ? AND criterion = ? AND abs(alpha - ?) < 1e-12 "
+        "AND abs(delta - ?) < 1e-12 ORDER BY epoch DESC, created_at DESC LIMIT 1",
+        [run_key, estimator, criterion, float(alpha), float(delta)])
+    return rows.row(0, named=True) if rows.height else None
+
+
+def anytime_state_row(store: Store, state_id: str) -> dict[str, Any] | None:
+    """The newest row of one anytime state."""
+    rows = store.sql_frame("SELECT * FROM anytime_states WHERE state_id = ? ORDER BY created_at DESC LIMIT 1",
+                           [state_id])
+    return rows.row(0, named=True) if rows.height else None
+
+
+def anytime_counted_ids(store: Store, state_id: str) -> set[str]:
+    """The question ids an anytime state has counted."""
+    return {q for (q,) in store.sql("SELECT question_id FROM anytime_counted WHERE state_id = ?", [state_id])}
+
+
+def anytime_counted_order(store: Store, state_id: str) -> pl.DataFrame:
+    """(question_id, position) of the answers an anytime state counted, in the order it counted them."""
+    return store.sql_frame("SELECT question_id, position FROM anytime_counted WHERE state_id = ? ORDER BY position",
+                           [state_id])

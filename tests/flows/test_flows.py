@@ -469,3 +469,49 @@ def test_a_cascade_gate_drifting_is_withdrawn_by_the_nightly_flow_and_leaves_the
     assert exported.exit_code == 0, exported.output
     (entry,) = [e for e in json.loads((db.parent / "g.json").read_text()) if e.get("system")]
     assert entry["serve"] == "nothing" and entry["flagged_gate_id"] == live["calibration_id"]
+
+
+def test_cic_recalibrate_with_the_anytime_rule_serves_a_gate_certified_at_every_night_until_an_alarm(
+        setup: tuple[Path, Path, MlflowClient], prefect_api: str) -> None:
+    """`recalibration.rule: anytime` as the nightly job runs it: the installed `cic recalibrate` makes the widest
+    certified threshold live, `cic gate list` and the export say since when it holds at every night; a week of
+    wrong answers alarms its monitor, the command pages, and the export serves nothing for that key."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    config, db, _ = setup
+    with Store.open(db) as store:
+        store_run(store, n=1000, labelled_at=datetime(2026, 1, 1, tzinfo=UTC), id_offset=1000, seed=7, base=0.02,
+                  error_slope=0.3)
+    settings = yaml.safe_load(config.read_text())
+    settings["calibration"]["alphas"] = [0.3]
+    settings["recalibration"] = {"rule": "anytime", "anytime_grid": 20}
+    config.write_text(yaml.safe_dump(settings))
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PREFECT_API_URL": prefect_api}
+
+    def cic(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(bin_dir / "cic"), *args], capture_output=True, text=True, timeout=300, env=env)
+
+    first = cic("recalibrate", "--config", str(config), "--no-mlflow")
+    assert first.returncode == 0, first.stdout + first.stderr
+    listed = cic("gate", "list", "--db", str(db))
+    assert "live (anytime)" in listed.stdout and "certified at every night since" in " ".join(listed.stdout.split())
+    out = db.parent / "served.json"
+    assert cic("gate", "export", "--db", str(db), "--out", str(out)).returncode == 0
+    (entry,) = [e for e in json.loads(out.read_text()) if e["search"] == "anytime" and e["serve"] == "gate"
+                and e["estimator"] == "predictive_entropy"]
+    assert entry["guarantee"].startswith("anytime-valid: certified at every night since 20")
+    served_id = entry["gate_id"]
+    with Store.open(db) as store:  # a week of wrong answers
+        store_run(store, n=400, labelled_at=datetime(2026, 1, 9, tzinfo=UTC), id_offset=5000, seed=8, base=1.0)
+    drifted = cic("recalibrate", "--config", str(config), "--no-mlflow")
+    assert drifted.returncode == 1 and "WITHDRAWN" in drifted.stderr, drifted.stdout + drifted.stderr
+    assert cic("gate", "export", "--db", str(db), "--out", str(out), "--force").returncode == 0
+    (entry,) = [e for e in json.loads(out.read_text()) if e["search"] == "anytime"
+                and e["estimator"] == "predictive_entropy"]
+    assert entry["serve"] == "nothing" and entry["flagged_gate_id"] == served_id

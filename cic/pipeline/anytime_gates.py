@@ -1,0 +1,208 @@
+"""The anytime rule of the nightly recalibration (`recalibration.rule: anytime`): gates certified at every night.
+
+Per group (run, estimator, criterion) and alpha a state of e-processes (`cic.stats.anytime.AnytimeState`: one per
+candidate threshold of a grid of label-free score quantiles fixed when the state starts, tested in a fixed
+sequence) is kept in the store (`anytime_states`, newest row per state). Each pass counts the group's labelled
+answers not counted yet — each once, in arrival order, a late label on the pass it arrives (`anytime_counted`
+holds which and in what order) — and when the certified threshold widens, stores it as a gate (kind and search
+`anytime`, bound `e-process`) and makes it live: with probability >= 1 - delta / G (G datasets of the model
+certified together), no threshold this state ever certifies has an error rate >= alpha among its accepted answers,
+whatever night it is read. The monitor still watches the live gate; its alarm withdraws the gate and restarts the
+state from the alarm on (a new epoch that counts only answers seen after it).
+
+Serving re-checks the gate by replaying its state's counted answers, in their order, from the store's labels
+(`recertify_anytime`): a replaced label or an edited row stops it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import polars as pl
+
+from cic import schema
+from cic.errors import UserError
+from cic.pipeline.stored_calibration import GroupKey, data_fingerprint
+from cic.stats.anytime import AnytimeState
+from cic.stats.calibration import CalibrationResult
+
+if TYPE_CHECKING:
+    from cic.store import Store
+
+ANYTIME = "anytime"          # the gate's kind and search
+E_PROCESS = "e-process"      # its bound: Ville's inequality on a betting e-process, not a batch bound
+
+
+@dataclass
+class AnytimeUpdate:
+    """One key after this pass: answers counted now and in all, the certified threshold, since when, and the gate
+    made live this pass (None: the threshold did not widen)."""
+
+    key: GroupKey
+    alpha: float
+    state_id: str
+    counted_now: int
+    counted: int
+    threshold: float | None
+    certified_since: datetime | None
+    gate_id: str | None = None
+
+
+def is_anytime(row: dict[str, Any]) -> bool:
+    return row.get("search") == ANYTIME
+
+
+def certified_since(row: dict[str, Any]) -> str:
+    """When an anytime gate's threshold was first certified (from its plan): it holds at every night since."""
+    try:
+        return str(json.loads(row.get("plan_json") or "{}").get("certified_since") or "?")
+    except ValueError:
+        return "?"
+
+
+def state_id_of(key: GroupKey, alpha: float, delta: float, groups: int, epoch: int) -> str:
+    return schema.value_hash(ANYTIME, key.run_key, key.estimator, key.criterion, float(alpha), float(delta), groups,
+                             epoch)
+
+
+def label_free_grid(store: Store, key: GroupKey, size: int) -> np.ndarray:
+    """`size` evenly spaced quantiles (1/size, 2/size, …, 1) of every stored score of the group's run and estimator,
+    labelled or not (no label is read: the grid is fixed before the e-processes see any). The sequence starts at
+    the 1/size quantile, not the smallest score: a first threshold that accepts almost nothing would never cross
+    and would block every threshold after it."""
+    scores = store.read("scores", run_key=key.run_key).filter(
+        (pl.col("estimator") == key.estimator) & pl.col("value").is_not_null()).get_column("value").to_numpy()
+    if scores.size == 0:
+        raise UserError(f"{key.model}/{key.dataset} {key.estimator}: no stored scores to fix the anytime grid on")
+    return np.unique(np.quantile(scores, np.linspace(1 / size, 1, size)))
+
+
+def update_key(store: Store, key: GroupKey, pairs: pl.DataFrame, *, alpha: float, delta: float, groups: int,
+               grid_size: int, now: datetime) -> AnytimeUpdate:
+    """Count the group's labelled answers new to the key's state (`pairs`: question_id, score, error, at, oldest
+    first), store the state, and make the widened certified threshold a live gate. Call inside a transaction."""
+    from cic.store.queries import anytime_counted_ids, newest_anytime_state
+
+    latest = newest_anytime_state(store, key.run_key, key.estimator, key.criterion, alpha, delta)
+    epoch = latest["epoch"] if latest else 0
+    state_id = state_id_of(key, alpha, delta, groups, epoch)
+    if latest is None:
+        state = AnytimeState.start(label_free_grid(store, key, grid_size), alpha=alpha, delta=delta / groups)
+        started = now
+    else:
+        state, started = AnytimeState.from_json(latest["state_json"]), latest["started_at"]
+    counted = anytime_counted_ids(store, state_id)
+    fresh = pairs.filter(~pl.col("question_id").is_in(list(counted)))
+    if epoch > 0:  # restarted by an alarm: only answers seen after what the alarming pass read
+        fresh = fresh.filter(pl.col("at") > started)
+    before = state.threshold
+    state.update(fresh.get_column("score").to_numpy(), fresh.get_column("error").to_numpy())
+    since = latest["certified_since"] if latest is not None and state.threshold == before else (
+        now if state.threshold is not None else None)
+    store.upsert("anytime_counted", pl.DataFrame({
+        "state_id": state_id, "question_id": fresh.get_column("question_id"),
+        "position": np.arange(len(counted), len(counted) + fresh.height), "counted_at": now},
+        schema=schema.ANYTIME_COUNTED.schema))
+    store.upsert("anytime_states", pl.DataFrame([{
+        **key.as_dict(), "state_id": state_id, "alpha": alpha, "delta": delta, "groups": groups, "epoch": epoch,
+        "state_json": state.to_json(), "counted": state.seen, "threshold": state.threshold,
+        "certified_since": since, "started_at": started, "created_at": now}], schema=schema.ANYTIME_STATES.schema))
+    return AnytimeUpdate(key, alpha, state_id, fresh.height, state.seen, state.threshold, since)
+
+
+def restart(store: Store, row: dict[str, Any], now: datetime, after: datetime | None) -> None:
+    """A monitor alarm on an anytime gate: its key's state starts again (next epoch, a fresh grid), counting only
+    answers seen after `after` (the newest answer the alarming pass read). Call inside a transaction."""
+    from cic.store.queries import newest_anytime_state
+
+    latest = newest_anytime_state(store, row["run_key"], row["estimator"], row["criterion"], row["alpha"],
+                                  row["delta"])
+    if latest is None:
+        return
+    key = GroupKey(row["run_key"], row["model"], row["dataset"], row["estimator"], row["criterion"])
+    grid = AnytimeState.from_json(latest["state_json"]).grid.size
+    state = AnytimeState.start(label_free_grid(store, key, grid), alpha=row["alpha"],
+                               delta=row["delta"] / latest["groups"])
+    epoch = latest["epoch"] + 1
+    store.upsert("anytime_states", pl.DataFrame([{
+        **key.as_dict(), "state_id": state_id_of(key, row["alpha"], row["delta"], latest["groups"], epoch),
+        "alpha": row["alpha"], "delta": row["delta"], "groups": latest["groups"], "epoch": epoch,
+        "state_json": state.to_json(), "counted": 0, "threshold": None, "certified_since": None,
+        "started_at": after or now, "created_at": now}], schema=schema.ANYTIME_STATES.schema))
+
+
+def gate_row(store: Store, update: AnytimeUpdate, *, delta: float, groups: int, now: datetime) -> pl.DataFrame:
+    """The `calibrations` row of an update's certified threshold: its counts at that threshold, the level
+    delta / G, and (in its plan) the state and how many of its counted answers certify it."""
+    from cic.store.queries import anytime_state_row
+
+    row = anytime_state_row(store, update.state_id)
+    state = AnytimeState.from_json(row["state_json"])
+    pairs = counted_pairs(store, update.key, update.state_id, state.seen)
+    return schema.conform(pl.DataFrame([_row(update.key, update.state_id, state, pairs, alpha=update.alpha,
+                                             delta=delta, groups=groups, since=update.certified_since, now=now)],
+                                       schema=schema.CALIBRATIONS.schema), schema.CALIBRATIONS)
+
+
+def _row(key: GroupKey, state_id: str, state: AnytimeState, pairs: pl.DataFrame, *, alpha: float, delta: float,
+         groups: int, since: datetime | None, now: datetime) -> dict[str, Any]:
+    index = state.certified_index
+    n = int(state.n[index])
+    k = int(round(n * state.alpha - state.total[index]))
+    result = CalibrationResult(state.threshold, None, n, k, float(alpha), delta / groups, E_PROCESS, ANYTIME,
+                               delta / groups, state.seen, n_candidates=int(state.grid.size),
+                               guarantee="anytime-valid: P(some threshold this state ever certifies has error rate "
+                                         ">= alpha among accepted) <= delta (Ville; fixed sequence over a label-free "
+                                         "grid)")
+    fingerprint = data_fingerprint(pairs.select("question_id", "score", "error"))
+    plan = {"state_id": state_id, "counted": state.seen, "certified_since": str(since)}
+    return {"calibration_id": schema.value_hash(ANYTIME, state_id, state.seen, state.threshold, fingerprint),
+            **{k2: v for k2, v in key.as_dict().items() if k2 != "run_key"}, "alpha": alpha, "delta": delta,
+            "bound": E_PROCESS, "search": ANYTIME, "threshold": state.threshold, "bound_value": None,
+            "n_accepted": n, "n_errors": k, "n_cal": state.seen, "data_fingerprint": fingerprint,
+            "result_json": result.to_json(indent=None), "created_at": now, "run_key": key.run_key,
+            "window_from": pairs.get_column("at").min() if pairs.height else None,
+            "window_to": pairs.get_column("at").max() if pairs.height else None, "kind": ANYTIME,
+            "groups": groups if groups > 1 else None, "plan_json": schema.canonical_json(plan)}
+
+
+def counted_pairs(store: Store, key: GroupKey, state_id: str, counted: int) -> pl.DataFrame:
+    """The first `counted` answers a state counted, in its order, with the labels the store holds now."""
+    from cic.pipeline.recalibration import labelled_pairs
+    from cic.store.queries import anytime_counted_order
+
+    order = anytime_counted_order(store, state_id).filter(pl.col("position") < counted)
+    return order.join(labelled_pairs(store, key), on="question_id", how="inner").sort("position")
+
+
+def recertify_anytime(store: Store, row: dict[str, Any]) -> None:
+    """Raise unless replaying the gate's state over its counted answers, in their order, with the store's labels,
+    certifies its threshold with its counts (and its id is the hash of all of it)."""
+    from cic.store.queries import anytime_state_row
+
+    short = row["calibration_id"][:12]
+    try:
+        plan = json.loads(row["plan_json"] or "")
+        state_id, counted = plan["state_id"], int(plan["counted"])
+    except (ValueError, TypeError, KeyError):
+        raise UserError(f"stored gate {short}: its anytime plan does not parse; refusing to serve it") from None
+    first = anytime_state_row(store, state_id)  # its grid (fixed when the state started)
+    if first is None:
+        raise UserError(f"stored gate {short}: its anytime state is not in the store; refusing to serve it")
+    key = GroupKey(row["run_key"], row["model"], row["dataset"], row["estimator"], row["criterion"])
+    grid = AnytimeState.from_json(first["state_json"]).grid
+    groups = row.get("groups") or 1
+    replay = AnytimeState.start(grid, alpha=row["alpha"], delta=row["delta"] / groups)
+    pairs = counted_pairs(store, key, state_id, counted)
+    replay.update(pairs.get_column("score").to_numpy(), pairs.get_column("error").to_numpy())
+    again = _row(key, state_id, replay, pairs, alpha=row["alpha"], delta=row["delta"], groups=groups,
+                 since=None, now=row["created_at"])
+    for column in ("threshold", "n_accepted", "n_errors", "n_cal", "data_fingerprint", "calibration_id"):
+        if again[column] != row[column]:
+            raise UserError(f"stored gate {short}: {column} = {row[column]!r}, but replaying its counted answers "
+                            f"gives {again[column]!r} (labels changed or the row was edited); refusing to serve it "
+                            "(the next pass certifies again)")

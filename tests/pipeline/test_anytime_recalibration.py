@@ -1,0 +1,114 @@
+"""`recalibration.rule: anytime` against a real store: each pass counts every labelled answer new to a key's
+e-processes once (late ones too), the widest certified threshold goes live and serves after a replay of its state,
+a changed label stops it, an alarm withdraws it and restarts the key, and datasets certified together split delta."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from cic.errors import UserError
+from cic.pipeline.config import CalibrationConfig
+from cic.pipeline.gates import gates, served_entries
+from cic.pipeline.recalibration import WindowRule, recalibrate_store
+from cic.stats.anytime import AnytimeState
+from cic.store import Store
+from cic.store.queries import anytime_counted_order, newest_anytime_state
+from tests.support.pipeline_data import store_run
+
+CONFIG = CalibrationConfig(alphas=(0.2,), bounds=("cp",), searches=("fixed_sequence",), n_splits=4)
+DAY = datetime(2026, 1, 1, tzinfo=UTC)
+GRID = 20
+
+
+def one_pass(db: Path, config: CalibrationConfig = CONFIG, **options: object):
+    with Store.open(db) as store:
+        keys = store.read("runs").get_column("run_key").to_list()
+        return recalibrate_store(store, keys, config, 0.05, WindowRule(), anytime_grid=GRID, **options)
+
+
+def anytime_gates(db: Path) -> pl.DataFrame:
+    with Store.open(db, read_only=True) as store:
+        return gates(store, search="anytime", estimator="predictive_entropy").sort("created_at")
+
+
+def test_every_answer_counts_once_in_arrival_order_and_the_widened_threshold_serves(tmp_path: Path) -> None:
+    db = tmp_path / "t.duckdb"
+    with Store.open(db) as store:
+        store_run(store, n=1000, seed=1, base=0.02, error_slope=0.3, labelled_at=DAY)
+    first = one_pass(db)
+    (update,) = [u for u in first.anytime if u.key.estimator == "predictive_entropy"]
+    assert update.counted_now == update.counted == 1000 and update.threshold is not None and update.gate_id
+    (live,) = anytime_gates(db).filter(state="live").iter_rows(named=True)
+    assert live["kind"] == "anytime" and live["bound"] == "e-process" and live["threshold"] == update.threshold
+    again = one_pass(db)  # nothing new: nothing counted twice, no new gate
+    assert [u.counted_now for u in again.anytime] == [0, 0] and all(u.gate_id is None for u in again.anytime)
+    with Store.open(db) as store:  # more traffic, and late labels of questions seen before the last pass
+        store_run(store, n=300, seed=2, base=0.02, error_slope=0.3, id_offset=1000, labelled_at=DAY + timedelta(1))
+        store_run(store, n=50, seed=3, base=0.02, error_slope=0.3, id_offset=1300, labelled_at=DAY - timedelta(3))
+    later = one_pass(db)
+    (update,) = [u for u in later.anytime if u.key.estimator == "predictive_entropy"]
+    assert update.counted_now == 350 and update.counted == 1350 and update.threshold >= live["threshold"]
+    with Store.open(db, read_only=True) as store:  # the stored state is the e-processes over the counted order
+        state = newest_anytime_state(store, live["run_key"], "predictive_entropy", live["criterion"], 0.2, 0.05)
+        order = anytime_counted_order(store, state["state_id"])
+        pairs = store.calibration_frame("m", "d", "predictive_entropy", live["criterion"])
+        served = {e["gate_id"] for e in served_entries(store) if e["serve"] == "gate"}
+    assert order.get_column("position").to_list() == list(range(1350))
+    stored = AnytimeState.from_json(state["state_json"])
+    direct = AnytimeState.start(stored.grid, alpha=0.2, delta=0.05)
+    ordered = order.join(pairs, on="question_id").sort("position")
+    direct.update(ordered.get_column("score").to_numpy(), ordered.get_column("error").to_numpy())
+    assert direct.threshold == stored.threshold and (direct.log_wealth == stored.log_wealth).all()
+    newest = anytime_gates(db).filter(state="live").row(0, named=True)
+    assert newest["calibration_id"] in served and newest["n_cal"] in (1000, 1350)
+
+
+def test_a_changed_label_under_the_live_anytime_gate_stops_it_serving(tmp_path: Path) -> None:
+    db = tmp_path / "t.duckdb"
+    with Store.open(db) as store:
+        key = store_run(store, n=1000, seed=1, base=0.02, error_slope=0.3, labelled_at=DAY)
+    one_pass(db)
+    with Store.open(db) as store:
+        label = store.read("labels", run_key=key).row(0, named=True)
+        store.upsert("labels", pl.DataFrame([{**label, "aligned": not label["aligned"]}],
+                                            schema=store.read("labels").schema))
+        with pytest.raises(UserError, match="replaying its counted answers"):
+            served_entries(store)
+
+
+def test_an_alarm_withdraws_the_anytime_gate_and_restarts_its_key_from_then_on(tmp_path: Path) -> None:
+    db = tmp_path / "t.duckdb"
+    with Store.open(db) as store:
+        store_run(store, n=1000, seed=1, base=0.02, error_slope=0.3, labelled_at=DAY)
+    one_pass(db)
+    (live,) = anytime_gates(db).filter(state="live").iter_rows(named=True)
+    with Store.open(db) as store:  # the rate rises: every answer wrong
+        store_run(store, n=400, seed=4, base=1.0, id_offset=1000, labelled_at=DAY + timedelta(2))
+    drifted = one_pass(db)
+    assert live["calibration_id"] in drifted.withdrawn
+    with Store.open(db, read_only=True) as store:
+        state = newest_anytime_state(store, live["run_key"], "predictive_entropy", live["criterion"], 0.2, 0.05)
+        (entry,) = [e for e in served_entries(store, estimator="predictive_entropy") if e["search"] == "anytime"]
+    assert state["epoch"] == 1 and state["counted"] == 0 and state["threshold"] is None
+    assert entry["serve"] == "nothing" and entry["flagged_gate_id"] == live["calibration_id"]
+    with Store.open(db) as store:
+        store_run(store, n=100, seed=5, base=0.02, error_slope=0.3, id_offset=1400, labelled_at=DAY + timedelta(3))
+    after = one_pass(db)
+    (update,) = [u for u in after.anytime if u.key.estimator == "predictive_entropy"]
+    assert update.counted == 100  # only what was seen after the alarm
+
+
+def test_datasets_certified_together_split_delta_between_their_states(tmp_path: Path) -> None:
+    db = tmp_path / "t.duckdb"
+    with Store.open(db) as store:
+        for i, name in enumerate(("d", "e")):
+            store_run(store, dataset=name, n=1000, seed=i, base=0.02, error_slope=0.3, labelled_at=DAY)
+    one_pass(db, CalibrationConfig(alphas=(0.2,), group_by="dataset"))
+    with Store.open(db, read_only=True) as store:
+        states = store.read("anytime_states")
+    assert set(states.get_column("groups")) == {2}
+    assert {AnytimeState.from_json(s).delta for s in states.get_column("state_json")} == {0.025}
