@@ -172,11 +172,12 @@ def _row(key: GroupKey, state_id: str, state: AnytimeState, pairs: pl.DataFrame,
 
 def counted_pairs(store: Store, key: GroupKey, state_id: str, counted: int) -> pl.DataFrame:
     """The first `counted` answers a state counted, in its order, with the labels the store holds now."""
-    from cic.pipeline.recalibration import labelled_pairs
-    from cic.store.queries import anytime_counted_order
+    from cic.store.queries import anytime_counted_order, labelled_pairs_of_runs
 
     order = anytime_counted_order(store, state_id).filter(pl.col("position") < counted)
-    return order.join(labelled_pairs(store, key), on="question_id", how="inner").sort("position")
+    pairs = labelled_pairs_of_runs(store, [key.run_key], estimator=key.estimator, criterion=key.criterion)
+    return order.join(pairs.select("question_id", "score", "error", "at"), on="question_id",
+                      how="inner").sort("position")
 
 
 def recertify_anytime(store: Store, row: dict[str, Any]) -> None:
