@@ -19,8 +19,8 @@ from cic.services.mlflow_registry import (
     live_alias,
     per_key_name,
     registered_name,
-    registry_sync,
 )
+from cic.services.registry_sync import registry_sync
 from cic.store import Store
 from tests.pipeline.test_recalibration import make_live
 from tests.support.pipeline_data import store_run
