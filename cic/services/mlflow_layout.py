@@ -35,8 +35,14 @@ TABLE_FILE = "per_alpha.json"
 GATES_FILE = "gates.json"
 UNATTAINABLE = "unattainable: no threshold certifies this α"
 UNDEFINED = "undefined: no split accepted anything"
+E_PROCESS = "none: certified by an e-process crossing 1/δ (anytime-valid), not a batch bound"
 SPLIT_COLUMNS = ("fdr_mean", "fdr_std", "fdr_above_alpha", "coverage_mean", "coverage_std", "correct_coverage_mean",
                  "fails", "threshold_mean", "base_error_rate")
+
+
+def _no_bound(gate: Any) -> str:
+    """Why a gate has no upper bound to show: α unattainable, or an anytime gate (an e-process, no batch bound)."""
+    return E_PROCESS if gate["search"] == "anytime" and gate["threshold"] is not None else UNATTAINABLE
 
 
 def said(value: Any, why: str) -> Any:
@@ -93,7 +99,7 @@ def pipeline_rows(calibrations: pl.DataFrame, evaluations: pl.DataFrame) -> list
         result = CalibrationResult.from_json(gate["result_json"])
         rows.append({"alpha": gate["alpha"], "bound": gate["bound"], "search": gate["search"],
                      "delta": gate["delta"], "threshold": said(gate["threshold"], UNATTAINABLE),
-                     "ucb": said(gate["bound_value"], UNATTAINABLE), "n_cal": gate["n_cal"],
+                     "ucb": said(gate["bound_value"], _no_bound(gate)), "n_cal": gate["n_cal"],
                      "n_accepted": gate["n_accepted"], "n_errors": gate["n_errors"],
                      "feasible": gate["threshold"] is not None,
                      **{m: said(split.get(m), UNDEFINED) for m in SPLIT_COLUMNS},
@@ -153,7 +159,7 @@ def recalibration_row(item: Candidate, monitor_of: Mapping[str, Mapping[str, Any
               (live.threshold, row.threshold) else None)
     return {"alpha": row.alpha, "bound": row.bound, "search": row.search, "delta": row.delta,
             "state": item.state, "threshold": said(row.threshold, UNATTAINABLE),
-            "ucb": said(row.bound_value, UNATTAINABLE), "n_cal": row.n_cal, "n_accepted": row.n_accepted,
+            "ucb": said(row.bound_value, _no_bound(row)), "n_cal": row.n_cal, "n_accepted": row.n_accepted,
             "n_errors": row.n_errors, "feasible": row.threshold is not None,
             "alerts": " | ".join(item.alerts) or "none", "n_alerts": len(item.alerts),
             "live_threshold": said(live.threshold, UNATTAINABLE) if live is not None else no_live,
