@@ -369,7 +369,9 @@ def ask(
     criterion: Annotated[str | None, typer.Option("--criterion", help="Default: the dataset's.")] = None,
     alpha: Annotated[float, typer.Option("--alpha", help="The gate's risk level: its error rate among accepted "
                                          "answers is certified <= this.")] = 0.25,
-    bound: Annotated[str, typer.Option("--bound", help="The gate's bound: cp or hoeffding.")] = "cp",
+    bound: Annotated[str, typer.Option("--bound", help="The gate's bound: cp | hoeffding | hoeffding_kl | bentkus "
+                                       "| hoeffding_bentkus, or e-process for a gate of `recalibration.rule: "
+                                       "anytime` (with --search anytime).")] = "cp",
     search: Annotated[str, typer.Option("--search", help="The gate's search.")] = DEFAULT_SEARCH,
     cascade: Annotated[str | None, typer.Option("--cascade", help="A cascade of the config (calibration.cascades): "
                                                 "its models asked in order, the next only when needed; its "
