@@ -473,9 +473,10 @@ def test_a_cascade_gate_drifting_is_withdrawn_by_the_nightly_flow_and_leaves_the
 
 def test_cic_recalibrate_with_the_anytime_rule_serves_a_gate_certified_at_every_night_until_an_alarm(
         setup: tuple[Path, Path, MlflowClient], prefect_api: str) -> None:
-    """`recalibration.rule: anytime` as the nightly job runs it: the installed `cic recalibrate` makes the widest
-    certified threshold live, `cic gate list` and the export say since when it holds at every night; a week of
-    wrong answers alarms its monitor, the command pages, and the export serves nothing for that key."""
+    """`recalibration.rule: anytime` as the nightly job runs it, on two datasets certified together (δ/2 each):
+    the installed `cic recalibrate` makes the widest certified threshold live, `cic gate list` and the export say
+    since when it holds at every night; late labels count once on the next night; a week of wrong answers alarms
+    its monitor, the command pages, and the export serves nothing for that key."""
     import json
     import os
     import subprocess
@@ -485,10 +486,12 @@ def test_cic_recalibrate_with_the_anytime_rule_serves_a_gate_certified_at_every_
 
     config, db, _ = setup
     with Store.open(db) as store:
-        store_run(store, n=1000, labelled_at=datetime(2026, 1, 1, tzinfo=UTC), id_offset=1000, seed=7, base=0.02,
-                  error_slope=0.3)
+        for dataset in ("d", "e"):
+            store_run(store, dataset=dataset, n=1000, labelled_at=datetime(2026, 1, 1, tzinfo=UTC), id_offset=1000,
+                      seed=7, base=0.02, error_slope=0.3)
     settings = yaml.safe_load(config.read_text())
-    settings["calibration"]["alphas"] = [0.3]
+    settings["calibration"].update(alphas=[0.3], group_by="dataset")
+    settings["datasets"] = [{"name": "d"}, {"name": "e"}]
     settings["recalibration"] = {"rule": "anytime", "anytime_grid": 20}
     config.write_text(yaml.safe_dump(settings))
     bin_dir = Path(sys.executable).parent
@@ -504,14 +507,29 @@ def test_cic_recalibrate_with_the_anytime_rule_serves_a_gate_certified_at_every_
     out = db.parent / "served.json"
     assert cic("gate", "export", "--db", str(db), "--out", str(out)).returncode == 0
     (entry,) = [e for e in json.loads(out.read_text()) if e["search"] == "anytime" and e["serve"] == "gate"
-                and e["estimator"] == "predictive_entropy"]
+                and e["estimator"] == "predictive_entropy" and e["dataset"] == "d"]
     assert entry["guarantee"].startswith("anytime-valid: certified at every night since 20")
     served_id = entry["gate_id"]
+
+    def counted() -> dict[tuple[str, str], tuple[int, int]]:
+        with Store.open(db, read_only=True) as store:
+            states = store.read("anytime_states").sort("created_at").unique(["state_id"], keep="last")
+        return {(r["dataset"], r["estimator"]): (r["counted"], r["groups"]) for r in states.iter_rows(named=True)}
+
+    before = counted()
+    assert {groups for _, groups in before.values()} == {2}  # d and e certified together: δ/2 each
+    with Store.open(db) as store:  # labels arriving late for questions seen ten days before the others
+        store_run(store, n=100, labelled_at=datetime(2025, 12, 22, tzinfo=UTC), id_offset=3000, seed=9, base=0.02,
+                  error_slope=0.3)
+    assert cic("recalibrate", "--config", str(config), "--no-mlflow").returncode == 0
+    after = counted()
+    assert after[("d", "predictive_entropy")][0] == before[("d", "predictive_entropy")][0] + 100
+    assert after[("e", "predictive_entropy")] == before[("e", "predictive_entropy")]
     with Store.open(db) as store:  # a week of wrong answers
         store_run(store, n=400, labelled_at=datetime(2026, 1, 9, tzinfo=UTC), id_offset=5000, seed=8, base=1.0)
     drifted = cic("recalibrate", "--config", str(config), "--no-mlflow")
     assert drifted.returncode == 1 and "WITHDRAWN" in drifted.stderr, drifted.stdout + drifted.stderr
     assert cic("gate", "export", "--db", str(db), "--out", str(out), "--force").returncode == 0
     (entry,) = [e for e in json.loads(out.read_text()) if e["search"] == "anytime"
-                and e["estimator"] == "predictive_entropy"]
+                and e["estimator"] == "predictive_entropy" and e["dataset"] == "d"]
     assert entry["serve"] == "nothing" and entry["flagged_gate_id"] == served_id
