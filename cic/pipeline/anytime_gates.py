@@ -49,6 +49,7 @@ class AnytimeUpdate:
     counted: int
     threshold: float | None
     certified_since: datetime | None
+    state: AnytimeState | None = None  # the state after this pass (what a widened threshold's gate is built from)
     gate_id: str | None = None
 
 
@@ -111,7 +112,7 @@ def update_key(store: Store, key: GroupKey, pairs: pl.DataFrame, *, alpha: float
         **key.as_dict(), "state_id": state_id, "alpha": alpha, "delta": delta, "groups": groups, "epoch": epoch,
         "state_json": state.to_json(), "counted": state.seen, "threshold": state.threshold,
         "certified_since": since, "started_at": started, "created_at": now}], schema=schema.ANYTIME_STATES.schema))
-    return AnytimeUpdate(key, alpha, state_id, fresh.height, state.seen, state.threshold, since)
+    return AnytimeUpdate(key, alpha, state_id, fresh.height, state.seen, state.threshold, since, state)
 
 
 def restart(store: Store, row: dict[str, Any], now: datetime, after: datetime | None) -> None:
@@ -138,10 +139,8 @@ def restart(store: Store, row: dict[str, Any], now: datetime, after: datetime | 
 def gate_row(store: Store, update: AnytimeUpdate, *, delta: float, groups: int, now: datetime) -> pl.DataFrame:
     """The `calibrations` row of an update's certified threshold: its counts at that threshold, the level
     delta / G, and (in its plan) the state and how many of its counted answers certify it."""
-    from cic.store.queries import anytime_state_row
-
-    row = anytime_state_row(store, update.state_id)
-    state = AnytimeState.from_json(row["state_json"])
+    state = update.state
+    assert state is not None
     pairs = counted_pairs(store, update.key, update.state_id, state.seen)
     return schema.conform(pl.DataFrame([_row(update.key, update.state_id, state, pairs, alpha=update.alpha,
                                              delta=delta, groups=groups, since=update.certified_since, now=now)],

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
+from cic.pipeline.gates import flag_of
 from cic.pipeline.monitoring import MonitorUpdate, update_of
 from cic.pipeline.stored_calibration import GroupKey
 from cic.pipeline.system_gates import iter_system_data, speaking_system_gates, spec_of, system_calibration_rows
@@ -98,7 +99,7 @@ def recalibrate_system(store: Store, live: dict[str, Any], config: CalibrationCo
     seen = times.filter(~pl.col("question_id").is_in(live["question_ids"]))  # after its data, as a window
     if after is not None:
         seen = seen.filter(pl.col("at") > after)
-    stages = stage_pairs(store, live) if live["certified"] and not _flagged(live) else None
+    stages = stage_pairs(store, live) if live["certified"] and flag_of(live) is None else None
     update = None
     if stages is not None:
         answered, errors, newest = _routed(stages, live, seen)
@@ -120,12 +121,6 @@ def recalibrate_system(store: Store, live: dict[str, Any], config: CalibrationCo
     if stages is not None:
         result.checks = _checks(stages, live, window)
     return result, update
-
-
-def _flagged(row: dict[str, Any]) -> bool:
-    from cic.pipeline.gates import flag_of
-
-    return flag_of(row) is not None
 
 
 def question_times(store: Store, row: dict[str, Any]) -> pl.DataFrame:
