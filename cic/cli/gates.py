@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -14,6 +14,10 @@ from cic.cli.common import ForceOpt, TrackingOpt, console, err_console, fmt, fri
 from cic.cli.help_format import ReadableCommand, ReadableGroup
 from cic.errors import UserError
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
+
+if TYPE_CHECKING:
+    from cic.pipeline.gate_rows import GateRow
+    from cic.pipeline.gates import Families
 
 StoreOpt = Annotated[Path, typer.Option("--db", help="DuckDB file of the store.")]
 PrefixOpt = Annotated[str, typer.Option("--experiment-prefix", help="MLflow experiments '<prefix>-<dataset>' of the "
@@ -132,6 +136,7 @@ def list_gates(
     (cascades, estimators chosen) with every stage's threshold."""
     import polars as pl
 
+    from cic.pipeline.gate_rows import gate_rows
     from cic.pipeline.gates import STATES, gates, live_families
     from cic.pipeline.system_gates import system_gates
     from cic.store import Store
@@ -148,40 +153,45 @@ def list_gates(
     if state is not None:
         rows = rows.filter(state=state)
         systems = systems.filter(state=state)
-    cells = [tuple(map(printable, (
-        r["calibration_id"][:12], r["state"] + ("" if (r["kind"] or "pipeline") == "pipeline" else f" ({r['kind']})"),
-        f"{r['model']} · {r['dataset']}", f"{r['estimator']} · {r['criterion']}", f"{r['alpha']:g} · {_delta(r)}",
-        f"{r['bound']} · {r['search']}", "unattainable" if r["threshold"] is None else fmt(r["threshold"], ".4g"),
-        str(r["n_cal"]), _window_cell(r), _alert_summary(r["alerts"]))))
-        for r in rows.sort("model", "dataset", "estimator", "criterion", "alpha", "bound", "search", "created_at")
-        .iter_rows(named=True)]
+    cells = [_gate_cells(r) for r in gate_rows(rows.sort("model", "dataset", "estimator", "criterion", "alpha",
+                                                          "bound", "search", "created_at"))]
     _print_gates(f"gates in {db}: {rows.height}", cells)
     if systems.height:
         _print_gates(f"system gates (cascades, estimators chosen) in {db}: {systems.height}", _system_cells(systems))
-    for r in rows.filter((pl.col("search") == "anytime") & (pl.col("state") == "live")).iter_rows(named=True):
-        console.print(printable(f"{r['calibration_id'][:12]} ({r['model']}/{r['dataset']} {r['estimator']} "
-                                f"α={r['alpha']:g}): certified at every night since {_since(r)}"), soft_wrap=True)
+    for r in gate_rows(rows.filter((pl.col("search") == "anytime") & (pl.col("state") == "live"))):
+        console.print(printable(f"{r.calibration_id[:12]} ({r.model}/{r.dataset} {r.estimator} "
+                                f"α={r.alpha:g}): certified at every night since {_since(r)}"), soft_wrap=True)
     for r in [*rows.sort("model", "dataset", "created_at").iter_rows(named=True),
               *systems.sort("system", "dataset", "created_at").iter_rows(named=True)]:
         for alert in r["alerts"] or []:
             console.print(printable(f"{r['calibration_id'][:12]} alert: {alert}"), soft_wrap=True)
     shown = set(rows.get_column("model").to_list())
-    _warn_over_budget({key: family for key, family in families.items() if family[0]["model"] in shown})
+    _warn_over_budget({key: family for key, family in families.items() if family[0].model in shown})
 
 
-def _since(row: dict[str, Any]) -> str:
+def _gate_cells(r: GateRow) -> tuple[str, ...]:
+    """A gate in the gate list's columns."""
+    kind = "" if (r.kind or "pipeline") == "pipeline" else f" ({r.kind})"
+    return tuple(map(printable, (
+        r.calibration_id[:12], (r.state or "candidate") + kind,
+        f"{r.model} · {r.dataset}", f"{r.estimator} · {r.criterion}", f"{r.alpha:g} · {_delta(r)}",
+        f"{r.bound} · {r.search}", "unattainable" if r.threshold is None else fmt(r.threshold, ".4g"),
+        str(r.n_cal), _window_cell(r), _alert_summary(list(r.alerts)))))
+
+
+def _since(row: GateRow) -> str:
     from cic.pipeline.anytime_gates import certified_since
 
     return certified_since(row)[:19]
 
 
-def _window_cell(row: dict[str, Any]) -> str:
+def _window_cell(row: GateRow) -> str:
     """A gate's window end, or for an anytime gate since when it is certified at every night."""
     from cic.pipeline.anytime_gates import certified_since, is_anytime
 
     if is_anytime(row):
         return f"since {certified_since(row)[:10]}"
-    return str(row["window_to"] or "—")[:19]
+    return str(row.window_to or "—")[:19]
 
 
 def _system_cells(rows: Any) -> list[tuple[str, ...]]:
@@ -196,7 +206,7 @@ def _system_cells(rows: Any) -> list[tuple[str, ...]]:
         for r in rows.sort("system", "dataset", "criterion", "alpha", "bound", "created_at").iter_rows(named=True)]
 
 
-def _warn_over_budget(families: dict[tuple[Any, ...], list[dict[str, Any]]]) -> None:
+def _warn_over_budget(families: Families) -> None:
     """Say where live gates of one model and configuration spent more than their delta together."""
     from cic.pipeline.gates import over_budget
 
@@ -242,10 +252,10 @@ def _packed(parts: list[str], width: int, indent: str = "    ", gap: str = "   "
     return lines
 
 
-def _delta(row: dict[str, Any]) -> str:
+def _delta(row: GateRow) -> str:
     """The δ column: the gate's own, or `δ/G` for one of G datasets certified at once (each at δ / G)."""
-    together = row.get("groups") or 1
-    return f"{row['delta']:g}" if together == 1 else f"{row['delta']:g}/{together}"
+    together = row.groups or 1
+    return f"{row.delta:g}" if together == 1 else f"{row.delta:g}/{together}"
 
 
 def _alert_summary(alerts: list[str]) -> str:
@@ -319,13 +329,13 @@ def promote_gate(
                                without_guarantee=without_guarantee)
         family = {family_of(row): live_families(store).get(family_of(row), [])}
     console.print(printable(
-        f"gate {row['calibration_id'][:12]} is live: {row['model']}/{row['dataset']} {row['estimator']} × "
-        f"{row['criterion']} α={row['alpha']:g} {row['bound']} {row['search']}, threshold "
-        f"{'unattainable' if row['threshold'] is None else format(row['threshold'], '.4g')}"
+        f"gate {row.calibration_id[:12]} is live: {row.model}/{row.dataset} {row.estimator} × "
+        f"{row.criterion} α={row.alpha:g} {row.bound} {row.search}, threshold "
+        f"{'unattainable' if row.threshold is None else format(row.threshold, '.4g')}"
         + (f"; retired {', '.join(r[:12] for r in retired)}" if retired else "")))
     _warn_over_budget(family)
     if not no_mlflow:
-        _sync(db, [row["calibration_id"], *retired], tracking_uri, experiment_prefix)
+        _sync(db, [row.calibration_id, *retired], tracking_uri, experiment_prefix)
 
 
 @gate_app.command("confirm", cls=ReadableCommand)
@@ -373,9 +383,9 @@ def retire_gate(
 
     with Store.open(_existing(db), wait_s=300) as store:
         row = retire(store, gate_id, reason=reason)
-    console.print(f"gate {row['calibration_id'][:12]} is retired")
+    console.print(f"gate {row.calibration_id[:12]} is retired")
     if not no_mlflow:
-        _sync(db, [row["calibration_id"]], tracking_uri, experiment_prefix)
+        _sync(db, [row.calibration_id], tracking_uri, experiment_prefix)
 
 
 @gate_app.command("export", cls=ReadableCommand)

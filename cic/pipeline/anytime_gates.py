@@ -26,6 +26,7 @@ import polars as pl
 
 from cic import schema
 from cic.errors import UserError
+from cic.pipeline.gate_rows import ColumnReader, GateRow
 from cic.pipeline.stored_calibration import GroupKey, data_fingerprint
 from cic.stats.anytime import AnytimeState
 from cic.stats.calibration import CalibrationResult
@@ -53,11 +54,11 @@ class AnytimeUpdate:
     gate_id: str | None = None
 
 
-def is_anytime(row: dict[str, Any]) -> bool:
+def is_anytime(row: ColumnReader) -> bool:
     return row.get("search") == ANYTIME
 
 
-def certified_since(row: dict[str, Any]) -> str:
+def certified_since(row: ColumnReader) -> str:
     """When an anytime gate's threshold was first certified (from its plan): it holds at every night since."""
     try:
         return str(json.loads(row.get("plan_json") or "{}").get("certified_since") or "?")
@@ -115,7 +116,7 @@ def update_key(store: Store, key: GroupKey, pairs: pl.DataFrame, *, alpha: float
     return AnytimeUpdate(key, alpha, state_id, fresh.height, state.seen, state.threshold, since, state)
 
 
-def restart(store: Store, row: dict[str, Any], now: datetime, after: datetime | None) -> None:
+def restart(store: Store, row: GateRow, now: datetime, after: datetime | None) -> None:
     """A monitor alarm on an anytime gate: its key's state starts again (next epoch, a fresh grid), counting only
     answers seen after `after` (the newest answer the alarming pass read). Call inside a transaction."""
     from cic.store.queries import newest_anytime_state
@@ -179,7 +180,7 @@ def counted_pairs(store: Store, key: GroupKey, state_id: str, counted: int) -> p
                       how="inner").sort("position")
 
 
-def recertify_anytime(store: Store, row: dict[str, Any]) -> None:
+def recertify_anytime(store: Store, row: GateRow) -> None:
     """Raise unless replaying the gate's state over its counted answers, in their order, with the store's labels,
     certifies its threshold with its counts (and its id is the hash of all of it)."""
     from cic.store.queries import anytime_state_row

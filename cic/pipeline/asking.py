@@ -5,12 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from cic import schema
 from cic.errors import UserError
+
+if TYPE_CHECKING:
+    from cic.pipeline.gate_rows import GateRow
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,7 @@ def question_row(question: str, dataset: str, choices: Sequence[str] | None) -> 
 
 
 def serving_gate(db: str, *, model: str, dataset: str, estimator: str, criterion: str | None, alpha: float,
-                 bound: str, search: str) -> dict:
+                 bound: str, search: str) -> GateRow:
     """The live gate of that key (`cic.pipeline.gates.live_gate`), read without locking the store."""
     from cic.pipeline.gates import live_gate
     from cic.store import Store
@@ -48,16 +51,16 @@ def serving_gate(db: str, *, model: str, dataset: str, estimator: str, criterion
                          alpha=alpha, bound=bound, search=search)
 
 
-def certified_identity(db: str, gate_row: dict, engine: str) -> str | None:
-    """The identity the gate's answers were generated under (a served model: what its server said it serves),
-    read from the gate's run key as its engine wrote it; None where the spec alone keys the run."""
+def certified_identity(db: str, run_key: str, engine: str) -> str | None:
+    """The identity a gate's answers were generated under (a served model: what its server said it serves),
+    read from its run key's row as its engine wrote it; None where the spec alone keys the run."""
     import json
 
     from cic.llm.engines import engine_class
     from cic.store import Store
 
     with Store.open(db, read_only=True, wait_s=60) as store:
-        runs = store.read("runs", run_key=gate_row["run_key"])
+        runs = store.read("runs", run_key=run_key)
     if runs.height == 0:
         return None
     return engine_class(engine).certified_identity(json.loads(runs.get_column("generation_config")[0]))
@@ -77,12 +80,12 @@ def ask_question(question: str, *, config_path: str | Path, db: str | None, mode
         raise UserError(f"model = {model!r}: not in the config; choose from {names}")
     gate_row = serving_gate(db or config.storage.db, model=names[index], dataset=dataset, estimator=estimator,
                            criterion=criterion, alpha=alpha, bound=bound, search=search)
-    answer, score = answer_and_score(config, index, db or config.storage.db, gate_row["run_key"],
-                                     gate_row["estimator"], question_row(question, dataset, choices))
-    why = gate_row.get("withheld")
-    threshold = None if why is not None else gate_row["threshold"]  # a gate out of service answers nothing
-    return Reply(gate_of(gate_row).decide(score), answer, score, threshold, gate_row["estimator"],
-                 gate_row["calibration_id"], why)
+    answer, score = answer_and_score(config, index, db or config.storage.db, gate_row.run_key,
+                                     gate_row.estimator, question_row(question, dataset, choices))
+    why = gate_row.withheld
+    threshold = None if why is not None else gate_row.threshold  # a gate out of service answers nothing
+    return Reply(gate_of(gate_row).decide(score), answer, score, threshold, gate_row.estimator,
+                 gate_row.calibration_id, why)
 
 
 def answer_and_score(config: Any, index: int, db: str, run_key: str, estimator: str,
@@ -97,7 +100,7 @@ def answer_and_score(config: Any, index: int, db: str, run_key: str, estimator: 
     name = config.models[index].name
     settings = config.answerer_settings(index)
     # the gate holds only for the model it was certified on: the engine probes and refuses another
-    expected = certified_identity(db, {"run_key": run_key}, settings.engine)
+    expected = certified_identity(db, run_key, settings.engine)
     settings = replace(settings, estimators=(estimator.split("[")[0],),
                        probe=EngineProbe(identity=expected) if expected is not None else None)
     answerer = Answerer(settings)

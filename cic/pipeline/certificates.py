@@ -21,6 +21,7 @@ import polars as pl
 
 from cic import schema
 from cic.errors import UserError
+from cic.pipeline.gate_rows import GateRow
 
 if TYPE_CHECKING:
     from cic.store import Store
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 GROUP_COLUMNS = ("run_key", "estimator", "criterion")
 
 
-def plan_of(row: dict[str, Any]) -> dict[str, Any]:
+def plan_of(row: GateRow) -> dict[str, Any]:
     """The gate's stored plan; a gate stored before plans existed: every pair of its window, no arguments."""
     text = row.get("plan_json")
     if not text:
@@ -41,7 +42,7 @@ def plan_of(row: dict[str, Any]) -> dict[str, Any]:
                         "serve it") from None
 
 
-def rebuilt_pairs(row: dict[str, Any], group: pl.DataFrame) -> pl.DataFrame:
+def rebuilt_pairs(row: GateRow, group: pl.DataFrame) -> pl.DataFrame:
     """The pairs the gate was calibrated on, from its group's stored pairs (oldest first, with `labelled_at`)."""
     pairs = group.filter(pl.col("labelled_at") <= row["created_at"])
     if row["window_from"] is not None:
@@ -54,12 +55,12 @@ def rebuilt_pairs(row: dict[str, Any], group: pl.DataFrame) -> pl.DataFrame:
     return pairs.select("question_id", "score", "error")
 
 
-def _refuse(row: dict[str, Any], why: str) -> UserError:
+def _refuse(row: GateRow, why: str) -> UserError:
     return UserError(f"stored gate {row['calibration_id'][:12]}: {why}; refusing to serve it (recalibrate to "
                      "replace it)")
 
 
-def recertify(row: dict[str, Any], group: pl.DataFrame) -> None:
+def recertify(row: GateRow, group: pl.DataFrame) -> None:
     """Raise unless the gate's certificate is what its rebuilt pairs give (see the module docstring)."""
     from cic.pipeline.stored_calibration import data_fingerprint, pilot_split
     from cic.stats.calibration import calibrate, quantile_grid
@@ -96,7 +97,7 @@ def recertify(row: dict[str, Any], group: pl.DataFrame) -> None:
         raise _refuse(row, "its id is not the hash of its run, level, search and data (a field was edited)")
 
 
-def recertify_all(store: Store, rows: Sequence[dict[str, Any]]) -> None:
+def recertify_all(store: Store, rows: Sequence[GateRow]) -> None:
     """`recertify` each gate, the pairs of all their runs read in one query."""
     from cic.pipeline.anytime_gates import is_anytime, recertify_anytime
     from cic.store.queries import certified_pairs_of_runs

@@ -12,7 +12,8 @@ alpha, delta, bound, search): one live gate each. The first gate of a key the pi
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,7 @@ import polars as pl
 from cic import schema
 from cic.errors import UserError
 from cic.pipeline.certificates import recertify_all
+from cic.pipeline.gate_rows import ColumnReader, GateRow, gate_rows
 from cic.store.queries import last_gate_events, stored_gate_ids
 
 if TYPE_CHECKING:
@@ -37,6 +39,7 @@ CONFIRMED = "confirmed: "  # the reason of an event by which a person confirms a
 SERVING_KEY = ("model", "dataset", "estimator", "criterion", "alpha", "delta", "bound", "search")
 # a grouped certificate speaks for a model's live gates of one configuration across its datasets (streams)
 FAMILY_KEY = tuple(k for k in SERVING_KEY if k != "dataset")
+Families = dict[tuple[Any, ...], list[GateRow]]  # live gates by family key (`live_families`)
 
 
 def current_states(store: Store) -> pl.DataFrame:
@@ -54,7 +57,7 @@ def gates(store: Store, **equals: Any) -> pl.DataFrame:
                                pl.col("alerts").fill_null(pl.lit([], dtype=pl.List(pl.String))))
 
 
-def find_gate(store: Store, gate_id: str) -> dict[str, Any]:
+def find_gate(store: Store, gate_id: str) -> GateRow:
     """The gate whose calibration id is or starts with `gate_id` (the 12-character prefix tables show)."""
     text = gate_id.strip()
     if len(text) < 6:
@@ -64,7 +67,7 @@ def find_gate(store: Store, gate_id: str) -> dict[str, Any]:
         raise UserError(f"gate id = {gate_id!r}: no stored gate has it in {store.path} (`cic gate list` shows them)")
     if found.height > 1:
         raise UserError(f"gate id = {gate_id!r}: {found.height} gates start with it; give more characters")
-    return found.row(0, named=True)
+    return GateRow.of(found.row(0, named=True))
 
 
 def _event(store: Store, calibration_id: str, state: str, reason: str, alerts: Sequence[str]) -> dict[str, Any]:
@@ -112,7 +115,7 @@ def record_candidates(store: Store, alerts_by_gate: dict[str, Sequence[str]], re
                                   if gid not in known]))
 
 
-def guaranteed(row: dict[str, Any]) -> bool:
+def guaranteed(row: ColumnReader) -> bool:
     """Whether the gate's search gives a high-probability guarantee (`paper` — Algorithm 1 as printed — and any
     expectation-only rule do not: their gates are report results, never live unless a person opts in)."""
     from cic.stats.searches import get_search
@@ -125,7 +128,7 @@ def guaranteed(row: dict[str, Any]) -> bool:
         return False
 
 
-def _weaker_guarantee(row: Mapping[str, Any]) -> str:
+def _weaker_guarantee(row: GateRow) -> str:
     """What a gate of a search without a high-probability guarantee does promise: `lec`'s holds in expectation
     over calibration sets, `paper`'s for no data-chosen threshold."""
     from cic.stats.searches import get_search
@@ -136,7 +139,7 @@ def _weaker_guarantee(row: Mapping[str, Any]) -> str:
         return "none"
 
 
-def no_guarantee_refusal(row: dict[str, Any]) -> str | None:
+def no_guarantee_refusal(row: ColumnReader) -> str | None:
     """Why a live gate must not serve because its search has no guarantee (None when it may: a guaranteed
     search, or a person's explicit opt-in, `cic gate promote --without-guarantee`, as its newest event)."""
     if guaranteed(row) or (row.get("reason") or "").startswith(WITHOUT_GUARANTEE):
@@ -146,19 +149,19 @@ def no_guarantee_refusal(row: dict[str, Any]) -> str | None:
             "`cic gate promote ID --without-guarantee`)")
 
 
-def gate_of(row: Mapping[str, Any]) -> Gate:
+def gate_of(row: GateRow) -> Gate:
     """The gate a stored calibration row certifies (its result's threshold and metadata), or, for a row that
     `live_gate` withheld, a gate that accepts nothing: the one conversion from a stored row to a `Gate`, for
     `cic ask`, the served export, the MLflow layout and the registry alike."""
     from cic.stats.calibration import CalibrationResult
     from cic.stats.gate import Gate
 
-    if row.get("withheld") is not None:
-        return Gate(None, {"withheld": row["withheld"], "calibration_id": row.get("calibration_id")})
-    return CalibrationResult.from_json(row["result_json"]).gate()
+    if row.withheld is not None:
+        return Gate(None, {"withheld": row.withheld, "calibration_id": row.calibration_id})
+    return CalibrationResult.from_json(row.result_json).gate()
 
 
-def verify_gate(row: dict[str, Any]) -> None:
+def verify_gate(row: GateRow) -> None:
     """Refuse a stored gate that disagrees with its own stored result, or whose certificate does not hold:
     the threshold, alpha, delta (delta / groups for a gate certified with its model's other datasets), bound and
     search columns must equal the result JSON's, and a threshold needs (n_errors, n_accepted) whose upper bound at
@@ -190,7 +193,7 @@ def verify_gate(row: dict[str, Any]) -> None:
             raise UserError(f"{name}: its certificate does not hold ({figure}); refusing to serve it")
 
 
-def _same_key(frame: pl.DataFrame, row: dict[str, Any]) -> pl.DataFrame:
+def _same_key(frame: pl.DataFrame, row: GateRow) -> pl.DataFrame:
     out = frame
     for column in SERVING_KEY:
         out = out.filter((pl.col(column) - row[column]).abs() < 1e-12 if column in ("alpha", "delta")
@@ -199,7 +202,7 @@ def _same_key(frame: pl.DataFrame, row: dict[str, Any]) -> pl.DataFrame:
 
 
 def promote(store: Store, gate_id: str, *, reason: str, despite_alerts: bool = False,
-            without_guarantee: bool = False) -> tuple[dict[str, Any], list[str]]:
+            without_guarantee: bool = False) -> tuple[GateRow, list[str]]:
     """Make a gate live and retire the live gate of its serving key, in one transaction; returns (the gate,
     the ids retired). A gate that fails verification is refused; one whose recalibration raised alerts needs
     `despite_alerts` (a person who has looked at them); one from a search without a guarantee needs
@@ -208,7 +211,7 @@ def promote(store: Store, gate_id: str, *, reason: str, despite_alerts: bool = F
     verify_gate(row)
     if not guaranteed(row):
         if not without_guarantee:
-            raise UserError(f"gate id = {gate_id!r}: {no_guarantee_refusal({**row, 'reason': ''})}")
+            raise UserError(f"gate id = {gate_id!r}: {no_guarantee_refusal(replace(row, reason=''))}")
         reason = f"{WITHOUT_GUARANTEE}{reason}"
     if row["alerts"] and not despite_alerts:
         raise UserError(f"gate {row['calibration_id'][:12]} was written with alerts ({'; '.join(row['alerts'])}); "
@@ -229,17 +232,17 @@ def promote(store: Store, gate_id: str, *, reason: str, despite_alerts: bool = F
         _write(store, [_event(store, gid, "retired", f"replaced by {row['calibration_id'][:12]}", [])
                        for gid in retired])
         _write(store, [_event(store, row["calibration_id"], state, reason, row["alerts"])])
-    return {**row, "state": state}, retired
+    return replace(row, state=state), retired
 
 
-def flag_of(row: dict[str, Any]) -> str | None:
+def flag_of(row: ColumnReader) -> str | None:
     """Why a live gate is flagged (its newest event flagged it: a relabel touched its window), else None; a
     flagged gate is not served by `cic gate export` until a newer gate is promoted or a person confirms it."""
     reason = row.get("reason") or ""
     return reason[len(FLAGGED):] if row.get("state") == "live" and reason.startswith(FLAGGED) else None
 
 
-def confirm(store: Store, gate_id: str, *, reason: str) -> dict[str, Any]:
+def confirm(store: Store, gate_id: str, *, reason: str) -> GateRow:
     """Record (append-only, in `gate_events`) that a person reviewed a flagged live gate and keeps serving it; its
     alerts stay listed. Anything but a flagged live gate is refused (there is nothing to confirm), and so is a gate
     whose certificate the store's pairs no longer give (its labels were changed: recalibrate instead)."""
@@ -259,15 +262,15 @@ def confirm(store: Store, gate_id: str, *, reason: str) -> dict[str, Any]:
         raise UserError(f"gate id = {gate_id!r}: cannot confirm it: {exc}") from None
     _write(store, [_event(store, row["calibration_id"], "live", f"{CONFIRMED}{reason} (was flagged: {flag})",
                           row["alerts"])])
-    return {**row, "reason": f"{CONFIRMED}{reason}"}
+    return replace(row, reason=f"{CONFIRMED}{reason}")
 
 
-def retire(store: Store, gate_id: str, *, reason: str) -> dict[str, Any]:
+def retire(store: Store, gate_id: str, *, reason: str) -> GateRow:
     """Take a gate out of service (its key then has no live gate: `cic ask` refuses until one is promoted)."""
     row = find_gate(store, gate_id)
     if row["state"] != "retired":
         _write(store, [_event(store, row["calibration_id"], "retired", reason, row["alerts"])])
-    return {**row, "state": "retired"}
+    return replace(row, state="retired")
 
 
 def promote_many(store: Store, gate_ids: Sequence[str], *, reason: str) -> list[str]:
@@ -276,9 +279,9 @@ def promote_many(store: Store, gate_ids: Sequence[str], *, reason: str) -> list[
     if not gate_ids:
         return []
     table = gates(store)
-    chosen = {row["calibration_id"]: row for row in
-              table.filter(pl.col("calibration_id").is_in(list(gate_ids))).iter_rows(named=True)}
-    by_key: dict[tuple[Any, ...], dict[str, Any]] = {}
+    asked = table.filter(pl.col("calibration_id").is_in(list(gate_ids)))
+    chosen = {row.calibration_id: row for row in gate_rows(asked)}
+    by_key: dict[tuple[Any, ...], GateRow] = {}
     for gate_id in gate_ids:
         row = chosen.get(gate_id)
         if row is None:
@@ -291,7 +294,7 @@ def promote_many(store: Store, gate_ids: Sequence[str], *, reason: str) -> list[
         by_key[_key_of(row)] = row
     recertify_all(store, [r for r in by_key.values() if r["threshold"] is not None])
     moves = []
-    for row in table.filter(pl.col("state").is_in(HOLDS_KEY)).iter_rows(named=True):
+    for row in gate_rows(table.filter(pl.col("state").is_in(HOLDS_KEY))):
         new = by_key.get(_key_of(row))
         if new is not None and new["calibration_id"] != row["calibration_id"]:
             moves.append((row["calibration_id"], "retired", f"replaced by {new['calibration_id'][:12]}", []))
@@ -302,9 +305,13 @@ def promote_many(store: Store, gate_ids: Sequence[str], *, reason: str) -> list[
     return promoted
 
 
-def _key_of(row: dict[str, Any], columns: Sequence[str] = SERVING_KEY) -> tuple[Any, ...]:
+def _key_of(row: GateRow, columns: Sequence[str] = SERVING_KEY) -> tuple[Any, ...]:
     """A row's serving key (or those `columns` of it), with alpha and delta rounded as `_same_key` compares them."""
     return tuple(round(float(row[c]), 12) if c in ("alpha", "delta") else row[c] for c in columns)
+
+
+def _exact_key(row: GateRow) -> tuple[Any, ...]:
+    return tuple(row[c] for c in SERVING_KEY)
 
 
 def promote_first_gates(store: Store, calibration_ids: Iterable[str], *, reason: str) -> list[str]:
@@ -315,14 +322,14 @@ def promote_first_gates(store: Store, calibration_ids: Iterable[str], *, reason:
     if not wanted:
         return []
     table = gates(store)
-    live_keys = {tuple(r[c] for c in SERVING_KEY) for r in table.filter(state="live").iter_rows(named=True)}
+    live_keys = {_exact_key(r) for r in gate_rows(table.filter(state="live"))}
     unattainable: dict[tuple[Any, ...], list[str]] = {}
-    for r in table.filter(state=UNATTAINABLE).iter_rows(named=True):
-        unattainable.setdefault(tuple(r[c] for c in SERVING_KEY), []).append(r["calibration_id"])
+    for r in gate_rows(table.filter(state=UNATTAINABLE)):
+        unattainable.setdefault(_exact_key(r), []).append(r.calibration_id)
     events, promoted = [], []
-    for row in table.filter(pl.col("calibration_id").is_in(list(wanted)) & (pl.col("state") == "candidate")) \
-            .sort("created_at").iter_rows(named=True):
-        key, gid = tuple(row[c] for c in SERVING_KEY), row["calibration_id"]
+    for row in gate_rows(table.filter(pl.col("calibration_id").is_in(list(wanted)) & (pl.col("state") == "candidate"))
+                         .sort("created_at")):
+        key, gid = _exact_key(row), row.calibration_id
         if key in live_keys or row["alerts"] or not guaranteed(row):  # no guarantee: a report result
             continue
         events += [(old, "retired", f"replaced by {gid[:12]}", []) for old in unattainable.pop(key, [])]
@@ -337,7 +344,7 @@ def promote_first_gates(store: Store, calibration_ids: Iterable[str], *, reason:
     return promoted
 
 
-def withheld(row: dict[str, Any]) -> str | None:
+def withheld(row: GateRow) -> str | None:
     """Why the gate speaking for a key serves nothing (abstain on every question), or None when it serves: its
     alpha is unattainable, it is flagged (`flag_of`), or its search has no guarantee."""
     if row["state"] == UNATTAINABLE or row["threshold"] is None:
@@ -353,7 +360,7 @@ def withheld(row: dict[str, Any]) -> str | None:
 
 
 def live_gate(store: Store, *, model: str, dataset: str, estimator: str, criterion: str | None, alpha: float,
-              bound: str, search: str) -> dict[str, Any]:
+              bound: str, search: str) -> GateRow:
     """The gate speaking for that key (live or unattainable; estimator by stored or base name), verified; an error
     lists the candidates when there is none. A gate that serves nothing (`withheld`: unattainable, flagged, no
     guarantee) comes with `withheld` = why, as `served_entries` serves it: `cic ask` abstains naming it."""
@@ -374,11 +381,11 @@ def live_gate(store: Store, *, model: str, dataset: str, estimator: str, criteri
         hint = (f"candidates waiting for review: {', '.join(g[:12] for g in waiting[-3:])}; promote one with "
                 "`cic gate promote ID`") if waiting else "every gate of it was retired; promote one"
         raise UserError(f"no live gate for {wanted}: {hint}")
-    row = live.sort("state_at").row(-1, named=True)
+    row = GateRow.of(live.sort("state_at").row(-1, named=True))
     verify_gate(row)
     why = withheld(row)  # as `cic gate export` serves it: nothing, and why
     if why is not None:
-        return {**row, "withheld": why}
+        return replace(row, withheld=why)
     recertify_all(store, [row])  # its certificate, recomputed from the store's pairs
     return row
 
@@ -397,7 +404,7 @@ def served_entries(store: Store, **equals: Any) -> list[dict[str, Any]]:
         live = key_rows.filter(pl.col("state").is_in(HOLDS_KEY))
         key = {k: key_rows.row(0, named=True)[k] for k in SERVING_KEY}
         if live.height:
-            row = live.sort("state_at").row(-1, named=True)
+            row = GateRow.of(live.sort("state_at").row(-1, named=True))
             why = withheld(row)
             if why is not None:  # unattainable, flagged, or without a guarantee: serves nothing, says why
                 if flag_of(row) is None:  # (a flagged gate is out of service whatever its row says)
@@ -417,7 +424,7 @@ def served_entries(store: Store, **equals: Any) -> list[dict[str, Any]]:
             continue
         retired = key_rows.filter(state="retired").sort("state_at")
         if retired.height:
-            last = retired.row(-1, named=True)
+            last = GateRow.of(retired.row(-1, named=True))
             out.append({"serve": "nothing", "gate_id": None, **key, "threshold": None,
                         "retired_gate_id": last["calibration_id"], "retired_at": str(last["state_at"]),
                         "reason": f"every gate of this key is retired ({last['reason']}); abstain on every question "
@@ -426,14 +433,14 @@ def served_entries(store: Store, **equals: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _anytime_guarantee(row: dict[str, Any]) -> str | None:
+def _anytime_guarantee(row: GateRow) -> str | None:
     """An anytime gate's guarantee in the export's words (None for any other gate)."""
     from cic.pipeline.anytime_gates import certified_since, is_anytime
 
     return f"anytime-valid: certified at every night since {certified_since(row)}" if is_anytime(row) else None
 
 
-def _withheld_fields(row: dict[str, Any]) -> dict[str, Any]:
+def _withheld_fields(row: GateRow) -> dict[str, Any]:
     """The export's fields naming the gate that serves nothing, by why (the names serving systems read)."""
     flag = flag_of(row)
     if flag is not None:
@@ -443,40 +450,40 @@ def _withheld_fields(row: dict[str, Any]) -> dict[str, Any]:
     return {"unguaranteed_gate_id": row["calibration_id"]}
 
 
-def delta_share(row: dict[str, Any]) -> float:
+def delta_share(row: GateRow) -> float:
     """The confidence a gate spent: delta / G for one of G gates certified at once, else its delta."""
     return float(row["delta"]) / (row.get("groups") or 1)
 
 
-def family_of(row: dict[str, Any]) -> tuple[Any, ...]:
+def family_of(row: GateRow) -> tuple[Any, ...]:
     """A gate's family key: its serving key without the dataset."""
     return _key_of(row, FAMILY_KEY)
 
 
-def _families(rows: Iterable[dict[str, Any]]) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
-    families: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+def _families(rows: Iterable[GateRow]) -> Families:
+    families: Families = {}
     for row in sorted(rows, key=lambda r: r["dataset"]):
         families.setdefault(family_of(row), []).append(row)
     return families
 
 
-def live_families(store: Store) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
+def live_families(store: Store) -> Families:
     """Live gates by everything in their serving key but the dataset: per model, estimator, criterion, alpha,
     delta, bound and search, its live gates across datasets — the family a grouped certificate speaks for."""
-    return _families(gates(store).filter(state="live").iter_rows(named=True))
+    return _families(gate_rows(gates(store).filter(state="live")))
 
 
-def family_spent(family: Sequence[dict[str, Any]]) -> float:
+def family_spent(family: Sequence[GateRow]) -> float:
     """What the live gates of a family spent together: with probability >= 1 - this, every one holds at once
     (a union bound, whatever passes certified them)."""
     return math.fsum(delta_share(r) for r in family)
 
 
-def _beyond_delta(family: Sequence[dict[str, Any]]) -> bool:
+def _beyond_delta(family: Sequence[GateRow]) -> bool:
     return family_spent(family) > family[0]["delta"] * (1 + 1e-12)
 
 
-def over_budget(families: dict[tuple[Any, ...], list[dict[str, Any]]], spent_word: str = "spent") -> list[str]:
+def over_budget(families: Families, spent_word: str = "spent") -> list[str]:
     """A line per family that holds a grouped gate (one that claims its model's datasets at once) and whose live
     gates spent more than the family's delta together — gates promoted from passes with different G, say."""
     lines = []
@@ -496,9 +503,9 @@ def held_over_budget(store: Store, gate_ids: Sequence[str]) -> dict[str, str]:
     """The gates among `gate_ids` whose promotion together would leave their family spending more than delta (a
     pass whose G differs from the live gates' it leaves in place): id -> why. Those wait for a person."""
     table = gates(store)
-    incoming = list(table.filter(pl.col("calibration_id").is_in(list(gate_ids))).iter_rows(named=True))
+    incoming = gate_rows(table.filter(pl.col("calibration_id").is_in(list(gate_ids))))
     replaced = {_key_of(row) for row in incoming}
-    staying = [row for row in table.filter(state="live").iter_rows(named=True) if _key_of(row) not in replaced]
+    staying = [row for row in gate_rows(table.filter(state="live")) if _key_of(row) not in replaced]
     ids, held = {row["calibration_id"] for row in incoming}, {}
     for key, family in _families([*staying, *incoming]).items():
         for line in over_budget({key: family}, spent_word="would spend"):
@@ -507,7 +514,7 @@ def held_over_budget(store: Store, gate_ids: Sequence[str]) -> dict[str, str]:
     return held
 
 
-def _certified_with(row: dict[str, Any], family: Sequence[dict[str, Any]]) -> str:
+def _certified_with(row: GateRow, family: Sequence[GateRow]) -> str:
     """In words, what the gate's delta covers: itself alone, or with the model's other live gates of the same
     configuration, at the confidence their shares leave together (1 - delta when they came from one pass)."""
     together = row.get("groups") or 1

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from cic import schema
+from cic.pipeline.gate_rows import ColumnReader, GateRow
 from cic.stats.monitoring import e_value, lower_bound
 from cic.store.queries import newest_monitor_rows
 
@@ -31,7 +32,7 @@ class MonitorUpdate:
     """One live gate's monitor after this pass (its previous state when no new labelled pair arrived)."""
 
     key: GroupKey
-    gate: dict[str, Any]
+    gate: ColumnReader
     row: dict[str, Any]
     new_pairs: int
     changed: bool = True  # (n, k) moved since the last stored row: a new row is stored
@@ -53,7 +54,7 @@ def previous_states(store: Store) -> dict[str, dict[str, Any]]:
     return {r["calibration_id"]: r for r in newest_monitor_rows(store).iter_rows(named=True)}
 
 
-def monitor_group(key: GroupKey, pairs: pl.DataFrame, live_rows: list[dict[str, Any]],
+def monitor_group(key: GroupKey, pairs: pl.DataFrame, live_rows: list[GateRow],
                   previous: dict[str, dict[str, Any]], now: datetime) -> list[MonitorUpdate]:
     """Each live gate of a group (with a threshold): its counts over every labelled pair seen after its window,
     whenever the label arrived. Counted as a set, not since a time mark: a label that arrives late for a record
@@ -73,7 +74,7 @@ def monitor_group(key: GroupKey, pairs: pl.DataFrame, live_rows: list[dict[str, 
     return out
 
 
-def update_of(key: GroupKey, gate: dict[str, Any], n: int, k: int, newest: datetime | None,
+def update_of(key: GroupKey, gate: ColumnReader, n: int, k: int, newest: datetime | None,
               previous: dict[str, dict[str, Any]], now: datetime) -> MonitorUpdate:
     """A gate's monitor after counting n answered and k errors among every labelled pair seen after its data
     (a single gate's window, a system gate's certified questions); `newest`: the newest such pair's time."""

@@ -24,7 +24,7 @@ import polars as pl
 
 from cic import schema
 from cic.errors import UserError
-from cic.pipeline.gate_rows import GateRow
+from cic.pipeline.gate_rows import ColumnReader, GateRow, SystemGateRow, gate_rows
 from cic.pipeline.gates import gates
 from cic.pipeline.stored_calibration import GroupKey, calibration_rows, group_counts
 from cic.pipeline.windows import MIN_WINDOW, Check, WindowRule, new_window, parse_since, span
@@ -45,13 +45,13 @@ class GroupRecalibration:
 
     key: GroupKey
     rows: pl.DataFrame
-    live: dict[tuple[float, float, str, str], dict[str, Any]]
+    live: dict[tuple[float, float, str, str], GateRow]
     window: tuple[datetime | None, datetime | None]
     reference: tuple[datetime | None, datetime | None] | None
     checks: list[Check] = field(default_factory=list)
     skipped: str | None = None
 
-    def alerts_of(self, row: dict[str, Any]) -> list[str]:
+    def alerts_of(self, row: ColumnReader) -> list[str]:
         """The alerts of one candidate row: unattainable alpha, and every rejected test that concerns it."""
         out = []
         live = self.live.get(slot_of(row))
@@ -67,7 +67,7 @@ class GroupRecalibration:
         return out
 
 
-def slot_of(row: dict[str, Any]) -> tuple[float, float, str, str]:
+def slot_of(row: ColumnReader) -> tuple[float, float, str, str]:
     """(alpha, delta, bound, search) of a gate row: which live gate a candidate is compared with."""
     return (round(float(row["alpha"]), 12), round(float(row["delta"]), 12), row["bound"], row["search"])
 
@@ -79,18 +79,18 @@ def labelled_pairs(store: Store, key: GroupKey) -> pl.DataFrame:
         .select("question_id", "score", "error", "at")
 
 
-def reference_window(live: Sequence[dict[str, Any]]) -> tuple[datetime | None, datetime | None] | None:
+def reference_window(live: Sequence[GateRow]) -> tuple[datetime | None, datetime | None] | None:
     """The window of the newest live gate (its creation time bounds a gate stored without one)."""
     if not live:
         return None
-    newest = max(live, key=lambda r: r["state_at"] or r["created_at"])
-    return newest["window_from"], newest["window_to"] or newest["created_at"]
+    newest = max(live, key=lambda r: r.state_at or r.created_at)
+    return newest.window_from, newest.window_to or newest.created_at
 
 
-def live_gates_of(store: Store, key: GroupKey) -> list[dict[str, Any]]:
+def live_gates_of(store: Store, key: GroupKey) -> list[GateRow]:
     """The live gates of one group (one per alpha × delta × bound × search)."""
-    return gates(store, run_key=key.run_key, estimator=key.estimator, criterion=key.criterion) \
-        .filter(state="live").to_dicts()
+    return gate_rows(gates(store, run_key=key.run_key, estimator=key.estimator, criterion=key.criterion)
+                     .filter(state="live"))
 
 
 def recalibrate_group(store: Store, key: GroupKey, config: CalibrationConfig, rule: WindowRule,
@@ -99,7 +99,7 @@ def recalibrate_group(store: Store, key: GroupKey, config: CalibrationConfig, ru
     return recalibrate_pairs(key, labelled_pairs(store, key), live_gates_of(store, key), config, rule, shift_tests)
 
 
-def recalibrate_pairs(key: GroupKey, pairs: pl.DataFrame, live_rows: list[dict[str, Any]],
+def recalibrate_pairs(key: GroupKey, pairs: pl.DataFrame, live_rows: list[GateRow],
                       config: CalibrationConfig, rule: WindowRule,
                       shift_tests: dict[tuple[Any, ...], Check] | None = None, groups: int = 1) -> GroupRecalibration:
     """`recalibrate_group` on a group's labelled pairs (oldest first) and live gates already loaded; `groups`:
@@ -228,7 +228,7 @@ class SystemCandidate:
 
     key: GroupKey
     row: dict[str, Any]
-    live: dict[str, Any]
+    live: SystemGateRow
     alerts: list[str]
     state: str
 
@@ -312,17 +312,17 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
 
 
 def _anytime_pass(store: Store, seen: list[tuple[GroupKey, pl.DataFrame, int]], config: CalibrationConfig,
-                  grid_size: int, withdrawn: list[str], live_rows: list[dict[str, Any]], now: datetime) -> list[Any]:
+                  grid_size: int, withdrawn: list[str], live_rows: list[GateRow], now: datetime) -> list[Any]:
     """The anytime rule inside the pass's transaction: alarmed anytime gates restart their key, then every key's
     state counts its new answers; a widened threshold is stored as a gate (made live after the transaction)."""
     from cic.pipeline.anytime_gates import gate_row, is_anytime, restart, update_key
 
     newest = {(k.run_key, k.estimator, k.criterion): pairs.get_column("at").max() for k, pairs, _ in seen}
     for row in live_rows:
-        if row["calibration_id"] in withdrawn and is_anytime(row):
-            restart(store, row, now, newest.get((row["run_key"], row["estimator"], row["criterion"])))
-    live = {(r["run_key"], r["estimator"], r["criterion"], round(r["alpha"], 12)): r["threshold"]
-            for r in live_rows if is_anytime(r) and r["calibration_id"] not in withdrawn}
+        if row.calibration_id in withdrawn and is_anytime(row):
+            restart(store, row, now, newest.get((row.run_key, row.estimator, row.criterion)))
+    live = {(r.run_key, r.estimator, r.criterion, round(r.alpha, 12)): r.threshold
+            for r in live_rows if is_anytime(r) and r.calibration_id not in withdrawn}
     out = []
     for key, pairs, groups in seen:
         for alpha in config.alphas:
@@ -351,7 +351,7 @@ def _promote_anytime(store: Store, updates: Sequence[Any]) -> list[str]:
 
 def _recalibrate_groups(store: Store, run_keys: Sequence[str], config: CalibrationConfig, rule: WindowRule,
                         previous: dict[str, dict[str, Any]], now: datetime, chunk_runs: int, *, windows: bool = True
-                        ) -> tuple[list[GroupRecalibration], list[Any], list[dict[str, Any]],
+                        ) -> tuple[list[GroupRecalibration], list[Any], list[GateRow],
                                    list[tuple[GroupKey, pl.DataFrame, int]]]:
     """Every single-model group of the runs: its candidates and tests (unless `windows` is off: the anytime
     rule), the monitors of its live gates, the live gates read, and each group's pairs with its G (pairs in one
@@ -360,10 +360,10 @@ def _recalibrate_groups(store: Store, run_keys: Sequence[str], config: Calibrati
 
     wanted = set(run_keys)
     runs = {r["run_key"]: r for r in store.read("runs").iter_rows(named=True) if r["run_key"] in wanted}
-    live_rows = gates(store).filter(pl.col("run_key").is_in(list(runs)) & (pl.col("state") == "live")).to_dicts()
-    live_by_group: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    live_rows = gate_rows(gates(store).filter(pl.col("run_key").is_in(list(runs)) & (pl.col("state") == "live")))
+    live_by_group: dict[tuple[str, str, str], list[GateRow]] = {}
     for row in live_rows:
-        live_by_group.setdefault((row["run_key"], row["estimator"], row["criterion"]), []).append(row)
+        live_by_group.setdefault((row.run_key, row.estimator, row.criterion), []).append(row)
     shared: dict[tuple[Any, ...], Check] = {}
     results: list[GroupRecalibration] = []
     updates: list[Any] = []
@@ -407,7 +407,7 @@ def promote_quiet_systems(store: Store, systems: Sequence[Any], alerts: dict[str
             continue
         for row in rows:
             if row["certified"] and not alerts.get(row["calibration_id"]):
-                stored = system_gates(store, calibration_id=row["calibration_id"]).row(0, named=True)
+                stored = SystemGateRow.of(system_gates(store, calibration_id=row["calibration_id"]).row(0, named=True))
                 promote_system_gate(store, stored, reason="recalibration: policy promotion=auto, no page for its key")
                 promoted.append(row["calibration_id"])
     return promoted
@@ -429,14 +429,14 @@ def _collect(store: Store, out: RecalibrationPass, results: Sequence[GroupRecali
         out.checks.extend((result.key, c) for c in result.checks)
         for row in result.rows.iter_rows(named=True):
             live = result.live.get(slot_of(row))
-            out.candidates.append(Candidate(result.key, GateRow.of(row), None if live is None else GateRow.of(live),
+            out.candidates.append(Candidate(result.key, GateRow.of(row), live,
                                             alerts.get(row["calibration_id"], []),
                                             states.get(row["calibration_id"], "candidate")))
     made = [u for u in out.anytime if u.gate_id is not None]
     if made:  # the anytime rule's new gates, as candidates are shown (made live already)
-        stored = {r["calibration_id"]: r for r in gates(store).filter(
-            pl.col("calibration_id").is_in([u.gate_id for u in made])).iter_rows(named=True)}
-        out.candidates.extend(Candidate(u.key, GateRow.of(stored[u.gate_id]), None, [], stored[u.gate_id]["state"])
+        stored = {r.calibration_id: r for r in gate_rows(gates(store).filter(
+            pl.col("calibration_id").is_in([u.gate_id for u in made])))}
+        out.candidates.extend(Candidate(u.key, stored[u.gate_id], None, [], stored[u.gate_id].state or "candidate")
                               for u in made)
     for system in systems:
         if system.skipped is not None:

@@ -10,7 +10,7 @@ guarantee for the whole system), and the split protocol measures it on the same 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +18,7 @@ import polars as pl
 
 from cic import schema
 from cic.errors import UserError
+from cic.pipeline.gate_rows import ColumnReader, SystemGateRow, system_gate_rows
 from cic.pipeline.run_results import SystemResultRow
 from cic.pipeline.stored_calibration import data_fingerprint
 from cic.stats.cascades import certify_system, evaluate_system_splits
@@ -210,14 +211,14 @@ def system_results(store: Store, run_keys: list[str]) -> list[SystemResultRow]:
             for r in joined.iter_rows(named=True)]
 
 
-def spec_of(row: dict[str, Any]) -> SystemSpec:
+def spec_of(row: SystemGateRow) -> SystemSpec:
     """The system a stored gate was certified for, from its own row (no config needed to re-certify it)."""
     costs = row.get("costs")
     return SystemSpec(row["system"], row["kind"], tuple(row["models"]), row["estimator_rule"],
                       tuple(costs) if costs is not None else None)
 
 
-def verify_system_gate(store: Store, row: dict[str, Any]) -> None:
+def verify_system_gate(store: Store, row: SystemGateRow) -> None:
     """Re-certify a stored system gate from the store's pairs on the questions it was certified on: an error unless
     the same data and system give the same gate (same id, same thresholds) — a gate whose data changed (a label
     replaced) or whose row was edited never serves; labels of new questions since do not touch it."""
@@ -249,7 +250,7 @@ def system_gates(store: Store, **equals: Any) -> pl.DataFrame:
         pl.col("state").fill_null("candidate"))
 
 
-def _system_key(row: dict[str, Any]) -> tuple[Any, ...]:
+def _system_key(row: ColumnReader) -> tuple[Any, ...]:
     return (*(round(float(row[c]), 12) if c == "alpha" else row[c] for c in SYSTEM_KEY), round(float(row["delta"]), 12))
 
 
@@ -260,18 +261,18 @@ def promote_first_system_gates(store: Store, calibration_ids: list[str], *, reas
     from cic.pipeline.gates import UNATTAINABLE, write_moves
 
     table = system_gates(store)
-    live = {_system_key(r) for r in table.filter(state="live").iter_rows(named=True)}
+    live = {_system_key(r) for r in system_gate_rows(table.filter(state="live"))}
     unattainable: dict[tuple[Any, ...], list[str]] = {}
-    for r in table.filter(state=UNATTAINABLE).iter_rows(named=True):
-        unattainable.setdefault(_system_key(r), []).append(r["calibration_id"])
+    for r in system_gate_rows(table.filter(state=UNATTAINABLE)):
+        unattainable.setdefault(_system_key(r), []).append(r.calibration_id)
     moves, promoted = [], []
-    for row in table.filter(pl.col("calibration_id").is_in(calibration_ids) & (pl.col("state") == "candidate")) \
-            .sort("created_at").iter_rows(named=True):
-        key, gid = _system_key(row), row["calibration_id"]
+    for row in system_gate_rows(table.filter(pl.col("calibration_id").is_in(calibration_ids)
+                                             & (pl.col("state") == "candidate")).sort("created_at")):
+        key, gid = _system_key(row), row.calibration_id
         if key in live:
             continue
         moves += [(old, "retired", f"replaced by {gid[:12]}", []) for old in unattainable.pop(key, [])]
-        if row["certified"]:
+        if row.certified:
             live.add(key)
             moves.append((gid, "live", reason, []))
             promoted.append(gid)
@@ -282,15 +283,15 @@ def promote_first_system_gates(store: Store, calibration_ids: list[str], *, reas
     return promoted
 
 
-def find_system_gate(store: Store, gate_id: str) -> dict[str, Any] | None:
+def find_system_gate(store: Store, gate_id: str) -> SystemGateRow | None:
     """The system gate whose id is or starts with `gate_id` (None: no system gate has it)."""
     found = system_gates(store).filter(pl.col("calibration_id").str.starts_with(gate_id.strip()))
     if found.height > 1:
         raise UserError(f"gate id = {gate_id!r}: {found.height} system gates start with it; give more characters")
-    return found.row(0, named=True) if found.height else None
+    return SystemGateRow.of(found.row(0, named=True)) if found.height else None
 
 
-def promote_system_gate(store: Store, row: dict[str, Any], *, reason: str) -> list[str]:
+def promote_system_gate(store: Store, row: SystemGateRow, *, reason: str) -> list[str]:
     """Make a system gate speak for its key — re-certified first — retiring the gate that did; returns the ids
     retired."""
     from cic.pipeline.gates import HOLDS_KEY, UNATTAINABLE, write_moves
@@ -299,15 +300,15 @@ def promote_system_gate(store: Store, row: dict[str, Any], *, reason: str) -> li
     if row["state"] == "live":
         return []
     holding = system_gates(store).filter(pl.col("state").is_in(HOLDS_KEY))
-    retired = [r["calibration_id"] for r in holding.iter_rows(named=True)
-               if _system_key(r) == _system_key(row) and r["calibration_id"] != row["calibration_id"]]
+    retired = [r.calibration_id for r in system_gate_rows(holding)
+               if _system_key(r) == _system_key(row) and r.calibration_id != row.calibration_id]
     with store.transaction():
         write_moves(store, [*((gid, "retired", f"replaced by {row['calibration_id'][:12]}", []) for gid in retired),
                             (row["calibration_id"], "live" if row["certified"] else UNATTAINABLE, reason, [])])
     return retired
 
 
-def confirm_system_gate(store: Store, row: dict[str, Any], *, reason: str) -> dict[str, Any]:
+def confirm_system_gate(store: Store, row: SystemGateRow, *, reason: str) -> SystemGateRow:
     """A person keeps serving a flagged live system gate after review (recorded in its event log), once the store's
     pairs still give its thresholds; anything but a flagged live system gate is refused."""
     from cic.pipeline.gates import CONFIRMED, write_moves
@@ -323,7 +324,7 @@ def confirm_system_gate(store: Store, row: dict[str, Any], *, reason: str) -> di
     verify_system_gate(store, row)
     write_moves(store, [(row["calibration_id"], "live", f"{CONFIRMED}{reason} (was flagged: {flag})",
                          list(row["alerts"] or []))])
-    return {**row, "reason": f"{CONFIRMED}{reason}"}
+    return replace(row, reason=f"{CONFIRMED}{reason}")
 
 
 def speaking_system_gates(store: Store, **equals: Any) -> pl.DataFrame:
@@ -335,7 +336,7 @@ def speaking_system_gates(store: Store, **equals: Any) -> pl.DataFrame:
 
 
 def serving_system_gate(store: Store, *, system: str, dataset: str, criterion: str | None, alpha: float,
-                        bound: str) -> dict[str, Any]:
+                        bound: str) -> SystemGateRow:
     """The gate speaking for a system's (dataset, criterion, alpha, bound) — live, or unattainable —, re-certified
     from the store's pairs before it serves (the same check a single gate gets): an error when there is none
     (naming candidates waiting for `cic gate promote`) or when the data no longer gives its thresholds."""
@@ -357,7 +358,7 @@ def serving_system_gate(store: Store, *, system: str, dataset: str, criterion: s
     if rows.height > 1:
         criteria = ", ".join(sorted(set(rows.get_column("criterion").to_list())))
         raise UserError(f"{wanted}: gates for several criteria ({criteria}); pass --criterion")
-    row = rows.row(0, named=True)
+    row = SystemGateRow.of(rows.row(0, named=True))
     flag = _flag(row)
     if flag is not None:
         short = row["calibration_id"][:12]
@@ -367,7 +368,7 @@ def serving_system_gate(store: Store, *, system: str, dataset: str, criterion: s
     return row
 
 
-def _flag(row: dict[str, Any]) -> str | None:
+def _flag(row: ColumnReader) -> str | None:
     from cic.pipeline.gates import flag_of
 
     return flag_of(row)
@@ -381,7 +382,7 @@ def served_system_entries(store: Store, *, model: str | None = None, dataset: st
     every = system_gates(store, **({"dataset": dataset} if dataset else {}))
     if model is not None:
         every = every.filter(pl.col("models").list.contains(model))
-    speaking = {_system_key(r): r for r in speaking_system_gates(store).iter_rows(named=True)}
+    speaking = {_system_key(r): r for r in system_gate_rows(speaking_system_gates(store))}
     out = []
     for key_rows in every.sort(*SYSTEM_KEY).partition_by(list(SYSTEM_KEY), maintain_order=True):
         first = key_rows.row(0, named=True)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
+from cic.pipeline.gate_rows import ColumnReader, SystemGateRow, system_gate_rows
 from cic.pipeline.gates import flag_of
 from cic.pipeline.monitoring import MonitorUpdate, update_of
 from cic.pipeline.stored_calibration import GroupKey
@@ -41,32 +42,32 @@ class SystemRecalibration:
     skipped; `key` names the system as a group (model 'a -> b', estimator 'e1 / e2') for tables and alerts."""
 
     key: GroupKey
-    live: dict[str, Any]
+    live: SystemGateRow
     rows: pl.DataFrame
     checks: list[Check] = field(default_factory=list)
     skipped: str | None = None
 
-    def alerts_of(self, row: dict[str, Any]) -> list[str]:
+    def alerts_of(self, row: ColumnReader) -> list[str]:
         """A candidate's alerts: alpha unattainable on the new questions, and every rejected test of its key."""
         out = []
         if not row["certified"]:
             out.append("alpha has become unattainable: the new gate would abstain on everything"
-                       if self.live["certified"] and self.live["state"] == "live" else
+                       if self.live.certified and self.live.state == "live" else
                        f"alpha is unattainable on the new window ({row['n_cal']} labelled questions): the gate "
                        "would abstain on everything")
         out.extend(c.test.detail for c in self.checks if c.rejected)
         return out
 
 
-def system_group(row: dict[str, Any]) -> GroupKey:
+def system_group(row: SystemGateRow) -> GroupKey:
     """A system gate's key as a group, for the tables and alerts single gates use."""
     return GroupKey(row["run_keys"][0], " -> ".join(row["models"]), row["dataset"],
                     " / ".join(row["estimators"] or [row["estimator_rule"]]), row["criterion"])
 
 
-def display_gate(row: dict[str, Any]) -> dict[str, Any]:
+def display_gate(row: SystemGateRow) -> dict[str, Any]:
     """A system gate as the monitor's tables read a gate (one `threshold` is meaningless for a cascade)."""
-    return {**row, "threshold": None, "window_to": None}
+    return {**row.columns(), "threshold": None, "window_to": None}
 
 
 def recalibrate_systems(store: Store, run_keys: list[str], config: CalibrationConfig, rule: WindowRule,
@@ -78,7 +79,7 @@ def recalibrate_systems(store: Store, run_keys: list[str], config: CalibrationCo
     speaking = speaking_system_gates(store).filter(
         pl.col("run_keys").list.eval(pl.element().is_in(list(wanted))).list.all())
     results, updates = [], []
-    for row in speaking.iter_rows(named=True):
+    for row in system_gate_rows(speaking):
         result, update = recalibrate_system(store, row, config, rule, previous, now)
         results.append(result)
         if update is not None:
@@ -86,7 +87,7 @@ def recalibrate_systems(store: Store, run_keys: list[str], config: CalibrationCo
     return results, updates
 
 
-def recalibrate_system(store: Store, live: dict[str, Any], config: CalibrationConfig, rule: WindowRule,
+def recalibrate_system(store: Store, live: SystemGateRow, config: CalibrationConfig, rule: WindowRule,
                        previous: dict[str, dict[str, Any]], now: datetime
                        ) -> tuple[SystemRecalibration, MonitorUpdate | None]:
     """One system key: the monitor over every new question, then the candidate and tests on the window."""
@@ -123,7 +124,7 @@ def recalibrate_system(store: Store, live: dict[str, Any], config: CalibrationCo
     return result, update
 
 
-def question_times(store: Store, row: dict[str, Any]) -> pl.DataFrame:
+def question_times(store: Store, row: SystemGateRow) -> pl.DataFrame:
     """(question_id, at) of the questions labelled (for the gate's criterion) in every stage of a system gate,
     `at` the latest stage's time, oldest first."""
     frames = []
@@ -137,7 +138,7 @@ def question_times(store: Store, row: dict[str, Any]) -> pl.DataFrame:
         .sort("at", "question_id")
 
 
-def stage_pairs(store: Store, row: dict[str, Any]) -> pl.DataFrame:
+def stage_pairs(store: Store, row: SystemGateRow) -> pl.DataFrame:
     """(question_id, s0, e0, s1, e1, …): each stage's score (the gate's estimator) and error per question."""
     joined = None
     for i, (run_key, estimator) in enumerate(zip(row["run_keys"], row["estimators"], strict=True)):
@@ -148,7 +149,7 @@ def stage_pairs(store: Store, row: dict[str, Any]) -> pl.DataFrame:
     return joined
 
 
-def _routed(stages: pl.DataFrame, live: dict[str, Any], seen: pl.DataFrame
+def _routed(stages: pl.DataFrame, live: SystemGateRow, seen: pl.DataFrame
             ) -> tuple[np.ndarray, np.ndarray, datetime | None]:
     """Whether the live system answers each seen question, the answering stage's error, and the newest time."""
     frame = seen.join(stages, on="question_id", how="inner")
@@ -161,7 +162,7 @@ def _routed(stages: pl.DataFrame, live: dict[str, Any], seen: pl.DataFrame
     return who < k, errors, newest  # type: ignore[return-value]
 
 
-def _checks(stages: pl.DataFrame, live: dict[str, Any], window: pl.DataFrame) -> list[Check]:
+def _checks(stages: pl.DataFrame, live: SystemGateRow, window: pl.DataFrame) -> list[Check]:
     """Per stage the score shift (certified questions against the window), and the live system's error rate on
     the window; each check concerns the key's candidate and names the live gate when it tests the live rate."""
     certified = stages.filter(pl.col("question_id").is_in(live["question_ids"]))

@@ -21,6 +21,7 @@ import polars as pl
 
 from cic import schema
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
+from cic.pipeline.gate_rows import GateRow
 from cic.pipeline.gates import gate_of
 from cic.pipeline.group_reports import StoredUnit, UnitReport
 from cic.pipeline.recalibration import Candidate, RecalibrationPass
@@ -75,11 +76,11 @@ def alpha_series(calibrations: pl.DataFrame, evaluations: pl.DataFrame) -> dict[
     return series
 
 
-def _gate_entry(row: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
+def _gate_entry(row: GateRow, **extra: Any) -> dict[str, Any]:
     """One entry of gates.json: the gate object beside the keys a reader looks it up by."""
     gate = json.loads(gate_of(row).to_json())
-    return {"alpha": row["alpha"], "bound": row["bound"], "search": row["search"],
-            "calibration_id": row["calibration_id"], **extra, "gate": gate}
+    return {"alpha": row.alpha, "bound": row.bound, "search": row.search, "calibration_id": row.calibration_id,
+            **extra, "gate": gate}
 
 
 def _table(rows: Iterable[Mapping[str, Any]]) -> GroupTable:
@@ -104,7 +105,7 @@ def pipeline_rows(calibrations: pl.DataFrame, evaluations: pl.DataFrame) -> list
                      "feasible": gate["threshold"] is not None,
                      **{m: said(split.get(m), UNDEFINED) for m in SPLIT_COLUMNS},
                      "n_candidates": said(result.n_candidates, "not recorded"),
-                     "calibration_id": gate["calibration_id"], "_gate": _gate_entry(gate)})
+                     "calibration_id": gate["calibration_id"], "_gate": _gate_entry(GateRow.of(gate))})
     return rows
 
 

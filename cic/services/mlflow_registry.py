@@ -18,12 +18,13 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from mlflow import MlflowClient
 
 from cic import schema
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
+from cic.pipeline.gate_rows import ColumnReader, GateRow
 from cic.pipeline.gates import SERVING_KEY, gate_of
 from cic.services.mlflow_tracking import experiment_id
 
@@ -41,12 +42,12 @@ class RegistryMismatch(RuntimeError):
     """A registered model or version does not belong to the gate or serving key it was about to serve."""
 
 
-def serving_key_json(row: dict[str, Any]) -> str:
+def serving_key_json(row: GateRow) -> str:
     """The exact serving key of a gate row as canonical JSON (what the registry's tags are checked against)."""
     return schema.canonical_json({k: (float(row[k]) if k in ("alpha", "delta") else row[k]) for k in SERVING_KEY})
 
 
-def group_key_json(row: dict[str, Any]) -> str:
+def group_key_json(row: GateRow) -> str:
     """The (model, dataset, estimator, criterion) a registered model holds the gates of, as canonical JSON."""
     return schema.canonical_json({k: row[k] for k in GROUP_KEY})
 
@@ -55,7 +56,7 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._=-]+", "_", text)[:_SLUG_MAX]
 
 
-def registered_name(row: dict[str, Any]) -> str:
+def registered_name(row: GateRow) -> str:
     """The registered model of a gate's group: a readable slug (only letters, digits, '.', '_', '=', '-', so it is
     safe to quote in any search) and a hash of the exact group, so two groups never share a name."""
     readable = _slug(f"{row['model']}.{row['dataset']}.{row['estimator']}.{row['criterion']}")
@@ -67,7 +68,7 @@ def _number(value: float) -> str:
     return repr(float(value)).replace(".", "p").replace("-", "m").replace("+", "")
 
 
-def live_alias(row: dict[str, Any]) -> str:
+def live_alias(row: GateRow) -> str:
     """The alias of a configuration's live gate within its group's registered model (MLflow allows letters,
     digits, '_' and '-'): `live-cp-fixed_sequence-a0p1-d0p05`."""
     names = f"{row['bound']}-{row['search']}"
@@ -76,21 +77,21 @@ def live_alias(row: dict[str, Any]) -> str:
     return f"live-{names}-a{_number(row['alpha'])}-d{_number(row['delta'])}"
 
 
-def per_key_name(row: dict[str, Any]) -> str:
+def per_key_name(row: GateRow) -> str:
     """The per-serving-key name earlier versions registered (only ever cleared of `live`, never served)."""
     readable = (f"{row['model']}.{row['dataset']}.{row['estimator']}.{row['criterion']}.alpha={row['alpha']:g}"
                 f".delta={row['delta']:g}.{row['bound']}.{row['search']}")
     return f"{NAME_PREFIX}{_slug(readable)}.{schema.value_hash(serving_key_json(row))[:12]}"
 
 
-def legacy_name(row: dict[str, Any]) -> str:
+def legacy_name(row: GateRow) -> str:
     """The name the first versions registered a key under (not injective: only ever cleared, never served)."""
     name = (f"cic-gate.{row['model']}.{row['dataset']}.{row['estimator']}.{row['criterion']}.alpha={row['alpha']:g}"
             f".delta={row['delta']:g}.{row['bound']}.{row['search']}")
     return re.sub(r"[/:]", "_", name)
 
 
-def serves(row: dict[str, Any]) -> bool:
+def serves(row: ColumnReader) -> bool:
     """Whether a gate answers anything: a gate without a threshold (α unattainable) abstains on every question."""
     return row.get("threshold") is not None
 
@@ -103,7 +104,7 @@ def _quoted(value: str) -> str:
     return f"'{value}'"
 
 
-def _gate_run(client: MlflowClient, row: dict[str, Any], experiment_prefix: str, tags: dict[str, str],
+def _gate_run(client: MlflowClient, row: ColumnReader, experiment_prefix: str, tags: dict[str, str],
               files: dict[str, str]) -> Any:
     """The run holding the gate's files (created once per gate, found again by its id)."""
     exp = experiment_id(client, f"{experiment_prefix}-gates")
@@ -147,49 +148,52 @@ def _check_group(model: Any, group: str, name: str) -> None:
                                f"{group}; nothing was moved — rename or delete that registered model")
 
 
-def _version_tags(row: dict[str, Any]) -> dict[str, str]:
+def _version_tags(row: GateRow) -> dict[str, str]:
     """What a version says of its gate, readable in the registry UI and checked before an alias moves."""
     return {GATE_ID_TAG: row["calibration_id"], KEY_TAG: serving_key_json(row), "cic.alpha": f"{row['alpha']:g}",
             "cic.delta": f"{row['delta']:g}", "cic.bound": row["bound"], "cic.search": row["search"],
             "cic.threshold": f"{row['threshold']:.6g}"}
 
 
+Row = TypeVar("Row", bound=ColumnReader)  # a single gate's `GateRow`, or a system gate's stored row
+
+
 @dataclass(frozen=True)
-class RegistryKind:
+class RegistryKind(Generic[Row]):
     """How one kind of gate sits in the registry: its registered model's name and group, whether a row serves,
     the model's tags and description, a version's tags, the run holding its files, and names it replaced."""
 
-    name: Callable[[dict[str, Any]], str]
-    group_json: Callable[[dict[str, Any]], str]
-    serves: Callable[[dict[str, Any]], bool]
-    model_tags: Callable[[dict[str, Any]], dict[str, str]]
-    description: Callable[[dict[str, Any]], str]
-    version_tags: Callable[[dict[str, Any]], dict[str, str]]
-    files: Callable[[dict[str, Any]], dict[str, str]]
-    old_names: Callable[[dict[str, Any]], set[str]]
+    name: Callable[[Row], str]
+    group_json: Callable[[Row], str]
+    serves: Callable[[Row], bool]
+    model_tags: Callable[[Row], dict[str, str]]
+    description: Callable[[Row], str]
+    version_tags: Callable[[Row], dict[str, str]]
+    files: Callable[[Row], dict[str, str]]
+    old_names: Callable[[Row], set[str]]
 
 
-def _model_tags(row: dict[str, Any]) -> dict[str, str]:
+def _model_tags(row: GateRow) -> dict[str, str]:
     return {GROUP_TAG: group_key_json(row), **{f"cic.{k}": str(row[k]) for k in GROUP_KEY}}
 
 
-def _description(row: dict[str, Any]) -> str:
+def _description(row: GateRow) -> str:
     return (f"Certified abstention gates of {row['model']} on {row['dataset']} ({row['estimator']}, "
             f"{row['criterion']}); each version one gate, each alias live-<bound>-<search>-a<α>-d<δ> the live gate "
             "of that configuration.")
 
 
-def _files(row: dict[str, Any]) -> dict[str, str]:
-    stored = {k: v for k, v in row.items() if k in schema.CALIBRATIONS.columns}
+def _files(row: GateRow) -> dict[str, str]:
+    stored = {k: row[k] for k in schema.CALIBRATIONS.columns}
     return {"gate/gate.json": gate_of(row).to_json(), "gate/calibration.json": schema.canonical_json(stored)}
 
 
-SINGLE = RegistryKind(registered_name, group_key_json, serves, _model_tags, _description, _version_tags, _files,
-                      lambda row: {per_key_name(row), legacy_name(row)})
+SINGLE: RegistryKind[GateRow] = RegistryKind(registered_name, group_key_json, serves, _model_tags, _description,
+                                             _version_tags, _files, lambda row: {per_key_name(row), legacy_name(row)})
 
 
-def _sync_group(client: MlflowClient, rows: list[dict[str, Any]], experiment_prefix: str,
-                existing: dict[str, Any], kind: RegistryKind = SINGLE) -> list[str]:
+def _sync_group(client: MlflowClient, rows: list[Row], experiment_prefix: str,
+                existing: dict[str, Any], kind: RegistryKind[Row] = SINGLE) -> list[str]:
     """One group's registered model: a version per serving gate (tagged with its state), and per configuration
     the alias on the live gate's version (after checking the version's tags name that gate and key) or no alias
     when no serving gate is live. Returns 'name@alias' for each alias that points somewhere."""
@@ -242,7 +246,7 @@ def _sync_group(client: MlflowClient, rows: list[dict[str, Any]], experiment_pre
     return out
 
 
-def registry_state(row: dict[str, Any]) -> str:
+def registry_state(row: ColumnReader) -> str:
     """A version's `cic.state` tag: the gate's state, or "flagged" for a live gate a relabel flagged (it serves
     nothing and holds no alias until a newer gate is promoted or a person confirms it)."""
     from cic.pipeline.gates import flag_of, no_guarantee_refusal
@@ -266,12 +270,12 @@ def registered_gate_models(client: MlflowClient, prefix: str = NAME_PREFIX) -> d
             return found
 
 
-def sync_gates(client: MlflowClient, rows: Sequence[dict[str, Any]], *,
+def sync_gates(client: MlflowClient, rows: Sequence[GateRow], *,
                experiment_prefix: str = DEFAULT_EXPERIMENT_PREFIX,
                progress: Callable[[int, int], None] | None = None) -> list[str]:
     """Register each serving gate (with its state) and reconcile each configuration's alias with the store: on
     the live gate's version, or absent when no serving gate is live; returns 'name@alias' of each live alias."""
-    by_group: dict[str, list[dict[str, Any]]] = {}
+    by_group: dict[str, list[GateRow]] = {}
     for row in rows:
         by_group.setdefault(group_key_json(row), []).append(row)
     existing = registered_gate_models(client)

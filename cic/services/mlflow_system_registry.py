@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mlflow import MlflowClient
 
 from cic import schema
+from cic.pipeline.gate_rows import SystemGateRow
 from cic.services.mlflow_registry import (
     GATE_ID_TAG,
     KEY_TAG,
@@ -36,35 +37,35 @@ ROUTE = ("ask the models in order; the first whose score is <= its threshold ans
          "never answers); none: abstain")
 
 
-def system_group_json(row: dict[str, Any]) -> str:
+def system_group_json(row: SystemGateRow) -> str:
     """The (system, dataset, criterion) a registered model holds the gates of, with the system's models."""
     return schema.canonical_json({**{k: row[k] for k in SYSTEM_GROUP}, "models": list(row["models"])})
 
 
-def system_key_json(row: dict[str, Any]) -> str:
+def system_key_json(row: SystemGateRow) -> str:
     """A system gate's exact serving key as canonical JSON (what its version's tags are checked against)."""
     return schema.canonical_json({k: (float(row[k]) if k in ("alpha", "delta") else row[k]) for k in SYSTEM_KEY}
                                  | {"models": list(row["models"])})
 
 
-def system_registered_name(row: dict[str, Any]) -> str:
+def system_registered_name(row: SystemGateRow) -> str:
     """`cic-system.<system>.<dataset>.<criterion>.<hash of the group>`: readable, and two groups never share it."""
     readable = _slug(f"{row['system']}.{row['dataset']}.{row['criterion']}")
     return f"{SYSTEM_PREFIX}{readable}.{schema.value_hash(system_group_json(row))[:12]}"
 
 
-def _thresholds(row: dict[str, Any]) -> str:
+def _thresholds(row: SystemGateRow) -> str:
     return json.dumps([None if t is None else float(t) for t in row["thresholds"]])
 
 
-def _version_tags(row: dict[str, Any]) -> dict[str, str]:
+def _version_tags(row: SystemGateRow) -> dict[str, str]:
     return {GATE_ID_TAG: row["calibration_id"], KEY_TAG: system_key_json(row), "cic.alpha": f"{row['alpha']:g}",
             "cic.delta": f"{row['delta']:g}", "cic.bound": row["bound"], "cic.search": row["search"],
             "cic.models": " -> ".join(row["models"]), "cic.estimators": " / ".join(row["estimators"] or []),
             "cic.thresholds": _thresholds(row)}
 
 
-def _files(row: dict[str, Any]) -> dict[str, str]:
+def _files(row: SystemGateRow) -> dict[str, str]:
     gate = {"gate_id": row["calibration_id"], **{k: row[k] for k in SYSTEM_KEY}, "kind": row["kind"],
             "models": list(row["models"]), "estimators": list(row["estimators"] or []),
             "thresholds": json.loads(_thresholds(row)), "guarantee": row["guarantee"], "route": ROUTE,
@@ -73,7 +74,7 @@ def _files(row: dict[str, Any]) -> dict[str, str]:
     return {"gate/system_gate.json": schema.canonical_json(gate)}
 
 
-SYSTEM = RegistryKind(
+SYSTEM: RegistryKind[SystemGateRow] = RegistryKind(
     system_registered_name, system_group_json, lambda row: bool(row["certified"]),
     lambda row: {"cic.group_key": system_group_json(row), "cic.system": row["system"], "cic.dataset": row["dataset"],
                  "cic.criterion": row["criterion"], "cic.models": " -> ".join(row["models"])},
@@ -83,11 +84,11 @@ SYSTEM = RegistryKind(
     _version_tags, _files, lambda row: set())
 
 
-def sync_system_gates(client: MlflowClient, rows: Sequence[dict[str, Any]], *, experiment_prefix: str,
+def sync_system_gates(client: MlflowClient, rows: Sequence[SystemGateRow], *, experiment_prefix: str,
                       progress: Callable[[int, int], None] | None = None) -> list[str]:
     """Register each serving system gate (with its state) and reconcile each configuration's alias with the
     store; returns 'name@alias' of each live alias."""
-    by_group: dict[str, list[dict[str, Any]]] = {}
+    by_group: dict[str, list[SystemGateRow]] = {}
     for row in rows:
         by_group.setdefault(system_group_json(row), []).append(row)
     existing = registered_gate_models(client, SYSTEM_PREFIX) if by_group else {}
@@ -99,11 +100,12 @@ def sync_system_gates(client: MlflowClient, rows: Sequence[dict[str, Any]], *, e
     return out
 
 
-def system_rows_to_sync(store: Store, gate_ids: Sequence[str] | None) -> list[dict[str, Any]]:
+def system_rows_to_sync(store: Store, gate_ids: Sequence[str] | None) -> list[SystemGateRow]:
     """The system gates whose keys these ids touch (every key with a live or retired gate when None): every live
     and retired gate of each such key, and the named gates themselves."""
     import polars as pl
 
+    from cic.pipeline.gate_rows import system_gate_rows
     from cic.pipeline.system_gates import system_gates
 
     table = system_gates(store)
@@ -114,4 +116,4 @@ def system_rows_to_sync(store: Store, gate_ids: Sequence[str] | None) -> list[di
     related = table.join(keys, on=list(SYSTEM_KEY)).filter(pl.col("state").is_in(["live", "retired"]))
     if gate_ids is not None:
         related = pl.concat([related, chosen]).unique("calibration_id", keep="first")
-    return related.to_dicts()
+    return system_gate_rows(related)

@@ -19,6 +19,7 @@ def registry_sync(db: str, uri: str, gate_ids: Sequence[str] | None, *,
     key's `live` alias follows the store. Raises when MLflow cannot be reached."""
     import polars as pl
 
+    from cic.pipeline.gate_rows import gate_rows
     from cic.pipeline.gates import gates
     from cic.services.mlflow_setup import check_before_logging
     from cic.services.mlflow_tracking import check_reachable
@@ -35,6 +36,6 @@ def registry_sync(db: str, uri: str, gate_ids: Sequence[str] | None, *,
     if gate_ids is not None:
         related = pl.concat([related, chosen]).unique("calibration_id", keep="first")
     client = registry_client(uri)
-    names = sync_gates(client, related.to_dicts(), experiment_prefix=experiment_prefix, progress=progress) \
+    names = sync_gates(client, gate_rows(related), experiment_prefix=experiment_prefix, progress=progress) \
         if related.height else []
     return names + sync_system_gates(client, systems, experiment_prefix=experiment_prefix)

@@ -17,6 +17,7 @@ from cic.errors import UserError
 from cic.pipeline.asking import serving_gate
 from cic.pipeline.certificates import recertify_all
 from cic.pipeline.config import CalibrationConfig
+from cic.pipeline.gate_rows import gate_rows
 from cic.pipeline.gates import gates, promote
 from cic.pipeline.recalibration import WindowRule, recalibrate_group
 from cic.store import Store
@@ -52,7 +53,7 @@ def test_intact_gates_of_every_search_and_window_recertify(tmp_path: Path) -> No
         store_run(store, dataset="e", n=300, labelled_at=START, seed=2, estimators=("semantic_entropy",))
         make_live(store, only_group(store, "e"), CalibrationConfig(alphas=(0.3,), bounds=("cp",), group_by="dataset",
                                                                   searches=("fixed_sequence",)))
-        rows = gates(store).to_dicts()
+        rows = gate_rows(gates(store))
         assert {r["kind"] for r in rows} == {"pipeline", "recalibration"}
         assert {r["search"] for r in rows} >= set(SEARCHES)
         assert {r["n_cal"] for r in rows if r["kind"] == "recalibration" and r["search"] == "fixed_sequence"} == {150}

@@ -11,6 +11,7 @@ import pytest
 
 from cic.errors import UserError
 from cic.pipeline.config import CalibrationConfig
+from cic.pipeline.gate_rows import gate_rows
 from cic.pipeline.gates import promote_first_gates
 from cic.pipeline.recalibration import (
     GroupRecalibration,
@@ -113,7 +114,8 @@ def _recalibrated_stream(group: GroupKey, i: int, shift: float, store: Store | N
     week2 = simulated_pairs(n=500, labelled_at=START + timedelta(days=7), id_offset=1000, seed=2 * i + 1, shift=shift)
     rows = calibration_rows(group, week1.select("question_id", "score", "error"), CONFIG, window=span(week1))
     live = rows.with_columns(state=pl.lit("live"), state_at=pl.lit(None, dtype=pl.Datetime("us", "UTC")),
-                             alerts=pl.lit([], dtype=pl.List(pl.String))).to_dicts()
+                             alerts=pl.lit([], dtype=pl.List(pl.String)))
+    live = gate_rows(live)
     result = recalibrate_pairs(group, pl.concat([week1, week2]), live, CONFIG, WindowRule())
     correct_and_alert([result], level=0.05)
     if store is not None:

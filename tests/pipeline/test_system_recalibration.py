@@ -12,6 +12,7 @@ import pytest
 from cic.errors import UserError
 from cic.pipeline.calibrate_store import calibrate_store
 from cic.pipeline.config import CalibrationConfig, CascadeConfig
+from cic.pipeline.gate_rows import system_gate_rows
 from cic.pipeline.recalibration import WindowRule, recalibrate_store
 from cic.pipeline.system_gates import confirm_system_gate, served_system_entries, serving_system_gate, system_gates
 from cic.store import Store
@@ -86,7 +87,7 @@ def test_drift_in_the_second_model_withdraws_the_live_system_gate_and_holds_the_
     again = one_pass(db, keys, auto_promote=True)  # flagged once: not again, and its monitor stops
     assert again.withdrawn == {} and all(m.gate["calibration_id"] != old["calibration_id"] for m in again.monitors)
     with Store.open(db) as store:
-        row = system_gates(store, calibration_id=old["calibration_id"]).row(0, named=True)
+        (row,) = system_gate_rows(system_gates(store, calibration_id=old["calibration_id"]))
         confirm_system_gate(store, row, reason="reviewed: the new labels were a bad batch")
         (served,) = served_system_entries(store)
     assert served["serve"] == "system" and served["gate_id"] == old["calibration_id"]
