@@ -41,7 +41,7 @@ with get_client(sync_client=True) as client:  # the server is shared: wait for t
             raise TimeoutError(f"{name} never took this test's parameters")
         time.sleep(1)
 print("CRON", deployment.schedules[0].schedule.cron)
-run = run_deployment(name, timeout=300)
+run = run_deployment(name, timeout=300, poll_interval=1)  # the run ends in seconds: look every second
 print("STATE", run.state.type.value, run.state.message)
 from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 with get_client(sync_client=True) as client:  # what on-call reads in the run's log (shipped shortly after)
@@ -81,8 +81,9 @@ def test_served_recalibration_completes_on_a_quiet_week_and_fails_on_drift(serve
              f"recalibrate_flow.serve(name='recalibrate-nightly', cron='0 3 * * *', pause_on_shutdown=False, "
              f"parameters={{'config_path': {str(config)!r}}})\n")
     serve_log = (tmp_path / "serve.log").open("w")
-    runner = subprocess.Popen([sys.executable, "-c", serve], env=server, cwd=ROOT, stdout=serve_log,
-                              stderr=subprocess.STDOUT)
+    # the runner looks for scheduled runs every second (its default, 10 s, only makes the test wait)
+    runner = subprocess.Popen([sys.executable, "-c", serve], env={**server, "PREFECT_RUNNER_POLL_FREQUENCY": "1"},
+                              cwd=ROOT, stdout=serve_log, stderr=subprocess.STDOUT)
     try:
         quiet = _trigger(server, tmp_path, config)
         with Store.open(db) as store:  # week 3: scores moved and every answer is wrong

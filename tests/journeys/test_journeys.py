@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.support.local_servers import free_port
 from tests.support.pipeline_data import write_small_config
 from tests.support.prefect_server import ROOT
+from tests.support.processes import command_line
 
 pytestmark = [pytest.mark.slow, pytest.mark.journey]
 
@@ -101,6 +103,9 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[
                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         servers.append(proc)
         _wait(url, proc, log)
+    # the MLflow script leaves MLflow's job runner off (CIC submits no GenAI job; its consumers cost CPU)
+    assert not [command_line(p) for p in psutil.Process(servers[1].pid).children(recursive=True)
+                if "huey" in command_line(p) or "_job_runner" in command_line(p)]
     user = root / "work"
     user.mkdir()
     env = {**base, "PREFECT_API_URL": f"http://127.0.0.1:{prefect_port}/api",

@@ -18,6 +18,18 @@ ROOT = Path(__file__).resolve().parents[2]
 PREFECT = Path(sys.executable).parent / "prefect"
 
 
+# the suites whose tests run flows, in this process or in the processes they start: a session holding any of them
+# starts the shared server first, so no test process starts an ephemeral Prefect server of its own
+PREFECT_USERS = ("tests/flows/", "tests/cli/", "tests/journeys/")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _prefect_first(request: pytest.FixtureRequest) -> None:
+    """Start the session's server before the first test when the session runs flows (`PREFECT_USERS`)."""
+    if any(item.nodeid.startswith(PREFECT_USERS) for item in request.session.items):
+        request.getfixturevalue("prefect_api")
+
+
 @pytest.fixture(scope="session")
 def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One real Prefect server for the whole test session (its start takes 10-20 s); yields its API URL. Tests
@@ -32,7 +44,12 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                                 env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}/api"
     wait_healthy(f"{url}/health", proc, 150, lambda: (root / "server.log").read_text()[-2000:])
-    yield url
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    # the flows this test process runs itself report here too, instead of to an ephemeral server of its own (one
+    # server process fewer per worker); subprocesses still choose theirs by their own environment
+    with temporary_settings(updates={PREFECT_API_URL: url}):
+        yield url
     proc.terminate()
     try:
         proc.wait(timeout=20)
