@@ -23,7 +23,7 @@ from prefect.states import Failed, State
 from cic.llm.engines import EngineProbe
 from cic.pipeline import progress
 from cic.pipeline.config import DEMO_CONFIG, PipelineConfig, flow_config
-from cic.pipeline.group_reports import write_group_reports
+from cic.pipeline.group_reports import start_report_workers, stop_report_workers, write_group_reports
 from cic.pipeline.preflight import probe_models
 from cic.pipeline.progress import ProgressLines
 from cic.pipeline.run_digest import PER_DATASET_UNSHARED, RESULTS_ARTIFACT, markdown_summary
@@ -154,10 +154,15 @@ def run_stages(config: PipelineConfig, log_to_mlflow: bool, *, flow_run_id: str 
             jobs = answer_stage(config, questions, summary, found)
         failed = {s.model for s in summary.answer if s.error}
         finished = [r.run_key for job in jobs if job.model not in failed for r in job.runs]  # failed: partial data
-        with timed(seconds, "calibrate"):
-            summary.calibrate = calibrate_runs(config.storage.db, finished, config.calibration)
-        if finished:
-            report_stage(config, finished, summary, log_to_mlflow, flow_run_id)
+        if finished:  # the report workers start (and import) on the core calibration leaves idle
+            start_report_workers()
+        try:
+            with timed(seconds, "calibrate"):
+                summary.calibrate = calibrate_runs(config.storage.db, finished, config.calibration)
+            if finished:
+                report_stage(config, finished, summary, log_to_mlflow, flow_run_id)
+        finally:
+            stop_report_workers()
     if finished:
         results_stage(config, finished, summary)
     return summary

@@ -108,23 +108,61 @@ def render_unit(report: UnitReport) -> UnitReport:
 def render_units(reports: Iterable[UnitReport], count: int) -> Iterator[UnitReport]:
     """Render `count` groups, yielding each as it is done: in worker processes (`report_workers`, at most one per
     group) when there are PARALLEL_FROM groups or more and more than one worker, else here, one after the other
-    (starting a process costs a second or two: not worth it for a few groups). `reports` may be lazy: the
-    workers start, and warm up, while the next group is read."""
+    (starting a process costs a second or two: not worth it for a few groups). `reports` may be lazy: each group
+    is rendered as soon as it is read; the workers are those `start_report_workers` started, else new ones that
+    warm up while the groups are read."""
     workers = min(count, report_workers())
     if count < PARALLEL_FROM or workers < 2:
+        stop_report_workers()  # started ahead for nothing: too few groups to be worth a process
         yield from (render_unit(r) for r in reports)
         return
-    reports, rendered = list(reports), set()
-    try:  # spawned, not forked: the flow's process runs threads (Prefect's, the MLflow senders)
-        with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-            for _ in range(workers):
-                pool.submit(warm_up)
-            for done in as_completed([pool.submit(render_unit, r) for r in reports]):
+    pending, read, rendered = iter(reports), [], set()
+    try:
+        with _take_workers(workers) as pool:
+            futures = []
+            for report in pending:  # each group is rendered as soon as it is read, while the next one is read
+                read.append(report)
+                futures.append(pool.submit(render_unit, report))
+            for done in as_completed(futures):
                 rendered.add(done.result().out)
                 yield done.result()
     except BrokenProcessPool:  # e.g. a script calling this without `if __name__ == "__main__":` (spawn needs it)
         log.warning("report worker processes could not start; rendering the reports in this process")
-        yield from (render_unit(r) for r in reports if r.out not in rendered)
+        yield from (render_unit(r) for r in [*read, *pending] if r.out not in rendered)
+
+
+_ahead: ProcessPoolExecutor | None = None  # workers `start_report_workers` started, until reports take them
+
+
+def start_report_workers() -> None:
+    """Start the report worker processes now and warm them up (imports, fonts), so the next `render_units` finds
+    them ready: `cic run` calls this as its single-threaded calibration starts, on the core it leaves idle."""
+    global _ahead
+    if _ahead is None and report_workers() >= 2:
+        _ahead = _spawn(report_workers())
+
+
+def stop_report_workers() -> None:
+    """Stop workers started ahead and not taken (a run that failed before its reports, too few groups)."""
+    global _ahead
+    if _ahead is not None:
+        _ahead.shutdown(wait=False, cancel_futures=True)
+        _ahead = None
+
+
+def _take_workers(workers: int) -> ProcessPoolExecutor:
+    """The workers started ahead, or `workers` new ones (warming up while the next group is read)."""
+    global _ahead
+    pool, _ahead = _ahead, None
+    return pool if pool is not None else _spawn(workers)
+
+
+def _spawn(workers: int) -> ProcessPoolExecutor:
+    """Spawned, not forked (the flow's process runs threads: Prefect's, the MLflow senders); each warms up first."""
+    pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"))
+    for _ in range(workers):
+        pool.submit(warm_up)
+    return pool
 
 
 def report_workers() -> int:

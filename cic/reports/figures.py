@@ -139,8 +139,10 @@ def _metric_vs_alpha_figure(results: pl.DataFrame, path: Path, metric: str, ylab
                             diagonal: bool) -> Path:
     keys = curve_keys(results)
     bounds = list(dict.fromkeys(results.get_column("bound").to_list()))
-    fig, axes = _figure(len(bounds), panel_size=(4.4, 3.4), max_cols=2, top_in=0.3)
     groups = list(dict.fromkeys(tuple(r[k] for k in keys) for r in results.iter_rows(named=True)))
+    legend_rows = math.ceil((len(groups) + diagonal) / 7)  # one legend for every panel, 7 entries a row
+    fig, axes = _figure(len(bounds), panel_size=(4.4, 3.4), max_cols=2, top_in=0.45 + 0.17 * legend_rows,
+                        labels=("target risk level α", ylabel))
     colors = _palette(len(groups))
     top = float(results.get_column("alpha").max())
     for ax, bound in zip(axes, bounds, strict=True):
@@ -160,11 +162,10 @@ def _metric_vs_alpha_figure(results: pl.DataFrame, path: Path, metric: str, ylab
             ax.text(0.5, 0.5, "nothing certified: every split was\nunattainable at every α", ha="center",
                     va="center", transform=ax.transAxes, fontsize=8, color="0.3")
         _title(ax, f"{bound_label(bound)} (search {', '.join(sorted(set(sub['search'])))})")
-        ax.set_xlabel("target risk level α")
-        ax.set_ylabel(ylabel)
         ax.set_xlim(0, top * 1.05)
         ax.set_ylim(0, top * 1.05 if diagonal else 1.02)
-        ax.legend(fontsize=6, loc="upper left")
+    entries = {label: handle for ax in axes for handle, label in zip(*ax.get_legend_handles_labels(), strict=True)}
+    _shared_legend(fig, list(entries.values()), list(entries))  # each group's colour is the same in every panel
     return _save(fig, path)
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import filecmp
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from cic.pipeline import group_reports
@@ -12,6 +14,7 @@ from cic.pipeline.calibrate_store import calibrate_store
 from cic.pipeline.config import CalibrationConfig
 from cic.store import Store
 from tests.support.pipeline_data import store_run
+from tests.support.processes import command_line, still_running
 
 
 def test_many_groups_render_in_worker_processes_to_the_same_files(tmp_path: Path,
@@ -33,6 +36,58 @@ def test_many_groups_render_in_worker_processes_to_the_same_files(tmp_path: Path
         assert any(f.suffix == ".png" for f in files)
         for name in (f for f in files if f.suffix != ".png"):  # tables identical; figures drawn by each process
             assert filecmp.cmp(directory / name, twin / name, shallow=False), name
+
+
+def _workers() -> set[int]:
+    """The pids of this process's report workers (spawned children), once they have started."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        found = {c.pid for c in psutil.Process().children() if "spawn_main" in command_line(c)}
+        if found:
+            return found
+        time.sleep(0.1)
+    return set()
+
+
+def test_workers_started_ahead_render_the_next_reports_and_none_outlives_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `cic run` does: the workers start as calibration starts; the reports then use those (no second spawn);
+    started ahead for too few groups, they are stopped and the reports render here."""
+    db = tmp_path / "cic.duckdb"
+    with Store.open(db) as store:
+        keys = [store_run(store, dataset=f"d{i}", n=200, seed=i) for i in range(3)]
+    monkeypatch.setenv("CIC_REPORT_WORKERS", "2")
+    group_reports.start_report_workers()
+    ahead = _workers()
+    calibrate_store(str(db), keys, CalibrationConfig(alphas=(0.2,), bounds=("cp",), n_splits=5))
+    monkeypatch.setattr(group_reports, "PARALLEL_FROM", 2)
+    seen: set[int] = set()
+    for report in group_reports.render_units(_reports(db, tmp_path / "ahead"), 6):
+        seen |= _workers()
+        assert any(report.out.rglob("*.png"))
+    assert ahead and seen == ahead and group_reports._ahead is None  # the same processes, taken once
+    assert not _workers_left()
+    group_reports.start_report_workers()
+    assert _workers()
+    monkeypatch.setattr(group_reports, "PARALLEL_FROM", 10**6)  # too few groups: stopped, rendered here
+    assert len(list(group_reports.render_units(_reports(db, tmp_path / "here"), 6))) == 6
+    assert not _workers_left() and group_reports._ahead is None
+
+
+def _reports(db: Path, root: Path) -> list[group_reports.UnitReport]:
+    with Store.open(db, read_only=True) as store:
+        return [group_reports.read_unit(store, unit, root) for unit in group_reports.log_units(store)]
+
+
+def _workers_left() -> list[psutil.Process]:
+    """Report workers still running a few seconds on (a stopped pool's processes exit on their own)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        left = still_running([c for c in psutil.Process().children() if "spawn_main" in command_line(c)])
+        if not left:
+            return []
+        time.sleep(0.2)
+    return left
 
 
 def test_a_bad_worker_count_is_one_line_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
