@@ -310,10 +310,6 @@ def _key_of(row: GateRow, columns: Sequence[str] = SERVING_KEY) -> tuple[Any, ..
     return tuple(round(float(row[c]), 12) if c in ("alpha", "delta") else row[c] for c in columns)
 
 
-def _exact_key(row: GateRow) -> tuple[Any, ...]:
-    return tuple(row[c] for c in SERVING_KEY)
-
-
 def promote_first_gates(store: Store, calibration_ids: Iterable[str], *, reason: str) -> list[str]:
     """Make live each of these gates whose serving key has no live gate yet (the pipeline's first gates); one
     that certifies nothing (alpha unattainable) becomes the key's *unattainable* gate instead, replacing an
@@ -322,14 +318,14 @@ def promote_first_gates(store: Store, calibration_ids: Iterable[str], *, reason:
     if not wanted:
         return []
     table = gates(store)
-    live_keys = {_exact_key(r) for r in gate_rows(table.filter(state="live"))}
+    live_keys = {_key_of(r) for r in gate_rows(table.filter(state="live"))}
     unattainable: dict[tuple[Any, ...], list[str]] = {}
     for r in gate_rows(table.filter(state=UNATTAINABLE)):
-        unattainable.setdefault(_exact_key(r), []).append(r.calibration_id)
+        unattainable.setdefault(_key_of(r), []).append(r.calibration_id)
     events, promoted = [], []
     for row in gate_rows(table.filter(pl.col("calibration_id").is_in(list(wanted)) & (pl.col("state") == "candidate"))
                          .sort("created_at")):
-        key, gid = _exact_key(row), row.calibration_id
+        key, gid = _key_of(row), row.calibration_id
         if key in live_keys or row["alerts"] or not guaranteed(row):  # no guarantee: a report result
             continue
         events += [(old, "retired", f"replaced by {gid[:12]}", []) for old in unattainable.pop(key, [])]
