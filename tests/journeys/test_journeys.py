@@ -244,7 +244,7 @@ from prefect.client.schemas.filters import FlowFilter, FlowFilterName
 from prefect.client.schemas.sorting import FlowRunSort
 with get_client(sync_client=True) as client:
     runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["cic-recalibrate"])),
-                                 sort=FlowRunSort.START_TIME_DESC, limit=20)
+                                 sort=FlowRunSort.START_TIME_DESC, limit=200)
 run = next(r for r in runs if r.parameters.get("config_path") == sys.argv[1])
 print(run.state.type.value, run.state.message)
 """
