@@ -219,7 +219,8 @@ def _prefect_warnings(api: str, text: str) -> list[str]:
 
     deadline, found = time.monotonic() + 15, []
     while not found and time.monotonic() < deadline:  # a finished run's last logs may still be on their way
-        logs = httpx.post(f"{api}/logs/filter", json={"logs": {"level": {"ge_": 30}}, "limit": 200}).json()
+        logs = httpx.post(f"{api}/logs/filter", json={"logs": {"level": {"ge_": 30}}, "sort": "TIMESTAMP_DESC",
+                                                     "limit": 200}).json()  # the newest: the server is shared
         found = [entry["message"] for entry in logs if text in entry["message"]]
         time.sleep(0 if found else 1)
     return found
