@@ -111,7 +111,7 @@ def markdown_report(summary: RecalibrationSummary) -> str:
     """The run's results for the Prefect UI: the headline, alert counts by kind and severity, every alert, and
     the candidates table (paging candidates of live gates first, at most SHOWN_CANDIDATES rows; `cic gate list`
     has them all)."""
-    from cic.pipeline.alerts import alert_kind, counts_by_kind, severity
+    from cic.pipeline.alerts import PAGE, counts_by_kind, kind_of, severity
 
     lines = [f"# Recalibration: {summary.gates} candidate gate(s), {len(summary.alerts)} alert(s), "
              f"{len(summary.pages)} page(s)", ""]
@@ -122,7 +122,7 @@ def markdown_report(summary: RecalibrationSummary) -> str:
                   ""]
 
     def order(c: Any) -> tuple[bool, bool, bool]:
-        return (not any(severity(a) == "page" for a in c.alerts), c.shown(live=True) is None, not c.alerts)
+        return (not any(severity(a) == PAGE for a in c.alerts), c.shown(live=True) is None, not c.alerts)
 
     candidates = sorted(summary.candidates, key=order)
     lines += ["| model | dataset | estimator | criterion | α | bound | search | threshold | live | state | alerts |",
@@ -136,7 +136,7 @@ def markdown_report(summary: RecalibrationSummary) -> str:
         lines.append(f"\n{len(candidates) - SHOWN_CANDIDATES} more candidate(s): `cic gate list --state candidate`")
     if summary.alerts and len(candidates) > SHOWN_CANDIDATES:
         lines += ["", "## Every alert", ""]
-        ordered = sorted(summary.alerts, key=lambda a: alert_kind(a.alert))
+        ordered = sorted(summary.alerts, key=lambda a: (kind_of(a.alert).rank, str(a.alert)))
         lines += [f"- {a.place.label}: {a.alert}" for a in ordered]
     monitors = sorted(summary.monitors, key=lambda m: (not m.alarmed, -m.e_value))
     if monitors:

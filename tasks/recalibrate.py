@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from cic.pipeline.alerts import counts_line, headline
+from cic.pipeline.alerts import PAGE, counts_line, headline, kind_of, severity
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX, CalibrationConfig, RecalibrationConfig
 from cic.pipeline.recalibration import Candidate, RecalibrationPass, WindowRule, recalibrate_store
 from cic.services.mlflow_results import log_recalibration
@@ -35,8 +35,8 @@ def recalibrate_runs(db: str, run_keys: Sequence[str], calibration: CalibrationC
               for k, r, a in [(c.key, c.row, a) for c, a in out.alerts]
               + [(m.key, m.gate, m.alert()) for m in out.monitor_alarms]]
     if placed:  # the run log's first alert line is the headline; every alert is in the run's artifact
-        head = headline(placed)
-        (logger.error if head.startswith("PAGE") else logger.warning)("%s", head)
+        worst = min((a for _, a in placed), key=lambda a: kind_of(a).rank)
+        (logger.error if severity(worst) == PAGE else logger.warning)("%s", headline(placed))
     for gate_id, why in out.withdrawn.items():
         logger.error("WITHDRAWN live gate %s: serves nothing from now on (%s); promote a recalibrated gate or "
                      "confirm it with `cic gate confirm %s`", gate_id[:12], why, gate_id[:12])

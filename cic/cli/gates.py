@@ -260,14 +260,11 @@ def _delta(row: GateRow) -> str:
 
 def _alert_summary(alerts: list[str]) -> str:
     """The alerts column: how many, of which kinds (the full texts follow the table)."""
-    from collections import Counter
-
-    from cic.pipeline.alerts import alert_kind
+    from cic.pipeline.alerts import counts_by_kind
 
     if not alerts:
         return "—"
-    kinds = Counter(alert_kind(a)[1] for a in alerts)
-    return ", ".join(f"{kind}" + (f" ×{n}" if n > 1 else "") for kind, n in kinds.items())
+    return ", ".join(f"{kind}" + (f" ×{n}" if n > 1 else "") for kind, n in counts_by_kind(alerts))
 
 
 SYNC_HINT = "run `cic gate sync` when MLflow is back (it reconciles every key's `live` alias with the store)"

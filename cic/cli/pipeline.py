@@ -139,23 +139,19 @@ SHOWN_CANDIDATES = 50
 def print_alerts(alerts: Sequence[AlertRow]) -> None:
     """Each alert on its own line when there are few; else counts per kind and the worst SHOWN_ALERTS (the full
     list is in the flow run's `recalibration` artifact and in `cic gate list`)."""
-    from collections import Counter
+    from cic.pipeline.alerts import counts_by_kind, headline, kind_of
 
-    from cic.pipeline.alerts import alert_kind
-
-    ordered = sorted(alerts, key=lambda a: alert_kind(a.alert)[0])
+    ordered = sorted(alerts, key=lambda a: kind_of(a.alert).rank)
     if ordered:
-        from cic.pipeline.alerts import headline
-
         head = headline([(a.place.label, a.alert) for a in ordered])
         style = "bold red" if ordered[0].severity == "page" else "bold yellow"
         err_console.print(styled((head.split(" ", 1)[0], style), printable(" " + head.split(" ", 1)[1])),
                           highlight=False, soft_wrap=True)
     if len(alerts) > SHOWN_ALERTS:
-        counts = Counter(alert_kind(a.alert)[1] for a in ordered)
         groups = len({(a.place.model, a.place.dataset, a.place.estimator, a.place.criterion) for a in alerts})
+        counts = counts_by_kind(a.alert for a in ordered)
         err_console.print(styled(("ALERTS", "bold red"), f" {len(alerts)} in {groups} group(s): " + ", ".join(
-            f"{kind} × {n}" for kind, n in counts.items()) + f"; the {SHOWN_ALERTS} worst follow, the full list is "
+            f"{kind} × {n}" for kind, n in counts) + f"; the {SHOWN_ALERTS} worst follow, the full list is "
             "in the flow run's 'recalibration' artifact and `cic gate list --state candidate`"), soft_wrap=True)
     for alert in ordered[1:SHOWN_ALERTS]:  # the first is the headline
         err_console.print(styled((alert.severity.upper(), "bold red" if alert.severity == "page" else "yellow"),

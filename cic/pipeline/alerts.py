@@ -1,61 +1,127 @@
-"""What a recalibration alert is: its kind and severity, read once from its sentence, and the one-line headline
-every surface (the flow run's state message, the console, the artifact, MLflow) shows.
+"""What a recalibration alert is: a typed value (`Alert`: its kind and its sentence) made where the test is made,
+and the one-line headline every surface (the flow run's state message, the console, the artifact, MLflow) shows.
 
-A *page* fails the nightly run: something that changes what is served or whether its guarantee still holds
-(drift at a live threshold, a monitor alarm, labels changed under a live gate, an alpha a live gate reached
-that the new window cannot). A *warning* completes it with a note: a configured alpha this data never reaches,
-a candidate's own relabel, candidates held for a person (family over delta).
+A kind (`AlertKind`, one entry of `ALERT_KINDS`) carries its severity and the withdrawal rule; nothing reads an
+alert's words to decide anything. A *page* fails the nightly run: something that changes what is served or
+whether its guarantee still holds (drift at a live threshold, a monitor alarm, labels changed under a live gate, an
+alpha a live gate reached that the new window cannot). A *warning* completes it with a note: a configured alpha
+this data never reaches, a candidate's own relabel, candidates held for a person (family over delta), records
+whose label window closed without a label. Adding a kind is one `ALERT_KINDS.register(AlertKind(...))`.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cic.registry import Registry
 
 PAGE, WARNING = "page", "warning"
 
-#: (sentence prefix, kind, severity), most severe first: a summary shows the worst alert first
-ALERT_KINDS = (("error rate at the live threshold", "error rate above alpha", PAGE),
-               ("anytime-valid monitor", "monitor alarm", PAGE),
-               ("live gate", "labels changed under the live gate", PAGE),
-               ("alpha has become unattainable", "alpha became unattainable", PAGE),
-               ("score distribution moved", "score shift", PAGE),
-               ("labels changed", "labels changed under this gate", WARNING),
-               ("family over budget", "family over delta", WARNING),
-               ("alpha is unattainable", "alpha unattainable", WARNING))
+
+@dataclass(frozen=True)
+class AlertKind:
+    """One kind of alert: its name (what tables count), severity, rank (0 most severe: a summary shows the worst
+    first) and the withdrawal rule (`withdraws`: a live gate whose test raises it stops serving)."""
+
+    name: str
+    severity: str
+    rank: int
+    withdraws: bool = False
+
+    def __reduce__(self) -> tuple[Any, ...]:  # unpickles as the registered kind of its name (Ray, Prefect)
+        return _kind, (self.name, self.severity, self.rank, self.withdraws)
 
 
-def alert_kind(text: str) -> tuple[int, str]:
-    """(severity rank, kind) of an alert's sentence: 0 is the most severe; an unknown sentence ranks last."""
-    for rank, (prefix, kind, _) in enumerate(ALERT_KINDS):
-        if text.startswith(prefix):
-            return rank, kind
-    return len(ALERT_KINDS), "other"
+ALERT_KINDS: Registry[AlertKind] = Registry("alert kind", (
+    ERROR_RATE := AlertKind("error rate above alpha", PAGE, 0, withdraws=True),
+    MONITOR_ALARM := AlertKind("monitor alarm", PAGE, 1, withdraws=True),
+    LIVE_RELABELLED := AlertKind("labels changed under the live gate", PAGE, 2),
+    BECAME_UNATTAINABLE := AlertKind("alpha became unattainable", PAGE, 3),
+    SCORE_SHIFT := AlertKind("score shift", PAGE, 4),
+    STATE_BROKEN := AlertKind("certificate state cannot be replayed", PAGE, 5, withdraws=True),
+    RELABELLED := AlertKind("labels changed under this gate", WARNING, 10),
+    OVER_BUDGET := AlertKind("family over delta", WARNING, 11),
+    UNLABELLED := AlertKind("labels missing past the label window", WARNING, 12),
+    UNATTAINABLE := AlertKind("alpha unattainable", WARNING, 13),
+    # an alert stored before kinds were stored: it pages (an alert of unknown kind is never silenced)
+    UNCLASSIFIED := AlertKind("unclassified", PAGE, 99),
+))
 
 
-def severity(text: str) -> str:
-    """PAGE or WARNING; a sentence of no known kind pages (an unknown alert is not silenced)."""
-    for prefix, _, level in ALERT_KINDS:
-        if text.startswith(prefix):
-            return level
-    return PAGE
+
+def _kind(name: str, severity: str, rank: int, withdraws: bool) -> AlertKind:
+    made = AlertKind(name, severity, rank, withdraws)
+    known = ALERT_KINDS.find(name)
+    return known if known == made else made
 
 
-def counts_by_kind(texts: Iterable[str]) -> list[tuple[str, int]]:
+#: a drift test's name (`cic.stats.drift.DriftTest.name`) -> the kind of alert its rejection raises
+TEST_KINDS = {"score_shift": SCORE_SHIFT, "error_rate": ERROR_RATE}
+
+
+class Alert(str):
+    """An alert's sentence with its kind attached: it reads, joins and stores as the sentence, and every decision
+    reads `kind` (a plain str — an alert stored before kinds were — is `UNCLASSIFIED`)."""
+
+    kind: AlertKind
+
+    def __new__(cls, kind: AlertKind, text: str) -> Alert:
+        out = super().__new__(cls, text)
+        out.kind = kind
+        return out
+
+    def __getnewargs__(self) -> tuple[Any, ...]:  # type: ignore[override]  # pickles with its kind (Ray, Prefect)
+        return self.kind, str(self)
+
+
+def kind_of(alert: str) -> AlertKind:
+    """An alert's kind; a sentence without one (read from an old store) is `UNCLASSIFIED`."""
+    return getattr(alert, "kind", UNCLASSIFIED)
+
+
+def stored(texts: Sequence[str] | None, kinds: Sequence[str | None] | None) -> tuple[Alert, ...]:
+    """Alerts read back from the gate event log: each sentence with the kind stored beside it."""
+    names = list(kinds or [])
+    out = []
+    for i, text in enumerate(texts or []):
+        name = names[i] if i < len(names) else None
+        out.append(Alert(ALERT_KINDS.find(name) or UNCLASSIFIED, text))
+    return tuple(out)
+
+
+def kind_names(alerts: Iterable[str]) -> list[str]:
+    """The kinds of alerts to store beside their sentences (`gate_events.alert_kinds`)."""
+    return [kind_of(a).name for a in alerts]
+
+
+def severity(alert: str) -> str:
+    """PAGE or WARNING."""
+    return kind_of(alert).severity
+
+
+def withdraws(alert: str) -> bool:
+    """Whether a live gate whose test raised this alert stops serving (the withdrawal rule)."""
+    return kind_of(alert).withdraws
+
+
+def counts_by_kind(alerts: Iterable[str]) -> list[tuple[str, int]]:
     """(kind, count) in severity order: the same counts on every surface."""
-    counted = Counter(alert_kind(t) for t in texts)
-    return [(kind, n) for (_, kind), n in sorted(counted.items())]
+    counted = Counter(kind_of(a) for a in alerts)
+    return [(kind.name, n) for kind, n in sorted(counted.items(), key=lambda item: item[0].rank)]
 
 
-def counts_line(texts: Iterable[str]) -> str:
+def counts_line(alerts: Iterable[str]) -> str:
     """'error rate above alpha × 1, alpha unattainable × 8'."""
-    return ", ".join(f"{kind} × {n}" for kind, n in counts_by_kind(texts))
+    return ", ".join(f"{kind} × {n}" for kind, n in counts_by_kind(alerts))
 
 
 def headline(alerts: Sequence[tuple[str, str]]) -> str:
-    """The most severe of (place label, sentence) alerts alone, then the rest counted by kind in one line:
-    what a page's first line must say."""
-    ordered = sorted(alerts, key=lambda a: alert_kind(a[1])[0])
+    """The most severe of (place label, alert) alerts alone, then the rest counted by kind in one line: what a
+    page's first line must say."""
+    ordered = sorted(alerts, key=lambda a: kind_of(a[1]).rank)
     label, text = ordered[0]
     line = f"{severity(text).upper()} {label}: {text}"
     if len(ordered) > 1:

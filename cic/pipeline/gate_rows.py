@@ -9,6 +9,8 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from cic.pipeline.alerts import stored
+
 if TYPE_CHECKING:
     import polars as pl
 
@@ -60,7 +62,7 @@ class GateRow:
     def of(cls, row: Mapping[str, Any]) -> GateRow:
         """The typed row of a stored `calibrations` row (with its event columns where the reader joined them)."""
         values = {k: v for k, v in row.items() if k in _COLUMNS}
-        values["alerts"] = tuple(values.get("alerts") or ())
+        values["alerts"] = stored(row.get("alerts"), row.get("alert_kinds"))
         return cls(**values)
 
     def __getitem__(self, column: str) -> Any:
@@ -112,7 +114,7 @@ class SystemGateRow:
     def of(cls, row: Mapping[str, Any]) -> SystemGateRow:
         """The typed row of a stored `system_calibrations` row (with its event columns where joined)."""
         values = {k: v for k, v in row.items() if k in _SYSTEM_COLUMNS}
-        values["alerts"] = tuple(values.get("alerts") or ())
+        values["alerts"] = stored(row.get("alerts"), row.get("alert_kinds"))
         return cls(**values)
 
     def columns(self) -> dict[str, Any]:

@@ -21,6 +21,7 @@ import polars as pl
 
 from cic import schema
 from cic.errors import UserError
+from cic.pipeline.alerts import OVER_BUDGET, Alert, kind_names, stored
 from cic.pipeline.certificates import recertify_all
 from cic.pipeline.gate_rows import ColumnReader, GateRow, gate_rows
 from cic.store.queries import last_gate_events, stored_gate_ids
@@ -43,10 +44,11 @@ Families = dict[tuple[Any, ...], list[GateRow]]  # live gates by family key (`li
 
 
 def current_states(store: Store) -> pl.DataFrame:
-    """(calibration_id, state, reason, alerts, state_at) from each gate's newest event."""
+    """(calibration_id, state, reason, alerts, alert_kinds, state_at) from each gate's newest event."""
     events = store.read("gate_events", ordered=False)
     return (events.sort("created_at", "event_id").group_by("calibration_id", maintain_order=True).last()
-            .select("calibration_id", "state", "reason", "alerts", pl.col("created_at").alias("state_at")))
+            .select("calibration_id", "state", "reason", "alerts", "alert_kinds",
+                    pl.col("created_at").alias("state_at")))
 
 
 def gates(store: Store, **equals: Any) -> pl.DataFrame:
@@ -54,7 +56,8 @@ def gates(store: Store, **equals: Any) -> pl.DataFrame:
     rows = store.read("calibrations", **equals)
     joined = rows.join(current_states(store), on="calibration_id", how="left")
     return joined.with_columns(pl.col("state").fill_null("candidate"),
-                               pl.col("alerts").fill_null(pl.lit([], dtype=pl.List(pl.String))))
+                               pl.col("alerts").fill_null(pl.lit([], dtype=pl.List(pl.String))),
+                               pl.col("alert_kinds").fill_null(pl.lit([], dtype=pl.List(pl.String))))
 
 
 def find_gate(store: Store, gate_id: str) -> GateRow:
@@ -94,7 +97,7 @@ def _events(store: Store, moves: Sequence[tuple[str, str, str, Sequence[str]]]) 
         last[calibration_id] = at  # two moves of one gate in a batch stay ordered
         out.append({"event_id": schema.value_hash(calibration_id, state, at.isoformat(), reason),
                     "calibration_id": calibration_id, "state": state, "reason": reason, "alerts": list(alerts),
-                    "created_at": at})
+                    "created_at": at, "alert_kinds": kind_names(alerts)})
     return out
 
 
@@ -495,7 +498,7 @@ def over_budget(families: Families, spent_word: str = "spent") -> list[str]:
     return lines
 
 
-def held_over_budget(store: Store, gate_ids: Sequence[str]) -> dict[str, str]:
+def held_over_budget(store: Store, gate_ids: Sequence[str]) -> dict[str, Alert]:
     """The gates among `gate_ids` whose promotion together would leave their family spending more than delta (a
     pass whose G differs from the live gates' it leaves in place): id -> why. Those wait for a person."""
     table = gates(store)
@@ -505,7 +508,7 @@ def held_over_budget(store: Store, gate_ids: Sequence[str]) -> dict[str, str]:
     ids, held = {row["calibration_id"] for row in incoming}, {}
     for key, family in _families([*staying, *incoming]).items():
         for line in over_budget({key: family}, spent_word="would spend"):
-            held.update({r["calibration_id"]: f"family over budget: {line}" for r in family
+            held.update({r["calibration_id"]: Alert(OVER_BUDGET, f"family over budget: {line}") for r in family
                          if r["calibration_id"] in ids})
     return held
 
@@ -525,20 +528,21 @@ def _certified_with(row: GateRow, family: Sequence[GateRow]) -> str:
     return text
 
 
-def flag_gates(store: Store, alerts: dict[str, str], prefix: str = FLAGGED) -> list[str]:
+def flag_gates(store: Store, alerts: dict[str, Alert], prefix: str = FLAGGED) -> list[str]:
     """Add an alert to each of these gates, keeping its state (an event that repeats the state with the alert
     appended): `cic gate list` shows it, a flagged candidate is never auto-promoted, a flagged live gate serves
     nothing (`flag_of`), and the next recalibration of its key alerts. With `prefix` ALERTED a live gate keeps
-    serving, the alert listed. Retired gates are left alone; returns the gates flagged."""
+    serving, the alert listed (each with its kind). Retired gates are left alone; returns the gates flagged."""
     if not alerts:
         return []
     known = dict((r["calibration_id"], r) for r in current_states(store).filter(
         pl.col("calibration_id").is_in(list(alerts))).iter_rows(named=True))  # single and system gates alike
     fresh = [gid for gid in alerts if gid not in known]  # no event yet: a stored candidate, or no gate at all
-    stored = stored_gate_ids(store, fresh) if fresh else set()
-    rows = [*known.values(), *({"calibration_id": gid, "state": "candidate", "alerts": []} for gid in stored)]
+    bare = stored_gate_ids(store, fresh) if fresh else set()
+    rows = [*known.values(), *({"calibration_id": gid, "state": "candidate", "alerts": []} for gid in bare)]
     events = _events(store, [(row["calibration_id"], row["state"], prefix + alerts[row["calibration_id"]],
-                              [*(row["alerts"] or []), alerts[row["calibration_id"]]]) for row in rows
+                              [*stored(row["alerts"], row.get("alert_kinds")), alerts[row["calibration_id"]]])
+                             for row in rows
                              if row["state"] != "retired"])
     _write(store, events)
     return [e["calibration_id"] for e in events]

@@ -49,6 +49,7 @@ import polars as pl
 
 from cic import schema
 from cic.errors import UserError
+from cic.pipeline.alerts import RELABELLED, Alert
 from cic.pipeline.ingest_options import (
     BATCH_ROWS,
     COMMIT_RECORDS,
@@ -423,8 +424,9 @@ def _write(store: Store, stage: _Stage, layout: Layout, path: Path, now: datetim
             stats.relabelled = changed.height
             touched = gates_touched(store, stage.add("changed", changed))
             stats.flagged_gates = flag_gates(store, {
-                gate: f"labels changed under this gate: {n} label(s) in its window relabelled by {path.name} "
-                      f"at {now:%Y-%m-%d %H:%M} UTC; recalibrate and review before trusting it"
+                gate: Alert(RELABELLED, f"labels changed under this gate: {n} label(s) in its window relabelled by "
+                                        f"{path.name} at {now:%Y-%m-%d %H:%M} UTC; recalibrate and review before "
+                                        "trusting it")
                 for gate, n in touched.items()})
         if not journaled:  # one step per kind: all at once
             for kind, files in steps:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from cic import schema
+from cic.pipeline.alerts import MONITOR_ALARM, Alert
 from cic.pipeline.gate_rows import ColumnReader, GateRow
 from cic.stats.monitoring import e_value, lower_bound
 from cic.store.queries import newest_monitor_rows
@@ -37,16 +38,16 @@ class MonitorUpdate:
     new_pairs: int
     changed: bool = True  # (n, k) moved since the last stored row: a new row is stored
 
-    def alert(self) -> str:
-        """The alarm's sentence: the gate, the evidence, the rate's bound, the nights since it went live."""
+    def alert(self) -> Alert:
+        """The alarm: the gate, the evidence, the rate's bound, the nights since it went live."""
         r, g = self.row, self.gate
         since = g.get("state_at") or g["created_at"]
         nights = max((r["checked_at"] - since).days, 0) if since is not None else r["nights"]
-        return (f"anytime-valid monitor of live gate {g['calibration_id'][:12]} ({self.key.model} · dataset "
-                f"{self.key.dataset} · {self.key.estimator}, α={g['alpha']:g}): error rate among "
-                f"answered questions above α — e-value {r['e_value']:.3g} ≥ {r['alarm_at']:g}, rate ≥ "
-                f"{r['rate_lower_bound']:.3f} ({r['k']} errors in {r['n']} answered, {r['nights']} check(s)), "
-                f"{nights} night(s) since it went live")
+        return Alert(MONITOR_ALARM, (
+            f"anytime-valid monitor of live gate {g['calibration_id'][:12]} ({self.key.model} · dataset "
+            f"{self.key.dataset} · {self.key.estimator}, α={g['alpha']:g}): error rate among answered questions "
+            f"above α — e-value {r['e_value']:.3g} ≥ {r['alarm_at']:g}, rate ≥ {r['rate_lower_bound']:.3f} "
+            f"({r['k']} errors in {r['n']} answered, {r['nights']} check(s)), {nights} night(s) since it went live"))
 
 
 def previous_states(store: Store) -> dict[str, dict[str, Any]]:

@@ -24,10 +24,11 @@ import polars as pl
 
 from cic import schema
 from cic.errors import UserError
+from cic.pipeline.alerts import LIVE_RELABELLED, PAGE, RELABELLED, Alert, kind_of, severity, withdraws
 from cic.pipeline.gate_rows import ColumnReader, GateRow, SystemGateRow, gate_rows
 from cic.pipeline.gates import gates
 from cic.pipeline.stored_calibration import GroupKey, calibration_rows, group_counts
-from cic.pipeline.windows import MIN_WINDOW, Check, WindowRule, new_window, parse_since, span
+from cic.pipeline.windows import MIN_WINDOW, Check, WindowRule, new_window, parse_since, span, unattainable_alert
 from cic.stats.drift import error_rate_test, holm, score_shift_test
 from cic.store.queries import labelled_pairs_of_runs
 
@@ -51,20 +52,18 @@ class GroupRecalibration:
     checks: list[Check] = field(default_factory=list)
     skipped: str | None = None
 
-    def alerts_of(self, row: ColumnReader) -> list[str]:
+    def alerts_of(self, row: ColumnReader) -> list[Alert]:
         """The alerts of one candidate row: unattainable alpha, and every rejected test that concerns it."""
         out = []
         live = self.live.get(slot_of(row))
         if row["threshold"] is None:
-            out.append("alpha has become unattainable: the new gate would abstain on everything"
-                       if live is not None and live["threshold"] is not None else
-                       f"alpha is unattainable on the new window ({row['n_cal']} labelled questions): the gate "
-                       "would abstain on everything")
-        out.extend(c.test.detail for c in self.checks if c.rejected and row["calibration_id"] in c.gate_ids)
+            out.append(unattainable_alert(live is not None and live["threshold"] is not None, row["n_cal"]))
+        out.extend(c.alert() for c in self.checks if c.rejected and row["calibration_id"] in c.gate_ids)
         if live is not None:  # the live gate's own data changed under it (`cic ingest --relabel`)
-            out.extend(f"live gate {live['calibration_id'][:12]}: {a}" for a in live["alerts"]
-                       if a.startswith("labels changed"))
+            out.extend(Alert(LIVE_RELABELLED, f"live gate {live['calibration_id'][:12]}: {a}") for a in live["alerts"]
+                       if kind_of(a) == RELABELLED)
         return out
+
 
 
 def slot_of(row: ColumnReader) -> tuple[float, float, str, str]:
@@ -142,7 +141,7 @@ def recalibrate_pairs(key: GroupKey, pairs: pl.DataFrame, live_rows: list[GateRo
     return out
 
 
-def correct_and_alert(results: Sequence[Any], level: float) -> dict[str, list[str]]:
+def correct_and_alert(results: Sequence[Any], level: float) -> dict[str, list[Alert]]:
     """Holm across every test of the pass (at family-wise `level`), single and system gates' alike; returns each
     candidate's alerts."""
     checks = list({id(c): c for r in results for c in r.checks}.values())  # a shared score test counts once
@@ -155,14 +154,13 @@ def correct_and_alert(results: Sequence[Any], level: float) -> dict[str, list[st
 
 
 def promote_quiet_groups(store: Store, results: Sequence[GroupRecalibration],
-                         alerts: dict[str, list[str]]) -> tuple[list[str], dict[str, str]]:
+                         alerts: dict[str, list[Alert]]) -> tuple[list[str], dict[str, Alert]]:
     """The `promotion: auto` policy: a group whose candidates raised no page (`cic.pipeline.alerts`) has its
     candidates that raised nothing themselves go live — a warning such as an alpha this data never reaches holds
     back only its own gate, never the group's other gates — if they certify something (a threshold) with a
     guarantee (no `paper`), and only when their family's live gates would not spend more than delta together
     (`held_over_budget`: those are flagged with why and wait for a person). A paging group waits for a person
     (`cic gate promote --despite-alerts`). Returns (promoted ids, held id -> why)."""
-    from cic.pipeline.alerts import PAGE, severity
     from cic.pipeline.gates import flag_gates, guaranteed, held_over_budget, promote_many
 
     chosen = []
@@ -179,28 +177,29 @@ def promote_quiet_groups(store: Store, results: Sequence[GroupRecalibration],
     return promoted, held
 
 
-def rejected_live_gates(results: Sequence[Any], updates: Sequence[Any]) -> dict[str, str]:
-    """Live gate id -> why, for each live gate this pass found failing: its error-rate test rejected (after
-    Holm) or its anytime-valid monitor alarmed. (A score shift pages but leaves the gates serving: it says the
-    inputs moved, not that a threshold's error rate did.)"""
-    out: dict[str, str] = {}
+def rejected_live_gates(results: Sequence[Any], updates: Sequence[Any]) -> dict[str, Alert]:
+    """Live gate id -> why, for each live gate this pass found failing: a test of it rejected (after Holm) whose
+    alert kind withdraws (`cic.pipeline.alerts`: the error rate at its threshold) or its anytime-valid monitor
+    alarmed. (A score shift pages but leaves the gates serving: it says the inputs moved, not that a threshold's
+    error rate did.)"""
+    out: dict[str, Alert] = {}
     for result in results:
         for check in result.checks:
-            if check.rejected and check.live_gate_id is not None:
-                out[check.live_gate_id] = check.test.detail
+            if check.rejected and check.live_gate_id is not None and withdraws(check.alert()):
+                out[check.live_gate_id] = check.alert()
     for update in updates:
         if update.row["alarmed"]:
             out.setdefault(update.gate["calibration_id"], update.alert())
     return out
 
 
-def _already_handled(reason: str, why: str) -> bool:
+def _already_handled(reason: str, why: Alert) -> bool:
     """A live gate already flagged or alerted is not flagged again; one a person confirmed stays confirmed
     against its (sticky) monitor alarm, but not against a new failing error-rate test."""
+    from cic.pipeline.alerts import MONITOR_ALARM
     from cic.pipeline.gates import ALERTED, CONFIRMED, FLAGGED
 
-    return reason.startswith((FLAGGED, ALERTED)) or (reason.startswith(CONFIRMED)
-                                                      and why.startswith("anytime-valid monitor"))
+    return reason.startswith((FLAGGED, ALERTED)) or (reason.startswith(CONFIRMED) and kind_of(why) == MONITOR_ALARM)
 
 
 def pairs_of_runs(store: Store, run_keys: Sequence[str], *, estimator: str | None = None,
@@ -217,7 +216,7 @@ class Candidate:
     key: GroupKey
     row: GateRow
     live: GateRow | None
-    alerts: list[str]
+    alerts: list[Alert]
     state: str
 
 
@@ -229,7 +228,7 @@ class SystemCandidate:
     key: GroupKey
     row: dict[str, Any]
     live: SystemGateRow
-    alerts: list[str]
+    alerts: list[Alert]
     state: str
 
 
@@ -242,12 +241,12 @@ class RecalibrationPass:
     checks: list[tuple[GroupKey, Check]] = field(default_factory=list)
     promoted: list[str] = field(default_factory=list)
     monitors: list[Any] = field(default_factory=list)  # cic.pipeline.monitoring.MonitorUpdate, one per live gate
-    withdrawn: dict[str, str] = field(default_factory=dict)  # live gate id -> why it stopped serving this pass
+    withdrawn: dict[str, Alert] = field(default_factory=dict)  # live gate id -> why it stopped serving this pass
     systems: list[SystemCandidate] = field(default_factory=list)  # candidate system gates (cascades, auto)
     anytime: list[Any] = field(default_factory=list)  # cic.pipeline.anytime_gates.AnytimeUpdate, rule: anytime
 
     @property
-    def alerts(self) -> list[tuple[Candidate | SystemCandidate, str]]:
+    def alerts(self) -> list[tuple[Candidate | SystemCandidate, Alert]]:
         return [(c, a) for c in [*self.candidates, *self.systems] for a in c.alerts]
 
     @property
@@ -391,11 +390,10 @@ def _recalibrate_groups(store: Store, run_keys: Sequence[str], config: Calibrati
     return results, updates, live_rows, seen
 
 
-def promote_quiet_systems(store: Store, systems: Sequence[Any], alerts: dict[str, list[str]]) -> list[str]:
+def promote_quiet_systems(store: Store, systems: Sequence[Any], alerts: dict[str, list[Alert]]) -> list[str]:
     """The `promotion: auto` policy for system gates: a key whose pass raised no page has its candidate made
     live (re-certified first, retiring the gate that spoke for the key) when it certifies something and raised
     nothing itself. (A system gate spends its own delta: no family budget is shared with single gates.)"""
-    from cic.pipeline.alerts import PAGE, severity
     from cic.pipeline.system_gates import promote_system_gate, system_gates
 
     promoted = []
@@ -414,7 +412,7 @@ def promote_quiet_systems(store: Store, systems: Sequence[Any], alerts: dict[str
 
 
 def _collect(store: Store, out: RecalibrationPass, results: Sequence[GroupRecalibration], systems: Sequence[Any],
-             alerts: dict[str, list[str]]) -> None:
+             alerts: dict[str, list[Alert]]) -> None:
     """The pass's candidates (with their state after it), skipped groups and tests, into `out`."""
     from cic.pipeline.gates import current_states
 

@@ -200,13 +200,13 @@ class AlertRow:
     """One alert of a recalibration: drift, an unattainable alpha, or a live gate's monitor alarm."""
 
     place: GroupPlace
-    alert: str
+    alert: str  # a `cic.pipeline.alerts.Alert`: its sentence with its kind
 
     @property
     def kind(self) -> str:
-        from cic.pipeline.alerts import alert_kind
+        from cic.pipeline.alerts import kind_of
 
-        return alert_kind(self.alert)[1]
+        return kind_of(self.alert).name
 
     @property
     def severity(self) -> str:

@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
+from cic.pipeline.alerts import Alert
 from cic.pipeline.gate_rows import ColumnReader, SystemGateRow, system_gate_rows
 from cic.pipeline.gates import flag_of
 from cic.pipeline.monitoring import MonitorUpdate, update_of
 from cic.pipeline.stored_calibration import GroupKey
 from cic.pipeline.system_gates import iter_system_data, speaking_system_gates, spec_of, system_calibration_rows
-from cic.pipeline.windows import MIN_WINDOW, Check, WindowRule, new_window
+from cic.pipeline.windows import MIN_WINDOW, Check, WindowRule, new_window, unattainable_alert
 from cic.stats.cascades import answering_model
 from cic.stats.drift import answered_error_test, score_shift_test
 from cic.store.queries import labelled_pairs_of_runs
@@ -47,15 +48,12 @@ class SystemRecalibration:
     checks: list[Check] = field(default_factory=list)
     skipped: str | None = None
 
-    def alerts_of(self, row: ColumnReader) -> list[str]:
+    def alerts_of(self, row: ColumnReader) -> list[Alert]:
         """A candidate's alerts: alpha unattainable on the new questions, and every rejected test of its key."""
         out = []
         if not row["certified"]:
-            out.append("alpha has become unattainable: the new gate would abstain on everything"
-                       if self.live.certified and self.live.state == "live" else
-                       f"alpha is unattainable on the new window ({row['n_cal']} labelled questions): the gate "
-                       "would abstain on everything")
-        out.extend(c.test.detail for c in self.checks if c.rejected)
+            out.append(unattainable_alert(self.live.certified and self.live.state == "live", row["n_cal"]))
+        out.extend(c.alert() for c in self.checks if c.rejected)
         return out
 
 

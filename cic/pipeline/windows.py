@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import polars as pl
 
 from cic.errors import UserError
+from cic.pipeline.alerts import BECAME_UNATTAINABLE, TEST_KINDS, UNATTAINABLE, Alert
 from cic.pipeline.durations import parse_duration
 from cic.stats.drift import DriftTest
 
@@ -48,6 +49,10 @@ class Check:
     rejected: bool = False
     live_gate_id: str | None = None  # the live gate whose threshold an error-rate test checks
 
+    def alert(self) -> Alert:
+        """The alert its rejection raises, of the kind its test names."""
+        return Alert(TEST_KINDS[self.test.name], self.test.detail)
+
 
 def span(pairs: pl.DataFrame) -> tuple[datetime | None, datetime | None]:
     """The (first, last) `at` of some pairs: a gate's window."""
@@ -64,3 +69,10 @@ def new_window(pairs: pl.DataFrame, after: datetime | None, rule: WindowRule) ->
     if rule.count is not None and chosen.height > rule.count:
         chosen = chosen.tail(rule.count)
     return chosen
+
+def unattainable_alert(was_reached: bool, n_cal: int) -> Alert:
+    """Alpha unattainable on a new window: a page when the gate speaking for the key reached it, else a warning."""
+    if was_reached:
+        return Alert(BECAME_UNATTAINABLE, "alpha has become unattainable: the new gate would abstain on everything")
+    return Alert(UNATTAINABLE, f"alpha is unattainable on the new window ({n_cal} labelled questions): the gate "
+                               "would abstain on everything")

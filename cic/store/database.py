@@ -257,7 +257,7 @@ def _migrate_to_2(con: duckdb.DuckDBPyConnection) -> None:
     spec = schema.GATE_EVENTS
     _add_missing(con)  # the gate_events table, and columns a long-unopened file may lack (calibrations.kind)
     con.execute(
-        f"INSERT INTO {spec.name} ({', '.join(spec.columns)}) "
+        f"INSERT INTO {spec.name} (event_id, calibration_id, state, reason, alerts, created_at) "
         "SELECT 'migrated-' || calibration_id, calibration_id, 'live', "
         "'schema version 2: the newest pipeline gate of its key, which cic ask served before', [], now() "
         "FROM calibrations WHERE coalesce(kind, 'pipeline') = 'pipeline' "
