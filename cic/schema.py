@@ -228,7 +228,9 @@ ANYTIME_STATES = TableSpec("anytime_states", {
     "certified_since": pl.Datetime("us", "UTC"),  # the pass that first certified that threshold
     "started_at": pl.Datetime("us", "UTC"),
     "created_at": pl.Datetime("us", "UTC"),  # this pass (the newest row of a state_id is its state)
-}, ("state_id", "created_at"))
+    # every record seen up to this time is settled: counted (labelled within its label window) or never counted
+    "counted_through": pl.Datetime("us", "UTC"),
+}, ("state_id", "created_at"), added_later=("counted_through",))
 
 ANYTIME_COUNTED = TableSpec("anytime_counted", {
     "state_id": pl.String(), "question_id": pl.String(),

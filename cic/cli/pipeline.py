@@ -23,6 +23,7 @@ from cic.stats.searches import DEFAULT_SEARCH
 if TYPE_CHECKING:
     from cic.pipeline.run_results import AlertRow, MonitorRow, ResultRow, SystemResultRow
 from cic.errors import UserError
+from cic.pipeline.config import LABEL_WINDOW_HELP
 
 ConfigOpt = Annotated[str, typer.Option("--config", help="Pipeline YAML (models, datasets, estimators, ...), or the "
                                        "name of a shipped config: demo, paper, example, example_smollm2.")]
@@ -202,15 +203,23 @@ def recalibrate(
                                                 "flow run) on a page: drift, a monitor alarm, a live gate's alpha "
                                                 "become unattainable; warnings never fail it.")] = True,
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="Skip MLflow logging.")] = False,
+    label_window: Annotated[str | None, typer.Option("--label-window", help="recalibration.label_window: "
+                                                     + LABEL_WINDOW_HELP + ".")] = None,
 ) -> None:
     """Candidate gates on labelled questions newer than each live gate's window, tested for drift against it;
-    candidates wait for `cic gate promote` (or go live under `promotion: auto`)."""
+    candidates wait for `cic gate promote` (or go live under `promotion: auto`). A record counts toward a
+    certificate only once its label window has closed (`--label-window`)."""
     from cic.pipeline.config import load_config
+    from cic.pipeline.durations import parse_duration
     from cic.pipeline.preflight import check_store
     from cic.pipeline.recalibration import WindowRule, parse_since
 
     checked = load_config(config)  # before any service starts
     WindowRule(count=window, since=parse_since(since))
+    if label_window is not None:
+        parse_duration(label_window, "--label-window")
+        policy = checked.recalibration.model_copy(update={"label_window": label_window})
+        checked = checked.model_copy(update={"recalibration": policy})
     resolved_db = db or checked.storage.db
     check_store(resolved_db, must_exist=True, option="--db" if db else "storage.db")
     _refuse_unfinished_ingests(resolved_db)

@@ -2,10 +2,15 @@
 
 Per group (run, estimator, criterion) and alpha a state of e-processes (`cic.stats.anytime.AnytimeState`: one per
 candidate threshold of a grid of label-free score quantiles fixed when the state starts, tested in a fixed
-sequence) is kept in the store (`anytime_states`, newest row per state). Each pass counts the group's labelled
-answers not counted yet — each once, in arrival order, a late label on the pass it arrives (`anytime_counted`
-holds which and in what order) — and when the certified threshold widens, stores it as a gate (kind and search
-`anytime`, bound `e-process`) and makes it live: with probability >= 1 - delta / G (G datasets of the model
+sequence) is kept in the store (`anytime_states`, newest row per state). Each pass counts the group's records
+whose label window has closed (seen at or before now − `recalibration.label_window`, `counted_through`), in record
+order, each once (`anytime_counted` holds which and in what order): a record is counted with its label only once
+that label can no longer be late, never because it happened to arrive. A record whose window closed without a
+label is not counted and is reported (`unlabelled`), as is a label that arrived after its window closed (`late`,
+never counted): so when wrong answers' labels arrive later than right answers' (complaints, review queues) the
+e-processes still see an unbiased sample, provided labels arrive within the window (or, when they never arrive,
+go missing independently of correctness). When the certified threshold widens, the pass stores it as a gate (kind
+and search `anytime`, bound `e-process`) and makes it live: with probability >= 1 - delta / G (G datasets of the model
 certified together), no threshold this state ever certifies has an error rate >= alpha among its accepted answers,
 whatever night it is read. The monitor still watches the live gate; its alarm withdraws the gate and restarts the
 state from the alarm on (a new epoch that counts only answers seen after it).
@@ -52,6 +57,15 @@ class AnytimeUpdate:
     certified_since: datetime | None
     state: AnytimeState | None = None  # the state after this pass (what a widened threshold's gate is built from)
     gate_id: str | None = None
+    waiting: int = 0        # labelled records whose label window is still open (counted on a later pass)
+    unlabelled: int = 0     # records whose label window closed this pass without a label (never counted)
+    late: int = 0           # labels that arrived after their record's window had closed (never counted)
+    through: datetime | None = None  # every record seen up to here is settled
+
+    @property
+    def first_e_value(self) -> float:
+        """The e-value of the first threshold of the sequence: nothing certifies before it reaches 1/delta."""
+        return float(np.exp(min(self.state.log_wealth[0], 700.0))) if self.state is not None else 1.0
 
 
 def is_anytime(row: ColumnReader) -> bool:
@@ -84,10 +98,11 @@ def label_free_grid(store: Store, key: GroupKey, size: int) -> np.ndarray:
 
 
 def update_key(store: Store, key: GroupKey, pairs: pl.DataFrame, *, alpha: float, delta: float, groups: int,
-               grid_size: int, now: datetime) -> AnytimeUpdate:
-    """Count the group's labelled answers new to the key's state (`pairs`: question_id, score, error, at, oldest
-    first), store the state, and make the widened certified threshold a live gate. Call inside a transaction."""
-    from cic.store.queries import anytime_counted_ids, newest_anytime_state
+               grid_size: int, now: datetime, through: datetime | None = None) -> AnytimeUpdate:
+    """Count the group's labelled answers whose label window has closed (`pairs`: question_id, score, error, at,
+    in record order; `through`: now − the label window, default now) and are new to the key's state, store the
+    state, and return the update (a widened threshold becomes a gate in the caller). Call inside a transaction."""
+    from cic.store.queries import anytime_counted_ids, newest_anytime_state, unlabelled_records
 
     latest = newest_anytime_state(store, key.run_key, key.estimator, key.criterion, alpha, delta)
     epoch = latest["epoch"] if latest else 0
@@ -97,10 +112,19 @@ def update_key(store: Store, key: GroupKey, pairs: pl.DataFrame, *, alpha: float
         started = now
     else:
         state, started = AnytimeState.from_json(latest["state_json"]), latest["started_at"]
+    after = latest.get("counted_through") if latest is not None else None  # settled before this pass
+    if epoch > 0 and (after is None or after < started):  # restarted by an alarm: only answers seen after it
+        after = started
+    through = max(through or now, after) if after is not None else (through or now)
     counted = anytime_counted_ids(store, state_id)
-    fresh = pairs.filter(~pl.col("question_id").is_in(list(counted)))
-    if epoch > 0:  # restarted by an alarm: only answers seen after what the alarming pass read
-        fresh = fresh.filter(pl.col("at") > started)
+    closed = pairs.filter(pl.col("at") <= through)
+    if after is not None:
+        settled = closed.filter((pl.col("at") <= after) & ~pl.col("question_id").is_in(list(counted)))
+        late = (settled.filter(pl.col("at") > started) if epoch > 0 else settled).height
+        closed = closed.filter(pl.col("at") > after)
+    else:
+        late = 0
+    fresh = closed.filter(~pl.col("question_id").is_in(list(counted)))
     before = state.threshold
     state.update(fresh.get_column("score").to_numpy(), fresh.get_column("error").to_numpy())
     since = latest["certified_since"] if latest is not None and state.threshold == before else (
@@ -112,8 +136,12 @@ def update_key(store: Store, key: GroupKey, pairs: pl.DataFrame, *, alpha: float
     store.upsert("anytime_states", pl.DataFrame([{
         **key.as_dict(), "state_id": state_id, "alpha": alpha, "delta": delta, "groups": groups, "epoch": epoch,
         "state_json": state.to_json(), "counted": state.seen, "threshold": state.threshold,
-        "certified_since": since, "started_at": started, "created_at": now}], schema=schema.ANYTIME_STATES.schema))
-    return AnytimeUpdate(key, alpha, state_id, fresh.height, state.seen, state.threshold, since, state)
+        "certified_since": since, "started_at": started, "created_at": now, "counted_through": through}],
+        schema=schema.ANYTIME_STATES.schema))
+    unlabelled = unlabelled_records(store, key.run_key, key.estimator, key.criterion, after, through)
+    return AnytimeUpdate(key, alpha, state_id, fresh.height, state.seen, state.threshold, since, state,
+                         waiting=pairs.filter(pl.col("at") > through).height, late=late, through=through,
+                         unlabelled=unlabelled)
 
 
 def restart(store: Store, row: GateRow, now: datetime, after: datetime | None) -> None:
@@ -134,7 +162,8 @@ def restart(store: Store, row: GateRow, now: datetime, after: datetime | None) -
         **key.as_dict(), "state_id": state_id_of(key, row["alpha"], row["delta"], latest["groups"], epoch),
         "alpha": row["alpha"], "delta": row["delta"], "groups": latest["groups"], "epoch": epoch,
         "state_json": state.to_json(), "counted": 0, "threshold": None, "certified_since": None,
-        "started_at": after or now, "created_at": now}], schema=schema.ANYTIME_STATES.schema))
+        "started_at": after or now, "created_at": now, "counted_through": after or now}],
+        schema=schema.ANYTIME_STATES.schema))
 
 
 def gate_row(store: Store, update: AnytimeUpdate, *, delta: float, groups: int, now: datetime) -> pl.DataFrame:

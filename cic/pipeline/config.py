@@ -7,6 +7,7 @@ value. `PipelineConfig.fingerprint_params()` lists what shaped the numbers (logg
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -346,6 +347,13 @@ class StorageConfig(_Strict):
     queue_timeout_s: float = Field(24 * 3600.0, gt=0, le=MAX_WAIT_S, description="longest wait for that limit's slot")
 
 
+LABEL_WINDOW_HELP = ("how late a label may arrive after its record was seen, e.g. 14d: certificates count a record "
+                     "only once this window has closed, in record order, so labels whose lateness depends on "
+                     "correctness (complaints, review queues) cannot bias them; assumes every label arrives within "
+                     "it (records still unlabelled then are reported and never counted). Default: labels arrive "
+                     "with their records")
+
+
 class RecalibrationConfig(_Strict):
     """The scheduled job: which new labelled data to use, the drift tests' level, and the promotion policy."""
 
@@ -367,13 +375,22 @@ class RecalibrationConfig(_Strict):
                                                   "until a newer gate is promoted or `cic gate confirm`), or "
                                                   "flag (keeps serving, the alert on it)")
 
-    @field_validator("since")
+    label_window: str | None = Field(None, description=LABEL_WINDOW_HELP)
+
+    @field_validator("since", "label_window")
     @classmethod
-    def _duration(cls, value: str | None) -> str | None:
+    def _duration(cls, value: str | None, info: Any) -> str | None:
         from cic.pipeline.durations import parse_duration
 
-        parse_duration(value, "since")
+        parse_duration(value, info.field_name)
         return value
+
+    @property
+    def label_delay(self) -> timedelta:
+        """The label window as a duration (none set: labels arrive with their records)."""
+        from cic.pipeline.durations import parse_duration
+
+        return parse_duration(self.label_window, "label_window") or timedelta(0)
 
 
 class PipelineConfig(_Strict):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -258,7 +258,8 @@ class RecalibrationPass:
 def recalibrate_store(store: Store, run_keys: Sequence[str], config: CalibrationConfig, level: float,
                       rule: WindowRule, *, auto_promote: bool = False, reason: str | None = None,
                       chunk_runs: int = 250, on_alarm: str = "withdraw",
-                      anytime_grid: int | None = None) -> RecalibrationPass:
+                      anytime_grid: int | None = None, label_window: timedelta = timedelta(0),
+                      now: datetime | None = None) -> RecalibrationPass:
     """One pass over the store: every group of the runs recalibrated (pairs read in one query per `chunk_runs`
     runs, live gates once) and every system gate over them (`cic.pipeline.system_recalibration`), Holm across
     all tests, candidates stored with their alerts in one transaction, quiet groups and systems promoted when
@@ -266,7 +267,10 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
     serving (`on_alarm` "withdraw": flagged, serves nothing until a newer gate is promoted or a person confirms
     it) or keeps serving with the alert on it ("flag"). With `anytime_grid` (`recalibration.rule: anytime`) the
     single-model groups get no window candidates: each key's e-processes count the answers new to them and the
-    widest certified threshold goes live (`cic.pipeline.anytime_gates`); an alarm on such a gate restarts its key."""
+    widest certified threshold goes live (`cic.pipeline.anytime_gates`); an alarm on such a gate restarts its key.
+    Certificates (window candidates and the anytime states) count only records seen at least `label_window` ago,
+    whose labels can no longer be late; the monitor of a live gate counts every label as it arrives. `now`: the
+    pass's clock (default the wall clock)."""
     from cic.pipeline import monitoring
     from cic.pipeline.gates import ALERTED, FLAGGED, flag_gates, record_candidates
     from cic.pipeline.ingest import refusal
@@ -275,9 +279,10 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
     cut = refusal(store)
     if cut:
         raise UserError(cut)
-    previous, now = monitoring.previous_states(store), datetime.now(UTC)
+    previous, now = monitoring.previous_states(store), now or datetime.now(UTC)
+    through = now - label_window
     results, updates, live_rows, seen = _recalibrate_groups(store, run_keys, config, rule, previous, now, chunk_runs,
-                                                            windows=anytime_grid is None)
+                                                            windows=anytime_grid is None, through=through)
     systems, system_updates = recalibrate_systems(store, list(run_keys), config, rule, previous, now)
     updates += system_updates
     alerts = correct_and_alert([*results, *systems], level)
@@ -295,7 +300,7 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
         failing = {gid: why for gid, why in rejected_live_gates([*results, *systems], updates).items()
                    if not _already_handled(live_reasons.get(gid, FLAGGED), why)}
         withdrawn = flag_gates(store, failing, prefix=FLAGGED if on_alarm == "withdraw" else ALERTED)
-        anytime = _anytime_pass(store, seen, config, anytime_grid, withdrawn, live_rows, now) \
+        anytime = _anytime_pass(store, seen, config, anytime_grid, withdrawn, live_rows, now, through) \
             if anytime_grid is not None else []
     promoted, held = promote_quiet_groups(store, results, alerts) if auto_promote else ([], {})
     promoted += _promote_anytime(store, anytime)
@@ -311,7 +316,8 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
 
 
 def _anytime_pass(store: Store, seen: list[tuple[GroupKey, pl.DataFrame, int]], config: CalibrationConfig,
-                  grid_size: int, withdrawn: list[str], live_rows: list[GateRow], now: datetime) -> list[Any]:
+                  grid_size: int, withdrawn: list[str], live_rows: list[GateRow], now: datetime,
+                  through: datetime) -> list[Any]:
     """The anytime rule inside the pass's transaction: alarmed anytime gates restart their key, then every key's
     state counts its new answers; a widened threshold is stored as a gate (made live after the transaction)."""
     from cic.pipeline.anytime_gates import gate_row, is_anytime, restart, update_key
@@ -326,7 +332,7 @@ def _anytime_pass(store: Store, seen: list[tuple[GroupKey, pl.DataFrame, int]], 
     for key, pairs, groups in seen:
         for alpha in config.alphas:
             update = update_key(store, key, pairs, alpha=alpha, delta=config.delta, groups=groups,
-                                grid_size=grid_size, now=now)
+                                grid_size=grid_size, now=now, through=through)
             place = (key.run_key, key.estimator, key.criterion, round(alpha, 12))
             if update.threshold is not None and live.get(place) != update.threshold:
                 row = gate_row(store, update, delta=config.delta, groups=groups, now=now)
@@ -349,12 +355,12 @@ def _promote_anytime(store: Store, updates: Sequence[Any]) -> list[str]:
 
 
 def _recalibrate_groups(store: Store, run_keys: Sequence[str], config: CalibrationConfig, rule: WindowRule,
-                        previous: dict[str, dict[str, Any]], now: datetime, chunk_runs: int, *, windows: bool = True
-                        ) -> tuple[list[GroupRecalibration], list[Any], list[GateRow],
+                        previous: dict[str, dict[str, Any]], now: datetime, chunk_runs: int, *, windows: bool = True,
+                        through: datetime | None = None) -> tuple[list[GroupRecalibration], list[Any], list[GateRow],
                                    list[tuple[GroupKey, pl.DataFrame, int]]]:
     """Every single-model group of the runs: its candidates and tests (unless `windows` is off: the anytime
-    rule), the monitors of its live gates, the live gates read, and each group's pairs with its G (pairs in one
-    query per `chunk_runs` runs)."""
+    rule) on its records seen by `through` (their label window closed), the monitors of its live gates (every
+    label), the live gates read, and each group's pairs with its G (pairs in one query per `chunk_runs` runs)."""
     from cic.pipeline import monitoring
 
     wanted = set(run_keys)
@@ -380,8 +386,9 @@ def _recalibrate_groups(store: Store, run_keys: Sequence[str], config: Calibrati
                 run = runs[run_key]
                 key = GroupKey(run_key, run["model"], run["dataset"], estimator, criterion)
                 group, live = values.slice(first, length), live_by_group.get((run_key, estimator, criterion), [])
+                settled = group if through is None else group.filter(pl.col("at") <= through)
                 if windows:
-                    results.append(recalibrate_pairs(key, group, live, config, rule, shared,  # a slice: no copy
+                    results.append(recalibrate_pairs(key, settled, live, config, rule, shared,
                                                      groups=together[run["model"]]))
                 else:
                     seen.append((key, group, together[run["model"]]))

@@ -134,6 +134,18 @@ def anytime_state_row(store: Store, state_id: str) -> dict[str, Any] | None:
     return rows.row(0, named=True) if rows.height else None
 
 
+def unlabelled_records(store: Store, run_key: str, estimator: str, criterion: str, after: datetime | None,
+                       through: datetime) -> int:
+    """Records of a run scored by `estimator` and seen in (after, through] that hold no label for `criterion`:
+    their label window closed without a label (the anytime rule never counts them)."""
+    return int(store.sql(
+        "SELECT count(*) FROM observations o JOIN scores s ON s.run_key = o.run_key AND s.question_id = o.question_id "
+        "AND s.estimator = ? AND s.value IS NOT NULL WHERE o.run_key = ? AND (? IS NULL OR o.observed_at > ?) "
+        "AND o.observed_at <= ? AND NOT EXISTS (SELECT 1 FROM labels l WHERE l.run_key = o.run_key "
+        "AND l.question_id = o.question_id AND l.criterion = ?)",
+        [estimator, run_key, after, after, through, criterion])[0][0])
+
+
 def anytime_counted_ids(store: Store, state_id: str) -> set[str]:
     """The question ids an anytime state has counted."""
     return {q for (q,) in store.sql("SELECT question_id FROM anytime_counted WHERE state_id = ?", [state_id])}

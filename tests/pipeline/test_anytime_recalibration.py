@@ -1,5 +1,6 @@
-"""`recalibration.rule: anytime` against a real store: each pass counts every labelled answer new to a key's
-e-processes once (late ones too), the widest certified threshold goes live and serves after a replay of its state,
+"""`recalibration.rule: anytime` against a real store: each pass counts, once and in record order, every labelled
+answer whose label window has closed (a label arriving after that is reported, never counted), the widest
+certified threshold goes live and serves after a replay of its state,
 a changed label stops it, an alarm withdraws it and restarts the key, and datasets certified together split delta."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from cic.pipeline.recalibration import WindowRule, recalibrate_store
 from cic.stats.anytime import AnytimeState
 from cic.store import Store
 from cic.store.queries import anytime_counted_order, newest_anytime_state
+from tests.support.database import raw_sql
 from tests.support.pipeline_data import store_run
 
 CONFIG = CalibrationConfig(alphas=(0.2,), bounds=("cp",), searches=("fixed_sequence",), n_splits=4)
@@ -24,10 +26,12 @@ DAY = datetime(2026, 1, 1, tzinfo=UTC)
 GRID = 20
 
 
-def one_pass(db: Path, config: CalibrationConfig = CONFIG, **options: object):
+def one_pass(db: Path, config: CalibrationConfig = CONFIG, night: float = 0.5, **options: object):
+    """A pass on the evening of day `night` (days after DAY)."""
     with Store.open(db) as store:
         keys = store.read("runs").get_column("run_key").to_list()
-        return recalibrate_store(store, keys, config, 0.05, WindowRule(), anytime_grid=GRID, **options)
+        return recalibrate_store(store, keys, config, 0.05, WindowRule(), anytime_grid=GRID,
+                                 now=DAY + timedelta(days=night), **options)
 
 
 def anytime_gates(db: Path) -> pl.DataFrame:
@@ -35,7 +39,7 @@ def anytime_gates(db: Path) -> pl.DataFrame:
         return gates(store, search="anytime", estimator="predictive_entropy").sort("created_at")
 
 
-def test_every_answer_counts_once_in_arrival_order_and_the_widened_threshold_serves(tmp_path: Path) -> None:
+def test_every_answer_counts_once_in_record_order_and_the_widened_threshold_serves(tmp_path: Path) -> None:
     db = tmp_path / "t.duckdb"
     with Store.open(db) as store:
         store_run(store, n=1000, seed=1, base=0.02, error_slope=0.3, labelled_at=DAY)
@@ -44,27 +48,28 @@ def test_every_answer_counts_once_in_arrival_order_and_the_widened_threshold_ser
     assert update.counted_now == update.counted == 1000 and update.threshold is not None and update.gate_id
     (live,) = anytime_gates(db).filter(state="live").iter_rows(named=True)
     assert live["kind"] == "anytime" and live["bound"] == "e-process" and live["threshold"] == update.threshold
-    again = one_pass(db)  # nothing new: nothing counted twice, no new gate
+    again = one_pass(db, night=0.6)  # nothing new: nothing counted twice, no new gate
     assert [u.counted_now for u in again.anytime] == [0, 0] and all(u.gate_id is None for u in again.anytime)
-    with Store.open(db) as store:  # more traffic, and late labels of questions seen before the last pass
+    with Store.open(db) as store:  # more traffic, and labels of questions seen before the last pass: too late
         store_run(store, n=300, seed=2, base=0.02, error_slope=0.3, id_offset=1000, labelled_at=DAY + timedelta(1))
         store_run(store, n=50, seed=3, base=0.02, error_slope=0.3, id_offset=1300, labelled_at=DAY - timedelta(3))
-    later = one_pass(db)
+    later = one_pass(db, night=1.5)
     (update,) = [u for u in later.anytime if u.key.estimator == "predictive_entropy"]
-    assert update.counted_now == 350 and update.counted == 1350 and update.threshold >= live["threshold"]
+    assert update.counted_now == 300 and update.counted == 1300 and update.threshold >= live["threshold"]
+    assert update.late == 50 and update.waiting == 0  # reported, never counted (they would bias the order)
     with Store.open(db, read_only=True) as store:  # the stored state is the e-processes over the counted order
         state = newest_anytime_state(store, live["run_key"], "predictive_entropy", live["criterion"], 0.2, 0.05)
         order = anytime_counted_order(store, state["state_id"])
         pairs = store.calibration_frame("m", "d", "predictive_entropy", live["criterion"])
         served = {e["gate_id"] for e in served_entries(store) if e["serve"] == "gate"}
-    assert order.get_column("position").to_list() == list(range(1350))
+    assert order.get_column("position").to_list() == list(range(1300))
     stored = AnytimeState.from_json(state["state_json"])
     direct = AnytimeState.start(stored.grid, alpha=0.2, delta=0.05)
     ordered = order.join(pairs, on="question_id").sort("position")
     direct.update(ordered.get_column("score").to_numpy(), ordered.get_column("error").to_numpy())
     assert direct.threshold == stored.threshold and (direct.log_wealth == stored.log_wealth).all()
     newest = anytime_gates(db).filter(state="live").row(0, named=True)
-    assert newest["calibration_id"] in served and newest["n_cal"] in (1000, 1350)
+    assert newest["calibration_id"] in served and newest["n_cal"] in (1000, 1300)
 
 
 def test_a_changed_label_under_the_live_anytime_gate_stops_it_serving(tmp_path: Path) -> None:
@@ -88,7 +93,7 @@ def test_an_alarm_withdraws_the_anytime_gate_and_restarts_its_key_from_then_on(t
     (live,) = anytime_gates(db).filter(state="live").iter_rows(named=True)
     with Store.open(db) as store:  # the rate rises: every answer wrong
         store_run(store, n=400, seed=4, base=1.0, id_offset=1000, labelled_at=DAY + timedelta(2))
-    drifted = one_pass(db)
+    drifted = one_pass(db, night=2.5)
     assert live["calibration_id"] in drifted.withdrawn
     with Store.open(db, read_only=True) as store:
         state = newest_anytime_state(store, live["run_key"], "predictive_entropy", live["criterion"], 0.2, 0.05)
@@ -97,7 +102,7 @@ def test_an_alarm_withdraws_the_anytime_gate_and_restarts_its_key_from_then_on(t
     assert entry["serve"] == "nothing" and entry["flagged_gate_id"] == live["calibration_id"]
     with Store.open(db) as store:
         store_run(store, n=100, seed=5, base=0.02, error_slope=0.3, id_offset=1400, labelled_at=DAY + timedelta(3))
-    after = one_pass(db)
+    after = one_pass(db, night=3.5)
     (update,) = [u for u in after.anytime if u.key.estimator == "predictive_entropy"]
     assert update.counted == 100  # only what was seen after the alarm
 
@@ -112,3 +117,55 @@ def test_datasets_certified_together_split_delta_between_their_states(tmp_path: 
         states = store.read("anytime_states")
     assert set(states.get_column("groups")) == {2}
     assert {AnytimeState.from_json(s).delta for s in states.get_column("state_json")} == {0.025}
+
+
+def _traffic_with_late_wrong_labels(store: Store, *, n: int = 1200, delay: timedelta = timedelta(days=3)) -> str:
+    """`n` records seen over day 0 (observations), each right answer labelled as it is seen and each wrong one
+    `delay` later (complaints): the informative delay of production labels."""
+    from tests.support.pipeline_data import simulated_pairs
+
+    pairs = simulated_pairs(n=n, seed=7, base=0.05, error_slope=0.4)
+    key = store.register_run("m", "d", "validation", "p1", {"seed": 0})
+    seen = [DAY + timedelta(seconds=60 * i) for i in range(n)]
+    labelled = [s + (delay if wrong else timedelta(0)) for s, wrong in zip(seen, pairs["error"], strict=True)]
+    ids = pairs["question_id"]
+    with store.transaction():
+        store.upsert("scores", pl.DataFrame({"run_key": key, "question_id": ids, "estimator": "predictive_entropy",
+                                             "value": pairs["score"]}))
+        store.upsert("labels", pl.DataFrame({"run_key": key, "question_id": ids, "criterion": "human",
+                                             "aligned": ~pairs["error"], "value": 1.0 - pairs["error"].cast(float),
+                                             "created_at": labelled},
+                                            schema_overrides={"created_at": pl.Datetime("us", "UTC")}))
+        store.upsert("observations", pl.DataFrame({
+            "run_key": key, "question_id": ids, "observed_at": seen, "source": "traffic.csv",
+            "created_at": seen, "ingest": None}, schema=store.read("observations").schema))
+    return key
+
+
+def test_labels_that_arrive_late_when_wrong_are_counted_only_once_their_window_closes(tmp_path: Path) -> None:
+    """Wrong answers' labels arrive three days late. Without a label window the first night counts only the right
+    answers it has labels for (a biased sample: no error at all) and those records are never counted again; with a
+    four-day window nothing is counted until every label can have arrived, then all of them, in record order."""
+    for window, night, expect in ((timedelta(0), 1.0, "biased"), (timedelta(days=4), 1.0, "waiting"),
+                                  (timedelta(days=4), 5.0, "complete")):
+        db = tmp_path / f"{window.days}-{night}.duckdb"
+        with Store.open(db) as store:
+            key = _traffic_with_late_wrong_labels(store)
+            truth = 1 - store.read("labels", run_key=key).get_column("aligned").mean()
+            wrong = int(round(truth * 1200))
+        # the store as a pass that night finds it: only the labels stored by then
+        raw_sql(db, "DELETE FROM labels WHERE created_at > ?", params=[DAY + timedelta(days=night)])
+        (update,) = one_pass(db, night=night, label_window=window).anytime
+        with Store.open(db, read_only=True) as store:
+            order = anytime_counted_order(store, update.state_id)
+            frame = store.calibration_frame("m", "d", "predictive_entropy", "human", allow_partial=True)
+            counted = order.join(frame, on="question_id").sort("position")
+        if expect == "biased":
+            assert update.unlabelled == wrong > 100 and update.counted == 1200 - wrong
+            assert counted.get_column("error").sum() == 0  # what the old rule fed its e-processes first
+        elif expect == "waiting":
+            assert update.counted == 0 and update.unlabelled == 0 and update.waiting == 1200 - wrong
+        else:
+            assert update.counted == 1200 and update.unlabelled == 0 and update.late == 0
+            assert abs(counted.get_column("error").mean() - truth) < 1e-12  # every record, right or wrong
+            assert counted.get_column("question_id").to_list() == sorted(counted.get_column("question_id"))
