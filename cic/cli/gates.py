@@ -16,7 +16,7 @@ from cic.errors import UserError
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
 
 if TYPE_CHECKING:
-    from cic.pipeline.gate_rows import GateRow
+    from cic.pipeline.gate_rows import GateRow, SystemGateRow
     from cic.pipeline.gates import Families
 
 StoreOpt = Annotated[Path, typer.Option("--db", help="DuckDB file of the store.")]
@@ -128,21 +128,27 @@ def _journal_command(db: Path, complete: str | None, abandon: str | None) -> Non
 @friendly_errors
 def list_gates(
     db: StoreOpt = Path("cic.duckdb"),
-    state: Annotated[str | None, typer.Option("--state", help="candidate, live or retired.")] = None,
+    state: Annotated[str | None, typer.Option("--state", help="A serving state — serving (what `cic gate export` "
+                                              "serves, confirmed gates included), confirmed, withdrawn, candidate, "
+                                              "unattainable, retired — or live (serving, confirmed and withdrawn "
+                                              "alike).")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Only this model's gates.")] = None,
     dataset: Annotated[str | None, typer.Option("--dataset", help="Only this dataset's (stream's) gates.")] = None,
 ) -> None:
-    """Gates with their state, threshold, window and the alerts their recalibration raised; then the system gates
-    (cascades, estimators chosen) with every stage's threshold."""
+    """Gates with their serving state (the words `cic gate export` uses), threshold, window and the alerts their
+    recalibration raised; then the system gates (cascades, estimators chosen) with every stage's threshold; then
+    why each withdrawn gate serves nothing and how to restore it."""
     import polars as pl
 
-    from cic.pipeline.gate_rows import gate_rows
-    from cic.pipeline.gates import STATES, gates, live_families
+    from cic.pipeline.gate_rows import gate_rows, system_gate_rows
+    from cic.pipeline.gates import gates, live_families
+    from cic.pipeline.serving_state import WORDS, serving_state
     from cic.pipeline.system_gates import system_gates
     from cic.store import Store
 
-    if state is not None and state not in STATES:
-        raise UserError(f"--state = {state!r}: one of {', '.join(STATES)}")
+    choices = ("live", *WORDS)
+    if state is not None and state not in choices:
+        raise UserError(f"--state = {state!r}: one of {', '.join(choices)}")
     filters = {k: v for k, v in (("model", model), ("dataset", dataset)) if v is not None}
     with Store.open(_existing(db), read_only=True, wait_s=60) as store:
         rows = gates(store, **filters)
@@ -150,14 +156,20 @@ def list_gates(
         systems = system_gates(store, **({"dataset": dataset} if dataset else {}))
     if model is not None:
         systems = systems.filter(pl.col("models").list.contains(model))
-    if state is not None:
-        rows = rows.filter(state=state)
-        systems = systems.filter(state=state)
-    cells = [_gate_cells(r) for r in gate_rows(rows.sort("model", "dataset", "estimator", "criterion", "alpha",
-                                                          "bound", "search", "created_at"))]
-    _print_gates(f"gates in {db}: {rows.height}", cells)
-    if systems.height:
-        _print_gates(f"system gates (cascades, estimators chosen) in {db}: {systems.height}", _system_cells(systems))
+    typed = [r for r in gate_rows(rows.sort("model", "dataset", "estimator", "criterion", "alpha", "bound", "search",
+                                            "created_at")) if _in_state(r, state)]
+    typed_systems = [r for r in system_gate_rows(systems.sort("system", "dataset", "criterion", "alpha", "bound",
+                                                              "created_at")) if _in_state(r, state)]
+    rows = rows.filter(pl.col("calibration_id").is_in([r.calibration_id for r in typed]))
+    systems = systems.filter(pl.col("calibration_id").is_in([r.calibration_id for r in typed_systems]))
+    _print_gates(f"gates in {db}: {len(typed)}", [_gate_cells(r) for r in typed])
+    if typed_systems:
+        _print_gates(f"system gates (cascades, estimators chosen) in {db}: {len(typed_systems)}",
+                     _system_cells(typed_systems))
+    for r in [*typed, *typed_systems]:  # what on-call needs: why it serves nothing and how to restore it
+        served = serving_state(r)
+        if served.word == "withdrawn":
+            console.print(printable(f"{r.calibration_id[:12]} {served.line()}"), soft_wrap=True)
     for r in gate_rows(rows.filter((pl.col("search") == "anytime") & (pl.col("state") == "live"))):
         console.print(printable(f"{r.calibration_id[:12]} ({r.model}/{r.dataset} {r.estimator} "
                                 f"α={r.alpha:g}): certified at every night since {_since(r)}"), soft_wrap=True)
@@ -169,11 +181,25 @@ def list_gates(
     _warn_over_budget({key: family for key, family in families.items() if family[0].model in shown})
 
 
+def _in_state(row: Any, state: str | None) -> bool:
+    """Whether a gate is in `--state`: a serving state (serving takes confirmed too), or the stored state live."""
+    from cic.pipeline.serving_state import serving_state
+
+    if state is None:
+        return True
+    if state == "live":
+        return row.state == "live"
+    served = serving_state(row)
+    return served.serves if state == "serving" else served.word == state
+
+
 def _gate_cells(r: GateRow) -> tuple[str, ...]:
-    """A gate in the gate list's columns."""
+    """A gate in the gate list's columns (its state in the serving words every surface uses)."""
+    from cic.pipeline.serving_state import serving_state
+
     kind = "" if (r.kind or "pipeline") == "pipeline" else f" ({r.kind})"
     return tuple(map(printable, (
-        r.calibration_id[:12], (r.state or "candidate") + kind,
+        r.calibration_id[:12], serving_state(r).word + kind,
         f"{r.model} · {r.dataset}", f"{r.estimator} · {r.criterion}", f"{r.alpha:g} · {_delta(r)}",
         f"{r.bound} · {r.search}", "unattainable" if r.threshold is None else fmt(r.threshold, ".4g"),
         str(r.n_cal), _window_cell(r), _alert_summary(list(r.alerts)))))
@@ -194,16 +220,18 @@ def _window_cell(row: GateRow) -> str:
     return str(row.window_to or "—")[:19]
 
 
-def _system_cells(rows: Any) -> list[tuple[str, ...]]:
-    """System gates in the gate list's columns: the models in order, each stage's threshold ("never": that model
-    never answers)."""
+def _system_cells(rows: list[SystemGateRow]) -> list[tuple[str, ...]]:
+    """System gates in the gate list's columns: the system's name and models in order, each stage's threshold
+    ("never": that model never answers)."""
+    from cic.pipeline.serving_state import serving_state
+
     return [tuple(map(printable, (
-        r["calibration_id"][:12], f"{r['state']} (system)", f"{' -> '.join(r['models'])} · {r['dataset']}",
-        f"{(r['estimators'] or [r['estimator_rule']])[0]} · {r['criterion']}", f"{r['alpha']:g} · {r['delta']:g}",
-        f"{r['bound']} · {r['search']}", " / ".join("never" if t is None else fmt(t, ".4g") for t in r["thresholds"])
-        if r["certified"] else "unattainable", str(r["n_cal"]), "—",
-        r["system"] + (f"; {_alert_summary(r['alerts'])}" if r["alerts"] else ""))))
-        for r in rows.sort("system", "dataset", "criterion", "alpha", "bound", "created_at").iter_rows(named=True)]
+        r.calibration_id[:12], f"{serving_state(r).word} (system)",
+        f"{r.system}: {' -> '.join(r.models)} · {r.dataset}",
+        f"{(r.estimators or [r.estimator_rule])[0]} · {r.criterion}", f"{r.alpha:g} · {r.delta:g}",
+        f"{r.bound} · {r.search}", " / ".join("never" if t is None else fmt(t, ".4g") for t in r.thresholds)
+        if r.certified else "unattainable", str(r.n_cal), "—", _alert_summary(list(r.alerts)))))
+        for r in rows]
 
 
 def _warn_over_budget(families: Families) -> None:
@@ -418,16 +446,16 @@ def export_gates(
     serving_systems = sum(e["serve"] == "system" for e in systems)
     flagged = [e for e in exported if e.get("flagged")]
     why = {"every gate retired": "retired_gate_id", "alpha unattainable": "unattainable_gate_id",
-           "no guarantee": "unguaranteed_gate_id", "flagged": "flagged_gate_id"}
+           "no guarantee": "unguaranteed_gate_id", "withdrawn": "flagged_gate_id"}
     nothing = ", ".join(f"{n} {label}" for label, field in why.items()
                         if (n := sum(e.get(field) is not None for e in singles)))
     systems_said = (f"; {serving_systems} system gate(s) (cascades, estimators chosen)"
                     + (f", {len(systems) - serving_systems} serving nothing" if len(systems) > serving_systems
                        else "") if systems else "")
-    console.print(f"{live} live gate(s)" + (f" and {len(singles) - live} key(s) serving nothing "
+    console.print(f"{live} gate(s) serving" + (f" and {len(singles) - live} key(s) serving nothing "
                                             f"({nothing})" if nothing else "") + systems_said + f" written to {target}")
     for entry in flagged:
-        err_console.print(styled(("flagged, serving nothing:", "bold yellow"), " ", printable(entry["reason"])),
+        err_console.print(styled(("withdrawn, serving nothing:", "bold yellow"), " ", printable(entry["reason"])),
                           soft_wrap=True)
 
 

@@ -371,9 +371,11 @@ def ask(
     choices: Annotated[list[str] | None, typer.Option("--choice", help="An option (multiple choice; repeat).")] = None,
     estimator: Annotated[str, typer.Option("--estimator", help="Uncertainty score the gate thresholds.")] = \
         "semantic_entropy",
-    criterion: Annotated[str | None, typer.Option("--criterion", help="Default: the dataset's.")] = None,
-    alpha: Annotated[float, typer.Option("--alpha", help="The gate's risk level: its error rate among accepted "
-                                         "answers is certified <= this.")] = 0.25,
+    criterion: Annotated[str | None, typer.Option("--criterion", help="Default: the config's for the dataset, else "
+                                                  "the dataset's.")] = None,
+    alpha: Annotated[float | None, typer.Option("--alpha", help="The gate's risk level: its error rate among "
+                                                "accepted answers is certified <= this. Default: the config's "
+                                                "alpha; with several, the strictest whose gate serves.")] = None,
     bound: Annotated[str, typer.Option("--bound", help="The gate's bound: cp | hoeffding | hoeffding_kl | bentkus "
                                        "| hoeffding_bentkus, or e-process for a gate of `recalibration.rule: "
                                        "anytime` (with --search anytime).")] = "cp",
@@ -382,9 +384,12 @@ def ask(
                                                 "its models asked in order, the next only when needed; its "
                                                 "gate's estimators and search are used.")] = None,
 ) -> None:
-    """Answer with the live gate, or abstain; shows the uncertainty score and the certified threshold."""
+    """Answer with the live gate, or abstain; shows the uncertainty score and the certified threshold. The gate and
+    its score are checked before any model loads; a gate that serves nothing abstains without one."""
     from cic.pipeline.asking import ask_question
 
+    if alpha is not None and not 0 < alpha < 1:
+        raise UserError(f"--alpha = {alpha!r}: a risk level strictly between 0 and 1")
     if cascade is not None:
         if model is not None:
             raise UserError(f"--model {model!r} with --cascade {cascade!r}: the cascade names its models")
@@ -396,17 +401,18 @@ def ask(
     verdict = ("ANSWER", "bold green") if reply.decision == "answer" else ("ABSTAIN", "bold yellow")
     console.print(styled(verdict, f"  {reply.answer!r}") if reply.decision == "answer" else styled(verdict),
                   highlight=False)
-    console.print(f"score {reply.estimator} = {reply.score + 0.0:.4g}; threshold = "
+    score = "not computed (no model asked)" if reply.score is None else f"{reply.score + 0.0:.4g}"
+    console.print(f"score {reply.estimator} = {score}; threshold = "
                   f"{'none' if reply.threshold is None else format(reply.threshold, '.4g')} "
-                  f"(α = {alpha:g}, {bound}, {search}, gate {reply.calibration_id[:12]})", highlight=False)
+                  f"(α = {reply.alpha:g}, {bound}, {search}, gate {reply.calibration_id[:12]})", highlight=False)
     if reply.withheld:
         console.print(printable(f"why: {reply.withheld}"), highlight=False, soft_wrap=True)
-    if reply.decision == "abstain":
+    if reply.decision == "abstain" and reply.answer:
         console.print(f"most likely answer (withheld): {reply.answer!r}", style="dim", highlight=False)
 
 
 def ask_with_cascade(question: str, *, config: str, db: str | None, cascade: str, dataset: str,
-                     choices: list[str] | None, criterion: str | None, alpha: float, bound: str) -> None:
+                     choices: list[str] | None, criterion: str | None, alpha: float | None, bound: str) -> None:
     """`cic ask --cascade`: the decision, which model answered, and each stage asked (score against threshold)."""
     from cic.pipeline.asking import ask_cascade
 
@@ -425,7 +431,7 @@ def ask_with_cascade(question: str, *, config: str, db: str | None, cascade: str
         console.print(printable(f"  not called: {', '.join(reply.not_called)} (an earlier model answered)"),
                       highlight=False)
     estimator = reply.estimators[0] if reply.estimators else "none"
-    console.print(printable(f"cascade {cascade} (α = {alpha:g}, {bound}, estimator {estimator}, gate "
+    console.print(printable(f"cascade {cascade} (α = {reply.alpha:g}, {bound}, estimator {estimator}, gate "
                             f"{reply.calibration_id[:12]})"), highlight=False)
     if reply.decision == "abstain" and reply.answer:
         console.print(printable(f"last answer (withheld): {reply.answer!r}"), style="dim", highlight=False)

@@ -22,11 +22,12 @@ class Reply:
 
     decision: str
     answer: str
-    score: float
+    score: float | None  # None: not computed (the key's gate serves nothing, so no model was asked)
     threshold: float | None
     estimator: str
     calibration_id: str
     withheld: str | None = None  # why the key's gate serves nothing (unattainable, flagged, no guarantee)
+    alpha: float | None = None   # the gate's alpha (the config's when --alpha was not given)
 
 
 def question_row(question: str, dataset: str, choices: Sequence[str] | None) -> pl.DataFrame:
@@ -67,9 +68,11 @@ def certified_identity(db: str, run_key: str, engine: str) -> str | None:
 
 
 def ask_question(question: str, *, config_path: str | Path, db: str | None, model: str | None, dataset: str,
-                 choices: Sequence[str] | None, estimator: str, criterion: str | None, alpha: float, bound: str,
-                 search: str) -> Reply:
-    """Generate the answer and its samples with the config's model, score it, apply the stored gate."""
+                 choices: Sequence[str] | None, estimator: str, criterion: str | None, alpha: float | None,
+                 bound: str, search: str) -> Reply:
+    """Find the gate (alpha and criterion default to the config's), check that this config can compute its score,
+    then — only then, and only when the gate serves — generate the answer with the config's model, score it and
+    apply the gate. A gate that serves nothing abstains without loading a model."""
     from cic.pipeline.config import load_config
     from cic.pipeline.gates import gate_of
 
@@ -78,14 +81,69 @@ def ask_question(question: str, *, config_path: str | Path, db: str | None, mode
     index = names.index(model) if model in names else 0
     if model is not None and model not in names:
         raise UserError(f"model = {model!r}: not in the config; choose from {names}")
-    gate_row = serving_gate(db or config.storage.db, model=names[index], dataset=dataset, estimator=estimator,
-                           criterion=criterion, alpha=alpha, bound=bound, search=search)
-    answer, score = answer_and_score(config, index, db or config.storage.db, gate_row.run_key,
-                                     gate_row.estimator, question_row(question, dataset, choices))
+    store_path = db or config.storage.db
+    criterion = criterion or configured_criterion(config, dataset)
+    if alpha is None:
+        alpha = default_alpha(store_path, config.calibration.alphas, model=names[index], dataset=dataset,
+                              estimator=estimator, criterion=criterion, bound=bound, search=search)
+    gate_row = serving_gate(store_path, model=names[index], dataset=dataset, estimator=estimator,
+                            criterion=criterion, alpha=alpha, bound=bound, search=search)
     why = gate_row.withheld
-    threshold = None if why is not None else gate_row.threshold  # a gate out of service answers nothing
-    return Reply(gate_of(gate_row).decide(score), answer, score, threshold, gate_row.estimator,
-                 gate_row.calibration_id, why)
+    if why is not None:  # a gate out of service answers nothing: no model is loaded to find that out
+        return Reply("abstain", "", None, None, gate_row.estimator, gate_row.calibration_id, why, alpha)
+    askable_estimator(config, gate_row.estimator, gate_row.calibration_id)
+    answer, score = answer_and_score(config, index, store_path, gate_row.run_key,
+                                     gate_row.estimator, question_row(question, dataset, choices))
+    return Reply(gate_of(gate_row).decide(score), answer, score, gate_row.threshold, gate_row.estimator,
+                 gate_row.calibration_id, None, alpha)
+
+
+def configured_criterion(config: Any, dataset: str) -> str | None:
+    """The config's criterion for the dataset (its first), or None: the dataset's default."""
+    for entry in config.datasets:
+        if entry.name == dataset and entry.criteria:
+            return str(entry.criteria[0])
+    return None
+
+
+def default_alpha(db: str, alphas: Sequence[float], *, model: str, dataset: str, estimator: str,
+                  criterion: str | None, bound: str, search: str) -> float:
+    """`cic ask` without --alpha: the config's alpha when it has one; else the strictest configured alpha whose
+    gate serves for this key (the largest when none does, so the miss lists what serves)."""
+    from cic.pipeline.gate_rows import gate_rows
+    from cic.pipeline.gates import gates
+    from cic.pipeline.serving_state import serving_state
+    from cic.store import Store
+
+    if len(alphas) == 1:
+        return float(alphas[0])
+    with Store.open(db, read_only=True, wait_s=60) as store:
+        live = gates(store, model=model, dataset=dataset, bound=bound, search=search).filter(
+            (pl.col("state") == "live") & ((pl.col("estimator") == estimator)
+                                          | (pl.col("estimator").str.split("[").list.first() == estimator)))
+    if criterion:
+        live = live.filter(criterion=criterion)
+    serving = {round(r.alpha, 12) for r in gate_rows(live) if serving_state(r).serves}
+    chosen = [a for a in sorted(alphas) if round(float(a), 12) in serving]
+    return float(chosen[0] if chosen else max(alphas))
+
+
+def askable_estimator(config: Any, stored: str, gate_id: str) -> None:
+    """Refuse, before any model loads, a gate whose score this config cannot compute under the name the gate was
+    certified on (an ingested `score:<name>` column is stored as written): one line with the spelling it can."""
+    from cic.llm.uncertainty.estimators import ESTIMATORS
+
+    base = stored.split("[")[0]
+    if base not in ESTIMATORS:
+        raise UserError(f"gate {gate_id[:12]} thresholds score {stored!r}, which no estimator computes "
+                        f"(estimators: {', '.join(ESTIMATORS)}); `cic ask` cannot score a new question for it — "
+                        "serve it where that score is computed (`cic gate export`)")
+    computed = config.uncertainty.model_copy(update={"estimators": (base,)}).score_names()[0]
+    if computed != stored:
+        raise UserError(f"gate {gate_id[:12]} thresholds score {stored!r}, but this config computes {base} as "
+                        f"{computed!r} (uncertainty.equivalence and its threshold shape it); ingest the score "
+                        f"column as `score:{computed}` and recalibrate, or ask with a config whose uncertainty "
+                        "settings give that name")
 
 
 def answer_and_score(config: Any, index: int, db: str, run_key: str, estimator: str,
@@ -125,6 +183,7 @@ class CascadeReply:
     calibration_id: str
     estimators: tuple[str, ...]
     models: tuple[str, ...]
+    alpha: float | None = None
 
     @property
     def not_called(self) -> tuple[str, ...]:
@@ -133,9 +192,12 @@ class CascadeReply:
 
 
 def ask_cascade(question: str, *, config_path: str | Path, db: str | None, cascade: str, dataset: str,
-                choices: Sequence[str] | None, criterion: str | None, alpha: float, bound: str) -> CascadeReply:
+                choices: Sequence[str] | None, criterion: str | None, alpha: float | None,
+                bound: str) -> CascadeReply:
     """Ask the cascade's models in order with its stored (re-certified) gate: the first whose score is within its
-    threshold answers and no later model is called; a stage without a threshold is skipped; none: abstain."""
+    threshold answers and no later model is called; a stage without a threshold is skipped; none: abstain. Alpha
+    defaults to the strictest configured alpha whose gate serves; every stage's score is checked computable
+    before any model loads."""
     from cic.pipeline.config import load_config
     from cic.pipeline.system_gates import serving_system_gate
     from cic.store import Store
@@ -146,9 +208,21 @@ def ask_cascade(question: str, *, config_path: str | Path, db: str | None, casca
         raise UserError(f"cascade = {cascade!r}: not in the config's calibration.cascades "
                         f"({', '.join(sorted(names)) or 'none'})")
     store_path = db or config.storage.db
+    criterion = criterion or configured_criterion(config, dataset)
+    tried = sorted(config.calibration.alphas) if alpha is None else [alpha]
     with Store.open(store_path, read_only=True, wait_s=60) as store:
-        row = serving_system_gate(store, system=cascade, dataset=dataset, criterion=criterion, alpha=alpha,
-                                  bound=bound)
+        for i, level in enumerate(tried):
+            try:
+                row = serving_system_gate(store, system=cascade, dataset=dataset, criterion=criterion, alpha=level,
+                                          bound=bound)
+                alpha = level
+                break
+            except UserError:
+                if i == len(tried) - 1:
+                    raise
+    for stage, name in enumerate(row["estimators"] or []):
+        if row["thresholds"][stage] is not None:
+            askable_estimator(config, name, row["calibration_id"])
     configured = next(c for c in config.calibration.cascades if c.name == cascade)
     if list(configured.models) != row["models"]:
         raise UserError(f"cascade {cascade!r}: the config's {' -> '.join(configured.models)} is not the system "
@@ -166,6 +240,6 @@ def ask_cascade(question: str, *, config_path: str | Path, db: str | None, casca
         steps.append((model, score, threshold))
         if score <= threshold:
             return CascadeReply("answer", last, model, tuple(steps), row["calibration_id"],
-                                tuple(row["estimators"]), tuple(row["models"]))
+                                tuple(row["estimators"]), tuple(row["models"]), alpha)
     return CascadeReply("abstain", last, None, tuple(steps), row["calibration_id"], tuple(row["estimators"]),
-                        tuple(row["models"]))
+                        tuple(row["models"]), alpha)

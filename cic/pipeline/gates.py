@@ -23,20 +23,25 @@ from cic import schema
 from cic.errors import UserError
 from cic.pipeline.alerts import OVER_BUDGET, Alert, kind_names, stored
 from cic.pipeline.certificates import recertify_all
-from cic.pipeline.gate_rows import ColumnReader, GateRow, gate_rows
+from cic.pipeline.gate_rows import GateRow, gate_rows
+from cic.pipeline.serving_state import (
+    CONFIRMED,
+    FLAGGED,
+    UNATTAINABLE,
+    WITHOUT_GUARANTEE,
+    flag_of,
+    guaranteed,
+    no_guarantee_refusal,
+    serving_state,
+)
 from cic.store.queries import last_gate_events, stored_gate_ids
 
 if TYPE_CHECKING:
     from cic.stats.gate import Gate
     from cic.store import Store
 
-STATES = ("candidate", "live", "retired", "unattainable")
-UNATTAINABLE = "unattainable"  # a key's gate that certifies nothing (alpha unattainable): it serves "nothing"
+STATES = ("candidate", "live", "retired", UNATTAINABLE)
 HOLDS_KEY = ("live", UNATTAINABLE)  # the states that speak for a serving key (one gate each)
-FLAGGED = "flagged: "      # the reason of an event that flags a gate (`flag_gates`), keeping its state
-ALERTED = "alerted: "      # an alert noted on a live gate that keeps serving (`recalibration.on_alarm: flag`)
-WITHOUT_GUARANTEE = "without guarantee: "  # a person made live a gate whose search certifies nothing jointly
-CONFIRMED = "confirmed: "  # the reason of an event by which a person confirms a flagged live gate (`confirm`)
 SERVING_KEY = ("model", "dataset", "estimator", "criterion", "alpha", "delta", "bound", "search")
 # a grouped certificate speaks for a model's live gates of one configuration across its datasets (streams)
 FAMILY_KEY = tuple(k for k in SERVING_KEY if k != "dataset")
@@ -118,19 +123,6 @@ def record_candidates(store: Store, alerts_by_gate: dict[str, Sequence[str]], re
                                   if gid not in known]))
 
 
-def guaranteed(row: ColumnReader) -> bool:
-    """Whether the gate's search gives a high-probability guarantee (`paper` — Algorithm 1 as printed — and any
-    expectation-only rule do not: their gates are report results, never live unless a person opts in)."""
-    from cic.stats.searches import get_search
-
-    if row["search"] == "anytime":  # `cic.pipeline.anytime_gates`: Ville's inequality, at every night
-        return True
-    try:
-        return get_search(row["search"]).guarantee_kind == "high-probability"
-    except UserError:
-        return False
-
-
 def _weaker_guarantee(row: GateRow) -> str:
     """What a gate of a search without a high-probability guarantee does promise: `lec`'s holds in expectation
     over calibration sets, `paper`'s for no data-chosen threshold."""
@@ -140,16 +132,6 @@ def _weaker_guarantee(row: GateRow) -> str:
         return "in expectation only" if get_search(row["search"]).guarantee_kind == "expectation" else "none"
     except UserError:
         return "none"
-
-
-def no_guarantee_refusal(row: ColumnReader) -> str | None:
-    """Why a live gate must not serve because its search has no guarantee (None when it may: a guaranteed
-    search, or a person's explicit opt-in, `cic gate promote --without-guarantee`, as its newest event)."""
-    if guaranteed(row) or (row.get("reason") or "").startswith(WITHOUT_GUARANTEE):
-        return None
-    return (f"gate {row['calibration_id'][:12]} comes from search {row['search']!r}, which has no high-probability "
-            "guarantee: a report result, not a gate to serve (promote a gate of a guaranteed search, or opt in with "
-            "`cic gate promote ID --without-guarantee`)")
 
 
 def gate_of(row: GateRow) -> Gate:
@@ -236,13 +218,6 @@ def promote(store: Store, gate_id: str, *, reason: str, despite_alerts: bool = F
                        for gid in retired])
         _write(store, [_event(store, row["calibration_id"], state, reason, row["alerts"])])
     return replace(row, state=state), retired
-
-
-def flag_of(row: ColumnReader) -> str | None:
-    """Why a live gate is flagged (its newest event flagged it: a relabel touched its window), else None; a
-    flagged gate is not served by `cic gate export` until a newer gate is promoted or a person confirms it."""
-    reason = row.get("reason") or ""
-    return reason[len(FLAGGED):] if row.get("state") == "live" and reason.startswith(FLAGGED) else None
 
 
 def confirm(store: Store, gate_id: str, *, reason: str) -> GateRow:
@@ -372,8 +347,7 @@ def live_gate(store: Store, *, model: str, dataset: str, estimator: str, criteri
     wanted = (f"model={model!r}, dataset={dataset!r}, estimator={estimator!r}, criterion={criterion!r}, "
               f"alpha={alpha:g}, bound={bound!r}, search={search!r}")
     if rows.height == 0:
-        raise UserError(f"no stored gate for {wanted} in {store.path}; run `cic run` (or `cic calibrate`) with "
-                         "these settings first")
+        raise UserError(f"no stored gate for {wanted} in {store.path}; {serving_here(store, model, dataset)}")
     live = rows.filter(pl.col("state").is_in(HOLDS_KEY))
     if live.height == 0:
         waiting = rows.filter(state="candidate").sort("created_at").get_column("calibration_id").to_list()
@@ -387,6 +361,19 @@ def live_gate(store: Store, *, model: str, dataset: str, estimator: str, criteri
         return replace(row, withheld=why)
     recertify_all(store, [row])  # its certificate, recomputed from the store's pairs
     return row
+
+
+def serving_here(store: Store, model: str, dataset: str, shown: int = 8) -> str:
+    """What a miss says: the gates serving for that model and dataset (ask one of them), or that none does."""
+    serving = [r for r in gate_rows(gates(store, model=model, dataset=dataset).filter(state="live"))
+               if serving_state(r).serves]
+    if not serving:
+        return (f"no gate serves for model {model!r} on {dataset!r}; run `cic run` (or `cic calibrate`) first, or "
+                "see `cic gate list`")
+    listed = "; ".join(f"--estimator {r.estimator} --criterion {r.criterion} --alpha {r.alpha:g} --bound {r.bound} "
+                       f"--search {r.search}" for r in serving[:shown])
+    more = f" (and {len(serving) - shown} more: `cic gate list --state serving`)" if len(serving) > shown else ""
+    return f"gates serving for model {model!r} on {dataset!r}: {listed}{more}"
 
 
 def served_entries(store: Store, **equals: Any) -> list[dict[str, Any]]:
@@ -408,12 +395,12 @@ def served_entries(store: Store, **equals: Any) -> list[dict[str, Any]]:
             if why is not None:  # unattainable, flagged, or without a guarantee: serves nothing, says why
                 if flag_of(row) is None:  # (a flagged gate is out of service whatever its row says)
                     verify_gate(row)
-                out.append({"serve": "nothing", "gate_id": None, **key, "threshold": None, "reason": why,
-                            **_withheld_fields(row)})
+                out.append({"serve": "nothing", "gate_id": None, **key, **serving_state(row).fields(),
+                            "threshold": None, "reason": why, **_withheld_fields(row)})
                 continue
             verify_gate(row)
             serving.append(row)
-            out.append({"serve": "gate", "gate_id": row["calibration_id"], **key,
+            out.append({"serve": "gate", "gate_id": row["calibration_id"], **key, **serving_state(row).fields(),
                         "guarantee": _anytime_guarantee(row) or "high-probability" if guaranteed(row) else
                         f"{_weaker_guarantee(row)}: a person opted in ({row['reason'][len(WITHOUT_GUARANTEE):]})",
                         **{k: row[k] for k in ("threshold", "bound_value", "n_accepted", "n_errors", "n_cal")},
@@ -424,7 +411,7 @@ def served_entries(store: Store, **equals: Any) -> list[dict[str, Any]]:
         retired = key_rows.filter(state="retired").sort("state_at")
         if retired.height:
             last = GateRow.of(retired.row(-1, named=True))
-            out.append({"serve": "nothing", "gate_id": None, **key, "threshold": None,
+            out.append({"serve": "nothing", "gate_id": None, **key, **serving_state(last).fields(), "threshold": None,
                         "retired_gate_id": last["calibration_id"], "retired_at": str(last["state_at"]),
                         "reason": f"every gate of this key is retired ({last['reason']}); abstain on every question "
                                   "until one is promoted"})

@@ -161,7 +161,8 @@ def promote_quiet_groups(store: Store, results: Sequence[GroupRecalibration],
     guarantee (no `paper`), and only when their family's live gates would not spend more than delta together
     (`held_over_budget`: those are flagged with why and wait for a person). A paging group waits for a person
     (`cic gate promote --despite-alerts`). Returns (promoted ids, held id -> why)."""
-    from cic.pipeline.gates import flag_gates, guaranteed, held_over_budget, promote_many
+    from cic.pipeline.gates import flag_gates, held_over_budget, promote_many
+    from cic.pipeline.serving_state import guaranteed
 
     chosen = []
     for result in results:
@@ -197,7 +198,7 @@ def _already_handled(reason: str, why: Alert) -> bool:
     """A live gate already flagged or alerted is not flagged again; one a person confirmed stays confirmed
     against its (sticky) monitor alarm, but not against a new failing error-rate test."""
     from cic.pipeline.alerts import MONITOR_ALARM
-    from cic.pipeline.gates import ALERTED, CONFIRMED, FLAGGED
+    from cic.pipeline.serving_state import ALERTED, CONFIRMED, FLAGGED
 
     return reason.startswith((FLAGGED, ALERTED)) or (reason.startswith(CONFIRMED) and kind_of(why) == MONITOR_ALARM)
 
@@ -272,8 +273,9 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
     whose labels can no longer be late; the monitor of a live gate counts every label as it arrives. `now`: the
     pass's clock (default the wall clock)."""
     from cic.pipeline import monitoring
-    from cic.pipeline.gates import ALERTED, FLAGGED, flag_gates, record_candidates
+    from cic.pipeline.gates import flag_gates, record_candidates
     from cic.pipeline.ingest import refusal
+    from cic.pipeline.serving_state import ALERTED, FLAGGED
     from cic.pipeline.system_recalibration import recalibrate_systems
 
     cut = refusal(store)

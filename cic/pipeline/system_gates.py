@@ -20,6 +20,7 @@ from cic import schema
 from cic.errors import UserError
 from cic.pipeline.gate_rows import ColumnReader, SystemGateRow, system_gate_rows
 from cic.pipeline.run_results import SystemResultRow
+from cic.pipeline.serving_state import UNATTAINABLE, serving_state
 from cic.pipeline.stored_calibration import data_fingerprint
 from cic.stats.cascades import certify_system, evaluate_system_splits
 from cic.stats.searches import DEFAULT_SEARCH
@@ -258,7 +259,7 @@ def promote_first_system_gates(store: Store, calibration_ids: list[str], *, reas
     """Make live each of these system gates whose key has no live gate yet (one that certifies nothing becomes the
     key's *unattainable* gate, replacing an earlier one); later ones stay candidates for `cic gate promote`, as
     single gates do. Returns the ids made live."""
-    from cic.pipeline.gates import UNATTAINABLE, write_moves
+    from cic.pipeline.gates import write_moves
 
     table = system_gates(store)
     live = {_system_key(r) for r in system_gate_rows(table.filter(state="live"))}
@@ -294,7 +295,7 @@ def find_system_gate(store: Store, gate_id: str) -> SystemGateRow | None:
 def promote_system_gate(store: Store, row: SystemGateRow, *, reason: str) -> list[str]:
     """Make a system gate speak for its key — re-certified first — retiring the gate that did; returns the ids
     retired."""
-    from cic.pipeline.gates import HOLDS_KEY, UNATTAINABLE, write_moves
+    from cic.pipeline.gates import HOLDS_KEY, write_moves
 
     verify_system_gate(store, row)
     if row["state"] == "live":
@@ -311,7 +312,8 @@ def promote_system_gate(store: Store, row: SystemGateRow, *, reason: str) -> lis
 def confirm_system_gate(store: Store, row: SystemGateRow, *, reason: str) -> SystemGateRow:
     """A person keeps serving a flagged live system gate after review (recorded in its event log), once the store's
     pairs still give its thresholds; anything but a flagged live system gate is refused."""
-    from cic.pipeline.gates import CONFIRMED, write_moves
+    from cic.pipeline.gates import write_moves
+    from cic.pipeline.serving_state import CONFIRMED
 
     short = row["calibration_id"][:12]
     flag = _flag(row)
@@ -369,7 +371,7 @@ def serving_system_gate(store: Store, *, system: str, dataset: str, criterion: s
 
 
 def _flag(row: ColumnReader) -> str | None:
-    from cic.pipeline.gates import flag_of
+    from cic.pipeline.serving_state import flag_of
 
     return flag_of(row)
 
@@ -392,15 +394,16 @@ def served_system_entries(store: Store, *, model: str | None = None, dataset: st
         if row is None:
             retired = key_rows.filter(state="retired").sort("state_at")
             if retired.height:
-                out.append({"serve": "nothing", "gate_id": None, **key, "thresholds": None,
-                            "retired_gate_id": retired.get_column("calibration_id")[-1],
+                last = SystemGateRow.of(retired.row(-1, named=True))
+                out.append({"serve": "nothing", "gate_id": None, **key, **serving_state(last).fields(),
+                            "thresholds": None, "retired_gate_id": last.calibration_id,
                             "reason": "every gate of this system key is retired; abstain on every question until "
                                       "one is promoted"})
             continue
         flag = _flag(row)
         if flag is not None:  # withdrawn by a recalibration (or a relabel): out of service whatever its row says
             short = row["calibration_id"][:12]
-            out.append({"serve": "nothing", "gate_id": None, **key, "thresholds": None,
+            out.append({"serve": "nothing", "gate_id": None, **key, **serving_state(row).fields(), "thresholds": None,
                         "flagged_gate_id": row["calibration_id"], "flagged": flag,
                         "flagged_at": str(row["state_at"]),
                         "reason": f"live system gate {short} is flagged ({flag}); it serves nothing until a newer "
@@ -408,12 +411,13 @@ def served_system_entries(store: Store, *, model: str | None = None, dataset: st
             continue
         verify_system_gate(store, row)
         if not row["certified"]:
-            out.append({"serve": "nothing", "gate_id": None, **key, "thresholds": None,
+            out.append({"serve": "nothing", "gate_id": None, **key, **serving_state(row).fields(), "thresholds": None,
                         "unattainable_gate_id": row["calibration_id"], "n_cal": row["n_cal"],
                         "reason": f"alpha = {row['alpha']:g} is unattainable for this system: abstain on every "
                                   "question"})
             continue
-        out.append({"serve": "system", "gate_id": row["calibration_id"], **key, "estimators": row["estimators"],
+        out.append({"serve": "system", "gate_id": row["calibration_id"], **key, **serving_state(row).fields(),
+                    "estimators": row["estimators"],
                     "thresholds": row["thresholds"], "guarantee": row["guarantee"],
                     **{k: row[k] for k in ("bound_value", "n_accepted", "n_errors", "n_cal", "shares",
                                            "cost_per_question", "run_keys")},

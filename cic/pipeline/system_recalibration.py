@@ -23,8 +23,8 @@ import polars as pl
 
 from cic.pipeline.alerts import Alert
 from cic.pipeline.gate_rows import ColumnReader, SystemGateRow, system_gate_rows
-from cic.pipeline.gates import flag_of
 from cic.pipeline.monitoring import MonitorUpdate, update_of
+from cic.pipeline.serving_state import flag_of
 from cic.pipeline.stored_calibration import GroupKey
 from cic.pipeline.system_gates import iter_system_data, speaking_system_gates, spec_of, system_calibration_rows
 from cic.pipeline.windows import MIN_WINDOW, Check, WindowRule, new_window, unattainable_alert

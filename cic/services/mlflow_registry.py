@@ -31,6 +31,7 @@ from cic.services.mlflow_tracking import experiment_id
 LIVE_ALIAS = "live"           # the alias of the per-key registered models earlier versions wrote (cleared)
 GATE_ID_TAG = "cic.gate_id"
 STATE_TAG = "cic.state"
+SERVES = ("serving", "confirmed")  # the serving states that hold the configuration's alias
 KEY_TAG = "cic.serving_key"
 GROUP_TAG = "cic.group_key"
 GROUP_KEY = ("model", "dataset", "estimator", "criterion")
@@ -223,7 +224,7 @@ def _sync_group(client: MlflowClient, rows: list[Row], experiment_prefix: str,
             raise RegistryMismatch(f"{name} version {version.version} is tagged gate "
                                    f"{version.tags.get(GATE_ID_TAG)!r}, key {version.tags.get(KEY_TAG)!r}, not gate "
                                    f"{row['calibration_id']!r} of {tags[KEY_TAG]}; nothing was moved")
-        if registry_state(row) == "live":
+        if registry_state(row) in SERVES:
             wanted[live_alias(row)] = str(version.version)
     for row in rows:  # a configuration whose live gate serves nothing (or is flagged), or that has none: no alias
         wanted.setdefault(live_alias(row), "")
@@ -247,13 +248,12 @@ def _sync_group(client: MlflowClient, rows: list[Row], experiment_prefix: str,
 
 
 def registry_state(row: ColumnReader) -> str:
-    """A version's `cic.state` tag: the gate's state, or "flagged" for a live gate a relabel flagged (it serves
-    nothing and holds no alias until a newer gate is promoted or a person confirms it)."""
-    from cic.pipeline.gates import flag_of, no_guarantee_refusal
+    """A version's `cic.state` tag: the gate's serving state in the words every surface uses
+    (`cic.pipeline.serving_state`): serving, confirmed, withdrawn (no alias until a newer gate is promoted or a
+    person confirms it), candidate, unattainable, retired."""
+    from cic.pipeline.serving_state import serving_state
 
-    if row["state"] == "live" and no_guarantee_refusal(row) is not None:
-        return "no-guarantee"  # a report result: registered, never aliased live
-    return "flagged" if flag_of(row) is not None else row["state"]
+    return serving_state(row).word
 
 
 def registered_gate_models(client: MlflowClient, prefix: str = NAME_PREFIX) -> dict[str, Any]:

@@ -142,7 +142,7 @@ def test_gate_list_shows_the_cascade_gate_and_promote_takes_its_id(tmp_path: Pat
     assert listed.returncode == 0, listed.stderr
     flat = " ".join(listed.stdout.split())
     assert "system gates (cascades, estimators chosen) in pair.duckdb: 1" in flat
-    assert "live (system)" in flat and "smollm2 -> big · trivia_qa" in flat and "1e-09 / 0.5" in flat
+    assert "serving (system)" in flat and "pair: smollm2 -> big · trivia_qa" in flat and "1e-09 / 0.5" in flat
     with Store.open(tmp_path / "pair.duckdb", read_only=True) as store:
         gate_id = store.read("system_calibrations").get_column("calibration_id")[0]
     promoted = subprocess.run([str(CIC), "gate", "promote", gate_id[:12], "--db", "pair.duckdb"], cwd=tmp_path,

@@ -416,7 +416,7 @@ def test_a_withdrawing_pass_with_mlflow_down_says_the_registry_was_not_updated_a
     assert synced.exit_code == 0, synced.output
     assert not set(summary.withdrawn) & aliased_gates()  # the sync removed their aliases
     versions = client.search_model_versions()
-    withdrawn = {v.tags.get("cic.gate_id") for v in versions if v.tags.get("cic.state") == "flagged"}
+    withdrawn = {v.tags.get("cic.gate_id") for v in versions if v.tags.get("cic.state") == "withdrawn"}
     assert withdrawn == set(summary.withdrawn)
 
 
@@ -467,7 +467,7 @@ def test_a_cascade_gate_drifting_is_withdrawn_by_the_nightly_flow_and_leaves_the
     assert candidate.live_thresholds == tuple(live["thresholds"])
     assert not client.get_registered_model(name).aliases  # the registry followed in the same pass
     (version,) = client.search_model_versions(f"name = '{name}'")
-    assert version.tags["cic.state"] == "flagged"
+    assert version.tags["cic.state"] == "withdrawn"
     exported = CliRunner().invoke(app, ["gate", "export", "--db", str(db), "--out", str(db.parent / "g.json")])
     assert exported.exit_code == 0, exported.output
     (entry,) = [e for e in json.loads((db.parent / "g.json").read_text()) if e.get("system")]

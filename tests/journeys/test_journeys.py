@@ -300,6 +300,6 @@ def test_on_call_a_warning_completes_a_page_fails_and_the_rejected_gate_serves_n
     assert entry["serve"] == "nothing" and "error rate at the live threshold" in entry["reason"]
     registry = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
     versions = registry.search_model_versions(f"tags.`cic.gate_id` = '{live_id}'")
-    assert len(versions) == 1 and versions[0].tags["cic.state"] == "flagged"
+    assert len(versions) == 1 and versions[0].tags["cic.state"] == "withdrawn"
     model = registry.get_registered_model(versions[0].name)
     assert str(versions[0].version) not in {str(v) for v in (model.aliases or {}).values()}  # no alias serves it

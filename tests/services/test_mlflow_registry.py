@@ -156,4 +156,4 @@ def test_gates_that_serve_nothing_are_never_registered_and_one_model_holds_a_gro
     assert set(models[0].aliases) == {live_alias(r) for r in serving}  # no alias for the unattainable α
     for row in serving:
         version = client.get_model_version_by_alias(models[0].name, live_alias(row))
-        assert version.tags["cic.alpha"] == f"{row['alpha']:g}" and version.tags["cic.state"] == "live"
+        assert version.tags["cic.alpha"] == f"{row['alpha']:g}" and version.tags["cic.state"] == "serving"

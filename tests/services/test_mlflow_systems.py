@@ -82,4 +82,4 @@ def test_the_registry_holds_a_live_system_gate_as_one_version_with_every_thresho
         flag_gates(store, {live["calibration_id"]: "error rate at the live thresholds … (test)"})
     after = registry_sync(str(db), uri, [live["calibration_id"]])
     assert mine not in after
-    assert client.get_model_version(name, version.version).tags["cic.state"] == "flagged"
+    assert client.get_model_version(name, version.version).tags["cic.state"] == "withdrawn"

@@ -1,0 +1,112 @@
+"""A gate's serving state, in the same words on every surface (`cic gate list`, the export, `cic ask`, the nightly
+console, Prefect's log and artifact, MLflow's registry tags): serving · withdrawn (since, why, how to restore) ·
+confirmed (serving again after a withdrawal, a person's call) · candidate · unattainable · retired.
+
+Read from a gate's newest event (its stored state and the reason's marker: a withdrawal is a live gate whose newest
+event flags it), for single and system gates alike; `ServingState.serves` is what the export serves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from cic.errors import UserError
+from cic.pipeline.gate_rows import ColumnReader
+
+UNATTAINABLE = "unattainable"  # a key's gate that certifies nothing (alpha unattainable): it serves "nothing"
+FLAGGED = "flagged: "      # the reason of an event that flags a gate (`flag_gates`), keeping its state
+ALERTED = "alerted: "      # an alert noted on a live gate that keeps serving (`recalibration.on_alarm: flag`)
+WITHOUT_GUARANTEE = "without guarantee: "  # a person made live a gate whose search certifies nothing jointly
+CONFIRMED = "confirmed: "  # the reason of an event by which a person confirms a flagged live gate (`confirm`)
+
+SERVING, WITHDRAWN, CONFIRMED_STATE = "serving", "withdrawn", "confirmed"
+#: every serving state, in the order tables list them; `cic gate list --state` takes these and the stored states
+WORDS = (SERVING, CONFIRMED_STATE, WITHDRAWN, "candidate", UNATTAINABLE, "retired")
+
+
+@dataclass(frozen=True)
+class ServingState:
+    """What a gate does for its key now: `word` (one of WORDS), since when, why (withdrawn: the alert that withdrew
+    it; unattainable and retired: what the event says) and how to restore it (withdrawn only)."""
+
+    word: str
+    since: datetime | None = None
+    why: str | None = None
+    restore: str | None = None
+
+    @property
+    def serves(self) -> bool:
+        """Whether the export serves this gate's threshold (serving, or confirmed after a withdrawal)."""
+        return self.word in (SERVING, CONFIRMED_STATE)
+
+    def fields(self) -> dict[str, str | None]:
+        """The export's words for it: `state`, `state_since` and, when withdrawn, `restore`."""
+        out = {"state": self.word, "state_since": None if self.since is None else str(self.since)}
+        return out | ({"restore": self.restore} if self.restore else {})
+
+    def line(self) -> str:
+        """'withdrawn since 2026-11-27 03:00 UTC: <why>; to restore: <how>' — one line for any surface."""
+        text = self.word + (f" since {self.since:%Y-%m-%d %H:%M} UTC" if self.since is not None else "")
+        if self.why:
+            text += f": {self.why}"
+        return text + (f"; to restore: {self.restore}" if self.restore else "")
+
+
+def flag_of(row: ColumnReader) -> str | None:
+    """Why a live gate is flagged (its newest event flagged it: a relabel, drift or a monitor alarm), else None; a
+    flagged gate is not served by `cic gate export` until a newer gate is promoted or a person confirms it."""
+    reason = row.get("reason") or ""
+    return reason[len(FLAGGED):] if row.get("state") == "live" and reason.startswith(FLAGGED) else None
+
+
+def guaranteed(row: ColumnReader) -> bool:
+    """Whether the gate's search gives a high-probability guarantee (`paper` — Algorithm 1 as printed — and any
+    expectation-only rule do not: their gates are report results, never live unless a person opts in)."""
+    from cic.stats.searches import get_search
+
+    if row["search"] == "anytime":  # `cic.pipeline.anytime_gates`: Ville's inequality, at every night
+        return True
+    try:
+        return get_search(row["search"]).guarantee_kind == "high-probability"
+    except UserError:
+        return False
+
+
+def no_guarantee_refusal(row: ColumnReader) -> str | None:
+    """Why a live gate must not serve because its search has no guarantee (None when it may: a guaranteed
+    search, or a person's explicit opt-in, `cic gate promote --without-guarantee`, as its newest event)."""
+    if guaranteed(row) or (row.get("reason") or "").startswith(WITHOUT_GUARANTEE):
+        return None
+    return (f"gate {row['calibration_id'][:12]} comes from search {row['search']!r}, which has no high-probability "
+            "guarantee: a report result, not a gate to serve (promote a gate of a guaranteed search, or opt in with "
+            "`cic gate promote ID --without-guarantee`)")
+
+
+def _certifies(row: ColumnReader) -> bool:
+    certified = row.get("certified")  # a system gate's column; a single gate's is its threshold
+    return bool(certified) if certified is not None else row.get("threshold") is not None
+
+
+def serving_state(row: ColumnReader) -> ServingState:
+    """The serving state of a gate row read with its newest event (`state`, `reason`, `state_at`)."""
+    state, reason, since = row.get("state") or "candidate", row.get("reason") or "", row.get("state_at")
+    short = str(row.get("calibration_id"))[:12]
+    if state == "live":
+        flag = flag_of(row)
+        if flag is not None:
+            return ServingState(WITHDRAWN, since, flag, f"promote a newer gate of its key, or after review "
+                                                        f"`cic gate confirm {short}`")
+        refusal = no_guarantee_refusal(row)
+        if refusal is not None:
+            return ServingState(WITHDRAWN, since, refusal, "promote a gate of a guaranteed search")
+        if not _certifies(row):
+            return ServingState(UNATTAINABLE, since, reason or None)
+        if reason.startswith(CONFIRMED):
+            return ServingState(CONFIRMED_STATE, since, reason[len(CONFIRMED):])
+        return ServingState(SERVING, since, reason[len(ALERTED):] if reason.startswith(ALERTED) else None)
+    if state == UNATTAINABLE:
+        return ServingState(UNATTAINABLE, since, f"alpha = {row.get('alpha'):g} certifies nothing on its "
+                                                 f"{row.get('n_cal')} labelled questions: its key serves nothing")
+    return ServingState(state, since, reason or None if state == "retired" else None)
+
