@@ -91,6 +91,8 @@ def ingest(
     console.print(printable(f"{file}: {stored}, {stats.labels} labelled"
                             + (f", {stats.unlabelled} waiting for labels" if stats.unlabelled else "")
                             + (f" ({streams})" if streams else "") + f" in {db}"))
+    for note in stats.notes:
+        err_console.print(styled(("warning:", "bold yellow"), " ", printable(note)), soft_wrap=True)
     if stats.relabelled:
         err_console.print(styled(("relabelled:", "bold yellow"), printable(
             f" {stats.relabelled} stored label(s) changed (label_events); "

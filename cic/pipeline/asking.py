@@ -132,15 +132,16 @@ def askable_estimator(config: Any, stored: str, gate_id: str) -> None:
     """Refuse, before any model loads, a gate whose score this config cannot compute under the name the gate was
     certified on (an ingested `score:<name>` column is stored as written): one line with the spelling it can."""
     from cic.llm.uncertainty.estimators import ESTIMATORS
+    from cic.pipeline.score_names import computed_name
 
-    base = stored.split("[")[0]
-    if base not in ESTIMATORS:
+    computed = computed_name(config.uncertainty, stored)
+    if computed is None:
         raise UserError(f"gate {gate_id[:12]} thresholds score {stored!r}, which no estimator computes "
                         f"(estimators: {', '.join(ESTIMATORS)}); `cic ask` cannot score a new question for it — "
                         "serve it where that score is computed (`cic gate export`)")
-    computed = config.uncertainty.model_copy(update={"estimators": (base,)}).score_names()[0]
     if computed != stored:
-        raise UserError(f"gate {gate_id[:12]} thresholds score {stored!r}, but this config computes {base} as "
+        raise UserError(f"gate {gate_id[:12]} thresholds score {stored!r}, but this config computes "
+                        f"{stored.split('[')[0]} as "
                         f"{computed!r} (uncertainty.equivalence and its threshold shape it); ingest the score "
                         f"column as `score:{computed}` and recalibrate, or ask with a config whose uncertainty "
                         "settings give that name")

@@ -75,6 +75,7 @@ from cic.pipeline.ingest_records import (
     time_column,
 )
 from cic.pipeline.record_batches import SUFFIXES, record_batches
+from cic.pipeline.score_names import ingest_notes
 from cic.store.ingest_queries import (
     changed_labels,
     first_group_clash,
@@ -225,6 +226,7 @@ def ingest_file(store: Store, path: str | Path, options: IngestOptions = DEFAULT
         _check_groups(store, stage, source)
         if not layout.labels_only:
             stats.new = new_record_count(store, stage.files["keys"])
+            stats.notes = ingest_notes(layout.scores.values())
         changed = _changed_labels(store, stage, source, relabel)
         _write(store, stage, layout, p, checks.stamp or checks.now, changed, stats, experiment_prefix,
                commit_files=max(1, commit_records // batch_rows), digest=digest)

@@ -63,6 +63,7 @@ class IngestStats:
     flagged_gates: list[str] = field(default_factory=list)
     runs: list[dict[str, str]] = field(default_factory=list)
     new: int | None = None  # records the store did not hold before (None: a file of labels alone)
+    notes: list[str] = field(default_factory=list)  # score names `cic ask` cannot compute (`score_names`)
 
 
 DEFAULT_OPTIONS = IngestOptions()

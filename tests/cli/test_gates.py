@@ -91,3 +91,59 @@ def test_gate_list_says_the_serving_state_the_export_serves(tmp_path: Path) -> N
     assert any(line.split()[:2] == [live[0][:12], "confirmed"] for line in again.splitlines())
     bad = _cic(tmp_path, "gate", "list", "--db", str(db), "--state", "flagged")
     assert bad.returncode == 2 and "serving, confirmed, withdrawn" in bad.stderr
+
+
+def _ask_config(tmp_path: Path, db: Path) -> Path:
+    """A config whose model cannot load (a file that does not exist): any answer from `cic ask` proves no model
+    was loaded on the way to it."""
+    import yaml
+
+    path = tmp_path / "ask.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "t", "models": [{"name": "m", "spec": str(tmp_path / "no-such-model.gguf")}],
+        "datasets": [{"name": "d", "criteria": ["similarity[0.6]"]}],
+        "calibration": {"alphas": [0.2, 0.3], "bounds": ["cp"], "searches": ["fixed_sequence"]},
+        "storage": {"db": str(db), "report_dir": str(tmp_path / "r")}}))
+    return path
+
+
+def test_cic_ask_refuses_a_score_it_cannot_compute_and_lists_what_serves_before_any_model_loads(
+        tmp_path: Path) -> None:
+    """A gate certified on ingested `score:semantic_entropy` traffic (stored as written): `cic ask` names the
+    spelling this config computes, in one line, in seconds; a miss lists the gates that serve; a withdrawn gate
+    abstains with why — none of them loads the (missing) model."""
+    import time
+
+    from cic.pipeline.alerts import MONITOR_ALARM, Alert
+    from cic.pipeline.config import CalibrationConfig
+    from cic.pipeline.gates import flag_gates, gates
+
+    db = tmp_path / "g.duckdb"
+    with Store.open(db) as store:
+        store_run(store, n=400, estimators=("semantic_entropy",))  # the name an ingested score column gives
+        group = groups_of_run(store, store.read("runs").row(0, named=True), estimators=["semantic_entropy"])[0]
+        make_live(store, group, CalibrationConfig(alphas=(0.2, 0.3), bounds=("cp",), searches=("fixed_sequence",)))
+        ids = dict(gates(store).filter(state="live").select("alpha", "calibration_id").iter_rows())
+    assert sorted(ids) == [0.2, 0.3]
+    config = _ask_config(tmp_path, db)
+    started = time.monotonic()
+    refused = _cic(tmp_path, "ask", "Who?", "--config", str(config), "--dataset", "d", "--bound", "cp",
+                   "--search", "fixed_sequence")
+    assert time.monotonic() - started < 30
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "thresholds score 'semantic_entropy'" in refused.stderr
+    assert "score:semantic_entropy[embedding:0.9]" in refused.stderr and "Traceback" not in refused.stderr
+    missed = _cic(tmp_path, "ask", "Who?", "--config", str(config), "--dataset", "d", "--alpha", "0.42")
+    assert missed.returncode == 2 and "gates serving for model 'm' on 'd':" in missed.stderr
+    assert "--estimator semantic_entropy --criterion similarity[0.6] --alpha 0.2 --bound cp" in missed.stderr
+    with Store.open(db) as store:
+        flag_gates(store, {ids[0.2]: Alert(MONITOR_ALARM, "anytime-valid monitor … (test)")})
+    withdrawn = _cic(tmp_path, "ask", "Who?", "--config", str(config), "--dataset", "d", "--alpha", "0.2",
+                     "--bound", "cp", "--search", "fixed_sequence", "--estimator", "semantic_entropy")
+    assert withdrawn.returncode == 0, withdrawn.stderr
+    assert "ABSTAIN" in withdrawn.stdout and "not computed (no model asked)" in withdrawn.stdout
+    assert f"cic gate confirm {ids[0.2][:12]}" in " ".join(withdrawn.stdout.split())
+    default = _cic(tmp_path, "ask", "Who?", "--config", str(config), "--dataset", "d", "--bound", "cp",
+                   "--search", "fixed_sequence", "--estimator", "semantic_entropy")
+    assert default.returncode == 2 and "thresholds score 'semantic_entropy'" in default.stderr
+    assert f"gate {ids[0.3][:12]}" in default.stderr  # α 0.2 withdrawn: the strictest serving α is 0.3

@@ -141,6 +141,10 @@ def test_cic_ingest_reports_and_refuses_in_one_line(tmp_path: Path) -> None:
     ok = CliRunner().invoke(app, ["ingest", str(write(records(), tmp_path / "t.parquet")), "--db", str(db)])
     assert ok.exit_code == 0, ok.output
     assert "6 record(s) stored, 6 labelled (qwen/support-bot)" in " ".join(ok.output.split())
+    # `score:semantic_entropy` is not what `cic ask` computes: said at ingest, with the spelling it can
+    said = " ".join(ok.output.split())
+    assert "warning: score 'semantic_entropy': `cic ask` computes this estimator as " \
+           "'semantic_entropy[embedding:0.9]'" in said and "score 'predictive_entropy'" not in said
     again = CliRunner().invoke(app, ["ingest", str(tmp_path / "t.parquet"), "--db", str(db)])
     assert again.exit_code == 0 and "6 record(s): 0 new, 6 already stored (rewritten)" in " ".join(again.output.split())
     text = tmp_path / "t.txt"
