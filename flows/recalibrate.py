@@ -17,10 +17,12 @@ from prefect import flow, get_run_logger
 from prefect.states import Completed, Failed, State
 
 from cic.pipeline.alerts import counts_line
+from cic.pipeline.anytime_gates import ANYTIME, E_PROCESS
 from cic.pipeline.config import DEMO_CONFIG, flow_config
 from cic.pipeline.recalibration import WindowRule, parse_since
 from cic.pipeline.run_results import (
     AlertRow,
+    AnytimeRow,
     CandidateRow,
     DriftTestRow,
     GroupPlace,
@@ -77,13 +79,20 @@ def summarize(result: RecalibrationPass) -> RecalibrationSummary:
         return GroupPlace(key.model, key.dataset, key.estimator, key.criterion, gate["alpha"], gate["bound"],
                           gate["search"])
 
+    anytime = [AnytimeRow(place(u.key, {"alpha": u.alpha, "bound": E_PROCESS, "search": ANYTIME}), u.counted_now,
+                          u.counted, u.waiting, u.unlabelled, u.late, u.first_e_value, u.threshold)
+               for u in result.anytime]
     return RecalibrationSummary(
+        anytime=anytime, serving=list(result.serving),
         candidates=[CandidateRow(place(c.key, c.row), c.row.calibration_id, c.state, c.row.threshold, c.row.n_cal,
-                                 c.live.threshold if c.live else None, list(c.alerts))
+                                 c.live.threshold if c.live else None, list(c.alerts),
+                                 live_id=c.live.calibration_id if c.live else None)
                     for c in result.candidates]
         + [system_candidate_row(s, place(s.key, s.row)) for s in result.systems],
         alerts=[AlertRow(place(c.key, c.row), a) for c, a in result.alerts]
-        + [AlertRow(place(m.key, m.gate), m.alert()) for m in result.monitor_alarms],
+        + [AlertRow(place(m.key, m.gate), m.alert()) for m in result.monitor_alarms]
+        + [AlertRow(place(u.key, {"alpha": u.alpha, "bound": E_PROCESS, "search": ANYTIME}), a)
+           for u, a in result.notes],
         monitors=[MonitorRow(place(m.key, m.gate), m.gate["calibration_id"], m.gate["threshold"],
                              **{k: m.row[k] for k in ("nights", "n", "k", "e_value", "alarm_at", "rate_lower_bound",
                                                       "alarmed")}, new_pairs=m.new_pairs) for m in result.monitors],
@@ -101,7 +110,8 @@ def system_candidate_row(candidate: Any, place: GroupPlace) -> CandidateRow:
         return tuple(r["thresholds"]) if r["certified"] else None
 
     return CandidateRow(place, row["calibration_id"], candidate.state, None, row["n_cal"], None,
-                        list(candidate.alerts), stages(row), stages(live) if live["state"] == "live" else None)
+                        list(candidate.alerts), stages(row), stages(live) if live["state"] == "live" else None,
+                        live_id=live["calibration_id"])
 
 
 SHOWN_CANDIDATES = 500
@@ -112,9 +122,12 @@ def markdown_report(summary: RecalibrationSummary) -> str:
     the candidates table (paging candidates of live gates first, at most SHOWN_CANDIDATES rows; `cic gate list`
     has them all)."""
     from cic.pipeline.alerts import PAGE, counts_by_kind, kind_of, severity
+    from cic.pipeline.serving_now import markdown_table
 
     lines = [f"# Recalibration: {summary.gates} candidate gate(s), {len(summary.alerts)} alert(s), "
-             f"{len(summary.pages)} page(s)", ""]
+             f"{len(summary.pages)} page(s)", "", *markdown_table(summary.serving), ""]
+    if summary.anytime:
+        lines += ["## Anytime rule", "", *(f"- {row.line()}" for row in summary.anytime[:SHOWN_CANDIDATES]), ""]
     if summary.alerts:
         severity_of = {a.kind: a.severity for a in summary.alerts}
         lines += [f"**{summary.headline()}**", "", "| alert kind | severity | count |", "|---|---|---|",
@@ -196,7 +209,8 @@ def recalibrate_flow(config_path: str = DEMO_CONFIG, db: str | None = None, trac
     elif changed:
         summary.registry_error = "registry not updated (MLflow logging off) — run `cic gate sync` to bring it in line"
     create_markdown_artifact(markdown_report(summary), key="recalibration",
-                             description="candidate gates, live thresholds, states and alerts")
+                             description="what serves now, candidate gates, live thresholds, states and alerts")
+    log_serving_now(logger, summary)
     if summary.pages and fail_on_alert:
         alert = RecalibrationAlert(summary)
         # the run ends Failed (what a schedule, the UI and a notification see); a direct call raises `alert`,
@@ -207,6 +221,20 @@ def recalibrate_flow(config_path: str = DEMO_CONFIG, db: str | None = None, trac
         emit_warning(note[:2000])
         return Completed(message=note[:2000], data=summary)
     return summary
+
+
+LOGGED_KEYS = 20
+
+
+def log_serving_now(logger: Any, summary: RecalibrationSummary) -> None:
+    """The run log's last lines: what serves now per key (serving first), the rest counted."""
+    rows = summary.serving
+    logger.info("serving now: %d of %d key(s) serve a gate", sum(r.serves for r in rows), len(rows))
+    for row in rows[:LOGGED_KEYS]:
+        logger.info("%s", row.line())
+    if len(rows) > LOGGED_KEYS:
+        logger.info("… %d more key(s): the run's 'recalibration' artifact and `cic gate list` list them",
+                    len(rows) - LOGGED_KEYS)
 
 
 WARNING_EVENT = "cic.recalibration.warning"

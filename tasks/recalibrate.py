@@ -34,13 +34,22 @@ def recalibrate_runs(db: str, run_keys: Sequence[str], calibration: CalibrationC
         logger.info("%s/%s %s × %s: skipped, %s", key.model, key.dataset, key.estimator, key.criterion, why)
     placed = [(f"{k.model}/{k.dataset} {k.estimator} × {k.criterion} α={r['alpha']:g} {r['bound']} {r['search']}", a)
               for k, r, a in [(c.key, c.row, a) for c, a in out.alerts]
-              + [(m.key, m.gate, m.alert()) for m in out.monitor_alarms]]
+              + [(m.key, m.gate, m.alert()) for m in out.monitor_alarms]
+              + [(u.key, {"alpha": u.alpha, "bound": "e-process", "search": "anytime"}, a) for u, a in out.notes]]
     if placed:  # the run log's first alert line is the headline; every alert is in the run's artifact
         worst = min((a for _, a in placed), key=lambda a: kind_of(a).rank)
         (logger.error if severity(worst) == PAGE else logger.warning)("%s", headline(placed))
     for gate_id, why in out.withdrawn.items():
-        logger.error("WITHDRAWN live gate %s: serves nothing from now on (%s); promote a recalibrated gate or "
-                     "confirm it with `cic gate confirm %s`", gate_id[:12], why, gate_id[:12])
+        anytime = any(r.gate_id == gate_id and r.key.endswith(" anytime") for r in out.serving)
+        restore = ("its anytime state restarted: a new gate goes live once it certifies again" if anytime
+                   else "promote a recalibrated gate")
+        logger.error("WITHDRAWN live gate %s: serves nothing from now on (%s); %s, or confirm it with "
+                     "`cic gate confirm %s`", gate_id[:12], why, restore, gate_id[:12])
+    for update in out.anytime[:LOGGED_ALERTS]:  # the anytime rule's progress, per key and alpha
+        logger.info("anytime %s/%s %s × %s α=%g: %d counted tonight, %d in all, %d waiting, first e-value %.3g, %s",
+                    update.key.model, update.key.dataset, update.key.estimator, update.key.criterion, update.alpha,
+                    update.counted_now, update.counted, update.waiting, update.first_e_value,
+                    "nothing certified yet" if update.threshold is None else f"certifies {update.threshold:.4g}")
     logger.info("recalibration: %d candidate gate(s), %d alert(s) (%s), %d promoted, %d withdrawn, %d group(s) "
                 "skipped", len(out.candidates) + len(out.systems), len(placed),
                 counts_line(a for _, a in placed) or "none", len(out.promoted), len(out.withdrawn), len(out.skipped))

@@ -277,13 +277,15 @@ def print_recalibration_notes(result: Any, failed: bool, nothing: str) -> None:
     if len(result.skipped) > SHOWN_ALERTS:
         console.print(f"{len(result.skipped) - SHOWN_ALERTS} more group(s) skipped (the flow run's log and "
                       "artifact list them)", soft_wrap=True)
-    if not result.candidates and not result.skipped:
+    for row in result.anytime[:SHOWN_CANDIDATES]:
+        console.print(printable(f"anytime {row.line()}"), soft_wrap=True)
+    if not result.candidates and not result.skipped and not result.anytime and not result.monitors:
         console.print(nothing, soft_wrap=True)
     print_alerts(result.alerts)
     for gate_id, why in result.withdrawn.items():
         err_console.print(styled(("WITHDRAWN", "bold red"), printable(
-            f" live gate {gate_id[:12]} serves nothing from now on: {why} — promote a recalibrated gate, or "
-            f"`cic gate confirm {gate_id[:12]}` after review")), highlight=False, soft_wrap=True)
+            f" live gate {gate_id[:12]} serves nothing from now on: {why} — {restore_advice(result, gate_id)}")),
+            highlight=False, soft_wrap=True)
     if result.registry_error:
         err_console.print(styled(("REGISTRY", "bold yellow"), printable(f" {result.registry_error}")),
                           soft_wrap=True)
@@ -294,9 +296,33 @@ def print_recalibration_notes(result: Any, failed: bool, nothing: str) -> None:
     if result.log_error:
         err_console.print(styled(("MLflow logging failed:", "bold yellow"), printable(f" {result.log_error}")),
                           soft_wrap=True)
-    if result.candidates and not result.promoted:
+    if any(c.state == "candidate" and c.threshold is not None for c in result.candidates) and not result.promoted:
         console.print("candidates wait for review: `cic gate list --state candidate`, then `cic gate promote ID`",
                       soft_wrap=True)
+    print_serving_now(result.serving)
+
+
+def restore_advice(result: Any, gate_id: str) -> str:
+    """What brings a withdrawn key back, as the case is: the anytime rule certifies again on its own; a candidate
+    that certifies can be promoted; else more labelled data (or a person's confirmation)."""
+    confirm = f"`cic gate confirm {gate_id[:12]}` after review"
+    if any(r.gate_id == gate_id and r.key.endswith(" anytime") for r in result.serving):
+        return f"its anytime state restarted: a new gate goes live once it certifies again; or {confirm}"
+    ready = [c for c in result.candidates if c.live_id == gate_id and (c.threshold is not None or c.thresholds)]
+    if ready:
+        return f"promote candidate {ready[0].gate_id[:12]} (`cic gate promote`), or {confirm}"
+    return f"no candidate of its key certifies yet (more labelled data may); or {confirm}"
+
+
+def print_serving_now(rows: Sequence[Any]) -> None:
+    """The console's last lines: what serves now per key (serving first; `cic gate list` has every key)."""
+    if not rows:
+        return
+    console.print(f"serving now: {sum(r.serves for r in rows)} of {len(rows)} key(s) serve a gate", soft_wrap=True)
+    for row in rows[:SHOWN_ALERTS]:
+        console.print(printable(f"  {row.line()}"), soft_wrap=True, highlight=False)
+    if len(rows) > SHOWN_ALERTS:
+        console.print(f"  … {len(rows) - SHOWN_ALERTS} more: `cic gate list --state live`", soft_wrap=True)
 
 
 @friendly_errors

@@ -45,7 +45,9 @@ ALERT_KINDS: Registry[AlertKind] = Registry("alert kind", (
     RELABELLED := AlertKind("labels changed under this gate", WARNING, 10),
     OVER_BUDGET := AlertKind("family over delta", WARNING, 11),
     UNLABELLED := AlertKind("labels missing past the label window", WARNING, 12),
-    UNATTAINABLE := AlertKind("alpha unattainable", WARNING, 13),
+    LATE_LABELS := AlertKind("labels arrived after their window", WARNING, 13),
+    UNCERTIFIED := AlertKind("alpha still uncertified", WARNING, 14),
+    UNATTAINABLE := AlertKind("alpha unattainable", WARNING, 15),
     # an alert stored before kinds were stored: it pages (an alert of unknown kind is never silenced)
     UNCLASSIFIED := AlertKind("unclassified", PAGE, 99),
 ))

@@ -31,6 +31,7 @@ import polars as pl
 
 from cic import schema
 from cic.errors import UserError
+from cic.pipeline.alerts import LATE_LABELS, UNCERTIFIED, UNLABELLED, Alert
 from cic.pipeline.gate_rows import ColumnReader, GateRow
 from cic.pipeline.stored_calibration import GroupKey, data_fingerprint
 from cic.stats.anytime import AnytimeState
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from cic.store import Store
 
 ANYTIME = "anytime"          # the gate's kind and search
+WARN_AFTER = 1000            # counted answers after which an alpha still uncertified is a warning
 E_PROCESS = "e-process"      # its bound: Ville's inequality on a betting e-process, not a batch bound
 
 
@@ -61,6 +63,26 @@ class AnytimeUpdate:
     unlabelled: int = 0     # records whose label window closed this pass without a label (never counted)
     late: int = 0           # labels that arrived after their record's window had closed (never counted)
     through: datetime | None = None  # every record seen up to here is settled
+
+    def notes(self, *, per_key: bool, warn_after: int = WARN_AFTER) -> list[Alert]:
+        """Warnings of this key tonight: records whose label window closed without a label, labels that arrived
+        after their window (both once per key: `per_key`), and this alpha still uncertified after `warn_after`
+        counted answers."""
+        where = f"through {self.through:%Y-%m-%d %H:%M} UTC" if self.through is not None else "so far"
+        out = []
+        if per_key and self.unlabelled:
+            out.append(Alert(UNLABELLED, f"{self.unlabelled} record(s) seen {where} have no label and their label "
+                                         "window has closed: never counted (recalibration.label_window must cover "
+                                         "how late labels arrive, or they must go missing regardless of "
+                                         "correctness)"))
+        if per_key and self.late:
+            out.append(Alert(LATE_LABELS, f"{self.late} label(s) arrived after their record's label window had "
+                                          "closed: never counted (widen recalibration.label_window)"))
+        if self.threshold is None and self.counted >= warn_after:
+            out.append(Alert(UNCERTIFIED, f"α={self.alpha:g} is still uncertified after {self.counted} counted "
+                                          f"answers (the first threshold's e-value is {self.first_e_value:.3g}; it "
+                                          "certifies at 1/δ): this score may not reach α at any threshold"))
+        return out
 
     @property
     def first_e_value(self) -> float:

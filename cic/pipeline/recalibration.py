@@ -27,6 +27,7 @@ from cic.errors import UserError
 from cic.pipeline.alerts import LIVE_RELABELLED, PAGE, RELABELLED, Alert, kind_of, severity, withdraws
 from cic.pipeline.gate_rows import ColumnReader, GateRow, SystemGateRow, gate_rows
 from cic.pipeline.gates import gates
+from cic.pipeline.serving_now import serving_now
 from cic.pipeline.stored_calibration import GroupKey, calibration_rows, group_counts
 from cic.pipeline.windows import MIN_WINDOW, Check, WindowRule, new_window, parse_since, span, unattainable_alert
 from cic.stats.drift import error_rate_test, holm, score_shift_test
@@ -245,6 +246,8 @@ class RecalibrationPass:
     withdrawn: dict[str, Alert] = field(default_factory=dict)  # live gate id -> why it stopped serving this pass
     systems: list[SystemCandidate] = field(default_factory=list)  # candidate system gates (cascades, auto)
     anytime: list[Any] = field(default_factory=list)  # cic.pipeline.anytime_gates.AnytimeUpdate, rule: anytime
+    notes: list[tuple[Any, Alert]] = field(default_factory=list)  # (AnytimeUpdate, warning) of the anytime rule
+    serving: list[Any] = field(default_factory=list)  # cic.pipeline.serving_now.ServingRow, after the pass
 
     @property
     def alerts(self) -> list[tuple[Candidate | SystemCandidate, Alert]]:
@@ -313,7 +316,14 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
     out = RecalibrationPass(promoted=promoted, monitors=updates,
                             withdrawn={gid: failing[gid] for gid in withdrawn} if on_alarm == "withdraw" else {})
     out.anytime = anytime
+    seen_keys: set[Any] = set()
+    for update in anytime:
+        first = (update.key.run_key, update.key.estimator, update.key.criterion) not in seen_keys
+        seen_keys.add((update.key.run_key, update.key.estimator, update.key.criterion))
+        out.notes += [(update, note) for note in update.notes(per_key=first)]
     _collect(store, out, results, systems, alerts)
+    models = set(store.read("runs").filter(pl.col("run_key").is_in(list(run_keys))).get_column("model"))
+    out.serving = serving_now(store, models, promoted, out.withdrawn)
     return out
 
 

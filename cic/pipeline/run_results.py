@@ -179,6 +179,7 @@ class CandidateRow:
     alerts: list[str]
     thresholds: tuple[float | None, ...] | None = None       # a system gate's, one per stage (None: unattainable)
     live_thresholds: tuple[float | None, ...] | None = None  # the live system gate's
+    live_id: str | None = None  # the gate that spoke for its key before the pass
 
     @property
     def unattainable(self) -> bool:
@@ -214,6 +215,30 @@ class AlertRow:
         from cic.pipeline.alerts import severity
 
         return severity(self.alert)
+
+
+@dataclass(frozen=True)
+class AnytimeRow:
+    """One anytime key and alpha after this pass: what it counted, what waits or was never counted, the first
+    threshold's e-value and what it certifies."""
+
+    place: GroupPlace
+    counted_now: int
+    counted: int
+    waiting: int
+    unlabelled: int
+    late: int
+    first_e_value: float
+    threshold: float | None
+
+    def line(self) -> str:
+        certified = "nothing certified yet" if self.threshold is None else f"certifies {self.threshold:.4g}"
+        extra = "".join(f", {n} {what}" for n, what in ((self.waiting, "waiting for their label window"),
+                                                         (self.unlabelled, "unlabelled past it"),
+                                                         (self.late, "labelled too late")) if n)
+        return (f"{self.place.model}/{self.place.dataset} {self.place.estimator} × {self.place.criterion} "
+                f"α={self.place.alpha:g}: {self.counted_now} answer(s) counted tonight, {self.counted} in all"
+                f"{extra}; first threshold's e-value {self.first_e_value:.3g}; {certified}")
 
 
 @dataclass(frozen=True)
@@ -269,6 +294,8 @@ class RecalibrationSummary:
     tests: list[DriftTestRow] = field(default_factory=list)
     promoted: list[str] = field(default_factory=list)
     withdrawn: dict[str, str] = field(default_factory=dict)  # live gate id -> why it stopped serving
+    anytime: list[AnytimeRow] = field(default_factory=list)  # the anytime rule's progress per key and alpha
+    serving: list[Any] = field(default_factory=list)  # `cic.pipeline.serving_now.ServingRow`, after the pass
     mlflow_run_ids: list[str] = field(default_factory=list)
     log_error: str | None = None
     registry_error: str | None = None

@@ -49,7 +49,7 @@ def test_newlines_and_tabs_in_names_from_an_ingest_file_are_printed_escaped(tmp_
     pl.DataFrame({"model": "m\tx", "stream": "s\ny", "question_id": [f"q{i}" for i in range(n)],
                   "question": [f"question {i}" for i in range(n)], "answer": [f"answer {i}" for i in range(n)],
                   "timestamp": [start + timedelta(minutes=20 * i) for i in range(n)],
-                  "score:semantic_entropy": scores,
+                  "score:predictive_entropy": scores,
                   "correct": [rng.random() >= 0.02 + 0.5 * s for s in scores]}).write_parquet(tmp_path / "t.parquet")
     env = {**os.environ, "PREFECT_API_URL": prefect_api}  # the session's server: no ephemeral one per command
     cic = str(Path(sys.executable).with_name("cic"))

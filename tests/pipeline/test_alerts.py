@@ -40,7 +40,7 @@ def test_the_kind_decides_not_the_words() -> None:
 def test_a_new_alert_kind_is_one_registry_entry() -> None:
     """Registering a kind is all it takes: severity, counts, the headline and the stored round trip follow."""
     kinds = alerts.ALERT_KINDS.copy()
-    late = kinds.register(AlertKind("labels arrived out of order", alerts.WARNING, 14))
+    late = kinds.register(AlertKind("labels arrived out of order", alerts.WARNING, 16))
     alert = Alert(late, "12 labels of night 3 arrived after night 5's")
     assert alerts.severity(alert) == "warning" and alerts.counts_line([alert, alert]) == \
         "labels arrived out of order × 2"

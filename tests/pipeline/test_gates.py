@@ -232,7 +232,7 @@ def test_a_flagged_live_gate_is_exported_serving_nothing_until_a_person_confirms
     assert serving_gate(str(db), **key)["calibration_id"] == live
     [alias] = registry_sync(str(db), uri, None)
     [version] = MlflowClient(uri).search_model_versions()
-    assert version.tags["cic.state"] == "live" and alias.endswith("@live-cp-fixed_sequence-a0p3-d0p05")
+    assert version.tags["cic.state"] == "confirmed" and alias.endswith("@live-cp-fixed_sequence-a0p3-d0p05")
     with Store.open(db, read_only=True) as store:
         events = store.read("gate_events").filter(calibration_id=live).sort("created_at")
         row = gates(store).filter(calibration_id=live).row(0, named=True)
