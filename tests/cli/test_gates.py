@@ -62,7 +62,8 @@ def test_gate_list_says_the_serving_state_the_export_serves(tmp_path: Path) -> N
     db = tmp_path / "g.duckdb"
     with Store.open(db) as store:
         store_run(store, n=400, estimators=("semantic_entropy",))
-        make_live(store, groups_of_run(store, store.read("runs").row(0, named=True), estimators=["semantic_entropy"])[0])
+        run = store.read("runs").row(0, named=True)
+        make_live(store, groups_of_run(store, run, estimators=["semantic_entropy"])[0])
         live = gates(store).filter(state="live").sort("alpha", "bound").get_column("calibration_id").to_list()
         flag_gates(store, {live[0]: Alert(ERROR_RATE, "error rate at the live threshold 0.5 is 40/100 (test)")})
 

@@ -195,7 +195,8 @@ def test_a_flagged_live_gate_is_exported_serving_nothing_until_a_person_confirms
                                      "--tracking-uri", uri])
     assert relabelled.exit_code == 0, relabelled.output
     [version] = MlflowClient(uri).search_model_versions()  # the relabel updated the registry itself: no alias
-    assert version.tags["cic.state"] == "withdrawn" and MlflowClient(uri).get_registered_model(version.name).aliases == {}
+    assert version.tags["cic.state"] == "withdrawn"
+    assert MlflowClient(uri).get_registered_model(version.name).aliases == {}
 
     exported = runner.invoke(app, ["gate", "export", "--db", str(db), "--out", str(tmp_path / "a.json")])
     assert exported.exit_code == 0, exported.output
@@ -211,7 +212,8 @@ def test_a_flagged_live_gate_is_exported_serving_nothing_until_a_person_confirms
     assert withheld.startswith(f"live gate {live[:12]} is flagged") and f"cic gate confirm {live[:12]}" in withheld
     assert registry_sync(str(db), uri, None) == []  # registered, tagged flagged, no alias
     [version] = MlflowClient(uri).search_model_versions()
-    assert version.tags["cic.state"] == "withdrawn" and MlflowClient(uri).get_registered_model(version.name).aliases == {}
+    assert version.tags["cic.state"] == "withdrawn"
+    assert MlflowClient(uri).get_registered_model(version.name).aliases == {}
 
     changed = runner.invoke(app, ["gate", "confirm", live[:12], "--db", str(db), "--reason", "ana", "--no-mlflow"])
     assert changed.exit_code == 2 and "cannot confirm it" in changed.output  # its labels are not the certified ones
