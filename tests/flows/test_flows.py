@@ -21,6 +21,7 @@ from flows.calibrate import calibrate_flow
 from flows.recalibrate import recalibrate_flow
 from tests.support.mlflow_reading import gates_logged, per_alpha
 from tests.support.pipeline_data import store_run, write_config
+from tests.support.prefect_server import api_post
 from tests.support.processes import command_line, still_running
 
 pytestmark = pytest.mark.slow
@@ -536,6 +537,14 @@ def test_cic_recalibrate_with_the_anytime_rule_serves_a_gate_certified_at_every_
     assert "WARNING" in said and "100 label(s) arrived after their record's label window had closed" in said
     assert "anytime m/d predictive_entropy × similarity[0.6] α=0.3: 0 answer(s) counted tonight, 1300 in all" in said
     assert "holds no labelled results" not in said and "serving now: 4 of 4 key(s) serve a gate" in said
+    runs = api_post(prefect_api, "/flow_runs/filter", {"flows": {"name": {"any_": ["cic-recalibrate"]}},
+                                                        "sort": "START_TIME_DESC", "limit": 50})
+    night = next(r for r in runs if Path(r["parameters"].get("config_path", "")).resolve() == config.resolve())
+    (artifact,) = [a for a in api_post(prefect_api, "/artifacts/filter", {"artifacts": {
+        "flow_run_id": {"any_": [night["id"]]}}}) if a["key"] == "recalibration"]
+    first = artifact["data"].split("\n## ")[1]  # after the title line: the serving-now table comes first
+    assert first.startswith("Serving now\n\n4 of 4 key(s) serve a gate.") and "| m/d predictive_entropy" in first
+    assert "## Anytime rule" in artifact["data"] and "labelled too late" in artifact["data"]
     with Store.open(db) as store:  # a week of wrong answers
         store_run(store, n=400, labelled_at=datetime(2026, 1, 9, tzinfo=UTC), id_offset=5000, seed=8, base=1.0)
     drifted = cic("recalibrate", "--config", str(config), "--no-mlflow")

@@ -16,7 +16,6 @@ import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 import pytest
@@ -24,17 +23,14 @@ import yaml
 
 from cic.services.mlflow_layout import UNATTAINABLE, UNDEFINED
 from tests.support.mlflow_server import MlflowServer
+from tests.support.prefect_server import api_post
 
 pytestmark = pytest.mark.slow
 CIC = Path(sys.executable).parent / "cic"
 REAL_EXAMPLE = Path(__file__).resolve().parents[2] / "infra" / "examples" / "real" / "qwen2.5-coder-1.5b.parquet"
 
 
-def _post(api: str, path: str, body: dict[str, Any]) -> Any:
-    request = urllib.request.Request(f"{api}{path}", data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as reply:
-        return json.loads(reply.read())
+_post = api_post
 
 
 @pytest.fixture

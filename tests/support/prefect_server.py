@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,3 +74,14 @@ def server(prefect_api: str, tmp_path: Path) -> dict[str, str]:
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "true",
            "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db", "PYTHONPATH": str(ROOT)}
     return env
+
+
+def api_post(api: str, path: str, body: dict[str, Any]) -> Any:
+    """One POST to a Prefect server's REST API (what its UI reads), decoded."""
+    import json
+    import urllib.request
+
+    request = urllib.request.Request(f"{api}{path}", data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        return json.loads(reply.read())
