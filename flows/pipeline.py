@@ -33,6 +33,7 @@ from cic.services import ray_pool
 from cic.services.mlflow_tracking import tracking_uri
 from cic.services.prefect_limits import store_slot
 from cic.services.prefect_runs import flow_run_name, run_logger
+from cic.services.registry_sync import registry_sync
 from cic.store import Store
 from cic.store.queries import latest_group_results, latest_results
 from cic.store.resume import missing_work
@@ -210,6 +211,8 @@ def report_stage(config: PipelineConfig, finished: list[str], summary: PipelineS
     if not log_to_mlflow:
         with timed(seconds, "report"):
             summary.reports = len(write_group_reports(db, config.storage.report_dir, finished))
+        if summary.calibrate is not None and summary.calibrate.live:
+            summary.registry_error = "registry not updated (MLflow logging off) — run `cic gate sync` to register them"
         return
     started = time.perf_counter()
     try:
@@ -220,9 +223,25 @@ def report_stage(config: PipelineConfig, finished: list[str], summary: PipelineS
         summary.log_error = f"{type(exc).__name__}: {exc}"
         run_logger().warning("MLflow logging failed (%s); results are stored in %s, run `cic log` to log them",
                              summary.log_error, db)
+    register_live(config, summary)
     rendering = summary.log.report_s if summary.log else 0.0  # reports rendered while logging, as without MLflow:
     seconds["report"] = rendering                               # the rest of the stage is MLflow's
     seconds["log"] = time.perf_counter() - started - rendering
+
+
+def register_live(config: PipelineConfig, summary: PipelineSummary) -> None:
+    """The gates this run made live get their registry versions and aliases (one home for "live": the store and
+    the registry agree); an unreachable registry is a warning that names `cic gate sync`."""
+    live = summary.calibrate.live if summary.calibrate is not None else []
+    if not live:
+        return
+    try:
+        summary.registered = registry_sync(config.storage.db, summary.tracking_uri, live,
+                                           experiment_prefix=config.mlflow.experiment_prefix)
+    except Exception as exc:  # the store holds the live gates; the registry catches up with `cic gate sync`
+        summary.registry_error = (f"registry not updated ({type(exc).__name__}: {exc}) — run `cic gate sync` once "
+                                  "MLflow is back")
+        run_logger().warning("%s", summary.registry_error)
 
 
 def results_stage(config: PipelineConfig, finished: list[str], summary: PipelineSummary) -> None:

@@ -125,6 +125,13 @@ def run(
     if summary.log_error:
         err_console.print(styled(("MLflow logging failed:", "bold yellow"), printable(
             f" {summary.log_error} — results are in {summary.db}; run `cic log` to log them")))
+    if summary.registered:
+        console.print(printable(f"registry: {len(summary.calibrate.live if summary.calibrate else [])} gate(s) made "
+                                f"live, in {len(set(summary.registered))} registered model(s) with their aliases"),
+                      highlight=False)
+    if summary.registry_error:
+        err_console.print(styled(("REGISTRY", "bold yellow"), printable(f" {summary.registry_error}")),
+                          soft_wrap=True)
     for item in summary.failed_models:
         err_console.print(styled(("FAILED", "bold red"), printable(
             f" model {item.model}: {item.error} — its stored batches are kept; rerun the same command to retry "

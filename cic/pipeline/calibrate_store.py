@@ -45,8 +45,10 @@ def calibrate_store(db: str, run_keys: Sequence[str], calibration: CalibrationCo
             with store.transaction():
                 store.upsert("calibrations", calibrations)
                 store.upsert("evaluations", evaluations)
-                stats.promoted += len(promote_first_gates(store, calibrations.get_column("calibration_id"),
-                                                          reason="pipeline: the first gate of its key"))
+                made = promote_first_gates(store, calibrations.get_column("calibration_id"),
+                                           reason="pipeline: the first gate of its key")
+            stats.promoted += len(made)
+            stats.live += made
             stats.groups += 1
             stats.calibrations += calibrations.height
             stats.evaluations += evaluations.height

@@ -79,6 +79,23 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRun]:
         ray_pool.shutdown(info)
 
 
+def test_cic_run_moves_the_registry_for_every_gate_it_made_live(demo_run: DemoRun) -> None:
+    """One home for "live": each gate the run made live is a registered version behind its alias, read back
+    through MLflow's API."""
+    from cic.pipeline.gate_rows import gate_rows
+    from cic.pipeline.gates import gates
+    from cic.services.mlflow_registry import live_alias, registered_name
+
+    summary = demo_run.summary
+    assert summary.calibrate is not None and summary.calibrate.live and summary.registry_error is None
+    with Store.open(summary.db, read_only=True) as store:
+        live = [r for r in gate_rows(gates(store).filter(state="live")) if r.calibration_id in summary.calibrate.live]
+    assert {r.calibration_id for r in live} == set(summary.calibrate.live)
+    for row in live:
+        version = demo_run.client.get_model_version_by_alias(registered_name(row), live_alias(row))
+        assert version.tags["cic.gate_id"] == row.calibration_id and version.tags["cic.state"] == "serving"
+
+
 def test_stage_progress_reaches_the_flow_run_log(demo_run: DemoRun) -> None:
     """What the Prefect UI shows for the run: progress lines of every stage, not only warnings."""
     from uuid import UUID
