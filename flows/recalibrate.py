@@ -109,6 +109,9 @@ def system_candidate_row(candidate: Any, place: GroupPlace) -> CandidateRow:
     def stages(r: dict[str, Any]) -> tuple[float | None, ...] | None:
         return tuple(r["thresholds"]) if r["certified"] else None
 
+    if live is None:  # the first gate of its key: nothing spoke for it before
+        return CandidateRow(place, row["calibration_id"], candidate.state, None, row["n_cal"], None,
+                            list(candidate.alerts), stages(row), None)
     return CandidateRow(place, row["calibration_id"], candidate.state, None, row["n_cal"], None,
                         list(candidate.alerts), stages(row), stages(live) if live["state"] == "live" else None,
                         live_id=live["calibration_id"])

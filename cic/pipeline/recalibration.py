@@ -229,7 +229,7 @@ class SystemCandidate:
 
     key: GroupKey
     row: dict[str, Any]
-    live: SystemGateRow
+    live: SystemGateRow | None  # None: the first gate of its key (no gate spoke for it before)
     alerts: list[Alert]
     state: str
 
@@ -279,7 +279,8 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
     from cic.pipeline.gates import flag_gates, record_candidates
     from cic.pipeline.ingest import refusal
     from cic.pipeline.serving_state import ALERTED, FLAGGED
-    from cic.pipeline.system_recalibration import recalibrate_systems
+    from cic.pipeline.system_gates import promote_first_system_gates
+    from cic.pipeline.system_recalibration import first_system_candidates, recalibrate_systems
 
     cut = refusal(store)
     if cut:
@@ -289,6 +290,7 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
     results, updates, live_rows, seen = _recalibrate_groups(store, run_keys, config, rule, previous, now, chunk_runs,
                                                             windows=anytime_grid is None, through=through)
     systems, system_updates = recalibrate_systems(store, list(run_keys), config, rule, previous, now)
+    firsts, unsystematic = first_system_candidates(store, list(run_keys), config)
     updates += system_updates
     alerts = correct_and_alert([*results, *systems], level)
     monitoring.finish(updates, level)
@@ -300,6 +302,10 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
             store.upsert("calibrations", pl.concat(written))
         if new_systems:
             store.upsert("system_calibrations", pl.concat(new_systems))
+        if firsts is not None:
+            store.upsert("system_calibrations", firsts)
+            record_candidates(store, {gid: [] for gid in firsts.get_column("calibration_id")},
+                              reason="recalibration: the first gate of its system key")
         record_candidates(store, alerts, reason=reason or f"recalibration on window '{rule.describe()}'")
         live_reasons = {r["calibration_id"]: r.get("reason") or "" for r in [*live_rows, *(s.live for s in systems)]}
         failing = {gid: why for gid, why in rejected_live_gates([*results, *systems], updates).items()
@@ -308,6 +314,10 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
         anytime = _anytime_pass(store, seen, config, anytime_grid, withdrawn, live_rows, now, through) \
             if anytime_grid is not None else []
     promoted, held = promote_quiet_groups(store, results, alerts) if auto_promote else ([], {})
+    if auto_promote and firsts is not None:
+        promoted += promote_first_system_gates(store, firsts.get_column("calibration_id").to_list(),
+                                               reason="recalibration: policy promotion=auto, the first gate of its "
+                                                      "system key")
     promoted += _promote_anytime(store, anytime)
     if auto_promote:
         promoted += promote_quiet_systems(store, systems, alerts)
@@ -316,12 +326,14 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
     out = RecalibrationPass(promoted=promoted, monitors=updates,
                             withdrawn={gid: failing[gid] for gid in withdrawn} if on_alarm == "withdraw" else {})
     out.anytime = anytime
+    out.skipped += unsystematic
     seen_keys: set[Any] = set()
     for update in anytime:
         first = (update.key.run_key, update.key.estimator, update.key.criterion) not in seen_keys
         seen_keys.add((update.key.run_key, update.key.estimator, update.key.criterion))
         out.notes += [(update, note) for note in update.notes(per_key=first)]
     _collect(store, out, results, systems, alerts)
+    _collect_firsts(store, out, firsts)
     models = set(store.read("runs").filter(pl.col("run_key").is_in(list(run_keys))).get_column("model"))
     out.serving = serving_now(store, models, promoted, out.withdrawn)
     return out
@@ -428,6 +440,20 @@ def promote_quiet_systems(store: Store, systems: Sequence[Any], alerts: dict[str
                 promote_system_gate(store, stored, reason="recalibration: policy promotion=auto, no page for its key")
                 promoted.append(row["calibration_id"])
     return promoted
+
+
+def _collect_firsts(store: Store, out: RecalibrationPass, firsts: pl.DataFrame | None) -> None:
+    """The first candidates of configured systems' keys, as system candidates without a gate before them."""
+    from cic.pipeline.gates import current_states
+
+    if firsts is None:
+        return
+    states = dict(current_states(store).filter(pl.col("calibration_id").is_in(firsts.get_column("calibration_id")))
+                  .select("calibration_id", "state").iter_rows())
+    for row in firsts.iter_rows(named=True):
+        key = GroupKey(row["run_keys"][0], " -> ".join(row["models"]), row["dataset"],
+                       " / ".join(row["estimators"] or [row["estimator_rule"]]), row["criterion"])
+        out.systems.append(SystemCandidate(key, row, None, [], states.get(row["calibration_id"], "candidate")))
 
 
 def _collect(store: Store, out: RecalibrationPass, results: Sequence[GroupRecalibration], systems: Sequence[Any],

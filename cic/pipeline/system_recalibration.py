@@ -85,6 +85,32 @@ def recalibrate_systems(store: Store, run_keys: list[str], config: CalibrationCo
     return results, updates
 
 
+def first_system_candidates(store: Store, run_keys: list[str], config: CalibrationConfig
+                            ) -> tuple[pl.DataFrame | None, list[tuple[GroupKey, str]]]:
+    """The configured systems' keys that no gate speaks for yet (a cascade added to the config after `cic run`, a
+    stream only ingested): their first candidates on every labelled question, as the first gates of single keys
+    are; and per configured system with no data to certify on, one line saying why (nothing is silent)."""
+    from cic.pipeline.system_gates import system_specs
+
+    runs = store.read("runs").filter(pl.col("run_key").is_in(run_keys))
+    spoken = {(r.system, r.dataset, r.criterion) for r in system_gate_rows(speaking_system_gates(store))}
+    frames, said = [], []
+    for spec in system_specs(config, sorted(set(runs.get_column("model").to_list()))):
+        found = False
+        for data in iter_system_data(store, run_keys, spec):
+            found = True
+            if (spec.name, data.dataset, data.criterion) not in spoken:
+                frames.append(system_calibration_rows(data, config))  # idempotent: a waiting one is itself
+        if not found:
+            missing = [m for m in spec.models if m not in set(runs.get_column("model").to_list())]
+            why = (f"model(s) {', '.join(missing)} have no run here" if missing else
+                   "no dataset where every one of its models has labelled, scored answers")
+            said.append((GroupKey("", " -> ".join(spec.models), "-", spec.estimator, "-"),
+                         f"{spec.kind} {spec.name}: no first gate — {why}; `cic run` (or `cic ingest`) gives it data"))
+    rows = pl.concat(frames) if frames and any(f.height for f in frames) else None
+    return rows, said
+
+
 def recalibrate_system(store: Store, live: SystemGateRow, config: CalibrationConfig, rule: WindowRule,
                        previous: dict[str, dict[str, Any]], now: datetime
                        ) -> tuple[SystemRecalibration, MonitorUpdate | None]:

@@ -303,3 +303,15 @@ def test_on_call_a_warning_completes_a_page_fails_and_the_rejected_gate_serves_n
     assert len(versions) == 1 and versions[0].tags["cic.state"] == "withdrawn"
     model = registry.get_registered_model(versions[0].name)
     assert str(versions[0].version) not in {str(v) for v in (model.aliases or {}).values()}  # no alias serves it
+    # what the page tells on-call to run: the withdrawn gate in the export's words, and what serves exactly
+    listed = run_cic(["gate", "list", "--db", "oncall.duckdb", "--state", "live"], user, env)
+    lines = listed.text.splitlines()
+    assert listed.code == 0 and any(line.split()[:2] == [live_id[:12], "withdrawn"] for line in lines)
+    why = " ".join(next(line for line in lines if line.startswith(f"{live_id[:12]} withdrawn since")).split())
+    assert entry["restore"] in why and "error rate at the live threshold" in why
+    serving = run_cic(["gate", "list", "--db", "oncall.duckdb", "--state", "serving"], user, env).text
+    shown = {line.split()[0] for line in serving.splitlines() if line.split() and len(line.split()[0]) == 12
+             and line.split()[0] != "gates"}
+    exported = {e["gate_id"][:12] for e in json.loads((user / "second.json").read_text()) if e["serve"] == "gate"}
+    assert shown == exported and live_id[:12] not in shown
+    assert "serving now:" in second.text and second.text.rstrip().splitlines()[-1].startswith("  ")

@@ -122,3 +122,32 @@ def test_the_monitor_counts_a_question_once_its_last_stage_is_labelled_and_never
     with Store.open(db, read_only=True) as store:  # on_alarm: flag — the alert noted, the gate still serves
         (served,) = served_system_entries(store)
     assert served["serve"] == "system"
+
+
+def test_the_nightly_pass_gives_a_configured_cascade_its_first_gate_or_says_why_not(tmp_path: Path) -> None:
+    """A cascade added to the config after the runs were calibrated: the nightly pass certifies its first
+    candidate on every labelled question (live under `promotion: auto`, as a single key's first gate); a cascade
+    whose models have no runs gets one line saying why, every night."""
+    db = str(tmp_path / "t.duckdb")
+    with Store.open(db) as store:
+        keys = [store_run(store, model="small", n=600, seed=1, error_slope=0.9, base=0.05, labelled_at=DAY),
+                store_run(store, model="big", n=600, seed=2, error_slope=0.4, base=0.01, labelled_at=DAY)]
+    calibrate_store(db, keys, CalibrationConfig(alphas=(0.2,), bounds=("cp",), searches=("fixed_sequence",),
+                                                n_splits=4))  # single gates only: no cascade configured yet
+    ghost = CascadeConfig(name="ghost", models=("small", "absent"), estimator="semantic_entropy")
+    config = CONFIG.model_copy(update={"cascades": (*CONFIG.cascades, ghost)})
+    with Store.open(db) as store:
+        manual = recalibrate_store(store, keys, config, 0.05, WindowRule())
+    (first,) = [s for s in manual.systems if s.key.model == "small -> big"]
+    assert first.live is None and first.state == "candidate" and first.row["certified"]
+    assert len(first.row["question_ids"]) == 600  # every labelled question: nothing spoke for the key before
+    (why,) = [w for k, w in manual.skipped if k.model == "small -> absent"]
+    assert why.startswith("cascade ghost: no first gate — model(s) absent have no run here")
+    with Store.open(db) as store:
+        auto = recalibrate_store(store, keys, config, 0.05, WindowRule(), auto_promote=True)
+    (made,) = [s for s in auto.systems if s.key.model == "small -> big"]
+    assert made.state == "live" and made.row["calibration_id"] in auto.promoted
+    assert any(r.key.startswith("cascade small-big/d") and r.state == "serving" for r in auto.serving)
+    with Store.open(db) as store:  # a key with a gate speaking for it gets no "first" candidate again
+        after = recalibrate_store(store, keys, config, 0.05, WindowRule())
+    assert not [s for s in after.systems if s.live is None]
