@@ -23,6 +23,7 @@ from prefect.states import Failed, State
 from cic.llm.engines import EngineProbe
 from cic.pipeline import progress
 from cic.pipeline.config import DEMO_CONFIG, PipelineConfig, flow_config
+from cic.pipeline.gates import live_gate_ids
 from cic.pipeline.group_reports import start_report_workers, stop_report_workers, write_group_reports
 from cic.pipeline.preflight import probe_models
 from cic.pipeline.progress import ProgressLines
@@ -211,7 +212,9 @@ def report_stage(config: PipelineConfig, finished: list[str], summary: PipelineS
     if not log_to_mlflow:
         with timed(seconds, "report"):
             summary.reports = len(write_group_reports(db, config.storage.report_dir, finished))
-        if summary.calibrate is not None and summary.calibrate.live:
+        with Store.open(db, read_only=True, wait_s=60) as store:
+            summary.live = live_gate_ids(store, finished)
+        if summary.live:
             summary.registry_error = "registry not updated (MLflow logging off) — run `cic gate sync` to register them"
         return
     started = time.perf_counter()
@@ -223,16 +226,19 @@ def report_stage(config: PipelineConfig, finished: list[str], summary: PipelineS
         summary.log_error = f"{type(exc).__name__}: {exc}"
         run_logger().warning("MLflow logging failed (%s); results are stored in %s, run `cic log` to log them",
                              summary.log_error, db)
-    register_live(config, summary)
+    register_live(config, summary, finished)
     rendering = summary.log.report_s if summary.log else 0.0  # reports rendered while logging, as without MLflow:
     seconds["report"] = rendering                               # the rest of the stage is MLflow's
     seconds["log"] = time.perf_counter() - started - rendering
 
 
-def register_live(config: PipelineConfig, summary: PipelineSummary) -> None:
-    """The gates this run made live get their registry versions and aliases (one home for "live": the store and
-    the registry agree); an unreachable registry is a warning that names `cic gate sync`."""
-    live = summary.calibrate.live if summary.calibrate is not None else []
+def register_live(config: PipelineConfig, summary: PipelineSummary, run_keys: list[str]) -> None:
+    """The live gates of these runs get their registry versions and aliases (one home for "live": the store and
+    the registry agree), also those a killed earlier run made live; idempotent. An unreachable registry is a
+    warning that names `cic gate sync`."""
+    with Store.open(config.storage.db, read_only=True, wait_s=60) as store:
+        live = live_gate_ids(store, run_keys)
+    summary.live = live
     if not live:
         return
     try:

@@ -126,9 +126,8 @@ def run(
         err_console.print(styled(("MLflow logging failed:", "bold yellow"), printable(
             f" {summary.log_error} — results are in {summary.db}; run `cic log` to log them")))
     if summary.registered:
-        console.print(printable(f"registry: {len(summary.calibrate.live if summary.calibrate else [])} gate(s) made "
-                                f"live, in {len(set(summary.registered))} registered model(s) with their aliases"),
-                      highlight=False)
+        console.print(printable(f"registry: {len(summary.live)} live gate(s) in {len(set(summary.registered))} "
+                                "registered model(s), each behind its alias"), highlight=False)
     if summary.registry_error:
         err_console.print(styled(("REGISTRY", "bold yellow"), printable(f" {summary.registry_error}")),
                           soft_wrap=True)

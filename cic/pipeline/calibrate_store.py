@@ -48,7 +48,6 @@ def calibrate_store(db: str, run_keys: Sequence[str], calibration: CalibrationCo
                 made = promote_first_gates(store, calibrations.get_column("calibration_id"),
                                            reason="pipeline: the first gate of its key")
             stats.promoted += len(made)
-            stats.live += made
             stats.groups += 1
             stats.calibrations += calibrations.height
             stats.evaluations += evaluations.height

@@ -45,7 +45,6 @@ class CalibrateStats:
     systems: int = 0           # (system, dataset, criterion) of cascades and estimator choices certified
     system_gates: int = 0      # their (alpha, bound) gates, and how many certify nothing
     system_unattainable: int = 0
-    live: list[str] = field(default_factory=list)  # the gates (single and system) this run made live
 
 
 @dataclass
@@ -81,7 +80,8 @@ class PipelineSummary:
     calibrate: CalibrateStats | None = None
     log: LogStats | None = None
     log_error: str | None = None
-    registered: list[str] = field(default_factory=list)  # registered models the gates made live are in
+    live: list[str] = field(default_factory=list)  # the live gates of the run's groups (single and system)
+    registered: list[str] = field(default_factory=list)  # registered models they are in
     registry_error: str | None = None  # why the registry does not (yet) hold the gates made live
     reports: int = 0  # group reports written without MLflow (`--no-mlflow`)
     stage_seconds: dict[str, float] = field(default_factory=dict)

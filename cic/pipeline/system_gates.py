@@ -74,7 +74,6 @@ def calibrate_systems(store: Store, run_keys: list[str], config: CalibrationConf
                 made = promote_first_system_gates(store, calibrations.get_column("calibration_id").to_list(),
                                                   reason="pipeline: the first gate of its key")
             stats.promoted += len(made)
-            stats.live += made
             stats.systems += 1
             stats.system_gates += calibrations.height
             stats.system_unattainable += int((~calibrations.get_column("certified")).sum())
