@@ -11,6 +11,7 @@ from prefect.cache_policies import NO_CACHE
 from cic.pipeline.alerts import PAGE, counts_line, headline, kind_of, severity
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX, CalibrationConfig, RecalibrationConfig
 from cic.pipeline.recalibration import Candidate, RecalibrationPass, WindowRule, recalibrate_store
+from cic.pipeline.serving_state import restore_advice
 from cic.services.mlflow_results import log_recalibration
 from cic.services.prefect_runs import named_by_runs
 from cic.store import Store
@@ -41,10 +42,10 @@ def recalibrate_runs(db: str, run_keys: Sequence[str], calibration: CalibrationC
         (logger.error if severity(worst) == PAGE else logger.warning)("%s", headline(placed))
     for gate_id, why in out.withdrawn.items():
         anytime = any(r.gate_id == gate_id and r.key.endswith(" anytime") for r in out.serving)
-        restore = ("its anytime state restarted: a new gate goes live once it certifies again" if anytime
-                   else "promote a recalibrated gate")
-        logger.error("WITHDRAWN live gate %s: serves nothing from now on (%s); %s, or confirm it with "
-                     "`cic gate confirm %s`", gate_id[:12], why, restore, gate_id[:12])
+        ready = [c.row.calibration_id for c in out.candidates
+                 if c.live is not None and c.live.calibration_id == gate_id and c.row.threshold is not None]
+        logger.error("WITHDRAWN live gate %s: serves nothing from now on (%s); %s", gate_id[:12], why,
+                     restore_advice(gate_id, anytime=anytime, ready=ready[0] if ready else None))
     for update in out.anytime[:LOGGED_ALERTS]:  # the anytime rule's progress, per key and alpha
         logger.info("anytime %s/%s %s × %s α=%g: %d counted tonight, %d in all, %d waiting, first e-value %.3g, %s",
                     update.key.model, update.key.dataset, update.key.estimator, update.key.criterion, update.alpha,

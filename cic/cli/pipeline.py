@@ -311,13 +311,12 @@ def print_recalibration_notes(result: Any, failed: bool, nothing: str) -> None:
 def restore_advice(result: Any, gate_id: str) -> str:
     """What brings a withdrawn key back, as the case is: the anytime rule certifies again on its own; a candidate
     that certifies can be promoted; else more labelled data (or a person's confirmation)."""
-    confirm = f"`cic gate confirm {gate_id[:12]}` after review"
-    if any(r.gate_id == gate_id and r.key.endswith(" anytime") for r in result.serving):
-        return f"its anytime state restarted: a new gate goes live once it certifies again; or {confirm}"
-    ready = [c for c in result.candidates if c.live_id == gate_id and (c.threshold is not None or c.thresholds)]
-    if ready:
-        return f"promote candidate {ready[0].gate_id[:12]} (`cic gate promote`), or {confirm}"
-    return f"no candidate of its key certifies yet (more labelled data may); or {confirm}"
+    from cic.pipeline.serving_state import restore_advice as advice
+
+    anytime = any(r.gate_id == gate_id and r.key.endswith(" anytime") for r in result.serving)
+    ready = [c.gate_id for c in result.candidates if c.live_id == gate_id
+             and (c.threshold is not None or c.thresholds)]
+    return advice(gate_id, anytime=anytime, ready=ready[0] if ready else None)
 
 
 def print_serving_now(rows: Sequence[Any]) -> None:

@@ -53,6 +53,18 @@ class ServingState:
         return text + (f"; to restore: {self.restore}" if self.restore else "")
 
 
+def restore_advice(gate_id: str, *, anytime: bool, ready: str | None) -> str:
+    """What brings a key whose live gate was withdrawn tonight back, as the case is: the anytime rule certifies
+    again on its own; a candidate that certifies (`ready`) can be promoted; else more labelled data — or, either
+    way, a person's review (`cic gate confirm`)."""
+    confirm = f"`cic gate confirm {gate_id[:12]}` after review"
+    if anytime:
+        return f"its anytime state restarted: a new gate goes live once it certifies again; or {confirm}"
+    if ready is not None:
+        return f"promote candidate {ready[:12]} (`cic gate promote`), or {confirm}"
+    return f"no candidate of its key certifies yet (more labelled data may); or {confirm}"
+
+
 def flag_of(row: ColumnReader) -> str | None:
     """Why a live gate is flagged (its newest event flagged it: a relabel, drift or a monitor alarm), else None; a
     flagged gate is not served by `cic gate export` until a newer gate is promoted or a person confirms it."""

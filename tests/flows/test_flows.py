@@ -549,6 +549,9 @@ def test_cic_recalibrate_with_the_anytime_rule_serves_a_gate_certified_at_every_
         store_run(store, n=400, labelled_at=datetime(2026, 1, 9, tzinfo=UTC), id_offset=5000, seed=8, base=1.0)
     drifted = cic("recalibrate", "--config", str(config), "--no-mlflow")
     assert drifted.returncode == 1 and "WITHDRAWN" in drifted.stderr, drifted.stdout + drifted.stderr
+    said = " ".join(drifted.stderr.split())  # advice that fits the anytime rule: it certifies again on its own
+    assert "its anytime state restarted: a new gate goes live once it certifies again" in said
+    assert "promote a recalibrated gate" not in said
     assert cic("gate", "export", "--db", str(db), "--out", str(out), "--force").returncode == 0
     (entry,) = [e for e in json.loads(out.read_text()) if e["search"] == "anytime"
                 and e["estimator"] == "predictive_entropy" and e["dataset"] == "d"]
