@@ -88,6 +88,7 @@ def ask_question(question: str, *, config_path: str | Path, db: str | None, mode
                               estimator=estimator, criterion=criterion, bound=bound, search=search)
     gate_row = serving_gate(store_path, model=names[index], dataset=dataset, estimator=estimator,
                             criterion=criterion, alpha=alpha, bound=bound, search=search)
+    reachable_as_certified(config, index, store_path, gate_row.run_key)  # one request to a served model, no load
     why = gate_row.withheld
     if why is not None:  # a gate out of service answers nothing: no model is loaded to find that out
         return Reply("abstain", "", None, None, gate_row.estimator, gate_row.calibration_id, why, alpha)
@@ -96,6 +97,22 @@ def ask_question(question: str, *, config_path: str | Path, db: str | None, mode
                                      gate_row.estimator, question_row(question, dataset, choices))
     return Reply(gate_of(gate_row).decide(score), answer, score, gate_row.threshold, gate_row.estimator,
                  gate_row.calibration_id, None, alpha)
+
+
+def reachable_as_certified(config: Any, index: int, db: str, run_key: str) -> None:
+    """Probe the model's engine (a served model answers which model it is; local weights are not loaded) and refuse,
+    in one line, one that is down or serves another model than the gate's run was keyed on."""
+    from cic.llm.engines import engine_class
+
+    settings = config.answerer_settings(index)
+    expected = certified_identity(db, run_key, settings.engine)
+    try:
+        served = engine_class(settings.engine).probe(settings).identity
+    except UserError as exc:
+        raise UserError(f"model {config.models[index].name!r}: {exc}") from None
+    if expected is not None and served is not None and served != expected:
+        raise UserError(f"model {settings.model_spec}: the endpoint now serves {served!r}, but this run is keyed on "
+                        f"{expected!r}; start a new run for the new model")
 
 
 def configured_criterion(config: Any, dataset: str) -> str | None:

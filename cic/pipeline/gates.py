@@ -363,16 +363,6 @@ def live_gate(store: Store, *, model: str, dataset: str, estimator: str, criteri
     return row
 
 
-def live_gate_ids(store: Store, run_keys: Sequence[str]) -> list[str]:
-    """The live gates (single, and system gates all of whose stages are among these runs) of these runs."""
-    from cic.pipeline.system_gates import system_gates
-
-    single = gates(store).filter(pl.col("run_key").is_in(list(run_keys)) & (pl.col("state") == "live"))
-    systems = system_gates(store).filter((pl.col("state") == "live") & pl.col("run_keys").list.eval(
-        pl.element().is_in(list(run_keys))).list.all())
-    return [*single.get_column("calibration_id").to_list(), *systems.get_column("calibration_id").to_list()]
-
-
 def serving_here(store: Store, model: str, dataset: str, shown: int = 8) -> str:
     """What a miss says: the gates serving for that model and dataset (ask one of them), or that none does."""
     serving = [r for r in gate_rows(gates(store, model=model, dataset=dataset).filter(state="live"))

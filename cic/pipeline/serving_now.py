@@ -91,6 +91,17 @@ def _row(key: str, row: Any, threshold: str, changed: dict[str, str], *, system:
     return ServingRow(key, state.word, row.calibration_id, threshold, changed.get(row.calibration_id, ""), why, system)
 
 
+def live_gate_ids(store: Store, run_keys: Sequence[str]) -> list[str]:
+    """The live gates (single, and system gates all of whose stages are among these runs) of these runs."""
+    from cic.pipeline.gates import gates
+    from cic.pipeline.system_gates import system_gates
+
+    single = gates(store).filter(pl.col("run_key").is_in(list(run_keys)) & (pl.col("state") == "live"))
+    systems = system_gates(store).filter((pl.col("state") == "live") & pl.col("run_keys").list.eval(
+        pl.element().is_in(list(run_keys))).list.all())
+    return [*single.get_column("calibration_id").to_list(), *systems.get_column("calibration_id").to_list()]
+
+
 def markdown_table(rows: Sequence[ServingRow], shown: int = 500) -> list[str]:
     """The serving-now table for the Prefect artifact (at most `shown` keys; `cic gate list` has them all)."""
     lines = ["## Serving now", "", f"{sum(r.serves for r in rows)} of {len(rows)} key(s) serve a gate.", "",
