@@ -479,9 +479,10 @@ def sync_registry(
 
     _existing(db)
     uri = resolve(tracking_uri)
+    refused: dict[str, str] = {}
     try:
         with without_flow(services_log_path(db)):
-            names = registry_sync(str(db), uri, None, experiment_prefix=experiment_prefix,
+            names = registry_sync(str(db), uri, None, experiment_prefix=experiment_prefix, refused=refused,
                                   progress=lambda done, total: progress.report("registry", done, total))
     except UserError:
         raise
@@ -490,9 +491,12 @@ def sync_registry(
                                  f"{printable(str(exc))}"), soft_wrap=True)
         raise typer.Exit(1) from None
     models = sorted({name.split("@")[0] for name in names})
-    console.print(printable(f"MLflow registry ({uri}): {len(names)} live gate(s) in {len(models)} registered "
+    console.print(printable(f"MLflow registry ({uri}): {len(names)} serving gate(s) in {len(models)} registered "
                             "model(s); gates that serve nothing (α unattainable) are not registered"),
                   soft_wrap=True, highlight=False)
+    for gate_id, why in refused.items():  # re-certified first: a gate the store no longer certifies gets no alias
+        err_console.print(styled(("withdrawn in the registry:", "bold yellow"), " ",
+                                 printable(f"gate {gate_id[:12]}: {why}")), soft_wrap=True)
     for name in names[:SHOWN_NAMES]:
         console.print(printable(f"  models:/{name}"), soft_wrap=True, highlight=False)
     if len(names) > SHOWN_NAMES:

@@ -9,6 +9,7 @@ guarantee for the whole system), and the split protocol measures it on the same 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -219,21 +220,45 @@ def spec_of(row: SystemGateRow) -> SystemSpec:
                       tuple(costs) if costs is not None else None)
 
 
+#: every column of a stored system gate that a serving surface serves or states: each is re-certified
+SERVED_COLUMNS = tuple(c for c in schema.SYSTEM_CALIBRATIONS.columns if c != "created_at")
+
+
 def verify_system_gate(store: Store, row: SystemGateRow) -> None:
     """Re-certify a stored system gate from the store's pairs on the questions it was certified on: an error unless
-    the same data and system give the same gate (same id, same thresholds) — a gate whose data changed (a label
-    replaced) or whose row was edited never serves; labels of new questions since do not touch it."""
+    the same data and system give the same gate in every served column (`SERVED_COLUMNS`: id, estimators per
+    stage, thresholds, counts, bound, search, guarantee, runs, …) — a gate whose data changed (a label replaced)
+    or whose row was edited never serves; labels of new questions since do not touch it. Export, `cic ask
+    --cascade`, promotion and the registry all call this one check."""
     from cic.pipeline.config import CalibrationConfig
 
     spec = spec_of(row)
-    one = CalibrationConfig(alphas=(row["alpha"],), bounds=(row["bound"],), delta=row["delta"])
-    data = next((d for d in iter_system_data(store, row["run_keys"], spec, only=row["question_ids"])
-                 if d.dataset == row["dataset"] and d.criterion == row["criterion"]), None)
-    again = system_calibration_rows(data, one).row(0, named=True) if data is not None else None
-    if again is None or again["calibration_id"] != row["calibration_id"] or again["thresholds"] != row["thresholds"]:
-        raise UserError(f"system gate {row['calibration_id'][:12]} ({row['system']}, {row['dataset']}, "
-                        f"alpha={row['alpha']:g}, {row['bound']}): the store's pairs no longer give its thresholds "
-                        "(data changed or the row was edited); run `cic run` to certify it again")
+    name = (f"system gate {row['calibration_id'][:12]} ({row['system']}, {row['dataset']}, alpha={row['alpha']:g}, "
+            f"{row['bound']})")
+    try:
+        one = CalibrationConfig(alphas=(row["alpha"],), bounds=(row["bound"],), delta=row["delta"])
+        data = next((d for d in iter_system_data(store, row["run_keys"], spec, only=row["question_ids"])
+                     if d.dataset == row["dataset"] and d.criterion == row["criterion"]), None)
+    except (UserError, ValueError, TypeError) as exc:
+        raise UserError(f"{name}: it cannot be re-certified ({exc}); refusing to serve it") from None
+    if data is None:
+        raise UserError(f"{name}: the store's pairs no longer give it (data changed or the row was edited); run "
+                        "`cic run` to certify it again")
+    again = system_calibration_rows(data, one).row(0, named=True)
+    for column in SERVED_COLUMNS:
+        if not _same(row.get(column), again.get(column)):
+            raise UserError(f"{name}: column {column} = {row.get(column)!r}, but re-certifying it from the store "
+                            f"gives {again.get(column)!r} (data changed or the row was edited); refusing to serve "
+                            "it — run `cic run` to certify it again")
+
+
+def _same(stored: Any, certified: Any) -> bool:
+    """Equal, floats to 1e-12 relative (a stored float may round-trip), lists element by element."""
+    if isinstance(stored, float) and isinstance(certified, float):
+        return math.isclose(stored, certified, rel_tol=1e-12, abs_tol=1e-300)
+    if isinstance(stored, list | tuple) and isinstance(certified, list | tuple):
+        return len(stored) == len(certified) and all(_same(a, b) for a, b in zip(stored, certified, strict=True))
+    return bool(stored == certified)
 
 
 SYSTEM_KEY = ("system", "dataset", "criterion", "alpha", "bound", "search")

@@ -211,23 +211,30 @@ def _sync_group(client: MlflowClient, rows: list[Row], experiment_prefix: str,
     by_gate = {v.tags.get(GATE_ID_TAG): v for v in _versions(client, name)} if existing.get(name) else {}
     aliases = dict(getattr(model, "aliases", None) or {})
     wanted: dict[str, str] = {}
+    withdrawn: set[str] = set()  # versions of withdrawn gates: no alias may point at them, whatever its name
     for row in sorted(serving, key=lambda r: r["state"] == "live"):
-        tags = kind.version_tags(row)
+        tags, state = kind.version_tags(row), registry_state(row)
         version = by_gate.get(row["calibration_id"])
         if version is None:
             run = _gate_run(client, row, experiment_prefix, tags, kind.files(row))
             version = client.create_model_version(name, f"{run.info.artifact_uri}/gate", run_id=run.info.run_id,
-                                                  tags={**tags, STATE_TAG: registry_state(row)}, await_creation_for=0)
-        elif version.tags.get(STATE_TAG) != registry_state(row):
-            client.set_model_version_tag(name, version.version, STATE_TAG, registry_state(row))
+                                                  tags={**tags, STATE_TAG: state}, await_creation_for=0)
+        elif version.tags.get(STATE_TAG) != state:
+            client.set_model_version_tag(name, version.version, STATE_TAG, state)
+        if state == "withdrawn":  # its row may be the edited one: only take its aliases away
+            withdrawn.add(str(version.version))
+            continue
         if version.tags.get(KEY_TAG) != tags[KEY_TAG] or version.tags.get(GATE_ID_TAG) != row["calibration_id"]:
             raise RegistryMismatch(f"{name} version {version.version} is tagged gate "
                                    f"{version.tags.get(GATE_ID_TAG)!r}, key {version.tags.get(KEY_TAG)!r}, not gate "
                                    f"{row['calibration_id']!r} of {tags[KEY_TAG]}; nothing was moved")
-        if registry_state(row) in SERVES:
+        if state in SERVES:
             wanted[live_alias(row)] = str(version.version)
     for row in rows:  # a configuration whose live gate serves nothing (or is flagged), or that has none: no alias
         wanted.setdefault(live_alias(row), "")
+    for alias, number in aliases.items():  # an alias on a withdrawn version goes, even under another key's name
+        if str(number) in withdrawn and not wanted.get(alias):
+            wanted[alias] = ""
     out = []
     for alias, version_number in wanted.items():
         current = aliases.get(alias)

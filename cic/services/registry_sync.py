@@ -4,19 +4,30 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, TypeVar
 
+from cic.errors import UserError
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
+from cic.pipeline.gate_rows import GateRow, SystemGateRow
 from cic.pipeline.gates import SERVING_KEY
+from cic.pipeline.serving_state import FLAGGED, serving_state
 from cic.services.mlflow_registry import registry_client, sync_gates
 from cic.services.mlflow_system_registry import sync_system_gates, system_rows_to_sync
+
+if TYPE_CHECKING:
+    from cic.store import Store
 
 
 def registry_sync(db: str, uri: str, gate_ids: Sequence[str] | None, *,
                   experiment_prefix: str = DEFAULT_EXPERIMENT_PREFIX,
-                  progress: Callable[[int, int], None] | None = None) -> list[str]:
+                  progress: Callable[[int, int], None] | None = None,
+                  refused: dict[str, str] | None = None) -> list[str]:
     """Bring the registry in line with the store for the serving keys of these gates (every key that has a live
     or retired gate when `gate_ids` is None): every live and retired gate of each key is registered and the
-    key's `live` alias follows the store. Raises when MLflow cannot be reached."""
+    key's `live` alias follows the store. A live gate is re-certified from the store first (the same checks the
+    export makes): one that fails is registered as withdrawn and holds no alias (`refused` gets id -> why).
+    Raises when MLflow cannot be reached."""
     import polars as pl
 
     from cic.pipeline.gate_rows import gate_rows
@@ -29,13 +40,48 @@ def registry_sync(db: str, uri: str, gate_ids: Sequence[str] | None, *,
     check_before_logging(uri)
     with Store.open(db, read_only=True, wait_s=300) as store:
         table = gates(store)
-        systems = system_rows_to_sync(store, gate_ids)
-    chosen = table if gate_ids is None else table.filter(pl.col("calibration_id").is_in(list(gate_ids)))
-    keys = chosen.select(SERVING_KEY).unique()
-    related = table.join(keys, on=list(SERVING_KEY)).filter(pl.col("state").is_in(["live", "retired"]))
-    if gate_ids is not None:
-        related = pl.concat([related, chosen]).unique("calibration_id", keep="first")
+        chosen = table if gate_ids is None else table.filter(pl.col("calibration_id").is_in(list(gate_ids)))
+        keys = chosen.select(SERVING_KEY).unique()
+        related = table.join(keys, on=list(SERVING_KEY)).filter(pl.col("state").is_in(["live", "retired"]))
+        if gate_ids is not None:
+            related = pl.concat([related, chosen]).unique("calibration_id", keep="first")
+        rows, why = recertified(store, gate_rows(related), verify_single)
+        systems, system_why = recertified(store, system_rows_to_sync(store, gate_ids), verify_system)
+    if refused is not None:
+        refused.update({**why, **system_why})
     client = registry_client(uri)
-    names = sync_gates(client, gate_rows(related), experiment_prefix=experiment_prefix, progress=progress) \
-        if related.height else []
+    names = sync_gates(client, rows, experiment_prefix=experiment_prefix, progress=progress) if rows else []
     return names + sync_system_gates(client, systems, experiment_prefix=experiment_prefix)
+
+
+Row = TypeVar("Row", GateRow, SystemGateRow)
+
+
+def recertified(store: Store, rows: Sequence[Row], verify: Callable[[Store, Row], None]
+                ) -> tuple[list[Row], dict[str, str]]:
+    """The rows with every serving one that fails re-certification marked withdrawn in memory (the registry then
+    tags it so and gives it no alias; the store is not written), and id -> why for those."""
+    out, why = [], {}
+    for row in rows:
+        if serving_state(row).serves:
+            try:
+                verify(store, row)
+            except UserError as exc:
+                why[row["calibration_id"]] = str(exc)
+                row = replace(row, reason=f"{FLAGGED}not re-certified: {exc}")
+        out.append(row)
+    return out, why
+
+
+def verify_single(store: Store, row: GateRow) -> None:
+    from cic.pipeline.certificates import recertify_all
+    from cic.pipeline.gates import verify_gate
+
+    verify_gate(row)
+    recertify_all(store, [row])
+
+
+def verify_system(store: Store, row: SystemGateRow) -> None:
+    from cic.pipeline.system_gates import verify_system_gate
+
+    verify_system_gate(store, row)

@@ -157,3 +157,23 @@ def test_gates_that_serve_nothing_are_never_registered_and_one_model_holds_a_gro
     for row in serving:
         version = client.get_model_version_by_alias(models[0].name, live_alias(row))
         assert version.tags["cic.alpha"] == f"{row['alpha']:g}" and version.tags["cic.state"] == "serving"
+
+
+def test_sync_re_certifies_and_takes_the_alias_from_a_gate_the_store_no_longer_certifies(tmp_path: Path,
+                                                                                           uri: str) -> None:
+    """Labels under a live gate flipped behind the store's back (no label event): the export refuses the gate, and
+    `cic gate sync` no longer re-asserts its alias — it re-certifies first, tags the version withdrawn, removes the
+    alias and says which gate and why."""
+    from tests.support.database import raw_sql
+
+    db = tmp_path / "g.duckdb"
+    (row,) = live_store(db, ("m",))
+    assert registry_sync(str(db), uri, None) == [f"{registered_name(row)}@{live_alias(row)}"]
+    raw_sql(db, "UPDATE labels SET aligned = NOT aligned WHERE question_id < 'q00100'")
+    synced = runner.invoke(app, ["gate", "sync", "--db", str(db), "--tracking-uri", uri])
+    assert synced.exit_code == 0, synced.output
+    said = " ".join(synced.output.split())
+    assert f"withdrawn in the registry: gate {row['calibration_id'][:12]}" in said
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    (version,) = client.search_model_versions(f"name = '{registered_name(row)}'")
+    assert version.tags["cic.state"] == "withdrawn" and not client.get_registered_model(version.name).aliases

@@ -83,3 +83,46 @@ def test_the_registry_holds_a_live_system_gate_as_one_version_with_every_thresho
     after = registry_sync(str(db), uri, [live["calibration_id"]])
     assert mine not in after
     assert client.get_model_version(name, version.version).tags["cic.state"] == "withdrawn"
+
+
+@pytest.mark.parametrize(("column", "value"), [
+    ("estimators", "['predictive_entropy', 'predictive_entropy']"), ("n_errors", "n_errors + 1"),
+    ("bound_value", "bound_value / 2"), ("guarantee", "'P(error among answered <= alpha) >= 0.999'"),
+    ("search", "'holm'"), ("shares", "[0.5, 0.5]")])
+def test_an_edited_field_of_a_system_gate_is_served_nowhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            column: str, value: str) -> None:
+    """Each served field of a live cascade gate edited behind the store's back: the export and the cascade's ask
+    path refuse it in one line, and `cic gate sync` re-certifies before aliasing — the version is tagged
+    withdrawn, no alias serves it, and the refusal names the column."""
+    from cic.errors import UserError
+    from cic.pipeline.system_gates import served_system_entries, serving_system_gate, system_gates
+    from cic.services.registry_sync import registry_sync
+    from tests.support.database import raw_sql
+
+    db = tmp_path / "t.duckdb"
+    with Store.open(db) as store:
+        keys = [store_run(store, model="small", n=500, seed=1, error_slope=0.9, base=0.05, estimators=(
+                    "semantic_entropy", "predictive_entropy")),
+                store_run(store, model="big", n=500, seed=2, error_slope=0.4, base=0.01, estimators=(
+                    "semantic_entropy", "predictive_entropy"))]
+    calibrate_store(str(db), keys, CONFIG)
+    with Store.open(db, read_only=True) as store:
+        live = system_gates(store).filter(state="live", certified=True).sort("alpha").row(-1, named=True)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    assert registry_sync(str(db), uri, None)  # aliased while it certifies
+    raw_sql(db, f"UPDATE system_calibrations SET {column} = {value} WHERE calibration_id = '{live['calibration_id']}'")
+    with Store.open(db, read_only=True) as store:
+        with pytest.raises(UserError, match=f"column {column} = "):
+            served_system_entries(store)
+        with pytest.raises(UserError, match=f"column {column} = "):
+            serving_system_gate(store, system="small-big", dataset="d", criterion=None, alpha=live["alpha"],
+                                bound="cp")
+    refused: dict[str, str] = {}
+    registry_sync(str(db), uri, None, refused=refused)
+    assert f"column {column} = " in refused[live["calibration_id"]]
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    (version,) = client.search_model_versions(f"tags.`cic.gate_id` = '{live['calibration_id']}'")
+    assert version.tags["cic.state"] == "withdrawn"
+    aliases = client.get_registered_model(version.name).aliases or {}
+    assert str(version.version) not in {str(v) for v in aliases.values()}
