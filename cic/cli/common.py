@@ -182,7 +182,7 @@ def load_pairs(file: Path, score_col: str, error_col: str, correct_col: str | No
 
     if file.suffix == ".duckdb":
         return load_stored_pairs(file, stored or {})
-    return score_error_arrays(read_table(file), score_col=score_col, error_col=error_col,
+    return score_error_arrays(read_table(file), one_group=True, score_col=score_col, error_col=error_col,
                               correct_col=correct_col, source=repr(str(file)))
 
 

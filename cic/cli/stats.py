@@ -141,7 +141,8 @@ def _group_table(file: Path, group_col: str, score_col: str, error_col: str, cor
     if labels.null_count():
         raise UserError(f"--group = {group_col!r}: missing value at row {int(labels.is_null().arg_true()[0])} of "
                          f"{str(file)!r}")
-    scores, errors = score_error_arrays(frame, score_col=score_col, error_col=error_col, correct_col=correct_col,
+    scores, errors = score_error_arrays(frame, one_group=True, score_col=score_col, error_col=error_col,
+                                        correct_col=correct_col,
                                         source=repr(str(file)))
     return scores, errors, labels.cast(str).to_numpy()
 

@@ -55,8 +55,21 @@ def _column(frame: pl.DataFrame, name: str, source: str) -> np.ndarray:
 
 
 def score_error_arrays(frame: pl.DataFrame, *, score_col: str = "score", error_col: str | None = "error",
-                       correct_col: str | None = None, source: str = "table") -> tuple[np.ndarray, np.ndarray]:
-    """Scores and 0/1 errors from a frame; `correct_col` (1 = right answer) is the alternative to `error_col`."""
+                       correct_col: str | None = None, source: str = "table",
+                       one_group: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Scores and 0/1 errors from a frame; `correct_col` (1 = right answer) is the alternative to `error_col`. With
+    `one_group` (the frame is one calibration set) a question_id column must name each question once: a repeated
+    question would count n times."""
+    if one_group and "question_id" in frame.columns:
+        ids = frame.get_column("question_id").cast(str)
+        repeated = ids.is_duplicated()
+        if repeated.any():
+            rows = np.flatnonzero(repeated.to_numpy())
+            first = ids[int(rows[0])]
+            at = np.flatnonzero((ids == first).to_numpy())
+            raise UserError(f"{source}: question_id {first!r} appears more than once (rows {at[0]} and {at[1]}; "
+                            f"{int(repeated.sum())} rows repeat an id): each question is one calibration point — "
+                            "drop or aggregate the repeats first")
     scores = as_scores(_column(frame, score_col, source), f"column {score_col!r}")
     if correct_col is not None:
         correct = as_errors(_column(frame, correct_col, source), f"column {correct_col!r}")

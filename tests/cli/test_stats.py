@@ -181,3 +181,19 @@ def test_evaluate_per_group_prints_both_gates_for_each_group(tmp_path: Path) -> 
     assert "per group (stream)" in text and "pooled" in text and "per group" in text
     written = pl.read_csv(out)
     assert written.height == 4 and set(written["group"]) == {"web", "api"}
+
+
+@pytest.mark.parametrize("command", ["calibrate", "evaluate"])
+def test_a_repeated_question_id_is_refused_not_counted_twice(tmp_path: Path, command: str) -> None:
+    """The same 200 questions written five times would inflate n five-fold and widen the threshold: refused in one
+    line naming the id and its rows, as `--cascade` refuses it; nothing written."""
+    scores, errors = make_table(np.random.default_rng(5), 200)
+    ids = [f"q{i}" for i in range(200)]
+    pl.DataFrame({"question_id": ids * 5, "score": np.tile(scores, 5), "error": np.tile(errors, 5)}) \
+        .write_parquet(tmp_path / "five.parquet")
+    out = tmp_path / "out.json"
+    result = runner.invoke(app, [command, str(tmp_path / "five.parquet"), "--alpha" if command == "calibrate"
+                                 else "--alphas", "0.2", *(["--json", str(out)] if command == "calibrate" else [])])
+    assert result.exit_code == 2 and "question_id 'q0' appears more than once (rows 0 and 200;" in \
+        " ".join(result.output.split()) and len(result.output.strip().splitlines()) <= 3, result.output
+    assert not out.exists()
