@@ -240,9 +240,13 @@ def guard_output_dir(path: str | Path, option: str, *, inputs: Iterable[str | Pa
             raise OutputError(f"{option} = {str(given)!r} already holds files cic did not write ("
                               f"{', '.join(held[:3])}{', …' if len(held) > 3 else ''}); give a new or empty "
                               "directory, or --force if cic may replace what it writes there")
-    target.mkdir(parents=True, exist_ok=True)
-    marker = target / DIRECTORY_MARKER
-    if not marker.exists():
-        marker.write_text("This directory is written by cic (reports, tables, figures); cic replaces its own files "
-                          "here.\n", encoding="utf-8")
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        marker = target / DIRECTORY_MARKER
+        if not marker.exists():
+            marker.write_text("This directory is written by cic (reports, tables, figures); cic replaces its own "
+                              "files here.\n", encoding="utf-8")
+    except OSError as exc:  # a file where a parent should be, no permission, a full or read-only disk
+        raise OutputError(f"{option} = {str(given)!r}: the directory cannot be made ({exc.strerror or exc}"
+                          + (f": {exc.filename}" if exc.filename else "") + ")") from None
     return given

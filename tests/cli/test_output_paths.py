@@ -253,3 +253,17 @@ def test_report_directories_never_replace_their_input_or_files_cic_did_not_write
     one_line_error(runner.invoke(app, ["validity", "--out", str(foreign), "--trials", "5"]), "did not write")
     result = runner.invoke(app, ["report", str(table), "--out", str(foreign), *fast, "--force"])
     assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("command", [["report", "{table}", "--out", "{bad}", "--no-figures"],
+                                     ["validity", "--out", "{bad}", "--trials", "10"],
+                                     ["log", "{table}", "--report-dir", "{bad}", "--tracking-uri", "{uri}"]])
+def test_an_output_directory_that_cannot_be_made_is_one_line(tmp_path: Path, command: list[str]) -> None:
+    """A file where a parent directory should be: one line naming the option and why, exit 2, before any work."""
+    (tmp_path / "afile").write_text("not a directory")
+    table = Path(__file__).resolve().parents[2] / "infra" / "examples" / "scores_demo.csv"
+    args = [a.format(table=table, bad=tmp_path / "afile" / "sub", uri=f"sqlite:///{tmp_path}/m.db")
+            for a in command]
+    result = runner.invoke(app, args)
+    one_line_error(result, "the directory cannot be made (Not a directory")
+    assert not (tmp_path / "m.db").exists()  # refused before MLflow was touched
