@@ -384,6 +384,12 @@ def served_entries(store: Store, **equals: Any) -> list[dict[str, Any]]:
     import json
 
     table = gates(store, **equals)
+    unknown = table.filter(~pl.col("state").is_in(STATES))
+    if unknown.height:  # an event log row no version of cic writes: its key must not vanish in silence
+        first = unknown.row(0, named=True)
+        raise UserError(f"gate {first['calibration_id'][:12]}: its newest event has state {first['state']!r}, not one "
+                        f"of {', '.join(STATES)} (gate_events was edited by hand?); refusing to export — fix or remove "
+                        "that event")
     families = live_families(store)  # every dataset's: a filter on one dataset still states the whole family
     out, serving = [], []
     for key_rows in table.sort(*SERVING_KEY).partition_by(list(SERVING_KEY), maintain_order=True):

@@ -134,6 +134,8 @@ def test_cic_ask_refuses_a_score_it_cannot_compute_and_lists_what_serves_before_
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     assert "thresholds score 'semantic_entropy'" in refused.stderr
     assert "score:semantic_entropy[embedding:0.9]" in refused.stderr and "Traceback" not in refused.stderr
+    absurd = _cic(tmp_path, "ask", "Who?", "--config", str(config), "--dataset", "d", "--alpha", "1.5")
+    assert absurd.returncode == 2 and "--alpha = 1.5: a risk level strictly between 0 and 1" in absurd.stderr
     missed = _cic(tmp_path, "ask", "Who?", "--config", str(config), "--dataset", "d", "--alpha", "0.42")
     assert missed.returncode == 2 and "gates serving for model 'm' on 'd':" in missed.stderr
     assert "--estimator semantic_entropy --criterion similarity[0.6] --alpha 0.2 --bound cp" in missed.stderr

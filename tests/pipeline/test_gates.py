@@ -276,3 +276,15 @@ def test_a_first_gate_that_certifies_nothing_is_unattainable_not_live_until_one_
         store.upsert("calibrations", other)
         row, retired = promote(store, other.filter(search="fallback")["calibration_id"][0], reason="t")
         assert row["state"] == "unattainable" and retired == [first]  # certifies nothing either: never live
+
+
+def test_an_event_with_an_unknown_state_stops_the_export_naming_it(tmp_path: Path) -> None:
+    """A hand-edited `gate_events` row whose state no version writes: the export refuses in one line naming the
+    gate and the state, instead of leaving its key out in silence."""
+    db = tmp_path / "g.duckdb"
+    live, _ = two_weeks(db)
+    raw_sql(db, f"UPDATE gate_events SET state = 'paused' WHERE calibration_id = '{live}'")
+    result = CliRunner().invoke(app, ["gate", "export", "--db", str(db), "--out", str(tmp_path / "s.json")])
+    assert result.exit_code == 2 and f"gate {live[:12]}: its newest event has state 'paused'" in \
+        " ".join(result.output.split()), result.output
+    assert not (tmp_path / "s.json").exists()
