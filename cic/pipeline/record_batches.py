@@ -55,7 +55,8 @@ def _csv(path: Path, rows: int) -> Iterator[pl.DataFrame]:
             path, read_options=pacsv.ReadOptions(block_size=max(rows * 256, 1 << 20)),
             parse_options=pacsv.ParseOptions(newlines_in_values=True),
             convert_options=pacsv.ConvertOptions(column_types={c: pa.string() for c in header},
-                                                 strings_can_be_null=True))
+                                                 strings_can_be_null=True, null_values=[""]))  # only empty: a
+        # "nan" or "NA" score is a value to refuse (README), not a score the estimator did not give
         for batch in reader:
             yield pl.from_arrow(batch)  # type: ignore[misc]
     except Exception as exc:  # pyarrow's ArrowInvalid names the row it could not parse

@@ -201,3 +201,20 @@ def test_group_column_stores_each_group_as_its_own_stream_and_a_record_keeps_its
     assert all(before[t].equals(after[t]) for t in before)
     result = CliRunner().invoke(app, ["ingest", str(tmp_path / "a.parquet"), "--db", str(db), "--group", "nope"])
     assert result.exit_code == 2 and "group = 'nope'" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("text", ["nan", "NaN", "NA"])
+def test_a_csv_score_written_as_nan_is_refused_as_the_readme_says(tmp_path: Path, text: str) -> None:
+    """Only an empty cell means "the estimator gave no score"; `nan` (pandas' NaN) or `NA` in a CSV is a value, and
+    a score must be a finite number: refused naming the record and the value, nothing stored."""
+    path = write(records(), tmp_path / "t.csv")
+    lines = path.read_text().splitlines()
+    header = lines[0].split(",")
+    cells = lines[2].split(",")
+    cells[header.index("score:semantic_entropy")] = text
+    path.write_text("\n".join([*lines[:2], ",".join(cells), *lines[3:]]) + "\n")
+    db = tmp_path / "s.duckdb"
+    with Store.open(db) as store:
+        with pytest.raises(UserError, match=f"record 2 .*score:semantic_entropy = '{text}': expected a finite number"):
+            ingest_file(store, path)
+        assert store.read("scores").height == 0
