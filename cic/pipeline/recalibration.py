@@ -187,8 +187,9 @@ def rejected_live_gates(results: Sequence[Any], updates: Sequence[Any]) -> dict[
     out: dict[str, Alert] = {}
     for result in results:
         for check in result.checks:
-            if check.rejected and check.live_gate_id is not None and withdraws(check.alert()):
-                out[check.live_gate_id] = check.alert()
+            alert = check.alert()
+            if check.rejected and check.live_gate_id is not None and withdraws(alert):
+                out[check.live_gate_id] = alert
     for update in updates:
         if update.row["alarmed"]:
             out.setdefault(update.gate["calibration_id"], update.alert())

@@ -255,3 +255,21 @@ def test_auto_promotion_is_held_back_by_a_page_not_by_an_unreachable_alpha_besid
               estimators=("semantic_entropy",))
     second = recalibrate_store(store, [group.run_key], config, 0.01, WindowRule(), auto_promote=True)
     assert second.promoted == [] and any(a.startswith("error rate at the live threshold") for _, a in second.alerts)
+
+
+def test_the_window_rule_takes_only_records_whose_label_window_has_closed(store: Store) -> None:
+    """A week after the live gate's window, 300 new labelled answers seen half a day before the pass: with a
+    one-day label window they may still be joined by late (wrong) labels, so no candidate is certified on them;
+    without one they make the new window."""
+    from cic.pipeline.recalibration import recalibrate_store
+
+    store_run(store, n=300, labelled_at=START, estimators=("semantic_entropy",))
+    make_live(store, only_group(store))
+    store_run(store, n=300, labelled_at=START + timedelta(days=7), id_offset=1000, seed=1,
+              estimators=("semantic_entropy",))
+    keys = store.read("runs").get_column("run_key").to_list()
+    night = START + timedelta(days=7, hours=12)
+    waiting = recalibrate_store(store, keys, CONFIG, 0.01, WindowRule(), now=night, label_window=timedelta(days=1))
+    assert waiting.candidates == [] and any("0 new labelled question(s)" in why for _, why in waiting.skipped)
+    counted = recalibrate_store(store, keys, CONFIG, 0.01, WindowRule(), now=night)
+    assert [c.row.n_cal for c in counted.candidates] == [300]
