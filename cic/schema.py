@@ -137,6 +137,16 @@ LABEL_EVENTS = TableSpec("label_events", {
     "created_at": pl.Datetime("us", "UTC"),
 }, ("event_id",))
 
+RECORD_EVENTS = TableSpec("record_events", {
+    "event_id": pl.String(),
+    "table_name": pl.String(),               # the stored table whose row changed (questions, generations, ...)
+    "run_key": pl.String(), "question_id": pl.String(),  # the record (run_key null for a question's text)
+    "field": pl.String(),                    # what changed: question, answer, timestamp, gold, score:<estimator>
+    "old_value": pl.String(), "new_value": pl.String(),  # both as text (a stored fact replaced: `--replace`)
+    "source": pl.String(),                   # the file that changed it
+    "created_at": pl.Datetime("us", "UTC"),
+}, ("event_id",))
+
 GATE_MONITOR = TableSpec("gate_monitor", {
     "calibration_id": pl.String(),           # the live gate watched
     "checked_at": pl.Datetime("us", "UTC"),  # the recalibration pass that updated it
@@ -240,6 +250,7 @@ ANYTIME_COUNTED = TableSpec("anytime_counted", {
 
 TABLES: dict[str, TableSpec] = {t.name: t for t in (QUESTIONS, RUNS, GENERATIONS, SCORES, LABELS, CALIBRATIONS,
                                                      EVALUATIONS, OBSERVATIONS, GATE_EVENTS, LABEL_EVENTS,
+                                                     RECORD_EVENTS,
                                                      INGESTS, GATE_MONITOR, GROUP_EVALUATIONS, SYSTEM_CALIBRATIONS,
                                                      SYSTEM_EVALUATIONS, ANYTIME_STATES, ANYTIME_COUNTED)}
 

@@ -43,6 +43,9 @@ def ingest(
                                                   "(exact_match, token_f1[0.5], similarity[0.6]).")] = None,
     relabel: Annotated[bool, typer.Option("--relabel", help="Allow labels that change stored labels (recorded in "
                                           "label_events; the gates whose window held them are flagged).")] = False,
+    replace: Annotated[bool, typer.Option("--replace", help="Allow re-sent records that change a stored question, "
+                                          "answer, timestamp, gold or score (recorded in record_events; the gates "
+                                          "whose window held them are flagged).")] = False,
     max_skew: Annotated[str, typer.Option("--max-skew", help="Refuse timestamps later than now + this (clock "
                                           "skew), e.g. 5m, 1h.")] = "5m",
     timezone: Annotated[str | None, typer.Option("--timezone", help="Zone of timestamps written without one "
@@ -76,8 +79,8 @@ def ingest(
             _journal_command(_existing(db), complete, abandon)
         return
     input_file(file, SUFFIXES)
-    options = IngestOptions(label_name=label_name, criterion=criterion, relabel=relabel, max_skew=max_skew,
-                            timezone=timezone, experiment_prefix=experiment_prefix, group=group)
+    options = IngestOptions(label_name=label_name, criterion=criterion, relabel=relabel, replace=replace,
+                            max_skew=max_skew, timezone=timezone, experiment_prefix=experiment_prefix, group=group)
     options.skew("--max-skew")
     if not db.parent.is_dir():
         raise UserError(f"--db = {str(db)!r}: directory {str(db.parent)!r} does not exist")
@@ -86,8 +89,10 @@ def ingest(
     with Store.open(db, wait_s=300) as store, side_progress():
         stats = ingest_file(store, file, options)
     streams = ", ".join(f"{r['model']}/{r['stream']}" for r in stats.runs)
+    again = stats.records - (stats.new or 0)
     stored = (f"{stats.records} record(s) stored" if stats.new is None or stats.new == stats.records else
-              f"{stats.records} record(s): {stats.new} new, {stats.records - stats.new} already stored (rewritten)")
+              f"{stats.records} record(s): {stats.new} new, {again} already stored ("
+              + (f"{stats.replaced} replaced, {again - stats.replaced} unchanged)" if stats.replaced else "unchanged)"))
     console.print(printable(f"{file}: {stored}, {stats.labels} labelled"
                             + (f", {stats.unlabelled} waiting for labels" if stats.unlabelled else "")
                             + (f" ({streams})" if streams else "") + f" in {db}"))
@@ -96,6 +101,11 @@ def ingest(
     if stats.relabelled:
         err_console.print(styled(("relabelled:", "bold yellow"), printable(
             f" {stats.relabelled} stored label(s) changed (label_events); "
+            + (f"gates flagged: {', '.join(g[:12] for g in stats.flagged_gates)} — `cic gate list` shows why"
+               if stats.flagged_gates else "no gate's window held them"))), soft_wrap=True)
+    if stats.replaced:
+        err_console.print(styled(("replaced:", "bold yellow"), printable(
+            f" {stats.replaced} stored record(s) changed (record_events); "
             + (f"gates flagged: {', '.join(g[:12] for g in stats.flagged_gates)} — `cic gate list` shows why"
                if stats.flagged_gates else "no gate's window held them"))), soft_wrap=True)
     if stats.flagged_gates and not no_mlflow:  # flagged live gates serve nothing: their aliases go too

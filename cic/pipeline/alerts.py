@@ -42,12 +42,14 @@ ALERT_KINDS: Registry[AlertKind] = Registry("alert kind", (
     BECAME_UNATTAINABLE := AlertKind("alpha became unattainable", PAGE, 3),
     SCORE_SHIFT := AlertKind("score shift", PAGE, 4),
     STATE_BROKEN := AlertKind("certificate state cannot be replayed", PAGE, 5, withdraws=True),
+    LIVE_REPLACED := AlertKind("records replaced under the live gate", PAGE, 6),
     RELABELLED := AlertKind("labels changed under this gate", WARNING, 10),
     OVER_BUDGET := AlertKind("family over delta", WARNING, 11),
     UNLABELLED := AlertKind("labels missing past the label window", WARNING, 12),
     LATE_LABELS := AlertKind("labels arrived after their window", WARNING, 13),
     UNCERTIFIED := AlertKind("alpha still uncertified", WARNING, 14),
     UNATTAINABLE := AlertKind("alpha unattainable", WARNING, 15),
+    REPLACED := AlertKind("records replaced under this gate", WARNING, 16),
     # an alert stored before kinds were stored: it pages (an alert of unknown kind is never silenced)
     UNCLASSIFIED := AlertKind("unclassified", PAGE, 99),
 ))

@@ -6,7 +6,7 @@ A file (Parquet, CSV or JSONL) holds one record a row:
 | column | meaning |
 |---|---|
 | `model`, `stream` | the model that answered and the traffic stream (stored as the dataset name) |
-| `question_id` | the record's id within the model's stream (re-ingesting it updates it: idempotent) |
+| `question_id` | the record's id within the model's stream (re-sending it unchanged changes nothing) |
 | `question`, `answer`, `timestamp` | what was asked, what the model answered, when (windows by time use it) |
 | `score:<estimator>` | one column per uncertainty score, e.g. `score:semantic_entropy` (higher = less sure) |
 | `correct` | optional: true/false (1/0), stored under the criterion named by `label_name` (default `human`) |
@@ -21,10 +21,12 @@ contain '/'.
 
 A file of `model`, `stream`, `question_id` and `correct` (or `gold`) alone labels records ingested earlier.
 
-History stays append-only and checked: a timestamp needs a time zone (or `timezone` names the one naive times
-are in) and may not lie beyond now + `max_skew` or before 2000; a label that would change a stored label is
-refused unless `relabel`, and then recorded in `label_events` and flagged on every gate whose window held the
-record. Records are keyed by (model, stream, question_id): two models' questions never overwrite each other.
+History stays append-only and checked: a timestamp needs a time zone (or `timezone` names the one naive times are
+in) and may not lie beyond now + `max_skew` or before 2000; a label that would change a stored label is refused
+unless `relabel`, and then recorded in `label_events` and flagged on every gate whose window held the record; a
+re-sent record whose question, answer, timestamp, gold or any score differs from the stored one is refused unless
+`replace`, and then recorded in `record_events` (old and new value) and flagged the same way. Records are keyed by
+(model, stream, question_id): two models' questions never overwrite each other.
 
 The file is read in batches of `batch_rows` records (memory stays bounded for any size): each batch is checked
 and staged as Parquet beside the store, checks across the whole file (repeated keys, labels of unknown records,
@@ -49,7 +51,7 @@ import polars as pl
 
 from cic import schema
 from cic.errors import UserError
-from cic.pipeline.alerts import RELABELLED, Alert
+from cic.pipeline.alerts import RELABELLED, REPLACED, Alert
 from cic.pipeline.ingest_options import (
     BATCH_ROWS,
     COMMIT_RECORDS,
@@ -78,10 +80,12 @@ from cic.pipeline.record_batches import SUFFIXES, record_batches
 from cic.pipeline.score_names import ingest_notes
 from cic.store.ingest_queries import (
     changed_labels,
+    changed_records,
     first_group_clash,
     first_group_move,
     first_question_in_two_groups,
     first_repeated_key,
+    gates_holding_records,
     gates_touched,
     new_record_count,
     staged_label_count,
@@ -173,7 +177,8 @@ class _Stage:
 
     def __init__(self, directory: Path) -> None:
         self.dir = directory
-        self.files: dict[str, list[str]] = {"records": [], "scores": [], "labels": [], "keys": [], "changed": []}
+        self.files: dict[str, list[str]] = {"records": [], "scores": [], "labels": [], "keys": [], "changed": [],
+                                              "replaced": []}
 
     def add(self, kind: str, frame: pl.DataFrame) -> str:
         path = self.dir / f"{kind}-{len(self.files[kind]):06d}.parquet"
@@ -228,8 +233,9 @@ def ingest_file(store: Store, path: str | Path, options: IngestOptions = DEFAULT
             stats.new = new_record_count(store, stage.files["keys"])
             stats.notes = ingest_notes(layout.scores.values())
         changed = _changed_labels(store, stage, source, relabel)
-        _write(store, stage, layout, p, checks.stamp or checks.now, changed, stats, experiment_prefix,
-               commit_files=max(1, commit_records // batch_rows), digest=digest)
+        replaced = None if layout.labels_only else _changed_records(store, stage, source, options.replace)
+        _write(store, stage, layout, p, checks.stamp or checks.now, Changes(changed, replaced), stats,
+               experiment_prefix, commit_files=max(1, commit_records // batch_rows), digest=digest)
     return stats
 
 
@@ -383,14 +389,82 @@ def _changed_labels(store: Store, stage: _Stage, source: str, relabel: bool) -> 
     return changed
 
 
-def _write(store: Store, stage: _Stage, layout: Layout, path: Path, now: datetime, changed: pl.DataFrame | None,
+def _changed_records(store: Store, stage: _Stage, source: str, replace: bool) -> pl.DataFrame | None:
+    """Stored records this file would change in any field (question, answer, timestamp, gold, a score): refused
+    unless `replace` (then returned, to be recorded)."""
+    changed = changed_records(store, stage.files["records"], stage.files["scores"])
+    if changed.height == 0:
+        return None
+    if not replace:
+        row = changed.row(0, named=True)
+        records = changed.get_column("record").n_unique()
+        raise UserError(f"{source} record {row['record']} (question_id {row['question_id']!r}): would change the "
+                         f"stored {row['field']} of model {row['model']!r}, stream {row['stream']!r} from "
+                         f"{_shown(row['old_value'])} to {_shown(row['new_value'])} ({changed.height} field(s) of "
+                         f"{records} stored record(s) in all); history is append-only — pass --replace to change "
+                         "them (recorded in record_events, and every gate whose window held them is flagged)")
+    return changed
+
+
+def _shown(value: str | None, limit: int = 60) -> str:
+    """A stored value as a refusal quotes it: repr, cut to `limit` characters."""
+    if value is None:
+        return "nothing"
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What an ingest changes in stored history, each refused unless allowed: labels (`relabel`) and records
+    (`replace`), as the checks found them; None where nothing changes."""
+
+    labels: pl.DataFrame | None = None
+    records: pl.DataFrame | None = None
+
+
+def record_changes(store: Store, stage: _Stage, changes: Changes, source: str, now: datetime,
+                   stats: IngestStats) -> None:
+    """Inside the writing transaction, before the new values: record each change as an event (old and new value)
+    and flag every gate whose window held a changed record (`label_events`, `record_events`)."""
+    from cic.pipeline.gates import flag_gates
+
+    alerts: dict[str, Alert] = {}
+    if changes.labels is not None:
+        changed = changes.labels
+        store.upsert("label_events", changed.select(
+            pl.struct("run_key", "question_id", "criterion").map_elements(
+                lambda r: schema.value_hash(r, now.isoformat(), source), return_dtype=pl.String)
+            .alias("event_id"), "run_key", "question_id", "criterion", "old_aligned", "new_aligned",
+            pl.lit(source).alias("source"), pl.lit(now).alias("created_at")))
+        stats.relabelled = changed.height
+        for gate, n in gates_touched(store, stage.add("changed", changed)).items():
+            alerts[gate] = Alert(RELABELLED, f"labels changed under this gate: {n} label(s) in its window "
+                                             f"relabelled by {source} at {now:%Y-%m-%d %H:%M} UTC; recalibrate and "
+                                             "review before trusting it")
+    if changes.records is not None:
+        changed = changes.records
+        store.upsert("record_events", changed.select(
+            pl.struct("run_key", "question_id", "field").map_elements(
+                lambda r: schema.value_hash(r, now.isoformat(), source), return_dtype=pl.String)
+            .alias("event_id"), "table_name", "run_key", "question_id", "field", "old_value", "new_value",
+            pl.lit(source).alias("source"), pl.lit(now).alias("created_at")))
+        stats.replaced = changed.get_column("record").n_unique()
+        held = gates_holding_records(store, stage.add("replaced", changed.select("run_key", "question_id", "new_at")
+                                                      .unique()))
+        for gate, n in held.items():
+            alerts[gate] = Alert(REPLACED, f"records replaced under this gate: {n} record(s) in its window "
+                                           f"rewritten by {source} at {now:%Y-%m-%d %H:%M} UTC; recalibrate and "
+                                           "review before trusting it")
+    stats.flagged_gates = flag_gates(store, alerts)
+
+
+def _write(store: Store, stage: _Stage, layout: Layout, path: Path, now: datetime, changes: Changes,
            stats: IngestStats, experiment_prefix: str, commit_files: int, digest: str) -> None:
     """Everything staged: runs, questions (per model), answers, scores,
     times, labels, and for a relabelling its events and the gates it flags. Up to `commit_files` staged batches
     of each kind go in one transaction; a larger file commits in steps under its `ingests` journal entry
     ('writing' until the last step; recalibration waits for it and rerunning the ingest completes it)."""
-    from cic.pipeline.gates import flag_gates
-
     pairs = staged_streams(store, stage.files["keys"])
     steps = [(kind, files[i:i + commit_files]) for kind in ("records", "scores", "labels")
              for files in [stage.files[kind]] for i in range(0, len(files), commit_files)]
@@ -417,19 +491,7 @@ def _write(store: Store, stage: _Stage, layout: Layout, path: Path, now: datetim
             "created_at": None, "experiment_prefix": experiment_prefix, "unanswered": None},
             schema=schema.RUNS.schema))  # every (model, stream) at once
         stats.runs.extend({"model": m, "stream": s, "run_key": run_key_of(m, s)} for m, s, _ in pairs)
-        if changed is not None:
-            store.upsert("label_events", changed.select(
-                pl.struct("run_key", "question_id", "criterion").map_elements(
-                    lambda r: schema.value_hash(r, now.isoformat(), path.name), return_dtype=pl.String)
-                .alias("event_id"), "run_key", "question_id", "criterion", "old_aligned", "new_aligned",
-                pl.lit(path.name).alias("source"), pl.lit(now).alias("created_at")))
-            stats.relabelled = changed.height
-            touched = gates_touched(store, stage.add("changed", changed))
-            stats.flagged_gates = flag_gates(store, {
-                gate: Alert(RELABELLED, f"labels changed under this gate: {n} label(s) in its window relabelled by "
-                                        f"{path.name} at {now:%Y-%m-%d %H:%M} UTC; recalibrate and review before "
-                                        "trusting it")
-                for gate, n in touched.items()})
+        record_changes(store, stage, changes, path.name, now, stats)
         if not journaled:  # one step per kind: all at once
             for kind, files in steps:
                 ingest_journal.write_step(store, kind, files, path, now, digest)

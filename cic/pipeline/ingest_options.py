@@ -32,12 +32,14 @@ EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 class IngestOptions:
     """How a file is ingested — declared once, here, and passed from the command (or a deployment's parameters)
     through the flow and its task to `ingest_file`: the criterion name of a `correct` column, the criterion that
-    labels a `gold` column, whether labels may change, the clock skew allowed (5m, 1h), the zone of timestamps
-    written without one, the experiment prefix of the streams' runs, and the column holding each record's group."""
+    labels a `gold` column, whether labels (`relabel`) and stored records (`replace`) may change, the clock skew
+    allowed (5m, 1h), the zone of timestamps written without one, the experiment prefix of the streams' runs, and
+    the column holding each record's group."""
 
     label_name: str = "human"
     criterion: str | None = None
     relabel: bool = False
+    replace: bool = False
     max_skew: str = "5m"
     timezone: str | None = None
     experiment_prefix: str = DEFAULT_EXPERIMENT_PREFIX
@@ -52,7 +54,8 @@ class IngestOptions:
 
 @dataclass
 class IngestStats:
-    """What one file added: records (new or updated), labels, relabelled labels, gates flagged by relabelling,
+    """What one file added: records (new or re-sent), labels, relabelled labels and replaced records, the gates
+    they flagged,
     and the runs (model, stream) they belong to."""
 
     file: str
@@ -60,6 +63,7 @@ class IngestStats:
     labels: int = 0
     unlabelled: int = 0
     relabelled: int = 0
+    replaced: int = 0  # stored records re-sent with another value in some field (`replace`), recorded
     flagged_gates: list[str] = field(default_factory=list)
     runs: list[dict[str, str]] = field(default_factory=list)
     new: int | None = None  # records the store did not hold before (None: a file of labels alone)

@@ -24,7 +24,17 @@ import polars as pl
 
 from cic import schema
 from cic.errors import UserError
-from cic.pipeline.alerts import LIVE_RELABELLED, PAGE, RELABELLED, Alert, kind_of, severity, withdraws
+from cic.pipeline.alerts import (
+    LIVE_RELABELLED,
+    LIVE_REPLACED,
+    PAGE,
+    RELABELLED,
+    REPLACED,
+    Alert,
+    kind_of,
+    severity,
+    withdraws,
+)
 from cic.pipeline.gate_rows import ColumnReader, GateRow, SystemGateRow, gate_rows
 from cic.pipeline.gates import gates
 from cic.pipeline.serving_now import serving_now
@@ -60,9 +70,10 @@ class GroupRecalibration:
         if row["threshold"] is None:
             out.append(unattainable_alert(live is not None and live["threshold"] is not None, row["n_cal"]))
         out.extend(c.alert() for c in self.checks if c.rejected and row["calibration_id"] in c.gate_ids)
-        if live is not None:  # the live gate's own data changed under it (`cic ingest --relabel`)
-            out.extend(Alert(LIVE_RELABELLED, f"live gate {live['calibration_id'][:12]}: {a}") for a in live["alerts"]
-                       if kind_of(a) == RELABELLED)
+        if live is not None:  # the live gate's own data changed under it (`cic ingest --relabel` / `--replace`)
+            paged = {RELABELLED: LIVE_RELABELLED, REPLACED: LIVE_REPLACED}
+            out.extend(Alert(paged[kind_of(a)], f"live gate {live['calibration_id'][:12]}: {a}")
+                       for a in live["alerts"] if kind_of(a) in paged)
         return out
 
 

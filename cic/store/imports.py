@@ -18,6 +18,7 @@ from cic.errors import UserError
 HISTORY = {"gate_events": "gate states (promote, retire and confirm gates in this store: `cic gate ...`)",
            "gate_monitor": "the anytime monitor's state (it restarts from this store's labels)",
            "label_events": "relabel history (ingest the labels with `cic ingest --relabel`)",
+           "record_events": "replaced-record history (re-send the records with `cic ingest --replace`)",
            "ingests": "the ingest journal (ingest the files themselves)"}
 CLOCK_SKEW = timedelta(minutes=5)
 

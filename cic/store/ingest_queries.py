@@ -70,6 +70,61 @@ def changed_labels(store: Store, labels: Files) -> pl.DataFrame:
         "ORDER BY n.record", [labels])
 
 
+RECORD_FIELDS = ("question", "answer", "timestamp", "gold")  # a record's stored facts besides its scores
+
+
+def changed_records(store: Store, records: Files, scores: Files) -> pl.DataFrame:
+    """Stored facts the staged records would change: record, run_key, model, stream, question_id, table_name,
+    field (question, answer, timestamp, gold, score:<estimator>), old_value, new_value (as text), new_at (the
+    record's staged time), by record and field. Only records the store holds (an observation) are compared; a
+    staged record without gold compares as gold '' (what it would store)."""
+    import polars as pl
+
+    facts = store.sql_frame(
+        "WITH k AS (SELECT k.record, k.run_key, k.model, k.stream, k.question_id, q.question AS old_question, "
+        "k.question AS new_question, g.text AS old_answer, k.answer AS new_answer, o.observed_at AS old_at, "
+        "k.observed_at AS new_at, q.answer AS old_gold, coalesce(k.gold, '') AS new_gold FROM read_parquet(?) k "
+        "JOIN observations o ON o.run_key = k.run_key AND o.question_id = k.question_id "
+        "LEFT JOIN questions q ON q.dataset = k.stream AND q.split = 'production:' || k.model AND "
+        "q.question_id = k.question_id LEFT JOIN generations g ON g.run_key = k.run_key AND "
+        "g.question_id = k.question_id AND g.sample_index = 0) "
+        "SELECT record, run_key, model, stream, question_id, 'questions' AS table_name, 'question' AS field, "
+        "old_question AS old_value, new_question AS new_value, new_at FROM k "
+        "WHERE old_question IS DISTINCT FROM new_question "
+        "UNION ALL SELECT record, run_key, model, stream, question_id, 'generations', 'answer', old_answer, "
+        "new_answer, new_at "
+        "FROM k WHERE old_answer IS DISTINCT FROM new_answer "
+        "UNION ALL SELECT record, run_key, model, stream, question_id, 'observations', 'timestamp', "
+        "strftime(old_at AT TIME ZONE 'UTC', '%Y-%m-%dT%H:%M:%S.%fZ'), "
+        "strftime(new_at AT TIME ZONE 'UTC', '%Y-%m-%dT%H:%M:%S.%fZ'), new_at FROM k "
+        "WHERE old_at IS DISTINCT FROM new_at "
+        "UNION ALL SELECT record, run_key, model, stream, question_id, 'questions', 'gold', old_gold, new_gold, "
+        "new_at FROM k "
+        "WHERE old_gold IS DISTINCT FROM new_gold", [records])
+    values = store.sql_frame(
+        "SELECT k.record, k.run_key, k.model, k.stream, k.question_id, 'scores' AS table_name, "
+        "'score:' || s.estimator AS field, CAST(o.value AS VARCHAR) AS old_value, "
+        "CAST(s.value AS VARCHAR) AS new_value, k.observed_at AS new_at "
+        "FROM read_parquet(?) s JOIN scores o ON o.run_key = s.run_key AND o.question_id = s.question_id AND "
+        "o.estimator = s.estimator JOIN read_parquet(?) k ON k.run_key = s.run_key AND k.question_id = s.question_id "
+        "WHERE o.value IS DISTINCT FROM s.value", [scores, records])
+    return pl.concat([facts, values]).sort("record", "field")
+
+
+def gates_holding_records(store: Store, changed: Files) -> dict[str, int]:
+    """gate id → how many of the changed records (run_key, question_id, new_at) lie in its window, at their stored
+    time or at the time the change gives them (a gate without a window holds them all; every criterion of the run)."""
+    rows = store.sql(
+        "SELECT c.calibration_id, count(DISTINCT t.question_id) FROM calibrations c JOIN ("
+        "  SELECT DISTINCT ch.run_key, ch.question_id, o.observed_at AS old_at, ch.new_at "
+        "  FROM read_parquet(?) ch JOIN observations o ON o.run_key = ch.run_key AND o.question_id = ch.question_id) t "
+        "ON c.run_key = t.run_key AND ("
+        "  ((c.window_from IS NULL OR t.old_at >= c.window_from) AND (c.window_to IS NULL OR t.old_at <= c.window_to))"
+        "  OR ((c.window_from IS NULL OR t.new_at >= c.window_from) AND (c.window_to IS NULL OR t.new_at <= "
+        "c.window_to))) GROUP BY c.calibration_id", [changed])
+    return {gate_id: int(n) for gate_id, n in rows}
+
+
 def staged_streams(store: Store, keys: Files) -> list[tuple[str, str, str]]:
     """Every staged (model, stream, base stream), ordered."""
     return store.sql("SELECT DISTINCT model, stream, base FROM read_parquet(?) ORDER BY model, stream", [keys])

@@ -146,7 +146,7 @@ def test_cic_ingest_reports_and_refuses_in_one_line(tmp_path: Path) -> None:
     assert "warning: score 'semantic_entropy': `cic ask` computes this estimator as " \
            "'semantic_entropy[embedding:0.9]'" in said and "score 'predictive_entropy'" not in said
     again = CliRunner().invoke(app, ["ingest", str(tmp_path / "t.parquet"), "--db", str(db)])
-    assert again.exit_code == 0 and "6 record(s): 0 new, 6 already stored (rewritten)" in " ".join(again.output.split())
+    assert again.exit_code == 0 and "6 record(s): 0 new, 6 already stored (unchanged)" in " ".join(again.output.split())
     text = tmp_path / "t.txt"
     text.write_text("hello")
     bad = CliRunner().invoke(app, ["ingest", str(text), "--db", str(db)])

@@ -38,7 +38,8 @@ def test_a_timestamp_beyond_now_plus_the_skew_is_refused_and_the_skew_is_configu
         later = records().with_columns(pl.Series("timestamp", [T0] * 5 + [NOW + timedelta(hours=2)]))
         with pytest.raises(UserError, match="lies 2 h in the future"):
             ingest_file(store, write(later, tmp_path / "later.parquet"), now=NOW)
-        ingest_file(store, write(later, tmp_path / "later.parquet"), IngestOptions(max_skew="3h"), now=NOW)
+        ingest_file(store, write(later, tmp_path / "later.parquet"), IngestOptions(max_skew="3h", replace=True),
+                    now=NOW)  # r5 stored 3 min ahead: its new time replaces a stored fact
         old = records().with_columns(pl.Series("timestamp", [datetime(1970, 1, 1, tzinfo=UTC)] * 6))
         with pytest.raises(UserError, match="record 1 .* is before 2000-01-01"):
             ingest_file(store, write(old, tmp_path / "old.parquet"), now=NOW)
@@ -102,6 +103,65 @@ def test_relabelling_is_refused_unless_asked_then_recorded_and_the_live_gate_fla
         assert any(a.startswith(f"live gate {live[:12]}: labels changed") for a in result.alerts_of(candidate))
     listed = CliRunner().invoke(app, ["gate", "list", "--db", str(db), "--state", "live"])
     assert f"{live[:12]} alert: labels changed under this gate: 300 label(s)" in " ".join(listed.output.split())
+
+
+CHANGES = {"question": pl.lit("what else?"), "answer": pl.lit("b"),
+           "timestamp": pl.col("timestamp") + timedelta(seconds=1), "score:semantic_entropy": pl.lit(0.5)}
+
+
+@pytest.mark.parametrize("field", list(CHANGES))
+def test_a_resent_record_that_changes_a_stored_fact_is_refused_unless_replaced_then_recorded_and_paged(
+        tmp_path: Path, field: str) -> None:
+    """Re-sending stored records unchanged is idempotent; any field changed is refused naming record, field, old
+    and new value, the store untouched; with `replace` each change is a record event, the live gate whose window
+    held the records is flagged, and the next recalibration of its key pages."""
+    db = tmp_path / "s.duckdb"
+    first = _stream(400, 1, T0 - timedelta(days=20))
+    with Store.open(db) as store:
+        ingest_file(store, write(first, tmp_path / "week1.parquet"), now=NOW)
+        group = only_group(store, "bot")
+        human = group.__class__(**{**group.__dict__, "criterion": "human"})
+        live = make_live(store, human)["calibration_id"][0]
+        ingest_file(store, write(first, tmp_path / "again.parquet"), now=NOW)  # the same records: nothing changes
+        tables = {t: store.read(t) for t in ("questions", "generations", "observations", "scores", "labels")}
+        changed = first.with_columns(pl.when(pl.int_range(pl.len()) < 3).then(CHANGES[field])
+                                     .otherwise(pl.col(field)).alias(field))
+        path = write(changed, tmp_path / "changed.parquet")
+        with pytest.raises(UserError, match=rf"record 1 \(question_id 'q0'\): would change the stored {field} of "
+                                             r"model 'qwen', stream 'bot' from .* \(3 field\(s\) of 3 stored "
+                                             r"record\(s\) in all\).*--replace"):
+            ingest_file(store, path, now=NOW)
+        assert all(store.read(t).equals(before) for t, before in tables.items())
+        assert store.count("record_events") == 0
+
+        stats = ingest_file(store, path, IngestOptions(replace=True), now=NOW)
+        assert stats.replaced == 3 and stats.flagged_gates == [live]
+        events = store.read("record_events").sort("question_id")
+        assert events["question_id"].to_list() == ["q0", "q1", "q2"] and set(events["field"]) == {field}
+        assert (events["old_value"] != events["new_value"]).all() and set(events["source"]) == {"changed.parquet"}
+        row = gates(store).filter(calibration_id=live).row(0, named=True)
+        assert row["alerts"][0].startswith("records replaced under this gate: 3 record(s)")
+        ingest_file(store, write(_stream(100, 2, T0 - timedelta(days=2), offset=1000), tmp_path / "w2.parquet"),
+                    now=NOW)
+        result = recalibrate_group(store, human, CONFIG, WindowRule())
+        alerts = result.alerts_of(result.rows.row(0, named=True))
+        assert [a.kind.severity for a in alerts if f"live gate {live[:12]}: records replaced" in a] == ["page"]
+        again = ingest_file(store, path, now=NOW)  # the replaced values are the stored ones now
+        assert again.replaced == 0 and store.count("record_events") == 3
+
+
+def test_the_cli_refuses_a_changed_record_in_one_line_and_says_what_replace_did(tmp_path: Path) -> None:
+    db, first = tmp_path / "s.duckdb", _stream(20, 1, T0 - timedelta(days=2))
+    runner = CliRunner()
+    assert runner.invoke(app, ["ingest", str(write(first, tmp_path / "a.csv")), "--db", str(db)]).exit_code == 0
+    path = write(first.with_columns(pl.lit("b").alias("answer")), tmp_path / "b.csv")
+    refused = runner.invoke(app, ["ingest", str(path), "--db", str(db)])
+    assert refused.exit_code == 2 and len(refused.output.strip().splitlines()) <= 3
+    assert "would change the stored answer" in " ".join(refused.output.split())
+    done = runner.invoke(app, ["ingest", str(path), "--db", str(db), "--replace", "--no-mlflow"])
+    said = " ".join(done.output.split())
+    assert done.exit_code == 0, said
+    assert "20 already stored (20 replaced, 0 unchanged)" in said and "replaced: 20 stored record(s)" in said
 
 
 def test_two_models_on_one_stream_keep_their_own_question_text(tmp_path: Path) -> None:
