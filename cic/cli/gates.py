@@ -76,7 +76,7 @@ def ingest(
         raise UserError(f"{' and '.join(given) or 'FILE'}: give exactly one of FILE, --complete ID, --abandon ID")
     if file is None:
         with side_progress():
-            _journal_command(_existing(db), complete, abandon)
+            _journal_command(_existing(db), complete, abandon, relabel=relabel, replace=replace)
         return
     input_file(file, SUFFIXES)
     options = IngestOptions(label_name=label_name, criterion=criterion, relabel=relabel, replace=replace,
@@ -112,7 +112,7 @@ def ingest(
         _sync(db, stats.flagged_gates, tracking_uri, experiment_prefix)
 
 
-def _journal_command(db: Path, complete: str | None, abandon: str | None) -> None:
+def _journal_command(db: Path, complete: str | None, abandon: str | None, *, relabel: bool, replace: bool) -> None:
     """`cic ingest --complete ID` / `--abandon ID`: finish or undo an ingest cut off between its commits."""
     from cic.pipeline.ingest import abandon_ingest, complete_ingest, find_ingest
     from cic.store import Store
@@ -126,7 +126,7 @@ def _journal_command(db: Path, complete: str | None, abandon: str | None) -> Non
             + ("committing its remaining staged steps …" if complete is not None else
                "removing what it stored, in one transaction …")), soft_wrap=True)
         if complete is not None:
-            stats = complete_ingest(store, complete)
+            stats = complete_ingest(store, complete, relabel=relabel, replace=replace)
             console.print(printable(f"ingest {complete} completed from its staged data: {stats.records} record(s), "
                                     f"{stats.labels} labelled, in {db}"))
             return

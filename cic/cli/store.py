@@ -8,7 +8,17 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from cic.cli.common import READ_WAIT_S, DbOpt, ForceOpt, console, friendly_errors, say_waiting
+from cic.cli.common import (
+    READ_WAIT_S,
+    DbOpt,
+    ForceOpt,
+    console,
+    err_console,
+    friendly_errors,
+    printable,
+    say_waiting,
+    styled,
+)
 from cic.errors import UserError
 
 
@@ -112,17 +122,27 @@ def import_table(
     db: DbOpt = Path("cic.duckdb"),
     table: Annotated[str | None, typer.Option("--table", help="Target table when the file does not name it.")]
     = None,
+    replace: Annotated[bool, typer.Option("--replace", help="Allow rows that change stored ones (recorded in "
+                                          "label_events / record_events; the gates whose window held them are "
+                                          "flagged).")] = False,
 ) -> None:
-    """Upsert a Parquet table into the store (idempotent: importing twice changes nothing)."""
+    """Upsert a Parquet table into the store (idempotent: importing twice changes nothing; rows that would change
+    stored ones are refused unless --replace)."""
     from cic import schema
+    from cic.pipeline.table_import import import_table as import_rows
     from cic.store import Store
     from cic.store.imports import checked_import
 
     checked_import(file, table, schema.TABLES)  # a refusal before the store is opened creates nothing
     with Store.open(db) as store:
-        name, rows = store.import_(file, table)
-        total = store.count(name)
-    console.print(f"{rows} {name} rows imported into {db} ({total} in the table)")
+        stats = import_rows(store, file, table, replace=replace)
+        total = store.count(stats.table)
+    console.print(f"{stats.rows} {stats.table} rows imported into {db} ({total} in the table)")
+    if stats.replaced:
+        err_console.print(styled(("replaced:", "bold yellow"), printable(
+            f" {stats.replaced} stored {stats.table} row(s) changed; "
+            + (f"gates flagged: {', '.join(g[:12] for g in stats.flagged_gates)} — `cic gate list` shows why"
+               if stats.flagged_gates else "no gate's window held them"))), soft_wrap=True)
 
 
 COMMANDS = {"datasets": datasets, "export": export, "import": import_table}

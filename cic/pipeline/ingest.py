@@ -51,7 +51,7 @@ import polars as pl
 
 from cic import schema
 from cic.errors import UserError
-from cic.pipeline.alerts import RELABELLED, REPLACED, Alert
+from cic.pipeline.ingest_changes import Changes, Stage, checked_labels, checked_records, record_changes
 from cic.pipeline.ingest_options import (
     BATCH_ROWS,
     COMMIT_RECORDS,
@@ -79,14 +79,10 @@ from cic.pipeline.ingest_records import (
 from cic.pipeline.record_batches import SUFFIXES, record_batches
 from cic.pipeline.score_names import ingest_notes
 from cic.store.ingest_queries import (
-    changed_labels,
-    changed_records,
     first_group_clash,
     first_group_move,
     first_question_in_two_groups,
     first_repeated_key,
-    gates_holding_records,
-    gates_touched,
     new_record_count,
     staged_label_count,
     staged_streams,
@@ -171,25 +167,6 @@ class Layout:
         return frame.with_columns(pl.lit(None).alias(c) for c in missing).select(self.columns)
 
 
-class _Stage:
-    """Staged Parquet files of one ingest (records, scores, labels, label keys), in a temporary directory
-    beside the store; removed when the ingest ends, stored or not."""
-
-    def __init__(self, directory: Path) -> None:
-        self.dir = directory
-        self.files: dict[str, list[str]] = {"records": [], "scores": [], "labels": [], "keys": [], "changed": [],
-                                              "replaced": []}
-
-    def add(self, kind: str, frame: pl.DataFrame) -> str:
-        path = self.dir / f"{kind}-{len(self.files[kind]):06d}.parquet"
-        frame.write_parquet(path)
-        self.files[kind].append(str(path))
-        return str(path)
-
-    def has(self, kind: str) -> bool:
-        return bool(self.files[kind])
-
-
 def ingest_file(store: Store, path: str | Path, options: IngestOptions = DEFAULT_OPTIONS, *, embedder: Any = None,
                 now: datetime | None = None, batch_rows: int = BATCH_ROWS,
                 commit_records: int = COMMIT_RECORDS) -> IngestStats:
@@ -207,12 +184,12 @@ def ingest_file(store: Store, path: str | Path, options: IngestOptions = DEFAULT
     journal = ingest_journal.journal_entry(store, digest)
     if journal is not None and journal["state"] == "writing":  # a cut-off ingest of these bytes: complete it
         if ingest_journal.staged_manifest(store, digest) is not None:
-            return complete_ingest(store, digest, file=p)
+            return complete_ingest(store, digest, file=p, relabel=relabel, replace=options.replace)
         checks = Checks(now=checks.now, max_skew=max_skew, timezone=timezone, stamp=journal["started_at"])
     stats = IngestStats(file=str(path))
     with tempfile.TemporaryDirectory(prefix=".cic-ingest-", dir=store.path.parent) as tmp, \
             store.memory_limit(MEMORY_LIMIT):
-        stage = _Stage(Path(tmp))
+        stage = Stage(Path(tmp))
         layout = None
         for first, frame in record_batches(p, batch_rows):
             if layout is None:
@@ -232,8 +209,9 @@ def ingest_file(store: Store, path: str | Path, options: IngestOptions = DEFAULT
         if not layout.labels_only:
             stats.new = new_record_count(store, stage.files["keys"])
             stats.notes = ingest_notes(layout.scores.values())
-        changed = _changed_labels(store, stage, source, relabel)
-        replaced = None if layout.labels_only else _changed_records(store, stage, source, options.replace)
+        changed = checked_labels(store, stage.files["labels"], source, relabel)
+        replaced = None if layout.labels_only else checked_records(store, stage.files["records"],
+                                                                   stage.files["scores"], source, options.replace)
         _write(store, stage, layout, p, checks.stamp or checks.now, Changes(changed, replaced), stats,
                experiment_prefix, commit_files=max(1, commit_records // batch_rows), digest=digest)
     return stats
@@ -262,7 +240,7 @@ def _checked_options(label_name: str, criterion: str | None, timezone: str | Non
     return label
 
 
-def _stage_batch(store: Store, stage: _Stage, batch: Batch, layout: Layout, checks: Checks, label_name: str,
+def _stage_batch(store: Store, stage: Stage, batch: Batch, layout: Layout, checks: Checks, label_name: str,
                  criterion: str | None, embedder: Any) -> Any:
     """Check one batch field by field and stage its rows; returns the embedder (made once, when needed)."""
     models, streams, qids = (text_column(batch, c) for c in KEY_COLUMNS)
@@ -339,7 +317,7 @@ def _judge(keys: pl.DataFrame, answers: pl.Series, gold: pl.Series, criterion: s
     return (pl.concat(parts) if parts else empty), embedder
 
 
-def _check_unique(store: Store, stage: _Stage, source: str) -> None:
+def _check_unique(store: Store, stage: Stage, source: str) -> None:
     """No (model, stream, question_id) twice in the file (checked in DuckDB over every staged batch)."""
     repeated = first_repeated_key(store, stage.files["keys"])
     if repeated:
@@ -348,7 +326,7 @@ def _check_unique(store: Store, stage: _Stage, source: str) -> None:
                          f"{stream!r}, question_id {qid!r}")
 
 
-def _check_groups(store: Store, stage: _Stage, source: str) -> None:
+def _check_groups(store: Store, stage: Stage, source: str) -> None:
     """A record keeps its group: not two groups in one file, not another group than the one it is stored in."""
     split = first_question_in_two_groups(store, stage.files["keys"])
     if split:
@@ -371,95 +349,7 @@ def _check_groups(store: Store, stage: _Stage, source: str) -> None:
                          "group it was stored with, or under a new question_id")
 
 
-def _changed_labels(store: Store, stage: _Stage, source: str, relabel: bool) -> pl.DataFrame | None:
-    """Stored labels this file would change: refused unless `relabel` (then returned, to be recorded)."""
-    if not stage.has("labels"):
-        return None
-    changed = changed_labels(store, stage.files["labels"])
-    if changed.height == 0:
-        return None
-    if not relabel:
-        row = changed.row(0, named=True)
-        raise UserError(f"{source} record {row['record']} (question_id {row['question_id']!r}): would change the "
-                         f"stored {row['criterion']} label of model {row['model']!r}, stream {row['stream']!r} from "
-                         f"{'correct' if row['old_aligned'] else 'wrong'} to "
-                         f"{'correct' if row['new_aligned'] else 'wrong'} ({changed.height} stored label(s) in all); "
-                         "history is append-only — pass --relabel to change them (recorded, and every gate whose "
-                         "window held them is flagged)")
-    return changed
-
-
-def _changed_records(store: Store, stage: _Stage, source: str, replace: bool) -> pl.DataFrame | None:
-    """Stored records this file would change in any field (question, answer, timestamp, gold, a score): refused
-    unless `replace` (then returned, to be recorded)."""
-    changed = changed_records(store, stage.files["records"], stage.files["scores"])
-    if changed.height == 0:
-        return None
-    if not replace:
-        row = changed.row(0, named=True)
-        records = changed.get_column("record").n_unique()
-        raise UserError(f"{source} record {row['record']} (question_id {row['question_id']!r}): would change the "
-                         f"stored {row['field']} of model {row['model']!r}, stream {row['stream']!r} from "
-                         f"{_shown(row['old_value'])} to {_shown(row['new_value'])} ({changed.height} field(s) of "
-                         f"{records} stored record(s) in all); history is append-only — pass --replace to change "
-                         "them (recorded in record_events, and every gate whose window held them is flagged)")
-    return changed
-
-
-def _shown(value: str | None, limit: int = 60) -> str:
-    """A stored value as a refusal quotes it: repr, cut to `limit` characters."""
-    if value is None:
-        return "nothing"
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
-@dataclass(frozen=True)
-class Changes:
-    """What an ingest changes in stored history, each refused unless allowed: labels (`relabel`) and records
-    (`replace`), as the checks found them; None where nothing changes."""
-
-    labels: pl.DataFrame | None = None
-    records: pl.DataFrame | None = None
-
-
-def record_changes(store: Store, stage: _Stage, changes: Changes, source: str, now: datetime,
-                   stats: IngestStats) -> None:
-    """Inside the writing transaction, before the new values: record each change as an event (old and new value)
-    and flag every gate whose window held a changed record (`label_events`, `record_events`)."""
-    from cic.pipeline.gates import flag_gates
-
-    alerts: dict[str, Alert] = {}
-    if changes.labels is not None:
-        changed = changes.labels
-        store.upsert("label_events", changed.select(
-            pl.struct("run_key", "question_id", "criterion").map_elements(
-                lambda r: schema.value_hash(r, now.isoformat(), source), return_dtype=pl.String)
-            .alias("event_id"), "run_key", "question_id", "criterion", "old_aligned", "new_aligned",
-            pl.lit(source).alias("source"), pl.lit(now).alias("created_at")))
-        stats.relabelled = changed.height
-        for gate, n in gates_touched(store, stage.add("changed", changed)).items():
-            alerts[gate] = Alert(RELABELLED, f"labels changed under this gate: {n} label(s) in its window "
-                                             f"relabelled by {source} at {now:%Y-%m-%d %H:%M} UTC; recalibrate and "
-                                             "review before trusting it")
-    if changes.records is not None:
-        changed = changes.records
-        store.upsert("record_events", changed.select(
-            pl.struct("run_key", "question_id", "field").map_elements(
-                lambda r: schema.value_hash(r, now.isoformat(), source), return_dtype=pl.String)
-            .alias("event_id"), "table_name", "run_key", "question_id", "field", "old_value", "new_value",
-            pl.lit(source).alias("source"), pl.lit(now).alias("created_at")))
-        stats.replaced = changed.get_column("record").n_unique()
-        held = gates_holding_records(store, stage.add("replaced", changed.select("run_key", "question_id", "new_at")
-                                                      .unique()))
-        for gate, n in held.items():
-            alerts[gate] = Alert(REPLACED, f"records replaced under this gate: {n} record(s) in its window "
-                                           f"rewritten by {source} at {now:%Y-%m-%d %H:%M} UTC; recalibrate and "
-                                           "review before trusting it")
-    stats.flagged_gates = flag_gates(store, alerts)
-
-
-def _write(store: Store, stage: _Stage, layout: Layout, path: Path, now: datetime, changes: Changes,
+def _write(store: Store, stage: Stage, layout: Layout, path: Path, now: datetime, changes: Changes,
            stats: IngestStats, experiment_prefix: str, commit_files: int, digest: str) -> None:
     """Everything staged: runs, questions (per model), answers, scores,
     times, labels, and for a relabelling its events and the gates it flags. Up to `commit_files` staged batches

@@ -4,6 +4,8 @@ reader of an unfinished store gets."""
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,6 +15,7 @@ import polars as pl
 from cic import schema
 from cic.errors import UserError
 from cic.pipeline import progress
+from cic.pipeline.ingest_changes import Changes, Stage, checked_labels, checked_records, record_changes
 from cic.pipeline.ingest_options import SPLIT, IngestStats
 from cic.store.ingest_queries import (
     unfinished_ingest_files,
@@ -98,9 +101,10 @@ def staged_manifest(store: Store, digest: str) -> dict[str, Any] | None:
 
 
 def commit_steps(store: Store, digest: str, steps: list[tuple[str, list[str]]], first: int, source: str,
-                  stamp: datetime, file: Path | None = None) -> None:
+                  stamp: datetime, file: Path | None = None, before: Callable[[], None] | None = None) -> None:
     """Commit the steps from `first` on, one transaction each (the manifest counts them after each commit, so a
-    completion redoes at most one: upserts are idempotent), then mark the journal done and drop the staged data."""
+    completion redoes at most one: upserts are idempotent), then mark the journal done and drop the staged data.
+    `before` runs in the first step's transaction, ahead of its writes (a completion's change events)."""
     import shutil
 
     directory = staging_dir(store, digest)
@@ -109,6 +113,8 @@ def commit_steps(store: Store, digest: str, steps: list[tuple[str, list[str]]], 
     for index in range(first, len(steps)):
         kind, files = steps[index]
         with store.transaction():
+            if before is not None and index == first:
+                before()
             write_step(store, kind, files, Path(source), stamp, digest)
             store.upsert("ingests", pl.DataFrame([{**journal, "committed": index + 1}], schema=schema.INGESTS.schema))
         if manifest is not None:
@@ -147,9 +153,12 @@ def find_ingest(store: Store, ingest_id: str, option: str) -> dict[str, Any]:
     return row
 
 
-def complete_ingest(store: Store, ingest_id: str, *, file: Path | None = None) -> IngestStats:
+def complete_ingest(store: Store, ingest_id: str, *, file: Path | None = None, relabel: bool = False,
+                    replace: bool = False) -> IngestStats:
     """Finish a cut-off ingest from its staged data (checked before its first commit), without its file: the
-    steps not yet committed, then the journal marked done. Refused, saying what to do, when that data is gone."""
+    steps not yet committed, then the journal marked done. Refused, saying what to do, when that data is gone —
+    and when a later ingest stored other labels or records than the steps left would write, unless `relabel` /
+    `replace` let this file's values win (then recorded and flagged like any change)."""
     journal = find_ingest(store, ingest_id, "--complete")
     digest = journal["digest"]
     manifest = staged_manifest(store, digest)
@@ -162,9 +171,16 @@ def complete_ingest(store: Store, ingest_id: str, *, file: Path | None = None) -
     steps = [(kind, [str(directory / n) for n in names]) for kind, names in manifest["steps"]]
     stats = IngestStats(file=str(file or journal["file"]), records=int(manifest["records"]),
                         labels=int(manifest["labels"]))
-    commit_steps(store, digest, steps, max(int(manifest["committed"]), int(journal["committed"] or 0)),
-                  manifest["source"],
-                  datetime.fromisoformat(manifest["stamp"]), file)
+    first = max(int(manifest["committed"]), int(journal["committed"] or 0))
+    source, stamp = manifest["source"], datetime.fromisoformat(manifest["stamp"])
+    left = {kind: [f for k, files in steps[first:] if k == kind for f in files] for kind in ("records", "scores",
+                                                                                            "labels")}
+    later = (digest, journal["started_at"])
+    changes = Changes(checked_labels(store, left["labels"], f"file {source!r}", relabel, later),
+                      checked_records(store, left["records"], left["scores"], f"file {source!r}", replace, later))
+    with tempfile.TemporaryDirectory(prefix=".cic-ingest-", dir=store.path.parent) as tmp:
+        commit_steps(store, digest, steps, first, source, stamp, file, before=(
+            (lambda: record_changes(store, Stage(Path(tmp)), changes, source, stamp, stats)) if changes else None))
     return stats
 
 

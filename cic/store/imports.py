@@ -59,3 +59,27 @@ def checked_import(path: str | Path, table: str | None, known: dict[str, Any]) -
                 raise UserError(f"path = {str(source)!r}: {name}.{column} = {newest} is in the future (now "
                                 f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC); nothing imported")
     return name, arrow
+
+
+#: columns that say when and from where a row was written, not what it holds: an import may differ in them
+BOOKKEEPING = ("created_at", "ingest", "source")
+
+
+def changed_rows(store: Any, table: str, rows: str) -> Any:
+    """Stored rows of `table` that the staged Parquet `rows` (the table's columns) would change: one row per changed
+    column — run_key, question_id (null where the table has none), key (the row's natural key as JSON), field,
+    old_value, new_value (as text) — ordered by key and field. Bookkeeping columns (`BOOKKEEPING`) do not count."""
+    from cic import schema
+
+    spec = schema.TABLES[table]
+    on = " AND ".join(f"o.{k} = n.{k}" for k in spec.key)
+    key = "json_object(" + ", ".join(f"'{k}', n.{k}" for k in spec.key) + ")"
+    ids = ", ".join(f"n.{c}" if c in spec.columns else f"NULL::VARCHAR AS {c}" for c in ("run_key", "question_id"))
+    parts = [f"SELECT {ids}, {key} AS key, '{c}' AS field, CAST(o.{c} AS VARCHAR) AS old_value, "
+             f"CAST(n.{c} AS VARCHAR) AS new_value FROM read_parquet(?) n JOIN {table} o ON {on} "
+             f"WHERE o.{c} IS DISTINCT FROM n.{c}"
+             for c in spec.columns if c not in spec.key and c not in BOOKKEEPING]
+    if not parts:
+        return store.sql_frame(f"SELECT {ids}, {key} AS key, '' AS field, '' AS old_value, '' AS new_value "
+                               "FROM read_parquet(?) n WHERE false", [rows])
+    return store.sql_frame(" UNION ALL ".join(parts) + " ORDER BY key, field", [rows] * len(parts))

@@ -60,31 +60,47 @@ def first_group_move(store: Store, keys: Files) -> tuple[Any, ...] | None:
         [keys]))
 
 
-def changed_labels(store: Store, labels: Files) -> pl.DataFrame:
+LATER = ("{alias}.ingest IN (SELECT digest FROM ingests WHERE started_at > ? AND digest <> ?)")
+
+
+def _later(alias: str, later: tuple[str, datetime] | None) -> tuple[str, list[Any]]:
+    """The filter "written last by an ingest started after `later`'s" on a table alias, and its parameters."""
+    if later is None:
+        return "", []
+    return " AND " + LATER.format(alias=alias), [later[1], later[0]]
+
+
+def changed_labels(store: Store, labels: Files, later: tuple[str, datetime] | None = None) -> pl.DataFrame:
     """Stored labels the staged ones would change: record, run_key, model, stream, question_id, criterion,
-    old_aligned, new_aligned, by record."""
+    old_aligned, new_aligned, by record. `later` (digest, started_at): only labels written last by an ingest
+    started after that one (what a completion would overwrite)."""
+    where, params = _later("l", later)
     return store.sql_frame(
         "SELECT n.record, n.run_key, n.model, n.stream, n.question_id, n.criterion, l.aligned AS old_aligned, "
         "n.aligned AS new_aligned FROM read_parquet(?) n JOIN labels l ON l.run_key = n.run_key AND "
-        "l.question_id = n.question_id AND l.criterion = n.criterion WHERE l.aligned IS DISTINCT FROM n.aligned "
-        "ORDER BY n.record", [labels])
+        "l.question_id = n.question_id AND l.criterion = n.criterion WHERE l.aligned IS DISTINCT FROM n.aligned"
+        f"{where} ORDER BY n.record", [labels, *params])
 
 
 RECORD_FIELDS = ("question", "answer", "timestamp", "gold")  # a record's stored facts besides its scores
 
 
-def changed_records(store: Store, records: Files, scores: Files) -> pl.DataFrame:
+def changed_records(store: Store, records: Files, scores: Files, later: tuple[str, datetime] | None = None
+                    ) -> pl.DataFrame:
     """Stored facts the staged records would change: record, run_key, model, stream, question_id, table_name,
     field (question, answer, timestamp, gold, score:<estimator>), old_value, new_value (as text), new_at (the
     record's staged time), by record and field. Only records the store holds (an observation) are compared; a
-    staged record without gold compares as gold '' (what it would store)."""
+    staged record without gold compares as gold '' (what it would store). `later`: only records written last by
+    an ingest started after that one, as `changed_labels`."""
     import polars as pl
+
+    where, params = _later("o", later)
 
     facts = store.sql_frame(
         "WITH k AS (SELECT k.record, k.run_key, k.model, k.stream, k.question_id, q.question AS old_question, "
         "k.question AS new_question, g.text AS old_answer, k.answer AS new_answer, o.observed_at AS old_at, "
         "k.observed_at AS new_at, q.answer AS old_gold, coalesce(k.gold, '') AS new_gold FROM read_parquet(?) k "
-        "JOIN observations o ON o.run_key = k.run_key AND o.question_id = k.question_id "
+        f"JOIN observations o ON o.run_key = k.run_key AND o.question_id = k.question_id{where} "
         "LEFT JOIN questions q ON q.dataset = k.stream AND q.split = 'production:' || k.model AND "
         "q.question_id = k.question_id LEFT JOIN generations g ON g.run_key = k.run_key AND "
         "g.question_id = k.question_id AND g.sample_index = 0) "
@@ -100,25 +116,28 @@ def changed_records(store: Store, records: Files, scores: Files) -> pl.DataFrame
         "WHERE old_at IS DISTINCT FROM new_at "
         "UNION ALL SELECT record, run_key, model, stream, question_id, 'questions', 'gold', old_gold, new_gold, "
         "new_at FROM k "
-        "WHERE old_gold IS DISTINCT FROM new_gold", [records])
+        "WHERE old_gold IS DISTINCT FROM new_gold", [records, *params])
+    in_scores, score_params = _later("ob", later)
     values = store.sql_frame(
         "SELECT k.record, k.run_key, k.model, k.stream, k.question_id, 'scores' AS table_name, "
         "'score:' || s.estimator AS field, CAST(o.value AS VARCHAR) AS old_value, "
         "CAST(s.value AS VARCHAR) AS new_value, k.observed_at AS new_at "
         "FROM read_parquet(?) s JOIN scores o ON o.run_key = s.run_key AND o.question_id = s.question_id AND "
         "o.estimator = s.estimator JOIN read_parquet(?) k ON k.run_key = s.run_key AND k.question_id = s.question_id "
-        "WHERE o.value IS DISTINCT FROM s.value", [scores, records])
+        "JOIN observations ob ON ob.run_key = s.run_key AND ob.question_id = s.question_id "
+        f"WHERE o.value IS DISTINCT FROM s.value{in_scores}", [scores, records, *score_params])
     return pl.concat([facts, values]).sort("record", "field")
 
 
 def gates_holding_records(store: Store, changed: Files) -> dict[str, int]:
     """gate id → how many of the changed records (run_key, question_id, new_at) lie in its window, at their stored
-    time or at the time the change gives them (a gate without a window holds them all; every criterion of the run)."""
+    time or at the time the change gives them (a gate without a window holds them all, and so does every gate of
+    the run when a record has no time; every criterion of the run)."""
     rows = store.sql(
         "SELECT c.calibration_id, count(DISTINCT t.question_id) FROM calibrations c JOIN ("
         "  SELECT DISTINCT ch.run_key, ch.question_id, o.observed_at AS old_at, ch.new_at "
-        "  FROM read_parquet(?) ch JOIN observations o ON o.run_key = ch.run_key AND o.question_id = ch.question_id) t "
-        "ON c.run_key = t.run_key AND ("
+        "  FROM read_parquet(?) ch LEFT JOIN observations o ON o.run_key = ch.run_key AND "
+        "o.question_id = ch.question_id) t ON c.run_key = t.run_key AND (t.old_at IS NULL OR "
         "  ((c.window_from IS NULL OR t.old_at >= c.window_from) AND (c.window_to IS NULL OR t.old_at <= c.window_to))"
         "  OR ((c.window_from IS NULL OR t.new_at >= c.window_from) AND (c.window_to IS NULL OR t.new_at <= "
         "c.window_to))) GROUP BY c.calibration_id", [changed])

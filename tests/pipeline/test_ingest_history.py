@@ -374,6 +374,47 @@ def test_a_cut_off_ingest_is_completed_from_its_staged_data_without_its_file(tmp
     assert missing.exit_code == 2 and "is done, not unfinished" in missing.output
 
 
+def test_completing_a_cut_off_ingest_does_not_overwrite_what_a_later_ingest_stored(tmp_path: Path) -> None:
+    """Cut off after 3 of 18 steps; a later ingest labels three of its records the other way and answers one of
+    them otherwise; completing (from staged data, or by rerunning the file) is refused naming the later value,
+    the store untouched, until --relabel and --replace let the cut-off file win — recorded as events."""
+    from cic.pipeline.ingest import file_digest
+
+    db = tmp_path / "s.duckdb"
+    path, _, _ = _cut_off(tmp_path, db, fail_at=4)
+    short = file_digest(path)[:12]
+    big = pl.read_parquet(path)
+    later = big.filter(pl.col("question_id").is_in(["q100", "q101", "q115"])).with_columns(
+        ~pl.col("correct"), pl.when(pl.col("question_id") == "q115").then(pl.lit("other")).otherwise("answer")
+        .alias("answer"))
+    with Store.open(db) as store:
+        ingest_file(store, write(later, tmp_path / "later.parquet"), now=NOW + timedelta(hours=1))
+        before = store.counts()
+        with pytest.raises(UserError, match=r"record \d+ \(question_id 'q115'\): a later ingest stored answer "
+                                             r"'other' for model 'qwen', stream 'bot2', where this file says 'a'.*"
+                                             r"--replace with the completion"):
+            ingest_file(store, path, IngestOptions(relabel=True), now=NOW, batch_rows=10, commit_records=10)
+        assert store.counts() == before
+    runner = CliRunner()
+    refused = runner.invoke(app, ["ingest", "--complete", short, "--db", str(db)])
+    said = " ".join(refused.output.split())
+    assert refused.exit_code == 2, said
+    assert "a later ingest stored human label" in said and f"--abandon {short}" in said
+    with Store.open(db) as store:
+        assert store.counts() == before
+    done = runner.invoke(app, ["ingest", "--complete", short, "--db", str(db), "--relabel", "--replace"])
+    assert done.exit_code == 0, done.output
+    with Store.open(db) as store:
+        assert store.read("ingests", state="writing").height == 0
+        ours = big.filter(pl.col("question_id").is_in(["q100", "q101", "q115"])).sort("question_id")
+        stored = store.read("labels").filter(pl.col("question_id").is_in(["q100", "q101", "q115"])).sort("question_id")
+        assert stored["aligned"].to_list() == ours["correct"].to_list()  # the completed file's values won
+        events = store.read("label_events").filter(pl.col("question_id").is_in(["q100", "q101", "q115"]))
+        assert events.height == 3 and set(events["source"]) == {"big.parquet"}
+        assert store.read("record_events").select("question_id", "field", "old_value", "new_value").rows() == [
+            ("q115", "answer", "other", "a")]
+
+
 def test_a_cut_off_ingest_rerun_without_its_staged_data_commits_only_the_steps_it_lacks(tmp_path: Path) -> None:
     """Cut off after 9 of 18 steps, staged data removed, the file ingested again: it stages the same steps and
     commits the 9 it lacks (the journal counts committed steps in their own transactions), ending with exactly the
