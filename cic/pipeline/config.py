@@ -464,7 +464,12 @@ def _describe(error: dict[str, Any], line_of: Callable[[tuple[Any, ...]], int | 
     if error["type"] == "missing":
         return f"{path}: required key missing"
     message = error["msg"].removeprefix("Value error, ")  # a declared parameter's own sentence, as it is
-    return hide_url_credentials(f"{path} = {error.get('input')!r}: {message}")
+    given = error.get("input")
+    if isinstance(given, dict) or (isinstance(given, list | tuple) and any(isinstance(g, dict) for g in given)):
+        # a check across a whole section (or a list of them): its sentence names what is wrong, not the section
+        return hide_url_credentials(f"{path}: {message}")
+    shown = repr(given)
+    return hide_url_credentials(f"{path} = {shown if len(shown) <= 80 else shown[:79] + '…'}: {message}")
 
 
 def hide_url_credentials(text: str) -> str:

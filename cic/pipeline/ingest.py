@@ -41,7 +41,6 @@ commit: recalibration refuses to run on a store with an unfinished ingest, and r
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -187,7 +186,7 @@ def ingest_file(store: Store, path: str | Path, options: IngestOptions = DEFAULT
             return complete_ingest(store, digest, file=p, relabel=relabel, replace=options.replace)
         checks = Checks(now=checks.now, max_skew=max_skew, timezone=timezone, stamp=journal["started_at"])
     stats = IngestStats(file=str(path))
-    with tempfile.TemporaryDirectory(prefix=".cic-ingest-", dir=store.path.parent) as tmp, \
+    with store.scratch("ingest") as tmp, \
             store.memory_limit(MEMORY_LIMIT):
         stage = Stage(Path(tmp))
         layout = None

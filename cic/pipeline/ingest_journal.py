@@ -4,7 +4,6 @@ reader of an unfinished store gets."""
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -178,7 +177,7 @@ def complete_ingest(store: Store, ingest_id: str, *, file: Path | None = None, r
     later = (digest, journal["started_at"])
     changes = Changes(checked_labels(store, left["labels"], f"file {source!r}", relabel, later),
                       checked_records(store, left["records"], left["scores"], f"file {source!r}", replace, later))
-    with tempfile.TemporaryDirectory(prefix=".cic-ingest-", dir=store.path.parent) as tmp:
+    with store.scratch("ingest") as tmp:
         commit_steps(store, digest, steps, first, source, stamp, file, before=(
             (lambda: record_changes(store, Stage(Path(tmp)), changes, source, stamp, stats)) if changes else None))
     return stats

@@ -5,7 +5,6 @@ old and new value) with every gate whose window held a changed record flagged, a
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,7 +44,7 @@ def import_table(store: Store, path: str | Path, table: str | None = None, *, re
     name, arrow = checked_import(path, table, schema.TABLES)
     frame = as_table_frame(name, arrow)
     source, now = Path(path).name, now or datetime.now(UTC)
-    with tempfile.TemporaryDirectory(prefix=".cic-import-", dir=store.path.parent) as tmp:
+    with store.scratch("import") as tmp:
         staged = str(Path(tmp) / "rows.parquet")
         frame.write_parquet(staged)
         changed = changed_rows(store, name, staged)

@@ -311,6 +311,16 @@ def _stored_version(con: duckdb.DuckDBPyConnection) -> int | None:
     return 0 if tables & set(schema.TABLES) else None
 
 
+def _check_kinds(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """Every cic table is a table: a view of the same name (a crafted file) would answer reads with anything."""
+    kinds = dict(con.sql("SELECT table_name, table_type FROM information_schema.tables WHERE table_schema = 'main'")
+                 .fetchall())
+    for name in ("schema_version", *schema.TABLES):
+        if kinds.get(name, "BASE TABLE") != "BASE TABLE":
+            raise StoreError(f"db = {str(path)!r}: {name} is a {kinds[name].lower()}, not a table; this file was not "
+                             "written by cic (or was edited by hand) — use a store cic wrote")
+
+
 def _check_types(con: duckdb.DuckDBPyConnection, path: Path) -> None:
     """Every stored column has the type cic.schema gives it (a changed type needs a numbered migration)."""
     for spec in schema.TABLES.values():
@@ -337,6 +347,7 @@ def _add_missing(con: duckdb.DuckDBPyConnection) -> None:
 
 def _prepare(con: duckdb.DuckDBPyConnection, path: Path, read_only: bool) -> int:
     """Bring the file to SCHEMA_VERSION (migrations in one transaction), or explain why it cannot be."""
+    _check_kinds(con, path)
     version = _stored_version(con)
     if version is not None and version > SCHEMA_VERSION:
         raise StoreError(f"db = {str(path)!r} has schema version {version}, newer than this cic "
@@ -505,6 +516,23 @@ class Store:
         return f"Store({str(self.path)!r}, {mode}, schema version {self.schema_version})"
 
     # -- writing ---------------------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def scratch(self, purpose: str) -> Iterator[Path]:
+        """A temporary directory beside the store for one write (`purpose`: ingest, import), removed when it ends;
+        the ones a killed process left behind (kill -9 skips every cleanup) are removed first — this process holds
+        the store's only write connection, so none of them is in use."""
+        import shutil
+        import tempfile
+
+        if self.read_only:
+            raise StoreError(f"{self!r} was opened read-only; open it without read_only to write")
+        prefix = f".cic-scratch-{purpose}-{self.path.name}-"
+        for stale in self.path.parent.glob(prefix + "*"):
+            if stale.is_dir() and not stale.is_symlink():
+                shutil.rmtree(stale, ignore_errors=True)
+        with tempfile.TemporaryDirectory(prefix=prefix, dir=self.path.parent) as tmp:
+            yield Path(tmp)
 
     @contextlib.contextmanager
     def memory_limit(self, limit: str) -> Iterator[Store]:

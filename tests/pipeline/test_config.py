@@ -189,3 +189,15 @@ def test_a_config_is_read_from_the_file_on_every_load(tmp_path: Path) -> None:
     source.write_text(source.read_text().replace("name: demo", "name: demo-edited"))
     edited = load_config(str(source))
     assert edited is not first and edited.name == "demo-edited"
+
+
+def test_an_error_across_a_section_names_its_path_and_reason_without_echoing_the_section(tmp_path: Path) -> None:
+    """A check over a whole model entry (spec and endpoint both given) says so in one short line: the entry's own
+    keys (a long prompt, an API key's name) are not printed before the reason."""
+    raw = yaml.safe_load(config_path("demo").read_text())
+    raw["models"][0] = {**raw["models"][0], "endpoint": {"urls": ["http://localhost:1/v1"], "model": "m"},
+                        "spec": "x" * 500}
+    with pytest.raises(UserError) as caught:
+        parse_config(raw, "c.yaml")
+    said = str(caught.value)
+    assert "give either spec" in said and "xxxxxxxxxx" not in said and len(said) < 400, said

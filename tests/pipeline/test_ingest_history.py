@@ -243,6 +243,10 @@ def test_a_large_ingest_killed_between_commits_blocks_recalibration_until_rerun(
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
     assert child.returncode == -9, child.stderr
+    left = list(tmp_path.glob(".cic-scratch-ingest-s.duckdb-*"))
+    assert len(left) == 1  # kill -9 skips the cleanup of its scratch directory
+    stranger = tmp_path / ".cic-scratch-ingest-other.duckdb-x"  # another store's: not this store's to remove
+    stranger.mkdir()
     with Store.open(db) as store:
         assert unfinished_ingests(store) == [str(path.resolve())]
         assert 0 < store.count("generations") < 40  # partly written: exactly why recalibration must wait
@@ -254,6 +258,7 @@ def test_a_large_ingest_killed_between_commits_blocks_recalibration_until_rerun(
         assert stats.records == 40 and unfinished_ingests(store) == []
         assert store.count("generations") == 40 and store.count("labels") == 40 and store.count("scores") == 40
         assert store.read("ingests").select("state", "file").rows() == [("done", str(moved.resolve()))]
+    assert not left[0].exists() and list(tmp_path.glob(".cic-scratch-*")) == [stranger]  # removed by the rerun
 
 
 def _cut_off(tmp_path: Path, db: Path, *, fail_at: int) -> tuple[Path, dict[str, int], pl.DataFrame]:

@@ -262,6 +262,24 @@ def test_a_column_whose_type_changed_needs_a_migration(db: Path) -> None:
             Store.open(db, read_only=read_only)
 
 
+@pytest.mark.parametrize("table", ["labels", "gate_events", "schema_version"])
+def test_a_crafted_file_with_a_view_in_place_of_a_table_is_refused(db: Path, table: str) -> None:
+    """A view named like a cic table (here one that makes every label correct) is refused on open, read-only or
+    not, naming the table; nothing of the file is changed."""
+    Store.open(db).close()
+    raw_sql(db, f"CREATE TABLE stash AS SELECT * FROM {table}; DROP TABLE {table}; "
+                f"CREATE VIEW {table} AS SELECT * FROM stash")
+    for read_only in (True, False):
+        with pytest.raises(StoreError, match=f"{table} is a view, not a table; this file was not written by cic"):
+            Store.open(db, read_only=read_only)
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        assert con.sql(f"SELECT table_type FROM information_schema.tables WHERE table_name = '{table}'").fetchall() \
+            == [("VIEW",)]
+    finally:
+        con.close()
+
+
 def test_a_column_added_to_the_schema_is_added_on_open(db: Path) -> None:
     with Store.open(db) as store:
         store.upsert("labels", labels_frame("r", ["a"], [True]))
