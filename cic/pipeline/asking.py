@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,19 +53,38 @@ def serving_gate(db: str, *, model: str, dataset: str, estimator: str, criterion
                          alpha=alpha, bound=bound, search=search)
 
 
-def certified_identity(db: str, run_key: str, engine: str) -> str | None:
-    """The identity a gate's answers were generated under (a served model: what its server said it serves),
-    read from its run key's row as its engine wrote it; None where the spec alone keys the run."""
-    import json
-
-    from cic.llm.engines import engine_class
+def stored_generation_config(db: str, run_key: str) -> dict[str, Any] | None:
+    """What shaped a gate's answers, as its run row keeps it (None: no such run)."""
     from cic.store import Store
 
     with Store.open(db, read_only=True, wait_s=60) as store:
         runs = store.read("runs", run_key=run_key)
-    if runs.height == 0:
-        return None
-    return engine_class(engine).certified_identity(json.loads(runs.get_column("generation_config")[0]))
+    return json.loads(runs.get_column("generation_config")[0]) if runs.height else None
+
+
+def certified_identity(db: str, run_key: str, engine: str) -> str | None:
+    """The identity a gate's answers were generated under (a served model: what its server said it serves),
+    read from its run key's row as its engine wrote it; None where the spec alone keys the run."""
+    from cic.llm.engines import engine_class
+
+    stored = stored_generation_config(db, run_key)
+    return None if stored is None else engine_class(engine).certified_identity(stored)
+
+
+def same_generation_settings(model: str, ours: dict[str, Any], certified: dict[str, Any] | None) -> None:
+    """Refuse, in one line naming each setting that differs, a config whose generation settings (temperature,
+    samples, tokens, seed, dtype, ...) are not those the gate's run was keyed on: its threshold was certified on
+    scores of answers generated that way. Runs cic did not generate (ingested traffic, imported tables) say
+    nothing about settings and are not compared."""
+    if certified is None or "source" in certified:
+        return
+    ours, certified = json.loads(schema.canonical_json(ours)), json.loads(schema.canonical_json(certified))
+    differ = [k for k in sorted(set(ours) | set(certified)) if ours.get(k) != certified.get(k)]
+    if differ:
+        said = "; ".join(f"{k} = {ours.get(k)!r} in this config, {certified.get(k)!r} certified" for k in differ)
+        raise UserError(f"model {model!r}: the config's generation settings are not those its gate was certified "
+                        f"under ({said}); ask with the settings the gate was certified with, or `cic run` this "
+                        "config and promote its gate")
 
 
 def ask_question(question: str, *, config_path: str | Path, db: str | None, model: str | None, dataset: str,
@@ -88,31 +108,38 @@ def ask_question(question: str, *, config_path: str | Path, db: str | None, mode
                               estimator=estimator, criterion=criterion, bound=bound, search=search)
     gate_row = serving_gate(store_path, model=names[index], dataset=dataset, estimator=estimator,
                             criterion=criterion, alpha=alpha, bound=bound, search=search)
-    reachable_as_certified(config, index, store_path, gate_row.run_key)  # one request to a served model, no load
+    same_settings = reachable_as_certified(config, index, store_path, gate_row.run_key)  # one request, no load
     why = gate_row.withheld
     if why is not None:  # a gate out of service answers nothing: no model is loaded to find that out
         return Reply("abstain", "", None, None, gate_row.estimator, gate_row.calibration_id, why, alpha)
     askable_estimator(config, gate_row.estimator, gate_row.calibration_id)
+    same_settings()
     answer, score = answer_and_score(config, index, store_path, gate_row.run_key,
                                      gate_row.estimator, question_row(question, dataset, choices))
     return Reply(gate_of(gate_row).decide(score), answer, score, gate_row.threshold, gate_row.estimator,
                  gate_row.calibration_id, None, alpha)
 
 
-def reachable_as_certified(config: Any, index: int, db: str, run_key: str) -> None:
+def reachable_as_certified(config: Any, index: int, db: str, run_key: str) -> Callable[[], None]:
     """Probe the model's engine (a served model answers which model it is; local weights are not loaded) and refuse,
-    in one line, one that is down or serves another model than the gate's run was keyed on."""
+    in one line, one that is down or serves another model than the gate's run was keyed on. Returns the check that
+    the config would generate under the certified settings (`same_generation_settings`), run once the gate is known
+    to serve."""
     from cic.llm.engines import engine_class
 
     settings = config.answerer_settings(index)
-    expected = certified_identity(db, run_key, settings.engine)
+    engine = engine_class(settings.engine)
+    stored = stored_generation_config(db, run_key)
+    expected = None if stored is None else engine.certified_identity(stored)
     try:
-        served = engine_class(settings.engine).probe(settings).identity
+        probe = engine.probe(settings)
     except UserError as exc:
         raise UserError(f"model {config.models[index].name!r}: {exc}") from None
+    served = probe.identity
     if expected is not None and served is not None and served != expected:
         raise UserError(f"model {settings.model_spec}: the endpoint now serves {served!r}, but this run is keyed on "
                         f"{expected!r}; start a new run for the new model")
+    return lambda: same_generation_settings(config.models[index].name, engine.run_key(settings, probe), stored)
 
 
 def configured_criterion(config: Any, dataset: str) -> str | None:
@@ -253,6 +280,8 @@ def ask_cascade(question: str, *, config_path: str | Path, db: str | None, casca
         if threshold is None or not row["estimators"]:  # this stage never answers: not called
             steps.append((model, None, None))
             continue
+        # before this stage's model is loaded or asked (a later stage is called only if reached)
+        reachable_as_certified(config, models.index(model), store_path, row["run_keys"][stage])()
         last, score = answer_and_score(config, models.index(model), store_path, row["run_keys"][stage],
                                        row["estimators"][stage], questions)
         steps.append((model, score, threshold))

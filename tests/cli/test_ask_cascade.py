@@ -45,13 +45,20 @@ def store_pair(db: Path, config: Path, small: tuple[np.ndarray, np.ndarray],
     """Runs of both models on trivia_qa with the given (scores, errors) for the small one and a big one scoring
     0.5 everywhere (never wrong unless `big_error` says), then the pipeline's own calibrate step (it certifies the
     cascade)."""
+    from cic.llm.engines import engine_class
+    from cic.llm.engines.probe import EngineProbe
+
     n = small[0].shape[0]
     big_error = np.zeros(n, dtype=bool) if big_error is None else big_error
     ids = [f"q{i:04d}" for i in range(n)]
+    settings = {m.name: load_config(config).answerer_settings(i) for i, m in enumerate(load_config(config).models)}
+    probes = {"smollm2": EngineProbe(identity=None), "big": EngineProbe(identity="big-model")}
     with Store.open(db) as store:
         keys = []
         for model, (score, error) in (("smollm2", small), ("big", (np.full(n, 0.5), big_error))):
-            key = store.register_run(model, "trivia_qa", "validation", "p1", {"model": model})
+            # keyed as `cic run` keys it: what shapes the model's generations
+            shaped = engine_class(settings[model].engine).run_key(settings[model], probes[model])
+            key = store.register_run(model, "trivia_qa", "validation", "p1", shaped)
             with store.transaction():
                 store.upsert("scores", pl.DataFrame({"run_key": key, "question_id": ids, "estimator": ESTIMATOR,
                                                      "value": score}))
@@ -76,6 +83,20 @@ def test_the_first_model_answers_and_the_second_is_never_called(tmp_path: Path) 
     assert "ANSWER" in proc.stdout and "(answered by smollm2)" in proc.stdout
     assert "smollm2: score" in proc.stdout and "vs threshold 100" in proc.stdout
     assert "not called: big (an earlier model answered)" in proc.stdout
+
+
+def test_a_stage_whose_generation_settings_were_edited_after_certification_is_refused_before_it_loads(
+        tmp_path: Path) -> None:
+    config = write_config(tmp_path / "pair.yaml", free_port())
+    store_pair(tmp_path / "pair.duckdb", config, (np.full(200, 100.0), np.zeros(200, dtype=bool)))
+    edited = yaml.safe_load(config.read_text())
+    edited["generation"]["max_new_tokens"] = 64
+    config.write_text(yaml.safe_dump(edited))
+    proc = ask(tmp_path, config)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "model 'smollm2': the config's generation settings are not those its gate was certified under " \
+           "(max_new_tokens = 64 in this config, 6 certified)" in lines[0]
 
 
 def test_a_declining_first_model_escalates_to_the_second_and_its_dead_server_is_one_line(tmp_path: Path) -> None:
