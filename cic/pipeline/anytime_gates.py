@@ -16,13 +16,16 @@ whatever night it is read. The monitor still watches the live gate; its alarm wi
 state from the alarm on (a new epoch that counts only answers seen after it).
 
 Serving re-checks the gate by replaying its state's counted answers, in their order, from the store's labels
-(`recertify_anytime`): a replaced label or an edited row stops it.
+(`recertify_anytime`): a replaced label or an edited row stops it. A key whose state cannot be carried on — it does
+not parse, its counted answers are not the ones the store lists, or a label or record it counted was changed since
+and replaying gives another threshold (`broken_state`) — pages, its live anytime gate is withdrawn and its state
+restarts (a new epoch counting answers seen after this pass); every other key's pass goes on.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +34,7 @@ import polars as pl
 
 from cic import schema
 from cic.errors import UserError
-from cic.pipeline.alerts import LATE_LABELS, UNCERTIFIED, UNLABELLED, Alert
+from cic.pipeline.alerts import LATE_LABELS, STATE_BROKEN, UNCERTIFIED, UNLABELLED, Alert
 from cic.pipeline.gate_rows import ColumnReader, GateRow
 from cic.pipeline.stored_calibration import GroupKey, data_fingerprint
 from cic.stats.anytime import AnytimeState
@@ -63,6 +66,8 @@ class AnytimeUpdate:
     unlabelled: int = 0     # records whose label window closed this pass without a label (never counted)
     late: int = 0           # labels that arrived after their record's window had closed (never counted)
     through: datetime | None = None  # every record seen up to here is settled
+    broken: str | None = None  # why the key's state could not be carried on (it restarted this pass)
+    withdrawn: list[str] = field(default_factory=list)  # live gates withdrawn because of it
 
     def notes(self, *, per_key: bool, warn_after: int = WARN_AFTER) -> list[Alert]:
         """Warnings of this key tonight: records whose label window closed without a label, labels that arrived
@@ -70,6 +75,12 @@ class AnytimeUpdate:
         counted answers."""
         where = f"through {self.through:%Y-%m-%d %H:%M} UTC" if self.through is not None else "so far"
         out = []
+        if self.broken is not None:
+            gates = f"live gate {', '.join(g[:12] for g in self.withdrawn)} withdrawn; " if self.withdrawn else ""
+            out.append(Alert(STATE_BROKEN, f"the anytime state of α={self.alpha:g} cannot be carried on: "
+                                           f"{self.broken}; {gates}the state restarted and certifies again from "
+                                           "answers seen after this pass (review what changed: `cic gate list`, "
+                                           "label_events, record_events)"))
         if per_key and self.unlabelled:
             out.append(Alert(UNLABELLED, f"{self.unlabelled} record(s) seen {where} have no label and their label "
                                          "window has closed: never counted (recalibration.label_window must cover "
@@ -127,6 +138,12 @@ def update_key(store: Store, key: GroupKey, pairs: pl.DataFrame, *, alpha: float
     from cic.store.queries import anytime_counted_ids, newest_anytime_state, unlabelled_records
 
     latest = newest_anytime_state(store, key.run_key, key.estimator, key.criterion, alpha, delta)
+    broken = broken_state(store, key, latest) if latest is not None else None
+    if latest is not None and broken is not None:  # this key alone starts again; the pass goes on
+        newest = pairs.get_column("at").max() if pairs.height else None
+        restart_key(store, key, alpha=alpha, delta=delta, groups=latest["groups"] or groups, grid_size=grid_size,
+                    epoch=latest["epoch"] + 1, now=now, after=newest if isinstance(newest, datetime) else None)
+        latest = newest_anytime_state(store, key.run_key, key.estimator, key.criterion, alpha, delta)
     epoch = latest["epoch"] if latest else 0
     state_id = state_id_of(key, alpha, delta, groups, epoch)
     if latest is None:
@@ -163,7 +180,40 @@ def update_key(store: Store, key: GroupKey, pairs: pl.DataFrame, *, alpha: float
     unlabelled = unlabelled_records(store, key.run_key, key.estimator, key.criterion, after, through)
     return AnytimeUpdate(key, alpha, state_id, fresh.height, state.seen, state.threshold, since, state,
                          waiting=pairs.filter(pl.col("at") > through).height, late=late, through=through,
-                         unlabelled=unlabelled)
+                         unlabelled=unlabelled, broken=broken)
+
+
+def broken_state(store: Store, key: GroupKey, latest: dict[str, Any]) -> str | None:
+    """Why a key's newest state cannot be carried on, or None: it must parse, its count must be the number of
+    answers the store lists as counted, and — when a label or record it counted was changed after it counted it
+    (`label_events`, `record_events`) — replaying its counted answers with the store's values now must give its
+    threshold. (The full replay runs only then: it is a Python loop over every counted answer.)"""
+    from cic.store.queries import anytime_counted_ids, anytime_state_row, changes_after_counting
+
+    try:
+        state = AnytimeState.from_json(latest["state_json"])
+    except (ValueError, KeyError, TypeError) as exc:
+        return f"its stored state does not parse ({type(exc).__name__}: {str(exc)[:80]})"
+    counted = len(anytime_counted_ids(store, latest["state_id"]))
+    if counted != state.seen:
+        return f"it says it counted {state.seen} answer(s), the store lists {counted}"
+    changed = changes_after_counting(store, latest["state_id"], key.run_key, key.criterion)
+    if not changed:
+        return None
+    first = anytime_state_row(store, latest["state_id"], first=True)
+    try:
+        grid = AnytimeState.from_json(first["state_json"]).grid if first is not None else state.grid
+    except (ValueError, KeyError, TypeError):
+        grid = state.grid
+    replay = AnytimeState.start(grid, alpha=state.alpha, delta=state.delta)
+    pairs = counted_pairs(store, key, latest["state_id"], state.seen)
+    if pairs.height != state.seen:
+        return f"{state.seen - pairs.height} of its {state.seen} counted answer(s) have no score or label now"
+    replay.update(pairs.get_column("score").to_numpy(), pairs.get_column("error").to_numpy())
+    if not (np.array_equal(replay.n, state.n) and np.array_equal(replay.total, state.total)):
+        return (f"{changed} answer(s) it counted were relabelled or replaced since, and replaying them with the "
+                f"store's values gives other evidence (threshold {replay.threshold} for {state.threshold})")
+    return None
 
 
 def restart(store: Store, row: GateRow, now: datetime, after: datetime | None) -> None:
@@ -177,12 +227,18 @@ def restart(store: Store, row: GateRow, now: datetime, after: datetime | None) -
         return
     key = GroupKey(row["run_key"], row["model"], row["dataset"], row["estimator"], row["criterion"])
     grid = AnytimeState.from_json(latest["state_json"]).grid.size
-    state = AnytimeState.start(label_free_grid(store, key, grid), alpha=row["alpha"],
-                               delta=row["delta"] / latest["groups"])
-    epoch = latest["epoch"] + 1
+    restart_key(store, key, alpha=row["alpha"], delta=row["delta"], groups=latest["groups"], grid_size=grid,
+                epoch=latest["epoch"] + 1, now=now, after=after)
+
+
+def restart_key(store: Store, key: GroupKey, *, alpha: float, delta: float, groups: int, grid_size: int,
+                epoch: int, now: datetime, after: datetime | None) -> None:
+    """Store a fresh state (epoch `epoch`, a new label-free grid) for a key that counts only answers seen after
+    `after` (default now). Call inside a transaction."""
+    state = AnytimeState.start(label_free_grid(store, key, grid_size), alpha=alpha, delta=delta / groups)
     store.upsert("anytime_states", pl.DataFrame([{
-        **key.as_dict(), "state_id": state_id_of(key, row["alpha"], row["delta"], latest["groups"], epoch),
-        "alpha": row["alpha"], "delta": row["delta"], "groups": latest["groups"], "epoch": epoch,
+        **key.as_dict(), "state_id": state_id_of(key, alpha, delta, groups, epoch),
+        "alpha": alpha, "delta": delta, "groups": groups, "epoch": epoch,
         "state_json": state.to_json(), "counted": 0, "threshold": None, "certified_since": None,
         "started_at": after or now, "created_at": now, "counted_through": after or now}],
         schema=schema.ANYTIME_STATES.schema))

@@ -30,6 +30,7 @@ from cic.pipeline.alerts import (
     PAGE,
     RELABELLED,
     REPLACED,
+    STATE_BROKEN,
     Alert,
     kind_of,
     severity,
@@ -338,6 +339,8 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
     out = RecalibrationPass(promoted=promoted, monitors=updates,
                             withdrawn={gid: failing[gid] for gid in withdrawn} if on_alarm == "withdraw" else {})
     out.anytime = anytime
+    out.withdrawn.update({gid: Alert(STATE_BROKEN, f"anytime state cannot be carried on: {u.broken}")
+                          for u in anytime if u.broken is not None for gid in u.withdrawn})  # whatever on_alarm says
     out.skipped += unsystematic
     seen_keys: set[Any] = set()
     for update in anytime:
@@ -357,12 +360,13 @@ def _anytime_pass(store: Store, seen: list[tuple[GroupKey, pl.DataFrame, int]], 
     """The anytime rule inside the pass's transaction: alarmed anytime gates restart their key, then every key's
     state counts its new answers; a widened threshold is stored as a gate (made live after the transaction)."""
     from cic.pipeline.anytime_gates import gate_row, is_anytime, restart, update_key
+    from cic.pipeline.gates import flag_gates
 
     newest = {(k.run_key, k.estimator, k.criterion): pairs.get_column("at").max() for k, pairs, _ in seen}
     for row in live_rows:
         if row.calibration_id in withdrawn and is_anytime(row):
             restart(store, row, now, newest.get((row.run_key, row.estimator, row.criterion)))
-    live = {(r.run_key, r.estimator, r.criterion, round(r.alpha, 12)): r.threshold
+    live = {(r.run_key, r.estimator, r.criterion, round(r.alpha, 12)): r
             for r in live_rows if is_anytime(r) and r.calibration_id not in withdrawn}
     out = []
     for key, pairs, groups in seen:
@@ -370,7 +374,13 @@ def _anytime_pass(store: Store, seen: list[tuple[GroupKey, pl.DataFrame, int]], 
             update = update_key(store, key, pairs, alpha=alpha, delta=config.delta, groups=groups,
                                 grid_size=grid_size, now=now, through=through)
             place = (key.run_key, key.estimator, key.criterion, round(alpha, 12))
-            if update.threshold is not None and live.get(place) != update.threshold:
+            if update.broken is not None and place in live:  # its state restarted: its gate stops serving
+                gone = live.pop(place)
+                update.withdrawn = flag_gates(store, {gone.calibration_id: Alert(
+                    STATE_BROKEN, f"its anytime state cannot be carried on ({update.broken}); withdrawn, the state "
+                                  "restarted")})
+            current = live.get(place)
+            if update.threshold is not None and (current.threshold if current else None) != update.threshold:
                 row = gate_row(store, update, delta=config.delta, groups=groups, now=now)
                 store.upsert("calibrations", row)
                 update.gate_id = row.get_column("calibration_id")[0]
@@ -379,15 +389,49 @@ def _anytime_pass(store: Store, seen: list[tuple[GroupKey, pl.DataFrame, int]], 
 
 
 def _promote_anytime(store: Store, updates: Sequence[Any]) -> list[str]:
-    """Make each widened anytime threshold live (re-certified by replay first), retiring the one it widens."""
-    from cic.pipeline.gates import promote_many, record_candidates
+    """Make each widened anytime threshold live (re-certified by replay first), retiring the one it widens. A gate
+    whose replay fails is not promoted: it is flagged, its update carries why (a page), the others go live."""
+    from cic.pipeline.gates import flag_gates, promote_many, record_candidates
 
-    ids = [u.gate_id for u in updates if u.gate_id is not None]
-    if not ids:
+    made = [u for u in updates if u.gate_id is not None]
+    if not made:
         return []
-    record_candidates(store, {gid: [] for gid in ids}, reason="recalibration: anytime rule")
-    return promote_many(store, ids, reason="recalibration: anytime rule, certified at every night since "
-                                           + str(min(u.certified_since for u in updates if u.gate_id is not None)))
+    record_candidates(store, {u.gate_id: [] for u in made}, reason="recalibration: anytime rule")
+    reason = "recalibration: anytime rule, certified at every night since " + str(min(u.certified_since for u in made))
+    try:
+        return promote_many(store, [u.gate_id for u in made], reason=reason)
+    except UserError:  # one of them does not replay: promote the others, one by one, and say which
+        promoted = []
+        for update in made:
+            try:
+                promoted += promote_many(store, [update.gate_id], reason=reason)
+            except UserError as exc:
+                update.broken = f"its new gate {update.gate_id[:12]} does not replay ({exc})"
+                with store.transaction():
+                    flag_gates(store, {update.gate_id: Alert(STATE_BROKEN, f"not promoted: {exc}")})
+                    update.withdrawn = _restart_broken(store, update)
+        return promoted
+
+
+def _restart_broken(store: Store, update: Any) -> list[str]:
+    """An anytime key whose new gate did not replay: its live anytime gate withdrawn (returned) and its state
+    restarted, counting answers seen after this pass. Call inside a transaction."""
+    from cic.pipeline.anytime_gates import ANYTIME, restart_key
+    from cic.pipeline.gates import flag_gates
+    from cic.store.queries import anytime_state_row
+
+    key, row = update.key, anytime_state_row(store, update.state_id)
+    live = gates(store).filter((pl.col("state") == "live") & (pl.col("search") == ANYTIME)
+                               & (pl.col("run_key") == key.run_key) & (pl.col("estimator") == key.estimator)
+                               & (pl.col("criterion") == key.criterion)
+                               & ((pl.col("alpha") - update.alpha).abs() < 1e-12))
+    withdrawn = flag_gates(store, {g: Alert(STATE_BROKEN, f"withdrawn: {update.broken}")
+                                   for g in live.get_column("calibration_id")})
+    if row is not None:
+        restart_key(store, key, alpha=row["alpha"], delta=row["delta"], groups=row["groups"],
+                    grid_size=update.state.grid.size, epoch=row["epoch"] + 1, now=datetime.now(UTC),
+                    after=update.through)
+    return withdrawn
 
 
 def _recalibrate_groups(store: Store, run_keys: Sequence[str], config: CalibrationConfig, rule: WindowRule,

@@ -127,11 +127,22 @@ def newest_anytime_state(store: Store, run_key: str, estimator: str, criterion: 
     return rows.row(0, named=True) if rows.height else None
 
 
-def anytime_state_row(store: Store, state_id: str) -> dict[str, Any] | None:
-    """The newest row of one anytime state."""
-    rows = store.sql_frame("SELECT * FROM anytime_states WHERE state_id = ? ORDER BY created_at DESC LIMIT 1",
+def anytime_state_row(store: Store, state_id: str, *, first: bool = False) -> dict[str, Any] | None:
+    """The newest row of one anytime state (`first`: its first row, written when it started)."""
+    order = "ASC" if first else "DESC"
+    rows = store.sql_frame(f"SELECT * FROM anytime_states WHERE state_id = ? ORDER BY created_at {order} LIMIT 1",
                            [state_id])
     return rows.row(0, named=True) if rows.height else None
+
+
+def changes_after_counting(store: Store, state_id: str, run_key: str, criterion: str) -> int:
+    """How many answers an anytime state counted had their label (this criterion) or record changed afterwards
+    (`label_events`, `record_events`)."""
+    return int(store.sql(
+        "SELECT count(DISTINCT c.question_id) FROM anytime_counted c JOIN ("
+        "  SELECT question_id, created_at FROM label_events WHERE run_key = ? AND criterion = ? UNION ALL "
+        "  SELECT question_id, created_at FROM record_events WHERE run_key = ?) e ON e.question_id = c.question_id "
+        "WHERE c.state_id = ? AND e.created_at >= c.counted_at", [run_key, criterion, run_key, state_id])[0][0])
 
 
 def unlabelled_records(store: Store, run_key: str, estimator: str, criterion: str, after: datetime | None,

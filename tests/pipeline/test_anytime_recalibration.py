@@ -107,6 +107,69 @@ def test_an_alarm_withdraws_the_anytime_gate_and_restarts_its_key_from_then_on(t
     assert update.counted == 100  # only what was seen after the alarm
 
 
+def _two_keys_live(db: Path) -> dict[str, str]:
+    """A store whose two estimators each have a live anytime gate; estimator -> its gate id."""
+    with Store.open(db) as store:
+        store_run(store, n=1000, seed=1, base=0.02, error_slope=0.3, labelled_at=DAY)
+    one_pass(db)
+    with Store.open(db, read_only=True) as store:
+        live = gates(store, search="anytime").filter(state="live")
+    assert live.height == 2
+    return dict(live.select("estimator", "calibration_id").iter_rows())
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("damage", ["state does not parse", "counted list edited", "counted label relabelled"])
+def test_a_key_whose_state_cannot_be_carried_on_pages_and_restarts_while_the_others_run(tmp_path: Path,
+                                                                                        damage: str) -> None:
+    """One key's state made unusable (a corrupt row, its counted list cut): the pass does not stop — that key pages
+    with why, its live gate is withdrawn, its state restarts and certifies again from later answers; the other key
+    is counted as usual and keeps serving. Labels it counted relabelled: both keys counted them (one run, one
+    criterion), so both restart."""
+    from cic.pipeline.alerts import STATE_BROKEN
+
+    db = tmp_path / "t.duckdb"
+    live = _two_keys_live(db)
+    broken, other = "predictive_entropy", next(e for e in live if e != "predictive_entropy")
+    with Store.open(db) as store:
+        state = newest_anytime_state(store, store.read("runs")["run_key"][0], broken,
+                                     gates(store).row(0, named=True)["criterion"], 0.2, 0.05)
+    if damage == "state does not parse":
+        raw_sql(db, f"UPDATE anytime_states SET state_json = '{{\"grid\": [' WHERE state_id = '{state['state_id']}'")
+    elif damage == "counted list edited":
+        raw_sql(db, f"DELETE FROM anytime_counted WHERE state_id = '{state['state_id']}' AND position >= 990")
+    else:  # relabelled with its event, as `cic ingest --relabel` records it
+        with Store.open(db) as store:
+            order = anytime_counted_order(store, state["state_id"]).head(40)
+            labels = store.read("labels").filter(pl.col("question_id").is_in(order["question_id"].to_list()))
+            store.upsert("labels", labels.with_columns(~pl.col("aligned")))
+            store.upsert("label_events", labels.select(
+                pl.concat_str(pl.lit("e"), "question_id").alias("event_id"), "run_key", "question_id", "criterion",
+                pl.col("aligned").alias("old_aligned"), (~pl.col("aligned")).alias("new_aligned"),
+                pl.lit("fix.csv").alias("source"), pl.lit(DAY + timedelta(days=1)).alias("created_at")))
+    with Store.open(db) as store:
+        store_run(store, n=200, seed=6, base=0.02, error_slope=0.3, id_offset=1000, labelled_at=DAY + timedelta(1))
+    night = one_pass(db, night=1.5)  # no exception: the pass runs through
+    by_estimator = {u.key.estimator: u for u in night.anytime}
+    hit = {broken, other} if damage == "counted label relabelled" else {broken}
+    assert {e for e, u in by_estimator.items() if u.broken is not None} == hit
+    if other not in hit:
+        assert by_estimator[other].counted_now == 200 and by_estimator[other].counted == 1200
+    pages = [a for u, a in night.notes if a.kind == STATE_BROKEN]
+    assert len(pages) == len(hit) and pages[0].kind.severity == "page" and "restarted" in pages[0]
+    assert {e for e in live if live[e] in night.withdrawn} == hit
+    with Store.open(db, read_only=True) as store:
+        served = {e["estimator"]: e for e in served_entries(store) if e["search"] == "anytime"}
+        restarted = newest_anytime_state(store, state["run_key"], broken, state["criterion"], 0.2, 0.05)
+    assert {e for e, entry in served.items() if entry["serve"] == "nothing"} == hit
+    assert restarted["epoch"] == state["epoch"] + 1 and restarted["counted"] == 0
+    with Store.open(db) as store:
+        store_run(store, n=1500, seed=7, base=0.02, error_slope=0.3, id_offset=2000, labelled_at=DAY + timedelta(3))
+    later = one_pass(db, night=3.5)  # what the page promised: the key certifies again from later answers
+    again = {u.key.estimator: u for u in later.anytime}[broken]
+    assert again.broken is None and again.counted == 1500 and again.gate_id is not None
+
+
 def test_datasets_certified_together_split_delta_between_their_states(tmp_path: Path) -> None:
     db = tmp_path / "t.duckdb"
     with Store.open(db) as store:
