@@ -1,13 +1,21 @@
-"""A local MLflow store left half set up: a process stopped during MLflow's first migration of a new SQLite file
-leaves tables behind without the revision that says so, and every later client fails with "table … already
-exists". Found before any logging, with the fix named, instead of a traceback on every command."""
+"""A local MLflow store set up once, safely: a new SQLite file is set up by one cic process at a time (a lock file
+beside it; the others wait, then find it done), and a store left half set up — a process stopped during MLflow's
+first migration leaves tables behind without the revision that says so — or made by an older MLflow is found
+before any logging, with a fix that was first tried on a copy of the file, instead of a traceback on every
+command."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
 
 from cic.errors import UserError
 from cic.services.mlflow_artifacts import check_not_moved, sqlite_file, store_state
+
+SETUP_WAIT_S = 300.0  # how long a command waits for another one setting the same new store up
 
 
 def head_revision(tracking_uri: str) -> str:
@@ -18,32 +26,87 @@ def head_revision(tracking_uri: str) -> str:
     return str(ScriptDirectory.from_config(_get_alembic_config(tracking_uri)).get_current_head())
 
 
+@contextlib.contextmanager
+def setup_lock(db_file: Path, wait_s: float = SETUP_WAIT_S) -> Iterator[None]:
+    """Hold the store's set-up lock (an flock on `.<name>.cic-setup-lock` beside it), waiting up to `wait_s` for a
+    cic process that holds it; released when the process ends, however it ends."""
+    import fcntl
+
+    path = db_file.parent / f".{db_file.name}.cic-setup-lock"
+    with path.open("a") as handle:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise UserError(f"MLflow store {db_file}: another cic process has been setting it up for "
+                                    f"{wait_s:.0f} s (lock {path}); wait for it, or stop it and rerun") from None
+                time.sleep(0.2)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def check_set_up(tracking_uri: str) -> None:
-    """Refuse a local store whose schema MLflow cannot finish (a half-created file, or one from an older MLflow),
-    naming the fix; a store MLflow completes by itself, a new or empty file, and a server pass."""
+    """Set a new local store up (one process at a time: a second command waits for the first's migration rather
+    than reading it half done), and refuse one whose schema MLflow cannot finish, naming a fix tried on a copy
+    first. A store MLflow completes by itself passes, and so does a server."""
     db_file = sqlite_file(tracking_uri)
-    if db_file is None or not db_file.is_file():
+    if db_file is None or not db_file.parent.is_dir():
         return
+    with setup_lock(db_file):
+        _checked(tracking_uri, db_file)
+
+
+def _checked(tracking_uri: str, db_file: Path) -> None:
     try:
-        tables, revision, runs = store_state(db_file)
+        tables, revision, runs = store_state(db_file) if db_file.is_file() else (0, None, None)
     except sqlite3.DatabaseError:
         return  # not SQLite at all: the moved-store check names that
-    if tables == 0 or revision == head_revision(tracking_uri):
+    if tables and revision == head_revision(tracking_uri):
         return
     from mlflow import MlflowClient
 
-    try:  # MLflow finishes a setup that stopped between its steps by itself; see whether it can
+    try:  # a new file is set up here, under the lock; MLflow finishes a setup stopped between its steps by itself
         MlflowClient(tracking_uri=tracking_uri).search_experiments(max_results=1)
         return
     except Exception as exc:  # noqa: BLE001 - any failure here means the store cannot be used as it is
         why = " ".join(str(exc).split("[SQL")[0].split())[:160]
-    if "out-of-date database schema" in why:
-        raise UserError(f"MLflow store {db_file} was made by an older MLflow (schema {revision}): back it up, then "
-                        f"run `mlflow db upgrade {tracking_uri}`") from None
-    holds = "it holds no runs" if not runs else f"it holds {runs} run(s) — keep the copy"
+    if not tables:
+        raise UserError(f"MLflow store {db_file} cannot be set up: {why}") from None
+    keep = "it holds no runs" if not runs else f"it holds {runs} run(s) — keep the copy"
+    if upgrades_cleanly(db_file):
+        raise UserError(f"MLflow store {db_file} has schema {revision or 'none'}, older than this MLflow's "
+                        f"({why}); {keep}: back it up (`cp {db_file} {db_file}.bak`), then run `mlflow db upgrade "
+                        f"{tracking_uri}` (tried on a copy: it completes)") from None
     raise UserError(f"MLflow store {db_file} was left half set up (a process stopped during MLflow's first "
-                    f"migration: {tables} tables, schema {revision or 'none'}; {why}); {holds}: move it aside "
+                    f"migration: {tables} tables, schema {revision or 'none'}; {why}); {keep}: move it aside "
                     f"(`mv {db_file} {db_file}.broken`) and rerun, MLflow sets up a new one") from None
+
+
+def upgrades_cleanly(db_file: Path) -> bool:
+    """Whether MLflow's own upgrade (`mlflow db upgrade`) brings a copy of the store to this MLflow's schema."""
+    import shutil
+    import tempfile
+
+    from mlflow.store.db.utils import _upgrade_db, create_sqlalchemy_engine_with_retry
+
+    with tempfile.TemporaryDirectory(prefix="cic-mlflow-upgrade-") as tmp:
+        copy = Path(tmp) / db_file.name
+        shutil.copy2(db_file, copy)
+        uri = f"sqlite:///{copy}"
+        try:
+            engine = create_sqlalchemy_engine_with_retry(uri)
+            try:
+                _upgrade_db(engine)
+            finally:
+                engine.dispose()
+            return store_state(copy)[1] == head_revision(uri)
+        except Exception:  # noqa: BLE001 - whatever stops the upgrade, it does not work on this file
+            return False
 
 
 def check_before_logging(tracking_uri: str) -> None:

@@ -92,3 +92,56 @@ def test_a_store_stopped_during_mlflows_first_migration_is_one_line_naming_the_f
     fixed = subprocess.run(sync, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     assert _revision(broken) == head_revision(f"sqlite:///{broken}")
+
+
+CONCURRENT_USE = """
+import sys
+from cic.services.mlflow_setup import check_before_logging
+from mlflow import MlflowClient
+check_before_logging(sys.argv[1])
+MlflowClient(tracking_uri=sys.argv[1]).create_experiment(sys.argv[2])
+"""
+
+
+def test_commands_meeting_a_new_store_at_once_wait_for_one_set_up_and_all_succeed(tmp_path: Path) -> None:
+    """Three processes that first meet the same new SQLite store together (two `cic run`s started by one cron
+    line): one sets it up under the lock, the others wait instead of calling its migration half set up."""
+    db = tmp_path / "mlflow.db"
+    uri = f"sqlite:///{db}"
+    procs = [subprocess.Popen([sys.executable, "-c", CONCURRENT_USE, uri, f"e{i}"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i in range(3)]
+    outcomes = [(p.wait(timeout=300), p.stderr.read() if p.stderr else "") for p in procs]
+    assert [rc for rc, _ in outcomes] == [0, 0, 0], [err[-600:] for _, err in outcomes]
+    assert _revision(db) == head_revision(uri)
+    with sqlite3.connect(db) as conn:
+        names = {n for (n,) in conn.execute("SELECT name FROM experiments")}
+    assert {"e0", "e1", "e2"} <= names
+
+
+def test_the_upgrade_advice_is_given_only_where_it_works_on_a_copy(tmp_path: Path) -> None:
+    """A store MLflow left at an older schema revision (complete up to it) upgrades on a copy; a store stopped
+    during its first migration does not — it gets the move-aside advice, which the test above runs."""
+    from alembic import command
+    from alembic.script import ScriptDirectory
+    from mlflow.store.db.utils import _get_alembic_config, create_sqlalchemy_engine_with_retry
+    from mlflow.store.tracking.dbmodels.initial_models import Base as InitialBase
+
+    from cic.services.mlflow_setup import upgrades_cleanly
+
+    old = tmp_path / "old" / "mlflow.db"
+    old.parent.mkdir()
+    uri = f"sqlite:///{old}"
+    engine = create_sqlalchemy_engine_with_retry(uri)
+    InitialBase.metadata.create_all(engine)
+    config = _get_alembic_config(uri)
+    revisions = list(ScriptDirectory.from_config(config).walk_revisions())
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, revisions[len(revisions) // 2].revision)
+    engine.dispose()
+    before = old.read_bytes()
+    assert upgrades_cleanly(old) and old.read_bytes() == before  # tried on a copy: the store is untouched
+    broken = tmp_path / "broken" / "mlflow.db"
+    broken.parent.mkdir()
+    half_set_up(broken)
+    assert not upgrades_cleanly(broken)
