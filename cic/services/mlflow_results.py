@@ -18,6 +18,7 @@ from typing import Any
 
 from mlflow import MlflowClient
 
+from cic.errors import ServiceDown
 from cic.pipeline import progress
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
 from cic.pipeline.group_reports import (
@@ -55,38 +56,79 @@ def log_store(db: str, *, tracking: str | None = None, experiment_prefix: str | 
     client = MlflowClient(tracking_uri=uri)
     in_flight = requests_in_flight(uri)
     sent: dict[int, Future[tuple[str, bool]]] = {}  # per unit (by its index): (run id, newly logged)
+    units: list[Any] = []
+    try:
+        return _log_units(db, client, uri, units, sent, experiment_prefix=experiment_prefix, report_dir=report_dir,
+                          run_keys=run_keys, flow_run_id=flow_run_id, in_flight=in_flight)
+    except Exception as exc:
+        raise _stopped_answering(uri, exc, sent, len(units)) from None
+
+
+def _stopped_answering(uri: str, exc: Exception, sent: dict[int, Future[tuple[str, bool]]],
+                       total: int) -> Exception:
+    """A failure while logging, in one line when the tracking server stopped answering meanwhile (what was
+    logged, and `cic log` to finish: logged groups are found and skipped); any other failure as it is."""
+    if isinstance(exc, ServiceDown):
+        return exc
+    try:
+        check_reachable(uri)
+    except ServiceDown:
+        done = sum(f.done() and not f.cancelled() and f.exception() is None for f in sent.values())
+        return ServiceDown(f"MLflow tracking server {uri} stopped answering while results were logged: {done} of "
+                           f"{total} group(s) logged before it did ({type(exc).__name__}); the results stay in the "
+                           "store — rerun `cic log` when it answers again (groups already logged are found and "
+                           "skipped)")
+    return exc
+
+
+def _log_units(db: str, client: MlflowClient, uri: str, units: list[Any], sent: dict[int, Future[tuple[str, bool]]],
+               *, experiment_prefix: str | None, report_dir: str, run_keys: Sequence[str] | None,
+               flow_run_id: str | None, in_flight: int) -> LogStats:
+    """`log_store`'s work: `units` and `sent` are filled as it goes, so a failure can say how far it got."""
     with Store.open(db, read_only=True, wait_s=60) as store, \
             ThreadPoolExecutor(GROUPS_IN_FLIGHT if in_flight > 1 else 1, thread_name_prefix="cic-log") as pool:
-        units = log_units(store, run_keys)
-        found = _already_logged(client, pool, store, units)
-        for index, existing in enumerate(found):
-            if existing is not None:
-                sent[index] = Future()
-                sent[index].set_result((existing, False))
-        systems = system_groups(store, run_keys, experiment_prefix)  # cascades and estimators chosen: no report,
-        system_runs = [pool.submit(log_group, client, group, in_flight=in_flight) for group in systems]  # sent now
-        started = time.perf_counter()
-        todo = [index for index, existing in enumerate(found) if existing is None]
-        index_of: dict[Path, int] = {}
+        try:
+            return _send(store, client, pool, units, sent, experiment_prefix=experiment_prefix,
+                         report_dir=report_dir, run_keys=run_keys, flow_run_id=flow_run_id, in_flight=in_flight)
+        except Exception:
+            pool.shutdown(wait=False, cancel_futures=True)  # groups not started yet are not sent into a failure
+            raise
 
-        def read(index: int) -> UnitReport:
-            report = read_unit(store, units[index], Path(report_dir))
-            index_of[report.out] = index
-            return report
 
-        # read one group after the other here while the groups read before render (in worker processes when
-        # there are many) and the groups rendered before are sent
-        for report in render_units((read(index) for index in todo), len(todo)):
-            index = index_of[report.out]
-            group = pipeline_group(store, units[index], report,
-                                   experiment_prefix_of(store, units[index].group.run_key, experiment_prefix))
-            if flow_run_id:  # which Prefect flow run logged it: from the MLflow run to its logs and back
-                group = replace(group, tags={**group.tags, "cic.flow_run_id": flow_run_id})
-            sent[index] = pool.submit(log_group, client, group, in_flight=in_flight)
-            _report_progress(list(sent.values()), len(units))
-        report_s = time.perf_counter() - started
-        for _ in as_completed(sent.values()):
-            _report_progress(list(sent.values()), len(units))
+def _send(store: Store, client: MlflowClient, pool: ThreadPoolExecutor, units: list[Any],
+          sent: dict[int, Future[tuple[str, bool]]], *, experiment_prefix: str | None, report_dir: str,
+          run_keys: Sequence[str] | None, flow_run_id: str | None, in_flight: int) -> LogStats:
+    """Find what is logged already, then read, render and send every other group (systems first)."""
+    units.extend(log_units(store, run_keys))
+    found = _already_logged(client, pool, store, units)
+    for index, existing in enumerate(found):
+        if existing is not None:
+            sent[index] = Future()
+            sent[index].set_result((existing, False))
+    systems = system_groups(store, run_keys, experiment_prefix)  # cascades and estimators chosen: no report,
+    system_runs = [pool.submit(log_group, client, group, in_flight=in_flight) for group in systems]  # sent now
+    started = time.perf_counter()
+    todo = [index for index, existing in enumerate(found) if existing is None]
+    index_of: dict[Path, int] = {}
+
+    def read(index: int) -> UnitReport:
+        report = read_unit(store, units[index], Path(report_dir))
+        index_of[report.out] = index
+        return report
+
+    # read one group after the other here while the groups read before render (in worker processes when
+    # there are many) and the groups rendered before are sent
+    for report in render_units((read(index) for index in todo), len(todo)):
+        index = index_of[report.out]
+        group = pipeline_group(store, units[index], report,
+                               experiment_prefix_of(store, units[index].group.run_key, experiment_prefix))
+        if flow_run_id:  # which Prefect flow run logged it: from the MLflow run to its logs and back
+            group = replace(group, tags={**group.tags, "cic.flow_run_id": flow_run_id})
+        sent[index] = pool.submit(log_group, client, group, in_flight=in_flight)
+        _report_progress(list(sent.values()), len(units))
+    report_s = time.perf_counter() - started
+    for _ in as_completed(sent.values()):
+        _report_progress(list(sent.values()), len(units))
     stats = LogStats(report_s=report_s)
     for future in system_runs:
         run_id, new = future.result()
