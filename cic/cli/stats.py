@@ -281,7 +281,7 @@ def evaluate(
         return
     scores, errors = load_pairs(file, score_col, error_col, correct_col, {
         "model": model, "dataset": dataset, "estimator": estimator, "criterion": criterion, "run_key": run_key})
-    with side_progress():  # 10^7 rows take minutes: a line on stderr while it works
+    with side_progress():  # 10^7 rows take seconds to a minute: a line on stderr while it works
         frame = evaluate_splits(scores, errors, alphas=parse_floats(alphas, "--alphas"), bounds=parse_names(bounds),
                                 search=parse_names(search), delta=delta, n_splits=n_splits, cal_fraction=cal_fraction,
                                 seed=seed, grid=parse_grid(grid, pilot, grid_size, score_col), n_min=n_min,

@@ -26,7 +26,58 @@ from cic.registry import Registry
 from cic.stats import bounds
 from cic.stats._validation import as_grid, check_positive_int
 
-FeasibleAt = Callable[[float], np.ndarray]
+FeasibleAt = Callable[..., np.ndarray]  # (gamma, cols=None, lo=None, hi=None) -> feasible cells
+
+
+SCAN_CHUNK = 1 << 14  # candidates a one-set scan reads at a time before it looks for the first failure
+
+
+class FeasibilityTables:
+    """The largest feasible FD per accepted count, per level, computed in blocks of `BLOCK` counts only where a
+    search asks and kept: the next split of the split protocol, the next block of the simulator reuse them. On
+    10^7 pairs a fixed-sequence scan stops at its first failure, so it needs the blocks up to there, not a table
+    over five million counts per level."""
+
+    BLOCK = 1 << 14
+
+    def __init__(self, bound: str, alpha: float, n_max: int) -> None:
+        self.bound, self.alpha, self.n_max = bound, alpha, int(n_max)
+        self._blocks: dict[tuple[float, int], np.ndarray] = {}
+
+    def _block(self, gamma: float, b: int) -> np.ndarray:
+        key = (float(gamma), b)
+        if key not in self._blocks:
+            counts = np.arange(b * self.BLOCK, min((b + 1) * self.BLOCK, self.n_max + 1))
+            self._blocks[key] = bounds.max_errors(self.bound, counts, self.alpha, gamma)
+        return self._blocks[key]
+
+    def __call__(self, gamma: float, lo: int = 0, hi: int | None = None) -> np.ndarray:
+        """Largest feasible FD for the counts lo..hi (default: up to `n_max`), index 0 = count lo."""
+        hi = self.n_max if hi is None else min(int(hi), self.n_max)
+        lo = max(int(lo), 0)
+        if hi < lo:
+            return np.zeros(0, dtype=np.int64)
+        first, last = lo // self.BLOCK, hi // self.BLOCK
+        parts = [self._block(gamma, b) for b in range(first, last + 1)]
+        joined = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        return joined[lo - first * self.BLOCK:hi - first * self.BLOCK + 1]
+
+
+def feasibility_oracle(table: FeasibilityTables, n: np.ndarray, fd: np.ndarray, first: int = 0) -> FeasibleAt:
+    """`feasible_at(gamma, cols=None)`: whether the bound certifies alpha at level gamma in each cell (of the
+    columns `cols`), from the table over the counts those cells hold (from `first`, the first count any search
+    may test: a cell below it is not feasible)."""
+    def feasible_at(gamma: float, cols: Any = None) -> np.ndarray:
+        counts, errors = (n, fd) if cols is None else (n[:, cols], fd[:, cols])
+        if counts.size == 0:
+            return np.zeros(counts.shape, dtype=bool)
+        start = max(first, int(counts.min()))
+        span = table(gamma, start, int(counts.max()))
+        if span.shape[0] == 0:  # no count in the span (the first testable count lies beyond every count)
+            return np.zeros(counts.shape, dtype=bool)
+        inside = counts >= start
+        return inside & (errors <= span[np.clip(counts - start, 0, span.shape[0] - 1)])
+    return feasible_at
 
 
 @dataclass(frozen=True)
@@ -406,21 +457,24 @@ class Fallback(Search):
     def _select_one(eligible: np.ndarray, feasible_at: FeasibleAt, counts: np.ndarray,
                     entries: tuple[tuple[int, float], ...]) -> tuple[np.ndarray, np.ndarray]:
         """`select` for one calibration set (what the split protocol asks split by split): the same scan on the
-        eligible columns' slices, without per-row bookkeeping."""
+        eligible columns' slices, without per-row bookkeeping; each segment is read in chunks up to its first
+        failure (on millions of candidates the feasibility of the counts past it is never needed)."""
         idx = np.flatnonzero(eligible)
         bounds_at = np.searchsorted(counts[idx], [c for c, _ in entries], side="left")
         best, level, carry = -1, math.nan, 0.0
-        tables: dict[float, np.ndarray] = {}
         for e, (_, share) in enumerate(entries):
             a, b = int(bounds_at[e]), int(bounds_at[e + 1]) if e + 1 < len(entries) else idx.shape[0]
             held = carry + share
             if a >= b:  # no candidate in this segment: the level passes on
                 carry = held
                 continue
-            if held not in tables:
-                tables[held] = feasible_at(held)[0]
-            ok = tables[held][idx[a:b]]
-            passed = b - a if ok.all() else int(np.argmin(ok))
+            passed = 0
+            for c0 in range(a, b, SCAN_CHUNK):
+                ok = feasible_at(held, idx[c0:min(c0 + SCAN_CHUNK, b)])[0]
+                if not ok.all():
+                    passed += int(np.argmin(ok))
+                    break
+                passed += ok.shape[0]
             if passed > 0 and idx[a + passed - 1] > best:
                 best, level = int(idx[a + passed - 1]), held
             carry = held if passed == b - a else 0.0
@@ -655,12 +709,13 @@ class SearchOutcome:
 def run_search(search: Search, values: np.ndarray, n: np.ndarray, fd: np.ndarray, *, setting: Setting,
                delta: float, n_min: int | None = None, start: float | None = None,
                candidate: np.ndarray | None = None, k: int | None = None,
-               table: Callable[[float], np.ndarray] | None = None, lazy: bool = False) -> SearchOutcome:
+               table: FeasibilityTables | None = None, lazy: bool = False) -> SearchOutcome:
     """Run `search` on candidates (one row per calibration set, or a 1-D single set): resolve its first test
     (`n_min`, `start`, else the search's default), mark the eligible candidates and select.
 
-    `k` is the family size the level divides by (default: the number of columns); `table(gamma)` the largest
-    feasible FD per accepted count (default: built per level up to the largest count). `lazy` runs a single
+    `k` is the family size the level divides by (default: the number of columns); `table` the largest feasible FD
+    per accepted count and level, over the spans asked for (default: kept for this call only, up to the largest
+    count; a caller running many calibration sets of one size passes one to share). `lazy` runs a single
     set through the search's exact fast path where it has one (few exact tests on a million candidates).
     """
     values, n, fd = np.atleast_2d(values), np.atleast_2d(n), np.atleast_2d(fd)
@@ -680,14 +735,9 @@ def run_search(search: Search, values: np.ndarray, n: np.ndarray, fd: np.ndarray
             index, level, tested = scanned
             return SearchOutcome(np.array([index]), np.array([level if index >= 0 else unattained]), n_min, tested)
     if table is None:
-        n_max, tables = int(n.max(initial=0)), {}
-
-        def table(gamma: float) -> np.ndarray:
-            if gamma not in tables:
-                tables[gamma] = feasibility_table(setting.bound, n_max, setting.alpha, gamma)
-            return tables[gamma]
-
-    index, level = search.select(eligible, lambda gamma: fd <= table(gamma)[n], delta, k, counts=n, errors=fd,
+        table = FeasibilityTables(setting.bound, setting.alpha, int(n.max(initial=0)))
+    first = int(n_min) if search.first_test and n_min is not None and start is None else 0
+    index, level = search.select(eligible, feasibility_oracle(table, n, fd, first), delta, k, counts=n, errors=fd,
                                  setting=setting)
     return SearchOutcome(index, np.where(index >= 0, level, unattained), n_min, None)
 

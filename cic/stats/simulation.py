@@ -18,10 +18,10 @@ from cic.stats import bounds as _bounds
 from cic.stats._validation import check_positive_int, checked
 from cic.stats.searches import (
     DEFAULT_SEARCH,
+    FeasibilityTables,
     Setting,
     candidate_matrix,
     check_search_args,
-    feasibility_table,
     get_search,
     run_search,
 )
@@ -213,12 +213,7 @@ def simulate(model: RiskModel | None = None, *, n: int = 1000, alpha: float = 0.
 
     plan = get_search(search)
     k = grid_arr.shape[0] if grid_arr is not None else n  # the family size: the grid, else every score
-    tables: dict[float, np.ndarray] = {}
-
-    def table(gamma: float) -> np.ndarray:
-        if gamma not in tables:
-            tables[gamma] = feasibility_table(bound, n, alpha, gamma)
-        return tables[gamma]
+    table = FeasibilityTables(bound, alpha, n)  # shared by every block of trials
 
     rng = np.random.default_rng(seed)
     block = max(1, 2_000_000 // n)

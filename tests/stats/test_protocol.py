@@ -139,3 +139,15 @@ def test_split_masks_rows_come_one_at_a_time_with_the_same_seed() -> None:
     masks = cic.split_masks(501, 6, 0.4, seed=7)
     assert np.array_equal(np.stack(list(iter_split_masks(501, 6, 0.4, seed=7))), masks)
     assert (masks.sum(axis=1) == 200).all()
+
+
+def test_progress_is_heard_before_the_work_and_after_every_search() -> None:
+    """(0, steps) before the sort, then one report per (split, search, bound, alpha), ending at (steps, steps)."""
+    rng = np.random.default_rng(3)
+    scores, errors = make_table(rng, 500)
+    heard: list[tuple[int, int]] = []
+    cic.evaluate_splits(scores, errors, alphas=[0.1, 0.2], bounds=["cp", "hoeffding"], search=["fallback", "paper"],
+                        n_splits=3, progress=lambda done, total: heard.append((done, total)))
+    steps = 3 * 2 * 2 * 2
+    assert heard[0] == (0, steps) and heard[-1] == (steps, steps)
+    assert [done for done, _ in heard] == list(range(steps + 1))

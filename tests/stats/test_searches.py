@@ -237,3 +237,41 @@ def test_a_search_object_of_ones_own_is_run_like_a_named_one() -> None:
     strict = cic.calibrate(big, big_errors, alpha=0.1, delta=0.05, search="paper")
     assert binned.gamma == 0.05 and (binned.threshold, binned.bound_value) == (strict.threshold, strict.bound_value)
     assert binned.threshold != cic.calibrate(big, big_errors, alpha=0.1, delta=0.1, search="paper").threshold
+
+
+@pytest.mark.parametrize("bound", ["cp", "hoeffding", "bentkus"])
+def test_feasibility_tables_built_in_blocks_equal_one_table_over_the_span(bound: str,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spans inside a block, across several blocks, at both ends, and past n_max: the same largest feasible FD as
+    `max_errors` over those counts at once."""
+    from cic.stats import bounds as bounds_module
+    from cic.stats.searches import FeasibilityTables
+
+    monkeypatch.setattr(FeasibilityTables, "BLOCK", 97)
+    table = FeasibilityTables(bound, 0.1, 1000)
+    for lo, hi in [(0, 1000), (5, 50), (90, 400), (97, 193), (999, 1000), (950, 5000), (300, 299)]:
+        want = bounds_module.max_errors(bound, np.arange(lo, min(hi, 1000) + 1), 0.1, 0.01)
+        assert np.array_equal(table(0.01, lo, hi), want), (lo, hi)
+
+
+@pytest.mark.parametrize("search", ["fallback", "geometric", "fixed_sequence", "multistart", "paper", "lec"])
+def test_a_one_set_scan_read_in_chunks_selects_what_one_read_selects(search: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default search reads a calibration set in chunks and stops at the first failure; with chunks of 7
+    candidates and tables in blocks of 13 counts it selects exactly what one read of everything selects."""
+    import cic.stats.searches as searches_module
+    from tests.support.tables import make_table
+
+    sizes = np.random.default_rng(5).integers(200, 900, size=12)
+    chosen = {}
+    for chunk, block in ((10**9, 10**9), (7, 13)):
+        monkeypatch.setattr(searches_module, "SCAN_CHUNK", chunk)
+        monkeypatch.setattr(searches_module.FeasibilityTables, "BLOCK", block)
+        picks = []
+        for trial in range(12):
+            scores, errors = make_table(np.random.default_rng(trial), int(sizes[trial]))
+            for alpha in (0.1, 0.2, 0.3):
+                result = cic.calibrate(scores, errors, alpha=alpha, delta=0.05, bound="cp", search=search)
+                picks.append((result.threshold, result.n_accepted, result.n_errors))
+        chosen[chunk] = picks
+    assert chosen[7] == chosen[10**9] and any(t is not None for t, _, _ in chosen[7])
