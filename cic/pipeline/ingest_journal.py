@@ -186,9 +186,9 @@ def complete_ingest(store: Store, ingest_id: str, *, file: Path | None = None, r
 def abandon_ingest(store: Store, ingest_id: str) -> dict[str, int]:
     """Undo a cut-off ingest in one transaction: every row it stored first that no other ingest (done or
     unfinished) wrote since (records, questions, answers, scores, labels, the runs it registered that hold
-    nothing else), labels it relabelled and nothing rewrote since back to their old value, its
-    label events and the gate flags they raised; the journal entry is marked abandoned and its staged data
-    removed. Returns rows removed per table."""
+    nothing else), labels it relabelled and record fields it replaced (answer, question, gold, time, scores) that
+    nothing rewrote since back to their old value, its label and record events and the gate flags they raised; the
+    journal entry is marked abandoned and its staged data removed. Returns rows removed per table."""
     import shutil
 
     from cic.store.database import delete_ingest_rows

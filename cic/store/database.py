@@ -818,14 +818,41 @@ class Store:
 # Undoing an unfinished ingest (`cic ingest --abandon`)
 
 
-ABANDON_STEPS = 12  # the statements `delete_ingest_rows` runs, for its progress
+ABANDON_STEPS = 18  # the statements `delete_ingest_rows` runs, for its progress
+
+#: how `delete_ingest_rows` puts back a record field an abandoned ingest replaced (`record_events`): the table,
+#: the column, its old value from the event's text, and how the row is found from the event `e`
+RESTORES = (
+    ("generations", "text", "e.old_value", "t.run_key = e.run_key AND t.question_id = e.question_id AND "
+                                           "t.sample_index = 0", "answer"),
+    ("observations", "observed_at", "CAST(e.old_value AS TIMESTAMPTZ)",
+     "t.run_key = e.run_key AND t.question_id = e.question_id", "timestamp"),
+    ("scores", "value", "CAST(e.old_value AS DOUBLE)", "t.run_key = e.run_key AND t.question_id = e.question_id AND "
+                                                       "e.field = 'score:' || t.estimator", None),
+    ("questions", "question", "e.old_value", "t.question_id = e.question_id AND EXISTS (SELECT 1 FROM runs r WHERE "
+                                             "r.run_key = e.run_key AND t.dataset = r.dataset AND "
+                                             "t.split = 'production:' || r.model)",
+     "question"),
+    ("questions", "answer", "e.old_value", "t.question_id = e.question_id AND EXISTS (SELECT 1 FROM runs r WHERE "
+                                           "r.run_key = e.run_key AND t.dataset = r.dataset AND "
+                                           "t.split = 'production:' || r.model)",
+     "gold"),
+)
+
+
+def _as_event_text(column: str) -> str:
+    """A stored column as `record_events` writes its values (`cic.store.ingest_queries.changed_records`)."""
+    if column == "observed_at":
+        return "strftime(t.observed_at AT TIME ZONE 'UTC', '%Y-%m-%dT%H:%M:%S.%fZ')"
+    return f"CAST(t.{column} AS VARCHAR)"
 
 
 def delete_ingest_rows(store: Store, *, stamp: datetime, digest: str, records: Sequence[str] | None,
                        labels: Sequence[str] | None, step: Callable[[int, int], None] | None = None) -> dict[str, int]:
     """Delete what an unfinished ingest (`digest`, stamped `stamp`) stored first, so it can be abandoned; rows an
     earlier ingest stored stay, and so do rows another ingest (done or unfinished) wrote since — a later complete
-    file holds them; relabelled labels get their old value back unless another ingest rewrote them. Runs inside
+    file holds them; relabelled labels and replaced record fields (`record_events`) get their old value back unless
+    another ingest rewrote them. Runs inside
     the caller's transaction. `records` / `labels`: its staged Parquet files, narrowing the rows to its keys
     (None: gone, the stamp alone decides). `step` hears (statements done, ABANDON_STEPS) after each one: on 10^6
     records each takes tens of seconds. Returns rows deleted (or restored) per table."""
@@ -870,6 +897,16 @@ def delete_ingest_rows(store: Store, *, stamp: datetime, digest: str, records: S
             "l.run_key = e.run_key AND l.question_id = e.question_id AND l.criterion = e.criterion AND "
             "l.aligned IS NOT DISTINCT FROM e.new_aligned AND NOT (l.ingest IS NOT NULL AND l.ingest <> ?)",
             [stamp, digest])
+        restored = 0
+        for table, column, old, where, field in RESTORES:  # records it replaced that nothing rewrote since
+            restored += run(
+                f"UPDATE {table} t SET {column} = {old} FROM record_events e WHERE e.created_at = ? AND "
+                + (f"e.field = '{field}' AND " if field else "e.field LIKE 'score:%' AND ")
+                + f"{where} AND {_as_event_text(column)} IS NOT DISTINCT FROM e.new_value AND EXISTS (SELECT 1 "
+                "FROM observations o WHERE o.run_key = e.run_key AND o.question_id = e.question_id AND o.ingest = ?)",
+                [stamp, digest])
+        done["records restored"] = restored
+        done["record_events"] = run("DELETE FROM record_events WHERE created_at = ?", [stamp])
         label_where, label_params = f"created_at = ? AND {kept}", [stamp, digest]
         if labels is not None:
             label_where += (" AND (run_key, question_id, criterion) IN (SELECT run_key, question_id, criterion "
@@ -879,9 +916,12 @@ def delete_ingest_rows(store: Store, *, stamp: datetime, digest: str, records: S
                              "(SELECT run_key, question_id FROM cic_abandoned)", label_params)
         done["label_events"] = run("DELETE FROM label_events WHERE created_at = ?", [stamp])
         done["gate_events"] = run(  # the flags its relabelling raised, where nothing happened to the gate since
-            "DELETE FROM gate_events g WHERE g.reason LIKE 'flagged: labels changed under this gate: %' AND "
-            "g.reason LIKE ? AND g.created_at >= ? AND g.created_at = (SELECT max(created_at) FROM gate_events h "
-            "WHERE h.calibration_id = g.calibration_id)", [f"% relabelled by % at {stamp:%Y-%m-%d %H:%M} UTC;%", stamp])
+            "DELETE FROM gate_events g WHERE (g.reason LIKE 'flagged: labels changed under this gate: %' AND "
+            "g.reason LIKE ? OR g.reason LIKE 'flagged: records replaced under this gate: %' AND g.reason LIKE ?) "
+            "AND g.created_at >= ? AND g.created_at = (SELECT max(created_at) FROM gate_events h "
+            "WHERE h.calibration_id = g.calibration_id)",
+            [f"% relabelled by % at {stamp:%Y-%m-%d %H:%M} UTC;%", f"% rewritten by % at {stamp:%Y-%m-%d %H:%M} UTC;%",
+             stamp])
         done["observations"] = run("DELETE FROM observations WHERE (run_key, question_id) IN "
                                    "(SELECT run_key, question_id FROM cic_abandoned)", [])
         for table in ("labels", "observations"):  # rows it rewrote that stay: written last by their first ingest

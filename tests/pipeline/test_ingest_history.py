@@ -261,9 +261,11 @@ def test_a_large_ingest_killed_between_commits_blocks_recalibration_until_rerun(
     assert not left[0].exists() and list(tmp_path.glob(".cic-scratch-*")) == [stranger]  # removed by the rerun
 
 
-def _cut_off(tmp_path: Path, db: Path, *, fail_at: int) -> tuple[Path, dict[str, int], pl.DataFrame]:
-    """A store with 20 labelled records, then a 60-record file (those 20 again, 5 of them relabelled, and 40 new
-    ones in a new stream) written in steps of 10 and cut off by a full disk at step `fail_at`."""
+def _cut_off(tmp_path: Path, db: Path, *, fail_at: int, replace: bool = False) -> tuple[Path, dict[str, int],
+                                                                                      pl.DataFrame]:
+    """A store with 20 labelled records, then a 60-record file (those 20 again, 5 of them relabelled — and with
+    `replace` every one of them with another answer, score and time —, and 40 new ones in a new stream) written
+    in steps of 10 and cut off by a full disk at step `fail_at`."""
     import cic.pipeline.ingest_journal as journal
 
     before = _stream(20, 5, T0 - timedelta(days=5))
@@ -273,6 +275,9 @@ def _cut_off(tmp_path: Path, db: Path, *, fail_at: int) -> tuple[Path, dict[str,
         labels = store.read("labels")
     flipped = before.with_columns(pl.when(pl.int_range(pl.len()) < 5).then(~pl.col("correct"))
                                   .otherwise(pl.col("correct")).alias("correct"))
+    if replace:
+        flipped = flipped.with_columns(pl.lit("z").alias("answer"), pl.col("score:semantic_entropy") + 0.1,
+                                       pl.col("timestamp") + timedelta(seconds=1))
     big = pl.concat([flipped, _stream(40, 6, T0 - timedelta(days=3), offset=100).with_columns(stream=pl.lit("bot2"))])
     path = write(big, tmp_path / "big.parquet")
     real, calls = journal.write_step, []
@@ -286,7 +291,8 @@ def _cut_off(tmp_path: Path, db: Path, *, fail_at: int) -> tuple[Path, dict[str,
     with Store.open(db) as store, pytest.MonkeyPatch.context() as patch:
         patch.setattr(journal, "write_step", failing)
         with pytest.raises(OSError):
-            ingest_file(store, path, IngestOptions(relabel=True), now=NOW, batch_rows=10, commit_records=10)
+            ingest_file(store, path, IngestOptions(relabel=True, replace=replace), now=NOW, batch_rows=10,
+                        commit_records=10)
     return path, counts, labels
 
 
@@ -321,7 +327,7 @@ def test_a_cut_off_ingest_is_abandoned_in_one_transaction(tmp_path: Path, staged
     done = runner.invoke(app, ["ingest", "--abandon", short, "--db", str(db)], env={"CIC_PROGRESS_AFTER_S": "0"})
     assert done.exit_code == 0, done.output
     assert f"abandoning ingest {short} of {path.resolve()} (60 record(s)): removing what it stored" in done.output
-    assert f"abandon {short}: 1/12 (8.3%)" in done.output and f"abandon {short}: 12/12 (100.0%)" in done.output
+    assert f"abandon {short}: 1/18 (5.6%)" in done.output and f"abandon {short}: 18/18 (100.0%)" in done.output
     assert f"ingest {short} abandoned: removed" in done.output
     with Store.open(db) as store:
         after = store.counts()
@@ -377,6 +383,30 @@ def test_a_cut_off_ingest_is_completed_from_its_staged_data_without_its_file(tmp
         assert store.count("label_events") == 5 and store.read("ingests").filter(state="done").height == 2
     missing = CliRunner().invoke(app, ["ingest", "--complete", short, "--db", str(db)])
     assert missing.exit_code == 2 and "is done, not unfinished" in missing.output
+
+
+def test_abandoning_a_cut_off_ingest_that_replaced_records_puts_their_old_values_back(tmp_path: Path) -> None:
+    """Its 20 re-sent records had another answer, score and time (--replace, recorded and flagged); abandoned
+    after every step committed, the store holds exactly what it held before, and no event of it is left."""
+    from cic.pipeline.ingest import abandon_ingest, file_digest
+
+    db = tmp_path / "s.duckdb"
+    tables = ("questions", "generations", "scores", "observations", "labels")
+    (tmp_path / "first").mkdir()
+    path, _, _ = _cut_off(tmp_path / "first", db, fail_at=18, replace=True)  # 17 of 18 steps committed
+    with Store.open(db) as store:
+        assert store.count("record_events") == 60  # 20 records x answer, score, timestamp
+        replaced = store.read("generations").filter(pl.col("text") == "z").height
+        assert replaced == 20
+        abandon_ingest(store, file_digest(path)[:12])
+        assert store.count("record_events") == 0 and store.count("label_events") == 0
+        after = {t: store.read(t).drop("created_at", "ingest", "source", strict=False).sort(pl.all()) for t in tables}
+    fresh = tmp_path / "fresh.duckdb"
+    with Store.open(fresh) as store:  # the 20 records alone, as _cut_off ingested them before
+        ingest_file(store, tmp_path / "first" / "before.parquet", now=NOW - timedelta(hours=2))
+        want = {t: store.read(t).drop("created_at", "ingest", "source", strict=False).sort(pl.all()) for t in tables}
+    for table in tables:
+        assert after[table].equals(want[table]), table
 
 
 def test_completing_a_cut_off_ingest_does_not_overwrite_what_a_later_ingest_stored(tmp_path: Path) -> None:
