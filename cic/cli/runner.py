@@ -20,7 +20,7 @@ def refuse_moved_mlflow_store(explicit: str | None) -> None:
     from cic.services.mlflow_setup import check_before_logging
     from cic.services.mlflow_tracking import tracking_uri
 
-    check_before_logging(tracking_uri(explicit))
+    check_before_logging(tracking_uri(explicit), create=False)  # a refusal later must leave nothing behind
 
 
 def run_flow(flow: Callable[..., Any], failure: type[BaseException], *, store: str | Path, command: str,

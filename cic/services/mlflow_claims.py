@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,23 +26,15 @@ def claim_path(tracking_uri: str, log_key: str) -> Path:
 
 @contextmanager
 def claimed(tracking_uri: str, log_key: str, wait_s: float = CLAIM_WAIT_S) -> Iterator[None]:
-    """Hold the group's claim; waits (polling) while another process holds it, up to `wait_s`."""
-    import fcntl
+    """Hold the group's claim (filelock); waits (polling) while another process holds it, up to `wait_s`."""
+    from filelock import FileLock, Timeout
 
     path = claim_path(tracking_uri, log_key)
     path.parent.mkdir(mode=0o700, exist_ok=True)
-    with path.open("a") as handle:
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise UserError(f"MLflow group {log_key}: another process has been logging it for {wait_s:g} s "
-                                    "(its claim is held); try again when it is done") from None
-                time.sleep(0.2)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    try:
+        lock = FileLock(path, timeout=wait_s, poll_interval=0.2).acquire()
+    except Timeout:
+        raise UserError(f"MLflow group {log_key}: another process has been logging it for {wait_s:g} s "
+                        "(its claim is held); try again when it is done") from None
+    with lock:
+        yield

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,45 +27,38 @@ def head_revision(tracking_uri: str) -> str:
 
 @contextlib.contextmanager
 def setup_lock(db_file: Path, wait_s: float = SETUP_WAIT_S) -> Iterator[None]:
-    """Hold the store's set-up lock (an flock on `.<name>.cic-setup-lock` beside it), waiting up to `wait_s` for a
+    """Hold the store's set-up lock (filelock on `.<name>.cic-setup-lock` beside it), waiting up to `wait_s` for a
     cic process that holds it; released when the process ends, however it ends."""
-    import fcntl
+    from filelock import FileLock, Timeout
 
     path = db_file.parent / f".{db_file.name}.cic-setup-lock"
-    with path.open("a") as handle:
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise UserError(f"MLflow store {db_file}: another cic process has been setting it up for "
-                                    f"{wait_s:.0f} s (lock {path}); wait for it, or stop it and rerun") from None
-                time.sleep(0.2)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    try:
+        lock = FileLock(path, timeout=wait_s, poll_interval=0.2).acquire()
+    except Timeout:
+        raise UserError(f"MLflow store {db_file}: another cic process has been setting it up for {wait_s:.0f} s "
+                        f"(lock {path}); wait for it, or stop it and rerun") from None
+    with lock:
+        yield
 
 
-def check_set_up(tracking_uri: str) -> None:
-    """Set a new local store up (one process at a time: a second command waits for the first's migration rather
-    than reading it half done), and refuse one whose schema MLflow cannot finish, naming a fix tried on a copy
-    first. A store MLflow completes by itself passes, and so does a server."""
+def check_set_up(tracking_uri: str, *, create: bool = True) -> None:
+    """Refuse a local store whose schema MLflow cannot finish, naming a fix tried on a copy first, and with
+    `create` set a new one up — one process at a time: a second command waits for the first's migration rather
+    than reading it half done. Without `create` (a command's check before any work) a store that does not exist
+    yet is left to the first logging. A store MLflow completes by itself passes, and so does a server."""
     db_file = sqlite_file(tracking_uri)
-    if db_file is None or not db_file.parent.is_dir():
+    if db_file is None or not db_file.parent.is_dir() or (not create and not db_file.exists()):
         return
     with setup_lock(db_file):
-        _checked(tracking_uri, db_file)
+        _checked(tracking_uri, db_file, create)
 
 
-def _checked(tracking_uri: str, db_file: Path) -> None:
+def _checked(tracking_uri: str, db_file: Path, create: bool) -> None:
     try:
         tables, revision, runs = store_state(db_file) if db_file.is_file() else (0, None, None)
     except sqlite3.DatabaseError:
         return  # not SQLite at all: the moved-store check names that
-    if tables and revision == head_revision(tracking_uri):
+    if (tables and revision == head_revision(tracking_uri)) or (not tables and not create):
         return
     from mlflow import MlflowClient
 
@@ -109,7 +101,8 @@ def upgrades_cleanly(db_file: Path) -> bool:
             return False
 
 
-def check_before_logging(tracking_uri: str) -> None:
-    """What every command checks before it logs to a local store: set up, and not moved."""
-    check_set_up(tracking_uri)
+def check_before_logging(tracking_uri: str, *, create: bool = True) -> None:
+    """What every command checks before it logs to a local store: set up (`create`: a new one set up now), and not
+    moved."""
+    check_set_up(tracking_uri, create=create)
     check_not_moved(tracking_uri)

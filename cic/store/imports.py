@@ -80,6 +80,6 @@ def changed_rows(store: Any, table: str, rows: str) -> Any:
              f"WHERE o.{c} IS DISTINCT FROM n.{c}"
              for c in spec.columns if c not in spec.key and c not in BOOKKEEPING]
     if not parts:
-        return store.sql_frame(f"SELECT {ids}, {key} AS key, '' AS field, '' AS old_value, '' AS new_value "
-                               "FROM read_parquet(?) n WHERE false", [rows])
+        select = f"{ids}, {key} AS key, '' AS field, '' AS old_value, '' AS new_value"
+        return store.sql_frame(f"SELECT {select} FROM read_parquet(?) n WHERE false", [rows])
     return store.sql_frame(" UNION ALL ".join(parts) + " ORDER BY key, field", [rows] * len(parts))

@@ -117,7 +117,7 @@ def changed_records(store: Store, records: Files, scores: Files, later: tuple[st
         "UNION ALL SELECT record, run_key, model, stream, question_id, 'questions', 'gold', old_gold, new_gold, "
         "new_at FROM k "
         "WHERE old_gold IS DISTINCT FROM new_gold", [records, *params])
-    in_scores, score_params = _later("ob", later)
+    where, params = _later("ob", later)
     values = store.sql_frame(
         "SELECT k.record, k.run_key, k.model, k.stream, k.question_id, 'scores' AS table_name, "
         "'score:' || s.estimator AS field, CAST(o.value AS VARCHAR) AS old_value, "
@@ -125,7 +125,7 @@ def changed_records(store: Store, records: Files, scores: Files, later: tuple[st
         "FROM read_parquet(?) s JOIN scores o ON o.run_key = s.run_key AND o.question_id = s.question_id AND "
         "o.estimator = s.estimator JOIN read_parquet(?) k ON k.run_key = s.run_key AND k.question_id = s.question_id "
         "JOIN observations ob ON ob.run_key = s.run_key AND ob.question_id = s.question_id "
-        f"WHERE o.value IS DISTINCT FROM s.value{in_scores}", [scores, records, *score_params])
+        f"WHERE o.value IS DISTINCT FROM s.value{where}", [scores, records, *params])
     return pl.concat([facts, values]).sort("record", "field")
 
 

@@ -150,3 +150,45 @@ def test_cic_ask_refuses_a_score_it_cannot_compute_and_lists_what_serves_before_
                    "--search", "fixed_sequence", "--estimator", "semantic_entropy")
     assert default.returncode == 2 and "thresholds score 'semantic_entropy'" in default.stderr
     assert f"gate {ids[0.3][:12]}" in default.stderr  # α 0.2 withdrawn: the strictest serving α is 0.3
+
+
+def test_cic_ask_refuses_a_config_whose_generation_settings_are_not_the_gates_before_any_model_loads(
+        tmp_path: Path) -> None:
+    """The gate's run keyed on the settings of the ask config, as `cic run` keys it; the same config with another
+    temperature and number of samples is refused in one line naming both, in seconds, before the (missing) model
+    would load; the unedited config gets past that check, to the model itself."""
+    import time
+
+    import polars as pl
+    import yaml
+
+    from cic import schema
+    from cic.llm.engines import engine_class
+    from cic.pipeline.config import CalibrationConfig, load_config
+
+    db = tmp_path / "g.duckdb"
+    config = _ask_config(tmp_path, db)
+    settings = load_config(config).answerer_settings(0)
+    engine = engine_class(settings.engine)
+    shaped = engine.run_key(settings, engine.probe(settings))
+    with Store.open(db) as store:
+        store_run(store, n=400, estimators=("predictive_entropy",))
+        run = store.read("runs").with_columns(generation_config=pl.lit(schema.canonical_json(shaped)))
+        store.upsert("runs", run)  # what shaped its answers: this config's settings
+        group = groups_of_run(store, run.row(0, named=True), estimators=["predictive_entropy"])[0]
+        make_live(store, group, CalibrationConfig(alphas=(0.2, 0.3), bounds=("cp",), searches=("fixed_sequence",)))
+    edited = yaml.safe_load(config.read_text())
+    edited["generation"] = {"temperature": 0.3, "n_samples": 3}
+    other = tmp_path / "edited.yaml"
+    other.write_text(yaml.safe_dump(edited))
+    ask = ("ask", "Who?", "--dataset", "d", "--estimator", "predictive_entropy", "--bound", "cp", "--search",
+           "fixed_sequence", "--alpha", "0.3")
+    started = time.monotonic()
+    refused = _cic(tmp_path, *ask, "--config", str(other))
+    assert time.monotonic() - started < 30
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "model 'm': the config's generation settings are not those its gate was certified under" in refused.stderr
+    assert "n_samples = 3 in this config, 10 certified" in refused.stderr
+    assert "temperature = 0.3 in this config, 1.0 certified" in refused.stderr
+    same = _cic(tmp_path, *ask, "--config", str(config))
+    assert "generation settings" not in same.stderr and "no-such-model.gguf" in same.stderr + same.stdout

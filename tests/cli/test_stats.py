@@ -79,8 +79,9 @@ def test_evaluate_prints_the_protocol_table_and_writes_it(table_files, tmp_path:
     watched = runner.invoke(app, ["evaluate", str(parquet), "--score-col", "uncertainty", "--error-col", "wrong",
                                   "--n-splits", "20"], env={"CIC_PROGRESS_AFTER_S": "0"})
     assert watched.exit_code == 0 and watched.stdout.count("FDR") == result.stdout.count("FDR")
-    assert f"evaluate {parquet.name}: 1/20 (5.0%)" in watched.stderr  # the first split, then every 10%: on stderr
-    assert f"evaluate {parquet.name}: 20/20 (100.0%)" in watched.stderr and "evaluate" not in watched.stdout
+    # 20 splits x 5 alphas x 2 bounds x 1 search: heard before any work, then every 10%, on stderr
+    assert f"evaluate {parquet.name}: 0/200 (0.0%)" in watched.stderr
+    assert f"evaluate {parquet.name}: 200/200 (100.0%)" in watched.stderr and "evaluate" not in watched.stdout
 
 
 @pytest.mark.parametrize("args,message", [

@@ -242,9 +242,7 @@ def test_mlflow_down_the_run_completes_and_says_what_was_not_logged(
     assert again.stage_seconds["log"] < 30  # bounded, not MLflow's minutes of backoff
 
 
-def test_cic_ask_uses_the_stored_gate(demo_run: DemoRun, tmp_path: Path) -> None:
-    """The gate the run certified answers; a config whose generation settings were edited after certification
-    (temperature, samples) is refused in one line naming each, before any model loads."""
+def test_cic_ask_uses_the_stored_gate(demo_run: DemoRun) -> None:
     from typer.testing import CliRunner
 
     from cic.cli import app
@@ -258,17 +256,6 @@ def test_cic_ask_uses_the_stored_gate(demo_run: DemoRun, tmp_path: Path) -> None
     assert "score semantic_entropy[embedding:0.9] = " in text and "threshold = " in text
     missing = CliRunner().invoke(app, ["ask", "Who?", "--config", str(config), "--alpha", "0.42"])
     assert missing.exit_code == 2 and "no stored gate" in missing.output
-    edited = yaml.safe_load(Path(config).read_text())
-    edited["generation"] = {**edited.get("generation", {}), "temperature": 0.3, "n_samples": 3}
-    other = tmp_path / "edited.yaml"
-    other.write_text(yaml.safe_dump(edited))
-    started = time.monotonic()
-    refused = CliRunner().invoke(app, ["ask", "What is the capital of France?", "--config", str(other),
-                                       "--dataset", "trivia_qa", "--alpha", "0.9", "--bound", "cp"])
-    said = " ".join(refused.output.split())
-    assert refused.exit_code == 2 and time.monotonic() - started < 30, said
-    assert "generation settings are not those its gate was certified under" in said
-    assert "temperature = 0.3 in this config" in said and "n_samples = 3 in this config" in said
 
 
 @pytest.mark.faults
