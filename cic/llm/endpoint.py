@@ -177,6 +177,26 @@ def parse_choices(body: Any, api: str, url: str) -> list[RequestOutcome]:
     return outcomes
 
 
+def incomplete_reply(outcomes: Sequence[RequestOutcome], body: Any, asked: dict[str, Any]) -> str | None:
+    """Why a reply cannot be stored as it is (None: it can): fewer or more choices than the request's `n`, or token
+    log-probabilities that do not cover the tokens the reply says it generated (`usage.completion_tokens`, over
+    every choice). A choice that stopped on its own (finish_reason "stop") may list one entry fewer: servers differ
+    on whether the end-of-sequence token they count is listed. A reply without log-probabilities, or without a
+    count, is not judged here (a null log-probability is flagged where the row is made)."""
+    wanted = int(asked.get("n", 1))
+    if len(outcomes) != wanted:
+        return f"{len(outcomes)} choice(s) for n = {wanted}"
+    usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+    generated = _int_or_none(usage.get("completion_tokens"))
+    if generated is None or not asked.get("logprobs") or any(o.token_logprobs is None for o in outcomes):
+        return None
+    listed = sum(len(o.token_logprobs or []) for o in outcomes)
+    slack = sum(o.finish_reason == "stop" for o in outcomes)
+    if generated - slack <= listed <= generated:
+        return None
+    return f"{listed} token log-probabilities for {generated} generated token(s)"
+
+
 def usage_tokens(body: Any) -> tuple[int, int]:
     """(prompt, completion) tokens a reply's `usage` counts (0 where it gives none)."""
     usage = body.get("usage") if isinstance(body, dict) and isinstance(body.get("usage"), dict) else {}
@@ -326,8 +346,9 @@ class EndpointClient:
                           f"{url} answered HTTP {reply.status_code}" + (f": {detail}" if detail else ""))
 
     async def post(self, client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> list[RequestOutcome]:
-        """POST with retries: 429 after Retry-After, 5xx / timeouts / connection errors after backoff. Every choice
-        of the reply (one, or `n` when the body asks for several)."""
+        """POST with retries: 429 after Retry-After; 5xx, timeouts, connection errors, and replies that are malformed
+        or incomplete (`incomplete_reply`) after backoff — a reply is returned only whole. Every choice of the
+        reply (one, or `n` when the body asks for several)."""
         import httpx
 
         attempt = 0
@@ -347,9 +368,16 @@ class EndpointClient:
             try:
                 reply = await self._post_once(client, url, body)
                 outcomes = parse_choices(reply, self.spec.api, url)
+                if (gap := incomplete_reply(outcomes, reply, body)) is not None:
+                    self.stats.completion_tokens += usage_tokens(reply)[1]  # generated, and spent, all the same
+                    raise EndpointError(f"incomplete reply from {url}: {gap}")
             except _HttpStatus as exc:
                 if (wait := self._retry_wait(exc, attempt)) is None:
                     raise EndpointError(str(exc)) from None
+            except EndpointError as exc:  # the server answered, but not a whole reply: asked again, like a 5xx
+                if attempt >= self.spec.retries:
+                    raise EndpointError(f"{exc} (after {attempt + 1} attempt(s))") from None
+                wait = backoff_s(attempt, self.rng)
             except (httpx.TimeoutException, httpx.TransportError) as exc:
                 several = len(self.spec.urls) > 1
                 if (several and isinstance(exc, httpx.ConnectError)) or attempt >= self.spec.retries:

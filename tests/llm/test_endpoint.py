@@ -199,11 +199,43 @@ def test_a_5xx_past_its_retries_and_a_malformed_reply_fail_their_question_in_one
         frame = EndpointGenerator(client, generation).generate_open(["q1"], ["Name a colour."], run_key="r")
     assert frame.height == 0 and client.stats.failed_questions == {
         "q1": f'{url} answered HTTP 503: {{"error": "overloaded"}}'}
-    with gateway(server.url, [(200, {}, b"<html>upstream error</html>")], after=1) as url:
-        client = EndpointClient(EndpointSpec(urls=(url,), model=server.model, max_in_flight=1))
+    with gateway(server.url, [(200, {}, b"<html>upstream error</html>")] * 3, after=1) as url:
+        client = EndpointClient(EndpointSpec(urls=(url,), model=server.model, max_in_flight=1, retries=2))
         frame = EndpointGenerator(client, generation).generate_open(["q2"], ["Name a fruit."], run_key="r")
-    assert frame.height == 0 and client.stats.failed_questions == {"q2": f"malformed response from {url}: not JSON"}
-    assert client.stats.retries == 0  # a malformed reply is not retried: the server answered, wrongly
+    assert frame.height == 0 and client.stats.failed_questions == {
+        "q2": f"malformed response from {url}: not JSON (after 3 attempt(s))"}
+    assert client.stats.retries == 2  # a malformed reply is asked again, like a 5xx
+    with gateway(server.url, [(200, {}, b"<html>upstream error</html>")], after=1) as url:
+        client = EndpointClient(EndpointSpec(urls=(url,), model=server.model, max_in_flight=1, retries=2))
+        frame = EndpointGenerator(client, generation).generate_open(["q3"], ["Name a fruit."], run_key="r")
+    assert frame.get_column("question_id").to_list() == ["q3", "q3"]  # its greedy answer and its sample
+    assert client.stats.failed_questions == {} and client.stats.retries == 1
+
+
+@pytest.mark.faults
+def test_a_reply_whose_log_probabilities_leave_tokens_out_is_asked_again_and_never_stored_short(
+        server: ServedModel) -> None:
+    """A proxy that drops the last entries of the token log-probabilities: the reply is asked again, and stored
+    only whole (one entry per token it generated); one that always drops them fails the question with the reason,
+    and nothing of it is stored as a number."""
+    from cic.llm.endpoint import EndpointGenerator
+    from cic.llm.generation import GenerationConfig
+
+    generation = GenerationConfig(n_samples=1, max_new_tokens=6, stop_at_newline=False)
+    with gateway(server.url, [], logprobs_short=(1, 2)) as url:
+        client = EndpointClient(EndpointSpec(urls=(url,), model=server.model, max_in_flight=1, retries=2,
+                                             logprobs="on"))
+        frame = EndpointGenerator(client, generation).generate_open(["q1"], ["Count to ten."], run_key="r")
+    assert client.stats.failed_questions == {} and client.stats.retries == 1
+    row = frame.filter(sample_index=0).row(0, named=True)
+    assert row["n_tokens"] >= 1 and row["logprob_sum"] == pytest.approx(-0.5 * row["n_tokens"])
+    with gateway(server.url, [], logprobs_short=(100, 2)) as url:
+        client = EndpointClient(EndpointSpec(urls=(url,), model=server.model, max_in_flight=1, retries=2,
+                                             logprobs="on"))
+        frame = EndpointGenerator(client, generation).generate_open(["q2"], ["Count to ten."], run_key="r")
+    assert frame.height == 0 and set(client.stats.failed_questions) == {"q2"}
+    assert "incomplete reply from" in client.stats.failed_questions["q2"]
+    assert "token log-probabilities for" in client.stats.failed_questions["q2"] and client.stats.retries == 2
 
 
 def _env(cwd: Path, prefect_api: str | None) -> dict[str, str]:

@@ -23,7 +23,7 @@ from typing import Any
 def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *, after: int = 0,
             dies_after: int | None = None, listing: list[dict[str, Any]] | None = None, echo: str | None = None,
             n_mode: str | None = None, fail_answer: int | None = None, port: int = 0,
-            kill: threading.Event | None = None) -> Iterator[str]:
+            kill: threading.Event | None = None, logprobs_short: tuple[int, int] | None = None) -> Iterator[str]:
     """Yields the gateway's base URL (…/v1). The first `after` requests go through; `refusals` are (status,
     headers, body) answered to the next ones in order; later requests go to `upstream` (a base URL …/v1). With
     `dies_after` N it dies as a crashed replica does: request N+1 and every one in flight with it get no reply
@@ -32,7 +32,10 @@ def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *,
     every request goes to it whatever name it gives, and the reply names the model the request named.
     `fail_answer` N: the N-th request for an answer (not a one-token probe, not a request for n) gets a 503.
     `port`: listen there (0: any free port; a gateway started again on a dead one's port is that server back).
-    `kill`: when set, the gateway dies at once as `dies_after` makes it die (a killed server process)."""
+    `kill`: when set, the gateway dies at once as `dies_after` makes it die (a killed server process).
+    `logprobs_short` (K, D): answers (max_tokens > 1) carry token log-probabilities, one entry per token the reply
+    counts, as a server that returns them does — except the first K, which lack their last D entries (a proxy that
+    truncates them)."""
     pending: list[tuple[int, dict[str, str], bytes] | None] = [None] * after + list(refusals)
     lock = threading.Lock()
     seen = [0]
@@ -61,6 +64,11 @@ def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *,
                 status, headers, payload = refusal
             else:
                 status, headers, payload = self._forward(asked)
+                if logprobs_short is not None and status == 200 and asked.get("max_tokens", 1) > 1:
+                    with lock:
+                        answers[0] += 1
+                        short = logprobs_short[1] if answers[0] <= logprobs_short[0] else 0
+                    payload = _with_logprobs(payload, short)
             self._answer(status, headers, payload)
 
         def do_GET(self) -> None:  # noqa: N802 - the http.server name
@@ -123,6 +131,16 @@ def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *,
             kill.set()  # the watcher ends (a second shutdown of a stopped server returns at once)
         server.shutdown()
         server.server_close()
+
+
+def _with_logprobs(payload: bytes, short: int) -> bytes:
+    """A chat reply with one log-probability entry per generated token (its usage count), less `short` entries."""
+    reply = json.loads(payload)
+    tokens = int((reply.get("usage") or {}).get("completion_tokens") or 0)
+    for choice in reply["choices"]:
+        entries = [{"token": f"t{i}", "logprob": -0.5, "top_logprobs": []} for i in range(tokens)]
+        choice["logprobs"] = {"content": entries[:max(0, tokens - short)]}
+    return json.dumps(reply).encode()
 
 
 def _post(url: str, request: dict[str, Any]) -> tuple[int, bytes]:
