@@ -46,6 +46,7 @@ SAMPLER = "endpoint-seeded-v1"  # how samples are drawn: part of the run key
 CONNECT_TIMEOUT_S = 5.0
 BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 30.0
+IDENTITY_READS = 3  # tries of a replica's `/models` after a batch before it counts as failed
 MAX_RETRY_AFTER_S = 300.0
 
 
@@ -532,7 +533,9 @@ class EndpointClient:
     async def still_serving(self, client: httpx.AsyncClient, outcomes: Sequence[RequestOutcome]) -> None:
         """Refuse a batch served by another model than the probe found: a replica whose `/models` now names
         another model, or a reply that names itself differently or carries another system_fingerprint. Called
-        before a batch's rows are returned, so nothing of a switched model is stored under this run."""
+        before a batch's rows are returned, so nothing of a switched model is stored under this run. A listing
+        that cannot be read (after IDENTITY_READS tries) is a replica failure, not a switch: the batch stands and
+        the replica's later requests go to the others."""
         for outcome in outcomes:
             if self.echoed and outcome.model and outcome.model not in self.echoed:
                 self._switched(f"the endpoint now answers as {outcome.model!r}")
@@ -542,10 +545,25 @@ class EndpointClient:
         for url, identity in self.listed.items():
             if identity is None or url in self.down:
                 continue
-            now = listed_identity(await self._models(client, url), self.spec.model, self.spec.model)
+            listing = await self._models_read(client, url)
+            if listing is None:  # unread, not another model: this replica fails, its requests move
+                self._mark_down(url, f"its model listing (/models) could not be read {IDENTITY_READS} times")
+                continue
+            now = listed_identity(listing, self.spec.model, self.spec.model)
             if now != identity:
                 self._switched(f"{url} now lists {now!r} in /models" if now else
                                f"{url} no longer says in /models which model it serves")
+
+    async def _models_read(self, client: httpx.AsyncClient, url: str) -> Any:
+        """`GET /models` asked up to IDENTITY_READS times (backoff between): its JSON, or None when no read
+        succeeded (an HTTP error, a timeout, not JSON) — a replica that cannot say, not a switch."""
+        for attempt in range(IDENTITY_READS):
+            body = await self._models(client, url)
+            if body is not None:
+                return body
+            if attempt + 1 < IDENTITY_READS:
+                await asyncio.sleep(backoff_s(attempt, self.rng))
+        return None
 
     def _switched(self, what: str) -> None:
         raise UserError(f"{what}; this run is keyed on {self.served_model!r}: this batch is not "

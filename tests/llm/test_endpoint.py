@@ -472,6 +472,34 @@ def test_a_model_switched_behind_a_server_that_echoes_the_requested_name_is_refu
     assert "keyed on '/models/smollm2-135m.Q4_1.gguf'" in message and "not stored" in message
 
 
+@pytest.mark.faults
+def test_a_model_listing_that_cannot_be_read_after_a_batch_fails_its_replica_not_the_run(server: ServedModel) -> None:
+    """Two replicas listing the model; after the first batch one's /models answers 500 every time: the second
+    batch stands (no "switch"), that replica is marked down with the reason, and the third batch is answered by
+    the other one alone."""
+    import threading
+
+    from cic.llm.endpoint import EndpointGenerator
+    from cic.llm.generation import GenerationConfig
+
+    listing = [{"id": "/models/smollm2-135m.Q4_1.gguf", "object": "model", "owned_by": "me"}]
+    broken = threading.Event()
+    with gateway(server.url, [], listing=listing, echo=server.model, models_down=broken) as first, \
+            gateway(server.url, [], listing=listing, echo=server.model) as second:
+        client = EndpointClient(EndpointSpec(urls=(first, second), model="served", server_n="off"))
+        assert client.probe() == "/models/smollm2-135m.Q4_1.gguf"
+        generator = EndpointGenerator(client, GenerationConfig(n_samples=1, max_new_tokens=4))
+        generator.generate_open(["q1", "q2"], ["Name a colour.", "Name a fruit."], run_key="r")
+        broken.set()
+        kept = generator.generate_open(["q3", "q4"], ["Name a tree.", "Name a bird."], run_key="r")
+        assert first in client.down and "/models) could not be read 3 times" in client.down[first]
+        before = client.stats.requests
+        last = generator.generate_open(["q5", "q6"], ["Name a city.", "Name a river."], run_key="r")
+    assert kept.get_column("question_id").unique().sort().to_list() == ["q3", "q4"]
+    assert last.get_column("question_id").unique().sort().to_list() == ["q5", "q6"]
+    assert client.stats.requests - before == 4 and client.stats.failed_questions == {}
+
+
 @pytest.mark.slow
 def test_samples_come_n_to_a_request_where_the_server_honours_n_and_seeded_one_by_one_where_not(
         server: ServedModel, caplog: pytest.LogCaptureFixture) -> None:

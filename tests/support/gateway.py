@@ -23,7 +23,8 @@ from typing import Any
 def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *, after: int = 0,
             dies_after: int | None = None, listing: list[dict[str, Any]] | None = None, echo: str | None = None,
             n_mode: str | None = None, fail_answer: int | None = None, port: int = 0,
-            kill: threading.Event | None = None, logprobs_short: tuple[int, int] | None = None) -> Iterator[str]:
+            kill: threading.Event | None = None, logprobs_short: tuple[int, int] | None = None,
+            models_down: threading.Event | None = None) -> Iterator[str]:
     """Yields the gateway's base URL (…/v1). The first `after` requests go through; `refusals` are (status,
     headers, body) answered to the next ones in order; later requests go to `upstream` (a base URL …/v1). With
     `dies_after` N it dies as a crashed replica does: request N+1 and every one in flight with it get no reply
@@ -35,7 +36,7 @@ def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *,
     `kill`: when set, the gateway dies at once as `dies_after` makes it die (a killed server process).
     `logprobs_short` (K, D): answers (max_tokens > 1) carry token log-probabilities, one entry per token the reply
     counts, as a server that returns them does — except the first K, which lack their last D entries (a proxy that
-    truncates them)."""
+    truncates them). `models_down`: while set, `GET /models` answers 500 (the listing route failing alone)."""
     pending: list[tuple[int, dict[str, str], bytes] | None] = [None] * after + list(refusals)
     lock = threading.Lock()
     seen = [0]
@@ -72,6 +73,9 @@ def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *,
             self._answer(status, headers, payload)
 
         def do_GET(self) -> None:  # noqa: N802 - the http.server name
+            if models_down is not None and models_down.is_set():
+                self._answer(500, {}, b'{"error": "listing unavailable"}')
+                return
             if listing is not None and self.path.rstrip("/").endswith("/models"):
                 self._answer(200, {}, json.dumps({"object": "list", "data": listing}).encode())
                 return
