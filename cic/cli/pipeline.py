@@ -416,9 +416,14 @@ def ask(
                                                 "gate's estimators and search are used.")] = None,
 ) -> None:
     """Answer with the live gate, or abstain; shows the uncertainty score and the certified threshold. The gate and
-    its score are checked before any model loads; a gate that serves nothing abstains without one."""
-    from cic.pipeline.asking import ask_question
+    its score are checked before any model loads; a gate that serves nothing abstains without one. Quiet: no
+    download, conversion or weight-loading bars (TQDM_DISABLE=0 brings them back)."""
+    import os
 
+    from cic.pipeline.asking import ask_question, shown_answer
+
+    for quiet in ("HF_HUB_DISABLE_PROGRESS_BARS", "TQDM_DISABLE"):  # read when hub / tqdm are imported: below
+        os.environ.setdefault(quiet, "1")
     if alpha is not None and not 0 < alpha < 1:
         raise UserError(f"--alpha = {alpha!r}: a risk level strictly between 0 and 1")
     if cascade is not None:
@@ -430,7 +435,8 @@ def ask(
     reply = ask_question(question, config_path=config, db=db, model=model, dataset=dataset, choices=choices,
                          estimator=estimator, criterion=criterion, alpha=alpha, bound=bound, search=search)
     verdict = ("ANSWER", "bold green") if reply.decision == "answer" else ("ABSTAIN", "bold yellow")
-    console.print(styled(verdict, f"  {reply.answer!r}") if reply.decision == "answer" else styled(verdict),
+    answer = shown_answer(reply.answer, choices)
+    console.print(styled(verdict, printable(f"  {answer!r}")) if reply.decision == "answer" else styled(verdict),
                   highlight=False)
     score = "not computed (no model asked)" if reply.score is None else f"{reply.score + 0.0:.4g}"
     console.print(f"score {reply.estimator} = {score}; threshold = "
@@ -439,19 +445,20 @@ def ask(
     if reply.withheld:
         console.print(printable(f"why: {reply.withheld}"), highlight=False, soft_wrap=True)
     if reply.decision == "abstain" and reply.answer:
-        console.print(f"most likely answer (withheld): {reply.answer!r}", style="dim", highlight=False)
+        console.print(printable(f"most likely answer (withheld): {answer!r}"), style="dim", highlight=False)
 
 
 def ask_with_cascade(question: str, *, config: str, db: str | None, cascade: str, dataset: str,
                      choices: list[str] | None, criterion: str | None, alpha: float | None, bound: str) -> None:
     """`cic ask --cascade`: the decision, which model answered, and each stage asked (score against threshold)."""
-    from cic.pipeline.asking import ask_cascade
+    from cic.pipeline.asking import ask_cascade, shown_answer
 
     reply = ask_cascade(question, config_path=config, db=db, cascade=cascade, dataset=dataset, choices=choices,
                         criterion=criterion, alpha=alpha, bound=bound)
     if reply.decision == "answer":
-        console.print(styled(("ANSWER", "bold green"), printable(f"  {reply.answer!r} (answered by "
-                                                                 f"{reply.answered_by})")), highlight=False)
+        answer = shown_answer(reply.answer, choices)
+        console.print(styled(("ANSWER", "bold green"), printable(f"  {answer!r} (answered by {reply.answered_by})")),
+                      highlight=False)
     else:
         console.print(styled(("ABSTAIN", "bold yellow"), " (no stage within its threshold)"), highlight=False)
     for model, score, threshold in reply.steps:
@@ -465,7 +472,8 @@ def ask_with_cascade(question: str, *, config: str, db: str | None, cascade: str
     console.print(printable(f"cascade {cascade} (α = {reply.alpha:g}, {bound}, estimator {estimator}, gate "
                             f"{reply.calibration_id[:12]})"), highlight=False)
     if reply.decision == "abstain" and reply.answer:
-        console.print(printable(f"last answer (withheld): {reply.answer!r}"), style="dim", highlight=False)
+        console.print(printable(f"last answer (withheld): {shown_answer(reply.answer, choices)!r}"), style="dim",
+                      highlight=False)
 
 
 COMMANDS = {"run": run, "recalibrate": recalibrate, "log": log_command, "ask": ask}

@@ -118,7 +118,9 @@ def converted_gguf(gguf_path: str, cache: str | Path | None = None) -> Path:
     if (target / "config.json").exists():
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # per-tensor bars are noise in pipeline logs and CLI output (the log says it)
     log.info("converting %s to safetensors in %s (once)", source, target)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)

@@ -42,6 +42,16 @@ def question_row(question: str, dataset: str, choices: Sequence[str] | None) -> 
         "answer": [""], "aliases": [[]]}, schema=schema.QUESTIONS.schema), schema.QUESTIONS)
 
 
+def shown_answer(answer: str, choices: Sequence[str] | None) -> str:
+    """An answer as a person reads it: a multiple-choice answer as its letter and the option's text ("B (Paris)"),
+    any other as it is."""
+    labels = [chr(ord("A") + i) for i in range(len(choices))] if choices else []
+    if answer.strip() in labels:
+        letter = answer.strip()
+        return f"{letter} ({choices[labels.index(letter)]})" if choices else letter
+    return answer
+
+
 def serving_gate(db: str, *, model: str, dataset: str, estimator: str, criterion: str | None, alpha: float,
                  bound: str, search: str) -> GateRow:
     """The live gate of that key (`cic.pipeline.gates.live_gate`), read without locking the store."""

@@ -83,6 +83,7 @@ def test_the_first_model_answers_and_the_second_is_never_called(tmp_path: Path) 
     assert "ANSWER" in proc.stdout and "(answered by smollm2)" in proc.stdout
     assert "smollm2: score" in proc.stdout and "vs threshold 100" in proc.stdout
     assert "not called: big (an earlier model answered)" in proc.stdout
+    assert "Loading weights" not in proc.stderr and "it/s]" not in proc.stderr  # quiet: no loading bars
 
 
 def test_a_stage_whose_generation_settings_were_edited_after_certification_is_refused_before_it_loads(
