@@ -49,7 +49,9 @@ RUNS = TableSpec("runs", {
     "experiment_prefix": pl.String(),        # MLflow prefix of the config the run came from (`cic log` uses it)
     "unanswered": pl.Int64(),                # questions of its sample still without an answer after the last
                                              # answer stage (a served model's lost ones); null before one ran
-}, ("run_key",), added_later=("experiment_prefix", "unanswered"))
+    "moved_requests": pl.Int64(),            # requests of the last answer stage handed to another replica after
+                                             # theirs stopped answering (answered there); null before one ran
+}, ("run_key",), added_later=("experiment_prefix", "unanswered", "moved_requests"))
 
 GENERATIONS = TableSpec("generations", {
     "run_key": pl.String(), "question_id": pl.String(),

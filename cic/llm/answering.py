@@ -107,4 +107,5 @@ class Answerer:
             "questions": float(answered.height), "generated_questions": float(todo.height - len(failures)),
             "generated_tokens": float(fresh.get_column("n_tokens").sum() or 0) if fresh.height else 0.0,
             "failed_questions": float(questions.height - answered.height),
+            "moved_requests": float(self.engine.take_moved()),
             "generate_s": generated_s, "score_label_s": time.perf_counter() - started - generated_s})

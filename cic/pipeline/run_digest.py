@@ -38,7 +38,8 @@ def generated_line(summary: PipelineSummary) -> str | None:
     """What generating cost this run, per model that generated (questions, tokens); None when nothing was."""
     spent = [a for a in summary.answer if a.generated]
     return ("Generated this run: " + "; ".join(f"{a.model} {a.generated} question(s), {a.tokens} tokens"
-                                               for a in spent) + ".") if spent else None
+                                               + (f" ({a.moved} request(s) moved to another replica)" if a.moved
+                                                  else "") for a in spent) + ".") if spent else None
 
 
 def digest_lines(summary: PipelineSummary) -> list[str]:

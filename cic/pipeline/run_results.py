@@ -24,6 +24,7 @@ class AnswerStats:
     error: str | None = None   # why this model failed (the others went on); None when it finished
     nodes: list[str] = field(default_factory=list)  # Ray node of each replica that started (replacements too)
     failed: int = 0            # questions a served model gave no answer to after its retries (a rerun asks again)
+    moved: int = 0             # requests handed to another replica after theirs stopped answering (answered there)
     failure: str | None = None  # the first reason
 
     @property

@@ -78,12 +78,14 @@ class ModelJob:
     max_failed_share: float = 0.0  # a served model: the share of questions that may go unanswered
 
 
-def record_unanswered(db: str, models: list[ModelJob]) -> None:
-    """Store, per run, how many of its questions are still unanswered (MLflow logs it as `unanswered_questions`)."""
+def record_unanswered(db: str, models: list[ModelJob], moved: dict[str, int]) -> None:
+    """Store, per run, how many of its questions are still unanswered and how many of its requests moved to
+    another replica in this answer stage (MLflow logs them as `unanswered_questions`, `moved_requests`)."""
     with Store.open(db, wait_s=WRITE_WAIT_S) as store:
         for m in models:
             for run in m.runs:
-                store.set_unanswered(run.run_key, run.questions.get_column("question_id").cast(str).to_list())
+                store.set_unanswered(run.run_key, run.questions.get_column("question_id").cast(str).to_list(),
+                                     moved=moved.get(run.run_key, 0))
 
 
 def plan_placement(model: Any, cluster: ray_pool.ClusterInfo, *, n_models: int, prefer_gpu: bool = True) -> \
@@ -108,8 +110,9 @@ def answer_all(db: str, models: list[ModelJob], *, questions_per_batch: int, rea
     jobs = plan_batches(db, models, stats, questions_per_batch)
     pools = [pool for m in models if (pool := start_pool(m, jobs[m.model], stats[m.model], ready_timeout_s,
                                                          logger)) is not None]
-    done, first = store_as_they_land(db, pools, jobs, stats, started, batch_timeout_s)
-    record_unanswered(db, models)
+    moved: dict[str, int] = {}
+    done, first = store_as_they_land(db, pools, jobs, stats, started, batch_timeout_s, moved)
+    record_unanswered(db, models, moved)
     for pool in pools:
         job = next(m for m in models if m.model == pool.name)
         judge(pool, job, stats[pool.name], done[pool.name], first.get(pool.name, 0.0), started, logger)
@@ -149,10 +152,10 @@ def start_pool(m: ModelJob, jobs: list[dict[str, Any]], item: AnswerStats, ready
 
 
 def store_as_they_land(db: str, pools: list[ray_pool.WorkerPool], jobs: dict[str, list[dict[str, Any]]],
-                       stats: dict[str, AnswerStats], started: float,
-                       batch_timeout_s: float) -> tuple[dict[str, int], dict[str, float]]:
+                       stats: dict[str, AnswerStats], started: float, batch_timeout_s: float,
+                       moved: dict[str, int]) -> tuple[dict[str, int], dict[str, float]]:
     """Drain every pool at once, storing each batch as it lands; returns questions done and the seconds to each
-    model's first batch."""
+    model's first batch; `moved` gathers, per run, the requests handed to another replica."""
     done = {pool.name: 0 for pool in pools}
     first: dict[str, float] = {}
     for pool, _, result in ray_pool.drain_pools(pools, {p.name: jobs[p.name] for p in pools}, "process",
@@ -168,6 +171,9 @@ def store_as_they_land(db: str, pools: list[ray_pool.WorkerPool], jobs: dict[str
         item.failure = item.failure or next(iter((result.get("failures") or {}).values()), None)
         item.generated += int(result["stats"]["generated_questions"])
         item.tokens += int(result["stats"].get("generated_tokens", 0))
+        item.moved += int(result["stats"].get("moved_requests", 0))
+        if result.get("run_key"):
+            moved[result["run_key"]] = moved.get(result["run_key"], 0) + int(result["stats"].get("moved_requests", 0))
         item.batches += 1
         progress.report(f"answer {pool.name}", done[pool.name], item.questions)
     return done, first
@@ -194,6 +200,9 @@ def judge(pool: ray_pool.WorkerPool, job: ModelJob, item: AnswerStats, done: int
         logger.warning("%s: %d of %d questions got no answer from the endpoint (within endpoint."
                        "max_failed_share = %g); first: %s; a rerun asks only them", pool.name, item.failed,
                        item.questions, job.max_failed_share, item.failure)
+    if item.moved:  # a replica stopped answering: its requests were answered by the others
+        logger.warning("%s: %d request(s) moved to another replica after theirs stopped answering (answered there; "
+                       "the replica's reason is in the services log)", pool.name, item.moved)
     if not item.error:
         logger.info("%s: %d questions (%d generated, %d tokens) in %d batches on %d actor(s) %s, %.1f s",
                     pool.name, item.questions, item.generated, item.tokens, item.batches, item.actors,

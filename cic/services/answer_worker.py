@@ -49,7 +49,7 @@ class AnswerWorker:
         stored = pl.from_arrow(job["generations"]) if job.get("generations") is not None else None
         batch = self.answerer.process(questions, run_key=job["run_key"], criteria=job["criteria"],
                                       generations=stored, prompt_id=job.get("prompt_id"))
-        return {"batch_id": job["batch_id"], "generations": batch.generations.to_arrow(),
+        return {"batch_id": job["batch_id"], "run_key": job["run_key"], "generations": batch.generations.to_arrow(),
                 "scores": batch.scores.to_arrow(), "labels": batch.labels.to_arrow(),
                 "stats": {**batch.stats, "llm_loaded": float(self.answerer.llm_loaded)}, "failures": batch.failures}
 

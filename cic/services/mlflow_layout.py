@@ -133,6 +133,8 @@ def pipeline_group(store: Store, unit: StoredUnit, report: UnitReport, experimen
                "unattainable_gates": float(calibrations.get_column("threshold").is_null().sum())}
     if run.get("unanswered") is not None:
         metrics["unanswered_questions"] = float(run["unanswered"])
+    if run.get("moved_requests") is not None:
+        metrics["moved_requests"] = float(run["moved_requests"])
     return GroupLog(
         experiment=f"{experiment_prefix}-{group.dataset}",
         run_name=f"{group.model} · {group.estimator} · {group.criterion}", log_key=report.key,

@@ -645,10 +645,12 @@ class Store:
             "experiment_prefix": pl.Series([experiment_prefix], dtype=pl.String)}))
         return key
 
-    def set_unanswered(self, run_key: str, question_ids: Sequence[str]) -> int:
-        """Record how many of a run's questions still have no answer (after an answer stage); returns it."""
+    def set_unanswered(self, run_key: str, question_ids: Sequence[str], *, moved: int | None = None) -> int:
+        """Record how many of a run's questions still have no answer after an answer stage (and, given, how many of
+        its requests moved to another replica in it); returns the unanswered count."""
         unanswered = len(self.missing_questions(run_key, question_ids))
-        self._con.execute("UPDATE runs SET unanswered = ? WHERE run_key = ?", [unanswered, run_key])
+        self._con.execute("UPDATE runs SET unanswered = ?, moved_requests = coalesce(?, moved_requests) WHERE "
+                          "run_key = ?", [unanswered, moved, run_key])
         return unanswered
 
     # -- reading ---------------------------------------------------------------------------------------------

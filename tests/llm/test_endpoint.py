@@ -269,14 +269,17 @@ def _cic_run(config: Path, cwd: Path, prefect_api: str | None = None) -> tuple[s
 def test_cic_run_certifies_a_served_model_keyed_on_its_reported_id_and_never_writes_the_key(
         server: ServedModel, tmp_path: Path, prefect_api: str) -> None:
     # a gateway in front answers one request for an answer with a 503 and no retry is allowed: that question is
-    # lost, within max_failed_share, and said on the console, in the Prefect log and as an MLflow metric
-    with gateway(server.url, [], fail_answer=2) as url:
-        config = _write(tmp_path / "c.yaml", {"urls": [url], "model": server.model, "api_key_env": "CIC_TEST_KEY",
-                                              "max_in_flight": 4, "retries": 0, "max_failed_share": 0.5})
-        _served_run_and_ask(config, server, tmp_path, prefect_api)
+    # lost, within max_failed_share, and said on the console, in the Prefect log and as an MLflow metric; a second
+    # replica dies after its first answer: the requests it held move to the first, and that too is said there
+    with gateway(server.url, [], fail_answer=2) as url, gateway(server.url, [], dies_after=2) as dying:
+        config = _write(tmp_path / "c.yaml", {"urls": [url, dying], "model": server.model,
+                                              "api_key_env": "CIC_TEST_KEY", "max_in_flight": 4, "retries": 0,
+                                              "max_failed_share": 0.5})
+        _served_run_and_ask(config, server, tmp_path, prefect_api, moved=True)
 
 
-def _served_run_and_ask(config: Path, server: ServedModel, tmp_path: Path, prefect_api: str) -> None:
+def _served_run_and_ask(config: Path, server: ServedModel, tmp_path: Path, prefect_api: str, *,
+                        moved: bool = False) -> None:
     from mlflow import MlflowClient
 
     from cic.store import Store
@@ -307,7 +310,15 @@ def _served_run_and_ask(config: Path, server: ServedModel, tmp_path: Path, prefe
     lost = [line for line in (proc.stdout + proc.stderr).splitlines() if "got no answer from the endpoint" in line]
     assert lost and "1 of 4 questions" in lost[0] and "replica overloaded" in lost[0], lost
     assert any("1 of 4 questions got no answer" in m for m in _prefect_warnings(prefect_api, "replica overloaded"))
-    assert f"smol-served 3 question(s), {generations.get_column('n_tokens').sum()} tokens." in proc.stdout
+    tokens = f"smol-served 3 question(s), {generations.get_column('n_tokens').sum()} tokens"
+    assert tokens in proc.stdout
+    if moved:  # failover said where on-call reads: the store, MLflow, the console digest, the Prefect log
+        count = runs.get_column("moved_requests").to_list()[0]
+        assert count is not None and count >= 1
+        assert {r.data.metrics["moved_requests"] for r in parents} == {float(count)}
+        assert f"({count} request(s) moved to another replica)" in " ".join(proc.stdout.split())
+        assert any(f"{count} request(s) moved to another replica" in m
+                   for m in _prefect_warnings(prefect_api, "moved to another replica"))
 
     ask = [str(CIC), "ask", "What is the capital of France?", "--config", str(config), "--alpha", "0.9"]
     env = _env(tmp_path, prefect_api)

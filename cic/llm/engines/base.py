@@ -102,6 +102,10 @@ class Engine(ABC):
         """Questions of the last calls that got no answer (id -> why), forgotten once taken: a rerun asks them."""
         return {}
 
+    def take_moved(self) -> int:
+        """Requests of the last calls handed to another replica after theirs stopped answering, counted once."""
+        return 0
+
     @abstractmethod
     def ready(self) -> dict[str, Any]:
         """What this worker runs on, for the run's log (answers once `load` ran)."""

@@ -36,6 +36,7 @@ class EndpointEngine(Engine):
         super().__init__(settings)
         self.spec = endpoint_spec(settings)  # built once: prompts and capabilities read it every batch
         self._generator: Any = None
+        self._moved_taken = 0  # moved requests already reported (`take_moved`)
 
     @classmethod
     def probe(cls, settings: AnswererSettings) -> EngineProbe:
@@ -119,6 +120,11 @@ class EndpointEngine(Engine):
         taken = dict(failed)
         failed.clear()
         return taken
+
+    def take_moved(self) -> int:
+        moved = self.generator.stats.moved - self._moved_taken
+        self._moved_taken = self.generator.stats.moved
+        return moved
 
     @property
     def stats(self) -> Any:
