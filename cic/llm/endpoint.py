@@ -47,6 +47,12 @@ CONNECT_TIMEOUT_S = 5.0
 BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 30.0
 IDENTITY_READS = 3  # tries of a replica's `/models` after a batch before it counts as failed
+# identity by behaviour: a fixed prompt answered greedily at the probe and again after the first batch and then
+# about every CANARY_EVERY requests (<= 2% of a run's requests); another answer is another model, whatever its name
+CANARY_PROMPT = "Complete the sentence with one word: The capital of France is"
+CANARY_TOKENS = 8
+CANARY_EVERY = 50
+CANARY_LOGPROB_TOLERANCE = 0.05  # |difference| of the summed log-probabilities two reads of one model may show
 MAX_RETRY_AFTER_S = 300.0
 
 
@@ -97,6 +103,7 @@ class EndpointStats:
     requests: int = 0
     retries: int = 0
     moved: int = 0  # requests handed to another replica after theirs stopped answering
+    canaries: int = 0  # identity checks asked (the canary prompt), beside `requests`
     failed_questions: dict[str, str] = field(default_factory=dict)
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -281,6 +288,8 @@ class EndpointClient:
         self.listed: dict[str, str | None] = {}  # per replica: the identity its /models gives (None: it cannot say)
         self.echoed: set[str] = set()  # the `model` names the replicas answered the probe with
         self.fingerprints: set[str] = set()  # the system_fingerprints they gave, where they give one
+        self.canary: dict[str, Any] | None = None  # the probe's greedy answer to CANARY_PROMPT (text, logprob sum)
+        self.canary_at = -1  # `stats.requests` when the canary was last asked after a batch (-1: not yet)
 
     def _replica(self, url: str) -> str | None:
         """`url` while it answers, else the next replica (in configured order) that has not stopped; None when none
@@ -448,25 +457,48 @@ class EndpointClient:
                     _warn_once(url, self.spec.model)
             if not reported:  # not one replica answers: the first reason, one line
                 raise UserError(next(iter(unreachable.values())))
+            canaries = {url: await self._canary(client, url) for url in reported}
         for url, why in unreachable.items():  # a dead replica while another answers: a warning, not a refusal
             self._mark_down(url, why.removeprefix(f"endpoint {url}: "))
         models = set(reported.values())
         if len(models) > 1:
             raise UserError("endpoint replicas serve different models: "
                             + ", ".join(f"{u} → {m}" for u, m in reported.items()))
+        answers = {c["text"] for c in canaries.values() if c is not None}
+        if len(answers) > 1:
+            raise UserError("endpoint replicas answer one greedy prompt differently (other weights behind one name?): "
+                            + ", ".join(f"{u} → {c['text']!r}" for u, c in canaries.items() if c is not None))
+        self.canary = next((c for c in canaries.values() if c is not None), None)
         self.served_model = models.pop()
         return self.served_model
+
+    async def _canary(self, client: httpx.AsyncClient, url: str) -> dict[str, Any] | None:
+        """A replica's greedy answer to CANARY_PROMPT: its text and summed token log-probabilities (None where the
+        server gives none); None when it could not be read (a replica failure, never a switch)."""
+        import httpx
+
+        body = self._body(CANARY_PROMPT, temperature=0.0, top_p=1.0, max_tokens=CANARY_TOKENS, seed=0, stop=(),
+                          logprobs=self.logprobs)
+        self.stats.canaries += 1
+        try:
+            outcome = parse_response(await self._post_patiently(client, url, body), self.spec.api, url)
+        except (_HttpStatus, EndpointError, httpx.HTTPError):
+            return None
+        logprobs = outcome.token_logprobs
+        return {"text": outcome.text, "logprob_sum": None if logprobs is None else float(sum(logprobs))}
 
     def state(self) -> dict[str, Any]:
         """What the probe found, as plain data: a worker `adopt`s it instead of probing the server again."""
         return {"served_model": self.served_model, "logprobs": self.logprobs, "down": dict(self.down),
-                "listed": dict(self.listed), "echoed": sorted(self.echoed), "fingerprints": sorted(self.fingerprints)}
+                "listed": dict(self.listed), "echoed": sorted(self.echoed), "fingerprints": sorted(self.fingerprints),
+                "canary": self.canary}
 
     def adopt(self, state: dict[str, Any]) -> None:
         """Take over a probe's findings (`state()` of the run's probe): no request is made."""
         self.served_model, self.logprobs = state["served_model"], bool(state["logprobs"])
         self.down, self.listed = dict(state["down"]), dict(state["listed"])
         self.echoed, self.fingerprints = set(state["echoed"]), set(state["fingerprints"])
+        self.canary = state.get("canary")
 
     async def _probe_one(self, client: httpx.AsyncClient, url: str) -> Any:
         """One replica's one-token reply (the log-probability question settled on the way); _Unreachable when
@@ -553,6 +585,25 @@ class EndpointClient:
             if now != identity:
                 self._switched(f"{url} now lists {now!r} in /models" if now else
                                f"{url} no longer says in /models which model it serves")
+        await self._same_behaviour(client)
+
+    async def _same_behaviour(self, client: httpx.AsyncClient) -> None:
+        """After the first batch and then about every CANARY_EVERY requests, every live replica answers the canary
+        prompt again: another text (or log-probabilities beyond the tolerance) is another model behind the same
+        name — a switch; a canary that cannot be read fails that replica (its requests move)."""
+        if self.canary is None or (self.canary_at >= 0 and self.stats.requests - self.canary_at < CANARY_EVERY):
+            return
+        self.canary_at = self.stats.requests
+        for url in [u for u in self.spec.urls if u not in self.down]:
+            now = await self._canary(client, url)
+            if now is None:
+                self._mark_down(url, "it did not answer the identity check (canary prompt)")
+                continue
+            before, after = self.canary.get("logprob_sum"), now.get("logprob_sum")
+            if now["text"] != self.canary["text"] or (before is not None and after is not None and
+                                                      abs(before - after) > CANARY_LOGPROB_TOLERANCE):
+                self._switched(f"{url} now answers the identity check (a fixed greedy prompt) with {now['text']!r}"
+                               f", not {self.canary['text']!r} — another model behind the same name")
 
     async def _models_read(self, client: httpx.AsyncClient, url: str) -> Any:
         """`GET /models` asked up to IDENTITY_READS times (backoff between): its JSON, or None when no read

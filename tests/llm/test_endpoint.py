@@ -511,6 +511,35 @@ def test_a_model_listing_that_cannot_be_read_after_a_batch_fails_its_replica_not
     assert client.stats.requests - before == 4 and client.stats.failed_questions == {}
 
 
+@pytest.mark.faults
+def test_other_weights_behind_the_same_name_and_listing_are_refused_by_the_identity_check(
+        server: ServedModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The name and the model listing stay; what answers changes (the gateway makes the server behave otherwise):
+    the canary prompt, answered greedily at the probe, is answered otherwise after the next batch, and that batch
+    is refused as a switch. Checks asked: one per replica at the probe and one per check after a batch."""
+    import threading
+
+    import cic.llm.endpoint as endpoint
+    from cic.llm.endpoint import EndpointGenerator
+    from cic.llm.generation import GenerationConfig
+
+    monkeypatch.setattr(endpoint, "CANARY_EVERY", 1)  # check after every batch (a run: about every 50 requests)
+    listing = [{"id": "/models/smollm2-135m.Q4_1.gguf", "object": "model", "owned_by": "me"}]
+    switched = threading.Event()
+    with gateway(server.url, [], listing=listing, echo=server.model, other_model=switched) as url:
+        client = EndpointClient(EndpointSpec(urls=(url,), model="served", server_n="off"))
+        assert client.probe() == "/models/smollm2-135m.Q4_1.gguf" and client.canary is not None
+        generator = EndpointGenerator(client, GenerationConfig(n_samples=1, max_new_tokens=4))
+        first = generator.generate_open(["q1"], ["Name a colour."], run_key="r")
+        switched.set()
+        with pytest.raises(UserError) as caught:
+            generator.generate_open(["q2"], ["Name a fruit."], run_key="r")
+    assert first.height == 2 and client.stats.canaries == 3  # the probe's, and one after each batch
+    message = str(caught.value)
+    assert "answers the identity check (a fixed greedy prompt) with" in message and "\n" not in message
+    assert "another model behind the same name" in message and "not stored" in message
+
+
 @pytest.mark.slow
 def test_samples_come_n_to_a_request_where_the_server_honours_n_and_seeded_one_by_one_where_not(
         server: ServedModel, caplog: pytest.LogCaptureFixture) -> None:

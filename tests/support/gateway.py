@@ -24,7 +24,7 @@ def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *,
             dies_after: int | None = None, listing: list[dict[str, Any]] | None = None, echo: str | None = None,
             n_mode: str | None = None, fail_answer: int | None = None, port: int = 0,
             kill: threading.Event | None = None, logprobs_short: tuple[int, int] | None = None,
-            models_down: threading.Event | None = None) -> Iterator[str]:
+            models_down: threading.Event | None = None, other_model: threading.Event | None = None) -> Iterator[str]:
     """Yields the gateway's base URL (…/v1). The first `after` requests go through; `refusals` are (status,
     headers, body) answered to the next ones in order; later requests go to `upstream` (a base URL …/v1). With
     `dies_after` N it dies as a crashed replica does: request N+1 and every one in flight with it get no reply
@@ -36,7 +36,9 @@ def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *,
     `kill`: when set, the gateway dies at once as `dies_after` makes it die (a killed server process).
     `logprobs_short` (K, D): answers (max_tokens > 1) carry token log-probabilities, one entry per token the reply
     counts, as a server that returns them does — except the first K, which lack their last D entries (a proxy that
-    truncates them). `models_down`: while set, `GET /models` answers 500 (the listing route failing alone)."""
+    truncates them). `models_down`: while set, `GET /models` answers 500 (the listing route failing alone).
+    `other_model`: while set, every chat request reaches the server with "Reply in French." after its last message
+    — the same name and listing, another behaviour, as other weights started under the same alias would show."""
     pending: list[tuple[int, dict[str, str], bytes] | None] = [None] * after + list(refusals)
     lock = threading.Lock()
     seen = [0]
@@ -57,7 +59,8 @@ def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *,
             asked = json.loads(body)
             with lock:
                 refusal = pending.pop(0) if pending else None
-                if fail_answer is not None and asked.get("max_tokens", 1) > 1 and "n" not in asked:
+                if fail_answer is not None and asked.get("max_tokens", 1) > 1 and "n" not in asked \
+                        and not _is_canary(asked):
                     answers[0] += 1
                     if answers[0] == fail_answer:
                         refusal = (503, {}, b'{"error": "replica overloaded"}')
@@ -86,6 +89,10 @@ def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *,
                 self._answer(exc.code, {}, exc.read())
 
         def _forward(self, request: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+            if other_model is not None and other_model.is_set() and request.get("messages"):
+                last = request["messages"][-1]
+                request["messages"] = [*request["messages"][:-1],
+                                       {**last, "content": f"{last['content']} Reply in French."}]
             n = int(request.pop("n", 1)) if n_mode else 1
             asked = request.get("model")
             if echo:
@@ -135,6 +142,13 @@ def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *,
             kill.set()  # the watcher ends (a second shutdown of a stopped server returns at once)
         server.shutdown()
         server.server_close()
+
+
+def _is_canary(request: dict[str, Any]) -> bool:
+    """Whether a request is the client's identity check (its fixed prompt), not a question's answer."""
+    from cic.llm.endpoint import CANARY_PROMPT
+
+    return CANARY_PROMPT in json.dumps(request.get("messages") or request.get("prompt") or "")
 
 
 def _with_logprobs(payload: bytes, short: int) -> bytes:
