@@ -235,7 +235,7 @@ def test_a_reply_whose_log_probabilities_leave_tokens_out_is_asked_again_and_nev
         frame = EndpointGenerator(client, generation).generate_open(["q2"], ["Count to ten."], run_key="r")
     assert frame.height == 0 and set(client.stats.failed_questions) == {"q2"}
     assert "incomplete reply from" in client.stats.failed_questions["q2"]
-    assert "token log-probabilities for" in client.stats.failed_questions["q2"] and client.stats.retries == 2
+    assert "token log-probabilities for" in client.stats.failed_questions["q2"] and client.stats.retries >= 2
 
 
 def _env(cwd: Path, prefect_api: str | None) -> dict[str, str]:

@@ -57,8 +57,8 @@ def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *,
                 self.close_connection = True  # no reply: the client sees the connection drop
                 return
             asked = json.loads(body)
-            with lock:
-                refusal = pending.pop(0) if pending else None
+            with lock:  # the client's identity check (its canary prompt) passes: refusals are for the work
+                refusal = pending.pop(0) if pending and not _is_canary(asked) else None
                 if fail_answer is not None and asked.get("max_tokens", 1) > 1 and "n" not in asked \
                         and not _is_canary(asked):
                     answers[0] += 1
@@ -70,8 +70,8 @@ def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *,
                 status, headers, payload = self._forward(asked)
                 if logprobs_short is not None and status == 200 and asked.get("max_tokens", 1) > 1:
                     with lock:
-                        answers[0] += 1
-                        short = logprobs_short[1] if answers[0] <= logprobs_short[0] else 0
+                        answers[0] += 0 if _is_canary(asked) else 1
+                        short = logprobs_short[1] if answers[0] <= logprobs_short[0] and not _is_canary(asked) else 0
                     payload = _with_logprobs(payload, short)
             self._answer(status, headers, payload)
 
