@@ -28,7 +28,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from cic.data import build_messages, load_questions  # noqa: E402
-from cic.llm.endpoint import EndpointClient, EndpointGenerator, EndpointSpec, sample_seed  # noqa: E402
+from cic.llm.endpoint import (  # noqa: E402
+    CANARY_EVERY,  # noqa: E402
+    EndpointClient,
+    EndpointGenerator,
+    EndpointSpec,
+    sample_seed,
+)
 from cic.llm.generation import GenerationConfig  # noqa: E402
 from cic.llm.paths import cache_dir  # noqa: E402
 
@@ -65,16 +71,20 @@ async def minimal_client(url: str, bodies: list[dict[str, Any]], in_flight: int)
     return len(bodies), sum(tokens)
 
 
-def cic_side(spec: EndpointSpec, served: str, config: GenerationConfig, ids: list[str],
+CANARIES: list[tuple[int, int]] = []  # CIC's side: (identity checks, requests) of each run
+
+
+def cic_side(spec: EndpointSpec, state: dict[str, Any], config: GenerationConfig, ids: list[str],
              prompts: list[Any]) -> tuple[int, int]:
-    """CIC's engine over the same questions; (requests, completion tokens)."""
+    """CIC's engine over the same questions, identity check included; (requests, completion tokens)."""
     client = EndpointClient(spec, seed=config.seed)
-    client.served_model = served  # probed once before timing: the probe is not the engine's steady state
+    client.adopt(state)  # probed once before timing (as a run's workers adopt its probe); the checks after a batch run
     client.logprobs = False
     frame = EndpointGenerator(client, config).generate_open(ids, prompts, run_key="bench")
     if client.stats.failed_questions:
         raise SystemExit(f"CIC failed questions: {client.stats.failed_questions}")
     assert frame.height == len(ids) * (config.n_samples + 1), frame.height
+    CANARIES.append((client.stats.canaries, client.stats.requests))
     return client.stats.requests, client.stats.completion_tokens
 
 
@@ -107,7 +117,7 @@ def main() -> None:
         bodies = request_bodies(probe, config, ids, prompts)
 
         sides = {"minimal client": lambda: asyncio.run(minimal_client(url, bodies, args.in_flight)),
-                 "CIC engine": lambda: cic_side(spec, served, config, ids, prompts)}
+                 "CIC engine": lambda: cic_side(spec, probe.state(), config, ids, prompts)}
         asyncio.run(minimal_client(url, bodies[:2 * args.in_flight], args.in_flight))  # warm the server up
         rates: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
         for _ in range(args.repeats):
@@ -130,6 +140,9 @@ def main() -> None:
         print(f"| {name} | {medians[name][0]:.2f} | {medians[name][1]:.1f} |")
     overhead = 1 - medians["CIC engine"][1] / medians["minimal client"][1]
     print(f"CIC's overhead (tokens/s): {overhead:+.1%} (target ≤ 10%)")
+    checks, requests = CANARIES[-1]
+    print(f"identity checks (canary prompt) after the batch: {checks} beside {requests} requests, "
+          f"{checks / requests:.1%} (target ≤ 2%; a run checks again about every {CANARY_EVERY} requests)")
 
 
 if __name__ == "__main__":
