@@ -625,7 +625,8 @@ def _warn_once(url: str, model: str, _warned: set[tuple[str, str]] = set()) -> N
     if (url, model) not in _warned:
         _warned.add((url, model))
         log.warning("%s does not say in /models which model answers for %r: the run is keyed on the name it answers "
-                    "with, and a switch of model behind it is noticed only if that name changes", url, model)
+                    "with, and a switch of model behind it is noticed by that name or by its answer to the identity "
+                    "check (a fixed greedy prompt)", url, model)
 
 
 class _Unreachable(Exception):
