@@ -377,7 +377,8 @@ def _write(store: Store, stage: Stage, layout: Layout, path: Path, now: datetime
             "dataset": [s for _, s, _ in pairs], "split": SPLIT, "prompt_id": PROMPT_ID,
             "generation_config": [schema.canonical_json({"source": "ingest"} if s == b else {  # the key is the same
                 "source": "ingest", "stream": b, "group_column": layout.group}) for _, s, b in pairs],
-            "created_at": None, "experiment_prefix": experiment_prefix, "unanswered": None},
+            "created_at": None, "experiment_prefix": experiment_prefix, "unanswered": None,
+            "moved_requests": None},
             schema=schema.RUNS.schema))  # every (model, stream) at once
         stats.runs.extend({"model": m, "stream": s, "run_key": run_key_of(m, s)} for m, s, _ in pairs)
         record_changes(store, stage, changes, path.name, now, stats)
