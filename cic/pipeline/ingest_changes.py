@@ -84,20 +84,32 @@ def checked_records(store: Store, records: Files, scores: Files, source: str, re
         return None
     if not replace:
         row = changed.row(0, named=True)
-        change, way_out = _refusal(row, row["field"], _shown(row["old_value"]), _shown(row["new_value"]), later,
-                                   "--replace")
+        change, way_out = _refusal(row, row["field"], shown_value(row["old_value"]), shown_value(row["new_value"]),
+                                   later, "--replace")
         raise UserError(f"{source} {change} ({changed.height} field(s) of {changed.get_column('record').n_unique()} "
                          f"stored record(s) in all); {way_out} (recorded in record_events, and every gate whose "
                          "window held them is flagged)")
     return changed
 
 
-def _shown(value: str | None, limit: int = 60) -> str:
+def shown_value(value: str | None, limit: int = 60) -> str:
     """A stored value as a refusal quotes it: repr, cut to `limit` characters."""
     if value is None:
         return "nothing"
     text = repr(value)
     return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def relabelled_alert(n: int, source: str, now: datetime) -> Alert:
+    """The flag a gate gets when labels in its window were relabelled (the abandon path matches its wording)."""
+    return Alert(RELABELLED, f"labels changed under this gate: {n} label(s) in its window relabelled by {source} at "
+                             f"{now:%Y-%m-%d %H:%M} UTC; recalibrate and review before trusting it")
+
+
+def replaced_alert(n: int, source: str, now: datetime) -> Alert:
+    """The flag a gate gets when records in its window were replaced (the abandon path matches its wording)."""
+    return Alert(REPLACED, f"records replaced under this gate: {n} record(s) in its window rewritten by {source} at "
+                           f"{now:%Y-%m-%d %H:%M} UTC; recalibrate and review before trusting it")
 
 
 @dataclass(frozen=True)
@@ -128,9 +140,7 @@ def record_changes(store: Store, stage: Stage, changes: Changes, source: str, no
             pl.lit(source).alias("source"), pl.lit(now).alias("created_at")))
         stats.relabelled = changed.height
         for gate, n in gates_touched(store, stage.add("changed", changed)).items():
-            alerts[gate] = Alert(RELABELLED, f"labels changed under this gate: {n} label(s) in its window "
-                                             f"relabelled by {source} at {now:%Y-%m-%d %H:%M} UTC; recalibrate and "
-                                             "review before trusting it")
+            alerts[gate] = relabelled_alert(n, source, now)
     if changes.records is not None:
         changed = changes.records
         store.upsert("record_events", changed.select(
@@ -142,7 +152,5 @@ def record_changes(store: Store, stage: Stage, changes: Changes, source: str, no
         held = gates_holding_records(store, stage.add("replaced", changed.select("run_key", "question_id", "new_at")
                                                       .unique()))
         for gate, n in held.items():
-            alerts[gate] = Alert(REPLACED, f"records replaced under this gate: {n} record(s) in its window "
-                                           f"rewritten by {source} at {now:%Y-%m-%d %H:%M} UTC; recalibrate and "
-                                           "review before trusting it")
+            alerts[gate] = replaced_alert(n, source, now)
     stats.flagged_gates = flag_gates(store, alerts)

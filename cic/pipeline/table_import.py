@@ -14,7 +14,8 @@ import polars as pl
 
 from cic import schema
 from cic.errors import UserError
-from cic.pipeline.alerts import RELABELLED, REPLACED, Alert
+from cic.pipeline.alerts import Alert
+from cic.pipeline.ingest_changes import relabelled_alert, replaced_alert, shown_value
 from cic.store.imports import changed_rows, checked_import
 from cic.store.ingest_queries import gates_holding_records, gates_touched
 
@@ -62,16 +63,9 @@ def _refusal(path: str | Path, table: str, changed: pl.DataFrame) -> str:
     row = changed.row(0, named=True)
     events = "label_events" if table == "labels" else "record_events"
     return (f"path = {str(path)!r}: would change the stored {table} row {row['key']}: {row['field']} from "
-            f"{_shown(row['old_value'])} to {_shown(row['new_value'])} ({changed.get_column('key').n_unique()} "
-            f"stored row(s) in all); stored facts are append-only — pass --replace to change them (recorded in "
-            f"{events}, and every gate whose window held them is flagged)")
-
-
-def _shown(value: str | None, limit: int = 60) -> str:
-    if value is None:
-        return "nothing"
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+            f"{shown_value(row['old_value'])} to {shown_value(row['new_value'])} "
+            f"({changed.get_column('key').n_unique()} stored row(s) in all); stored facts are append-only — pass "
+            f"--replace to change them (recorded in {events}, and every gate whose window held them is flagged)")
 
 
 def _record(store: Store, table: str, changed: pl.DataFrame, source: str, now: datetime, scratch: Path) -> list[str]:
@@ -92,9 +86,7 @@ def _record(store: Store, table: str, changed: pl.DataFrame, source: str, now: d
         files = str(scratch / "relabelled.parquet")
         events.select("run_key", "question_id", "criterion").write_parquet(files)
         for gate, n in gates_touched(store, files).items():
-            alerts[gate] = Alert(RELABELLED, f"labels changed under this gate: {n} label(s) in its window "
-                                             f"relabelled by {source} at {now:%Y-%m-%d %H:%M} UTC; recalibrate and "
-                                             "review before trusting it")
+            alerts[gate] = relabelled_alert(n, source, now)
     others = changed.filter(pl.col("field") != "aligned") if table == "labels" else changed
     if others.height:
         per_record = table in RECORD_TABLES
@@ -109,7 +101,5 @@ def _record(store: Store, table: str, changed: pl.DataFrame, source: str, now: d
             others.select("run_key", "question_id", pl.lit(None, dtype=pl.Datetime("us", "UTC")).alias("new_at")) \
                 .unique().write_parquet(files)
             for gate, n in gates_holding_records(store, files).items():
-                alerts.setdefault(gate, Alert(REPLACED, f"records replaced under this gate: {n} record(s) in its "
-                                                        f"window rewritten by {source} at {now:%Y-%m-%d %H:%M} UTC; "
-                                                        "recalibrate and review before trusting it"))
+                alerts.setdefault(gate, replaced_alert(n, source, now))
     return flag_gates(store, alerts)
