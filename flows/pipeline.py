@@ -24,7 +24,7 @@ from cic.llm.engines import EngineProbe
 from cic.pipeline import progress
 from cic.pipeline.config import DEMO_CONFIG, PipelineConfig, flow_config
 from cic.pipeline.group_reports import start_report_workers, stop_report_workers, write_group_reports
-from cic.pipeline.preflight import probe_models
+from cic.pipeline.preflight import probe_lines, probe_models
 from cic.pipeline.progress import ProgressLines
 from cic.pipeline.run_digest import PER_DATASET_UNSHARED, RESULTS_ARTIFACT, markdown_summary
 from cic.pipeline.run_results import PipelineSummary, ResultRow
@@ -146,6 +146,8 @@ def run_stages(config: PipelineConfig, log_to_mlflow: bool, *, flow_run_id: str 
     # every model's engine probed once before any work (a served model answers one token; a dead URL stops the run
     # here), unless `cic run` did it already: its runs are keyed on what the probe found, its workers adopt it
     found = probe_models(config, known={name: EngineProbe(**probe) for name, probe in (probes or {}).items()})
+    for line in probe_lines(config, found):
+        run_logger().info("%s", line)
     summary = PipelineSummary(db=config.storage.db, tracking_uri=tracking_uri(config.mlflow.tracking_uri),
                               report_dir=config.storage.report_dir, experiment_prefix=config.mlflow.experiment_prefix)
     seconds = summary.stage_seconds

@@ -89,10 +89,12 @@ def run(
     """The main job: generate → score → label → DuckDB → calibrate → split protocol → MLflow."""
     from dataclasses import asdict
 
-    from cic.pipeline.preflight import preflight, probe_models
+    from cic.pipeline.preflight import preflight, probe_lines, probe_models
 
     checked = preflight(config, ray_address=ray_address, db=db)  # before any service starts: one second, one line
     probes = probe_models(checked)  # a served model answers one token now (≤ 5 s when down); the flow reuses it
+    for line in probe_lines(checked, probes):
+        console.print(printable(line), highlight=False)
     from cic.store.outputs import guard_output_dir
 
     guard_output_dir(report_dir or checked.storage.report_dir, "--report-dir" if report_dir else "storage.report_dir")

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from cic import schema
 from cic.errors import UserError
+from cic.llm.served_engine import VERSION_ROUTES, engine_name, logprob_semantics, server_root
 from cic.llm.served_identity import listed_identity, n_choices_problem
 
 if TYPE_CHECKING:
@@ -52,6 +53,8 @@ IDENTITY_READS = 3  # tries of a replica's `/models` after a batch before it cou
 CANARY_PROMPT = "Complete the sentence with one word: The capital of France is"
 CANARY_TOKENS = 8
 CANARY_EVERY = 50
+SEMANTICS_PROMPT = "Name one colour."  # many likely first tokens: their gaps show how temperature acts
+SEMANTICS_TOP = 5
 CANARY_LOGPROB_TOLERANCE = 0.05  # |difference| of the summed log-probabilities two reads of one model may show
 MAX_RETRY_AFTER_S = 300.0
 
@@ -290,6 +293,8 @@ class EndpointClient:
         self.fingerprints: set[str] = set()  # the system_fingerprints they gave, where they give one
         self.canary: dict[str, Any] | None = None  # the probe's greedy answer to CANARY_PROMPT (text, logprob sum)
         self.canary_at = -1  # `stats.requests` when the canary was last asked after a batch (-1: not yet)
+        self.engine: str | None = None  # "<engine> <version>" where the server says (`served_engine.engine_name`)
+        self.logprobs_as: str | None = None  # raw or temperature-scaled, where measured (`served_engine`)
 
     def _replica(self, url: str) -> str | None:
         """`url` while it answers, else the next replica (in configured order) that has not stopped; None when none
@@ -428,16 +433,19 @@ class EndpointClient:
     def _probe_body(self, logprobs: bool) -> dict[str, Any]:
         return self._body("Say OK.", temperature=0.0, top_p=1.0, max_tokens=1, seed=0, stop=(), logprobs=logprobs)
 
-    def probe(self) -> str:
+    def probe(self, *, n_samples: int = 1, temperature: float = 1.0) -> str:
         """Ask every replica for one token before any work: the identity of the model it serves (the run key holds
         it: from `GET /models`, the echoed name only where the listing cannot say) and whether it returns
-        log-probabilities. Refuses, within the connect timeout, an endpoint where no
-        replica listens, and replicas that serve different models; a replica that does not answer while another
-        does is a warning, and its share of the questions goes to the others."""
-        return asyncio.run(self._probe())
+        log-probabilities; then, once per run, on the first replica that answers: the engine and its version,
+        whether its log-probabilities at `temperature` are raw or scaled, and (for `n_samples` > 1) whether it
+        honours `n`. Refuses, within the connect timeout, an endpoint where no replica listens, and replicas that
+        serve different models; a replica that does not answer while another does is a warning, and its share of
+        the questions goes to the others."""
+        return asyncio.run(self._probe(n_samples, temperature))
 
-    async def _probe(self) -> str:
+    async def _probe(self, n_samples: int = 1, temperature: float = 1.0) -> str:
         reported: dict[str, str] = {}
+        listings: dict[str, Any] = {}
         unreachable: dict[str, str] = {}
         async with self._client() as client:
             for url in self.spec.urls:
@@ -447,7 +455,8 @@ class EndpointClient:
                     unreachable[url] = str(exc)
                     continue
                 outcome = parse_response(first, self.spec.api, url)
-                self.listed[url] = listed_identity(await self._models(client, url), self.spec.model, outcome.model)
+                listings[url] = await self._models(client, url)
+                self.listed[url] = listed_identity(listings[url], self.spec.model, outcome.model)
                 if outcome.model:
                     self.echoed.add(outcome.model)
                 if outcome.fingerprint:
@@ -458,6 +467,12 @@ class EndpointClient:
             if not reported:  # not one replica answers: the first reason, one line
                 raise UserError(next(iter(unreachable.values())))
             canaries = {url: await self._canary(client, url) for url in reported}
+            first_live = next(iter(reported))
+            self.engine = await self._engine_name(client, first_live, listings[first_live])
+            if self.logprobs:
+                self.logprobs_as = await self._logprob_semantics(client, first_live, temperature)
+            if n_samples > 1 and not self.n_checked:
+                await self.check_server_n(client, first_live)
         for url, why in unreachable.items():  # a dead replica while another answers: a warning, not a refusal
             self._mark_down(url, why.removeprefix(f"endpoint {url}: "))
         models = set(reported.values())
@@ -487,11 +502,62 @@ class EndpointClient:
         logprobs = outcome.token_logprobs
         return {"text": outcome.text, "logprob_sum": None if logprobs is None else float(sum(logprobs))}
 
+    async def _engine_name(self, client: httpx.AsyncClient, url: str, listing: Any) -> str | None:
+        """The engine and its version (`served_engine.engine_name`) from the listing and the engines' own routes,
+        asked in order until one gives a version; None where nothing names it. Each route is asked once, within the
+        connect timeout, not retried: a route a server lacks is no failure."""
+        import httpx
+
+        root, found = server_root(self.spec.base(url)), {}
+        for route, _engine, _path in VERSION_ROUTES:
+            try:
+                reply = await client.get(root + route, headers={"connection": "close"}, timeout=CONNECT_TIMEOUT_S)
+                if reply.status_code == 200:
+                    found[route] = reply.json()
+            except (httpx.HTTPError, ValueError):
+                continue
+            if " " in (engine_name(listing, found) or ""):
+                break
+        return engine_name(listing, found)
+
+    async def _logprob_semantics(self, client: httpx.AsyncClient, url: str, temperature: float) -> str | None:
+        """Raw or temperature-scaled log-probabilities (`served_engine.logprob_semantics`): the first token of
+        SEMANTICS_PROMPT asked at temperature 1 and at the run's, with the top SEMANTICS_TOP log-probabilities.
+        None at temperature 0 or 1 (where the two agree) and where the server's answers cannot tell."""
+        if temperature <= 0 or abs(temperature - 1.0) < 0.05:
+            return None
+        tops = []
+        for t in (1.0, temperature):
+            body = self._body(SEMANTICS_PROMPT, temperature=t, top_p=1.0, max_tokens=1, seed=0, stop=(),
+                              logprobs=True)
+            body.update({"top_logprobs": SEMANTICS_TOP} if self.spec.api == "chat" else {"logprobs": SEMANTICS_TOP})
+            self.stats.canaries += 1
+            try:
+                tops.append(parse_response(await self._post_patiently(client, url, body), self.spec.api, url).first_top)
+            except (_HttpStatus, EndpointError):
+                return None
+        return logprob_semantics(tops[0], tops[1], temperature)
+
+    def describe(self) -> str:
+        """What the probe found, in one line for the run's console and log."""
+        parts = [f"serves {self.served_model}", f"engine {self.engine or 'not reported'}"]
+        if self.logprobs:
+            parts.append(f"log-probabilities {self.logprobs_as or 'returned (raw or scaled: not measured)'}")
+        else:
+            parts.append("no log-probabilities")
+        if self.n_checked and self.spec.server_n != "off":
+            parts.append("samples n to a request (the server honours n)" if self.server_n
+                         else "samples one seeded request each (n not honoured)")
+        if self.canary is not None:
+            parts.append(f"identity check answers {self.canary['text'].strip()[:40]!r}")
+        return " · ".join(parts)
+
     def state(self) -> dict[str, Any]:
         """What the probe found, as plain data: a worker `adopt`s it instead of probing the server again."""
         return {"served_model": self.served_model, "logprobs": self.logprobs, "down": dict(self.down),
                 "listed": dict(self.listed), "echoed": sorted(self.echoed), "fingerprints": sorted(self.fingerprints),
-                "canary": self.canary}
+                "canary": self.canary, "engine": self.engine, "logprobs_as": self.logprobs_as,
+                "server_n": self.server_n, "n_checked": self.n_checked, "described": self.describe()}
 
     def adopt(self, state: dict[str, Any]) -> None:
         """Take over a probe's findings (`state()` of the run's probe): no request is made."""
@@ -499,6 +565,9 @@ class EndpointClient:
         self.down, self.listed = dict(state["down"]), dict(state["listed"])
         self.echoed, self.fingerprints = set(state["echoed"]), set(state["fingerprints"])
         self.canary = state.get("canary")
+        self.engine, self.logprobs_as = state.get("engine"), state.get("logprobs_as")
+        if "n_checked" in state:
+            self.server_n, self.n_checked = bool(state["server_n"]), bool(state["n_checked"])
 
     async def _probe_one(self, client: httpx.AsyncClient, url: str) -> Any:
         """One replica's one-token reply (the log-probability question settled on the way); _Unreachable when

@@ -81,6 +81,11 @@ def certified_identity(db: str, run_key: str, engine: str) -> str | None:
     return None if stored is None else engine_class(engine).certified_identity(stored)
 
 
+# what a served model's probe observes (engine, log-probability semantics, identity-check answer): keyed only since
+# runs recorded them, so a gate certified before is compared on the rest
+SERVED_LATER = ("endpoint_engine", "logprobs_as", "endpoint_canary")
+
+
 def same_generation_settings(model: str, ours: dict[str, Any], certified: dict[str, Any] | None) -> None:
     """Refuse, in one line naming each setting that differs, a config whose generation settings (temperature,
     samples, tokens, seed, dtype, ...) are not those the gate's run was keyed on: its threshold was certified on
@@ -89,7 +94,14 @@ def same_generation_settings(model: str, ours: dict[str, Any], certified: dict[s
     if certified is None or "source" in certified:
         return
     ours, certified = json.loads(schema.canonical_json(ours)), json.loads(schema.canonical_json(certified))
-    differ = [k for k in sorted(set(ours) | set(certified)) if ours.get(k) != certified.get(k)]
+    keys = (set(ours) | set(certified)) - {k for k in SERVED_LATER if k not in certified}
+    differ = [k for k in sorted(keys) if ours.get(k) != certified.get(k)]
+    served = [k for k in differ if k in SERVED_LATER]
+    if served:
+        said = "; ".join(f"{k} = {ours.get(k)!r} now, {certified.get(k)!r} certified" for k in served)
+        raise UserError(f"model {model!r}: the endpoint no longer behaves as when its gate was certified ({said}); "
+                        "another engine or other weights answer under its name: `cic run` against it and promote "
+                        "its gate")
     if differ:
         said = "; ".join(f"{k} = {ours.get(k)!r} in this config, {certified.get(k)!r} certified" for k in differ)
         raise UserError(f"model {model!r}: the config's generation settings are not those its gate was certified "

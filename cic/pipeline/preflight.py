@@ -96,6 +96,19 @@ def probe_models(config: PipelineConfig, *, known: dict[str, EngineProbe] | None
     return probes
 
 
+def probe_lines(config: PipelineConfig, probes: dict[str, EngineProbe]) -> list[str]:
+    """One line per probed model that has something to say (a served model: its engine, what its log-probabilities
+    are, whether it honours `n`, its identity-check answer): printed once per run, on the console and in the
+    flow's log."""
+    from cic.llm.engines import engine_class
+
+    lines = []
+    for model in config.models:
+        if model.name in probes and (said := engine_class(model.kind).describe(probes[model.name])):
+            lines.append(f"model {model.name!r}: {said}")
+    return lines
+
+
 def preflight(config_path: str | Path, *, ray_address: str | None = None, db: str | None = None) -> PipelineConfig:
     """The validated config; a UserError naming the file, the key path and the value otherwise. A Ray
     address (given, the config's, or $RAY_ADDRESS) must answer within seconds; the store (`db` or the

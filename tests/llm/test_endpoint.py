@@ -240,18 +240,20 @@ def test_a_reply_whose_log_probabilities_leave_tokens_out_is_asked_again_and_nev
 
 def _env(cwd: Path, prefect_api: str | None) -> dict[str, str]:
     """A `cic` process's environment: its own MLflow store, the key, and the session's `prefect server` (the
-    README's ephemeral-API path is tests/cli/test_run_command.py's; here it would only add its start-up)."""
+    README's ephemeral-API path is tests/cli/test_run_command.py's; here it would only add its start-up), logging
+    at Prefect's default level (INFO: the suite's own processes log warnings only)."""
     return {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{cwd}/mlflow.db", "CIC_TEST_KEY": SECRET,
-            **({"PREFECT_API_URL": prefect_api} if prefect_api else {})}
+            "PREFECT_LOGGING_LEVEL": "INFO", **({"PREFECT_API_URL": prefect_api} if prefect_api else {})}
 
 
-def _prefect_warnings(api: str, text: str) -> list[str]:
-    """Warnings in the Prefect API's log (what on-call reads in the UI) that contain `text`."""
+def _prefect_warnings(api: str, text: str, level: int = 30) -> list[str]:
+    """Warnings (or, with `level`, any records at or above it) in the Prefect API's log (what on-call reads in the
+    UI) that contain `text`."""
     import httpx
 
     deadline, found = time.monotonic() + 15, []
     while not found and time.monotonic() < deadline:  # a finished run's last logs may still be on their way
-        logs = httpx.post(f"{api}/logs/filter", json={"logs": {"level": {"ge_": 30}}, "sort": "TIMESTAMP_DESC",
+        logs = httpx.post(f"{api}/logs/filter", json={"logs": {"level": {"ge_": level}}, "sort": "TIMESTAMP_DESC",
                                                      "limit": 200}).json()  # the newest: the server is shared
         found = [entry["message"] for entry in logs if text in entry["message"]]
         time.sleep(0 if found else 1)
@@ -312,6 +314,12 @@ def _served_run_and_ask(config: Path, server: ServedModel, tmp_path: Path, prefe
     assert any("1 of 4 questions got no answer" in m for m in _prefect_warnings(prefect_api, "replica overloaded"))
     tokens = f"smol-served 3 question(s), {generations.get_column('n_tokens').sum()} tokens"
     assert tokens in proc.stdout
+    console = " ".join(proc.stdout.split())  # the console wraps long lines
+    assert console.count("model 'smol-served': serves ") == 1  # what the probe found, once per run
+    probed = console.split("model 'smol-served': serves ")[1][:400]  # `transformers serve`: no n, no engine named
+    assert "engine not reported · no log-probabilities · samples one seeded request each (n not honoured" in probed
+    assert any("samples one seeded request each" in m for m in _prefect_warnings(prefect_api, "model 'smol-served'",
+                                                                                   level=20))
     if moved:  # failover said where on-call reads: the store, MLflow, the console digest, the Prefect log
         count = runs.get_column("moved_requests").to_list()[0]
         assert count is not None and count >= 1
@@ -568,3 +576,55 @@ llama.cpp server ignores `n` and returns one choice: the check's count catches t
     said = [r.getMessage() for r in caplog.records if "samples come" in r.getMessage()]
     assert any("n not honoured: all 3 completions are the same text" in m for m in said), said
     assert any(fan in m and "the server honours n" in m for m in said), said
+
+
+@pytest.mark.slow
+def test_the_engine_its_version_and_what_its_log_probabilities_are_key_the_run(server: ServedModel) -> None:
+    """Two gateways in front of one real server speak as vLLM (raw log-probabilities, `GET /version`) and as SGLang
+    (log-probabilities after temperature scaling, `GET /server_info`): the probe reads each engine and version and,
+    at temperature 0.7, which semantics its log-probabilities have — from the server's answers, not its name — and
+    the run keys differ, so their answers are never mixed; a gate certified on one is refused on the other. At
+    temperature 1 the semantics are not asked (raw and scaled agree)."""
+    from cic.llm.engines.endpoint import EndpointEngine
+    from cic.llm.engines.probe import EngineProbe
+    from cic.pipeline.asking import same_generation_settings
+
+    logits = [2.0, 1.2, 0.5, -0.3, -1.0, -2.0]
+    vllm = {"routes": {"/version": {"version": "0.11.2"}}, "logits": (logits, False),
+            "listing": [{"id": server.model, "object": "model", "owned_by": "vllm"}]}
+    sglang = {"routes": {"/server_info": {"version": "0.5.4", "tp_size": 1}}, "logits": (logits, True),
+              "listing": [{"id": server.model, "object": "model", "owned_by": "sglang"}]}
+    found, keys = {}, {}
+    with gateway(server.url, [], **vllm) as raw_url, gateway(server.url, [], **sglang) as scaled_url:
+        for name, url in (("vllm", raw_url), ("sglang", scaled_url)):
+            client = EndpointClient(EndpointSpec(urls=(url,), model=server.model, top_logprobs=2, server_n="off"))
+            assert client.probe(temperature=0.7) == server.model and client.logprobs
+            found[name] = (client.engine, client.logprobs_as, client.describe())
+            config = load_config(_write_plain(url, server.model))
+            settings = config.answerer_settings(0)
+            keys[name] = EndpointEngine.run_key(settings, EngineProbe(server.model, client.state()))
+        at_one = EndpointClient(EndpointSpec(urls=(scaled_url,), model=server.model, server_n="off"))
+        at_one.probe(temperature=1.0)
+    assert found["vllm"][:2] == ("vllm 0.11.2", "raw")
+    assert found["sglang"][:2] == ("sglang 0.5.4", "temperature-scaled")
+    assert "engine sglang 0.5.4 · log-probabilities temperature-scaled" in found["sglang"][2]
+    assert at_one.logprobs_as is None and at_one.stats.canaries == 1  # the identity check alone
+    assert keys["vllm"]["endpoint_canary"] == keys["sglang"]["endpoint_canary"] is not None  # one model behind both
+    assert {k for k in keys["vllm"] if keys["vllm"][k] != keys["sglang"][k]} == {"endpoint_engine", "logprobs_as"}
+    with pytest.raises(UserError) as caught:
+        same_generation_settings("m", keys["sglang"], keys["vllm"])
+    assert "the endpoint no longer behaves as when its gate was certified" in str(caught.value)
+    assert "logprobs_as = 'temperature-scaled' now, 'raw' certified" in str(caught.value)
+    before = {k: v for k, v in keys["vllm"].items() if k not in ("endpoint_engine", "logprobs_as", "endpoint_canary")}
+    same_generation_settings("m", keys["sglang"], before)  # certified before runs recorded them: the rest compared
+
+
+def _write_plain(url: str, model: str) -> Path:
+    import tempfile
+
+    path = Path(tempfile.mkdtemp()) / "c.yaml"
+    path.write_text(yaml.safe_dump({"name": "p", "models": [{"name": "m", "endpoint": {"urls": [url], "model": model,
+                                                                                         "top_logprobs": 2}}],
+                                    "datasets": [{"name": "trivia_qa", "limit": 2}],
+                                    "generation": {"n_samples": 2, "temperature": 0.7}}))
+    return path

@@ -24,7 +24,8 @@ def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *,
             dies_after: int | None = None, listing: list[dict[str, Any]] | None = None, echo: str | None = None,
             n_mode: str | None = None, fail_answer: int | None = None, port: int = 0,
             kill: threading.Event | None = None, logprobs_short: tuple[int, int] | None = None,
-            models_down: threading.Event | None = None, other_model: threading.Event | None = None) -> Iterator[str]:
+            models_down: threading.Event | None = None, other_model: threading.Event | None = None,
+            routes: dict[str, Any] | None = None, logits: tuple[list[float], bool] | None = None) -> Iterator[str]:
     """Yields the gateway's base URL (…/v1). The first `after` requests go through; `refusals` are (status,
     headers, body) answered to the next ones in order; later requests go to `upstream` (a base URL …/v1). With
     `dies_after` N it dies as a crashed replica does: request N+1 and every one in flight with it get no reply
@@ -38,7 +39,11 @@ def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *,
     counts, as a server that returns them does — except the first K, which lack their last D entries (a proxy that
     truncates them). `models_down`: while set, `GET /models` answers 500 (the listing route failing alone).
     `other_model`: while set, every chat request reaches the server with "Reply in French." after its last message
-    — the same name and listing, another behaviour, as other weights started under the same alias would show."""
+    — the same name and listing, another behaviour, as other weights started under the same alias would show.
+    `routes`: GET paths under the server's root answered with that JSON (an engine's own routes: vLLM's /version).
+    `logits` (z, scaled): replies that ask for log-probabilities carry, per generated token, top log-probabilities
+    of the fixed logits z — raw (log-softmax of z), or scaled by the request's temperature (of z / T) where
+    `scaled`, as vLLM's default and SGLang's sampled requests differ."""
     pending: list[tuple[int, dict[str, str], bytes] | None] = [None] * after + list(refusals)
     lock = threading.Lock()
     seen = [0]
@@ -73,9 +78,14 @@ def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *,
                         answers[0] += 0 if _is_canary(asked) else 1
                         short = logprobs_short[1] if answers[0] <= logprobs_short[0] and not _is_canary(asked) else 0
                     payload = _with_logprobs(payload, short)
+                if logits is not None and status == 200 and asked.get("logprobs"):
+                    payload = _with_top(payload, asked, *logits)
             self._answer(status, headers, payload)
 
         def do_GET(self) -> None:  # noqa: N802 - the http.server name
+            if routes is not None and self.path in routes:
+                self._answer(200, {}, json.dumps(routes[self.path]).encode())
+                return
             if models_down is not None and models_down.is_set():
                 self._answer(500, {}, b'{"error": "listing unavailable"}')
                 return
@@ -158,6 +168,25 @@ def _with_logprobs(payload: bytes, short: int) -> bytes:
     for choice in reply["choices"]:
         entries = [{"token": f"t{i}", "logprob": -0.5, "top_logprobs": []} for i in range(tokens)]
         choice["logprobs"] = {"content": entries[:max(0, tokens - short)]}
+    return json.dumps(reply).encode()
+
+
+def _with_top(payload: bytes, asked: dict[str, Any], z: list[float], scaled: bool) -> bytes:
+    """A chat reply whose every generated token carries the top log-probabilities of the logits `z` (of z / T
+    where `scaled`, T the request's temperature), the top one as the chosen token's."""
+    import math
+
+    reply = json.loads(payload)
+    temperature = float(asked.get("temperature", 1.0))
+    scaled_z = [v / temperature for v in z] if scaled and temperature > 0 else z
+    norm = math.log(sum(math.exp(v) for v in scaled_z))
+    top = sorted(((f"w{i}", v - norm) for i, v in enumerate(scaled_z)), key=lambda e: -e[1])
+    top = top[:int(asked.get("top_logprobs") or 1)]
+    tokens = max(1, int((reply.get("usage") or {}).get("completion_tokens") or 1))
+    entry = {"token": top[0][0], "logprob": top[0][1],
+             "top_logprobs": [{"token": t, "logprob": lp} for t, lp in top]}
+    for choice in reply["choices"]:
+        choice["logprobs"] = {"content": [entry] * tokens}
     return json.dumps(reply).encode()
 
 

@@ -56,6 +56,11 @@ class Engine(ABC):
         """What shapes this engine's generations, for the run key: its identity and the decoding settings."""
 
     @classmethod
+    def describe(cls, probe: EngineProbe) -> str | None:
+        """What the run's probe found, in one line for the console and the flow's log (None: nothing to say)."""
+        return None
+
+    @classmethod
     def certified_identity(cls, generation_config: dict[str, Any]) -> str | None:
         """The identity a stored run was keyed on (None where the spec keys it)."""
         return None

@@ -43,15 +43,26 @@ class EndpointEngine(Engine):
         from cic.llm.endpoint import EndpointClient
 
         client = EndpointClient(endpoint_spec(settings))
-        identity = client.probe()
+        generation = settings.generation
+        identity = client.probe(n_samples=generation.n_samples, temperature=generation.temperature)
         return EngineProbe(identity=identity, state=client.state())
 
     @classmethod
     def run_key(cls, settings: AnswererSettings, probe: EngineProbe) -> dict[str, Any]:
+        """The served model's identity, its engine and version, what its log-probabilities are (raw or scaled by
+        temperature) and its greedy answer to the identity check, beside the decoding settings: answers that differ
+        in any of these are another run, never mixed into one."""
         from cic.llm.endpoint import SAMPLER
 
+        state = probe.state or {}
+        canary = state.get("canary") or {}
         return {"endpoint_model": probe.identity, "api": endpoint_spec(settings).api,
-                **settings.generation.shaping(), "sampler": SAMPLER}
+                **settings.generation.shaping(), "sampler": SAMPLER, "endpoint_engine": state.get("engine"),
+                "logprobs_as": state.get("logprobs_as"), "endpoint_canary": canary.get("text")}
+
+    @classmethod
+    def describe(cls, probe: EngineProbe) -> str | None:
+        return (probe.state or {}).get("described")
 
     @classmethod
     def certified_identity(cls, generation_config: dict[str, Any]) -> str | None:
