@@ -75,6 +75,7 @@ class EndpointSpec:
     logprobs: str = "auto"            # "auto" | "on" | "off"
     top_logprobs: int = 0
     server_n: str = "auto"            # samples in one request with `n`: "auto" (where honoured) | "on" | "off"
+    option_logprobs: str = "auto"     # option letters' own log-probabilities where the server takes token ids
 
     def base(self, url: str) -> str:
         return url.rstrip("/")
@@ -295,6 +296,8 @@ class EndpointClient:
         self.canary_at = -1  # `stats.requests` when the canary was last asked after a batch (-1: not yet)
         self.engine: str | None = None  # "<engine> <version>" where the server says (`served_engine.engine_name`)
         self.logprobs_as: str | None = None  # raw or temperature-scaled, where measured (`served_engine`)
+        self.named_tokens = False  # the server returns log-probabilities of named token ids (vLLM)
+        self.option_ids: dict[str, list[int]] = {}  # per option label: its single-token ids ("B", " B")
 
     def _replica(self, url: str) -> str | None:
         """`url` while it answers, else the next replica (in configured order) that has not stopped; None when none
@@ -471,6 +474,8 @@ class EndpointClient:
             self.engine = await self._engine_name(client, first_live, listings[first_live])
             if self.logprobs:
                 self.logprobs_as = await self._logprob_semantics(client, first_live, temperature)
+            if self.logprobs and self.spec.option_logprobs == "auto" and (self.engine or "").startswith("vllm"):
+                self.named_tokens = bool(await self._token_ids(client, first_live, "A"))
             if n_samples > 1 and not self.n_checked:
                 await self.check_server_n(client, first_live)
         for url, why in unreachable.items():  # a dead replica while another answers: a warning, not a refusal
@@ -538,6 +543,31 @@ class EndpointClient:
                 return None
         return logprob_semantics(tops[0], tops[1], temperature)
 
+    async def _token_ids(self, client: httpx.AsyncClient, url: str, text: str) -> list[int] | None:
+        """The server's token ids of `text` (vLLM's `POST /tokenize`, no special tokens); None where it gives none."""
+        import httpx
+
+        body = {"model": self.spec.model, "prompt": text, "add_special_tokens": False}
+        try:
+            reply = await client.post(server_root(self.spec.base(url)) + "/tokenize", json=body,
+                                      timeout=CONNECT_TIMEOUT_S)
+            tokens = reply.json().get("tokens") if reply.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return None
+        return [int(t) for t in tokens] if isinstance(tokens, list) and tokens else None
+
+    async def label_token_ids(self, client: httpx.AsyncClient, url: str, labels: Sequence[str]) -> list[int]:
+        """The ids of every spelling an answer's first token gives an option label ("B", " B") that is one token,
+        asked once per label (cached): what `logprob_token_ids` names so each option's probability is read even
+        where it is not among the top-k."""
+        ids: list[int] = []
+        for label in labels:
+            if label not in self.option_ids:
+                found = [await self._token_ids(client, url, spelling) for spelling in (label, f" {label}")]
+                self.option_ids[label] = sorted({t[0] for t in found if t is not None and len(t) == 1})
+            ids.extend(self.option_ids[label])
+        return sorted(set(ids))
+
     def describe(self) -> str:
         """What the probe found, in one line for the run's console and log."""
         parts = [f"serves {self.served_model}", f"engine {self.engine or 'not reported'}"]
@@ -548,6 +578,8 @@ class EndpointClient:
         if self.n_checked and self.spec.server_n != "off":
             parts.append("samples n to a request (the server honours n)" if self.server_n
                          else "samples one seeded request each (n not honoured)")
+        if self.named_tokens:
+            parts.append("option probabilities from the option letters' own log-probabilities")
         if self.canary is not None:
             parts.append(f"identity check answers {self.canary['text'].strip()[:40]!r}")
         return " · ".join(parts)
@@ -557,7 +589,8 @@ class EndpointClient:
         return {"served_model": self.served_model, "logprobs": self.logprobs, "down": dict(self.down),
                 "listed": dict(self.listed), "echoed": sorted(self.echoed), "fingerprints": sorted(self.fingerprints),
                 "canary": self.canary, "engine": self.engine, "logprobs_as": self.logprobs_as,
-                "server_n": self.server_n, "n_checked": self.n_checked, "described": self.describe()}
+                "server_n": self.server_n, "n_checked": self.n_checked, "named_tokens": self.named_tokens,
+                "described": self.describe()}
 
     def adopt(self, state: dict[str, Any]) -> None:
         """Take over a probe's findings (`state()` of the run's probe): no request is made."""
@@ -566,6 +599,7 @@ class EndpointClient:
         self.echoed, self.fingerprints = set(state["echoed"]), set(state["fingerprints"])
         self.canary = state.get("canary")
         self.engine, self.logprobs_as = state.get("engine"), state.get("logprobs_as")
+        self.named_tokens = bool(state.get("named_tokens"))
         if "n_checked" in state:
             self.server_n, self.n_checked = bool(state["server_n"]), bool(state["n_checked"])
 
@@ -772,17 +806,21 @@ class EndpointGenerator:
         return rows
 
     async def _question(self, client: Any, url: str, gate: asyncio.Semaphore, question_id: str,
-                        prompt: Prompt) -> list[RequestOutcome]:
+                        prompt: Prompt, labels: list[str] | None = None) -> list[RequestOutcome]:
         """The most-likely answer and the samples of one question: the samples in one request asking for `n`
-        where the server honours it (checked: count and indices), else one seeded request each."""
+        where the server honours it (checked: count and indices), else one seeded request each. For a multiple-
+        choice question on a server that takes named token ids, the greedy request names the option letters'."""
         cfg = self.config
         stop = ("\n",) if cfg.stop_at_newline else ()
+        named = await self.client.label_token_ids(client, url, labels) if labels and self.client.named_tokens else []
 
         async def ask(index: int, n: int = 1) -> list[RequestOutcome]:
             temperature = cfg.most_likely_temperature if index == 0 else cfg.temperature
             body = self.client._body(prompt, temperature=temperature, top_p=cfg.top_p,
                                      max_tokens=cfg.max_new_tokens, seed=sample_seed(cfg.seed, question_id, index),
                                      stop=stop, logprobs=self.client.logprobs)
+            if index == 0 and named:
+                body["logprob_token_ids"] = named
             async with gate:
                 return await self.client.post(client, url, {**body, "n": n} if n > 1 else body)
 
@@ -802,9 +840,12 @@ class EndpointGenerator:
         urls = self.client.spec.urls
         gates = {url: asyncio.Semaphore(self.client.spec.max_in_flight) for url in urls}
         async with self.client._client() as client:
+            if labels and self.client.named_tokens and (live := self.client._replica(urls[0])):
+                await self.client.label_token_ids(client, live, sorted({x for row in labels for x in row}))
             if not self.client.n_checked and self.config.n_samples > 1 and (live := self.client._replica(urls[0])):
                 await self.client.check_server_n(client, live)
-            tasks = [self._question(client, urls[i % len(urls)], gates[urls[i % len(urls)]], str(qid), prompt)
+            tasks = [self._question(client, urls[i % len(urls)], gates[urls[i % len(urls)]], str(qid), prompt,
+                                    labels[i] if labels else None)
                      for i, (qid, prompt) in enumerate(zip(question_ids, prompts, strict=True))]
             results = await asyncio.gather(*tasks, return_exceptions=True)
             await self.client.still_serving(client, [o for r in results if isinstance(r, list) for o in r])

@@ -83,7 +83,7 @@ def certified_identity(db: str, run_key: str, engine: str) -> str | None:
 
 # what a served model's probe observes (engine, log-probability semantics, identity-check answer): keyed only since
 # runs recorded them, so a gate certified before is compared on the rest
-SERVED_LATER = ("endpoint_engine", "logprobs_as", "endpoint_canary")
+SERVED_LATER = ("endpoint_engine", "logprobs_as", "endpoint_canary", "option_probs_from")
 
 
 def same_generation_settings(model: str, ours: dict[str, Any], certified: dict[str, Any] | None) -> None:

@@ -67,6 +67,9 @@ class EndpointConfig(_Strict):
     server_n: Literal["auto", "on", "off"] = Field("auto", description="a question's samples in one request "
                                                    "asking for n: auto where the server honours it (checked), "
                                                    "else one seeded request each")
+    option_logprobs: Literal["auto", "top"] = Field("auto", description="multiple choice: auto asks the "
+                                                    "option letters' own log-probabilities where the server takes "
+                                                    "named token ids (vLLM's logprob_token_ids), else the top-k's")
 
     @field_validator("urls")
     @classmethod

@@ -3,6 +3,7 @@ OpenAI-compatible server on loopback (`transformers serve` with SmolLM2), its fa
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import socket
@@ -617,6 +618,40 @@ def test_the_engine_its_version_and_what_its_log_probabilities_are_key_the_run(s
     assert "logprobs_as = 'temperature-scaled' now, 'raw' certified" in str(caught.value)
     before = {k: v for k, v in keys["vllm"].items() if k not in ("endpoint_engine", "logprobs_as", "endpoint_canary")}
     same_generation_settings("m", keys["sglang"], before)  # certified before runs recorded them: the rest compared
+
+
+@pytest.mark.slow
+def test_option_probabilities_come_from_the_letters_own_log_probabilities_where_the_server_takes_token_ids(
+        server: ServedModel) -> None:
+    """A gateway speaking as vLLM (its /version, /tokenize and `logprob_token_ids`) in front of a real server whose
+    top-2 log-probabilities hold no option letter: with top-k alone the options get no probabilities; with named
+    token ids each letter's own log-probability is read ("B" and " B" both), and the run key says which."""
+    from cic.llm.endpoint import EndpointGenerator
+    from cic.llm.engines.endpoint import EndpointEngine
+    from cic.llm.engines.probe import EngineProbe
+    from cic.llm.generation import GenerationConfig
+
+    vocab = {"A": (11, -3.0), " A": (12, -2.5), "B": (21, -0.9), " B": (22, -0.4), "C": (31, -2.0),
+             " C": (32, -4.0), "D": (41, -5.0)}  # " D" is two tokens here: not named
+    labels = ["A", "B", "C", "D"]
+    vllm = {"routes": {"/version": {"version": "0.11.2"}}, "logits": ([1.0, 0.5, -1.0], False), "vocab": vocab,
+            "listing": [{"id": server.model, "object": "model", "owned_by": "vllm"}]}
+    probs, keys = {}, {}
+    with gateway(server.url, [], **vllm) as url:
+        for mode in ("top", "auto"):
+            client = EndpointClient(EndpointSpec(urls=(url,), model=server.model, top_logprobs=2, server_n="off",
+                                                 option_logprobs=mode))
+            client.probe()
+            frame = EndpointGenerator(client, GenerationConfig(n_samples=1, max_new_tokens=2)).choose(
+                ["q1"], ["Which letter? A, B, C or D."], [labels], run_key="r")
+            probs[mode] = frame.filter(sample_index=0).get_column("option_probs").to_list()[0]
+            keys[mode] = EndpointEngine.run_key(load_config(_write_plain(url, server.model)).answerer_settings(0),
+                                                EngineProbe(server.model, client.state()))["option_probs_from"]
+    assert probs["top"] is None and keys["top"] is None  # w0, w1 only: no letter among the top 2
+    best = {"A": -2.5, "B": -0.4, "C": -2.0, "D": -5.0}
+    total = sum(math.exp(v) for v in best.values())
+    assert probs["auto"] == pytest.approx([math.exp(best[x]) / total for x in labels])
+    assert keys["auto"] == "named token ids"
 
 
 def _write_plain(url: str, model: str) -> Path:

@@ -25,7 +25,8 @@ def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *,
             n_mode: str | None = None, fail_answer: int | None = None, port: int = 0,
             kill: threading.Event | None = None, logprobs_short: tuple[int, int] | None = None,
             models_down: threading.Event | None = None, other_model: threading.Event | None = None,
-            routes: dict[str, Any] | None = None, logits: tuple[list[float], bool] | None = None) -> Iterator[str]:
+            routes: dict[str, Any] | None = None, logits: tuple[list[float], bool] | None = None,
+            vocab: dict[str, tuple[int, float]] | None = None) -> Iterator[str]:
     """Yields the gateway's base URL (…/v1). The first `after` requests go through; `refusals` are (status,
     headers, body) answered to the next ones in order; later requests go to `upstream` (a base URL …/v1). With
     `dies_after` N it dies as a crashed replica does: request N+1 and every one in flight with it get no reply
@@ -43,7 +44,10 @@ def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *,
     `routes`: GET paths under the server's root answered with that JSON (an engine's own routes: vLLM's /version).
     `logits` (z, scaled): replies that ask for log-probabilities carry, per generated token, top log-probabilities
     of the fixed logits z — raw (log-softmax of z), or scaled by the request's temperature (of z / T) where
-    `scaled`, as vLLM's default and SGLang's sampled requests differ."""
+    `scaled`, as vLLM's default and SGLang's sampled requests differ.
+    `vocab` (text → (token id, log-probability)): `POST /tokenize` answers a text's id as vLLM's route does, and a
+    request naming `logprob_token_ids` gets those tokens among its first token's top log-probabilities, as vLLM
+    returns them; other texts tokenize to two ids (not one token)."""
     pending: list[tuple[int, dict[str, str], bytes] | None] = [None] * after + list(refusals)
     lock = threading.Lock()
     seen = [0]
@@ -62,6 +66,11 @@ def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *,
                 self.close_connection = True  # no reply: the client sees the connection drop
                 return
             asked = json.loads(body)
+            if vocab is not None and self.path.endswith("/tokenize"):
+                ids = [vocab[asked["prompt"]][0]] if asked.get("prompt") in vocab else [7, 8]
+                self._answer(200, {}, json.dumps({"tokens": ids, "count": len(ids)}).encode())
+                return
+            named = asked.pop("logprob_token_ids", None)
             with lock:  # the client's identity check (its canary prompt) passes: refusals are for the work
                 refusal = pending.pop(0) if pending and not _is_canary(asked) else None
                 if fail_answer is not None and asked.get("max_tokens", 1) > 1 and "n" not in asked \
@@ -80,6 +89,8 @@ def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *,
                     payload = _with_logprobs(payload, short)
                 if logits is not None and status == 200 and asked.get("logprobs"):
                     payload = _with_top(payload, asked, *logits)
+                if named and vocab is not None and status == 200:
+                    payload = _with_named(payload, named, vocab)
             self._answer(status, headers, payload)
 
         def do_GET(self) -> None:  # noqa: N802 - the http.server name
@@ -187,6 +198,17 @@ def _with_top(payload: bytes, asked: dict[str, Any], z: list[float], scaled: boo
              "top_logprobs": [{"token": t, "logprob": lp} for t, lp in top]}
     for choice in reply["choices"]:
         choice["logprobs"] = {"content": [entry] * tokens}
+    return json.dumps(reply).encode()
+
+
+def _with_named(payload: bytes, ids: list[int], vocab: dict[str, tuple[int, float]]) -> bytes:
+    """The reply with the named token ids' entries added to its first token's top log-probabilities."""
+    reply = json.loads(payload)
+    extra = [{"token": text, "logprob": logprob} for text, (token, logprob) in vocab.items() if token in ids]
+    for choice in reply["choices"]:
+        content = (choice.get("logprobs") or {}).get("content") or []
+        if content:
+            content[0] = {**content[0], "top_logprobs": [*content[0].get("top_logprobs", []), *extra]}
     return json.dumps(reply).encode()
 
 

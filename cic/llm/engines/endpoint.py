@@ -58,7 +58,8 @@ class EndpointEngine(Engine):
         canary = state.get("canary") or {}
         return {"endpoint_model": probe.identity, "api": endpoint_spec(settings).api,
                 **settings.generation.shaping(), "sampler": SAMPLER, "endpoint_engine": state.get("engine"),
-                "logprobs_as": state.get("logprobs_as"), "endpoint_canary": canary.get("text")}
+                "logprobs_as": state.get("logprobs_as"), "endpoint_canary": canary.get("text"),
+                "option_probs_from": "named token ids" if state.get("named_tokens") else None}
 
     @classmethod
     def describe(cls, probe: EngineProbe) -> str | None:
@@ -103,7 +104,8 @@ class EndpointEngine(Engine):
     def capabilities(self) -> Capabilities:
         client = self.generator.client
         top = self.spec.top_logprobs > 0
-        return Capabilities(token_logprobs=client.logprobs, option_probs=client.logprobs and top, seeds=True,
+        return Capabilities(token_logprobs=client.logprobs, option_probs=client.logprobs and (top or
+                            client.named_tokens), seeds=True,
                             server_samples=client.server_n, local_weights=False)
 
     @property
