@@ -142,3 +142,20 @@ def test_promote_refuses_a_candidate_whose_certificate_does_not_hold(tmp_path: P
         with pytest.raises(UserError, match=f"stored gate {candidate[:12]}: threshold = 9.9, but its search re-run"):
             promote(store, candidate, reason="test")
         assert gates(store, calibration_id=live)["state"][0] == "live"  # nothing changed
+
+
+@pytest.mark.faults
+def test_an_edit_the_rerun_cannot_see_is_caught_by_the_id_being_the_hash_of_the_certificate(tmp_path: Path) -> None:
+    """A level nudged in the column and the JSON (0.05 → 0.0500001), with the bound's value at that level, re-runs to
+    the same threshold, counts and bound, so only the id — the hash of run, level, search and data — can tell the
+    row was edited; it does."""
+    from cic.stats.bounds import ucb
+
+    db = tmp_path / "g.duckdb"
+    gate_id = live_store(db)
+    with Store.open(db, read_only=True) as store:
+        row = gates(store, calibration_id=gate_id).row(0, named=True)
+    delta = row["delta"] * (1 + 2e-6)
+    _edit(db, gate_id, delta=delta, bound_value=float(ucb(row["bound"], row["n_errors"], row["n_accepted"], delta)))
+    with pytest.raises(UserError, match="its id is not the hash of its run, level, search and data"):
+        serving_gate(str(db), **ASK)

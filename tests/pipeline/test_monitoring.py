@@ -95,3 +95,51 @@ def test_late_labels_reach_the_monitor_exactly_once(tmp_path: Path) -> None:
         [third] = recalibrate_store(store, runs, CONFIG, 0.01, WindowRule()).monitors  # nothing new
         assert (third.row["n"], third.row["k"]) == (second.row["n"], second.row["k"]) and third.new_pairs == 0
         assert store.read("gate_monitor").height == 2  # no row for a pass that counted nothing
+
+
+def _updates(counts: list[tuple[int, int]], *, alarmed_before: bool = False) -> list:
+    """Monitor updates of len(counts) live gates at alpha 0.1, gate i having counted counts[i] = (n, k)."""
+    from cic.pipeline.monitoring import update_of
+
+    updates = []
+    for i, (n, k) in enumerate(counts):
+        gate = {"calibration_id": f"g{i}", "alpha": 0.1}
+        previous = {f"g{i}": {"n": 0, "k": 0, "seen_to": START, "nights": 1, "rate_lower_bound": 0.0,
+                              "alarmed": alarmed_before}}
+        updates.append(update_of(("m", "d", "e", "c"), gate, n, k, START, previous, START))  # type: ignore[arg-type]
+    return updates
+
+
+def _counts_between(low: float, high: float) -> tuple[int, int]:
+    """(n, k) whose e-value against rate ≤ 0.1 lies in [low, high)."""
+    from cic.stats.monitoring import e_value
+
+    for k in range(0, 200):
+        if low <= e_value(400, k, 0.1) < high:
+            return 400, k
+    raise AssertionError("no count in range")
+
+
+def test_several_live_gates_alarm_only_past_g_over_level_bonferroni_over_the_family() -> None:
+    """With G gates watched at once, each alarms at e ≥ G / level (so P(any false alarm ever) ≤ level): an e-value
+    past 1 / level but short of 3 / level alarms a gate watched alone, not one of three."""
+    from cic.pipeline.monitoring import finish
+
+    level = 0.01
+    between = _counts_between(1 / level, 3 / level)
+    alone = finish(_updates([between]), level)
+    family = finish(_updates([between, (400, 40), (400, 40)]), level)
+    assert alone[0].row["alarm_at"] == 1 / level and alone[0].row["alarmed"]
+    assert [u.row["alarm_at"] for u in family] == [3 / level] * 3 and not family[0].row["alarmed"]
+    from cic.stats.monitoring import lower_bound  # the rate's confidence sequence at the same share of level
+
+    assert family[0].row["rate_lower_bound"] == lower_bound(*between, level / 3) < alone[0].row["rate_lower_bound"]
+    assert finish(_updates([_counts_between(3 / level, 1e300), (400, 40), (400, 40)]), level)[0].row["alarmed"]
+
+
+def test_an_alarm_is_sticky_once_raised_whatever_the_evidence_does_after() -> None:
+    from cic.pipeline.monitoring import finish
+
+    calm = finish(_updates([(400, 10)], alarmed_before=True), 0.01)[0]
+    assert calm.row["e_value"] < 1 and calm.row["alarmed"]  # the evidence fell back; the alarm stays
+    assert not finish(_updates([(400, 10)]), 0.01)[0].row["alarmed"]

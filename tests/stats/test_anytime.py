@@ -79,6 +79,17 @@ def test_a_certification_is_kept_and_the_state_survives_a_round_trip() -> None:
     assert again.to_json() == state.to_json() and again.threshold == 0.6
 
 
+def test_a_crossing_of_one_over_delta_is_kept_when_the_wealth_falls_back_below_it() -> None:
+    """Ville's inequality bounds P(W ever ≥ 1/δ): a threshold certified once stays certified, even when a later
+    run of errors takes its wealth back under 1/δ (a risen rate is the monitor's to catch, not a retraction)."""
+    state = AnytimeState.start([0.5], alpha=0.2, delta=0.05)
+    state.update(np.full(200, 0.1), np.zeros(200, dtype=int))
+    assert state.log_wealth[0] >= math.log(1 / 0.05) and state.threshold == 0.5
+    state.update(np.full(600, 0.1), np.ones(600, dtype=int))
+    assert state.log_wealth[0] < math.log(1 / 0.05)  # the wealth is back below the level ...
+    assert state.crossed[0] and state.threshold == 0.5  # ... and the crossing is kept
+
+
 @pytest.mark.parametrize(("grid", "words"), [([], "grid is empty"), ([0.5, 0.2], "strictly increasing"),
                                             ([0.1, float("nan")], "finite")])
 def test_a_grid_that_cannot_be_a_fixed_sequence_is_refused(grid: list[float], words: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -189,3 +190,28 @@ def test_every_registered_bound_is_one_record_used_everywhere() -> None:
         assert table[::37].tolist() == direct
         assert bound_label(name).startswith("UCB-")
     assert bound_label("cp") == "UCB-CP" and bound_label("hoeffding") == "UCB-HFD"
+
+
+def _miss_probability(ucb: Any, n: int, gamma: float, p: float) -> float:
+    """P_p(UCB(K, n; γ) < p), K ~ Binomial(n, p), summed exactly over K."""
+    k = np.arange(n + 1)
+    return float(stats.binom.pmf(k, n, p)[np.asarray(ucb(k, n, gamma)) < p].sum())
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_bound_covers_the_true_rate_with_probability_at_least_one_minus_gamma(name: str) -> None:
+    """The guarantee itself, computed exactly rather than checked for consistency: for every true error rate p on
+    a fine grid, the chance that the bound falls below p is at most γ (n from 10 to 400). A bound that is too small
+    — Clopper–Pearson at 2γ, below — fails it."""
+    record = bounds.get_bound(name)
+    grid = np.linspace(0.005, 0.995, 199)
+    for n in (10, 57, 400):
+        for gamma in (0.05, 0.2):
+            worst = max(_miss_probability(record.ucb, n, gamma, p) for p in grid)
+            assert worst <= gamma + 1e-9, (name, n, gamma, worst)
+
+
+def test_the_coverage_check_fails_a_bound_that_is_too_small() -> None:
+    too_small = lambda k, n, gamma: bounds.clopper_pearson_ucb(k, n, 2 * gamma)  # noqa: E731
+    grid = np.linspace(0.005, 0.995, 199)
+    assert max(_miss_probability(too_small, 57, 0.05, p) for p in grid) > 0.05

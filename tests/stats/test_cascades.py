@@ -107,3 +107,22 @@ def test_bad_input_is_one_line_naming_the_model_or_field(kwargs: dict, message: 
         calibrate_cascade(alpha=0.1, **kwargs)
     with pytest.raises(UserError, match="alpha"):
         calibrate_cascade([np.zeros(5)] * 2, [np.zeros(5)] * 2, alpha=1.5)
+
+
+def test_every_path_is_searched_at_its_share_of_delta_so_the_union_over_paths_holds_at_delta() -> None:
+    """With P paths, each is certified at delta / P (Bonferroni over the paths): the cascade picked among the six
+    default paths is exactly what its own path alone certifies at delta / P — not at delta, which certifies more."""
+    from cic.stats.cascades import DEFAULT_PATHS
+
+    rng = np.random.default_rng(11)
+    n = 3000
+    u1, u2 = rng.random(n), rng.random(n)
+    e1 = (rng.random(n) < 0.02 + 0.4 * u1).astype(int)
+    e2 = (rng.random(n) < 0.01 + 0.3 * u2).astype(int)
+    paths = DEFAULT_PATHS
+    picked = calibrate_cascade([u1, u2], [e1, e2], alpha=0.12, delta=0.05, paths=paths)
+    alone = calibrate_cascade([u1, u2], [e1, e2], alpha=0.12, delta=0.05 / len(paths), paths=[picked.path])
+    at_full = calibrate_cascade([u1, u2], [e1, e2], alpha=0.12, delta=0.05, paths=[picked.path])
+    assert len(paths) > 1 and picked.certified
+    assert (picked.thresholds, picked.n_accepted) == (alone.thresholds, alone.n_accepted)
+    assert at_full.n_accepted > picked.n_accepted  # delta itself would certify more: the split is what holds it
