@@ -47,6 +47,7 @@ SAMPLER = "endpoint-seeded-v1"  # how samples are drawn: part of the run key
 CONNECT_TIMEOUT_S = 5.0
 BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 30.0
+IDENTITY_TIMEOUT_S = 30.0  # the least an identity read waits, whatever endpoint.timeout_s says
 IDENTITY_READS = 3  # tries of a replica's `/models` after a batch before it counts as failed
 # identity by behaviour: a fixed prompt answered greedily at the probe and again after the first batch and then
 # about every CANARY_EVERY requests (<= 2% of a run's requests); another answer is another model, whatever its name
@@ -329,10 +330,9 @@ class EndpointClient:
             body["stop"] = list(stop)
         if self.spec.api == "chat":
             body["messages"] = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-            if logprobs:
+            if logprobs:  # at least one: llama-cpp-python's server returns `logprobs: null` without top_logprobs
                 body["logprobs"] = True
-                if self.spec.top_logprobs:
-                    body["top_logprobs"] = self.spec.top_logprobs
+                body["top_logprobs"] = max(1, self.spec.top_logprobs)
         else:
             if not isinstance(prompt, str):
                 raise UserError("endpoint.api = 'completions' takes a text prompt, not chat messages")
@@ -351,9 +351,12 @@ class EndpointClient:
     def _message(self, text: str) -> str:
         return redact(text, self.key)
 
-    async def _post_once(self, client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> Any:
-        """One POST: the parsed JSON, or an exception saying whether to retry (EndpointError: do not)."""
-        reply = await client.post(self.spec.base(url) + self._path(), json=body)
+    async def _post_once(self, client: httpx.AsyncClient, url: str, body: dict[str, Any],
+                         timeout: float | None = None) -> Any:
+        """One POST: the parsed JSON, or an exception saying whether to retry (EndpointError: do not). `timeout`:
+        the reply's, where not the spec's."""
+        kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+        reply = await client.post(self.spec.base(url) + self._path(), json=body, **kwargs)
         if reply.status_code == 200:
             try:
                 return reply.json()
@@ -399,9 +402,11 @@ class EndpointClient:
             except (httpx.TimeoutException, httpx.TransportError) as exc:
                 several = len(self.spec.urls) > 1
                 if (several and isinstance(exc, httpx.ConnectError)) or attempt >= self.spec.retries:
+                    what = (f"no reply within {self.spec.timeout_s:g} s (endpoint.timeout_s)"
+                            if isinstance(exc, httpx.ReadTimeout) else type(exc).__name__)
                     if not several:
-                        raise EndpointError(f"{url}: {type(exc).__name__} after {attempt + 1} attempts") from None
-                    self._mark_down(url, f"{type(exc).__name__} after {attempt + 1} attempt(s)")
+                        raise EndpointError(f"{url}: {what} after {attempt + 1} attempt(s)") from None
+                    self._mark_down(url, f"{what} after {attempt + 1} attempt(s)")
                     continue  # nothing listens there, or it stopped answering: the request moves
                 wait = backoff_s(attempt, self.rng)
             else:
@@ -420,13 +425,14 @@ class EndpointClient:
             return None
         return exc.retry_after if exc.status == 429 and exc.retry_after is not None else backoff_s(attempt, self.rng)
 
-    async def _post_patiently(self, client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> Any:
+    async def _post_patiently(self, client: httpx.AsyncClient, url: str, body: dict[str, Any],
+                              timeout: float | None = None) -> Any:
         """One probe POST that waits out 429 and 5xx like any request: a busy or rate-limited server is not a wrong
         URL."""
         attempt = 0
         while True:
             try:
-                return await self._post_once(client, url, body)
+                return await self._post_once(client, url, body, timeout)
             except _HttpStatus as exc:
                 if (wait := self._retry_wait(exc, attempt)) is None:
                     raise
@@ -501,7 +507,8 @@ class EndpointClient:
                           logprobs=self.logprobs)
         self.stats.canaries += 1
         try:
-            outcome = parse_response(await self._post_patiently(client, url, body), self.spec.api, url)
+            outcome = parse_response(await self._post_patiently(client, url, body, self._identity_timeout()),
+                                     self.spec.api, url)
         except (_HttpStatus, EndpointError, httpx.HTTPError):
             return None
         logprobs = outcome.token_logprobs
@@ -639,7 +646,8 @@ class EndpointClient:
 
         try:
             # not kept alive: a server that fails this route may drop the connection the next request would reuse
-            reply = await client.get(self.spec.base(url) + "/models", headers={"connection": "close"})
+            reply = await client.get(self.spec.base(url) + "/models", headers={"connection": "close"},
+                                     timeout=self._identity_timeout())
             return reply.json() if reply.status_code == 200 else None
         except (httpx.HTTPError, ValueError):
             return None
@@ -719,6 +727,12 @@ class EndpointClient:
                 await asyncio.sleep(backoff_s(attempt, self.rng))
         return None
 
+    def _identity_timeout(self) -> float:
+        """The identity reads' wait (`/models`, the canary): never below IDENTITY_TIMEOUT_S, so a timeout set short
+        for answers does not fail a replica that is still busy with requests the client gave up on (llama.cpp's
+        server answers its listing only between generations)."""
+        return max(self.spec.timeout_s, IDENTITY_TIMEOUT_S)
+
     def _switched(self, what: str) -> None:
         raise UserError(f"{what}; this run is keyed on {self.served_model!r}: this batch is not "
                         "stored — start a new run for the new model")
@@ -787,7 +801,8 @@ class EndpointGenerator:
     def _rows_of(self, question_id: str, outcomes: list[RequestOutcome], labels: list[str] | None,
                  run_key: str) -> list[dict[str, Any]]:
         rows = []
-        probs = option_probs_from_top(outcomes[0].first_top, labels) if labels else None
+        read = labels and (self.client.spec.top_logprobs > 0 or self.client.named_tokens)  # not from the 1 asked
+        probs = option_probs_from_top(outcomes[0].first_top, labels) if read else None
         for index, outcome in enumerate(outcomes):
             text = outcome.text.strip()
             if self.config.stop_at_newline:

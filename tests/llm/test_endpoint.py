@@ -521,6 +521,22 @@ def test_a_model_listing_that_cannot_be_read_after_a_batch_fails_its_replica_not
 
 
 @pytest.mark.faults
+def test_a_short_answer_timeout_does_not_fail_a_replica_whose_listing_answers_slowly(server: ServedModel) -> None:
+    """The identity reads after a batch wait at least IDENTITY_TIMEOUT_S whatever `endpoint.timeout_s` says: a
+    listing that takes longer than the answers' timeout (a server still busy) is read, not taken for a failure."""
+    from cic.llm.endpoint import EndpointGenerator
+    from cic.llm.generation import GenerationConfig
+
+    listing = [{"id": server.model, "object": "model", "owned_by": "me"}]
+    with gateway(server.url, [], listing=listing, listing_delay_s=4.0) as url:
+        client = EndpointClient(EndpointSpec(urls=(url,), model=server.model, server_n="off", timeout_s=3.0))
+        client.probe()
+        frame = EndpointGenerator(client, GenerationConfig(n_samples=1, max_new_tokens=4)).generate_open(
+            ["q1"], ["Name a colour."], run_key="r")
+    assert client.listed[url] == server.model and frame.height == 2 and client.down == {}
+
+
+@pytest.mark.faults
 def test_other_weights_behind_the_same_name_and_listing_are_refused_by_the_identity_check(
         server: ServedModel, monkeypatch: pytest.MonkeyPatch) -> None:
     """The name and the model listing stay; what answers changes (the gateway makes the server behave otherwise):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *,
             kill: threading.Event | None = None, logprobs_short: tuple[int, int] | None = None,
             models_down: threading.Event | None = None, other_model: threading.Event | None = None,
             routes: dict[str, Any] | None = None, logits: tuple[list[float], bool] | None = None,
-            vocab: dict[str, tuple[int, float]] | None = None) -> Iterator[str]:
+            vocab: dict[str, tuple[int, float]] | None = None, listing_delay_s: float = 0.0) -> Iterator[str]:
     """Yields the gateway's base URL (…/v1). The first `after` requests go through; `refusals` are (status,
     headers, body) answered to the next ones in order; later requests go to `upstream` (a base URL …/v1). With
     `dies_after` N it dies as a crashed replica does: request N+1 and every one in flight with it get no reply
@@ -47,7 +48,8 @@ def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *,
     `scaled`, as vLLM's default and SGLang's sampled requests differ.
     `vocab` (text → (token id, log-probability)): `POST /tokenize` answers a text's id as vLLM's route does, and a
     request naming `logprob_token_ids` gets those tokens among its first token's top log-probabilities, as vLLM
-    returns them; other texts tokenize to two ids (not one token)."""
+    returns them; other texts tokenize to two ids (not one token). `listing_delay_s`: `GET /models` answers after
+    that long (a server busy with a generation, as llama.cpp's answers its listing only between them)."""
     pending: list[tuple[int, dict[str, str], bytes] | None] = [None] * after + list(refusals)
     lock = threading.Lock()
     seen = [0]
@@ -100,6 +102,8 @@ def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *,
             if models_down is not None and models_down.is_set():
                 self._answer(500, {}, b'{"error": "listing unavailable"}')
                 return
+            if listing_delay_s and self.path.rstrip("/").endswith("/models"):
+                time.sleep(listing_delay_s)
             if listing is not None and self.path.rstrip("/").endswith("/models"):
                 self._answer(200, {}, json.dumps({"object": "list", "data": listing}).encode())
                 return
@@ -173,12 +177,15 @@ def _is_canary(request: dict[str, Any]) -> bool:
 
 
 def _with_logprobs(payload: bytes, short: int) -> bytes:
-    """A chat reply with one log-probability entry per generated token (its usage count), less `short` entries."""
+    """A chat reply with one log-probability entry per generated token (its usage count), less `short` entries: the
+    server's own entries where it returns them (llama.cpp), else made up (`transformers serve` returns none)."""
     reply = json.loads(payload)
     tokens = int((reply.get("usage") or {}).get("completion_tokens") or 0)
     for choice in reply["choices"]:
-        entries = [{"token": f"t{i}", "logprob": -0.5, "top_logprobs": []} for i in range(tokens)]
-        choice["logprobs"] = {"content": entries[:max(0, tokens - short)]}
+        own = (choice.get("logprobs") or {}).get("content")
+        entries = own if isinstance(own, list) and own else [{"token": f"t{i}", "logprob": -0.5, "top_logprobs": []}
+                                                             for i in range(tokens)]
+        choice["logprobs"] = {"content": entries[:max(0, len(entries) - short)]}
     return json.dumps(reply).encode()
 
 
