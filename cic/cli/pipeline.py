@@ -334,8 +334,9 @@ def print_serving_now(rows: Sequence[Any]) -> None:
 
 @friendly_errors
 def log_command(
-    table: Annotated[Path | None, typer.Argument(help="A long (score, error) table (Parquet or CSV: model, dataset, "
-                                                      "estimator, criterion, score, error, question_id) to "
+    table: Annotated[Path | None, typer.Argument(help="A long (score, error) table (Parquet, CSV or JSON lines: "
+                                                      "model, dataset, estimator, criterion, score, error, "
+                                                      "question_id) to "
                                                       "calibrate, evaluate and log in the pipeline's layout; "
                                                       "without it, the store's results.")] = None,
     db: Annotated[str, typer.Option("--db", help="DuckDB file (not read when TABLE is given).")] = "cic.duckdb",

@@ -50,7 +50,7 @@ from cic.stats.searches import DEFAULT_SEARCH, SEARCH_NAMES
 
 @friendly_errors
 def calibrate(
-    file: Annotated[Path, typer.Argument(help="Parquet or CSV table of calibration items, or a pipeline "
+    file: Annotated[Path, typer.Argument(help="Parquet, CSV or JSON-lines table of calibration items, or a pipeline "
                                               "DuckDB file (with --model/--dataset/--estimator/--criterion).")],
     alpha: Annotated[float, typer.Option("--alpha", help="Target error rate among accepted answers.")],
     score_col: ScoreCol = "score",
@@ -131,8 +131,8 @@ def _group_table(file: Path, group_col: str, score_col: str, error_col: str, cor
     from cic.store.score_files import read_table, score_error_arrays
 
     if file.suffix == ".duckdb":
-        raise UserError(f"--group = {group_col!r}: give a Parquet or CSV table holding that column (per-group "
-                         "calibration of a stored run is not supported yet)")
+        raise UserError(f"--group = {group_col!r}: give a Parquet, CSV or JSON-lines table holding that column "
+                         "(per-group calibration of a stored run is not supported yet)")
     frame = read_table(file)
     if group_col not in frame.columns:
         raise UserError(f"--group = {group_col!r}: no such column in {str(file)!r}; columns are "
@@ -233,8 +233,8 @@ def _calibrate_groups(file: Path, group_col: str, score_col: str, error_col: str
 
 @friendly_errors
 def evaluate(
-    file: Annotated[Path, typer.Argument(help="Parquet or CSV table of labelled items, or a pipeline DuckDB "
-                                              "file (with --model/--dataset/--estimator/--criterion).")],
+    file: Annotated[Path, typer.Argument(help="Parquet, CSV or JSON-lines table of labelled items, or a pipeline "
+                                              "DuckDB file (with --model/--dataset/--estimator/--criterion).")],
     score_col: ScoreCol = "score",
     error_col: ErrorCol = "error",
     correct_col: CorrectCol = None,
@@ -332,8 +332,9 @@ def simulate(
 
 @friendly_errors
 def report(
-    files: Annotated[list[Path], typer.Argument(help="Parquet or CSV score tables: long layout (model, dataset, "
-                                                     "estimator, criterion, score, error) or one group per file.")],
+    files: Annotated[list[Path], typer.Argument(help="Parquet, CSV or JSON-lines score tables: long layout (model, "
+                                                     "dataset, estimator, criterion, score, error) or one group per "
+                                                     "file.")],
     out: Annotated[Path, typer.Option("--out", help="Directory to write the report into.")] = Path("report"),
     model: LabelOpt = None,
     dataset: LabelOpt = None,

@@ -1,4 +1,5 @@
-"""Read precomputed (score, error) tables from Parquet or CSV files and check long multi-group score frames.
+"""Read precomputed (score, error) tables from Parquet, CSV or JSON-lines files and check long multi-group score
+frames.
 
 Errors name the file, column, row and value.
 """
@@ -16,7 +17,8 @@ from cic.stats._validation import as_errors, as_scores
 if TYPE_CHECKING:
     import polars as pl
 
-SUFFIXES = (".parquet", ".pq", ".csv")
+SUFFIXES = (".parquet", ".pq", ".csv", ".jsonl", ".ndjson")
+JSONL = (".jsonl", ".ndjson")
 
 
 def input_file(path: str | Path, suffixes: tuple[str, ...]) -> Path:
@@ -33,15 +35,38 @@ def input_file(path: str | Path, suffixes: tuple[str, ...]) -> Path:
 
 
 def read_table(path: str | Path) -> pl.DataFrame:
-    """Load a Parquet or CSV file as a polars DataFrame."""
+    """Load a Parquet, CSV or JSON-lines file (one object per line, as `cic ingest` reads) as a polars DataFrame."""
     import polars as pl
 
     p = input_file(path, SUFFIXES)
     suffix = p.suffix.lower()
+    if suffix in JSONL:
+        return _read_jsonl(p)
     try:
         return pl.read_csv(p) if suffix == ".csv" else pl.read_parquet(p)
     except Exception as exc:  # polars raises several exception types for unreadable files
         raise UserError(f"file = {str(p)!r}: cannot be read as {suffix[1:]}: {exc}") from None
+
+
+def _read_jsonl(p: Path) -> pl.DataFrame:
+    """A JSON-lines file; a line that is not a JSON object is named by its number."""
+    import json
+
+    import polars as pl
+
+    try:
+        return pl.read_ndjson(p, infer_schema_length=None)
+    except Exception as exc:  # find the line polars could not take, for the message
+        with p.open("rb") as handle:
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    if not isinstance(json.loads(line), dict):
+                        raise ValueError("not a JSON object")
+                except ValueError as why:
+                    raise UserError(f"file = {str(p)!r}: line {number} is not a JSON object ({why})") from None
+        raise UserError(f"file = {str(p)!r}: cannot be read as JSON lines: {str(exc).splitlines()[0]}") from None
 
 
 def _column(frame: pl.DataFrame, name: str, source: str) -> np.ndarray:

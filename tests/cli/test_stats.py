@@ -198,3 +198,27 @@ def test_a_repeated_question_id_is_refused_not_counted_twice(tmp_path: Path, com
     assert result.exit_code == 2 and "question_id 'q0' appears more than once (rows 0 and 200;" in \
         " ".join(result.output.split()) and len(result.output.strip().splitlines()) <= 3, result.output
     assert not out.exists()
+
+
+def test_calibrate_evaluate_and_report_read_json_lines_as_cic_ingest_does(table_files, tmp_path: Path) -> None:
+    """A JSON-lines table (one object per line) is read like its CSV twin; a line that is not a JSON object is
+    named by its number, exit 2."""
+    _, csv, scores, errors = table_files
+    jsonl = tmp_path / "scores.jsonl"
+    pl.read_csv(csv).write_ndjson(jsonl)
+    args = ["--score-col", "uncertainty", "--error-col", "wrong"]
+    for source in (jsonl, csv):
+        result = runner.invoke(app, ["calibrate", str(source), *args, "--alpha", "0.2"])
+        assert result.exit_code == 0, result.output
+        assert f"{cic.calibrate(scores, errors, alpha=0.2).threshold:.6g}" in result.output
+    evaluated = runner.invoke(app, ["evaluate", str(jsonl), *args, "--alphas", "0.2", "--n-splits", "5"])
+    assert evaluated.exit_code == 0, evaluated.output
+    long = tmp_path / "long.ndjson"
+    pl.read_csv(csv).rename({"uncertainty": "score", "wrong": "error"}).drop("right").with_columns(
+        model=pl.lit("m"), dataset=pl.lit("d"), estimator=pl.lit("e"), criterion=pl.lit("c")).write_ndjson(long)
+    reported = runner.invoke(app, ["report", str(long), "--out", str(tmp_path / "rep"), "--n-splits", "5"])
+    assert reported.exit_code == 0, reported.output
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"score": 0.1, "error": 0}\n{"score": 0.2, "error": 1}\n{"score": 0.3, "error"\n')
+    result = runner.invoke(app, ["calibrate", str(broken), "--alpha", "0.2"])
+    assert result.exit_code == 2 and "line 3 is not a JSON object" in result.output, result.output
