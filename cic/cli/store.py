@@ -145,4 +145,36 @@ def import_table(
                if stats.flagged_gates else "no gate's window held them"))), soft_wrap=True)
 
 
-COMMANDS = {"datasets": datasets, "export": export, "import": import_table}
+@friendly_errors
+def convert(
+    source: Annotated[Path, typer.Argument(help="An evaluation output: lm-eval --log_samples samples_*.jsonl, or "
+                                                "the folder holding them.")],
+    out: Annotated[Path, typer.Option("--out", help="The long (score, error) table to write: .parquet, .csv or "
+                                                    ".jsonl.")] = Path("scores.parquet"),
+    harness: Annotated[str | None, typer.Option("--harness", help="Which harness wrote it (default: recognised "
+                                                                  "from the file).")] = None,
+    force: ForceOpt = False,
+) -> None:
+    """Read a harness's evaluation output as the (score, error) table calibrate, evaluate, report and log take."""
+    from cic.store.harness import read_harness
+    from cic.store.outputs import guard_output, write_frame
+
+    if out.suffix.lower() not in (".parquet", ".pq", ".csv", ".jsonl"):
+        raise UserError(f"--out = {str(out)!r}: give a .parquet, .csv or .jsonl file name")
+    target = guard_output(out, "--out", inputs=[source], force=force, writes="frame")
+    table = read_harness(source, harness)
+    if target.suffix.lower() == ".jsonl":
+        from cic.store.outputs import write_text
+
+        write_text(target, "".join(table.write_ndjson()), "--out")
+    else:
+        write_frame(table, target, "--out", force=force)
+    groups = table.group_by("model", "dataset", "estimator", "criterion", maintain_order=True).len()
+    for row in groups.iter_rows(named=True):
+        console.print(printable(f"{row['model']} · {row['dataset']} · {row['estimator']} · {row['criterion']}: "
+                                f"{row['len']} questions"), highlight=False)
+    console.print(printable(f"{table.height} rows ({table.get_column('source')[0]}) written to {target}; certify "
+                            f"them with `cic report {target}` or `cic log {target}`"), highlight=False)
+
+
+COMMANDS = {"datasets": datasets, "export": export, "import": import_table, "convert": convert}

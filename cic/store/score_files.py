@@ -71,12 +71,22 @@ def _read_jsonl(p: Path) -> pl.DataFrame:
 
 def _column(frame: pl.DataFrame, name: str, source: str) -> np.ndarray:
     if name not in frame.columns:
+        if frame.height and (harness := _harness_of(frame)) is not None:
+            raise UserError(f"{source} is {harness.label} output, not a (score, error) table: convert it first "
+                            f"with `cic convert {source.strip(chr(39))} --out scores.parquet`")
         raise UserError(f"column {name!r} not found in {source}; columns are: {', '.join(frame.columns)}")
     col = frame.get_column(name)
     if col.null_count():
         row = int(np.flatnonzero(col.is_null().to_numpy())[0])
         raise UserError(f"column {name!r} in {source} has a missing value at row {row}")
     return col.to_numpy()
+
+
+def _harness_of(frame: pl.DataFrame) -> object | None:
+    """The harness whose output a table's first row is (`cic.store.harness`), None for any other table."""
+    from cic.store.harness import which_harness
+
+    return which_harness(frame.row(0, named=True))
 
 
 def score_error_arrays(frame: pl.DataFrame, *, score_col: str = "score", error_col: str | None = "error",

