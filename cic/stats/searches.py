@@ -418,12 +418,22 @@ class Fallback(Search):
         return fallback_entries(setting.n_calibration, setting.bound, setting.alpha, delta, self.shares,
                                 self.grid_entries)
 
+    def entries_on(self, setting: Setting, delta: float, counts: np.ndarray) -> tuple[tuple[int, float], ...]:
+        """The entries on one calibration set's candidates (`counts`: their accepted counts, ascending), ties
+        considered (`tied_entries`)."""
+        return tied_entries(self.entries(setting, delta), counts, setting.bound, setting.alpha)
+
     def select(self, eligible: np.ndarray, feasible_at: FeasibleAt, delta: float, k: int, *,
                counts: np.ndarray | None = None, errors: np.ndarray | None = None,
                setting: Setting | None = None) -> tuple[np.ndarray, np.ndarray]:
-        if eligible.shape[0] == 1 and counts is not None and setting is not None:
-            return self._select_one(eligible[0], feasible_at, np.broadcast_to(counts, eligible.shape)[0],
-                                    self.entries(setting, delta))
+        if counts is not None and setting is not None:
+            per_row = np.broadcast_to(counts, eligible.shape)
+            plain = self.entries(setting, delta)
+            own = [self.entries_on(setting, delta, per_row[r][eligible[r]]) for r in range(eligible.shape[0])]
+            if eligible.shape[0] == 1 or any(entries != plain for entries in own):  # ties: one set at a time
+                picks = [self._select_one(eligible[r], lambda g, cols=None, r=r: _row_of(feasible_at, g, cols, r),
+                                          per_row[r], own[r]) for r in range(eligible.shape[0])]
+                return np.concatenate([b for b, _ in picks]), np.concatenate([lv for _, lv in picks])
         counts, setting, col, last_eligible = _chain_frame(self.name, eligible, counts, setting)
         rows, cols = eligible.shape
         row = np.arange(rows)
@@ -483,7 +493,7 @@ class Fallback(Search):
     def scan_one(self, fd: np.ndarray, n: np.ndarray, eligible: np.ndarray, *, delta: float, k: int,
                  setting: Setting) -> tuple[int, float, int | None] | None:
         """The same scan on one calibration set, each segment tested lazily up to its first failure."""
-        entries = self.entries(setting, delta)
+        entries = self.entries_on(setting, delta, n[eligible])
         best, level, tested, carry = -1, math.nan, 0, 0.0
         for e, (first, share) in enumerate(entries):
             upper = entries[e + 1][0] if e + 1 < len(entries) else None
@@ -495,6 +505,39 @@ class Fallback(Search):
                 best, level = end, held
             carry = held if end == _last_true(segment) else 0.0  # an empty segment passes its level on too
         return best, level, tested
+
+
+def tied_entries(entries: tuple[tuple[int, float], ...], counts: np.ndarray, bound: str,
+                 alpha: float) -> tuple[tuple[int, float], ...]:
+    """`entries` on candidates whose accepted counts are `counts` (ascending). With continuous scores every count is
+    a candidate's and nothing changes. Where tied scores leave no candidate at an entry's count, the tied block just
+    below it would never be tested (the entry starts past it): the entry's share is then split in half between that
+    block and the entry's own start, when the block can certify on its half with no error. A rejected block hands
+    its level on to the entry's start, so nothing is lost when it passes and at most half the entry's level when it
+    fails. The shares still sum to delta and depend on the scores alone, not the labels: the procedure is still a
+    graphical one fixed before the labels (FWER <= delta conditionally on the scores)."""
+    counts = np.asarray(counts)
+    if counts.size == 0:
+        return entries
+    out: dict[int, float] = {}
+    for count, share in entries:
+        at = int(np.searchsorted(counts, count, side="left"))
+        if at > 0 and (at == counts.size or counts[at] != count):
+            below = int(counts[at - 1])
+            if below >= _certifiable_from(bound, alpha, share / 2):
+                out[below] = out.get(below, 0.0) + share / 2
+                share /= 2
+        out[count] = out.get(count, 0.0) + share
+    return tuple(sorted(out.items()))
+
+
+_certifiable_from = functools.lru_cache(maxsize=4096)(bounds.min_certifiable_n)
+
+
+def _row_of(feasible_at: FeasibleAt, gamma: float, cols: Any, row: int) -> np.ndarray:
+    """Row `row` of a feasibility table over every calibration set (as a table of one set: shape (1, ...))."""
+    table = feasible_at(gamma) if cols is None else feasible_at(gamma, cols)
+    return table[row:row + 1] if table.shape[0] > 1 else table
 
 
 @functools.lru_cache(maxsize=4096)

@@ -91,7 +91,7 @@ def test_geometric_chains_start_at_halves_with_harmonic_levels_and_equal_the_lit
 def test_fallback_equals_the_literal_graphical_procedure_in_any_order(rng: np.random.Generator, bound: str) -> None:
     """calibrate's lazy scan and the split protocol's matrix path both equal the graphical procedure written out
     (levels handed on, rejections in a random order), on smooth, tied and clustered tables."""
-    from cic.stats.searches import fallback_entries
+    from cic.stats.searches import fallback_entries, tied_entries
 
     for trial in range(20):
         n = int(rng.integers(150, 900))
@@ -99,15 +99,17 @@ def test_fallback_equals_the_literal_graphical_procedure_in_any_order(rng: np.ra
         if trial % 3 == 0:  # a confident-but-wrong cluster among the lowest scores
             errors[np.argsort(scores, kind="stable")[: n // 20]] = 1
         alpha = float(rng.choice([0.1, 0.15, 0.2]))
-        entries = list(fallback_entries(n, bound, alpha, 0.05))
+        ordered = np.sort(scores)
+        counts = np.searchsorted(ordered, np.unique(ordered), side="right")  # each candidate's accepted count
+        entries = list(tied_entries(fallback_entries(n, bound, alpha, 0.05), counts, bound, alpha))
         assert sum(share for _, share in entries) == pytest.approx(0.05)
         got = cic.calibrate(scores, errors, alpha=alpha, bound=bound, search="fallback")
         assert got.threshold == reference.fallback(scores, errors, alpha, 0.05, bound, entries, seed=trial), trial
-        rows = cic.split_outcomes(scores, errors, alphas=[alpha], bounds=bound, search="fallback", n_splits=1,
+        rows = cic.split_outcomes(scores, errors, alphas=[alpha], bounds=bound, search="fallback", n_splits=3,
                                   cal_fraction=0.5, seed=trial)
-        half = cic.split_masks(n, 1, 0.5, seed=trial)[0]
-        assert rows["threshold"][0] == cic.calibrate(scores[half], errors[half], alpha=alpha, bound=bound,
-                                                     search="fallback").threshold
+        for split, half in enumerate(cic.split_masks(n, 3, 0.5, seed=trial)):  # several sets at once, ties too
+            assert rows["threshold"][split] == cic.calibrate(scores[half], errors[half], alpha=alpha, bound=bound,
+                                                             search="fallback").threshold
 
 
 def test_fallback_on_many_calibration_sets_at_once_equals_each_set_alone(rng: np.random.Generator) -> None:
@@ -275,3 +277,33 @@ def test_a_one_set_scan_read_in_chunks_selects_what_one_read_selects(search: str
                 picks.append((result.threshold, result.n_accepted, result.n_errors))
         chosen[chunk] = picks
     assert chosen[7] == chosen[10**9] and any(t is not None for t, _, _ in chosen[7])
+
+
+def test_an_entry_that_ties_straddle_shares_its_level_with_the_tied_block_below_it() -> None:
+    """No candidate at the entry's count (a tied block jumps over it): half its share goes to the block just below
+    when that block can certify on it; with every count a candidate (continuous scores) nothing changes."""
+    from cic.stats.bounds import min_certifiable_n
+    from cic.stats.searches import tied_entries
+
+    entries = ((150, 0.03), (200, 0.01), (250, 0.01))
+    assert tied_entries(entries, np.arange(1, 301), "cp", 0.1) == entries
+    blocks = np.array([75, 150, 225, 300])  # four tied blocks of 75
+    got = dict(tied_entries(entries, blocks, "cp", 0.1))
+    assert got == pytest.approx({150: 0.03 + 0.005, 200: 0.005, 225: 0.005, 250: 0.005})
+    assert sum(got.values()) == pytest.approx(0.05)
+    tiny = np.array([10, 300])  # a block below every entry too small to certify on half a share: untouched
+    assert 10 < min_certifiable_n("cp", 0.1, 0.015) and tied_entries(entries, tiny, "cp", 0.1) == entries
+
+
+def test_the_default_search_certifies_a_first_tied_block_that_its_entry_count_jumps_over() -> None:
+    """Four tied score values of 75 answers each at n = 300: only the first block's error rate is below alpha. Its
+    count (75) lies below the bottom entry's (the first count that can certify alpha / 2), so without the block as
+    an entry the search starts at the second block, fails it and certifies nothing."""
+    from cic.stats.searches import fallback_entries
+
+    scores = np.repeat([0.1, 0.4, 0.7, 0.9], 75)
+    errors = np.zeros(300, dtype=int)
+    errors[75:][::4] = 1  # the later blocks: 25% wrong
+    assert fallback_entries(300, "cp", 0.1, 0.05)[0][0] > 75
+    got = cic.calibrate(scores, errors, alpha=0.1, bound="cp")
+    assert got.threshold == 0.1 and got.n_accepted == 75
