@@ -520,6 +520,7 @@ def test_a_model_listing_that_cannot_be_read_after_a_batch_fails_its_replica_not
     assert client.stats.requests - before == 4 and client.stats.failed_questions == {}
 
 
+@pytest.mark.slow
 @pytest.mark.faults
 def test_a_short_answer_timeout_does_not_fail_a_replica_whose_listing_answers_slowly(server: ServedModel) -> None:
     """The identity reads after a batch wait at least IDENTITY_TIMEOUT_S whatever `endpoint.timeout_s` says: a
