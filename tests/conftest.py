@@ -55,9 +55,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         shutil.rmtree(os.environ["CIC_CACHE_DIR"], ignore_errors=True)
 
 
+# fixtures that start a real service or load a model: a test using one is in the slow tier, whatever it is marked
+SERVICE_FIXTURES = frozenset({"prefect_api", "server", "mlflow_server", "cluster", "demo_run", "smollm", "minilm"})
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = {module: place for place, module in enumerate(LONG_MODULES)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: order within a module
+    for item in items:
+        if SERVICE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from cic.store import Store
 from tests.pipeline.test_recalibration import make_live, only_group
 from tests.support.pipeline_data import store_run
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow]  # installed cic against dead services, full disks
 CIC = str(Path(sys.executable).with_name("cic"))
 
 

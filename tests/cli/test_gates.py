@@ -9,12 +9,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from cic.pipeline.stored_calibration import groups_of_run
 from cic.store import Store
 from tests.pipeline.test_recalibration import make_live
 from tests.support.pipeline_data import store_run
 
 LONG_ESTIMATOR = "semantic_entropy_weighted[embedding:0.9]"
+pytestmark = pytest.mark.slow  # the installed cic against stores and models, as a person runs it
 
 
 def _gate_list(db: Path, cwd: Path, columns: str) -> list[str]:

@@ -30,6 +30,7 @@ def _table(path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_a_table_is_logged_like_the_pipeline_and_only_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)

@@ -21,7 +21,7 @@ from cic.cli import app
 from tests.services.test_mlflow_registry import live_store
 from tests.support.mlflow_server import MlflowServer
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow]  # starts mlflow servers
 runner = CliRunner()
 
 

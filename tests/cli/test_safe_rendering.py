@@ -32,6 +32,7 @@ def test_file_names_with_markup_are_printed_as_typed(name: str, tmp_path: Path) 
     assert name in result.output.replace("\n", "") and "Traceback" not in result.output
 
 
+@pytest.mark.slow
 @pytest.mark.faults
 def test_newlines_and_tabs_in_names_from_an_ingest_file_are_printed_escaped(tmp_path: Path, prefect_api: str) -> None:
     """A model and a stream named in a user's file with a tab and a newline: `cic ingest`, `cic recalibrate` and

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
+import pytest
 from typer.testing import CliRunner
 
 from cic.cli import app
@@ -72,6 +73,7 @@ def test_store_and_dataset_errors_are_one_clear_line(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "table = 'nonsense': unknown" in result.output
 
 
+@pytest.mark.slow
 def test_a_reader_waits_for_the_writer_that_holds_the_store_and_says_so(tmp_path: Path) -> None:
     """`cic export` started while another process writes the store waits (one line) and then reads it."""
     import os

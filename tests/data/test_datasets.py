@@ -275,6 +275,7 @@ def test_loaded_questions_conform_to_the_store_layout() -> None:
     assert isinstance(frame, pl.DataFrame)
 
 
+@pytest.mark.slow
 def test_samples_ship_inside_the_built_wheel(tmp_path: Path) -> None:
     """Build the wheel from a copy of the project, install it elsewhere, and load the samples from there."""
     import shutil

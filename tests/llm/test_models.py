@@ -62,6 +62,7 @@ def test_a_model_that_cannot_fit_says_so_before_loading(tmp_path: Path) -> None:
     assert parameter_count(str(saved)) == 14_000_000_000
 
 
+@pytest.mark.slow
 def test_quantization_is_refused_before_loading_where_it_cannot_run() -> None:
     from cic.llm.models import ModelDoesNotFitError, check_fits, load_causal_lm, quantization_config
 

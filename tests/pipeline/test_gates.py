@@ -169,6 +169,7 @@ def test_live_gates_from_passes_with_different_g_say_what_they_spent_together(tm
                                   "probability >= 1 - 0.075 every one of them is <= alpha at once (more than delta")
 
 
+@pytest.mark.slow
 def test_a_flagged_live_gate_is_exported_serving_nothing_until_a_person_confirms_it(tmp_path: Path) -> None:
     """Export, `cic ask` and the registry agree: a flagged live gate serves nothing until a person confirms it."""
     import polars as pl

@@ -17,6 +17,7 @@ from tests.support.pipeline_data import store_run
 from tests.support.processes import command_line, still_running
 
 
+@pytest.mark.slow
 def test_many_groups_render_in_worker_processes_to_the_same_files(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     db = tmp_path / "cic.duckdb"
@@ -49,6 +50,7 @@ def _workers() -> set[int]:
     return set()
 
 
+@pytest.mark.slow
 def test_workers_started_ahead_render_the_next_reports_and_none_outlives_them(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What `cic run` does: the workers start as calibration starts; the reports then use those (no second spawn);

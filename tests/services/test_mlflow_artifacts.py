@@ -17,7 +17,7 @@ from cic.services.registry_sync import registry_sync
 from tests.services.test_mlflow_registry import live_store
 from tests.support.mlflow_server import MlflowServer
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow]  # starts mlflow servers
 
 
 def test_a_served_artifact_store_moves_with_its_folder_and_needs_no_relocation(

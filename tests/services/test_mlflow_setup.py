@@ -19,7 +19,7 @@ from cic.store import Store
 from tests.pipeline.test_recalibration import make_live, only_group
 from tests.support.pipeline_data import store_run
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow]  # runs cic against new stores
 CIC = str(Path(sys.executable).with_name("cic"))
 # MLflow's first use of a new SQLite file, SIGTERMed by itself right after its N-th CREATE TABLE: the same signal
 # an operator's stop sends, at a point that does not depend on how busy the machine is

@@ -16,6 +16,8 @@ from cic.services.mlflow_tracking import log_group
 from cic.store import Store
 from tests.support.pipeline_data import store_run
 
+pytestmark = pytest.mark.slow  # logs to MLflow stores
+
 CONFIG = CalibrationConfig(alphas=(0.1, 0.2), bounds=("cp",), n_splits=6,
                            cascades=(CascadeConfig(name="small-big", models=("small", "big"),
                                                    estimator="semantic_entropy"),))

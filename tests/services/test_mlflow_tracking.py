@@ -13,6 +13,7 @@ from mlflow import MlflowClient  # noqa: E402
 from cic.services import mlflow_tracking as tracking  # noqa: E402
 from tests.support.mlflow_server import MlflowServer  # noqa: E402
 
+pytestmark = pytest.mark.slow  # starts mlflow servers
 GATES = '{"gates": [{"alpha": 0.1, "gate": {"kind": "cic.gate", "threshold": 0.5}}]}'
 
 

@@ -15,6 +15,8 @@ import pytest
 
 from cic.services.processes import OwnedProcesses, record_path
 
+pytestmark = pytest.mark.slow  # starts and kills process trees
+
 SLEEPER = "import time; time.sleep(600)"
 
 

@@ -42,6 +42,7 @@ def test_each_thresholds_wealth_is_the_product_written_out(rng: np.random.Genera
     assert state.seen == 300 and state.n.tolist() == [int((scores <= t).sum()) for t in grid]
 
 
+@pytest.mark.slow
 def test_a_stream_at_the_boundary_is_ever_certified_in_at_most_delta_of_runs() -> None:
     """Ville's inequality by simulation: error rate exactly alpha for every threshold, 200 answers a run, the
     state read after every answer (a crossing is kept); the share of runs that ever certify anything is not

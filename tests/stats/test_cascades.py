@@ -60,6 +60,7 @@ def test_the_single_model_path_is_calibrate_at_its_share_of_delta() -> None:
     assert result.n_accepted >= only_big.n_accepted  # the most coverage over the paths
 
 
+@pytest.mark.slow
 def test_the_cascade_keeps_its_system_risk_below_alpha_where_chaining_single_gates_does_not() -> None:
     """300 draws of 1,000 questions, alpha = 0.15: true system risk from 200,000 fresh questions."""
     rng = np.random.default_rng(11)

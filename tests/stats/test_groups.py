@@ -43,6 +43,7 @@ def test_a_group_too_small_is_unattainable_with_its_size_or_served_the_pooled_ga
         calibrate_groups(scores, errors, groups[:3], alpha=0.2)
 
 
+@pytest.mark.slow
 def test_by_simulation_every_group_is_controlled_where_the_pooled_gate_fails_the_worse_one() -> None:
     from scipy.stats import binom
 

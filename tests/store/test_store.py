@@ -368,6 +368,7 @@ def test_a_store_locked_by_another_process_says_so(db: Path) -> None:
     Store.open(db).close()  # free again once the holder is gone
 
 
+@pytest.mark.slow
 @pytest.mark.faults
 def test_a_writer_waits_for_a_reader_holding_the_file_instead_of_failing(db: Path) -> None:
     """A read-only connection held by another process (cic ask, a notebook) makes a batch write wait."""
