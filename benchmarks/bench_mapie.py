@@ -52,6 +52,15 @@ def nan_safe_holm() -> Any:
     return NanSafeHolm()
 
 
+def mapie_version() -> str:
+    """MAPIE's version, or an exit naming the install: a benchmark-only dependency."""
+    try:
+        import mapie
+    except ImportError:
+        sys.exit("MAPIE is a benchmark-only dependency: .venv/bin/pip install mapie==1.6.0")
+    return str(mapie.__version__)
+
+
 def mapie_threshold(scores: np.ndarray, errors: np.ndarray, alpha: float,
                     fwer: Any = "bonferroni_holm") -> float | None:
     """MAPIE's certified threshold on U (accept when U <= it), or None."""
@@ -71,11 +80,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--draws", type=int, default=10, help="calibration sets per cell")
     args = parser.parse_args()
-    try:
-        import mapie
-    except ImportError:
-        sys.exit("MAPIE is a benchmark-only dependency: .venv/bin/pip install mapie==1.6.0")
-    print(f"MAPIE {mapie.__version__} against cic.calibrate(search={DEFAULT_SEARCH!r}), delta = {DELTA}")
+    print(f"MAPIE {mapie_version()} against cic.calibrate(search={DEFAULT_SEARCH!r}), delta = {DELTA}")
     print("| scores | n | α | CIC s | MAPIE s | MAPIE / CIC time | CIC coverage | MAPIE coverage, NaN → 1 | "
           "MAPIE as shipped | NaN p-values |")
     print("|---|---|---|---|---|---|---|---|---|---|")
