@@ -17,6 +17,8 @@ from cic.stats._validation import as_errors, as_scores
 if TYPE_CHECKING:
     import polars as pl
 
+    from cic.store.harness import Harness
+
 SUFFIXES = (".parquet", ".pq", ".csv", ".jsonl", ".ndjson")
 JSONL = (".jsonl", ".ndjson")
 
@@ -72,8 +74,9 @@ def _read_jsonl(p: Path) -> pl.DataFrame:
 def _column(frame: pl.DataFrame, name: str, source: str) -> np.ndarray:
     if name not in frame.columns:
         if frame.height and (harness := _harness_of(frame)) is not None:
+            path = source.strip("'")
             raise UserError(f"{source} is {harness.label} output, not a (score, error) table: convert it first "
-                            f"with `cic convert {source.strip(chr(39))} --out scores.parquet`")
+                            f"with `cic convert {path} --out scores.parquet`")
         raise UserError(f"column {name!r} not found in {source}; columns are: {', '.join(frame.columns)}")
     col = frame.get_column(name)
     if col.null_count():
@@ -82,7 +85,7 @@ def _column(frame: pl.DataFrame, name: str, source: str) -> np.ndarray:
     return col.to_numpy()
 
 
-def _harness_of(frame: pl.DataFrame) -> object | None:
+def _harness_of(frame: pl.DataFrame) -> Harness | None:
     """The harness whose output a table's first row is (`cic.store.harness`), None for any other table."""
     from cic.store.harness import which_harness
 
