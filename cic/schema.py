@@ -257,6 +257,17 @@ TABLES: dict[str, TableSpec] = {t.name: t for t in (QUESTIONS, RUNS, GENERATIONS
                                                      SYSTEM_EVALUATIONS, ANYTIME_STATES, ANYTIME_COUNTED)}
 
 
+def estimator_base(name: str) -> str:
+    """An estimator's registry name without the settings a stored score name carries in brackets
+    (`semantic_entropy[embedding:0.9]` -> `semantic_entropy`)."""
+    return name.split("[", 1)[0]
+
+
+def estimator_base_column(column: str = "estimator") -> pl.Expr:
+    """`estimator_base` of every value of a column."""
+    return pl.col(column).str.split("[").list.first()
+
+
 def conform(frame: pl.DataFrame, spec: TableSpec) -> pl.DataFrame:
     """Select and cast `frame` to the table's columns, in order; a missing column is an error naming it (one the
     table gained later is null)."""

@@ -194,7 +194,8 @@ def questions_stage(config: PipelineConfig) -> dict[str, Any]:
 def answer_stage(config: PipelineConfig, questions: dict[str, Any], summary: PipelineSummary,
                  found: dict[str, Any]) -> list[ModelJob]:
     """Every model's missing answers on its Ray pool, all models at once; Ray is left once they are stored."""
-    cluster = ray_pool.connect(config.ray.address, num_cpus=config.ray.num_cpus, runtime_env=config.ray.runtime_env)
+    cluster = ray_pool.connect(config.ray.address_to_join(), num_cpus=config.ray.num_cpus,
+                               runtime_env=config.ray.runtime_env)
     try:
         jobs = plan_models(config, config.storage.db, questions, summary, cluster, found)
         summary.answer = answer_questions(config.storage.db, jobs,

@@ -36,3 +36,16 @@ def test_conform_orders_and_casts_columns_and_names_what_is_missing() -> None:
 def test_every_key_column_is_a_column() -> None:
     for spec in schema.TABLES.values():
         assert set(spec.key) <= set(spec.columns), spec.name
+
+
+def test_an_estimator_base_drops_only_the_settings_in_brackets() -> None:
+    """`semantic_entropy[embedding:0.9]` is the `semantic_entropy` estimator; a name without settings is itself;
+    the column form gives the same names."""
+    import polars as pl
+
+    from cic.schema import estimator_base, estimator_base_column
+
+    names = ["semantic_entropy[embedding:0.9]", "one_minus_max_prob", "deg[nli:x[y]]"]
+    assert [estimator_base(n) for n in names] == ["semantic_entropy", "one_minus_max_prob", "deg"]
+    frame = pl.DataFrame({"estimator": names})
+    assert frame.select(estimator_base_column()).to_series().to_list() == [estimator_base(n) for n in names]

@@ -34,10 +34,11 @@ def results_tables(rows: Sequence[ResultRow], estimator: str | None) -> tuple[li
     """FDR / coverage / fails per alpha, bound and search for one estimator, one table per (model, dataset,
     criterion) so each fits 100 columns, and the rows shown."""
     from cic.reports.tables import mean_std
+    from cic.schema import estimator_base
 
     names = sorted({r.estimator for r in rows})
     wanted = estimator or "semantic_entropy"
-    chosen = [n for n in names if n == wanted or n.split("[")[0] == wanted] or names[:1]
+    chosen = [n for n in names if n == wanted or estimator_base(n) == wanted] or names[:1]
     shown = sorted((r for r in rows if r.estimator in chosen),
                    key=lambda r: (r.model, r.dataset, r.criterion, r.alpha, r.bound, r.search))
     tables = []

@@ -19,7 +19,7 @@ from cic.errors import UserError
 SAMPLE = "sample"
 HUB = "hub"
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".pq")
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")  # owner/name
 
 
 class DatasetSourceError(UserError):
@@ -71,7 +71,7 @@ def read_records(spec: DatasetSpec, source: str | Path | None, split: str) -> Re
     if path.exists():
         return read_path(path, split=split, config=spec.hub_config)
     text = str(source)
-    if path.suffix.lower() in FILE_SUFFIXES or not _HUB_ID.match(text):
+    if path.suffix.lower() in FILE_SUFFIXES or not HUB_ID.match(text):
         raise DatasetSourceError(f"source = {text!r}: no such file or directory")
     return read_hub(text, spec.hub_config if text == spec.hub_id else None, split,
                     hint=f" (there is no local file or directory {text!r} either)")

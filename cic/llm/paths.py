@@ -52,7 +52,11 @@ def resolve_package_path(spec: str) -> Path:
 
 def cache_dir(explicit: str | Path | None = None) -> Path:
     """The CIC cache (converted models): `explicit`, else $CIC_CACHE_DIR, else ~/.cache/cic; created on use."""
-    chosen = explicit or os.environ.get("CIC_CACHE_DIR") or Path.home() / ".cache" / "cic"
-    path = Path(chosen).expanduser()
+    path = cache_root(explicit)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def cache_root(explicit: str | Path | None = None) -> Path:
+    """`explicit`, else $CIC_CACHE_DIR, else ~/.cache/cic (not created: `cache_dir` creates it)."""
+    return Path(explicit or os.environ.get("CIC_CACHE_DIR") or Path.home() / ".cache" / "cic").expanduser()

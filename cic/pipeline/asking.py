@@ -186,7 +186,7 @@ def default_alpha(db: str, alphas: Sequence[float], *, model: str, dataset: str,
     with Store.open(db, read_only=True, wait_s=60) as store:
         live = gates(store, model=model, dataset=dataset, bound=bound, search=search).filter(
             (pl.col("state") == "live") & ((pl.col("estimator") == estimator)
-                                          | (pl.col("estimator").str.split("[").list.first() == estimator)))
+                                          | (schema.estimator_base_column() == estimator)))
     if criterion:
         live = live.filter(criterion=criterion)
     serving = {round(r.alpha, 12) for r in gate_rows(live) if serving_state(r).serves}
@@ -226,7 +226,7 @@ def answer_and_score(config: Any, index: int, db: str, run_key: str, estimator: 
     settings = config.answerer_settings(index)
     # the gate holds only for the model it was certified on: the engine probes and refuses another
     expected = certified_identity(db, run_key, settings.engine)
-    settings = replace(settings, estimators=(estimator.split("[")[0],),
+    settings = replace(settings, estimators=(schema.estimator_base(estimator),),
                        probe=EngineProbe(identity=expected) if expected is not None else None)
     answerer = Answerer(settings)
     generations = answerer.generate(questions, run_key="ask")

@@ -6,6 +6,7 @@ value. `PipelineConfig.fingerprint_params()` lists what shaped the numbers (logg
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from datetime import timedelta
 from importlib import resources
@@ -326,6 +327,10 @@ class MlflowConfig(_Strict):
 
 class RayConfig(_Strict):
     """How generation fans out: join `address` (or $RAY_ADDRESS), else start Ray in-process."""
+
+    def address_to_join(self, given: str | None = None) -> str | None:
+        """The cluster to join: `given` (--ray-address), else the config's, else $RAY_ADDRESS; None: in-process."""
+        return given or self.address or os.environ.get("RAY_ADDRESS") or None
 
     address: str | None = None
     prefer_gpu: bool = Field(True, description="false: every replica on CPU, whatever gpus_per_replica says")

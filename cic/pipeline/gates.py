@@ -341,7 +341,7 @@ def live_gate(store: Store, *, model: str, dataset: str, estimator: str, criteri
     rows = gates(store, model=model, dataset=dataset, bound=bound, search=search)
     rows = rows.filter((pl.col("alpha") - alpha).abs() < 1e-12)
     rows = rows.filter((pl.col("estimator") == estimator)
-                       | (pl.col("estimator").str.split("[").list.first() == estimator))
+                       | (schema.estimator_base_column() == estimator))
     if criterion:
         rows = rows.filter(criterion=criterion)
     wanted = (f"model={model!r}, dataset={dataset!r}, estimator={estimator!r}, criterion={criterion!r}, "

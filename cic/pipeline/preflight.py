@@ -4,14 +4,12 @@ one line, not a Prefect server start and a traceback."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
+from cic.data.sources import HUB_ID
 from cic.errors import UserError
 from cic.llm.engines.probe import EngineProbe
 from cic.pipeline.config import PipelineConfig, load_config
-
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 def model_problem(spec: str) -> str | None:
@@ -31,7 +29,7 @@ def dataset_problem(name: str, source: str) -> str | None:
 
     if name not in DATASETS.names():
         return f"dataset {name!r} is not registered; choose from {', '.join(DATASETS.names())}"
-    if source in ("bundled", "sample", "hub") or (_HUB_ID.match(source) and not Path(source).exists()
+    if source in ("bundled", "sample", "hub") or (HUB_ID.match(source) and not Path(source).exists()
                                                     and not source.endswith((".jsonl", ".json", ".parquet", ".pq"))):
         return None
     if not Path(source).expanduser().exists():
@@ -113,11 +111,9 @@ def preflight(config_path: str | Path, *, ray_address: str | None = None, db: st
     """The validated config; a UserError naming the file, the key path and the value otherwise. A Ray
     address (given, the config's, or $RAY_ADDRESS) must answer within seconds; the store (`db` or the
     config's) must be creatable or readable."""
-    import os
-
     config = load_config(config_path)
     check_store(db or config.storage.db, option="--db" if db else "storage.db")
-    address = ray_address or config.ray.address or os.environ.get("RAY_ADDRESS")
+    address = config.ray.address_to_join(ray_address)
     if address:
         check_ray_address(address)
     problems = []

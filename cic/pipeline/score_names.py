@@ -8,13 +8,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from cic.schema import estimator_base
+
 
 def computed_name(uncertainty: Any, stored: str) -> str | None:
     """The name a score of `stored`'s estimator gets under these `UncertaintyConfig` settings; None: no estimator
     of that name exists (the score came from elsewhere and only its stored values can be served)."""
     from cic.llm.uncertainty.estimators import ESTIMATORS
 
-    base = stored.split("[")[0]
+    base = estimator_base(stored)
     if base not in ESTIMATORS:
         return None
     return str(uncertainty.model_copy(update={"estimators": (base,)}).score_names()[0])

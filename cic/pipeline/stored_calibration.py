@@ -68,7 +68,7 @@ def groups_of_run(store: Store, run: dict[str, Any], estimators: Sequence[str] |
     """The (estimator, criterion) groups a run can calibrate: estimators with at least two non-null scores,
     criteria with labels; optionally only those whose base name is in `estimators` / listed in `criteria`."""
     key = run["run_key"]
-    names = [e for e in scored_estimators(store, key) if estimators is None or e.split("[")[0] in estimators]
+    names = [e for e in scored_estimators(store, key) if estimators is None or schema.estimator_base(e) in estimators]
     crits = [c for c in labelled_criteria(store, key) if criteria is None or c in criteria]
     return [GroupKey(key, run["model"], run["dataset"], e, c) for e in names for c in crits]
 

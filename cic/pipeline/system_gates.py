@@ -101,7 +101,7 @@ def iter_system_data(store: Store, run_keys: list[str], spec: SystemSpec,
         keys = tuple(by_model[m] for m in spec.models)
         criteria = set.intersection(*(set(labelled_criteria(store, k)) for k in keys))
         shared = set.intersection(*(set(scored_estimators(store, k)) for k in keys))
-        estimators = sorted(e for e in shared if spec.estimator == "auto" or e.split("[")[0] == spec.estimator)
+        estimators = sorted(e for e in shared if spec.estimator == "auto" or schema.estimator_base(e) == spec.estimator)
         for criterion in sorted(criteria):
             data = _joined(store, spec, str(dataset), criterion, keys, estimators, only)
             if data is not None:

@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from cic import schema
+from cic.llm.paths import cache_root
 
 
 def record_path(db: str | Path, state_dir: str | Path | None = None, command: str = "run") -> Path:
     """Where the PIDs of a `command` on `db` are recorded ($CIC_CACHE_DIR/runs by default); each command has
     its own record, so a recalibration never overwrites a running pipeline's."""
-    base = Path(state_dir or os.environ.get("CIC_CACHE_DIR") or Path.home() / ".cache" / "cic").expanduser()
+    base = cache_root(state_dir)
     name = schema.value_hash(str(Path(db).expanduser().resolve()))[:16]
     return base / "runs" / (f"{name}.json" if command == "run" else f"{name}.{command}.json")
 

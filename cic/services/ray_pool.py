@@ -11,7 +11,6 @@ Workers return data (Arrow batches); they never touch DuckDB.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -40,9 +39,8 @@ class ClusterInfo:
 
 def connect(address: str | None = None, *, num_cpus: int | None = None, object_store_mb: int | None = 512,
             runtime_env: dict[str, Any] | None = None) -> ClusterInfo:
-    """Join `address` (or $RAY_ADDRESS) with the config's runtime_env; without one, start Ray in this process with
-    the dashboard off."""
-    address = address or os.environ.get("RAY_ADDRESS") or None
+    """Join `address` (`RayConfig.address_to_join`: --ray-address, the config's or $RAY_ADDRESS) with the config's
+    runtime_env; without one, start Ray in this process with the dashboard off."""
     joined_here = not ray.is_initialized()
     if joined_here:
         if address:

@@ -201,3 +201,17 @@ def test_an_error_across_a_section_names_its_path_and_reason_without_echoing_the
         parse_config(raw, "c.yaml")
     said = str(caught.value)
     assert "give either spec" in said and "xxxxxxxxxx" not in said and len(said) < 400, said
+
+
+def test_the_ray_address_comes_from_the_option_then_the_config_then_the_environment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One rule for the flow and the preflight: --ray-address, else ray.address, else $RAY_ADDRESS, else none
+    (an in-process cluster)."""
+    from cic.pipeline.config import RayConfig
+
+    monkeypatch.setenv("RAY_ADDRESS", "env:6379")
+    assert RayConfig(address="cfg:6379").address_to_join("opt:6379") == "opt:6379"
+    assert RayConfig(address="cfg:6379").address_to_join() == "cfg:6379"
+    assert RayConfig().address_to_join() == "env:6379"
+    monkeypatch.delenv("RAY_ADDRESS")
+    assert RayConfig().address_to_join() is None
