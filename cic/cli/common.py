@@ -212,10 +212,23 @@ ErrorCol = Annotated[str, typer.Option("--error-col", help="Column with 1 where 
 CorrectCol = Annotated[str | None, typer.Option("--correct-col",
                                                 help="Use a column with 1 where the answer is right instead.")]
 Delta = Annotated[float, typer.Option("--delta", help="Allowed probability that the guarantee fails.")]
-Search = Annotated[str, typer.Option("--search", help="fallback (default, FWER <= delta) | geometric | "
-                                                     "fixed_sequence | multistart | holm | bonferroni (need "
-                                                     "--grid) | paper (Algorithm 1, no simultaneous guarantee) "
-                                                     "| lec (in expectation only)")]
+def search_choices() -> str:
+    """Every registered search with the guarantee it carries (and the default), for help texts."""
+    from cic.stats.searches import DEFAULT_SEARCH, SEARCHES
+
+    return " | ".join(f"{s.name} ({'default, ' if s.name == DEFAULT_SEARCH else ''}{s.short_guarantee}"
+                      f"{', needs --grid' if s.needs_grid else ''})" for s in SEARCHES.values())
+
+
+def bound_choices() -> str:
+    """Every registered bound's name, for help texts."""
+    from cic.stats.bounds import BOUND_NAMES
+
+    return " | ".join(BOUND_NAMES)
+
+
+Search = Annotated[str, typer.Option("--search", help=search_choices())]
+BoundOpt = Annotated[str, typer.Option("--bound", help=bound_choices())]
 GridOpt = Annotated[str | None, typer.Option("--grid", help="Uniform grid LOW:HIGH:K fixed in advance.")]
 PilotOpt = Annotated[Path | None, typer.Option("--pilot", help="Pilot file whose score quantiles form the grid.")]
 GridSize = Annotated[int | None, typer.Option("--grid-size", help="Number of pilot quantiles.")]
@@ -224,8 +237,8 @@ NMin = Annotated[int | None, typer.Option("--n-min", help="fallback / geometric 
 Start = Annotated[float | None, typer.Option("--start", help="fallback / geometric / fixed_sequence / multistart: "
                                                             "no test below this threshold.")]
 Alphas = Annotated[str, typer.Option("--alphas", help="Comma-separated risk levels.")]
-Bounds = Annotated[str, typer.Option("--bounds", help="Comma-separated bounds.")]
-Searches = Annotated[str, typer.Option("--search", help="Comma-separated searches.")]
+Bounds = Annotated[str, typer.Option("--bounds", help=f"Comma-separated bounds: {bound_choices()}.")]
+Searches = Annotated[str, typer.Option("--search", help=f"Comma-separated searches: {search_choices()}.")]
 NSplits = Annotated[int, typer.Option("--n-splits", help="Random calibration/test splits.")]
 CalFraction = Annotated[float, typer.Option("--cal-fraction", help="Share of items used to calibrate.")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed of the random splits (same seed, same splits).")]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from cic.cli.common import TrackingOpt, console, err_console, fmt, friendly_errors, printable, styled
+from cic.cli.common import TrackingOpt, bound_choices, console, err_console, fmt, friendly_errors, printable, styled
 from cic.cli.runner import refuse_moved_mlflow_store, run_flow, without_flow
 from cic.cli.service_logs import services_log_path
 from cic.stats.searches import DEFAULT_SEARCH
@@ -411,9 +411,8 @@ def ask(
     alpha: Annotated[float | None, typer.Option("--alpha", help="The gate's risk level: its error rate among "
                                                 "accepted answers is certified <= this. Default: the config's "
                                                 "alpha; with several, the strictest whose gate serves.")] = None,
-    bound: Annotated[str, typer.Option("--bound", help="The gate's bound: cp | hoeffding | hoeffding_kl | bentkus "
-                                       "| hoeffding_bentkus, or e-process for a gate of `recalibration.rule: "
-                                       "anytime` (with --search anytime).")] = "cp",
+    bound: Annotated[str, typer.Option("--bound", help=f"The gate's bound: {bound_choices()}, or e-process for a "
+                                       "gate of `recalibration.rule: anytime` (with --search anytime).")] = "cp",
     search: Annotated[str, typer.Option("--search", help="The gate's search.")] = DEFAULT_SEARCH,
     cascade: Annotated[str | None, typer.Option("--cascade", help="A cascade of the config (calibration.cascades): "
                                                 "its models asked in order, the next only when needed; its "

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from cic.cli.common import (
     Alphas,
+    BoundOpt,
     Bounds,
     CalFraction,
     CorrectCol,
@@ -32,6 +33,7 @@ from cic.cli.common import (
     Searches,
     Seed,
     Start,
+    bound_choices,
     console,
     fmt,
     friendly_errors,
@@ -43,6 +45,7 @@ from cic.cli.common import (
     parse_names,
     per_file,
     printable,
+    search_choices,
 )
 from cic.errors import UserError
 from cic.stats.searches import DEFAULT_SEARCH, SEARCH_NAMES
@@ -57,8 +60,7 @@ def calibrate(
     error_col: ErrorCol = "error",
     correct_col: CorrectCol = None,
     delta: Delta = 0.05,
-    bound: Annotated[str, typer.Option("--bound", help="cp | hoeffding | hoeffding_kl | bentkus | "
-                                                       "hoeffding_bentkus")] = "cp",
+    bound: BoundOpt = "cp",
     search: Search = DEFAULT_SEARCH,
     grid: GridOpt = None,
     pilot: PilotOpt = None,
@@ -308,8 +310,7 @@ def simulate(
     n: Annotated[int, typer.Option("--n", help="Calibration set size.")] = 1000,
     alpha: Annotated[float, typer.Option("--alpha", help="Target error rate among accepted answers.")] = 0.1,
     delta: Delta = 0.05,
-    bound: Annotated[str, typer.Option("--bound", help="cp | hoeffding | hoeffding_kl | bentkus | "
-                                                       "hoeffding_bentkus")] = "cp",
+    bound: BoundOpt = "cp",
     search: Search = DEFAULT_SEARCH,
     grid: GridOpt = None,
     n_min: NMin = None,
@@ -406,9 +407,10 @@ def validity(
     trials: Annotated[int, typer.Option("--trials", help="Monte-Carlo calibration sets per row.")] = 2000,
     ns: Annotated[str, typer.Option("--ns", help="Comma-separated calibration set sizes.")] = "200,1000,5000",
     alphas: Alphas = "0.1,0.2",
-    searches: Annotated[str, typer.Option("--searches", help="Comma-separated searches to check.")] = \
-        ",".join(SEARCH_NAMES),
-    bounds: Annotated[str, typer.Option("--bounds", help="Comma-separated bounds to check.")] = "hoeffding,cp",
+    searches: Annotated[str, typer.Option(
+        "--searches", help=f"Comma-separated searches to check: {search_choices()}.")] = ",".join(SEARCH_NAMES),
+    bounds: Annotated[str, typer.Option(
+        "--bounds", help=f"Comma-separated bounds to check: {bound_choices()}.")] = "hoeffding,cp",
     scenarios: Annotated[str, typer.Option("--scenarios", help="crossing (R = 2αt), flat (R = 1.2α).")]
     = "crossing,flat",
     delta: Delta = 0.05,

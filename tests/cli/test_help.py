@@ -65,3 +65,17 @@ def test_one_experiment_prefix_default() -> None:
                 if p.opts and p.opts[0] == "--experiment-prefix" and p.default is not None}
     assert {"ingest", "gate promote", "gate sync"} <= set(defaults)
     assert set(defaults.values()) == {DEFAULT_EXPERIMENT_PREFIX} == {load_config("demo").mlflow.experiment_prefix}
+
+
+@pytest.mark.parametrize("path,option", [(("calibrate",), "--bound"), (("calibrate",), "--search"),
+                                         (("evaluate",), "--bounds"), (("validity",), "--bounds"),
+                                         (("validity",), "--searches"), (("ask",), "--bound")])
+def test_bound_and_search_help_names_every_registered_one(path: tuple[str, ...], option: str) -> None:
+    """The help lists what the registries hold, so a new bound or search shows up in every help text at once."""
+    from cic.stats.bounds import BOUND_NAMES
+    from cic.stats.searches import SEARCHES
+
+    (param,) = [p for p in dict(COMMANDS)[path].params if option in p.opts]
+    names = BOUND_NAMES if "bound" in option else tuple(SEARCHES)
+    missing = [n for n in names if n not in param.help]
+    assert not missing, f"{' '.join(path)} {option} help misses {missing}: {param.help}"
