@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import cic
@@ -41,13 +42,22 @@ def test_an_lm_eval_samples_file_becomes_one_score_and_error_row_per_document_es
     assert errors.mean() == pytest.approx(1 - sum(r["acc"] for r in records) / len(records))
 
 
-def test_a_generation_record_or_a_broken_line_is_refused_in_one_line_naming_it(tmp_path: Path) -> None:
+def test_a_single_generation_renamed_fields_or_a_broken_line_is_refused_in_one_line_naming_it(
+        tmp_path: Path) -> None:
     samples = sorted((FIXTURE / "SmolLM2-135M-Instruct").glob("samples_*.jsonl"))[0]
     lines = samples.read_text().splitlines()
-    generated = json.loads(lines[1]) | {"filtered_resps": ["Paris"], "resps": [["Paris", "paris"]]}
     bad = tmp_path / "samples_gen_2026-01-01T00-00-00.0.jsonl"
-    bad.write_text("\n".join([lines[0], json.dumps(generated)]) + "\n")
-    with pytest.raises(UserError, match="line 2: not a multiple-choice record"):
+    single = json.loads(lines[1]) | {"filtered_resps": ["Paris"], "resps": [["Paris"]]}
+    bad.write_text("\n".join([lines[0], json.dumps(single)]) + "\n")
+    with pytest.raises(UserError, match="line 2: one generation for document .*repeats"):
+        read_harness(bad)
+    neither = json.loads(lines[1]) | {"filtered_resps": [{"text": "x"}], "resps": [[{"text": "x"}]]}
+    bad.write_text(json.dumps(neither) + "\n")
+    with pytest.raises(UserError, match="line 1: neither a multiple-choice record"):
+        read_harness(bad)
+    renamed = {k: v for k, v in json.loads(lines[0]).items() if k != "metrics"}  # another version's field names
+    bad.write_text(json.dumps(renamed) + "\n")
+    with pytest.raises(UserError, match="line 1: metrics = None"):
         read_harness(bad)
     bad.write_text(lines[0] + "\n{not json\n")
     with pytest.raises(UserError, match="line 2 is not JSON"):
@@ -58,7 +68,44 @@ def test_a_generation_record_or_a_broken_line_is_refused_in_one_line_naming_it(t
         read_harness(other)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # loads MiniLM for the meaning classes
+def test_a_generate_until_task_with_repeats_is_scored_from_its_samples_once_per_document_and_filter() -> None:
+    """lm-eval's own generate_until output (5 samples a document, two filters): the samples are `resps[0]`, every
+    filter is a criterion, each document's samples are scored once by CIC's sample estimators — the same scores
+    the pipeline's scorer gives those texts."""
+    from cic.llm.embeddings import SentenceEmbedder
+    from cic.llm.uncertainty.equivalence import make_equivalence
+    from cic.llm.uncertainty.estimators import stored_name
+    from cic.store.harness.lm_eval import SAMPLE_ESTIMATORS
+
+    folder = FIXTURE / "generate" / "SmolLM2-135M-Instruct"
+    records = [json.loads(line) for f in folder.glob("samples_*.jsonl") for line in f.read_text().splitlines()]
+    table = read_harness(folder)
+    filters = {r["filter"] for r in records}
+    assert filters == {"take_first", "maj_vote"}
+    assert set(table.get_column("criterion")) == {f"exact_match[{f}]" for f in filters}
+    assert table.height == len(records) * len(SAMPLE_ESTIMATORS)
+    first = next(r for r in records if r["filter"] == "maj_vote")
+    row = table.filter(question_id=str(first["doc_id"]), criterion="exact_match[maj_vote]")
+    assert set(row.get_column("error")) == {1 - int(first["exact_match"])}
+    texts = [t.strip() for t in first["resps"][0]]
+    equivalence = make_equivalence("embedding", embedder=SentenceEmbedder())
+    ids = cluster_ids(texts, equivalence)
+    counts = np.bincount(ids) / len(ids)
+    expected = -float(np.sum(counts * np.log(counts)))
+    name, sets = (stored_name(e, equivalence.name) for e in ("semantic_entropy", "num_semantic_sets"))
+    assert row.filter(estimator=name).get_column("score")[0] == pytest.approx(expected)
+    assert row.filter(estimator=sets).get_column("score")[0] == len(set(ids.tolist()))
+    both = table.filter(question_id=str(first["doc_id"]), estimator=name).get_column("score")
+    assert both.n_unique() == 1  # the document's samples scored once, whatever the filter
+
+
+def cluster_ids(texts: list[str], equivalence: object) -> np.ndarray:
+    from cic.llm.uncertainty.equivalence import cluster_answers
+
+    return cluster_answers(texts, equivalence)
+
+
 def test_cic_convert_then_report_on_lm_evals_own_output_and_calibrate_names_the_converter(tmp_path: Path) -> None:
     """As a user runs it, in a fresh directory: `cic calibrate` on the raw samples file says what it is and which
     command converts it (exit 2); `cic convert` writes the table; `cic report` certifies it."""
@@ -100,14 +147,20 @@ def test_lm_eval_run_offline_on_the_bundled_model_is_read_and_certified(tmp_path
     data = Path(cic.__file__).parent / "data" / "samples" / "commonsense_qa_validation.jsonl"
     (tasks / "cic_csqa.yaml").write_text((FIXTURE / "cic_csqa.yaml").read_text().replace(
         "cic/data/samples/commonsense_qa_validation.jsonl", str(data)))
+    (tasks / "cic_triviaqa.yaml").write_text((FIXTURE / "cic_triviaqa.yaml").read_text().replace(
+        "cic/data/samples/trivia_qa_validation.jsonl", str(data.parent / "trivia_qa_validation.jsonl")))
     run = subprocess.run([sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args",
-                          f"pretrained={model},dtype=float32", "--tasks", "cic_csqa", "--include_path", str(tasks),
+                          f"pretrained={model},dtype=float32", "--tasks", "cic_csqa,cic_triviaqa",
+                          "--include_path", str(tasks),
                           "--limit", "20", "--log_samples", "--output_path", str(tmp_path / "out"), "--device", "cpu",
                           "--batch_size", "8"], cwd=tmp_path, capture_output=True, text=True, timeout=900,
                          env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     table = read_harness(tmp_path / "out")
-    assert table.height == 40 and set(table.get_column("source")) == {"lm-eval 0.4.13"}
+    choice, generated = table.filter(dataset="cic_csqa"), table.filter(dataset="cic_triviaqa")
+    assert choice.height == 40 and set(table.get_column("source")) == {"lm-eval 0.4.13"}
+    assert set(generated.get_column("criterion")) == {"exact_match[take_first]", "exact_match[maj_vote]"}
+    assert generated.height == 20 * 2 * 6  # documents × filters × sample estimators
     scores = table.filter(estimator="one_minus_max_prob")
     result = cic.calibrate(scores.get_column("score").to_numpy(), scores.get_column("error").to_numpy(), alpha=0.9)
     assert result.threshold is not None or not result.feasible

@@ -1,9 +1,17 @@
-"""lm-evaluation-harness `--log_samples` output (`samples_<task>_<time>.jsonl`, one record per document and filter):
-multiple-choice tasks become (question, score, error) rows. Each option's log-likelihood (written as a string) is
-read from `filtered_resps`, the options' probabilities are their softmax, and CIC's option estimators score them
-(`one_minus_max_prob`, `option_entropy`); each per-document metric the record carries (`acc`, `acc_norm`) is a
-criterion, error = 1 − its value. The model and harness version come from the `results_*.json` lm-eval writes
-beside the samples."""
+"""lm-evaluation-harness `--log_samples` output (`samples_<task>_<time>.jsonl`, one record per document and filter)
+as (question, score, error) rows.
+
+- Multiple choice (`loglikelihood` requests): each option's log-likelihood (written as a string) is read from
+  `filtered_resps`, the options' probabilities are their softmax, and CIC's option estimators score them
+  (`one_minus_max_prob`, `option_entropy`).
+- Generation (`generate_until` with `repeats: K`, K >= 2): the K samples are `resps[0]` (`filtered_resps` holds
+  the one answer a filter kept); CIC's sample-based estimators score them (`SAMPLE_ESTIMATORS`, meaning classes
+  by MiniLM embeddings as in the pipeline; lm-eval keeps no token log-probabilities, so those estimators are
+  left out). A document's samples are scored once whatever the number of filters.
+
+Each per-document metric a record carries (`acc`, `exact_match`) is a criterion — `metric[filter]` when a task has
+named filters — and error = 1 − its value. The model and harness version come from the `results_*.json` lm-eval
+writes beside the samples."""
 
 from __future__ import annotations
 
@@ -21,6 +29,7 @@ if TYPE_CHECKING:
     import polars as pl
 
 ESTIMATORS = ("one_minus_max_prob", "option_entropy")
+SAMPLE_ESTIMATORS = ("semantic_entropy", "num_semantic_sets", "lexical_similarity", "eigv", "deg", "ecc")
 _SAMPLES = re.compile(r"^samples_(?P<task>.+)_\d{4}-\d{2}-\d{2}T[\d\-.]+\.jsonl$")
 
 
@@ -45,6 +54,7 @@ def _read_file(path: Path) -> pl.DataFrame:
     task = match.group("task") if match else path.stem
     model, version = _provenance(path)
     rows: list[dict[str, Any]] = []
+    generated: list[tuple[dict[str, Any], int]] = []
     for number, line in enumerate(path.open("rb"), 1):
         if not line.strip():
             continue
@@ -52,9 +62,14 @@ def _read_file(path: Path) -> pl.DataFrame:
             record = json.loads(line)
         except ValueError:
             raise UserError(f"file = {str(path)!r}: line {number} is not JSON") from None
-        rows.extend(_rows(record, path, number, model, task, f"lm-eval {version}"))
+        if _is_generation(record):
+            generated.append((record, number))
+        else:
+            rows.extend(_rows(record, path, number, model, task, f"lm-eval {version}"))
+    if generated:
+        rows.extend(_generation_rows(generated, path, model, task, f"lm-eval {version}"))
     if not rows:
-        raise UserError(f"file = {str(path)!r}: no multiple-choice record with a per-document metric")
+        raise UserError(f"file = {str(path)!r}: no record with a per-document metric")
     return pl.DataFrame(rows, schema={"model": pl.String, "dataset": pl.String, "estimator": pl.String,
                                       "criterion": pl.String, "score": pl.Float64, "error": pl.Int8,
                                       "question_id": pl.String, "source": pl.String})
@@ -68,16 +83,27 @@ def _rows(record: dict[str, Any], path: Path, number: int, model: str, task: str
     where = f"file = {str(path)!r}, line {number}"
     options = record.get("filtered_resps")
     if not isinstance(options, list) or not options or not all(_is_loglikelihood(o) for o in options):
-        raise UserError(f"{where}: not a multiple-choice record (filtered_resps = {str(options)[:80]}); CIC reads "
-                        "lm-eval's loglikelihood (multiple_choice) tasks")
+        raise UserError(f"{where}: neither a multiple-choice record (filtered_resps = {str(options)[:80]}) nor a "
+                        "generation with its samples in resps; CIC reads lm-eval's multiple_choice and "
+                        "generate_until tasks")
     ll = np.array([float(o[0]) for o in options])  # lm-eval writes them as strings
     probs = np.exp(ll - ll.max())
     probs /= probs.sum()
     stats = QuestionStats(str(record["doc_id"]), [], np.zeros(0), np.zeros(0), probs, None)
     scores = {name: REGISTRY.lookup(name).compute(stats) for name in ESTIMATORS}
+    return _metric_rows(record, where, scores, model, task, source)
+
+
+def _metric_rows(record: dict[str, Any], where: str, scores: dict[str, float | None], model: str, task: str,
+                 source: str) -> list[dict[str, Any]]:
+    """One row per (per-document metric, estimator): error = 1 - the metric, the criterion named by its filter."""
     filtered = record.get("filter", "none")
+    metrics = record.get("metrics")
+    if not isinstance(metrics, list) or not metrics:
+        raise UserError(f"{where}: metrics = {str(metrics)[:80]}: lm-eval names the record's per-document metrics "
+                        "there (a file from another lm-eval version?)")
     out = []
-    for metric in record.get("metrics") or []:
+    for metric in metrics:
         value = record.get(metric)
         if not isinstance(value, int | float) or value not in (0, 1, 0.0, 1.0) or math.isnan(value):
             raise UserError(f"{where}: metric {metric!r} = {value!r} is not 0 or 1 for one document")
@@ -85,6 +111,55 @@ def _rows(record: dict[str, Any], path: Path, number: int, model: str, task: str
         out.extend({"model": model, "dataset": task, "estimator": name, "criterion": criterion, "score": score,
                     "error": 1 - int(value), "question_id": str(record["doc_id"]), "source": source}
                    for name, score in scores.items())
+    return out
+
+
+def _is_generation(record: dict[str, Any]) -> bool:
+    """A generate_until record: `resps` holds one list of generated strings."""
+    resps = record.get("resps")
+    return (isinstance(resps, list) and len(resps) == 1 and isinstance(resps[0], list) and bool(resps[0])
+            and all(isinstance(r, str) for r in resps[0]))
+
+
+def _generation_rows(records: list[tuple[dict[str, Any], int]], path: Path, model: str, task: str,
+                     source: str) -> list[dict[str, Any]]:
+    """Every generate_until record's rows: each document's samples scored once, by the sample estimators."""
+    samples: dict[str, list[str]] = {}
+    for record, number in records:
+        texts = [t.strip() for t in record["resps"][0]]
+        doc = str(record["doc_id"])
+        if len(texts) < 2:
+            raise UserError(f"file = {str(path)!r}, line {number}: one generation for document {doc}: sample-based "
+                            "scores need several (run the task with `repeats: 10` and sampling on)")
+        if samples.setdefault(doc, texts) != texts:
+            raise UserError(f"file = {str(path)!r}, line {number}: document {doc} appears with other samples than "
+                            "on an earlier line (two runs in one file?)")
+    scores = _sample_scores(samples)
+    out = []
+    for record, number in records:
+        out.extend(_metric_rows(record, f"file = {str(path)!r}, line {number}", scores[str(record["doc_id"])],
+                                model, task, source))
+    return out
+
+
+def _sample_scores(samples: dict[str, list[str]]) -> dict[str, dict[str, float | None]]:
+    """Per document, CIC's sample estimators on its samples (the pipeline's default MiniLM equivalence)."""
+    import polars as pl
+
+    from cic.llm.embeddings import SentenceEmbedder
+    from cic.llm.uncertainty.equivalence import make_equivalence
+    from cic.llm.uncertainty.scorer import UncertaintyScorer
+
+    generations = pl.DataFrame(
+        [{"question_id": doc, "sample_index": i, "text": text, "logprob_sum": None, "logprob_mean": None,
+          "option_probs": None} for doc, texts in samples.items() for i, text in enumerate(texts, 1)],
+        schema={"question_id": pl.String, "sample_index": pl.Int64, "text": pl.String, "logprob_sum": pl.Float64,
+                "logprob_mean": pl.Float64, "option_probs": pl.List(pl.Float64)})
+    scorer = UncertaintyScorer(make_equivalence("embedding", embedder=SentenceEmbedder()), SAMPLE_ESTIMATORS)
+    scored = scorer.score(generations, run_key="lm-eval")
+    out: dict[str, dict[str, float | None]] = {doc: {} for doc in samples}
+    for row in scored.iter_rows(named=True):
+        out[row["question_id"]][row["estimator"]] = row["value"]
     return out
 
 
