@@ -8,8 +8,10 @@ weight w_i per model, the path q -> lambda(q) sets lambda_i(q) to the largest ca
 F_i <= w_i·q. Along a path the answered set only grows with q, so the path is one ordered family of hypotheses
 H_q: R(lambda(q)) > alpha, each tested on the calibration questions the system answers at q (their count n(q)
 and the answering models' errors FD(q)) exactly as a single model's thresholds are, by any search of
-`cic.stats.searches` (the default: `fallback`). Several paths share delta equally (a union bound) and the one
-with the most coverage (or the least cost at a coverage floor) is returned. The guarantee: with probability
+`cic.stats.searches` (the default: `fallback`). The paths share delta (a union bound): by default each model
+alone is a path (any k) and together they get `SINGLE_SHARE` of delta, the mixtures (every pair of models, a
+later model skipping the ones between, and all models together) the rest; the certified path with the most
+coverage (or the least cost at a coverage floor) is returned. The guarantee: with probability
 >= 1 - delta over the calibration draw, the returned thresholds have system risk <= alpha, conditionally on
 every model's calibration scores (the paths, like a single model's candidates, depend on the scores only),
 assuming calibration and future questions are exchangeable and each model's answers are fixed by the question
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -34,11 +36,31 @@ from cic.stats import bounds as _bounds
 from cic.stats._validation import checked
 from cic.stats.searches import DEFAULT_SEARCH, Setting, get_search, run_search
 
-#: Label-free paths through the threshold space: per model, the weight of its score quantile (model i answers
-#: at level q when F_i(u_i) <= w_i·q; weight 0: it never answers, so each model alone is a path too). More
-#: models than weights repeat the last weight.
-DEFAULT_PATHS: tuple[tuple[float, ...], ...] = ((1.0, 0.0), (0.0, 1.0), (0.25, 1.0), (0.5, 1.0), (1.0, 1.0),
-                                                (1.0, 0.5))
+#: The share of delta the paths with one model alone get together (why: docs/statistics.md, "Which paths"): a
+#: system never answers much less than its best model alone, and mixtures keep what they add where models differ.
+SINGLE_SHARE = 0.6
+#: Two models' mixtures: per model, the weight of its score quantile (model i answers at level q when
+#: F_i(u_i) <= w_i·q; weight 0: it never answers).
+TWO_MODEL_MIXTURES: tuple[tuple[float, ...], ...] = ((0.25, 1.0), (0.5, 1.0), (1.0, 1.0), (1.0, 0.5))
+
+
+def default_paths(k: int, delta: float) -> tuple[tuple[tuple[float, ...], float], ...]:
+    """Label-free paths for k models with each one's share of delta (summing to delta): each model alone
+    (`SINGLE_SHARE` of delta split equally), then the mixtures: for two models `TWO_MODEL_MIXTURES`; for more,
+    every pair (i, j) with weights (1, 1) and (0.5, 1) — model j may skip the ones between — and all models at
+    weight 1 and at weights doubling towards the last."""
+    alone = [tuple(1.0 if j == i else 0.0 for j in range(k)) for i in range(k)]
+    if k == 2:
+        mixed = list(TWO_MODEL_MIXTURES)
+    else:
+        mixed = []
+        for i in range(k):
+            for j in range(i + 1, k):
+                for a in (1.0, 0.5):
+                    mixed.append(tuple(a if m == i else 1.0 if m == j else 0.0 for m in range(k)))
+        mixed += [(1.0,) * k, tuple(0.5 ** (k - 1 - m) for m in range(k))]
+    return (tuple((p, delta * SINGLE_SHARE / k) for p in alone)
+            + tuple((p, delta * (1 - SINGLE_SHARE) / len(mixed)) for p in mixed))
 
 
 @dataclass(frozen=True)
@@ -61,6 +83,7 @@ class CascadeResult:
     cost_per_question: float | None
     candidates: int
     guarantee: str = field(repr=False, default="")
+    path_delta: float = math.nan  # the share of delta this path was searched at
 
     @property
     def certified(self) -> bool:
@@ -141,14 +164,14 @@ def _thresholds(scores: Sequence[np.ndarray], path: Sequence[float], q: float) -
 @checked
 def calibrate_cascade(scores: Sequence[Any], errors: Sequence[Any], *, alpha: float, delta: float = 0.05,
                       bound: str = "cp", search: str = DEFAULT_SEARCH, models: Sequence[str] | None = None,
-                      costs: Sequence[float] | None = None, paths: Sequence[Sequence[float]] = DEFAULT_PATHS,
+                      costs: Sequence[float] | None = None, paths: Sequence[Sequence[float]] | None = None,
                       min_coverage: float | None = None) -> CascadeResult:
     """Certify a cascade of models (cost order) on the same calibration questions.
 
     `scores[i]`, `errors[i]`: model i's uncertainty and 0/1 error on question j (aligned by question). Each path
-    is searched at delta / len(paths); the result is the certified path with the most coverage, or, with
-    `min_coverage`, the cheapest (by `costs`: model i's cost per call, every model up to the answering one
-    called) among those answering at least that share.
+    is searched at its share of delta (`default_paths`; paths given here share it equally); the result is the
+    certified path with the most coverage, or, with `min_coverage`, the cheapest (by `costs`: model i's cost per
+    call, every model up to the answering one called) among those answering at least that share.
     """
     us = [np.asarray(u, dtype=float) for u in scores]
     es = [np.asarray(e) for e in errors]
@@ -157,16 +180,17 @@ def calibrate_cascade(scores: Sequence[Any], errors: Sequence[Any], *, alpha: fl
     bound = _bounds.resolve_bound(bound)
     plan = get_search(search)
     n = us[0].shape[0]
-    per_path = delta / len(paths)
+    shared = (default_paths(len(us), float(delta)) if paths is None
+              else tuple((tuple(float(w) for w in p), float(delta) / len(paths)) for p in paths))
     found = []
-    for raw in paths:
-        path = tuple(float(w) for w in raw) + (float(raw[-1]),) * max(0, len(us) - len(raw))
-        values, accepted, wrong = cascade_counts(us, es, path[:len(us)])
+    for raw, share in shared:
+        path = (tuple(raw) + (raw[-1],) * max(0, len(us) - len(raw)))[:len(us)]  # more models: the last weight
+        values, accepted, wrong = cascade_counts(us, es, path)
         outcome = run_search(plan, values, accepted, wrong, setting=Setting(n, bound, float(alpha)),
-                             delta=per_path, lazy=True)
+                             delta=share, lazy=True)
         index = int(outcome.index[0])
-        found.append(_result(us, es, names, costs, path[:len(us)], values, accepted, wrong, index,
-                             float(outcome.level[0]), alpha, delta, bound, plan.name))
+        found.append(replace(_result(us, es, names, costs, path, values, accepted, wrong, index,
+                                     float(outcome.level[0]), alpha, delta, bound, plan.name), path_delta=share))
     return _pick(found, min_coverage)
 
 
@@ -212,8 +236,9 @@ def _result(us: list[np.ndarray], es: list[np.ndarray], names: tuple[str, ...], 
                 undecided &= answering != i
         cost = total
     guarantee = (f"P(system error among answered <= {alpha:g}) >= {1 - delta:g}: {len(us)}-model cascade, "
-                 f"thresholds along label-free paths of score quantiles searched by {search} at delta / paths "
-                 "(union over paths); conditional on every model's calibration scores, exchangeable questions")
+                 f"thresholds along label-free paths of score quantiles searched by {search}, each path at its "
+                 "share of delta (union over paths); conditional on every model's calibration scores, "
+                 "exchangeable questions")
     return CascadeResult(names, thresholds, float(alpha), float(delta), bound, search, path, n, n_acc, fd, value,
                          shares, cost, int(values.shape[0]), guarantee)
 

@@ -10,6 +10,13 @@ routing rule (`cic.stats.baselines.lec_routing`, a guarantee in expectation); an
 estimator chosen from all ten (`choose_estimator`, each at delta / 10). Each is measured on the test half:
 coverage, test FDR (mean over splits that answer something), the share of those splits with FDR above alpha,
 fails (splits that answer nothing), and for the cascade the share each model answers. Prints a Markdown table.
+
+Second table, the score cascade everybody runs (one model, Qwen): its cheap score from the one greedy pass
+(`--cheap`, default 1 - max option probability) decides first, and its expensive score (`--expensive`, default
+semantic entropy over the 10 samples) is computed only for the questions the cheap one does not accept; both stages
+answer with the same greedy answer, so they share its error. Cost is generations per question: 1 for the greedy
+pass, + `--samples` (10) where the expensive score is needed. Each rule calibrated on the same splits; columns:
+coverage, cost, mean test FDR, P(test FDR > alpha) over splits answering something, fails.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ TABLES = {"smollm2-135m": ROOT / "infra/examples/real/smollm2-135m.parquet",
           "qwen2.5-coder-1.5b": ROOT / "infra/examples/real/qwen2.5-coder-1.5b.parquet"}
 ALPHAS = (0.05, 0.1, 0.15, 0.2, 0.25)
 DELTA = 0.05
+SCORE_RULES = ("cheap score alone", "expensive score alone", "score cascade (CIC)")
 RULES = ("SmolLM2 alone", "Qwen alone", "cascade (CIC)", "naive cascade", "LEC routing (expectation)",
          "Qwen, estimator auto (δ/10)")
 
@@ -90,10 +98,59 @@ def cell(values: list[tuple[float, float | None, np.ndarray]], alpha: float) -> 
     return f"cov {cover:.3f} · FDR {np.mean(fdrs):.3f} · > α in {above:.0%} · fails {fails}/{len(values)}"
 
 
+
+def score_split(u: list[np.ndarray], e: np.ndarray, alpha: float, cal: np.ndarray,
+                samples: int) -> dict[str, tuple[float, float | None, float]]:
+    """The score rules calibrated on `cal`, measured on the rest: (coverage, FDR or None, generations per question).
+    The greedy pass is always run; the samples only where the expensive score is asked."""
+    test = ~cal
+    alone = [cic.calibrate(x[cal], e[cal], alpha=alpha, delta=DELTA, bound="cp", keep_table=False).threshold
+             for x in u]
+    cascade = calibrate_cascade([x[cal] for x in u], [e[cal]] * 2, alpha=alpha, delta=DELTA, bound="cp")
+    out = {}
+    for rule, thresholds in zip(SCORE_RULES, ((alone[0], None), (None, alone[1]), cascade.thresholds), strict=True):
+        answering = answering_model([x[test] for x in u], thresholds)
+        answered = answering < 2
+        sampled = 0.0 if thresholds[1] is None else float(np.mean(answering != 0))
+        fdr = float(e[test][answered].mean()) if answered.any() else None
+        out[rule] = (float(answered.mean()), fdr, 1.0 + samples * sampled)
+    return out
+
+
+def score_cell(values: list[tuple[float, float | None, float]], alpha: float) -> str:
+    fdrs = [v[1] for v in values if v[1] is not None]
+    cost = np.mean([v[2] for v in values])
+    if not fdrs:
+        return f"cov 0.00 · cost {cost:.2f} · fails {len(values)}/{len(values)}"
+    return (f"cov {np.mean([v[0] for v in values]):.3f} · cost {cost:.2f} · FDR {np.mean(fdrs):.3f} · > α in "
+            f"{np.mean([f > alpha for f in fdrs]):.0%} · fails {len(values) - len(fdrs)}/{len(values)}")
+
+
+def score_cascade(table: pl.DataFrame, model: str, cheap: str, expensive: str, samples: int,
+                  masks: list[np.ndarray]) -> None:
+    """The second table: one model's cheap score first, its expensive score only where the cheap one declines."""
+    pair = table.filter(estimator=cheap).join(table.filter(estimator=expensive), on="question_id", suffix="_x")
+    if pair.is_empty():
+        sys.exit(f"--cheap {cheap!r} / --expensive {expensive!r}: not both in the tables")
+    u = [pair.get_column(f"score_{model}").to_numpy(), pair.get_column(f"score_{model}_x").to_numpy()]
+    e = pair.get_column(f"error_{model}").to_numpy()
+    print(f"\nScore cascade, {model}: {cheap} (the greedy pass, cost 1) first, {expensive} ({samples} samples, "
+          f"cost +{samples}) only where the first declines; same splits, δ = {DELTA}, Clopper–Pearson, default "
+          "search. Coverage · generations per question · mean test FDR · P(test FDR > α) · fails:\n")
+    print("| rule | " + " | ".join(f"α = {a:g}" for a in ALPHAS) + " |")
+    print("|---|" + "---|" * len(ALPHAS))
+    per_alpha = {a: [score_split(u, e, a, cal, samples) for cal in masks] for a in ALPHAS}
+    for rule in SCORE_RULES:
+        print(f"| {rule} | " + " | ".join(score_cell([s[rule] for s in per_alpha[a]], a) for a in ALPHAS) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--estimator", default="one_minus_max_prob", help="both models' score in the cascade")
     parser.add_argument("--splits", type=int, default=100)
+    parser.add_argument("--cheap", default="one_minus_max_prob", help="the score cascade's first stage")
+    parser.add_argument("--expensive", default="semantic_entropy[embedding:0.9]", help="its second stage")
+    parser.add_argument("--samples", type=int, default=10, help="generations the expensive score needs")
     args = parser.parse_args()
     started = time.perf_counter()
     table, models = joined()
@@ -128,6 +185,7 @@ def main() -> None:
     print("\nDeployable cascades calibrated on all questions:")
     for a in ALPHAS:
         print(f"- α = {a:g}: {cascade[a].summary()}")
+    score_cascade(table, models[1], args.cheap, args.expensive, args.samples, masks)
     print(f"\n({time.perf_counter() - started:.0f} s)")
 
 

@@ -3,12 +3,22 @@ against the counts they claim, the single-model path against `calibrate`, validi
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 import cic
 from cic.errors import UserError
-from cic.stats.cascades import _thresholds, answering_model, calibrate_cascade, cascade_counts, choose_estimator
+from cic.stats.cascades import (
+    SINGLE_SHARE,
+    _thresholds,
+    answering_model,
+    calibrate_cascade,
+    cascade_counts,
+    choose_estimator,
+    default_paths,
+)
 
 
 def two_models(rng: np.random.Generator, n: int, decimals: int | None = None) -> tuple[list[np.ndarray],
@@ -37,8 +47,9 @@ def test_counts_along_a_path_are_what_the_thresholds_at_each_level_accept(decima
 def test_a_certified_cascade_accepts_what_it_reports_and_the_second_model_is_asked_only_when_needed() -> None:
     rng = np.random.default_rng(5)
     scores, errors = two_models(rng, 2000)
-    result = calibrate_cascade(scores, errors, alpha=0.1, models=("small", "big"), costs=(1.0, 10.0))
-    assert result.certified and 0 < result.coverage < 1
+    result = calibrate_cascade(scores, errors, alpha=0.1, models=("small", "big"), costs=(1.0, 10.0),
+                               paths=[(1.0, 1.0)])  # both models answer on this path
+    assert result.certified and 0 < result.coverage < 1 and 0 < result.shares[0] < result.coverage
     answering = answering_model(scores, result.thresholds)
     wrong = np.where(answering == 0, errors[0], np.where(answering == 1, errors[1], 0))
     assert (answering < 2).sum() == result.n_accepted and wrong.sum() == result.n_errors
@@ -111,19 +122,39 @@ def test_bad_input_is_one_line_naming_the_model_or_field(kwargs: dict, message: 
 
 
 def test_every_path_is_searched_at_its_share_of_delta_so_the_union_over_paths_holds_at_delta() -> None:
-    """With P paths, each is certified at delta / P (Bonferroni over the paths): the cascade picked among the six
-    default paths is exactly what its own path alone certifies at delta / P — not at delta, which certifies more."""
-    from cic.stats.cascades import DEFAULT_PATHS
-
+    """Each default path is certified at its share of delta and the shares sum to delta (Bonferroni over the
+    paths): the cascade picked is exactly what its own path alone certifies at its share — not at delta, which
+    certifies more."""
     rng = np.random.default_rng(11)
     n = 3000
     u1, u2 = rng.random(n), rng.random(n)
     e1 = (rng.random(n) < 0.02 + 0.4 * u1).astype(int)
     e2 = (rng.random(n) < 0.01 + 0.3 * u2).astype(int)
-    paths = DEFAULT_PATHS
-    picked = calibrate_cascade([u1, u2], [e1, e2], alpha=0.12, delta=0.05, paths=paths)
-    alone = calibrate_cascade([u1, u2], [e1, e2], alpha=0.12, delta=0.05 / len(paths), paths=[picked.path])
+    for k in (2, 3, 4):
+        assert math.isclose(sum(share for _, share in default_paths(k, 0.05)), 0.05)
+    picked = calibrate_cascade([u1, u2], [e1, e2], alpha=0.12, delta=0.05)
+    share = dict(default_paths(2, 0.05))[picked.path]
+    assert picked.path_delta == share < 0.05
+    alone = calibrate_cascade([u1, u2], [e1, e2], alpha=0.12, delta=share, paths=[picked.path])
     at_full = calibrate_cascade([u1, u2], [e1, e2], alpha=0.12, delta=0.05, paths=[picked.path])
-    assert len(paths) > 1 and picked.certified
+    assert picked.certified
     assert (picked.thresholds, picked.n_accepted) == (alone.thresholds, alone.n_accepted)
     assert at_full.n_accepted > picked.n_accepted  # delta itself would certify more: the split is what holds it
+
+
+def test_each_model_alone_and_every_skip_is_a_default_path_for_any_number_of_models() -> None:
+    """With three models the last one alone, the middle one alone and the first handing over to the last
+    (skipping the middle) are candidates; each model alone gets SINGLE_SHARE of delta between them."""
+    for k in (2, 3, 4):
+        shares = dict(default_paths(k, 0.05))
+        for i in range(k):
+            alone = tuple(1.0 if j == i else 0.0 for j in range(k))
+            assert math.isclose(shares[alone], 0.05 * SINGLE_SHARE / k)
+    three = dict(default_paths(3, 0.05))
+    assert (1.0, 0.0, 1.0) in three and (0.5, 0.0, 1.0) in three and (0.0, 1.0, 1.0) in three
+    rng = np.random.default_rng(3)
+    n = 2000
+    u = [rng.random(n) for _ in range(3)]
+    e = [np.ones(n, dtype=int), np.ones(n, dtype=int), (rng.random(n) < 0.02 + 0.2 * u[2]).astype(int)]
+    result = calibrate_cascade(u, e, alpha=0.1)  # only the last model is ever right: it must answer alone
+    assert result.certified and result.thresholds[:2] == (None, None) and result.path == (0.0, 0.0, 1.0)
