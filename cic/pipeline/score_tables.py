@@ -20,6 +20,14 @@ TABLE_SPLIT = "table"
 TABLE_PROMPT = "table"
 
 
+def _evaluated_by(part: pl.DataFrame) -> dict[str, str]:
+    """{"evaluated_by": "lm-eval 0.4.13"} for rows a harness evaluated (the table's `source` column), else {}."""
+    if "source" not in part.columns:
+        return {}
+    sources = sorted(set(part.get_column("source").drop_nulls().to_list()))
+    return {"evaluated_by": ", ".join(sources)} if sources else {}
+
+
 def store_long_table(store: Store, frame: pl.DataFrame, *, source: str, digest: str) -> list[str]:
     """Store the table's groups as runs (one per model × dataset when questions are identified, else one per
     group); returns their run keys. `digest` (of the file) keys the runs: the same table is the same runs."""
@@ -39,7 +47,8 @@ def store_long_table(store: Store, frame: pl.DataFrame, *, source: str, digest: 
     for values, part in frame.group_by(unit, maintain_order=True):
         named = dict(zip(unit, values, strict=True))
         shape = {"source": "table", "digest": digest, **{k: v for k, v in named.items() if k in ("estimator",
-                                                                                                  "criterion")}}
+                                                                                                  "criterion")},
+                 **_evaluated_by(part)}
         run_key = store.register_run(named["model"], named["dataset"], TABLE_SPLIT, TABLE_PROMPT, shape)
         scores = part.select(pl.lit(run_key).alias("run_key"), "question_id", "estimator", pl.col("score")
                              .alias("value")).unique(["question_id", "estimator"], keep="last")

@@ -362,6 +362,14 @@ def write_report(frame: pl.DataFrame, out_dir: str | Path, config: ReportConfig 
     return files
 
 
+def _evaluated_by(frame: pl.DataFrame) -> list[str]:
+    """One line naming who evaluated the answers (a converted harness output's `source` column), or none."""
+    if "source" not in frame.columns:
+        return []
+    sources = sorted(set(frame.get_column("source").drop_nulls().to_list()))
+    return [f"Answers evaluated by {', '.join(sources)} (converted by `cic convert`).", ""] if sources else []
+
+
 def _index(frame: pl.DataFrame, config: ReportConfig, results: pl.DataFrame, files: ReportFiles) -> str:
     """The report's README.md: what was run, the FDR table inline, links to every table and figure."""
     from cic.reports import tables as rt
@@ -374,7 +382,7 @@ def _index(frame: pl.DataFrame, config: ReportConfig, results: pl.DataFrame, fil
         f"{config.n_splits} random calibration/test splits (calibration fraction {config.cal_fraction:g}, seed "
         f"{config.seed}), α ∈ {{{', '.join(f'{a:g}' for a in config.alphas)}}}, δ = {config.delta:g}, bounds "
         f"{', '.join(rt.bound_label(b) for b in config.bounds)}, search "
-        f"{searches_described}.", "",
+        f"{searches_described}.", "", *_evaluated_by(frame),
         "FDR = errors among accepted test answers (mean ± std over the splits that found a threshold); power = "
         "coverage = accepted / test size; correct coverage = accepted-and-correct / correct; Fail = splits where "
         "α was unattainable (never dropped); — = every split failed.", "",

@@ -123,11 +123,16 @@ def score_error_arrays(frame: pl.DataFrame, *, score_col: str = "score", error_c
 GROUP_KEYS: tuple[str, ...] = ("model", "dataset", "estimator", "criterion")
 
 
+OPTIONAL_COLUMNS = ("question_id", "source")  # a long frame keeps them when a file has them
+
+
 def check_long_frame(frame: pl.DataFrame, source: str = "table") -> pl.DataFrame:
     """Validate a long (score, error) frame with several groups; return its columns in order, error as Int8.
 
     Columns: model, dataset, estimator, criterion (strings naming the group), score (finite), error (0/1,
-    1 = wrong), question_id optional (unique within a group when present). Errors name column, row, value.
+    1 = wrong), question_id optional (unique within a group when present), source optional (who evaluated the
+    answers, e.g. "lm-eval 0.4.13": kept so reports and MLflow say where the table came from). Errors name
+    column, row, value.
     """
     import polars as pl
 
@@ -138,7 +143,7 @@ def check_long_frame(frame: pl.DataFrame, source: str = "table") -> pl.DataFrame
                          f"{', '.join(needed)} (question_id optional); columns are: {', '.join(frame.columns)}")
     if frame.height == 0:
         raise UserError(f"{source} has no rows")
-    keep = [*needed, *(["question_id"] if "question_id" in frame.columns else [])]
+    keep = [*needed, *(c for c in OPTIONAL_COLUMNS if c in frame.columns)]
     for name in keep:
         _column(frame, name, source)  # names the first missing value
     scores = as_scores(frame.get_column("score").to_numpy(), f"column 'score' in {source}")
@@ -182,7 +187,8 @@ def read_long_table(path: str | Path, *, labels: dict[str, str | None] | None = 
             columns[key] = pl.Series(key, [given if given is not None else defaults[key]] * frame.height)
         else:
             raise UserError(f"{source} has no column {key!r}: label it with --{key} NAME (or add the column)")
-    if "question_id" in frame.columns:
-        columns["question_id"] = frame.get_column("question_id").cast(pl.String)
+    for optional in OPTIONAL_COLUMNS:
+        if optional in frame.columns:
+            columns[optional] = frame.get_column(optional).cast(pl.String)
     long = pl.DataFrame({**columns, "score": scores, "error": errors})
     return check_long_frame(long, source)

@@ -126,7 +126,7 @@ def test_cic_convert_then_report_on_lm_evals_own_output_and_calibrate_names_the_
     report = subprocess.run([str(CIC), "report", "scores.parquet", "--out", "rep", "--n-splits", "10"],
                             cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert report.returncode == 0, report.stdout + report.stderr
-    assert (tmp_path / "rep" / "README.md").exists()
+    assert "Answers evaluated by lm-eval 0.4.13" in (tmp_path / "rep" / "README.md").read_text()
 
 
 def _lm_eval_installed() -> bool:
@@ -164,3 +164,29 @@ def test_lm_eval_run_offline_on_the_bundled_model_is_read_and_certified(tmp_path
     scores = table.filter(estimator="one_minus_max_prob")
     result = cic.calibrate(scores.get_column("score").to_numpy(), scores.get_column("error").to_numpy(), alpha=0.9)
     assert result.threshold is not None or not result.feasible
+
+
+def test_who_evaluated_the_answers_travels_into_the_report_and_the_stored_runs(tmp_path: Path) -> None:
+    """A converted table's `source` column ("lm-eval 0.4.13") survives reading the file back, keys the runs it is
+    stored as (so MLflow's generation_config param names it) and is named in the report; the same rows without the
+    column are stored as before, under other runs."""
+    from cic.pipeline.score_tables import store_long_table
+    from cic.reports.report import write_report
+    from cic.store import Store
+    from cic.store.score_files import read_long_table
+
+    path = tmp_path / "scores.parquet"
+    read_harness(FIXTURE / "SmolLM2-135M-Instruct").write_parquet(path)
+    frame = read_long_table(path)
+    assert set(frame.get_column("source")) == {"lm-eval 0.4.13"}
+    with Store.open(tmp_path / "s.duckdb") as store:
+        converted = store_long_table(store, frame, source="t", digest="d")
+        plain = store_long_table(store, frame.drop("source"), source="t", digest="d")
+        runs = {r["run_key"]: json.loads(r["generation_config"]) for r in store.read("runs").iter_rows(named=True)}
+    assert {runs[k].get("evaluated_by") for k in converted} == {"lm-eval 0.4.13"}
+    assert all("evaluated_by" not in runs[k] for k in plain) and not set(converted) & set(plain)
+    write_report(frame, tmp_path / "rep", n_splits=5, figures=False, baselines=(), sensitivity_fractions=())
+    assert "Answers evaluated by lm-eval 0.4.13" in (tmp_path / "rep" / "README.md").read_text()
+    write_report(frame.drop("source"), tmp_path / "plain", n_splits=5, figures=False, baselines=(),
+                 sensitivity_fractions=())
+    assert "evaluated by" not in (tmp_path / "plain" / "README.md").read_text()
