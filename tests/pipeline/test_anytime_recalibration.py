@@ -21,6 +21,8 @@ from cic.store.queries import anytime_counted_order, newest_anytime_state
 from tests.support.database import raw_sql
 from tests.support.pipeline_data import store_run
 
+pytestmark = pytest.mark.slow  # nights of recalibration on a store: the slow tier
+
 CONFIG = CalibrationConfig(alphas=(0.2,), bounds=("cp",), searches=("fixed_sequence",), n_splits=4)
 DAY = datetime(2026, 1, 1, tzinfo=UTC)
 GRID = 20

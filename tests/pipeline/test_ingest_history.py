@@ -22,7 +22,7 @@ from cic.store import Store
 from tests.pipeline.test_ingest import T0, records, write
 from tests.pipeline.test_recalibration import CONFIG, make_live, only_group
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow]  # multi-step scenarios: the slow tier
 NOW = T0 + timedelta(days=1)
 
 

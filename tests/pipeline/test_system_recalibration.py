@@ -18,6 +18,8 @@ from cic.pipeline.system_gates import confirm_system_gate, served_system_entries
 from cic.store import Store
 from tests.support.pipeline_data import store_run
 
+pytestmark = pytest.mark.slow  # nights of recalibration on a store: the slow tier
+
 CONFIG = CalibrationConfig(alphas=(0.2,), bounds=("cp",), searches=("fixed_sequence",), n_splits=4,
                            cascades=(CascadeConfig(name="small-big", models=("small", "big"),
                                                    estimator="semantic_entropy"),))

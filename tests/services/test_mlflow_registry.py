@@ -25,7 +25,7 @@ from cic.store import Store
 from tests.pipeline.test_recalibration import make_live
 from tests.support.pipeline_data import store_run
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.slow]  # multi-step scenarios: the slow tier
 runner = CliRunner()
 DOWN = "http://127.0.0.1:9"  # discard port: nothing answers
 

@@ -106,6 +106,7 @@ def cluster_ids(texts: list[str], equivalence: object) -> np.ndarray:
     return cluster_answers(texts, equivalence)
 
 
+@pytest.mark.slow  # the installed cic, four processes
 def test_cic_convert_then_report_on_lm_evals_own_output_and_calibrate_names_the_converter(tmp_path: Path) -> None:
     """As a user runs it, in a fresh directory: `cic calibrate` on the raw samples file says what it is and which
     command converts it (exit 2); `cic convert` writes the table; `cic report` certifies it."""

@@ -30,8 +30,10 @@ SERVICES_OFF = ("SCHEDULER", "LATE_RUNS", "FOREMAN", "PAUSE_EXPIRATIONS", "REPOS
 
 @pytest.fixture(scope="session", autouse=True)
 def _prefect_first(request: pytest.FixtureRequest) -> None:
-    """Start the session's server before the first test when the session runs flows (`PREFECT_USERS`)."""
-    if any(item.nodeid.startswith(PREFECT_USERS) for item in request.session.items):
+    """Start the session's server before the first test when the session runs flows with services (a slow test of
+    `PREFECT_USERS`); the fast tier starts none (a fast test that runs a flow gets Prefect's ephemeral API)."""
+    if any(item.nodeid.startswith(PREFECT_USERS) and item.get_closest_marker("slow")
+           for item in request.session.items):
         request.getfixturevalue("prefect_api")
 
 
