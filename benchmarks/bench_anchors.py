@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import cic  # noqa: E402
+from cic.reports.arena import score_select  # noqa: E402
 
 DELTA = 0.05
 TABLE = ROOT / "infra" / "examples" / "real" / "qwen2.5-coder-1.5b.parquet"
@@ -85,25 +86,12 @@ def mapie_multiclass_accepts(u: np.ndarray, e: np.ndarray, test: np.ndarray, alp
     return np.asarray(predicted, dtype=float) == np.asarray(predicted, dtype=float)  # not NaN: answered
 
 
-def score_select_accepts(u: np.ndarray, e: np.ndarray, test: np.ndarray, alpha: float) -> np.ndarray:
-    """Conformal selection: p_j = (1 + #{wrong calibration answers with U ≤ U_j}) / (n + 1), BH at alpha."""
-    wrong = np.sort(u[e == 1])
-    p = (1 + np.searchsorted(wrong, test, side="right")) / (u.shape[0] + 1)
-    order = np.argsort(p, kind="stable")
-    m = test.shape[0]
-    passed = np.flatnonzero(p[order] <= alpha * np.arange(1, m + 1) / m)
-    accepted = np.zeros(m, dtype=bool)
-    if passed.size:
-        accepted[order[:passed[-1] + 1]] = True
-    return accepted
-
-
 METHODS: dict[str, Any] = {
     "cic": cic_accepts,
     "lec": lambda u, e, t, a: cic_accepts(u, e, t, a, "lec"),
     "mapie-binary": mapie_binary_accepts,
     "mapie-multiclass": mapie_multiclass_accepts,
-    "score-select": score_select_accepts,
+    "score-select": lambda u, e, t, a: score_select(u, e, t, a, DELTA),  # the arena's (cic bench)
 }
 
 

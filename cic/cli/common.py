@@ -220,6 +220,13 @@ def search_choices() -> str:
                       f"{', needs --grid' if s.needs_grid else ''})" for s in SEARCHES.values())
 
 
+def arena_choices() -> str:
+    """Every method of the risk-control arena, for help texts."""
+    from cic.reports.arena import METHODS
+
+    return " | ".join(METHODS)
+
+
 def bound_choices() -> str:
     """Every registered bound's name, for help texts."""
     from cic.stats.bounds import BOUND_NAMES

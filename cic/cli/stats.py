@@ -1,4 +1,5 @@
-"""Statistics commands on precomputed (score, error) tables: calibrate, evaluate, simulate, report, validity."""
+"""Statistics commands on precomputed (score, error) tables: calibrate, evaluate, simulate, report, bench,
+validity."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from cic.cli.common import (
     Searches,
     Seed,
     Start,
+    arena_choices,
     bound_choices,
     console,
     fmt,
@@ -332,6 +334,53 @@ def simulate(
 
 
 @friendly_errors
+def bench(
+    files: Annotated[list[Path], typer.Argument(help="Parquet, CSV or JSON-lines long score tables (model, dataset, "
+                                                     "estimator, criterion, score, error): the committed real "
+                                                     "tables, a converted harness output, your own.")],
+    alphas: Alphas = "0.1,0.15,0.2,0.25",
+    deltas: Annotated[str, typer.Option("--deltas", help="Comma-separated δ values.")] = "0.05",
+    methods: Annotated[str | None, typer.Option("--methods", help=f"Comma-separated methods (default: all): "
+                                                f"{arena_choices()}.")] = None,
+    n_splits: NSplits = 500,
+    cal_fraction: CalFraction = 0.5,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the splits.")] = 0,
+    out: Annotated[Path | None, typer.Option("--out", help="Directory for arena.md, arena.csv and arena.png.")] = None,
+    dataset: Annotated[str | None, typer.Option("--dataset", help="Only this dataset's rows.")] = None,
+    estimator: Annotated[str | None, typer.Option("--estimator", help="Only this estimator's rows.")] = None,
+    criterion: Annotated[str | None, typer.Option("--criterion", help="Only this criterion's rows.")] = None,
+) -> None:
+    """A risk-control arena: every abstention method on the same splits of each table — coverage, mean FDR,
+    P(FDR > α), the share of splits accepting nothing, time — with the guarantee each carries."""
+    import polars as pl
+
+    from cic.reports.arena import arena_figure, arena_markdown, run_arena
+    from cic.store.outputs import guard_output_dir, write_frame, write_text
+    from cic.store.score_files import read_long_table
+
+    if out is not None:
+        guard_output_dir(out, "--out", inputs=files)
+    frame = pl.concat([read_long_table(path) for path in files], how="diagonal_relaxed")
+    for column, wanted in (("dataset", dataset), ("estimator", estimator), ("criterion", criterion)):
+        if wanted is not None:
+            if wanted not in set(frame.get_column(column)):
+                raise UserError(f"--{column} = {wanted!r}: not in the tables (they hold "
+                                f"{', '.join(sorted(set(frame.get_column(column))))})")
+            frame = frame.filter(pl.col(column) == wanted)
+    rows = run_arena(frame, alphas=parse_floats(alphas, "--alphas"), deltas=parse_floats(deltas, "--deltas"),
+                     methods=parse_names(methods) if methods else None, n_splits=n_splits,
+                     cal_fraction=cal_fraction, seed=seed)
+    table = arena_markdown(rows)
+    console.print(table, highlight=False, markup=False, soft_wrap=True)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        write_text(out / "arena.md", table, "arena table")
+        write_frame(rows, out / "arena.csv", "arena table")
+        arena_figure(rows, out / "arena.png")
+        console.print(f"arena written to {out}/ (arena.md, arena.csv, arena.png)", highlight=False)
+
+
+@friendly_errors
 def report(
     files: Annotated[list[Path], typer.Argument(help="Parquet, CSV or JSON-lines score tables: long layout (model, "
                                                      "dataset, estimator, criterion, score, error) or one group per "
@@ -441,5 +490,5 @@ def validity(
                   f"{'' if no_figure else ', validity.png'})", highlight=False)
 
 
-COMMANDS = {"calibrate": calibrate, "evaluate": evaluate, "simulate": simulate, "report": report,
+COMMANDS = {"calibrate": calibrate, "evaluate": evaluate, "simulate": simulate, "report": report, "bench": bench,
             "validity": validity}

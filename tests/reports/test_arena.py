@@ -1,0 +1,94 @@
+"""The risk-control arena (`cic.reports.arena`, `cic bench`): every method judged on the same splits, the rates it
+reports recomputed here from the splits themselves, conformal selection against a brute-force Benjamini–Hochberg,
+and the command as a user runs it (files written, bad input one line)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+import cic
+from cic.cli import app
+from cic.errors import UserError
+from cic.reports.arena import EXPECTATION, METHODS, PAC, run_arena, score_select
+
+runner = CliRunner()
+
+
+def table(n: int = 600, seed: int = 0, dataset: str = "d") -> pl.DataFrame:
+    rng = np.random.default_rng(seed)
+    u = rng.random(n)
+    e = (rng.random(n) < 0.05 + 0.5 * u).astype(int)
+    return pl.DataFrame({"model": "m", "dataset": dataset, "estimator": "s", "criterion": "c",
+                         "question_id": [f"q{i}" for i in range(n)], "score": u, "error": e})
+
+
+def test_each_row_is_what_its_method_does_on_the_same_splits() -> None:
+    """The arena's coverage, mean FDR, P(FDR > α) and accepts-nothing share equal a recomputation from the splits
+    `cic.split_masks` draws for the same seed, for CIC's default and for LEC."""
+    frame = table()
+    rows = run_arena(frame, alphas=[0.2], n_splits=20, seed=3)
+    assert rows.height == len(METHODS) and set(rows.get_column("method")) == set(METHODS)
+    u, e = frame.get_column("score").to_numpy(), frame.get_column("error").to_numpy()
+    masks = cic.split_masks(u.shape[0], 20, 0.5, seed=3)
+    for name, search in (("cic", "fallback"), ("lec", "lec")):
+        cover, fdr = [], []
+        for cal in masks:
+            t = cic.calibrate(u[cal], e[cal], alpha=0.2, delta=0.05, search=search, keep_table=False).threshold
+            accepted = np.zeros((~cal).sum(), dtype=bool) if t is None else u[~cal] <= t
+            cover.append(accepted.mean())
+            fdr.append(e[~cal][accepted].mean() if accepted.any() else 0.0)
+        row = rows.filter(method=name).row(0, named=True)
+        assert row["coverage"] == pytest.approx(np.mean(cover)) and row["mean_fdr"] == pytest.approx(np.mean(fdr))
+        assert row["p_fdr_above_alpha"] == pytest.approx(np.mean(np.array(fdr) > 0.2))
+        assert row["accepts_nothing"] == pytest.approx(np.mean(np.array(cover) == 0))
+    kinds = dict(rows.select("method", "guarantee").iter_rows())
+    assert kinds["cic"] == PAC and kinds["lec"] == EXPECTATION and kinds["score-select"] == EXPECTATION
+
+
+def test_a_guarantee_in_expectation_exceeds_alpha_far_more_often_than_a_pac_one() -> None:
+    """The point of the P(FDR > α) column: on one law, the PAC rules exceed α in few splits, LEC and conformal
+    selection in about half (their mean FDR sits at α)."""
+    rows = run_arena(table(4000, seed=1), alphas=[0.15], n_splits=60)
+    above = dict(rows.select("method", "p_fdr_above_alpha").iter_rows())
+    assert max(above["cic"], above["cic-hoeffding"], above["bonferroni-grid"]) < 0.2
+    assert min(above["lec"], above["score-select"]) > 0.25
+
+
+def test_conformal_selection_is_benjamini_hochberg_on_conformal_p_values() -> None:
+    rng = np.random.default_rng(4)
+    u, e, test = rng.random(50), (rng.random(50) < 0.4).astype(int), rng.random(30)
+    n = u.shape[0]
+    p = np.array([(1 + np.sum((e == 1) & (u <= t))) / (n + 1) for t in test])
+    k = max((i for i in range(1, 31) if np.sort(p)[i - 1] <= 0.3 * i / 30), default=0)
+    expected = p <= np.sort(p)[k - 1] if k else np.zeros(30, dtype=bool)
+    assert (score_select(u, e, test, 0.3, 0.05) == expected).all()
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"alphas": [1.5]}, "alpha = 1.5"), ({"alphas": [0.1], "deltas": [0.0]}, "delta = 0.0"),
+    ({"alphas": [0.1], "n_splits": 0}, "n_splits = 0"), ({"alphas": [0.1], "methods": ["magic"]}, "magic"),
+])
+def test_bad_settings_are_one_line_naming_them(kwargs: dict, message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        run_arena(table(50), **kwargs)
+
+
+def test_cic_bench_prints_the_table_and_writes_it_with_its_figure(tmp_path: Path) -> None:
+    data = tmp_path / "scores.parquet"
+    pl.concat([table(), table(seed=2, dataset="other")]).write_parquet(data)
+    done = runner.invoke(app, ["bench", str(data), "--alphas", "0.2,0.3", "--n-splits", "10", "--dataset", "d",
+                               "--out", str(tmp_path / "arena")])
+    assert done.exit_code == 0, done.output
+    assert "| m | d | s | c | 0.2 | 0.05 | cic | PAC (1 − δ) |" in done.output and "| other |" not in done.output
+    written = pl.read_csv(tmp_path / "arena" / "arena.csv")
+    assert written.height == 2 * len(METHODS) and (tmp_path / "arena" / "arena.png").stat().st_size > 10_000
+    assert (tmp_path / "arena" / "arena.md").read_text().count("\n") == 2 + 2 * len(METHODS)
+    unknown = runner.invoke(app, ["bench", str(data), "--dataset", "nope"])
+    assert unknown.exit_code == 2 and "--dataset = 'nope': not in the tables" in unknown.output
+    inside = runner.invoke(app, ["bench", str(data), "--out", str(tmp_path)])  # the input lies in --out
+    assert inside.exit_code == 2 and (tmp_path / "scores.parquet").exists()
