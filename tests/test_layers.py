@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from cic.errors import UserError
+from cic.llm.engines import ENGINES, Engine, engine_class
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("cic", "tasks", "flows")
 
@@ -175,9 +178,11 @@ def test_the_insert_rule_sees_a_positional_insert(tmp_path: Path) -> None:
     assert positional_inserts([sample]) == ["bad.py:1", "bad.py:2"]
 
 
-# a concrete engine and the code only it runs: named inside cic/llm/engines (and by its own modules) only
-CONCRETE_ENGINES = ("cic.llm.engines.local", "cic.llm.engines.endpoint", "cic.llm.endpoint",
-                    "cic.llm.generation.AnswerGenerator", "cic.llm.models.load_causal_lm")
+# a concrete engine (every module the engine registry names) and the code only it runs: named inside
+# cic/llm/engines (and by its own modules) only
+REGISTERED_ENGINES = tuple(sorted({entry.partition(":")[0] for entry in ENGINES.values()}))
+CONCRETE_ENGINES = (*REGISTERED_ENGINES, "cic.llm.endpoint", "cic.llm.generation.AnswerGenerator",
+                    "cic.llm.models.load_causal_lm")
 ENGINE_HOMES = ("cic.llm.engines", "cic.llm.endpoint", "cic.llm.generation", "cic.llm.models")
 
 
@@ -189,10 +194,20 @@ def test_nothing_outside_the_engines_names_a_concrete_engine() -> None:
              for target, line in imports(path, top_level_only=False)
              if any(target == c or target.startswith(c + ".") for c in CONCRETE_ENGINES)]
     assert named == []
-    registered = re.findall(r'"(\w+)": "(cic\.llm\.engines\.\w+):(\w+)"', (ROOT / "cic/llm/engines/registry.py")
-                            .read_text())
-    assert {name for name, _, _ in registered} == {"local", "endpoint"}
-    for name, module, attribute in registered:
-        from importlib import import_module
+    assert REGISTERED_ENGINES and all(m.startswith("cic.llm.engines.") for m in REGISTERED_ENGINES)
+    for name in ENGINES:
+        assert issubclass(engine_class(name), Engine) and engine_class(name).name == name
 
-        assert getattr(import_module(module), attribute).name == name
+
+def test_the_engine_registry_refuses_an_entry_that_is_not_an_engine_of_its_name() -> None:
+    """A registry line pointing at another class (or at an engine registered under another name) is one line naming
+    it, not an AttributeError deep in a worker."""
+    ENGINES.register("cic.stats.bounds:Bound", name="not-an-engine")
+    ENGINES.register("cic.llm.engines.local:LocalEngine", name="renamed")
+    try:
+        for name in ("not-an-engine", "renamed"):
+            with pytest.raises(UserError, match=f"engine '{name}': the registry names"):
+                engine_class(name)
+    finally:
+        for name in ("not-an-engine", "renamed"):
+            ENGINES._entries.pop(name)

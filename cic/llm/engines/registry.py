@@ -6,6 +6,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING
 
+from cic.errors import UserError
 from cic.registry import Registry
 
 if TYPE_CHECKING:
@@ -19,9 +20,18 @@ ENGINES: Registry[str] = Registry("engine", {
 
 
 def engine_class(name: str) -> type[Engine]:
-    """The engine registered as `name`; a UserError naming the ones there are otherwise."""
-    module, _, attribute = ENGINES.lookup(name).partition(":")
-    return getattr(import_module(module), attribute)
+    """The engine registered as `name`; a UserError naming the ones there are otherwise, or saying that the entry is
+    not an `Engine` of that name (a registry line pointing at the wrong class)."""
+    from cic.llm.engines.base import Engine
+
+    entry = ENGINES.lookup(name)
+    module, _, attribute = entry.partition(":")
+    found = getattr(import_module(module), attribute, None)
+    key = name.strip().lower()
+    if not (isinstance(found, type) and issubclass(found, Engine)) or getattr(found, "name", None) != key:
+        raise UserError(f"engine {key!r}: the registry names {entry!r}, which is not a cic.llm.engines.base.Engine "
+                        f"whose name is {key!r}")
+    return found
 
 
 def make_engine(settings: AnswererSettings) -> Engine:
