@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import cic  # noqa: E402
+from cic.reports import arena_mapie  # noqa: E402
 from cic.reports.arena import score_select  # noqa: E402
 
 DELTA = 0.05
@@ -56,41 +57,11 @@ def cic_accepts(u: np.ndarray, e: np.ndarray, test: np.ndarray, alpha: float, se
     return np.zeros(test.shape, dtype=bool) if t is None else test <= t
 
 
-def mapie_binary_accepts(u: np.ndarray, e: np.ndarray, test: np.ndarray, alpha: float) -> np.ndarray:
-    from bench_mapie import mapie_threshold, nan_safe_holm
-
-    t = mapie_threshold(u, e, alpha, nan_safe_holm())
-    return np.zeros(test.shape, dtype=bool) if t is None else test <= t
-
-
-def option_matrix(u: np.ndarray, options: int = 5) -> np.ndarray:
-    """The top option at 1 − u (column 0), the rest of the mass spread evenly over the other options."""
-    top = 1.0 - u
-    rest = np.repeat(((1.0 - top) / (options - 1))[:, None], options - 1, axis=1)
-    return np.column_stack([top, rest])
-
-
-def mapie_multiclass_accepts(u: np.ndarray, e: np.ndarray, test: np.ndarray, alpha: float) -> np.ndarray:
-    from mapie.risk_control import BinaryRisk, MultiClassificationLTTController, abstention_rate
-
-    selective_precision = BinaryRisk(risk_occurrence=lambda y, p: p.ravel() == y.ravel(),
-                                     risk_condition=lambda y, p: p.ravel() == p.ravel(),  # not abstained (NaN)
-                                     higher_is_better=True)
-    controller = MultiClassificationLTTController(predict_function=lambda x: x, risks=[selective_precision],
-                                                  target_level=[1 - alpha], confidence_level=1 - DELTA,
-                                                  classes=np.arange(5), best_predict_param_choice=abstention_rate)
-    controller.calibrate(option_matrix(u), np.where(e == 0, 0, 1))  # right: the top option; wrong: another
-    if controller.best_predict_param is None:
-        return np.zeros(test.shape, dtype=bool)
-    predicted = controller.predict(option_matrix(test))
-    return np.asarray(predicted, dtype=float) == np.asarray(predicted, dtype=float)  # not NaN: answered
-
-
 METHODS: dict[str, Any] = {
     "cic": cic_accepts,
     "lec": lambda u, e, t, a: cic_accepts(u, e, t, a, "lec"),
-    "mapie-binary": mapie_binary_accepts,
-    "mapie-multiclass": mapie_multiclass_accepts,
+    "mapie-binary": lambda u, e, t, a: arena_mapie.binary(u, e, t, a, DELTA),
+    "mapie-multiclass": lambda u, e, t, a: arena_mapie.multiclass(u, e, t, a, DELTA),
     "score-select": lambda u, e, t, a: score_select(u, e, t, a, DELTA),  # the arena's (cic bench)
 }
 

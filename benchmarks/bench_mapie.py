@@ -32,24 +32,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import cic  # noqa: E402
+from cic.reports.arena_mapie import binary_threshold, nan_safe_holm  # noqa: E402
 from cic.stats.searches import DEFAULT_SEARCH  # noqa: E402
 
 DELTA = 0.05
-
-
-def nan_safe_holm() -> Any:
-    """MAPIE's own Bonferroni–Holm with NaN p-values (grid points accepting nothing) read as 1; counts them."""
-    from mapie.risk_control.fwer_control import FWERBonferroniHolm
-
-    class NanSafeHolm(FWERBonferroniHolm):
-        saw_nan = False
-
-        def run(self, p_values: Any, delta: float) -> Any:
-            p = np.asarray(p_values, dtype=float)
-            NanSafeHolm.saw_nan = bool(np.isnan(p).any())
-            return super().run(np.nan_to_num(p, nan=1.0), delta)
-
-    return NanSafeHolm()
 
 
 def mapie_version() -> str:
@@ -63,17 +49,8 @@ def mapie_version() -> str:
 
 def mapie_threshold(scores: np.ndarray, errors: np.ndarray, alpha: float,
                     fwer: Any = "bonferroni_holm") -> float | None:
-    """MAPIE's certified threshold on U (accept when U <= it), or None."""
-    from mapie.risk_control import BinaryClassificationController
-
-    def proba(x: np.ndarray) -> np.ndarray:  # class 1 = a correct answer, with "probability" 1 - U
-        return np.column_stack([x[:, 0], 1.0 - x[:, 0]])
-
-    controller = BinaryClassificationController(predict_function=proba, risk="precision", target_level=1 - alpha,
-                                                confidence_level=1 - DELTA, fwer_method=fwer)
-    controller.calibrate(scores.reshape(-1, 1), (errors == 0).astype(int))
-    best = controller.best_predict_param
-    return None if best is None or not np.isfinite(np.asarray(best, dtype=float)).all() else 1.0 - float(best)
+    """MAPIE's certified threshold on U (accept when U <= it), or None (`fwer`: MAPIE's own name or object)."""
+    return binary_threshold(scores, errors, alpha, DELTA, fwer)
 
 
 def main() -> None:

@@ -5,7 +5,7 @@ Each split (seeded, `cic.split_masks`) calibrates every method on one part and j
 (accepted / test questions), the FDR of the accepted test answers (0 when none), P(FDR > α) over the splits, the
 share of splits that accept nothing, and seconds per calibration. A method is one `Method` entry: its name, the
 kind of guarantee it carries, and its rule (calibration scores and errors, test scores, α, δ → accepted test
-questions). MAPIE's controllers are compared in `benchmarks/bench_anchors.py` (MAPIE is not a CIC dependency).
+questions). MAPIE's controllers join where MAPIE is installed (`cic.reports.arena_mapie`; not a CIC dependency).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ class Method:
     guarantee: str
     rule: Rule
     description: str
+    estimators: tuple[str, ...] = ()  # the scores it applies to (empty: every score)
 
 
 def _threshold_rule(search: str, bound: str, grid: bool = False) -> Rule:
@@ -77,6 +78,28 @@ METHODS: Registry[Method] = Registry("arena method", (
 ))
 
 
+def _mapie(rule: str) -> Rule:
+    def accepts(u: np.ndarray, e: np.ndarray, test: np.ndarray, alpha: float, delta: float) -> np.ndarray:
+        from cic.reports import arena_mapie
+
+        return getattr(arena_mapie, rule)(u, e, test, alpha, delta)
+    return accepts
+
+
+def _register_mapie() -> None:
+    from cic.reports.arena_mapie import installed
+
+    if installed():
+        METHODS.register(Method("mapie-binary", PAC, _mapie("binary"), "MAPIE 1.6 BinaryClassificationController, "
+                                "precision, Holm over its 100-point grid (NaN p-values read as 1)"))
+        METHODS.register(Method("mapie-multiclass", PAC, _mapie("multiclass"), "MAPIE 1.6 "
+                                "MultiClassificationLTTController on the top option, the λ that abstains least",
+                                estimators=("one_minus_max_prob",)))
+
+
+_register_mapie()
+
+
 def run_arena(frame: pl.DataFrame, *, alphas: Sequence[float], deltas: Sequence[float] = (0.05,),
               methods: Sequence[str] | None = None, n_splits: int = 500, cal_fraction: float = 0.5,
               seed: int = 0) -> pl.DataFrame:
@@ -105,6 +128,8 @@ def run_arena(frame: pl.DataFrame, *, alphas: Sequence[float], deltas: Sequence[
         for alpha in alphas:
             for delta in deltas:
                 for method in chosen:
+                    if method.estimators and key[2] not in method.estimators:
+                        continue
                     rows.append({**dict(zip(GROUP_KEYS, key, strict=True)), "method": method.name,
                                  "guarantee": method.guarantee, "alpha": float(alpha), "delta": float(delta),
                                  **_judge(method, u, e, masks, float(alpha), float(delta))})

@@ -19,6 +19,11 @@ from cic.reports.arena import EXPECTATION, METHODS, PAC, run_arena, score_select
 runner = CliRunner()
 
 
+def applicable(estimator: str = "s") -> set[str]:
+    """The methods the arena runs on a score of this name (MAPIE's multiclass only on the top option's)."""
+    return {m.name for m in METHODS.values() if not m.estimators or estimator in m.estimators}
+
+
 def table(n: int = 600, seed: int = 0, dataset: str = "d") -> pl.DataFrame:
     rng = np.random.default_rng(seed)
     u = rng.random(n)
@@ -32,7 +37,7 @@ def test_each_row_is_what_its_method_does_on_the_same_splits() -> None:
     `cic.split_masks` draws for the same seed, for CIC's default and for LEC."""
     frame = table()
     rows = run_arena(frame, alphas=[0.2], n_splits=20, seed=3)
-    assert rows.height == len(METHODS) and set(rows.get_column("method")) == set(METHODS)
+    assert rows.height == len(applicable()) and set(rows.get_column("method")) == applicable()
     u, e = frame.get_column("score").to_numpy(), frame.get_column("error").to_numpy()
     masks = cic.split_masks(u.shape[0], 20, 0.5, seed=3)
     for name, search in (("cic", "fallback"), ("lec", "lec")):
@@ -86,9 +91,40 @@ def test_cic_bench_prints_the_table_and_writes_it_with_its_figure(tmp_path: Path
     assert done.exit_code == 0, done.output
     assert "| m | d | s | c | 0.2 | 0.05 | cic | PAC (1 − δ) |" in done.output and "| other |" not in done.output
     written = pl.read_csv(tmp_path / "arena" / "arena.csv")
-    assert written.height == 2 * len(METHODS) and (tmp_path / "arena" / "arena.png").stat().st_size > 10_000
-    assert (tmp_path / "arena" / "arena.md").read_text().count("\n") == 2 + 2 * len(METHODS)
+    assert written.height == 2 * len(applicable()) and (tmp_path / "arena" / "arena.png").stat().st_size > 10_000
+    assert (tmp_path / "arena" / "arena.md").read_text().count("\n") == 2 + 2 * len(applicable())
     unknown = runner.invoke(app, ["bench", str(data), "--dataset", "nope"])
     assert unknown.exit_code == 2 and "--dataset = 'nope': not in the tables" in unknown.output
     inside = runner.invoke(app, ["bench", str(data), "--out", str(tmp_path)])  # the input lies in --out
     assert inside.exit_code == 2 and (tmp_path / "scores.parquet").exists()
+
+
+def test_mapies_controllers_join_the_arena_exactly_where_mapie_is_installed() -> None:
+    from cic.reports import arena_mapie
+
+    assert ("mapie-binary" in METHODS) == ("mapie-multiclass" in METHODS) == arena_mapie.installed()
+
+
+@pytest.mark.skipif("mapie-binary" not in METHODS, reason="MAPIE is not installed (pip install mapie==1.6.0)")
+def test_mapies_rows_are_its_controllers_on_the_same_splits_and_multiclass_only_for_the_top_option_score() -> None:
+    """mapie-binary accepts what MAPIE's own controller certifies on each calibration part; mapie-multiclass runs
+    only on 1 − max option probability, where its accept/abstain decisions equal the binary controller's grid
+    rule on the same λ grid or are more permissive (it picks the λ that abstains least)."""
+    from mapie.risk_control import BinaryClassificationController
+
+    frame = table(800, seed=5).with_columns(estimator=pl.lit("one_minus_max_prob"))
+    rows = run_arena(pl.concat([frame, frame.with_columns(estimator=pl.lit("other"))]), alphas=[0.3], n_splits=5)
+    assert set(rows.filter(estimator="other").get_column("method")) == applicable("other") == set(METHODS) - {
+        "mapie-multiclass"}
+    u, e = frame.get_column("score").to_numpy(), frame.get_column("error").to_numpy()
+    masks = cic.split_masks(u.shape[0], 5, 0.5, seed=0)
+    cover = []
+    for cal in masks:
+        controller = BinaryClassificationController(
+            predict_function=lambda x: np.column_stack([x[:, 0], 1.0 - x[:, 0]]), risk="precision",
+            target_level=0.7, confidence_level=0.95)
+        controller.calibrate(u[cal].reshape(-1, 1), (e[cal] == 0).astype(int))
+        best = controller.best_predict_param
+        cover.append(0.0 if best is None else float(np.mean(1.0 - u[~cal] >= float(best))))
+    row = rows.filter(estimator="one_minus_max_prob", method="mapie-binary").row(0, named=True)
+    assert row["coverage"] == pytest.approx(np.mean(cover), abs=1e-9)
