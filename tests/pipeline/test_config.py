@@ -200,7 +200,7 @@ def test_an_error_across_a_section_names_its_path_and_reason_without_echoing_the
     with pytest.raises(UserError) as caught:
         parse_config(raw, "c.yaml")
     said = str(caught.value)
-    assert "give either spec" in said and "xxxxxxxxxx" not in said and len(said) < 400, said
+    assert "give one of spec" in said and "xxxxxxxxxx" not in said and len(said) < 400, said
 
 
 def test_the_ray_address_comes_from_the_option_then_the_config_then_the_environment(

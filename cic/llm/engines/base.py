@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from pydantic import BaseModel
+
 from cic.llm.engines.probe import EngineProbe
 
 if TYPE_CHECKING:
@@ -37,9 +39,24 @@ class Capabilities:
 
 
 class Engine(ABC):
-    """One model's answers, built in a worker from its `AnswererSettings`."""
+    """One model's answers, built in a worker from its `AnswererSettings`.
+
+    An engine that a config names by `engine:` declares its `options:` as a pydantic model (`Options`): the config
+    validates them once (one line per bad field) and the worker finds them, validated, in
+    `settings.engine_options`."""
 
     name: ClassVar[str]
+    Options: ClassVar[type[BaseModel] | None] = None
+
+    @classmethod
+    def source(cls, options: dict[str, Any]) -> str:
+        """What the model is, in one string (tables, MLflow), from its validated options."""
+        return f"{cls.name} {options}" if options else cls.name
+
+    @classmethod
+    def max_failed_share(cls, options: dict[str, Any]) -> float:
+        """The share of questions that may stay unanswered (0: a failure is an error)."""
+        return float(options.get("max_failed_share", 0.0))
 
     def __init__(self, settings: AnswererSettings) -> None:
         self.settings = settings
