@@ -333,6 +333,15 @@ def simulate(
     console.print(result.summary(), highlight=False)
 
 
+def _bench_table(path: Path) -> Any:
+    """A long table; a file without model or dataset columns is labelled "model" and its file name."""
+    from cic.store.score_files import read_long_table, read_table
+
+    columns = set(read_table(path).columns)
+    defaults = {"model": "model", "dataset": path.stem}
+    return read_long_table(path, labels={k: v for k, v in defaults.items() if k not in columns})
+
+
 @friendly_errors
 def bench(
     files: Annotated[list[Path], typer.Argument(help="Parquet, CSV or JSON-lines long score tables (model, dataset, "
@@ -356,11 +365,10 @@ def bench(
 
     from cic.reports.arena import arena_figure, arena_markdown, run_arena
     from cic.store.outputs import guard_output_dir, write_frame, write_text
-    from cic.store.score_files import read_long_table
 
     if out is not None:
         guard_output_dir(out, "--out", inputs=files)
-    frame = pl.concat([read_long_table(path) for path in files], how="diagonal_relaxed")
+    frame = pl.concat([_bench_table(path) for path in files], how="diagonal_relaxed")
     for column, wanted in (("dataset", dataset), ("estimator", estimator), ("criterion", criterion)):
         if wanted is not None:
             if wanted not in set(frame.get_column(column)):

@@ -128,3 +128,16 @@ def test_mapies_rows_are_its_controllers_on_the_same_splits_and_multiclass_only_
         cover.append(0.0 if best is None else float(np.mean(1.0 - u[~cal] >= float(best))))
     row = rows.filter(estimator="one_minus_max_prob", method="mapie-binary").row(0, named=True)
     assert row["coverage"] == pytest.approx(np.mean(cover), abs=1e-9)
+
+
+def test_a_plain_score_error_file_is_benched_under_its_file_name_and_absurd_settings_are_one_line(
+        tmp_path: Path) -> None:
+    plain = tmp_path / "plain.csv"
+    table().select("score", "error").write_csv(plain)
+    done = runner.invoke(app, ["bench", str(plain), "--n-splits", "5", "--alphas", "0.3"])
+    assert done.exit_code == 0, done.output
+    assert "| model | plain | score | error | 0.3 | 0.05 | cic |" in done.output
+    for args, said in ((["--n-splits", "0"], "n_splits = 0"), (["--cal-fraction", "1"], "cal_fraction = 1.0"),
+                       (["--out", "/dev/null"], "is a character device")):
+        refused = runner.invoke(app, ["bench", str(plain), *args])
+        assert refused.exit_code == 2 and said in refused.output, refused.output
