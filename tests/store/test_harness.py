@@ -191,3 +191,48 @@ def test_who_evaluated_the_answers_travels_into_the_report_and_the_stored_runs(t
     write_report(frame.drop("source"), tmp_path / "plain", n_splits=5, figures=False, baselines=(),
                  sensitivity_fractions=())
     assert "evaluated by" not in (tmp_path / "plain" / "README.md").read_text()
+
+
+INSPECT = Path(__file__).resolve().parents[1] / "fixtures" / "inspect_ai" / "cic_triviaqa.json"
+
+
+@pytest.mark.slow  # loads MiniLM for the meaning classes
+def test_an_inspect_ai_log_with_epochs_is_scored_from_its_samples_and_judged_by_its_first_epoch() -> None:
+    """inspect-ai's own JSON log (5 epochs, a `match` scorer): one row per sample id and estimator, the error from
+    the first epoch's score, the samples all five epochs' outputs, provenance from the eval header."""
+    from cic.store.harness.samples import SAMPLE_ESTIMATORS, sample_scores
+
+    log = json.loads(INSPECT.read_text())
+    table = read_harness(INSPECT)
+    ids = sorted({s["id"] for s in log["samples"]})
+    assert table.height == len(ids) * len(SAMPLE_ESTIMATORS)
+    assert set(table.get_column("source")) == {"inspect-ai 0.3.285"} and set(table.get_column("criterion")) == {"match"}
+    assert set(table.get_column("model")) == {"SmolLM2-135M-Instruct.Q4_1-9cca30b8698b9b54"}
+    runs = sorted((s for s in log["samples"] if s["id"] == ids[0]), key=lambda s: s["epoch"])
+    first = table.filter(question_id=ids[0])
+    assert set(first.get_column("error")) == {0 if runs[0]["scores"]["match"]["value"] == "C" else 1}
+    expected = sample_scores({ids[0]: [r["output"]["choices"][0]["message"]["content"].strip() for r in runs]})
+    for name, value in expected[ids[0]].items():
+        assert first.filter(estimator=name).get_column("score")[0] == pytest.approx(value)
+
+
+def test_an_inspect_log_that_cic_cannot_read_is_one_line_naming_why(tmp_path: Path) -> None:
+    log = json.loads(INSPECT.read_text())
+    packed = tmp_path / "run.eval"
+    packed.write_bytes(b"PK\x03\x04")
+    with pytest.raises(UserError, match="an inspect-ai .eval log .*inspect log convert"):
+        read_harness(packed)
+    once = tmp_path / "once.json"
+    once.write_text(json.dumps({**log, "samples": [s for s in log["samples"] if s["epoch"] == 1]}))
+    with pytest.raises(UserError, match="answered once; .*--epochs"):
+        read_harness(once)
+    partial = tmp_path / "partial.json"
+    first = log["samples"][0]
+    changed = [{**first, "scores": {"match": {"value": "P"}}} if s is first else s for s in log["samples"]]
+    partial.write_text(json.dumps({**log, "samples": changed}))
+    with pytest.raises(UserError, match="value = 'P' is neither right"):
+        read_harness(partial)
+    truncated = tmp_path / "cut.json"
+    truncated.write_text(INSPECT.read_text()[:5000])
+    with pytest.raises(UserError, match="not an evaluation output CIC reads|not a JSON document"):
+        read_harness(truncated)

@@ -32,7 +32,13 @@ def _lm_eval() -> Harness:
     return Harness("lm-eval", "lm-evaluation-harness --log_samples", lm_eval.looks_like, lm_eval.read)
 
 
-HARNESSES: Registry[Harness] = Registry("harness", (_lm_eval(),))
+def _inspect_ai() -> Harness:
+    from cic.store.harness import inspect_ai
+
+    return Harness("inspect-ai", "an inspect-ai evaluation log (JSON)", inspect_ai.looks_like, inspect_ai.read)
+
+
+HARNESSES: Registry[Harness] = Registry("harness", (_lm_eval(), _inspect_ai()))
 
 
 def which_harness(record: dict[str, Any]) -> Harness | None:
@@ -57,8 +63,18 @@ def read_harness(path: str | Path, harness: str | None = None) -> pl.DataFrame:
 
 
 def _first_record(p: Path) -> dict[str, Any] | None:
+    """The first JSON object of a JSON-lines output (lm-eval), or the whole document of a JSON log (inspect-ai)."""
     import json
 
+    if p.suffix == ".eval" or (p.is_dir() and any(p.glob("**/*.eval")) and not any(p.glob("**/*.json"))):
+        return {"eval": {"task": ""}, "samples": []}  # an inspect-ai .eval log: its reader says how to convert it
+    logs = sorted(p.glob("**/*.json")) if p.is_dir() and not any(p.glob("**/samples_*.jsonl")) else []
+    if p.suffix == ".json" or logs:
+        try:
+            record = json.loads((logs[0] if logs else p).read_text())
+        except (OSError, ValueError):
+            return None
+        return record if isinstance(record, dict) else None
     files = sorted(p.glob("**/samples_*.jsonl")) if p.is_dir() else [p]
     for file in files:
         with file.open("rb") as handle:

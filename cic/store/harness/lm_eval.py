@@ -24,12 +24,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cic.errors import UserError
+from cic.store.harness.samples import SAMPLE_ESTIMATORS, sample_scores
 
 if TYPE_CHECKING:
     import polars as pl
 
 ESTIMATORS = ("one_minus_max_prob", "option_entropy")
-SAMPLE_ESTIMATORS = ("semantic_entropy", "num_semantic_sets", "lexical_similarity", "eigv", "deg", "ecc")
+
 _SAMPLES = re.compile(r"^samples_(?P<task>.+)_\d{4}-\d{2}-\d{2}T[\d\-.]+\.jsonl$")
 
 
@@ -134,32 +135,11 @@ def _generation_rows(records: list[tuple[dict[str, Any], int]], path: Path, mode
         if samples.setdefault(doc, texts) != texts:
             raise UserError(f"file = {str(path)!r}, line {number}: document {doc} appears with other samples than "
                             "on an earlier line (two runs in one file?)")
-    scores = _sample_scores(samples)
+    scores = sample_scores(samples, SAMPLE_ESTIMATORS)
     out = []
     for record, number in records:
         out.extend(_metric_rows(record, f"file = {str(path)!r}, line {number}", scores[str(record["doc_id"])],
                                 model, task, source))
-    return out
-
-
-def _sample_scores(samples: dict[str, list[str]]) -> dict[str, dict[str, float | None]]:
-    """Per document, CIC's sample estimators on its samples (the pipeline's default MiniLM equivalence)."""
-    import polars as pl
-
-    from cic.llm.embeddings import SentenceEmbedder
-    from cic.llm.uncertainty.equivalence import make_equivalence
-    from cic.llm.uncertainty.scorer import UncertaintyScorer
-
-    generations = pl.DataFrame(
-        [{"question_id": doc, "sample_index": i, "text": text, "logprob_sum": None, "logprob_mean": None,
-          "option_probs": None} for doc, texts in samples.items() for i, text in enumerate(texts, 1)],
-        schema={"question_id": pl.String, "sample_index": pl.Int64, "text": pl.String, "logprob_sum": pl.Float64,
-                "logprob_mean": pl.Float64, "option_probs": pl.List(pl.Float64)})
-    scorer = UncertaintyScorer(make_equivalence("embedding", embedder=SentenceEmbedder()), SAMPLE_ESTIMATORS)
-    scored = scorer.score(generations, run_key="lm-eval")
-    out: dict[str, dict[str, float | None]] = {doc: {} for doc in samples}
-    for row in scored.iter_rows(named=True):
-        out[row["question_id"]][row["estimator"]] = row["value"]
     return out
 
 
