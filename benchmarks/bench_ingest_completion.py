@@ -25,8 +25,8 @@ import polars as pl
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import cic.pipeline.ingest as ingest  # noqa: E402
-import cic.pipeline.ingest_journal as journal  # noqa: E402
+import cic.pipeline.production.ingest as ingest  # noqa: E402
+import cic.pipeline.production.ingest_journal as journal  # noqa: E402
 from cic.store import Store  # noqa: E402
 
 NOW = datetime(2027, 1, 1, tzinfo=UTC)

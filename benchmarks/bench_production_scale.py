@@ -36,14 +36,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from cic.pipeline.config import CalibrationConfig  # noqa: E402
-from cic.pipeline.ingest import ingest_file  # noqa: E402
-from cic.pipeline.recalibration import (  # noqa: E402
+from cic.pipeline.production.ingest import ingest_file  # noqa: E402
+from cic.pipeline.production.recalibration import (  # noqa: E402
     WindowRule,
     correct_and_alert,
     recalibrate_group,
     recalibrate_store,
 )
-from cic.pipeline.stored_calibration import GroupKey  # noqa: E402
+from cic.pipeline.run.stored_calibration import GroupKey  # noqa: E402
 from cic.store import Store  # noqa: E402
 
 CONFIG = CalibrationConfig(alphas=(0.2, 0.3), bounds=("cp",), searches=("fixed_sequence",), n_splits=2)
@@ -114,13 +114,13 @@ if kind == "read":
     rows = pl.read_parquet(path).height
 elif kind == "ingest":
     from datetime import datetime, UTC
-    from cic.pipeline.ingest import ingest_file
+    from cic.pipeline.production.ingest import ingest_file
     from cic.store import Store
     with Store.open(db) as store:
         rows = ingest_file(store, path, now=datetime(2027, 1, 1, tzinfo=UTC)).records
 else:
     from cic.pipeline.config import CalibrationConfig
-    from cic.pipeline.recalibration import WindowRule, recalibrate_store
+    from cic.pipeline.production.recalibration import WindowRule, recalibrate_store
     from cic.store import Store
     config = CalibrationConfig(alphas=(0.2, 0.3), bounds=("cp",), searches=("fixed_sequence",), n_splits=2)
     with Store.open(db) as store:

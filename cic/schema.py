@@ -128,7 +128,7 @@ GATE_EVENTS = TableSpec("gate_events", {
     "reason": pl.String(),                   # who or what moved it, in words
     "alerts": pl.List(pl.String()),          # what the recalibration that wrote it found; empty when none
     "created_at": pl.Datetime("us", "UTC"),
-    "alert_kinds": pl.List(pl.String()),     # each alert's kind (`cic.pipeline.alerts.ALERT_KINDS`), in order
+    "alert_kinds": pl.List(pl.String()),     # each alert's kind (pipeline `production.alerts.ALERT_KINDS`), in order
 }, ("event_id",), added_later=("alert_kinds",))
 
 LABEL_EVENTS = TableSpec("label_events", {

@@ -9,8 +9,8 @@ from prefect import flow
 
 from cic.errors import UserError
 from cic.pipeline.config import DEMO_CONFIG, flow_config
-from cic.pipeline.run_results import CalibrationRunSummary
-from cic.pipeline.stored_calibration import stored_run_keys
+from cic.pipeline.run.run_results import CalibrationRunSummary
+from cic.pipeline.run.stored_calibration import stored_run_keys
 from cic.services.prefect_limits import store_slot
 from cic.services.prefect_runs import flow_run_name
 from cic.store import Store

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from prefect import flow
 
-from cic.pipeline.ingest import IngestOptions, IngestStats
+from cic.pipeline.production.ingest import IngestOptions, IngestStats
 from cic.services.prefect_limits import store_slot
 from tasks.ingest import ingest_records
 

@@ -21,15 +21,15 @@ from prefect import flow
 from prefect.states import Failed, State
 
 from cic.llm.engines import EngineProbe
-from cic.pipeline import progress
 from cic.pipeline.config import DEMO_CONFIG, PipelineConfig, flow_config
-from cic.pipeline.group_reports import start_report_workers, stop_report_workers, write_group_reports
-from cic.pipeline.preflight import probe_lines, probe_models
-from cic.pipeline.progress import ProgressLines
-from cic.pipeline.run_digest import PER_DATASET_UNSHARED, RESULTS_ARTIFACT, markdown_summary
-from cic.pipeline.run_results import PipelineSummary, ResultRow
-from cic.pipeline.serving_now import live_gate_ids
-from cic.pipeline.system_gates import system_results
+from cic.pipeline.gates.serving_now import live_gate_ids
+from cic.pipeline.gates.system_gates import system_results
+from cic.pipeline.run import progress
+from cic.pipeline.run.group_reports import start_report_workers, stop_report_workers, write_group_reports
+from cic.pipeline.run.preflight import probe_lines, probe_models
+from cic.pipeline.run.progress import ProgressLines
+from cic.pipeline.run.run_digest import PER_DATASET_UNSHARED, RESULTS_ARTIFACT, markdown_summary
+from cic.pipeline.run.run_results import PipelineSummary, ResultRow
 from cic.services import ray_pool
 from cic.services.mlflow_tracking import tracking_uri
 from cic.services.prefect_limits import store_slot

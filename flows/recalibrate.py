@@ -1,6 +1,6 @@
 """The scheduled job: candidate gates on the newest labelled window, drift tests against the live gates' data,
-stored and logged; a page (drift, a monitor alarm: `cic.pipeline.alerts`) fails the flow run with its headline
-as the state message, so a schedule shows it as a failure, not a tag; warnings complete it with a note.
+stored and logged; a page (drift, a monitor alarm: `cic.pipeline.alerts`) fails the flow run with its
+headline as the state message, so a schedule shows it as a failure, not a tag; warnings complete it with a note.
 
     stored runs + ingested streams ──► new window (after the live gate's) ──► candidates + drift tests (Holm)
         ──► DuckDB (candidates, their alerts; auto-promotion where the policy allows) ──► MLflow ──► alert? Failed
@@ -17,10 +17,10 @@ from prefect import flow, get_run_logger
 from prefect.states import Completed, Failed, State
 
 from cic.pipeline.alerts import counts_line
-from cic.pipeline.anytime_gates import ANYTIME, E_PROCESS
 from cic.pipeline.config import DEMO_CONFIG, flow_config
-from cic.pipeline.recalibration import WindowRule, parse_since
-from cic.pipeline.run_results import (
+from cic.pipeline.gates.anytime_gates import ANYTIME, E_PROCESS
+from cic.pipeline.production.recalibration import WindowRule, parse_since
+from cic.pipeline.run.run_results import (
     AlertRow,
     AnytimeRow,
     CandidateRow,
@@ -125,7 +125,7 @@ def markdown_report(summary: RecalibrationSummary) -> str:
     the candidates table (paging candidates of live gates first, at most SHOWN_CANDIDATES rows; `cic gate list`
     has them all)."""
     from cic.pipeline.alerts import PAGE, counts_by_kind, kind_of, severity
-    from cic.pipeline.serving_now import markdown_table
+    from cic.pipeline.gates.serving_now import markdown_table
 
     lines = [f"# Recalibration: {summary.gates} candidate gate(s), {len(summary.alerts)} alert(s), "
              f"{len(summary.pages)} page(s)", "", *markdown_table(summary.serving), ""]

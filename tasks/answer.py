@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prefect import task
 
-from cic.pipeline.run_results import AnswerStats
+from cic.pipeline.run.run_results import AnswerStats
 from cic.services.answer_stage import ModelJob, RunJob, answer_all, plan_placement
 from cic.services.prefect_runs import run_logger
 

@@ -1,5 +1,5 @@
 """Prefect task: calibrate and evaluate every (run, estimator, criterion) group the store holds, and store it
-(`cic.pipeline.calibrate_store`); one line in the run's log."""
+(`cic.pipeline.gates.calibrate_store`); one line in the run's log."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from cic.pipeline.calibrate_store import calibrate_store
 from cic.pipeline.config import CalibrationConfig
-from cic.pipeline.run_results import CalibrateStats
+from cic.pipeline.gates.calibrate_store import calibrate_store
+from cic.pipeline.run.run_results import CalibrateStats
 from cic.services.prefect_runs import named_by_runs, run_logger
 
 

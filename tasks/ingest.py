@@ -1,11 +1,12 @@
-"""Prefect task: store a file of production records (or of labels alone) — `cic.pipeline.ingest` does the work."""
+"""Prefect task: store a file of production records (or of labels alone) — `cic.pipeline.production.ingest` does
+the work."""
 
 from __future__ import annotations
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from cic.pipeline.ingest import IngestOptions, IngestStats, ingest_file
+from cic.pipeline.production.ingest import IngestOptions, IngestStats, ingest_file
 from cic.services.prefect_runs import named_by_runs
 from cic.store import Store
 

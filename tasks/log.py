@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from cic.pipeline.run_results import LogStats
+from cic.pipeline.run.run_results import LogStats
 from cic.services.mlflow_results import log_store
 from cic.services.prefect_runs import named_by_runs, run_logger
 

@@ -10,8 +10,8 @@ from prefect.cache_policies import NO_CACHE
 
 from cic.pipeline.alerts import PAGE, counts_line, headline, kind_of, severity
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX, CalibrationConfig, RecalibrationConfig
-from cic.pipeline.recalibration import Candidate, RecalibrationPass, WindowRule, recalibrate_store
-from cic.pipeline.serving_state import restore_advice
+from cic.pipeline.gates.serving_state import restore_advice
+from cic.pipeline.production.recalibration import Candidate, RecalibrationPass, WindowRule, recalibrate_store
 from cic.services.mlflow_results import log_recalibration
 from cic.services.prefect_runs import named_by_runs
 from cic.store import Store

@@ -211,3 +211,20 @@ def test_the_engine_registry_refuses_an_entry_that_is_not_an_engine_of_its_name(
     finally:
         for name in ("not-an-engine", "renamed"):
             ENGINES._entries.pop(name)
+
+
+# the rooms of cic/pipeline, lowest first (config and alerts, the shared values, sit beside them at its top)
+PIPELINE_ROOMS = ("run", "gates", "production")
+
+
+def test_the_pipelines_rooms_never_import_a_higher_room() -> None:
+    """run/ (a run and its stored calibration) < gates/ (certify, serve, lifecycle) < production/ (ingest,
+    recalibration, monitoring): no import back up, in function bodies either."""
+    rank = {room: i for i, room in enumerate(PIPELINE_ROOMS)}
+    assert {p.name for p in (ROOT / "cic/pipeline").iterdir() if p.is_dir() and p.name in rank} == set(rank)
+    upward = [f"{module}:{line} imports {target}" for module, path in MODULES.items()
+              if module.startswith("cic.pipeline.") and module.split(".")[2] in rank
+              for target, line in imports(path, top_level_only=False)
+              if target.startswith("cic.pipeline.") and target.split(".")[2] in rank
+              and rank[target.split(".")[2]] > rank[module.split(".")[2]]]
+    assert upward == []

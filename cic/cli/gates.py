@@ -16,8 +16,8 @@ from cic.errors import UserError
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
 
 if TYPE_CHECKING:
-    from cic.pipeline.gate_rows import GateRow, SystemGateRow
-    from cic.pipeline.gates import Families
+    from cic.pipeline.gates.gate_rows import GateRow, SystemGateRow
+    from cic.pipeline.gates.lifecycle import Families
 
 StoreOpt = Annotated[Path, typer.Option("--db", help="DuckDB file of the store.")]
 PrefixOpt = Annotated[str, typer.Option("--experiment-prefix", help="MLflow experiments '<prefix>-<dataset>' of the "
@@ -66,8 +66,8 @@ def ingest(
     """Store production records (question, answer, scores, timestamp, correctness when known) next to the
     pipeline's runs; a file of labels alone labels them later. Idempotent; a bad record stores nothing."""
     from cic.cli.progress_view import side_progress
-    from cic.pipeline.ingest import IngestOptions, ingest_file
-    from cic.pipeline.record_batches import SUFFIXES
+    from cic.pipeline.production.ingest import IngestOptions, ingest_file
+    from cic.pipeline.production.record_batches import SUFFIXES
     from cic.store import Store
     from cic.store.score_files import input_file
 
@@ -114,7 +114,7 @@ def ingest(
 
 def _journal_command(db: Path, complete: str | None, abandon: str | None, *, relabel: bool, replace: bool) -> None:
     """`cic ingest --complete ID` / `--abandon ID`: finish or undo an ingest cut off between its commits."""
-    from cic.pipeline.ingest import abandon_ingest, complete_ingest, find_ingest
+    from cic.pipeline.production.ingest import abandon_ingest, complete_ingest, find_ingest
     from cic.store import Store
 
     with Store.open(db, wait_s=300) as store:
@@ -152,10 +152,10 @@ def list_gates(
     why each withdrawn gate serves nothing and how to restore it."""
     import polars as pl
 
-    from cic.pipeline.gate_rows import gate_rows, system_gate_rows
-    from cic.pipeline.gates import gates, live_families
-    from cic.pipeline.serving_state import WORDS, serving_state
-    from cic.pipeline.system_gates import system_gates
+    from cic.pipeline.gates.gate_rows import gate_rows, system_gate_rows
+    from cic.pipeline.gates.lifecycle import gates, live_families
+    from cic.pipeline.gates.serving_state import WORDS, serving_state
+    from cic.pipeline.gates.system_gates import system_gates
     from cic.store import Store
 
     choices = ("live", *WORDS)
@@ -195,7 +195,7 @@ def list_gates(
 
 def _in_state(row: Any, state: str | None) -> bool:
     """Whether a gate is in `--state`: a serving state (serving takes confirmed too), or the stored state live."""
-    from cic.pipeline.serving_state import serving_state
+    from cic.pipeline.gates.serving_state import serving_state
 
     if state is None:
         return True
@@ -207,7 +207,7 @@ def _in_state(row: Any, state: str | None) -> bool:
 
 def _gate_cells(r: GateRow) -> tuple[str, ...]:
     """A gate in the gate list's columns (its state in the serving words every surface uses)."""
-    from cic.pipeline.serving_state import serving_state
+    from cic.pipeline.gates.serving_state import serving_state
 
     kind = "" if (r.kind or "pipeline") == "pipeline" else f" ({r.kind})"
     return tuple(map(printable, (
@@ -218,14 +218,14 @@ def _gate_cells(r: GateRow) -> tuple[str, ...]:
 
 
 def _since(row: GateRow) -> str:
-    from cic.pipeline.anytime_gates import certified_since
+    from cic.pipeline.gates.anytime_gates import certified_since
 
     return certified_since(row)[:19]
 
 
 def _window_cell(row: GateRow) -> str:
     """A gate's window end, or for an anytime gate since when it is certified at every night."""
-    from cic.pipeline.anytime_gates import certified_since, is_anytime
+    from cic.pipeline.gates.anytime_gates import certified_since, is_anytime
 
     if is_anytime(row):
         return f"since {certified_since(row)[:10]}"
@@ -235,7 +235,7 @@ def _window_cell(row: GateRow) -> str:
 def _system_cells(rows: list[SystemGateRow]) -> list[tuple[str, ...]]:
     """System gates in the gate list's columns: the system's name and models in order, each stage's threshold
     ("never": that model never answers)."""
-    from cic.pipeline.serving_state import serving_state
+    from cic.pipeline.gates.serving_state import serving_state
 
     return [tuple(map(printable, (
         r.calibration_id[:12], f"{serving_state(r).word} (system)",
@@ -248,7 +248,7 @@ def _system_cells(rows: list[SystemGateRow]) -> list[tuple[str, ...]]:
 
 def _warn_over_budget(families: Families) -> None:
     """Say where live gates of one model and configuration spent more than their delta together."""
-    from cic.pipeline.gates import over_budget
+    from cic.pipeline.gates.lifecycle import over_budget
 
     for line in over_budget(families):
         err_console.print(styled(("over budget:", "bold yellow"), " ", printable(line)), soft_wrap=True)
@@ -346,8 +346,8 @@ def promote_gate(
                                                     "says so.")] = False,
 ) -> None:
     """Make a gate live (retiring the live gate of its key) and point MLflow's `live` alias at it."""
-    from cic.pipeline.gates import family_of, live_families, promote
-    from cic.pipeline.system_gates import find_system_gate, promote_system_gate
+    from cic.pipeline.gates.lifecycle import family_of, live_families, promote
+    from cic.pipeline.gates.system_gates import find_system_gate, promote_system_gate
     from cic.store import Store
 
     with Store.open(_existing(db), wait_s=300) as store:
@@ -389,8 +389,8 @@ def confirm_gate(
 ) -> None:
     """Keep serving a flagged live gate after review: recorded in its event log; `cic gate export`, `cic ask` and
     MLflow's alias serve it again. (A newer gate promoted for its key clears the flag too.)"""
-    from cic.pipeline.gates import confirm
-    from cic.pipeline.system_gates import confirm_system_gate, find_system_gate
+    from cic.pipeline.gates.lifecycle import confirm
+    from cic.pipeline.gates.system_gates import confirm_system_gate, find_system_gate
     from cic.store import Store
 
     with Store.open(_existing(db), wait_s=300) as store:
@@ -415,7 +415,7 @@ def retire_gate(
                                             "later).")] = False,
 ) -> None:
     """Take a gate out of service; its key serves nothing until another is promoted."""
-    from cic.pipeline.gates import retire
+    from cic.pipeline.gates.lifecycle import retire
     from cic.store import Store
 
     with Store.open(_existing(db), wait_s=300) as store:
@@ -439,8 +439,8 @@ def export_gates(
     or whose live gate is flagged (until it is recalibrated or confirmed with `cic gate confirm`), an entry that
     serves nothing (abstain on all) and says why; then each system's newest gate (a cascade or a model's estimator
     chosen, re-certified from the store) with every stage's threshold."""
-    from cic.pipeline.gates import served_entries
-    from cic.pipeline.system_gates import served_system_entries
+    from cic.pipeline.gates.lifecycle import served_entries
+    from cic.pipeline.gates.system_gates import served_system_entries
     from cic.store import Store
     from cic.store.outputs import guard_output, write_text
 
@@ -483,7 +483,7 @@ def sync_registry(
     it answers with a failure."""
     from cic.cli.runner import without_flow
     from cic.cli.service_logs import services_log_path
-    from cic.pipeline import progress
+    from cic.pipeline.run import progress
     from cic.services.mlflow_tracking import tracking_uri as resolve
     from cic.services.registry_sync import registry_sync
 

@@ -21,7 +21,7 @@ from cic.cli.service_logs import services_log_path
 from cic.stats.searches import DEFAULT_SEARCH
 
 if TYPE_CHECKING:
-    from cic.pipeline.run_results import AlertRow, MonitorRow, ResultRow, SystemResultRow
+    from cic.pipeline.run.run_results import AlertRow, MonitorRow, ResultRow, SystemResultRow
 from cic.errors import UserError
 from cic.pipeline.config import LABEL_WINDOW_HELP
 
@@ -58,7 +58,7 @@ def results_tables(rows: Sequence[ResultRow], estimator: str | None) -> tuple[li
 def system_tables(rows: Sequence[SystemResultRow]) -> list[Table]:
     """One table per (system, dataset, criterion): each (α, bound) gate certified on all questions and its split
     protocol."""
-    from cic.pipeline.run_digest import SYSTEM_COLUMNS, system_cells
+    from cic.pipeline.run.run_digest import SYSTEM_COLUMNS, system_cells
 
     tables = []
     for (system, place), part in itertools.groupby(zip(rows, system_cells(rows), strict=True),
@@ -90,7 +90,7 @@ def run(
     """The main job: generate → score → label → DuckDB → calibrate → split protocol → MLflow."""
     from dataclasses import asdict
 
-    from cic.pipeline.preflight import preflight, probe_lines, probe_models
+    from cic.pipeline.run.preflight import preflight, probe_lines, probe_models
 
     checked = preflight(config, ray_address=ray_address, db=db)  # before any service starts: one second, one line
     probes = probe_models(checked)  # a served model answers one token now (≤ 5 s when down); the flow reuses it
@@ -99,7 +99,7 @@ def run(
     from cic.store.outputs import guard_output_dir
 
     guard_output_dir(report_dir or checked.storage.report_dir, "--report-dir" if report_dir else "storage.report_dir")
-    from cic.pipeline.run_digest import generated_line, per_dataset_lines, stage_times, unattainable_note
+    from cic.pipeline.run.run_digest import generated_line, per_dataset_lines, stage_times, unattainable_note
     from flows.pipeline import ModelsFailed, pipeline
 
     # the Prefect server and a local Ray stop with this command, on SIGTERM too; a SIGKILL's leftovers are
@@ -170,7 +170,7 @@ def print_alerts(alerts: Sequence[AlertRow]) -> None:
 
 def _refuse_unfinished_ingests(db: str) -> None:
     """Before any service starts: a store whose large ingest was cut off is completed first."""
-    from cic.pipeline.ingest import unfinished_ingests
+    from cic.pipeline.production.ingest import unfinished_ingests
     from cic.store import Store
     from cic.store.database import StoreError
 
@@ -219,9 +219,9 @@ def recalibrate(
     candidates wait for `cic gate promote` (or go live under `promotion: auto`). A record counts toward a
     certificate only once its label window has closed (`--label-window`)."""
     from cic.pipeline.config import load_config
-    from cic.pipeline.durations import parse_duration
-    from cic.pipeline.preflight import check_store
-    from cic.pipeline.recalibration import WindowRule, parse_since
+    from cic.pipeline.production.recalibration import WindowRule, parse_since
+    from cic.pipeline.run.durations import parse_duration
+    from cic.pipeline.run.preflight import check_store
 
     checked = load_config(config)  # before any service starts
     WindowRule(count=window, since=parse_since(since))
@@ -314,7 +314,7 @@ def print_recalibration_notes(result: Any, failed: bool, nothing: str) -> None:
 def restore_advice(result: Any, gate_id: str) -> str:
     """What brings a withdrawn key back, as the case is: the anytime rule certifies again on its own; a candidate
     that certifies can be promoted; else more labelled data (or a person's confirmation)."""
-    from cic.pipeline.serving_state import restore_advice as advice
+    from cic.pipeline.gates.serving_state import restore_advice as advice
 
     anytime = any(r.gate_id == gate_id and r.key.endswith(" anytime") for r in result.serving)
     ready = [c.gate_id for c in result.candidates if c.live_id == gate_id
@@ -360,7 +360,7 @@ def log_command(
     if table is not None:
         _log_table(table, tracking_uri, experiment_prefix, report_dir, n_splits)
         return
-    from cic.pipeline.preflight import check_store
+    from cic.pipeline.run.preflight import check_store
 
     check_store(db, must_exist=True, option="--db")
     with without_flow(services_log_path(db)):
@@ -373,10 +373,10 @@ def _log_table(table: Path, tracking_uri: str | None, experiment_prefix: str | N
     """`cic log TABLE`: the table into a temporary store, the pipeline's calibrate and log tasks on it."""
     import tempfile
 
-    from cic.pipeline.calibrate_store import calibrate_store
     from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX, CalibrationConfig
-    from cic.pipeline.ingest import file_digest
-    from cic.pipeline.score_tables import store_long_table
+    from cic.pipeline.gates.calibrate_store import calibrate_store
+    from cic.pipeline.production.ingest import file_digest
+    from cic.pipeline.run.score_tables import store_long_table
     from cic.services.mlflow_results import log_store
     from cic.store import Store
     from cic.store.score_files import read_long_table
@@ -423,7 +423,7 @@ def ask(
     download, conversion or weight-loading bars (TQDM_DISABLE=0 brings them back)."""
     import os
 
-    from cic.pipeline.asking import ask_question, shown_answer
+    from cic.pipeline.gates.asking import ask_question, shown_answer
 
     for quiet in ("HF_HUB_DISABLE_PROGRESS_BARS", "TQDM_DISABLE"):  # read when hub / tqdm are imported: below
         os.environ.setdefault(quiet, "1")
@@ -454,7 +454,7 @@ def ask(
 def ask_with_cascade(question: str, *, config: str, db: str | None, cascade: str, dataset: str,
                      choices: list[str] | None, criterion: str | None, alpha: float | None, bound: str) -> None:
     """`cic ask --cascade`: the decision, which model answered, and each stage asked (score against threshold)."""
-    from cic.pipeline.asking import ask_cascade, shown_answer
+    from cic.pipeline.gates.asking import ask_cascade, shown_answer
 
     reply = ask_cascade(question, config_path=config, db=db, cascade=cascade, dataset=dataset, choices=choices,
                         criterion=criterion, alpha=alpha, bound=bound)

@@ -1,5 +1,5 @@
 """Progress as a person watches it: rich bars on a terminal, else a plain line per 10% of a stage (and at least
-every 30 s), fed by `cic.pipeline.progress` — the same for `cic run`, `recalibrate`, `log` and `gate sync`."""
+every 30 s), fed by `cic.pipeline.run.progress` — the same for `cic run`, `recalibrate`, `log` and `gate sync`."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from cic.cli.common import console, err_console
-from cic.pipeline.progress import ProgressLines
+from cic.pipeline.run.progress import ProgressLines
 
 
 class StageBars:
-    """Rich progress bars, one per pipeline stage, fed by `cic.pipeline.progress`."""
+    """Rich progress bars, one per pipeline stage, fed by `cic.pipeline.run.progress`."""
 
     def __init__(self, *, on: Any = console, transient: bool = False) -> None:
         self.progress = Progress(TextColumn("{task.description:<28}", markup=False), BarColumn(), MofNCompleteColumn(),
@@ -26,7 +26,7 @@ class StageBars:
         self.progress.update(self.tasks[stage], completed=done if total else 1, total=max(total, 1))
 
     def __enter__(self) -> StageBars:
-        from cic.pipeline import progress
+        from cic.pipeline.run import progress
 
         self.progress.start()
         self._unsubscribe = progress.subscribe(self)

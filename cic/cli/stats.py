@@ -267,7 +267,7 @@ def evaluate(
     """The paper's protocol: FDR, coverage and fails over repeated calibration/test splits (per group with
     --group)."""
     from cic.cli.progress_view import side_progress
-    from cic.pipeline.progress import report
+    from cic.pipeline.run.progress import report
     from cic.reports.tables import mean_std
     from cic.stats.protocol import evaluate_splits
     from cic.stats.searches import get_search

@@ -129,7 +129,7 @@ def import_table(
     """Upsert a Parquet table into the store (idempotent: importing twice changes nothing; rows that would change
     stored ones are refused unless --replace)."""
     from cic import schema
-    from cic.pipeline.table_import import import_table as import_rows
+    from cic.pipeline.production.table_import import import_table as import_rows
     from cic.store import Store
     from cic.store.imports import checked_import
 

@@ -439,7 +439,7 @@ class RecalibrationConfig(_Strict):
     @field_validator("since", "label_window")
     @classmethod
     def _duration(cls, value: str | None, info: Any) -> str | None:
-        from cic.pipeline.durations import parse_duration
+        from cic.pipeline.run.durations import parse_duration
 
         parse_duration(value, info.field_name)
         return value
@@ -447,7 +447,7 @@ class RecalibrationConfig(_Strict):
     @property
     def label_delay(self) -> timedelta:
         """The label window as a duration (none set: labels arrive with their records)."""
-        from cic.pipeline.durations import parse_duration
+        from cic.pipeline.run.durations import parse_duration
 
         return parse_duration(self.label_window, "label_window") or timedelta(0)
 

@@ -17,8 +17,8 @@ import polars as pl
 
 from cic.llm.answering import AnswererSettings
 from cic.llm.uncertainty.estimators import DATA_NEEDS, get_estimator, unmet_by
-from cic.pipeline import progress
-from cic.pipeline.run_results import AnswerStats
+from cic.pipeline.run import progress
+from cic.pipeline.run.run_results import AnswerStats
 from cic.services import ray_pool
 from cic.services.answer_worker import RayAnswerWorker
 from cic.store import Store

@@ -21,11 +21,11 @@ import polars as pl
 
 from cic import schema
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
-from cic.pipeline.gate_rows import GateRow
-from cic.pipeline.gates import gate_of
-from cic.pipeline.group_reports import StoredUnit, UnitReport
-from cic.pipeline.recalibration import Candidate, RecalibrationPass
-from cic.pipeline.stored_calibration import GroupKey
+from cic.pipeline.gates.gate_rows import GateRow
+from cic.pipeline.gates.lifecycle import gate_of
+from cic.pipeline.production.recalibration import Candidate, RecalibrationPass
+from cic.pipeline.run.group_reports import StoredUnit, UnitReport
+from cic.pipeline.run.stored_calibration import GroupKey
 from cic.services.mlflow_tracking import DatasetRef, GroupLog, GroupTable
 from cic.stats.calibration import CalibrationResult
 from cic.store import Store

@@ -24,8 +24,8 @@ from mlflow import MlflowClient
 
 from cic import schema
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
-from cic.pipeline.gate_rows import ColumnReader, GateRow
-from cic.pipeline.gates import SERVING_KEY, gate_of
+from cic.pipeline.gates.gate_rows import ColumnReader, GateRow
+from cic.pipeline.gates.lifecycle import SERVING_KEY, gate_of
 from cic.services.mlflow_tracking import experiment_id
 
 LIVE_ALIAS = "live"           # the alias of the per-key registered models earlier versions wrote (cleared)
@@ -256,9 +256,9 @@ def _sync_group(client: MlflowClient, rows: list[Row], experiment_prefix: str,
 
 def registry_state(row: ColumnReader) -> str:
     """A version's `cic.state` tag: the gate's serving state in the words every surface uses
-    (`cic.pipeline.serving_state`): serving, confirmed, withdrawn (no alias until a newer gate is promoted or a
+    (`cic.pipeline.gates.serving_state`): serving, confirmed, withdrawn (no alias until a newer gate is promoted or a
     person confirms it), candidate, unattainable, retired."""
-    from cic.pipeline.serving_state import serving_state
+    from cic.pipeline.gates.serving_state import serving_state
 
     return serving_state(row).word
 

@@ -19,9 +19,10 @@ from typing import Any
 from mlflow import MlflowClient
 
 from cic.errors import ServiceDown
-from cic.pipeline import progress
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
-from cic.pipeline.group_reports import (
+from cic.pipeline.production.recalibration import RecalibrationPass
+from cic.pipeline.run import progress
+from cic.pipeline.run.group_reports import (
     UnitReport,
     log_key,
     log_units,
@@ -29,8 +30,7 @@ from cic.pipeline.group_reports import (
     read_unit,
     render_units,
 )
-from cic.pipeline.recalibration import RecalibrationPass
-from cic.pipeline.run_results import LogStats
+from cic.pipeline.run.run_results import LogStats
 from cic.services.mlflow_layout import experiment_prefix_of, pipeline_group, recalibration_groups, system_groups
 from cic.services.mlflow_setup import check_before_logging
 from cic.services.mlflow_tracking import check_reachable, find_logged, log_group, requests_in_flight, tracking_uri

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from mlflow import MlflowClient
 
 from cic import schema
-from cic.pipeline.gate_rows import SystemGateRow
+from cic.pipeline.gates.gate_rows import SystemGateRow
 from cic.services.mlflow_registry import (
     GATE_ID_TAG,
     KEY_TAG,
@@ -105,8 +105,8 @@ def system_rows_to_sync(store: Store, gate_ids: Sequence[str] | None) -> list[Sy
     and retired gate of each such key, and the named gates themselves."""
     import polars as pl
 
-    from cic.pipeline.gate_rows import system_gate_rows
-    from cic.pipeline.system_gates import system_gates
+    from cic.pipeline.gates.gate_rows import system_gate_rows
+    from cic.pipeline.gates.system_gates import system_gates
 
     table = system_gates(store)
     if table.is_empty():

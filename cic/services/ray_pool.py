@@ -20,7 +20,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from cic.errors import UserError
-from cic.pipeline.preflight import check_ray_address
+from cic.pipeline.run.preflight import check_ray_address
 
 log = logging.getLogger("cic.ray")
 POLL_S = 5.0  # how often a drain with nothing finished checks its deadlines

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, TypeVar
 
 from cic.errors import UserError
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
-from cic.pipeline.gate_rows import GateRow, SystemGateRow
-from cic.pipeline.gates import SERVING_KEY
-from cic.pipeline.serving_state import FLAGGED, serving_state
+from cic.pipeline.gates.gate_rows import GateRow, SystemGateRow
+from cic.pipeline.gates.lifecycle import SERVING_KEY
+from cic.pipeline.gates.serving_state import FLAGGED, serving_state
 from cic.services.mlflow_registry import registry_client, sync_gates
 from cic.services.mlflow_system_registry import sync_system_gates, system_rows_to_sync
 
@@ -30,8 +30,8 @@ def registry_sync(db: str, uri: str, gate_ids: Sequence[str] | None, *,
     Raises when MLflow cannot be reached."""
     import polars as pl
 
-    from cic.pipeline.gate_rows import gate_rows
-    from cic.pipeline.gates import gates
+    from cic.pipeline.gates.gate_rows import gate_rows
+    from cic.pipeline.gates.lifecycle import gates
     from cic.services.mlflow_setup import check_before_logging
     from cic.services.mlflow_tracking import check_reachable
     from cic.store import Store
@@ -77,8 +77,8 @@ def recertified(store: Store, rows: Sequence[Row], verify: Callable[[Store, Row]
 def all_recertify(store: Store, rows: Sequence[GateRow]) -> bool:
     """Whether every serving gate re-certifies, the pairs of all their runs read in one query (the common case);
     when one does not, each is checked alone to name it."""
-    from cic.pipeline.certificates import recertify_all
-    from cic.pipeline.gates import verify_gate
+    from cic.pipeline.gates.certificates import recertify_all
+    from cic.pipeline.gates.lifecycle import verify_gate
 
     serving = [r for r in rows if serving_state(r).serves]
     try:
@@ -95,14 +95,14 @@ def verify_row(store: Store, row: GateRow) -> None:
 
 
 def verify_single(store: Store, row: GateRow) -> None:
-    from cic.pipeline.certificates import recertify_all
-    from cic.pipeline.gates import verify_gate
+    from cic.pipeline.gates.certificates import recertify_all
+    from cic.pipeline.gates.lifecycle import verify_gate
 
     verify_gate(row)
     recertify_all(store, [row])
 
 
 def verify_system(store: Store, row: SystemGateRow) -> None:
-    from cic.pipeline.system_gates import verify_system_gate
+    from cic.pipeline.gates.system_gates import verify_system_gate
 
     verify_system_gate(store, row)

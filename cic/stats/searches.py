@@ -375,7 +375,7 @@ class Marginal(Search):
     Its guarantee is in expectation over calibration and test draw (P(error | accepted) <= alpha marginally,
     exchangeable data): a single calibration set's threshold can have R(t) > alpha far more often than delta —
     the split protocol's fdr_above_alpha column shows how often. Never a default and never served unless a
-    person opts in (`cic.pipeline.serving_state.guaranteed`); delta plays no part in it.
+    person opts in (`cic.pipeline.gates.serving_state.guaranteed`); delta plays no part in it.
     """
 
     def select(self, eligible: np.ndarray, feasible_at: FeasibleAt, delta: float, k: int, *,

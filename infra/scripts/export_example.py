@@ -21,7 +21,7 @@ from pathlib import Path
 import polars as pl
 
 from cic.pipeline.config import SHIPPED_CONFIGS, load_config
-from cic.pipeline.stored_calibration import groups_of_run
+from cic.pipeline.run.stored_calibration import groups_of_run
 from cic.store import Store
 from cic.store.queries import last_label_time
 

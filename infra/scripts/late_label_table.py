@@ -10,8 +10,8 @@ A pass runs at the end of every night and feeds one `cic.stats.anytime.AnytimeSt
 advance) by one rule:
 - **as labels arrive** (the rule before `recalibration.label_window`): the labels that arrived since the last pass, in
   arrival order;
-- **label window W** (`cic.pipeline.anytime_gates`): the records seen in (last cutoff, now − W], in record order, with
-  the labels they hold by now; one still unlabelled is reported and never counted.
+- **label window W** (`cic.pipeline.gates.anytime_gates`): the records seen in (last cutoff, now − W], in record
+  order, with the labels they hold by now; one still unlabelled is reported and never counted.
 Printed per rule: the share of runs that ever served a threshold with R(t) > alpha over the nights (exact 95% interval),
 the mean coverage at nights 7, 30, 90 and the last, and the records never counted per run. The label window must cover
 the delay: a row with W shorter than the wrong answers' delay shows what happens when it does not.

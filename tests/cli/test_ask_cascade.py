@@ -15,8 +15,8 @@ import polars as pl
 import pytest
 import yaml
 
-from cic.pipeline.calibrate_store import calibrate_store
 from cic.pipeline.config import load_config
+from cic.pipeline.gates.calibrate_store import calibrate_store
 from cic.store import Store
 from tests.support.local_servers import free_port
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cic.pipeline.stored_calibration import groups_of_run
+from cic.pipeline.run.stored_calibration import groups_of_run
 from cic.store import Store
 from tests.pipeline.test_recalibration import make_live
 from tests.support.pipeline_data import store_run
@@ -60,7 +60,7 @@ def test_gate_list_says_the_serving_state_the_export_serves(tmp_path: Path) -> N
     import json
 
     from cic.pipeline.alerts import ERROR_RATE, Alert
-    from cic.pipeline.gates import confirm, flag_gates, gates
+    from cic.pipeline.gates.lifecycle import confirm, flag_gates, gates
 
     db = tmp_path / "g.duckdb"
     with Store.open(db) as store:
@@ -120,7 +120,7 @@ def test_cic_ask_refuses_a_score_it_cannot_compute_and_lists_what_serves_before_
 
     from cic.pipeline.alerts import MONITOR_ALARM, Alert
     from cic.pipeline.config import CalibrationConfig
-    from cic.pipeline.gates import flag_gates, gates
+    from cic.pipeline.gates.lifecycle import flag_gates, gates
 
     db = tmp_path / "g.duckdb"
     with Store.open(db) as store:

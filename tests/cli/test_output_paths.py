@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cic.cli import app
-from cic.pipeline.gates import gates, retire
+from cic.pipeline.gates.lifecycle import gates, retire
 from cic.store import Store
 from tests.pipeline.test_recalibration import make_live, only_group
 from tests.support.pipeline_data import store_run

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cic.pipeline import progress
+from cic.pipeline.run import progress
 from cic.store import Store
 from flows.pipeline import pipeline
 from tests.flows.test_pipeline_e2e import ESTIMATORS, MODEL, K

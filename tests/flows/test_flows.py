@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from cic.cli import app
 from cic.pipeline.config import load_config
-from cic.pipeline.gates import gates, served_entries
+from cic.pipeline.gates.lifecycle import gates, served_entries
 from cic.store import Store
 from flows.calibrate import calibrate_flow
 from flows.recalibrate import recalibrate_flow
@@ -208,7 +208,7 @@ def test_mlflow_server_dying_mid_logging_then_cic_log_logs_exactly_the_missing_g
     """The server is SIGKILLed right after the first of two groups is logged (the second in flight); nothing
     stored is lost, and once the server is back on the same stores `cic log` logs only the groups the server had
     not finished, once each."""
-    from cic.pipeline import progress
+    from cic.pipeline.run import progress
     from tasks.log import log_results
     from tests.support.mlflow_server import MlflowServer
 
@@ -318,8 +318,8 @@ def test_group_by_dataset_certifies_a_models_datasets_at_once_and_recalibrates_t
         for i, name in enumerate(("d", "e")):
             store_run(store, dataset=name, n=300, seed=10 + i, id_offset=5000,
                       labelled_at=datetime(2026, 1, 8, tzinfo=UTC))
-    from cic.pipeline.run_digest import markdown_summary
-    from cic.pipeline.run_results import PipelineSummary
+    from cic.pipeline.run.run_digest import markdown_summary
+    from cic.pipeline.run.run_results import PipelineSummary
     from cic.store.queries import latest_group_results
     from flows.pipeline import write_per_dataset
 
@@ -355,7 +355,7 @@ def test_a_first_pass_whose_config_lists_an_unreachable_alpha_completes_with_a_w
 def test_a_page_ending_a_deployed_run_is_logged_as_its_headline_not_a_traceback() -> None:
     import logging
 
-    from cic.pipeline.run_results import AlertRow, GroupPlace, RecalibrationSummary
+    from cic.pipeline.run.run_results import AlertRow, GroupPlace, RecalibrationSummary
     from flows.recalibrate import RecalibrationAlert
 
     place = GroupPlace("m", "d", "se", "sim", 0.2, "cp", "geometric")
@@ -433,7 +433,7 @@ def test_a_cascade_gate_drifting_is_withdrawn_by_the_nightly_flow_and_leaves_the
 
     import yaml
 
-    from cic.pipeline.system_gates import system_gates
+    from cic.pipeline.gates.system_gates import system_gates
     from cic.services.registry_sync import registry_sync
 
     _, db, client = setup

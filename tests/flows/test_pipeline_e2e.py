@@ -18,7 +18,7 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
-from cic.pipeline.run_results import PipelineSummary
+from cic.pipeline.run.run_results import PipelineSummary
 from cic.services import ray_pool
 from cic.services.mlflow_layout import UNATTAINABLE, UNDEFINED
 from cic.store import Store
@@ -82,8 +82,8 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRun]:
 def test_cic_run_moves_the_registry_for_every_gate_it_made_live(demo_run: DemoRun) -> None:
     """One home for "live": each gate the run made live is a registered version behind its alias, read back
     through MLflow's API."""
-    from cic.pipeline.gate_rows import gate_rows
-    from cic.pipeline.gates import gates
+    from cic.pipeline.gates.gate_rows import gate_rows
+    from cic.pipeline.gates.lifecycle import gates
     from cic.services.mlflow_registry import live_alias, registered_name
 
     summary = demo_run.summary
@@ -146,7 +146,7 @@ def test_every_table_is_filled(demo_run: DemoRun) -> None:
 
 def test_group_by_dataset_certifies_both_datasets_at_once_and_reports_per_dataset(
         demo_run: DemoRun) -> None:
-    from cic.pipeline.run_digest import markdown_summary
+    from cic.pipeline.run.run_digest import markdown_summary
 
     summary = demo_run.summary
     with Store.open(summary.db, read_only=True) as store:
@@ -266,7 +266,7 @@ def test_a_ray_worker_killed_mid_run_has_its_batches_retried_with_one_row_per_ke
     import psutil
     import ray
 
-    from cic.pipeline import progress
+    from cic.pipeline.run import progress
 
     config = write_config(tmp_path / "c.yaml", tmp_path, datasets=[{"name": "trivia_qa", "limit": 8}], per_batch=2)
     killed: list[int] = []

@@ -14,8 +14,8 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
-from cic.pipeline.gates import gates
-from cic.pipeline.stored_calibration import groups_of_run
+from cic.pipeline.gates.lifecycle import gates
+from cic.pipeline.run.stored_calibration import groups_of_run
 from cic.store import Store
 from tests.support.pipeline_data import store_run, write_config
 
@@ -114,7 +114,7 @@ def test_infra_prefect_yaml_deploys_and_a_process_worker_runs_a_deployment(serve
                                                                            tmp_path: Path) -> None:
     """`prefect deploy --prefect-file infra/prefect.yaml` as the README says, then the calibrate deployment run
     through a `cic-process` worker: the run completes and the gates are stored."""
-    from cic.pipeline.gates import gates as stored_gates
+    from cic.pipeline.gates.lifecycle import gates as stored_gates
 
     db = tmp_path / "cic.duckdb"
     with Store.open(db) as store:

@@ -605,7 +605,7 @@ def test_the_engine_its_version_and_what_its_log_probabilities_are_key_the_run(s
     temperature 1 the semantics are not asked (raw and scaled agree)."""
     from cic.llm.engines.endpoint import EndpointEngine
     from cic.llm.engines.probe import EngineProbe
-    from cic.pipeline.asking import same_generation_settings
+    from cic.pipeline.gates.asking import same_generation_settings
 
     logits = [2.0, 1.2, 0.5, -0.3, -1.0, -2.0]
     vllm = {"routes": {"/version": {"version": "0.11.2"}}, "logits": (logits, False),

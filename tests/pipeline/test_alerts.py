@@ -55,7 +55,7 @@ def test_a_new_alert_kind_is_one_registry_entry() -> None:
 
 def test_an_alert_keeps_its_kind_through_pickling_and_the_event_log(tmp_path: Path) -> None:
     """Ray and Prefect pickle results; the store keeps each alert's kind beside its sentence."""
-    from cic.pipeline.gates import current_states, find_gate, flag_gates
+    from cic.pipeline.gates.lifecycle import current_states, find_gate, flag_gates
     from cic.store import Store
     from tests.pipeline.test_recalibration import make_live, only_group
     from tests.support.pipeline_data import store_run
@@ -92,7 +92,7 @@ def test_no_decision_reads_an_alert_sentence() -> None:
 
 
 def test_every_drift_test_raises_an_alert_of_its_kind() -> None:
-    from cic.pipeline.windows import Check
+    from cic.pipeline.production.windows import Check
     from cic.stats.drift import answered_error_test, error_rate_test, score_shift_test
 
     made = [score_shift_test(np.arange(10.0), np.arange(10.0) + 5),

@@ -1,7 +1,7 @@
 
 
 def test_a_multiple_choice_answer_is_shown_as_its_letter_and_its_option() -> None:
-    from cic.pipeline.asking import shown_answer
+    from cic.pipeline.gates.asking import shown_answer
 
     options = ["London", "Paris", "Rome"]
     assert shown_answer("B", options) == "B (Paris)" and shown_answer(" C", options) == "C (Rome)"

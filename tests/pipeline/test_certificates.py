@@ -14,12 +14,12 @@ from typer.testing import CliRunner
 
 from cic.cli import app
 from cic.errors import UserError
-from cic.pipeline.asking import serving_gate
-from cic.pipeline.certificates import recertify_all
 from cic.pipeline.config import CalibrationConfig
-from cic.pipeline.gate_rows import gate_rows
-from cic.pipeline.gates import gates, promote
-from cic.pipeline.recalibration import WindowRule, recalibrate_group
+from cic.pipeline.gates.asking import serving_gate
+from cic.pipeline.gates.certificates import recertify_all
+from cic.pipeline.gates.gate_rows import gate_rows
+from cic.pipeline.gates.lifecycle import gates, promote
+from cic.pipeline.production.recalibration import WindowRule, recalibrate_group
 from cic.store import Store
 from tests.pipeline.test_recalibration import make_live, only_group
 from tests.support.database import raw_sql

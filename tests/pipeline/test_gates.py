@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 from cic.cli import app
 from cic.errors import UserError
-from cic.pipeline.asking import serving_gate
-from cic.pipeline.gates import gates, promote, retire
-from cic.pipeline.recalibration import WindowRule, correct_and_alert, promote_quiet_groups, recalibrate_group
+from cic.pipeline.gates.asking import serving_gate
+from cic.pipeline.gates.lifecycle import gates, promote, retire
+from cic.pipeline.production.recalibration import WindowRule, correct_and_alert, promote_quiet_groups, recalibrate_group
 from cic.store import Store
 from cic.store.database import SCHEMA_VERSION
 from tests.pipeline.test_recalibration import CONFIG, make_live, only_group
@@ -37,7 +37,7 @@ def two_weeks(db: Path, *, shift: float = 0.0, base: float = 0.02) -> tuple[str,
                   estimators=("semantic_entropy",))
         result = recalibrate_group(store, group, CONFIG, WindowRule())
         store.upsert("calibrations", result.rows)
-        from cic.pipeline.gates import record_candidates
+        from cic.pipeline.gates.lifecycle import record_candidates
 
         record_candidates(store, correct_and_alert([result], 0.01), reason="test")
         return live, result.rows["calibration_id"][0]
@@ -133,7 +133,7 @@ def test_a_store_from_before_gate_states_serves_what_it_served_before(tmp_path: 
 def test_live_gates_from_passes_with_different_g_say_what_they_spent_together(tmp_path: Path) -> None:
     """Two datasets certified at once (δ/2 each), then one of them recalibrated alone (δ) and promoted: the live
     family spent 1.5δ. Export states the confidence that is left, promote and list say the family is over budget."""
-    from cic.pipeline.gates import live_families, over_budget, record_candidates, served_entries
+    from cic.pipeline.gates.lifecycle import live_families, over_budget, record_candidates, served_entries
     from tests.pipeline.test_recalibration import live_together
 
     db = tmp_path / "g.duckdb"
@@ -175,7 +175,7 @@ def test_a_flagged_live_gate_is_exported_serving_nothing_until_a_person_confirms
     import polars as pl
     from mlflow import MlflowClient
 
-    from cic.pipeline.ingest import ingest_file
+    from cic.pipeline.production.ingest import ingest_file
     from cic.services.registry_sync import registry_sync
     from tests.pipeline.test_ingest import T0, write
     from tests.pipeline.test_ingest_history import NOW, _stream
@@ -250,10 +250,10 @@ def test_a_first_gate_that_certifies_nothing_is_unattainable_not_live_until_one_
     """"Live" means a gate that answers: an unattainable first gate holds its key as `unattainable` — exported as
     serving nothing with why, `cic ask` abstaining with why, never registered — until a gate that certifies
     something is promoted for the key (the unattainable one is then retired)."""
-    from cic.pipeline.asking import serving_gate
     from cic.pipeline.config import CalibrationConfig
-    from cic.pipeline.gates import gates, promote, promote_first_gates, served_entries
-    from cic.pipeline.stored_calibration import calibration_rows, groups_of_run
+    from cic.pipeline.gates.asking import serving_gate
+    from cic.pipeline.gates.lifecycle import gates, promote, promote_first_gates, served_entries
+    from cic.pipeline.run.stored_calibration import calibration_rows, groups_of_run
 
     db = tmp_path / "u.duckdb"
     with Store.open(db) as store:

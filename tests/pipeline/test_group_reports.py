@@ -9,9 +9,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cic.pipeline import group_reports
-from cic.pipeline.calibrate_store import calibrate_store
 from cic.pipeline.config import CalibrationConfig
+from cic.pipeline.gates.calibrate_store import calibrate_store
+from cic.pipeline.run import group_reports
 from cic.store import Store
 from tests.support.pipeline_data import store_run
 from tests.support.processes import command_line, still_running

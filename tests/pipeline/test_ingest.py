@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 from cic.cli import app
 from cic.errors import UserError
-from cic.pipeline.ingest import IngestOptions, ingest_file, run_key_of
-from cic.pipeline.recalibration import labelled_pairs
-from cic.pipeline.stored_calibration import groups_of_run
+from cic.pipeline.production.ingest import IngestOptions, ingest_file, run_key_of
+from cic.pipeline.production.recalibration import labelled_pairs
+from cic.pipeline.run.stored_calibration import groups_of_run
 from cic.store import Store
 
 T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)

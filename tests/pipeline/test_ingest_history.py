@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 
 from cic.cli import app
 from cic.errors import UserError
-from cic.pipeline.gates import gates
-from cic.pipeline.ingest import IngestOptions, ingest_file
-from cic.pipeline.recalibration import WindowRule, recalibrate_group
+from cic.pipeline.gates.lifecycle import gates
+from cic.pipeline.production.ingest import IngestOptions, ingest_file
+from cic.pipeline.production.recalibration import WindowRule, recalibrate_group
 from cic.store import Store
 from tests.pipeline.test_ingest import T0, records, write
 from tests.pipeline.test_recalibration import CONFIG, make_live, only_group
@@ -220,15 +220,15 @@ def test_a_large_ingest_killed_between_commits_blocks_recalibration_until_rerun(
     import sys
 
     from cic.pipeline.config import CalibrationConfig
-    from cic.pipeline.ingest import unfinished_ingests
-    from cic.pipeline.recalibration import recalibrate_store
+    from cic.pipeline.production.ingest import unfinished_ingests
+    from cic.pipeline.production.recalibration import recalibrate_store
 
     path = write(_stream(40, 3, T0 - timedelta(days=3)), tmp_path / "big.parquet")
     db = tmp_path / "s.duckdb"
     code = (
         "import os, signal, sys\n"
         "from datetime import datetime, UTC\n"
-        "import cic.pipeline.ingest as ingest\nimport cic.pipeline.ingest_journal as journal\n"
+        "import cic.pipeline.production.ingest as ingest\nimport cic.pipeline.production.ingest_journal as journal\n"
         "from cic.store import Store\n"
         "real, calls = journal.write_step, []\n"
         "def killing(*args, **kwargs):\n"
@@ -266,7 +266,7 @@ def _cut_off(tmp_path: Path, db: Path, *, fail_at: int, replace: bool = False) -
     """A store with 20 labelled records, then a 60-record file (those 20 again, 5 of them relabelled — and with
     `replace` every one of them with another answer, score and time —, and 40 new ones in a new stream) written
     in steps of 10 and cut off by a full disk at step `fail_at`."""
-    import cic.pipeline.ingest_journal as journal
+    import cic.pipeline.production.ingest_journal as journal
 
     before = _stream(20, 5, T0 - timedelta(days=5))
     with Store.open(db) as store:
@@ -301,8 +301,8 @@ def test_a_cut_off_ingest_is_abandoned_in_one_transaction(tmp_path: Path, staged
     import shutil
 
     from cic.pipeline.config import CalibrationConfig
-    from cic.pipeline.ingest import file_digest, staging_dir
-    from cic.pipeline.recalibration import recalibrate_store
+    from cic.pipeline.production.ingest import file_digest, staging_dir
+    from cic.pipeline.production.recalibration import recalibrate_store
 
     db = tmp_path / "s.duckdb"
     path, counts, labels = _cut_off(tmp_path, db, fail_at=18)  # 17 of 18 steps committed: labels relabelled too
@@ -344,7 +344,7 @@ def test_a_cut_off_ingest_is_abandoned_in_one_transaction(tmp_path: Path, staged
 def test_abandoning_a_cut_off_ingest_keeps_what_a_later_complete_file_holds(tmp_path: Path, fail_at: int) -> None:
     """Cut off (records only at step 10; its relabels too at 18), then superseded by a complete file that holds
     every record again plus 5 more, then abandoned: nothing the complete ingest holds is removed or reverted."""
-    from cic.pipeline.ingest import file_digest
+    from cic.pipeline.production.ingest import file_digest
 
     db = tmp_path / "s.duckdb"
     path, _, _ = _cut_off(tmp_path, db, fail_at=fail_at)
@@ -366,7 +366,7 @@ def test_abandoning_a_cut_off_ingest_keeps_what_a_later_complete_file_holds(tmp_
 
 
 def test_a_cut_off_ingest_is_completed_from_its_staged_data_without_its_file(tmp_path: Path) -> None:
-    from cic.pipeline.ingest import file_digest, staging_dir, unfinished_ingests
+    from cic.pipeline.production.ingest import file_digest, staging_dir, unfinished_ingests
 
     db = tmp_path / "s.duckdb"
     path, _, _ = _cut_off(tmp_path, db, fail_at=4)
@@ -388,7 +388,7 @@ def test_a_cut_off_ingest_is_completed_from_its_staged_data_without_its_file(tmp
 def test_abandoning_a_cut_off_ingest_that_replaced_records_puts_their_old_values_back(tmp_path: Path) -> None:
     """Its 20 re-sent records had another answer, score and time (--replace, recorded and flagged); abandoned
     after every step committed, the store holds exactly what it held before, and no event of it is left."""
-    from cic.pipeline.ingest import abandon_ingest, file_digest
+    from cic.pipeline.production.ingest import abandon_ingest, file_digest
 
     db = tmp_path / "s.duckdb"
     tables = ("questions", "generations", "scores", "observations", "labels")
@@ -413,7 +413,7 @@ def test_completing_a_cut_off_ingest_does_not_overwrite_what_a_later_ingest_stor
     """Cut off after 3 of 18 steps; a later ingest labels three of its records the other way and answers one of
     them otherwise; completing (from staged data, or by rerunning the file) is refused naming the later value,
     the store untouched, until --relabel and --replace let the cut-off file win — recorded as events."""
-    from cic.pipeline.ingest import file_digest
+    from cic.pipeline.production.ingest import file_digest
 
     db = tmp_path / "s.duckdb"
     path, _, _ = _cut_off(tmp_path, db, fail_at=4)
@@ -456,8 +456,8 @@ def test_a_cut_off_ingest_rerun_without_its_staged_data_commits_only_the_steps_i
     rows a completion from staged data gives."""
     import shutil
 
-    import cic.pipeline.ingest as ingest
-    import cic.pipeline.ingest_journal as journal
+    import cic.pipeline.production.ingest as ingest
+    import cic.pipeline.production.ingest_journal as journal
 
     reference = tmp_path / "reference"
     reference.mkdir()
@@ -485,8 +485,8 @@ def test_a_rerun_that_stages_other_steps_redoes_every_step(tmp_path: Path) -> No
     journal's, so nothing is skipped (skipping by count would skip steps holding other records)."""
     import shutil
 
-    import cic.pipeline.ingest as ingest
-    import cic.pipeline.ingest_journal as journal
+    import cic.pipeline.production.ingest as ingest
+    import cic.pipeline.production.ingest_journal as journal
 
     db = tmp_path / "s.duckdb"
     path, _, _ = _cut_off(tmp_path, db, fail_at=10)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from cic.pipeline.recalibration import WindowRule, recalibrate_store
+from cic.pipeline.production.recalibration import WindowRule, recalibrate_store
 from cic.store import Store
 from tests.pipeline.test_recalibration import CONFIG, make_live, only_group
 from tests.support.pipeline_data import store_run
@@ -60,8 +60,8 @@ def test_late_labels_reach_the_monitor_exactly_once(tmp_path: Path) -> None:
     """Records seen at T1 but labelled after a pass that already looked past T1 still count, once."""
     import polars as pl
 
-    from cic.pipeline.ingest import ingest_file
-    from cic.pipeline.recalibration import labelled_pairs
+    from cic.pipeline.production.ingest import ingest_file
+    from cic.pipeline.production.recalibration import labelled_pairs
     from tests.pipeline.test_ingest import T0, write
     from tests.pipeline.test_ingest_history import NOW, _stream
 
@@ -99,7 +99,7 @@ def test_late_labels_reach_the_monitor_exactly_once(tmp_path: Path) -> None:
 
 def _updates(counts: list[tuple[int, int]], *, alarmed_before: bool = False) -> list:
     """Monitor updates of len(counts) live gates at alpha 0.1, gate i having counted counts[i] = (n, k)."""
-    from cic.pipeline.monitoring import update_of
+    from cic.pipeline.production.monitoring import update_of
 
     updates = []
     for i, (n, k) in enumerate(counts):
@@ -123,7 +123,7 @@ def _counts_between(low: float, high: float) -> tuple[int, int]:
 def test_several_live_gates_alarm_only_past_g_over_level_bonferroni_over_the_family() -> None:
     """With G gates watched at once, each alarms at e ≥ G / level (so P(any false alarm ever) ≤ level): an e-value
     past 1 / level but short of 3 / level alarms a gate watched alone, not one of three."""
-    from cic.pipeline.monitoring import finish
+    from cic.pipeline.production.monitoring import finish
 
     level = 0.01
     between = _counts_between(1 / level, 3 / level)
@@ -138,7 +138,7 @@ def test_several_live_gates_alarm_only_past_g_over_level_bonferroni_over_the_fam
 
 
 def test_an_alarm_is_sticky_once_raised_whatever_the_evidence_does_after() -> None:
-    from cic.pipeline.monitoring import finish
+    from cic.pipeline.production.monitoring import finish
 
     calm = finish(_updates([(400, 10)], alarmed_before=True), 0.01)[0]
     assert calm.row["e_value"] < 1 and calm.row["alarmed"]  # the evidence fell back; the alarm stays

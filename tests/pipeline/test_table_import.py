@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cic.cli import app
-from cic.pipeline.gates import gates
+from cic.pipeline.gates.lifecycle import gates
 from cic.store import Store
 from tests.pipeline.test_gates import two_weeks
 

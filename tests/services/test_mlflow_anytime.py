@@ -10,7 +10,7 @@ from pathlib import Path
 from mlflow import MlflowClient
 
 from cic.pipeline.config import CalibrationConfig
-from cic.pipeline.recalibration import WindowRule, recalibrate_store
+from cic.pipeline.production.recalibration import WindowRule, recalibrate_store
 from cic.services.mlflow_layout import E_PROCESS
 from cic.services.mlflow_results import log_recalibration
 from cic.store import Store

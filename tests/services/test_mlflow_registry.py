@@ -12,7 +12,7 @@ from mlflow import MlflowClient
 from typer.testing import CliRunner
 
 from cic.cli import app
-from cic.pipeline.gates import gates
+from cic.pipeline.gates.lifecycle import gates
 from cic.services.mlflow_registry import (
     RegistryMismatch,
     legacy_name,
@@ -41,7 +41,7 @@ def live_store(db: Path, models: tuple[str, ...]) -> list[dict]:
 
 
 def _groups(store: Store) -> list:
-    from cic.pipeline.stored_calibration import groups_of_run
+    from cic.pipeline.run.stored_calibration import groups_of_run
 
     return [g for run in store.read("runs").iter_rows(named=True) for g in groups_of_run(store, run)]
 

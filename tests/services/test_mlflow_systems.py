@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from cic.pipeline.calibrate_store import calibrate_store
 from cic.pipeline.config import CalibrationConfig, CascadeConfig
+from cic.pipeline.gates.calibrate_store import calibrate_store
 from cic.services.mlflow_layout import system_groups
 from cic.services.mlflow_tracking import log_group
 from cic.store import Store
@@ -55,8 +55,8 @@ def test_the_registry_holds_a_live_system_gate_as_one_version_with_every_thresho
     `cic-system.…`, tagged with both stages' thresholds, its file the served entry; flagged, the alias goes."""
     from mlflow.artifacts import download_artifacts
 
-    from cic.pipeline.gates import flag_gates
-    from cic.pipeline.system_gates import system_gates
+    from cic.pipeline.gates.lifecycle import flag_gates
+    from cic.pipeline.gates.system_gates import system_gates
     from cic.services.registry_sync import registry_sync
 
     db = tmp_path / "t.duckdb"
@@ -97,7 +97,7 @@ def test_an_edited_field_of_a_system_gate_is_served_nowhere(tmp_path: Path, monk
     path refuse it in one line, and `cic gate sync` re-certifies before aliasing — the version is tagged
     withdrawn, no alias serves it, and the refusal names the column."""
     from cic.errors import UserError
-    from cic.pipeline.system_gates import served_system_entries, serving_system_gate, system_gates
+    from cic.pipeline.gates.system_gates import served_system_entries, serving_system_gate, system_gates
     from cic.services.registry_sync import registry_sync
     from tests.support.database import raw_sql
 

@@ -145,7 +145,7 @@ def test_the_default_answers_past_a_confident_but_wrong_cluster_that_traps_every
 
 
 def test_lec_is_the_baselines_rule_and_no_gate_of_it_serves() -> None:
-    from cic.pipeline.serving_state import guaranteed
+    from cic.pipeline.gates.serving_state import guaranteed
     from cic.stats.baselines import lec_threshold
 
     rng = np.random.default_rng(8)

@@ -171,7 +171,7 @@ def test_who_evaluated_the_answers_travels_into_the_report_and_the_stored_runs(t
     """A converted table's `source` column ("lm-eval 0.4.13") survives reading the file back, keys the runs it is
     stored as (so MLflow's generation_config param names it) and is named in the report; the same rows without the
     column are stored as before, under other runs."""
-    from cic.pipeline.score_tables import store_long_table
+    from cic.pipeline.run.score_tables import store_long_table
     from cic.reports.report import write_report
     from cic.store import Store
     from cic.store.score_files import read_long_table

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 DRIVER = """
 import sys
-from cic.pipeline import progress
+from cic.pipeline.run import progress
 def show(stage, done, total):  # not print(): the flow's log_prints sends prints to Prefect's logger
     sys.stdout.write(f"PROGRESS|{stage}|{done}|{total}\\n")
     sys.stdout.flush()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cic.pipeline.run_results import PipelineSummary, ResultRow, SystemResultRow
+from cic.pipeline.run.run_results import PipelineSummary, ResultRow, SystemResultRow
 from cic.stats.bounds import min_certifiable_n
 
 RESULTS_ARTIFACT = "cic-pipeline-results"

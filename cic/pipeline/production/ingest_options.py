@@ -47,7 +47,7 @@ class IngestOptions:
 
     def skew(self, option: str = "max_skew") -> timedelta:
         """`max_skew` as a duration (an absurd or negative one refused, naming `option`)."""
-        from cic.pipeline.durations import parse_duration
+        from cic.pipeline.run.durations import parse_duration
 
         return parse_duration(self.max_skew, option)
 

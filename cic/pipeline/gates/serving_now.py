@@ -1,6 +1,6 @@
 """What serves now, per serving key, after a nightly pass: the table at the top of the Prefect artifact and the last
 lines of the log and the console — each key (single gates by model, dataset, estimator, criterion, alpha, bound and
-search; system gates by name) with its serving state (`cic.pipeline.serving_state`), its threshold(s) or why it
+search; system gates by name) with its serving state (`cic.pipeline.gates.serving_state`), its threshold(s) or why it
 serves nothing, and what changed tonight. Read from the gate event log (no re-certification: `cic gate export`
 does that before serving)."""
 
@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from cic.pipeline.gate_rows import gate_rows, system_gate_rows
-from cic.pipeline.serving_state import serving_state
+from cic.pipeline.gates.gate_rows import gate_rows, system_gate_rows
+from cic.pipeline.gates.serving_state import serving_state
 
 if TYPE_CHECKING:
     from cic.store import Store
@@ -50,8 +50,8 @@ def serving_now(store: Store, models: Collection[str], promoted: Sequence[str] =
                 withdrawn: Collection[str] = ()) -> list[ServingRow]:
     """Per serving key of these models that has a gate speaking for it (live or unattainable) or had one (all
     retired): what it serves now, single keys first, serving keys before those serving nothing."""
-    from cic.pipeline.gates import SERVING_KEY, gates
-    from cic.pipeline.system_gates import SYSTEM_KEY, system_gates
+    from cic.pipeline.gates.lifecycle import SERVING_KEY, gates
+    from cic.pipeline.gates.system_gates import SYSTEM_KEY, system_gates
 
     changed = {**{g: "promoted tonight" for g in promoted}, **{g: "withdrawn tonight" for g in withdrawn}}
     rows = []
@@ -93,8 +93,8 @@ def _row(key: str, row: Any, threshold: str, changed: dict[str, str], *, system:
 
 def live_gate_ids(store: Store, run_keys: Sequence[str]) -> list[str]:
     """The live gates (single, and system gates all of whose stages are among these runs) of these runs."""
-    from cic.pipeline.gates import gates
-    from cic.pipeline.system_gates import system_gates
+    from cic.pipeline.gates.lifecycle import gates
+    from cic.pipeline.gates.system_gates import system_gates
 
     single = gates(store).filter(pl.col("run_key").is_in(list(run_keys)) & (pl.col("state") == "live"))
     systems = system_gates(store).filter((pl.col("state") == "live") & pl.col("run_keys").list.eval(

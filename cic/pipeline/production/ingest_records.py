@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from cic.errors import UserError
-from cic.pipeline.ingest_options import EARLIEST, FALSE_WORDS, MAX_SKEW, TRUE_WORDS
+from cic.pipeline.production.ingest_options import EARLIEST, FALSE_WORDS, MAX_SKEW, TRUE_WORDS
 
 if TYPE_CHECKING:
     pass

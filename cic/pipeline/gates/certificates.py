@@ -21,7 +21,7 @@ import polars as pl
 
 from cic import schema
 from cic.errors import UserError
-from cic.pipeline.gate_rows import GateRow
+from cic.pipeline.gates.gate_rows import GateRow
 
 if TYPE_CHECKING:
     from cic.store import Store
@@ -62,7 +62,7 @@ def _refuse(row: GateRow, why: str) -> UserError:
 
 def recertify(row: GateRow, group: pl.DataFrame) -> None:
     """Raise unless the gate's certificate is what its rebuilt pairs give (see the module docstring)."""
-    from cic.pipeline.stored_calibration import data_fingerprint, pilot_split
+    from cic.pipeline.run.stored_calibration import data_fingerprint, pilot_split
     from cic.stats.calibration import calibrate, quantile_grid
 
     plan, pairs = plan_of(row), rebuilt_pairs(row, group)
@@ -99,7 +99,7 @@ def recertify(row: GateRow, group: pl.DataFrame) -> None:
 
 def recertify_all(store: Store, rows: Sequence[GateRow]) -> None:
     """`recertify` each gate, the pairs of all their runs read in one query."""
-    from cic.pipeline.anytime_gates import is_anytime, recertify_anytime
+    from cic.pipeline.gates.anytime_gates import is_anytime, recertify_anytime
     from cic.store.queries import certified_pairs_of_runs
 
     for row in rows:

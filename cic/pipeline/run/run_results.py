@@ -299,7 +299,7 @@ class RecalibrationSummary:
     promoted: list[str] = field(default_factory=list)
     withdrawn: dict[str, str] = field(default_factory=dict)  # live gate id -> why it stopped serving
     anytime: list[AnytimeRow] = field(default_factory=list)  # the anytime rule's progress per key and alpha
-    serving: list[Any] = field(default_factory=list)  # `cic.pipeline.serving_now.ServingRow`, after the pass
+    serving: list[Any] = field(default_factory=list)  # `cic.pipeline.gates.serving_now.ServingRow`, after the pass
     mlflow_run_ids: list[str] = field(default_factory=list)
     log_error: str | None = None
     registry_error: str | None = None

@@ -22,9 +22,9 @@ import polars as pl
 from cic import schema
 from cic.errors import UserError
 from cic.pipeline.alerts import OVER_BUDGET, Alert, kind_names, stored
-from cic.pipeline.certificates import recertify_all
-from cic.pipeline.gate_rows import GateRow, gate_rows
-from cic.pipeline.serving_state import (
+from cic.pipeline.gates.certificates import recertify_all
+from cic.pipeline.gates.gate_rows import GateRow, gate_rows
+from cic.pipeline.gates.serving_state import (
     CONFIRMED,
     FLAGGED,
     UNATTAINABLE,
@@ -427,7 +427,7 @@ def served_entries(store: Store, **equals: Any) -> list[dict[str, Any]]:
 
 def _anytime_guarantee(row: GateRow) -> str | None:
     """An anytime gate's guarantee in the export's words (None for any other gate)."""
-    from cic.pipeline.anytime_gates import certified_since, is_anytime
+    from cic.pipeline.gates.anytime_gates import certified_since, is_anytime
 
     return f"anytime-valid: certified at every night since {certified_since(row)}" if is_anytime(row) else None
 

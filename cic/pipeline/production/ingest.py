@@ -50,8 +50,8 @@ import polars as pl
 
 from cic import schema
 from cic.errors import UserError
-from cic.pipeline.ingest_changes import Changes, Stage, checked_labels, checked_records, record_changes
-from cic.pipeline.ingest_options import (
+from cic.pipeline.production.ingest_changes import Changes, Stage, checked_labels, checked_records, record_changes
+from cic.pipeline.production.ingest_options import (
     BATCH_ROWS,
     COMMIT_RECORDS,
     DEFAULT_OPTIONS,
@@ -66,7 +66,7 @@ from cic.pipeline.ingest_options import (
     estimator_name,
     run_key_of,
 )
-from cic.pipeline.ingest_records import (
+from cic.pipeline.production.ingest_records import (
     Batch,
     Checks,
     bool_column,
@@ -75,8 +75,8 @@ from cic.pipeline.ingest_records import (
     text_column,
     time_column,
 )
-from cic.pipeline.record_batches import SUFFIXES, record_batches
-from cic.pipeline.score_names import ingest_notes
+from cic.pipeline.production.record_batches import SUFFIXES, record_batches
+from cic.pipeline.run.score_names import ingest_notes
 from cic.store.ingest_queries import (
     first_group_clash,
     first_group_move,
@@ -91,8 +91,8 @@ from cic.store.ingest_queries import (
 if TYPE_CHECKING:
     from cic.store import Store
 
-from cic.pipeline import ingest_journal
-from cic.pipeline.ingest_journal import (
+from cic.pipeline.production import ingest_journal
+from cic.pipeline.production.ingest_journal import (
     abandon_ingest,
     complete_ingest,
     file_digest,

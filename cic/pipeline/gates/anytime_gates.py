@@ -35,8 +35,8 @@ import polars as pl
 from cic import schema
 from cic.errors import UserError
 from cic.pipeline.alerts import LATE_LABELS, STATE_BROKEN, UNCERTIFIED, UNLABELLED, Alert
-from cic.pipeline.gate_rows import ColumnReader, GateRow
-from cic.pipeline.stored_calibration import GroupKey, data_fingerprint
+from cic.pipeline.gates.gate_rows import ColumnReader, GateRow
+from cic.pipeline.run.stored_calibration import GroupKey, data_fingerprint
 from cic.stats.anytime import AnytimeState
 from cic.stats.calibration import CalibrationResult
 

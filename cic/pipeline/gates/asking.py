@@ -14,7 +14,7 @@ from cic import schema
 from cic.errors import UserError
 
 if TYPE_CHECKING:
-    from cic.pipeline.gate_rows import GateRow
+    from cic.pipeline.gates.gate_rows import GateRow
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,8 @@ def shown_answer(answer: str, choices: Sequence[str] | None) -> str:
 
 def serving_gate(db: str, *, model: str, dataset: str, estimator: str, criterion: str | None, alpha: float,
                  bound: str, search: str) -> GateRow:
-    """The live gate of that key (`cic.pipeline.gates.live_gate`), read without locking the store."""
-    from cic.pipeline.gates import live_gate
+    """The live gate of that key (`cic.pipeline.gates.lifecycle.live_gate`), read without locking the store."""
+    from cic.pipeline.gates.lifecycle import live_gate
     from cic.store import Store
 
     with Store.open(db, read_only=True, wait_s=60) as store:
@@ -116,7 +116,7 @@ def ask_question(question: str, *, config_path: str | Path, db: str | None, mode
     then — only then, and only when the gate serves — generate the answer with the config's model, score it and
     apply the gate. A gate that serves nothing abstains without loading a model."""
     from cic.pipeline.config import load_config
-    from cic.pipeline.gates import gate_of
+    from cic.pipeline.gates.lifecycle import gate_of
 
     config = load_config(config_path)
     names = [m.name for m in config.models]
@@ -176,9 +176,9 @@ def default_alpha(db: str, alphas: Sequence[float], *, model: str, dataset: str,
                   criterion: str | None, bound: str, search: str) -> float:
     """`cic ask` without --alpha: the config's alpha when it has one; else the strictest configured alpha whose
     gate serves for this key (the largest when none does, so the miss lists what serves)."""
-    from cic.pipeline.gate_rows import gate_rows
-    from cic.pipeline.gates import gates
-    from cic.pipeline.serving_state import serving_state
+    from cic.pipeline.gates.gate_rows import gate_rows
+    from cic.pipeline.gates.lifecycle import gates
+    from cic.pipeline.gates.serving_state import serving_state
     from cic.store import Store
 
     if len(alphas) == 1:
@@ -198,7 +198,7 @@ def askable_estimator(config: Any, stored: str, gate_id: str) -> None:
     """Refuse, before any model loads, a gate whose score this config cannot compute under the name the gate was
     certified on (an ingested `score:<name>` column is stored as written): one line with the spelling it can."""
     from cic.llm.uncertainty.estimators import ESTIMATORS
-    from cic.pipeline.score_names import computed_name
+    from cic.pipeline.run.score_names import computed_name
 
     computed = computed_name(config.uncertainty, stored)
     if computed is None:
@@ -266,7 +266,7 @@ def ask_cascade(question: str, *, config_path: str | Path, db: str | None, casca
     defaults to the strictest configured alpha whose gate serves; every stage's score is checked computable
     before any model loads."""
     from cic.pipeline.config import load_config
-    from cic.pipeline.system_gates import serving_system_gate
+    from cic.pipeline.gates.system_gates import serving_system_gate
     from cic.store import Store
 
     config = load_config(config_path)

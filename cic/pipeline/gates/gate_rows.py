@@ -133,10 +133,10 @@ _SYSTEM_COLUMNS = tuple(f.name for f in fields(SystemGateRow))
 
 
 def gate_rows(frame: pl.DataFrame) -> list[GateRow]:
-    """Each row of a gates table (`cic.pipeline.gates.gates`), typed."""
+    """Each row of a gates table (`cic.pipeline.gates.lifecycle.gates`), typed."""
     return [GateRow.of(row) for row in frame.iter_rows(named=True)]
 
 
 def system_gate_rows(frame: pl.DataFrame) -> list[SystemGateRow]:
-    """Each row of a system gates table (`cic.pipeline.system_gates.system_gates`), typed."""
+    """Each row of a system gates table (`cic.pipeline.gates.system_gates.system_gates`), typed."""
     return [SystemGateRow.of(row) for row in frame.iter_rows(named=True)]

@@ -19,12 +19,12 @@ import polars as pl
 
 from cic import schema
 from cic.pipeline.alerts import MONITOR_ALARM, Alert
-from cic.pipeline.gate_rows import ColumnReader, GateRow
+from cic.pipeline.gates.gate_rows import ColumnReader, GateRow
 from cic.stats.monitoring import e_value, lower_bound
 from cic.store.queries import newest_monitor_rows
 
 if TYPE_CHECKING:
-    from cic.pipeline.stored_calibration import GroupKey
+    from cic.pipeline.run.stored_calibration import GroupKey
     from cic.store import Store
 
 

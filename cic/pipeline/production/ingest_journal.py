@@ -13,9 +13,9 @@ import polars as pl
 
 from cic import schema
 from cic.errors import UserError
-from cic.pipeline import progress
-from cic.pipeline.ingest_changes import Changes, Stage, checked_labels, checked_records, record_changes
-from cic.pipeline.ingest_options import SPLIT, IngestStats
+from cic.pipeline.production.ingest_changes import Changes, Stage, checked_labels, checked_records, record_changes
+from cic.pipeline.production.ingest_options import SPLIT, IngestStats
+from cic.pipeline.run import progress
 from cic.store.ingest_queries import (
     unfinished_ingest_files,
     write_staged,

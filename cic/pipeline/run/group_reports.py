@@ -17,7 +17,7 @@ import polars as pl
 
 from cic import schema
 from cic.errors import UserError
-from cic.pipeline.stored_calibration import GroupKey
+from cic.pipeline.run.stored_calibration import GroupKey
 from cic.reports.report import ReportConfig, file_slug, write_report
 from cic.stats.searches import get_search
 from cic.store import Store

@@ -15,7 +15,7 @@ import polars as pl
 from cic import schema
 from cic.errors import UserError
 from cic.pipeline.alerts import Alert
-from cic.pipeline.ingest_changes import relabelled_alert, replaced_alert, shown_value
+from cic.pipeline.production.ingest_changes import relabelled_alert, replaced_alert, shown_value
 from cic.store.imports import changed_rows, checked_import
 from cic.store.ingest_queries import gates_holding_records, gates_touched
 
@@ -70,7 +70,7 @@ def _refusal(path: str | Path, table: str, changed: pl.DataFrame) -> str:
 
 def _record(store: Store, table: str, changed: pl.DataFrame, source: str, now: datetime, scratch: Path) -> list[str]:
     """Each change as an event, and the flags on the gates whose window held a changed record."""
-    from cic.pipeline.gates import flag_gates
+    from cic.pipeline.gates.lifecycle import flag_gates
 
     alerts: dict[str, Alert] = {}
     verdicts = changed.filter(pl.col("field") == "aligned") if table == "labels" else changed.clear()

@@ -24,7 +24,7 @@ from cic.errors import UserError
 from cic.stats.calibration import calibrate, quantile_grid, uniform_grid
 from cic.stats.protocol import evaluate_splits
 from cic.stats.searches import get_search
-from cic.store.queries import labelled_criteria, scored_estimators
+from cic.store.queries import labelled_criteria, labelled_pairs_of_runs, scored_estimators
 
 if TYPE_CHECKING:
     from cic.pipeline.config import CalibrationConfig
@@ -218,3 +218,17 @@ def iter_group_pairs(store: Store, groups: Sequence[GroupKey]) -> Iterator[tuple
                                         allow_partial=True)
         if pairs.height >= 2:
             yield key, pairs
+
+
+def labelled_pairs(store: Store, key: GroupKey) -> pl.DataFrame:
+    """(question_id, score, error, at) of a group, oldest first; `at` is when production saw the question
+    (ingested records) or when its label was stored."""
+    return labelled_pairs_of_runs(store, [key.run_key], estimator=key.estimator, criterion=key.criterion) \
+        .select("question_id", "score", "error", "at")
+
+
+def span(pairs: pl.DataFrame) -> tuple[datetime | None, datetime | None]:
+    """The (first, last) `at` of some pairs: a gate's window."""
+    if pairs.height == 0:
+        return None, None
+    return pairs.get_column("at").min(), pairs.get_column("at").max()  # type: ignore[return-value]

@@ -36,11 +36,19 @@ from cic.pipeline.alerts import (
     severity,
     withdraws,
 )
-from cic.pipeline.gate_rows import ColumnReader, GateRow, SystemGateRow, gate_rows
-from cic.pipeline.gates import gates
-from cic.pipeline.serving_now import serving_now
-from cic.pipeline.stored_calibration import GroupKey, calibration_rows, group_counts
-from cic.pipeline.windows import MIN_WINDOW, Check, WindowRule, new_window, parse_since, span, unattainable_alert
+from cic.pipeline.gates.gate_rows import ColumnReader, GateRow, SystemGateRow, gate_rows
+from cic.pipeline.gates.lifecycle import gates
+from cic.pipeline.gates.serving_now import serving_now
+from cic.pipeline.production.windows import (
+    MIN_WINDOW,
+    Check,
+    WindowRule,
+    new_window,
+    parse_since,
+    span,
+    unattainable_alert,
+)
+from cic.pipeline.run.stored_calibration import GroupKey, calibration_rows, group_counts, labelled_pairs
 from cic.stats.drift import error_rate_test, holm, score_shift_test
 from cic.store.queries import labelled_pairs_of_runs
 
@@ -82,13 +90,6 @@ class GroupRecalibration:
 def slot_of(row: ColumnReader) -> tuple[float, float, str, str]:
     """(alpha, delta, bound, search) of a gate row: which live gate a candidate is compared with."""
     return (round(float(row["alpha"]), 12), round(float(row["delta"]), 12), row["bound"], row["search"])
-
-
-def labelled_pairs(store: Store, key: GroupKey) -> pl.DataFrame:
-    """(question_id, score, error, at) of a group, oldest first; `at` is when production saw the question
-    (ingested records) or when its label was stored."""
-    return pairs_of_runs(store, [key.run_key], estimator=key.estimator, criterion=key.criterion) \
-        .select("question_id", "score", "error", "at")
 
 
 def reference_window(live: Sequence[GateRow]) -> tuple[datetime | None, datetime | None] | None:
@@ -174,8 +175,8 @@ def promote_quiet_groups(store: Store, results: Sequence[GroupRecalibration],
     guarantee (no `paper`), and only when their family's live gates would not spend more than delta together
     (`held_over_budget`: those are flagged with why and wait for a person). A paging group waits for a person
     (`cic gate promote --despite-alerts`). Returns (promoted ids, held id -> why)."""
-    from cic.pipeline.gates import flag_gates, held_over_budget, promote_many
-    from cic.pipeline.serving_state import guaranteed
+    from cic.pipeline.gates.lifecycle import flag_gates, held_over_budget, promote_many
+    from cic.pipeline.gates.serving_state import guaranteed
 
     chosen = []
     for result in results:
@@ -193,8 +194,8 @@ def promote_quiet_groups(store: Store, results: Sequence[GroupRecalibration],
 
 def rejected_live_gates(results: Sequence[Any], updates: Sequence[Any]) -> dict[str, Alert]:
     """Live gate id -> why, for each live gate this pass found failing: a test of it rejected (after Holm) whose
-    alert kind withdraws (`cic.pipeline.alerts`: the error rate at its threshold) or its anytime-valid monitor
-    alarmed. (A score shift pages but leaves the gates serving: it says the inputs moved, not that a threshold's
+    alert kind withdraws (`cic.pipeline.alerts`: the error rate at its threshold) or its anytime-valid
+    monitor alarmed. (A score shift pages but leaves the gates serving: it says the inputs moved, not that a threshold's
     error rate did.)"""
     out: dict[str, Alert] = {}
     for result in results:
@@ -212,7 +213,7 @@ def _already_handled(reason: str, why: Alert) -> bool:
     """A live gate already flagged or alerted is not flagged again; one a person confirmed stays confirmed
     against its (sticky) monitor alarm, but not against a new failing error-rate test."""
     from cic.pipeline.alerts import MONITOR_ALARM
-    from cic.pipeline.serving_state import ALERTED, CONFIRMED, FLAGGED
+    from cic.pipeline.gates.serving_state import ALERTED, CONFIRMED, FLAGGED
 
     return reason.startswith((FLAGGED, ALERTED)) or (reason.startswith(CONFIRMED) and kind_of(why) == MONITOR_ALARM)
 
@@ -255,12 +256,12 @@ class RecalibrationPass:
     skipped: list[tuple[GroupKey, str]] = field(default_factory=list)
     checks: list[tuple[GroupKey, Check]] = field(default_factory=list)
     promoted: list[str] = field(default_factory=list)
-    monitors: list[Any] = field(default_factory=list)  # cic.pipeline.monitoring.MonitorUpdate, one per live gate
+    monitors: list[Any] = field(default_factory=list)  # production.monitoring.MonitorUpdate, one per live gate
     withdrawn: dict[str, Alert] = field(default_factory=dict)  # live gate id -> why it stopped serving this pass
     systems: list[SystemCandidate] = field(default_factory=list)  # candidate system gates (cascades, auto)
-    anytime: list[Any] = field(default_factory=list)  # cic.pipeline.anytime_gates.AnytimeUpdate, rule: anytime
+    anytime: list[Any] = field(default_factory=list)  # cic.pipeline.gates.anytime_gates.AnytimeUpdate, rule: anytime
     notes: list[tuple[Any, Alert]] = field(default_factory=list)  # (AnytimeUpdate, warning) of the anytime rule
-    serving: list[Any] = field(default_factory=list)  # cic.pipeline.serving_now.ServingRow, after the pass
+    serving: list[Any] = field(default_factory=list)  # cic.pipeline.gates.serving_now.ServingRow, after the pass
 
     @property
     def alerts(self) -> list[tuple[Candidate | SystemCandidate, Alert]]:
@@ -278,22 +279,22 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
                       anytime_grid: int | None = None, label_window: timedelta = timedelta(0),
                       now: datetime | None = None) -> RecalibrationPass:
     """One pass over the store: every group of the runs recalibrated (pairs read in one query per `chunk_runs`
-    runs, live gates once) and every system gate over them (`cic.pipeline.system_recalibration`), Holm across
+    runs, live gates once) and every system gate over them (`cic.pipeline.production.system_recalibration`), Holm across
     all tests, candidates stored with their alerts in one transaction, quiet groups and systems promoted when
     `auto_promote`. A live gate the pass finds failing (`rejected_live_gates`) — single or system — stops
     serving (`on_alarm` "withdraw": flagged, serves nothing until a newer gate is promoted or a person confirms
     it) or keeps serving with the alert on it ("flag"). With `anytime_grid` (`recalibration.rule: anytime`) the
     single-model groups get no window candidates: each key's e-processes count the answers new to them and the
-    widest certified threshold goes live (`cic.pipeline.anytime_gates`); an alarm on such a gate restarts its key.
+    widest certified threshold goes live (`cic.pipeline.gates.anytime_gates`); an alarm on such a gate restarts its key.
     Certificates (window candidates and the anytime states) count only records seen at least `label_window` ago,
     whose labels can no longer be late; the monitor of a live gate counts every label as it arrives. `now`: the
     pass's clock (default the wall clock)."""
-    from cic.pipeline import monitoring
-    from cic.pipeline.gates import flag_gates, record_candidates
-    from cic.pipeline.ingest import refusal
-    from cic.pipeline.serving_state import ALERTED, FLAGGED
-    from cic.pipeline.system_gates import promote_first_system_gates
-    from cic.pipeline.system_recalibration import first_system_candidates, recalibrate_systems
+    from cic.pipeline.gates.lifecycle import flag_gates, record_candidates
+    from cic.pipeline.gates.serving_state import ALERTED, FLAGGED
+    from cic.pipeline.gates.system_gates import promote_first_system_gates
+    from cic.pipeline.production import monitoring
+    from cic.pipeline.production.ingest import refusal
+    from cic.pipeline.production.system_recalibration import first_system_candidates, recalibrate_systems
 
     cut = refusal(store)
     if cut:
@@ -359,8 +360,8 @@ def _anytime_pass(store: Store, seen: list[tuple[GroupKey, pl.DataFrame, int]], 
                   through: datetime) -> list[Any]:
     """The anytime rule inside the pass's transaction: alarmed anytime gates restart their key, then every key's
     state counts its new answers; a widened threshold is stored as a gate (made live after the transaction)."""
-    from cic.pipeline.anytime_gates import gate_row, is_anytime, restart, update_key
-    from cic.pipeline.gates import flag_gates
+    from cic.pipeline.gates.anytime_gates import gate_row, is_anytime, restart, update_key
+    from cic.pipeline.gates.lifecycle import flag_gates
 
     newest = {(k.run_key, k.estimator, k.criterion): pairs.get_column("at").max() for k, pairs, _ in seen}
     for row in live_rows:
@@ -391,7 +392,7 @@ def _anytime_pass(store: Store, seen: list[tuple[GroupKey, pl.DataFrame, int]], 
 def _promote_anytime(store: Store, updates: Sequence[Any]) -> list[str]:
     """Make each widened anytime threshold live (re-certified by replay first), retiring the one it widens. A gate
     whose replay fails is not promoted: it is flagged, its update carries why (a page), the others go live."""
-    from cic.pipeline.gates import flag_gates, promote_many, record_candidates
+    from cic.pipeline.gates.lifecycle import flag_gates, promote_many, record_candidates
 
     made = [u for u in updates if u.gate_id is not None]
     if not made:
@@ -416,8 +417,8 @@ def _promote_anytime(store: Store, updates: Sequence[Any]) -> list[str]:
 def _restart_broken(store: Store, update: Any) -> list[str]:
     """An anytime key whose new gate did not replay: its live anytime gate withdrawn (returned) and its state
     restarted, counting answers seen after this pass. Call inside a transaction."""
-    from cic.pipeline.anytime_gates import ANYTIME, restart_key
-    from cic.pipeline.gates import flag_gates
+    from cic.pipeline.gates.anytime_gates import ANYTIME, restart_key
+    from cic.pipeline.gates.lifecycle import flag_gates
     from cic.store.queries import anytime_state_row
 
     key, row = update.key, anytime_state_row(store, update.state_id)
@@ -441,7 +442,7 @@ def _recalibrate_groups(store: Store, run_keys: Sequence[str], config: Calibrati
     """Every single-model group of the runs: its candidates and tests (unless `windows` is off: the anytime
     rule) on its records seen by `through` (their label window closed), the monitors of its live gates (every
     label), the live gates read, and each group's pairs with its G (pairs in one query per `chunk_runs` runs)."""
-    from cic.pipeline import monitoring
+    from cic.pipeline.production import monitoring
 
     wanted = set(run_keys)
     runs = {r["run_key"]: r for r in store.read("runs").iter_rows(named=True) if r["run_key"] in wanted}
@@ -481,7 +482,7 @@ def promote_quiet_systems(store: Store, systems: Sequence[Any], alerts: dict[str
     """The `promotion: auto` policy for system gates: a key whose pass raised no page has its candidate made
     live (re-certified first, retiring the gate that spoke for the key) when it certifies something and raised
     nothing itself. (A system gate spends its own delta: no family budget is shared with single gates.)"""
-    from cic.pipeline.system_gates import promote_system_gate, system_gates
+    from cic.pipeline.gates.system_gates import promote_system_gate, system_gates
 
     promoted = []
     for result in systems:
@@ -500,7 +501,7 @@ def promote_quiet_systems(store: Store, systems: Sequence[Any], alerts: dict[str
 
 def _collect_firsts(store: Store, out: RecalibrationPass, firsts: pl.DataFrame | None) -> None:
     """The first candidates of configured systems' keys, as system candidates without a gate before them."""
-    from cic.pipeline.gates import current_states
+    from cic.pipeline.gates.lifecycle import current_states
 
     if firsts is None:
         return
@@ -515,7 +516,7 @@ def _collect_firsts(store: Store, out: RecalibrationPass, firsts: pl.DataFrame |
 def _collect(store: Store, out: RecalibrationPass, results: Sequence[GroupRecalibration], systems: Sequence[Any],
              alerts: dict[str, list[Alert]]) -> None:
     """The pass's candidates (with their state after it), skipped groups and tests, into `out`."""
-    from cic.pipeline.gates import current_states
+    from cic.pipeline.gates.lifecycle import current_states
 
     ids = [r["calibration_id"] for x in [*results, *systems] if x.skipped is None
            for r in x.rows.iter_rows(named=True)]

@@ -14,7 +14,7 @@ import polars as pl
 from cic import schema
 from cic.errors import UserError
 from cic.pipeline.alerts import RELABELLED, REPLACED, Alert
-from cic.pipeline.ingest_options import IngestStats
+from cic.pipeline.production.ingest_options import IngestStats
 from cic.store.ingest_queries import Files, changed_labels, changed_records, gates_holding_records, gates_touched
 
 if TYPE_CHECKING:
@@ -128,7 +128,7 @@ def record_changes(store: Store, stage: Stage, changes: Changes, source: str, no
                    stats: IngestStats) -> None:
     """Inside the writing transaction, before the new values: record each change as an event (old and new value)
     and flag every gate whose window held a changed record (`label_events`, `record_events`)."""
-    from cic.pipeline.gates import flag_gates
+    from cic.pipeline.gates.lifecycle import flag_gates
 
     alerts: dict[str, Alert] = {}
     if changes.labels is not None:

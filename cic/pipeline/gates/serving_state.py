@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from cic.errors import UserError
-from cic.pipeline.gate_rows import ColumnReader
+from cic.pipeline.gates.gate_rows import ColumnReader
 
 UNATTAINABLE = "unattainable"  # a key's gate that certifies nothing (alpha unattainable): it serves "nothing"
 FLAGGED = "flagged: "      # the reason of an event that flags a gate (`flag_gates`), keeping its state
@@ -77,7 +77,7 @@ def guaranteed(row: ColumnReader) -> bool:
     expectation-only rule do not: their gates are report results, never live unless a person opts in)."""
     from cic.stats.searches import get_search
 
-    if row["search"] == "anytime":  # `cic.pipeline.anytime_gates`: Ville's inequality, at every night
+    if row["search"] == "anytime":  # `cic.pipeline.gates.anytime_gates`: Ville's inequality, at every night
         return True
     try:
         return get_search(row["search"]).guarantee_kind == "high-probability"

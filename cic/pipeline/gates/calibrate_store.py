@@ -7,12 +7,12 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from cic.pipeline import progress
 from cic.pipeline.config import CalibrationConfig
-from cic.pipeline.gates import promote_first_gates
-from cic.pipeline.recalibration import labelled_pairs, span
-from cic.pipeline.run_results import CalibrateStats
-from cic.pipeline.stored_calibration import (
+from cic.pipeline.gates.lifecycle import promote_first_gates
+from cic.pipeline.gates.system_gates import calibrate_systems
+from cic.pipeline.run import progress
+from cic.pipeline.run.run_results import CalibrateStats
+from cic.pipeline.run.stored_calibration import (
     GroupKey,
     calibration_rows,
     evaluation_rows,
@@ -20,8 +20,9 @@ from cic.pipeline.stored_calibration import (
     group_evaluation_rows,
     groups_of_run,
     iter_group_pairs,
+    labelled_pairs,
+    span,
 )
-from cic.pipeline.system_gates import calibrate_systems
 from cic.store import Store
 
 

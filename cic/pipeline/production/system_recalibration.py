@@ -8,7 +8,7 @@ Per system key (system, dataset, criterion, alpha, bound, search, delta) with a 
 3. drift: per stage, the score distribution of its certified questions against the new ones (KS), and the
    live system's error rate among the new questions it answers (exact binomial) — in Holm with every other test
    of the pass;
-4. the anytime-valid monitor of a live system gate over every new question (`cic.pipeline.monitoring`, in the
+4. the anytime-valid monitor of a live system gate over every new question (`cic.pipeline.production.monitoring`, in the
    same family as the single gates): a rejected error-rate test or an alarm withdraws it like any live gate.
 """
 
@@ -22,12 +22,12 @@ import numpy as np
 import polars as pl
 
 from cic.pipeline.alerts import Alert
-from cic.pipeline.gate_rows import ColumnReader, SystemGateRow, system_gate_rows
-from cic.pipeline.monitoring import MonitorUpdate, update_of
-from cic.pipeline.serving_state import flag_of
-from cic.pipeline.stored_calibration import GroupKey
-from cic.pipeline.system_gates import iter_system_data, speaking_system_gates, spec_of, system_calibration_rows
-from cic.pipeline.windows import MIN_WINDOW, Check, WindowRule, new_window, unattainable_alert
+from cic.pipeline.gates.gate_rows import ColumnReader, SystemGateRow, system_gate_rows
+from cic.pipeline.gates.serving_state import flag_of
+from cic.pipeline.gates.system_gates import iter_system_data, speaking_system_gates, spec_of, system_calibration_rows
+from cic.pipeline.production.monitoring import MonitorUpdate, update_of
+from cic.pipeline.production.windows import MIN_WINDOW, Check, WindowRule, new_window, unattainable_alert
+from cic.pipeline.run.stored_calibration import GroupKey
 from cic.stats.cascades import answering_model
 from cic.stats.drift import answered_error_test, score_shift_test
 from cic.store.queries import labelled_pairs_of_runs
@@ -90,7 +90,7 @@ def first_system_candidates(store: Store, run_keys: list[str], config: Calibrati
     """The configured systems' keys that no gate speaks for yet (a cascade added to the config after `cic run`, a
     stream only ingested): their first candidates on every labelled question, as the first gates of single keys
     are; and per configured system with no data to certify on, one line saying why (nothing is silent)."""
-    from cic.pipeline.system_gates import system_specs
+    from cic.pipeline.gates.system_gates import system_specs
 
     runs = store.read("runs").filter(pl.col("run_key").is_in(run_keys))
     spoken = {(r.system, r.dataset, r.criterion) for r in system_gate_rows(speaking_system_gates(store))}

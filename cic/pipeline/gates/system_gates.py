@@ -19,17 +19,17 @@ import polars as pl
 
 from cic import schema
 from cic.errors import UserError
-from cic.pipeline.gate_rows import ColumnReader, SystemGateRow, system_gate_rows
-from cic.pipeline.run_results import SystemResultRow
-from cic.pipeline.serving_state import UNATTAINABLE, serving_state
-from cic.pipeline.stored_calibration import data_fingerprint
+from cic.pipeline.gates.gate_rows import ColumnReader, SystemGateRow, system_gate_rows
+from cic.pipeline.gates.serving_state import UNATTAINABLE, serving_state
+from cic.pipeline.run.run_results import SystemResultRow
+from cic.pipeline.run.stored_calibration import data_fingerprint
 from cic.stats.cascades import certify_system, evaluate_system_splits
 from cic.stats.searches import DEFAULT_SEARCH
 from cic.store.queries import labelled_criteria, scored_estimators
 
 if TYPE_CHECKING:
     from cic.pipeline.config import CalibrationConfig
-    from cic.pipeline.run_results import CalibrateStats
+    from cic.pipeline.run.run_results import CalibrateStats
     from cic.store import Store
 
 
@@ -61,7 +61,7 @@ class SystemData:
 def calibrate_systems(store: Store, run_keys: list[str], config: CalibrationConfig, stats: CalibrateStats) -> None:
     """Certify and evaluate every system the config names on these runs and store the rows (idempotent upserts);
     counts go to `stats`."""
-    from cic.pipeline import progress
+    from cic.pipeline.run import progress
 
     models = sorted(set(store.read("runs", run_key=run_keys).get_column("model").to_list()))
     specs = system_specs(config, models)
@@ -266,8 +266,8 @@ SYSTEM_KEY = ("system", "dataset", "criterion", "alpha", "bound", "search")
 
 def system_gates(store: Store, **equals: Any) -> pl.DataFrame:
     """Stored system gates (filtered by column equality) with their state from the gate event log, as single gates
-    have theirs (`cic.pipeline.gates`): no event = candidate."""
-    from cic.pipeline.gates import current_states
+    have theirs (`cic.pipeline.gates.lifecycle`): no event = candidate."""
+    from cic.pipeline.gates.lifecycle import current_states
 
     rows = store.read("system_calibrations")
     for column, value in equals.items():
@@ -284,7 +284,7 @@ def promote_first_system_gates(store: Store, calibration_ids: list[str], *, reas
     """Make live each of these system gates whose key has no live gate yet (one that certifies nothing becomes the
     key's *unattainable* gate, replacing an earlier one); later ones stay candidates for `cic gate promote`, as
     single gates do. Returns the ids made live."""
-    from cic.pipeline.gates import write_moves
+    from cic.pipeline.gates.lifecycle import write_moves
 
     table = system_gates(store)
     live = {_system_key(r) for r in system_gate_rows(table.filter(state="live"))}
@@ -320,7 +320,7 @@ def find_system_gate(store: Store, gate_id: str) -> SystemGateRow | None:
 def promote_system_gate(store: Store, row: SystemGateRow, *, reason: str) -> list[str]:
     """Make a system gate speak for its key — re-certified first — retiring the gate that did; returns the ids
     retired."""
-    from cic.pipeline.gates import HOLDS_KEY, write_moves
+    from cic.pipeline.gates.lifecycle import HOLDS_KEY, write_moves
 
     verify_system_gate(store, row)
     if row["state"] == "live":
@@ -337,8 +337,8 @@ def promote_system_gate(store: Store, row: SystemGateRow, *, reason: str) -> lis
 def confirm_system_gate(store: Store, row: SystemGateRow, *, reason: str) -> SystemGateRow:
     """A person keeps serving a flagged live system gate after review (recorded in its event log), once the store's
     pairs still give its thresholds; anything but a flagged live system gate is refused."""
-    from cic.pipeline.gates import write_moves
-    from cic.pipeline.serving_state import CONFIRMED
+    from cic.pipeline.gates.lifecycle import write_moves
+    from cic.pipeline.gates.serving_state import CONFIRMED
 
     short = row["calibration_id"][:12]
     flag = _flag(row)
@@ -356,7 +356,7 @@ def confirm_system_gate(store: Store, row: SystemGateRow, *, reason: str) -> Sys
 
 def speaking_system_gates(store: Store, **equals: Any) -> pl.DataFrame:
     """Per system key the gate that speaks for it: live, or unattainable (serves nothing)."""
-    from cic.pipeline.gates import HOLDS_KEY
+    from cic.pipeline.gates.lifecycle import HOLDS_KEY
 
     rows = system_gates(store, **equals).filter(pl.col("state").is_in(HOLDS_KEY))
     return rows.sort("state_at").unique(subset=list(SYSTEM_KEY), keep="last").sort(*SYSTEM_KEY)
@@ -396,7 +396,7 @@ def serving_system_gate(store: Store, *, system: str, dataset: str, criterion: s
 
 
 def _flag(row: ColumnReader) -> str | None:
-    from cic.pipeline.serving_state import flag_of
+    from cic.pipeline.gates.serving_state import flag_of
 
     return flag_of(row)
 

@@ -1,5 +1,5 @@
 """Which new labelled pairs a recalibration uses (the window rule), and one drift check of a pass: shared by the
-single gates' recalibration and the system gates' (`cic.pipeline.system_recalibration`)."""
+single gates' recalibration and the system gates' (`cic.pipeline.production.system_recalibration`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import polars as pl
 
 from cic.errors import UserError
 from cic.pipeline.alerts import BECAME_UNATTAINABLE, TEST_KINDS, UNATTAINABLE, Alert
-from cic.pipeline.durations import parse_duration
+from cic.pipeline.run.durations import parse_duration
+from cic.pipeline.run.stored_calibration import span  # noqa: F401 - re-exported: a window's span
 from cic.stats.drift import DriftTest
 
 MIN_WINDOW = 2
@@ -52,13 +53,6 @@ class Check:
     def alert(self) -> Alert:
         """The alert its rejection raises, of the kind its test names."""
         return Alert(TEST_KINDS[self.test.name], self.test.detail)
-
-
-def span(pairs: pl.DataFrame) -> tuple[datetime | None, datetime | None]:
-    """The (first, last) `at` of some pairs: a gate's window."""
-    if pairs.height == 0:
-        return None, None
-    return pairs.get_column("at").min(), pairs.get_column("at").max()  # type: ignore[return-value]
 
 
 def new_window(pairs: pl.DataFrame, after: datetime | None, rule: WindowRule) -> pl.DataFrame:
