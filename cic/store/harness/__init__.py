@@ -54,6 +54,8 @@ def read_harness(path: str | Path, harness: str | None = None) -> pl.DataFrame:
         raise UserError(f"file = {str(p)!r}: does not exist")
     if harness is not None:
         return HARNESSES.lookup(harness).read(p)
+    if p.suffix == ".eval" or (p.is_dir() and any(p.glob("**/*.eval")) and not any(p.glob("**/*.json"))):
+        return HARNESSES.lookup("inspect-ai").read(p)  # a zstd archive: its reader says how to convert it
     first = _first_record(p)
     found = which_harness(first) if first is not None else None
     if found is None:
@@ -66,8 +68,6 @@ def _first_record(p: Path) -> dict[str, Any] | None:
     """The first JSON object of a JSON-lines output (lm-eval), or the whole document of a JSON log (inspect-ai)."""
     import json
 
-    if p.suffix == ".eval" or (p.is_dir() and any(p.glob("**/*.eval")) and not any(p.glob("**/*.json"))):
-        return {"eval": {"task": ""}, "samples": []}  # an inspect-ai .eval log: its reader says how to convert it
     logs = sorted(p.glob("**/*.json")) if p.is_dir() and not any(p.glob("**/samples_*.jsonl")) else []
     if p.suffix == ".json" or logs:
         try:
