@@ -58,11 +58,15 @@ class ModelShape:
 
 
 def free_bytes(device: str) -> int:
-    """Free memory on `device`: CUDA's free bytes, or the host's available RAM for CPU."""
+    """Free memory on `device`: for CUDA the driver's free bytes plus what PyTorch's caching allocator holds
+    reserved but unused (after a large chunk the allocator keeps its blocks, and the driver alone would report
+    them taken, shrinking every later chunk); the host's available RAM for CPU."""
     if str(device).startswith("cuda"):
         import torch
 
-        return int(torch.cuda.mem_get_info(torch.device(device))[0])
+        where = torch.device(device)
+        cached = torch.cuda.memory_reserved(where) - torch.cuda.memory_allocated(where)
+        return int(torch.cuda.mem_get_info(where)[0] + max(0, cached))
     import psutil
 
     return int(psutil.virtual_memory().available)

@@ -60,3 +60,16 @@ def test_cpu_caps_rows_and_a_fixed_batch_size_caps_them_instead(monkeypatch: pyt
 def test_out_of_memory_at_one_row_gives_up() -> None:
     sizer = BatchSizer(SHAPE, "cpu", fixed_rows=1)
     assert not sizer.out_of_memory()
+
+
+def test_cuda_free_memory_counts_what_the_allocator_holds_unused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a large chunk PyTorch keeps its blocks reserved: the driver reports them taken, but the next chunk can
+    reuse them, so they count as free (else every chunk after the first shrinks to what the driver has left)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (5 * 2**30, 80 * 2**30))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 60 * 2**30)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 15 * 2**30)
+    assert batching.free_bytes("cuda:0") == (5 + 60 - 15) * 2**30
+    sizer = BatchSizer(SHAPE, "cuda:0")
+    assert sizer.questions_per_chunk([60] * 1000, 11, 32) > 200  # about 40 GiB of budget, not 4
