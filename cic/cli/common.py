@@ -204,7 +204,7 @@ def load_stored_pairs(db: Path, stored: dict[str, str | None]) -> tuple[Any, Any
 ModelOpt = Annotated[str | None, typer.Option("--model", help="Stored results (FILE.duckdb): the model name.")]
 DatasetOpt = Annotated[str | None, typer.Option("--dataset", help="Stored results: the dataset name.")]
 EstimatorOpt = Annotated[str | None, typer.Option("--estimator", help="Stored results: the estimator, e.g. "
-                                                                      "'semantic_entropy[embedding:0.9]'.")]
+                                                                      "'semantic_entropy\\[embedding:0.9]'.")]
 CriterionOpt = Annotated[str | None, typer.Option("--criterion", help="Stored results: e.g. 'similarity[0.6]'.")]
 RunKeyOpt = Annotated[str | None, typer.Option("--run-key", help="Stored results: choose among several runs.")]
 ScoreCol = Annotated[str, typer.Option("--score-col", help="Column with the uncertainty score (lower = surer).")]

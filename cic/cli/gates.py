@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -12,6 +13,7 @@ from rich.table import Table
 
 from cic.cli.common import ForceOpt, TrackingOpt, console, err_console, fmt, friendly_errors, printable, styled
 from cic.cli.help_format import ReadableCommand, ReadableGroup
+from cic.cli.option_groups import grouped
 from cic.errors import UserError
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
 
@@ -33,27 +35,44 @@ def _existing(db: Path) -> Path:
     return db
 
 
+@dataclass(frozen=True)
+class IngestFlags:
+    """How `cic ingest` reads a file (the pipeline's `IngestOptions`, as options)."""
+
+    label_name: Annotated[str, typer.Option("--label-name", help="Criterion name for the `correct` column.")] = "human"
+    criterion: Annotated[str | None, typer.Option("--criterion", help="Label the `gold` column with this criterion "
+                                                  "(exact_match, token_f1[0.5], similarity[0.6]).")] = None
+    relabel: Annotated[bool, typer.Option("--relabel", help="Allow labels that change stored labels (recorded in "
+                                          "label_events; the gates whose window held them are flagged).")] = False
+    replace: Annotated[bool, typer.Option("--replace", help="Allow re-sent records that change a stored question, "
+                                          "answer, timestamp, gold or score (recorded in record_events; the gates "
+                                          "whose window held them are flagged).")] = False
+    max_skew: Annotated[str, typer.Option("--max-skew", help="Refuse timestamps later than now + this (clock "
+                                          "skew), e.g. 5m, 1h.")] = "5m"
+    timezone: Annotated[str | None, typer.Option("--timezone", help="Zone of timestamps written without one "
+                                                 "(default: refuse them), e.g. UTC, Europe/Berlin.")] = None
+    experiment_prefix: PrefixOpt = DEFAULT_EXPERIMENT_PREFIX
+    group: Annotated[str | None, typer.Option("--group", metavar="COLUMN", help="Column holding each record's "
+                                              "group (user segment, tier): the record is stored in stream "
+                                              "'<stream>/<group>', so each group gets its own gates.")] = None
+
+    def options(self) -> Any:
+        """The pipeline's `IngestOptions`, its clock skew checked."""
+        from cic.pipeline.production.ingest import IngestOptions
+
+        options = IngestOptions(**asdict(self))
+        options.skew("--max-skew")
+        return options
+
+
 @friendly_errors
+@grouped
 def ingest(
     file: Annotated[Path | None, typer.Argument(help="Parquet, CSV or JSONL of production records (or of labels "
                                                 "alone).")] = None,
+    *,
     db: StoreOpt = Path("cic.duckdb"),
-    label_name: Annotated[str, typer.Option("--label-name", help="Criterion name for the `correct` column.")] = "human",
-    criterion: Annotated[str | None, typer.Option("--criterion", help="Label the `gold` column with this criterion "
-                                                  "(exact_match, token_f1[0.5], similarity[0.6]).")] = None,
-    relabel: Annotated[bool, typer.Option("--relabel", help="Allow labels that change stored labels (recorded in "
-                                          "label_events; the gates whose window held them are flagged).")] = False,
-    replace: Annotated[bool, typer.Option("--replace", help="Allow re-sent records that change a stored question, "
-                                          "answer, timestamp, gold or score (recorded in record_events; the gates "
-                                          "whose window held them are flagged).")] = False,
-    max_skew: Annotated[str, typer.Option("--max-skew", help="Refuse timestamps later than now + this (clock "
-                                          "skew), e.g. 5m, 1h.")] = "5m",
-    timezone: Annotated[str | None, typer.Option("--timezone", help="Zone of timestamps written without one "
-                                                 "(default: refuse them), e.g. UTC, Europe/Berlin.")] = None,
-    experiment_prefix: PrefixOpt = DEFAULT_EXPERIMENT_PREFIX,
-    group: Annotated[str | None, typer.Option("--group", metavar="COLUMN", help="Column holding each record's "
-                                              "group (user segment, tier): the record is stored in stream "
-                                              "'<stream>/<group>', so each group gets its own gates.")] = None,
+    flags: IngestFlags,
     complete: Annotated[str | None, typer.Option("--complete", metavar="ID", help="Finish an ingest cut off between "
                                                  "commits from its staged data, without its file (ID: the sha256 "
                                                  "prefix `cic recalibrate` names).")] = None,
@@ -66,28 +85,39 @@ def ingest(
     """Store production records (question, answer, scores, timestamp, correctness when known) next to the
     pipeline's runs; a file of labels alone labels them later. Idempotent; a bad record stores nothing."""
     from cic.cli.progress_view import side_progress
-    from cic.pipeline.production.ingest import IngestOptions, ingest_file
-    from cic.pipeline.production.record_batches import SUFFIXES
-    from cic.store import Store
-    from cic.store.score_files import input_file
 
     given = [name for name, value in (("FILE", file), ("--complete", complete), ("--abandon", abandon)) if value]
     if len(given) != 1:
         raise UserError(f"{' and '.join(given) or 'FILE'}: give exactly one of FILE, --complete ID, --abandon ID")
     if file is None:
         with side_progress():
-            _journal_command(_existing(db), complete, abandon, relabel=relabel, replace=replace)
+            _journal_command(_existing(db), complete, abandon, relabel=flags.relabel, replace=flags.replace)
         return
+    stats = _ingest_file(file, db, flags.options())
+    _say_ingested(file, db, stats)
+    if stats.flagged_gates and not no_mlflow:  # flagged live gates serve nothing: their aliases go too
+        _sync(db, stats.flagged_gates, tracking_uri, flags.experiment_prefix)
+
+
+def _ingest_file(file: Path, db: Path, options: Any) -> Any:
+    """Check the file and the store's place, then store the file's records (`IngestStats`)."""
+    from cic.cli.progress_view import side_progress
+    from cic.pipeline.production.ingest import ingest_file
+    from cic.pipeline.production.record_batches import SUFFIXES
+    from cic.store import Store
+    from cic.store.score_files import input_file
+
     input_file(file, SUFFIXES)
-    options = IngestOptions(label_name=label_name, criterion=criterion, relabel=relabel, replace=replace,
-                            max_skew=max_skew, timezone=timezone, experiment_prefix=experiment_prefix, group=group)
-    options.skew("--max-skew")
     if not db.parent.is_dir():
         raise UserError(f"--db = {str(db)!r}: directory {str(db.parent)!r} does not exist")
     if db.exists() and file.exists() and db.resolve() == file.resolve():
         raise UserError(f"FILE = {str(file)!r} is the store itself; give the records file")
     with Store.open(db, wait_s=300) as store, side_progress():
-        stats = ingest_file(store, file, options)
+        return ingest_file(store, file, options)
+
+
+def _say_ingested(file: Path, db: Path, stats: Any) -> None:
+    """What an ingest stored, then its notes and the stored labels or records it changed (stderr)."""
     streams = ", ".join(f"{r['model']}/{r['stream']}" for r in stats.runs)
     again = stats.records - (stats.new or 0)
     stored = (f"{stats.records} record(s) stored" if stats.new is None or stats.new == stats.records else
@@ -98,18 +128,13 @@ def ingest(
                             + (f" ({streams})" if streams else "") + f" in {db}"))
     for note in stats.notes:
         err_console.print(styled(("warning:", "bold yellow"), " ", printable(note)), soft_wrap=True)
-    if stats.relabelled:
-        err_console.print(styled(("relabelled:", "bold yellow"), printable(
-            f" {stats.relabelled} stored label(s) changed (label_events); "
-            + (f"gates flagged: {', '.join(g[:12] for g in stats.flagged_gates)} — `cic gate list` shows why"
-               if stats.flagged_gates else "no gate's window held them"))), soft_wrap=True)
-    if stats.replaced:
-        err_console.print(styled(("replaced:", "bold yellow"), printable(
-            f" {stats.replaced} stored record(s) changed (record_events); "
-            + (f"gates flagged: {', '.join(g[:12] for g in stats.flagged_gates)} — `cic gate list` shows why"
-               if stats.flagged_gates else "no gate's window held them"))), soft_wrap=True)
-    if stats.flagged_gates and not no_mlflow:  # flagged live gates serve nothing: their aliases go too
-        _sync(db, stats.flagged_gates, tracking_uri, experiment_prefix)
+    for word, count, what in (("relabelled:", stats.relabelled, "stored label(s) changed (label_events)"),
+                              ("replaced:", stats.replaced, "stored record(s) changed (record_events)")):
+        if count:
+            err_console.print(styled((word, "bold yellow"), printable(
+                f" {count} {what}; "
+                + (f"gates flagged: {', '.join(g[:12] for g in stats.flagged_gates)} — `cic gate list` shows why"
+                   if stats.flagged_gates else "no gate's window held them"))), soft_wrap=True)
 
 
 def _journal_command(db: Path, complete: str | None, abandon: str | None, *, relabel: bool, replace: bool) -> None:
@@ -150,17 +175,48 @@ def list_gates(
     """Gates with their serving state (the words `cic gate export` uses), threshold, window and the alerts their
     recalibration raised; then the system gates (cascades, estimators chosen) with every stage's threshold; then
     why each withdrawn gate serves nothing and how to restore it."""
-    import polars as pl
-
-    from cic.pipeline.gates.gate_rows import gate_rows, system_gate_rows
-    from cic.pipeline.gates.lifecycle import gates, live_families
     from cic.pipeline.gates.serving_state import WORDS, serving_state
-    from cic.pipeline.gates.system_gates import system_gates
-    from cic.store import Store
 
     choices = ("live", *WORDS)
     if state is not None and state not in choices:
         raise UserError(f"--state = {state!r}: one of {', '.join(choices)}")
+    typed, typed_systems, families = _listed(db, state, model, dataset)
+    _print_gates(f"gates in {db}: {len(typed)}", [_gate_cells(r) for r in typed])
+    if typed_systems:
+        _print_gates(f"system gates (cascades, estimators chosen) in {db}: {len(typed_systems)}",
+                     _system_cells(typed_systems))
+    for r in [*typed, *typed_systems]:  # what on-call needs: why it serves nothing and how to restore it
+        served = serving_state(r)
+        if served.word == "withdrawn":
+            console.print(printable(f"{r.calibration_id[:12]} {served.line()}"), soft_wrap=True)
+    for r in typed:
+        if r.search == "anytime" and r.state == "live":
+            console.print(printable(f"{r.calibration_id[:12]} ({r.model}/{r.dataset} {r.estimator} "
+                                    f"α={r.alpha:g}): certified at every night since {_since(r)}"), soft_wrap=True)
+    by_key = sorted(typed, key=lambda r: (r.model, r.dataset, _when(r.created_at)))
+    for r in [*by_key, *sorted(typed_systems, key=lambda r: (r.system, r.dataset, _when(r.created_at)))]:
+        for alert in r.alerts:
+            console.print(printable(f"{r.calibration_id[:12]} alert: {alert}"), soft_wrap=True)
+    shown = {r.model for r in typed}
+    _warn_over_budget({key: family for key, family in families.items() if family[0].model in shown})
+
+
+def _when(moment: Any) -> tuple[bool, Any]:
+    """A sort key for a timestamp that may be missing (missing first, as the store sorts them)."""
+    return moment is not None, moment or 0
+
+
+def _listed(db: Path, state: str | None, model: str | None, dataset: str | None) -> tuple[list[GateRow],
+                                                                                          list[SystemGateRow], Any]:
+    """The gates and system gates `cic gate list` shows (in that state, of that model and dataset), and the live
+    families (for the over-budget warning)."""
+    import polars as pl
+
+    from cic.pipeline.gates.gate_rows import gate_rows, system_gate_rows
+    from cic.pipeline.gates.lifecycle import gates, live_families
+    from cic.pipeline.gates.system_gates import system_gates
+    from cic.store import Store
+
     filters = {k: v for k, v in (("model", model), ("dataset", dataset)) if v is not None}
     with Store.open(_existing(db), read_only=True, wait_s=60) as store:
         rows = gates(store, **filters)
@@ -172,25 +228,7 @@ def list_gates(
                                             "created_at")) if _in_state(r, state)]
     typed_systems = [r for r in system_gate_rows(systems.sort("system", "dataset", "criterion", "alpha", "bound",
                                                               "created_at")) if _in_state(r, state)]
-    rows = rows.filter(pl.col("calibration_id").is_in([r.calibration_id for r in typed]))
-    systems = systems.filter(pl.col("calibration_id").is_in([r.calibration_id for r in typed_systems]))
-    _print_gates(f"gates in {db}: {len(typed)}", [_gate_cells(r) for r in typed])
-    if typed_systems:
-        _print_gates(f"system gates (cascades, estimators chosen) in {db}: {len(typed_systems)}",
-                     _system_cells(typed_systems))
-    for r in [*typed, *typed_systems]:  # what on-call needs: why it serves nothing and how to restore it
-        served = serving_state(r)
-        if served.word == "withdrawn":
-            console.print(printable(f"{r.calibration_id[:12]} {served.line()}"), soft_wrap=True)
-    for r in gate_rows(rows.filter((pl.col("search") == "anytime") & (pl.col("state") == "live"))):
-        console.print(printable(f"{r.calibration_id[:12]} ({r.model}/{r.dataset} {r.estimator} "
-                                f"α={r.alpha:g}): certified at every night since {_since(r)}"), soft_wrap=True)
-    for r in [*rows.sort("model", "dataset", "created_at").iter_rows(named=True),
-              *systems.sort("system", "dataset", "created_at").iter_rows(named=True)]:
-        for alert in r["alerts"] or []:
-            console.print(printable(f"{r['calibration_id'][:12]} alert: {alert}"), soft_wrap=True)
-    shown = set(rows.get_column("model").to_list())
-    _warn_over_budget({key: family for key, family in families.items() if family[0].model in shown})
+    return typed, typed_systems, families
 
 
 def _in_state(row: Any, state: str | None) -> bool:
@@ -347,21 +385,14 @@ def promote_gate(
 ) -> None:
     """Make a gate live (retiring the live gate of its key) and point MLflow's `live` alias at it."""
     from cic.pipeline.gates.lifecycle import family_of, live_families, promote
-    from cic.pipeline.gates.system_gates import find_system_gate, promote_system_gate
+    from cic.pipeline.gates.system_gates import find_system_gate
     from cic.store import Store
 
     with Store.open(_existing(db), wait_s=300) as store:
         system = find_system_gate(store, gate_id) if len(gate_id.strip()) >= 6 else None
         if system is not None:  # a cascade's or an estimator choice's gate: the same lifecycle
-            retired = promote_system_gate(store, system, reason=reason)
-            console.print(printable(
-                f"system gate {system['calibration_id'][:12]} is live: {system['system']} "
-                f"({' -> '.join(system['models'])}) on {system['dataset']} × {system['criterion']} "
-                f"α={system['alpha']:g} {system['bound']}" + (f"; retired {', '.join(r[:12] for r in retired)}"
-                                                             if retired else "")))
-            if not no_mlflow:
-                _sync(db, [system["calibration_id"], *retired], tracking_uri, experiment_prefix)
-            return
+            moved = [system["calibration_id"], *_promote_system(store, system, reason)]
+            return None if no_mlflow else _sync(db, moved, tracking_uri, experiment_prefix)
         row, retired = promote(store, gate_id, reason=reason, despite_alerts=despite_alerts,
                                without_guarantee=without_guarantee)
         family = {family_of(row): live_families(store).get(family_of(row), [])}
@@ -373,6 +404,19 @@ def promote_gate(
     _warn_over_budget(family)
     if not no_mlflow:
         _sync(db, [row.calibration_id, *retired], tracking_uri, experiment_prefix)
+
+
+def _promote_system(store: Any, system: SystemGateRow, reason: str) -> list[str]:
+    """Put a system gate live, say so, and return the gates it retired."""
+    from cic.pipeline.gates.system_gates import promote_system_gate
+
+    retired = promote_system_gate(store, system, reason=reason)
+    console.print(printable(
+        f"system gate {system['calibration_id'][:12]} is live: {system['system']} "
+        f"({' -> '.join(system['models'])}) on {system['dataset']} × {system['criterion']} "
+        f"α={system['alpha']:g} {system['bound']}" + (f"; retired {', '.join(r[:12] for r in retired)}"
+                                                     if retired else "")))
+    return retired
 
 
 @gate_app.command("confirm", cls=ReadableCommand)
@@ -454,9 +498,14 @@ def export_gates(
         raise UserError(f"no live or retired gate in {db}" + (f" for {filters}" if filters else "") +
                          "; promote one with `cic gate promote ID`")
     write_text(target, json.dumps(exported, indent=2) + "\n", "--out")
+    _say_exported(singles, systems, target)
+
+
+def _say_exported(singles: list[dict[str, Any]], systems: list[dict[str, Any]], target: Path) -> None:
+    """How many gates serve and how many keys serve nothing (and why), then each withdrawn one (stderr)."""
+    exported = singles + systems
     live = sum(e["serve"] == "gate" for e in exported)
     serving_systems = sum(e["serve"] == "system" for e in systems)
-    flagged = [e for e in exported if e.get("flagged")]
     why = {"every gate retired": "retired_gate_id", "alpha unattainable": "unattainable_gate_id",
            "no guarantee": "unguaranteed_gate_id", "withdrawn": "flagged_gate_id"}
     nothing = ", ".join(f"{n} {label}" for label, field in why.items()
@@ -466,9 +515,10 @@ def export_gates(
                        else "") if systems else "")
     console.print(f"{live} gate(s) serving" + (f" and {len(singles) - live} key(s) serving nothing "
                                             f"({nothing})" if nothing else "") + systems_said + f" written to {target}")
-    for entry in flagged:
-        err_console.print(styled(("withdrawn, serving nothing:", "bold yellow"), " ", printable(entry["reason"])),
-                          soft_wrap=True)
+    for entry in exported:
+        if entry.get("flagged"):
+            err_console.print(styled(("withdrawn, serving nothing:", "bold yellow"), " ", printable(entry["reason"])),
+                              soft_wrap=True)
 
 
 @gate_app.command("sync", cls=ReadableCommand)

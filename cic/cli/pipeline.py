@@ -99,7 +99,6 @@ def run(
     from cic.store.outputs import guard_output_dir
 
     guard_output_dir(report_dir or checked.storage.report_dir, "--report-dir" if report_dir else "storage.report_dir")
-    from cic.pipeline.run.run_digest import generated_line, per_dataset_lines, stage_times, unattainable_note
     from flows.pipeline import ModelsFailed, pipeline
 
     # the Prefect server and a local Ray stop with this command, on SIGTERM too; a SIGKILL's leftovers are
@@ -109,6 +108,16 @@ def run(
         mlflow_uri=tracking_uri or checked.mlflow.tracking_uri, config_path=str(config), db=db,
         ray_address=ray_address, tracking=tracking_uri, report_dir=report_dir, log_to_mlflow=not no_mlflow,
         probes={name: asdict(probe) for name, probe in probes.items()}, config=checked)
+    _say_run(summary, estimator, service_log)
+    if failed:
+        raise typer.Exit(1)
+
+
+def _say_run(summary: Any, estimator: str | None, service_log: str) -> None:
+    """What `cic run` ends with: the results tables, the digest lines, where MLflow, the reports and the registry
+    stand, and every model that failed (stderr)."""
+    from cic.pipeline.run.run_digest import generated_line, per_dataset_lines, stage_times, unattainable_note
+
     tables, shown = results_tables(summary.results, estimator)
     for table in [*tables, *system_tables(summary.systems)]:
         console.print(table)
@@ -138,8 +147,6 @@ def run(
         err_console.print(styled(("FAILED", "bold red"), printable(
             f" model {item.model}: {item.error} — its stored batches are kept; rerun the same command to retry "
             "only it")), soft_wrap=True)
-    if failed:
-        raise typer.Exit(1)
 
 
 SHOWN_ALERTS = 10
@@ -218,17 +225,9 @@ def recalibrate(
     """Candidate gates on labelled questions newer than each live gate's window, tested for drift against it;
     candidates wait for `cic gate promote` (or go live under `promotion: auto`). A record counts toward a
     certificate only once its label window has closed (`--label-window`)."""
-    from cic.pipeline.config import load_config
-    from cic.pipeline.production.recalibration import WindowRule, parse_since
-    from cic.pipeline.run.durations import parse_duration
     from cic.pipeline.run.preflight import check_store
 
-    checked = load_config(config)  # before any service starts
-    WindowRule(count=window, since=parse_since(since))
-    if label_window is not None:
-        parse_duration(label_window, "--label-window")
-        policy = checked.recalibration.model_copy(update={"label_window": label_window})
-        checked = checked.model_copy(update={"recalibration": policy})
+    checked = _recalibration_config(config, window, since, label_window)  # before any service starts
     resolved_db = db or checked.storage.db
     check_store(resolved_db, must_exist=True, option="--db" if db else "storage.db")
     _refuse_unfinished_ingests(resolved_db)
@@ -245,6 +244,21 @@ def recalibrate(
                               "check --db)")
     if failed:
         raise typer.Exit(1)
+
+
+def _recalibration_config(config: str, window: int | None, since: str | None, label_window: str | None) -> Any:
+    """The pipeline config with --label-window applied, the window options checked."""
+    from cic.pipeline.config import load_config
+    from cic.pipeline.production.recalibration import WindowRule, parse_since
+    from cic.pipeline.run.durations import parse_duration
+
+    checked = load_config(config)
+    WindowRule(count=window, since=parse_since(since))
+    if label_window is None:
+        return checked
+    parse_duration(label_window, "--label-window")
+    policy = checked.recalibration.model_copy(update={"label_window": label_window})
+    return checked.model_copy(update={"recalibration": policy})
 
 
 def _group_of(p: Any) -> str:
@@ -404,8 +418,7 @@ def ask(
     model: Annotated[str | None, typer.Option("--model", help="Model name from the config (default: first).")] = None,
     dataset: Annotated[str, typer.Option("--dataset", help="Whose prompt and gate to use.")] = "trivia_qa",
     choices: Annotated[list[str] | None, typer.Option("--choice", help="An option (multiple choice; repeat).")] = None,
-    estimator: Annotated[str, typer.Option("--estimator", help="Uncertainty score the gate thresholds.")] = \
-        "semantic_entropy",
+    estimator: Annotated[str, typer.Option("--estimator", help="The gate's uncertainty score.")] = "semantic_entropy",
     criterion: Annotated[str | None, typer.Option("--criterion", help="Default: the config's for the dataset, else "
                                                   "the dataset's.")] = None,
     alpha: Annotated[float | None, typer.Option("--alpha", help="The gate's risk level: its error rate among "
@@ -423,7 +436,7 @@ def ask(
     download, conversion or weight-loading bars (TQDM_DISABLE=0 brings them back)."""
     import os
 
-    from cic.pipeline.gates.asking import ask_question, shown_answer
+    from cic.pipeline.gates.asking import ask_question
 
     for quiet in ("HF_HUB_DISABLE_PROGRESS_BARS", "TQDM_DISABLE"):  # read when hub / tqdm are imported: below
         os.environ.setdefault(quiet, "1")
@@ -437,6 +450,13 @@ def ask(
         return
     reply = ask_question(question, config_path=config, db=db, model=model, dataset=dataset, choices=choices,
                          estimator=estimator, criterion=criterion, alpha=alpha, bound=bound, search=search)
+    _say_reply(reply, choices, bound, search)
+
+
+def _say_reply(reply: Any, choices: list[str] | None, bound: str, search: str) -> None:
+    """ANSWER or ABSTAIN, the score against the threshold and the gate, and why a gate serves nothing."""
+    from cic.pipeline.gates.asking import shown_answer
+
     verdict = ("ANSWER", "bold green") if reply.decision == "answer" else ("ABSTAIN", "bold yellow")
     answer = shown_answer(reply.answer, choices)
     console.print(styled(verdict, printable(f"  {answer!r}")) if reply.decision == "answer" else styled(verdict),

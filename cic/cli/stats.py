@@ -3,6 +3,7 @@ validity."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,26 +13,13 @@ from rich.table import Table
 from cic.cli.common import (
     Alphas,
     BoundOpt,
-    Bounds,
     CalFraction,
-    CorrectCol,
-    CriterionOpt,
-    DatasetOpt,
     Delta,
-    ErrorCol,
-    EstimatorOpt,
     ForceOpt,
     GridOpt,
-    GridSize,
-    LabelOpt,
-    ModelOpt,
     NMin,
     NSplits,
-    PilotOpt,
-    RunKeyOpt,
-    ScoreCol,
     Search,
-    Searches,
     Seed,
     Start,
     arena_choices,
@@ -45,38 +33,30 @@ from cic.cli.common import (
     parse_grid,
     parse_ints,
     parse_names,
-    per_file,
     printable,
     search_choices,
 )
+from cic.cli.option_groups import Columns, FileLabels, Grid, Splits, StoredRun, Study, grouped
 from cic.errors import UserError
 from cic.stats.searches import DEFAULT_SEARCH, SEARCH_NAMES
 
 
 @friendly_errors
+@grouped
 def calibrate(
     file: Annotated[Path, typer.Argument(help="Parquet, CSV or JSON-lines table of calibration items, or a pipeline "
                                               "DuckDB file (with --model/--dataset/--estimator/--criterion).")],
+    *,
     alpha: Annotated[float, typer.Option("--alpha", help="Target error rate among accepted answers.")],
-    score_col: ScoreCol = "score",
-    error_col: ErrorCol = "error",
-    correct_col: CorrectCol = None,
+    columns: Columns,
     delta: Delta = 0.05,
     bound: BoundOpt = "cp",
     search: Search = DEFAULT_SEARCH,
-    grid: GridOpt = None,
-    pilot: PilotOpt = None,
-    grid_size: GridSize = None,
-    n_min: NMin = None,
-    start: Start = None,
+    where: Grid,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the result as JSON here.")] = None,
     gate_out: Annotated[Path | None, typer.Option("--gate", help="Write the serving gate JSON here.")] = None,
     show_table: Annotated[bool, typer.Option("--table", help="Print every candidate threshold.")] = False,
-    model: ModelOpt = None,
-    dataset: DatasetOpt = None,
-    estimator: EstimatorOpt = None,
-    criterion: CriterionOpt = None,
-    run_key: RunKeyOpt = None,
+    stored: StoredRun,
     group_col: Annotated[str | None, typer.Option("--group", help="One threshold per value of this column, all "
                                                   "certified at once (each group at delta / G).")] = None,
     pooled_fallback: Annotated[bool, typer.Option("--pooled-fallback", help="With --group: serve a group too "
@@ -88,35 +68,56 @@ def calibrate(
 ) -> None:
     """Certify the largest threshold whose error rate among accepted answers is <= ALPHA (per group with --group;
     a cascade of models with --cascade; the estimator chosen with one guarantee with --estimator auto)."""
-    from cic.stats.calibration import calibrate as run_calibration
-    from cic.store.outputs import guard_output, write_text
+    json_out, gate_out = _json_outputs(json_out, gate_out, inputs=[file, where.pilot], force=force)
+    settings = {"alpha": alpha, "delta": delta, "bound": bound, "search": search}
+    if cascade is not None or stored.estimator == "auto":
+        _refuse_unused(gate_out=gate_out, group_col=group_col, where=where, stored=stored, show_table=show_table)
+        _calibrate_system(file, cascade, {k: v for k, v in stored.filters().items() if k != "run_key"},
+                          json_out=json_out, **settings)
+    elif group_col is not None:
+        _calibrate_groups(file, group_col, columns, grid=where.points(columns.score_col), n_min=where.n_min,
+                          start=where.start, pooled_fallback=pooled_fallback, json_out=json_out, gate_out=gate_out,
+                          **settings)
+    else:
+        _calibrate_one(file, columns, stored, where, settings, json_out=json_out, gate_out=gate_out,
+                       show_table=show_table)
 
-    inputs = [file, pilot]
+
+def _json_outputs(json_out: Path | None, gate_out: Path | None, *, inputs: list[Path | None],
+                  force: bool) -> tuple[Path | None, Path | None]:
+    """--json and --gate checked before any work: never an input, a device or each other."""
+    from cic.store.outputs import guard_output
+
     if json_out is not None:
         json_out = guard_output(json_out, "--json", inputs=inputs, force=force, writes="json")
     if gate_out is not None:
         gate_out = guard_output(gate_out, "--gate", inputs=inputs, force=force, writes="json",
                                 others={"--json": json_out})
-    if cascade is not None or estimator == "auto":
-        unused = {"--gate": gate_out, "--group": group_col, "--grid": grid, "--pilot": pilot, "--n-min": n_min,
-                  "--start": start, "--run-key": run_key, "--table": show_table or None}
-        given = [name for name, value in unused.items() if value is not None]
-        if given:
-            raise UserError(f"{', '.join(given)} do not apply with --cascade / --estimator auto (a system of "
-                            "thresholds on a score table; --json writes its result)")
-        _calibrate_system(file, cascade, {"model": model, "dataset": dataset, "criterion": criterion,
-                                          "estimator": estimator},
-                          alpha=alpha, delta=delta, bound=bound, search=search, json_out=json_out)
-        return
-    if group_col is not None:
-        _calibrate_groups(file, group_col, score_col, error_col, correct_col, alpha=alpha, delta=delta, bound=bound,
-                          search=search, grid=parse_grid(grid, pilot, grid_size, score_col), n_min=n_min,
-                          start=start, pooled_fallback=pooled_fallback, json_out=json_out, gate_out=gate_out)
-        return
-    scores, errors = load_pairs(file, score_col, error_col, correct_col, {
-        "model": model, "dataset": dataset, "estimator": estimator, "criterion": criterion, "run_key": run_key})
-    result = run_calibration(scores, errors, alpha=alpha, delta=delta, bound=bound, search=search,
-                             grid=parse_grid(grid, pilot, grid_size, score_col), n_min=n_min, start=start)
+    return json_out, gate_out
+
+
+def _refuse_unused(*, gate_out: Path | None, group_col: str | None, where: Grid, stored: StoredRun,
+                   show_table: bool) -> None:
+    """--cascade / --estimator auto take a score table and write --json only: name every option that would be
+    ignored."""
+    unused = {"--gate": gate_out, "--group": group_col, "--grid": where.grid, "--pilot": where.pilot,
+              "--n-min": where.n_min, "--start": where.start, "--run-key": stored.run_key,
+              "--table": show_table or None}
+    given = [name for name, value in unused.items() if value is not None]
+    if given:
+        raise UserError(f"{', '.join(given)} do not apply with --cascade / --estimator auto (a system of "
+                        "thresholds on a score table; --json writes its result)")
+
+
+def _calibrate_one(file: Path, columns: Columns, stored: StoredRun, where: Grid, settings: dict[str, Any], *,
+                   json_out: Path | None, gate_out: Path | None, show_table: bool) -> None:
+    """One threshold for one table: the result, its guarantee, and --json / --gate / --table as asked."""
+    from cic.stats.calibration import calibrate as run_calibration
+    from cic.store.outputs import write_text
+
+    scores, errors = load_pairs(file, columns.score_col, columns.error_col, columns.correct_col, stored.filters())
+    result = run_calibration(scores, errors, grid=where.points(columns.score_col), n_min=where.n_min,
+                             start=where.start, **settings)
     console.print(result.summary(), highlight=False)
     console.print(f"guarantee: {result.guarantee}", style="dim", highlight=False)
     if show_table:
@@ -129,8 +130,7 @@ def calibrate(
         console.print(f"gate written to {gate_out}", style="dim")
 
 
-def _group_table(file: Path, group_col: str, score_col: str, error_col: str, correct_col: str | None) -> tuple[
-        Any, Any, Any]:
+def _group_table(file: Path, group_col: str, columns: Columns) -> tuple[Any, Any, Any]:
     """(scores, errors, group labels) of a Parquet/CSV table with a group column."""
     from cic.store.score_files import read_table, score_error_arrays
 
@@ -145,30 +145,31 @@ def _group_table(file: Path, group_col: str, score_col: str, error_col: str, cor
     if labels.null_count():
         raise UserError(f"--group = {group_col!r}: missing value at row {int(labels.is_null().arg_true()[0])} of "
                          f"{str(file)!r}")
-    scores, errors = score_error_arrays(frame, one_group=True, score_col=score_col, error_col=error_col,
-                                        correct_col=correct_col,
+    scores, errors = score_error_arrays(frame, one_group=True, score_col=columns.score_col,
+                                        error_col=columns.error_col, correct_col=columns.correct_col,
                                         source=repr(str(file)))
     return scores, errors, labels.cast(str).to_numpy()
 
 
-def _evaluate_groups(file: Path, group_col: str, score_col: str, error_col: str, correct_col: str | None,
-                     out: Path | None, *, alphas: str, bounds: str, search: str, force: bool = False,
-                     **settings: Any) -> None:
+def _evaluate_groups(file: Path, group_col: str, columns: Columns, splits: Splits, where: Grid, out: Path | None, *,
+                     force: bool = False) -> None:
     """`cic evaluate --group COL`: the per-group FDR / coverage table, per-group gates beside the pooled gate."""
     import polars as pl
 
     from cic.stats.groups import evaluate_group_splits
     from cic.store.outputs import write_frame
 
-    scores, errors, labels = _group_table(file, group_col, score_col, error_col, correct_col)
+    scores, errors, labels = _group_table(file, group_col, columns)
+    settings = {"delta": splits.delta, "n_splits": splits.n_splits, "cal_fraction": splits.cal_fraction,
+                "seed": splits.seed, "n_min": where.n_min, "start": where.start}
     rows = []
-    for bound in parse_names(bounds):
-        for name in parse_names(search):
+    for bound in parse_names(splits.bounds):
+        for name in parse_names(splits.search):
             rows += [{**r, "bound": bound, "search": name} for r in evaluate_group_splits(
-                scores, errors, labels, alphas=tuple(parse_floats(alphas, "--alphas")), bound=bound, search=name,
-                **{k: v for k, v in settings.items() if v is not None})]
-    table = Table(title=f"{file.name}: per group ({group_col}), {settings['n_splits']} splits, delta "
-                        f"{settings['delta']:g} (per-group gates at delta / G)")
+                scores, errors, labels, alphas=tuple(parse_floats(splits.alphas, "--alphas")), bound=bound,
+                search=name, **{k: v for k, v in settings.items() if v is not None})]
+    table = Table(title=f"{file.name}: per group ({group_col}), {splits.n_splits} splits, delta "
+                        f"{splits.delta:g} (per-group gates at delta / G)")
     for column in ("α", "bound", "search", "group", "size", "gate", "FDR mean", "test FDR > α", "coverage",
                    "fails"):
         table.add_column(column, justify="left" if column in ("bound", "search", "group", "gate") else "right")
@@ -194,8 +195,8 @@ def _calibrate_system(file: Path, cascade: str | None, filters: dict[str, str | 
         run_estimator_choice(file, {**filters, "estimator": None}, **kwargs)
 
 
-def _calibrate_groups(file: Path, group_col: str, score_col: str, error_col: str, correct_col: str | None, *,
-                      pooled_fallback: bool, json_out: Path | None, gate_out: Path | None, **settings: Any) -> None:
+def _calibrate_groups(file: Path, group_col: str, columns: Columns, *, pooled_fallback: bool, json_out: Path | None,
+                      gate_out: Path | None, **settings: Any) -> None:
     """`cic calibrate --group COL`: per-group gates with a simultaneous guarantee, their table, JSON and gates."""
     import json
 
@@ -203,7 +204,7 @@ def _calibrate_groups(file: Path, group_col: str, score_col: str, error_col: str
     from cic.stats.groups import calibrate_groups
     from cic.store.outputs import write_text
 
-    scores, errors, labels = _group_table(file, group_col, score_col, error_col, correct_col)
+    scores, errors, labels = _group_table(file, group_col, columns)
     fitted = calibrate_groups(scores, errors, labels, pooled_fallback=pooled_fallback,
                               **{k: v for k, v in settings.items() if v is not None})
     table = Table(title=f"{file.name}: {len(fitted.groups)} groups, alpha {fitted.alpha:g}, delta {fitted.delta:g} "
@@ -236,30 +237,16 @@ def _calibrate_groups(file: Path, group_col: str, score_col: str, error_col: str
 
 
 @friendly_errors
+@grouped
 def evaluate(
     file: Annotated[Path, typer.Argument(help="Parquet, CSV or JSON-lines table of labelled items, or a pipeline "
                                               "DuckDB file (with --model/--dataset/--estimator/--criterion).")],
-    score_col: ScoreCol = "score",
-    error_col: ErrorCol = "error",
-    correct_col: CorrectCol = None,
-    alphas: Alphas = "0.05,0.10,0.15,0.20,0.25",
-    bounds: Bounds = "hoeffding,cp",
-    search: Searches = DEFAULT_SEARCH,
-    delta: Delta = 0.05,
-    n_splits: NSplits = 100,
-    cal_fraction: CalFraction = 0.5,
-    seed: Seed = 0,
-    grid: GridOpt = None,
-    pilot: PilotOpt = None,
-    grid_size: GridSize = None,
-    n_min: NMin = None,
-    start: Start = None,
+    *,
+    columns: Columns,
+    splits: Splits,
+    where: Grid,
     out: Annotated[Path | None, typer.Option("--out", help="Also write the table (.csv or .parquet).")] = None,
-    model: ModelOpt = None,
-    dataset: DatasetOpt = None,
-    estimator: EstimatorOpt = None,
-    criterion: CriterionOpt = None,
-    run_key: RunKeyOpt = None,
+    stored: StoredRun,
     group_col: Annotated[str | None, typer.Option("--group", help="Per-group table: per-group gates (each at "
                                                   "delta / G) and the pooled gate judged on each group.")] = None,
     force: ForceOpt = False,
@@ -268,30 +255,45 @@ def evaluate(
     --group)."""
     from cic.cli.progress_view import side_progress
     from cic.pipeline.run.progress import report
-    from cic.reports.tables import mean_std
     from cic.stats.protocol import evaluate_splits
-    from cic.stats.searches import get_search
-    from cic.store.outputs import guard_output, write_frame
+    from cic.store.outputs import write_frame
 
-    if out is not None:
-        if out.suffix.lower() not in (".csv", ".parquet", ".pq"):
-            raise UserError(f"--out = {str(out)!r}: use a .csv or .parquet file name")
-        out = guard_output(out, "--out", inputs=[file, pilot], force=force, writes="frame")
-
+    out = _frame_out(out, [file, where.pilot], force)
     if group_col is not None:
-        _evaluate_groups(file, group_col, score_col, error_col, correct_col, out, alphas=alphas, bounds=bounds,
-                         search=search, delta=delta, n_splits=n_splits, cal_fraction=cal_fraction, seed=seed,
-                         n_min=n_min, start=start, force=force)
+        _evaluate_groups(file, group_col, columns, splits, where, out, force=force)
         return
-    scores, errors = load_pairs(file, score_col, error_col, correct_col, {
-        "model": model, "dataset": dataset, "estimator": estimator, "criterion": criterion, "run_key": run_key})
+    scores, errors = load_pairs(file, columns.score_col, columns.error_col, columns.correct_col, stored.filters())
     with side_progress():  # 10^7 rows take seconds to a minute: a line on stderr while it works
-        frame = evaluate_splits(scores, errors, alphas=parse_floats(alphas, "--alphas"), bounds=parse_names(bounds),
-                                search=parse_names(search), delta=delta, n_splits=n_splits, cal_fraction=cal_fraction,
-                                seed=seed, grid=parse_grid(grid, pilot, grid_size, score_col), n_min=n_min,
-                                start=start, progress=lambda done, total: report(f"evaluate {file.name}", done, total))
-    table = Table(title=f"{file.name}: {n_splits} splits, cal_fraction {cal_fraction:g}, delta {delta:g}, "
-                        f"base error rate {frame['base_error_rate'][0]:.3f}")
+        frame = evaluate_splits(scores, errors, alphas=parse_floats(splits.alphas, "--alphas"),
+                                bounds=parse_names(splits.bounds), search=parse_names(splits.search),
+                                delta=splits.delta, n_splits=splits.n_splits, cal_fraction=splits.cal_fraction,
+                                seed=splits.seed, grid=where.points(columns.score_col), n_min=where.n_min,
+                                start=where.start, progress=lambda done, total: report(f"evaluate {file.name}", done,
+                                                                                       total))
+    console.print(_splits_table(file.name, splits, frame))
+    if out is not None:
+        write_frame(frame, out, "--out", force=force)
+        console.print(f"table written to {out}", style="dim")
+
+
+def _frame_out(out: Path | None, inputs: list[Path | None], force: bool) -> Path | None:
+    """--out of a table: a .csv or .parquet name, checked before any work."""
+    from cic.store.outputs import guard_output
+
+    if out is None:
+        return None
+    if out.suffix.lower() not in (".csv", ".parquet", ".pq"):
+        raise UserError(f"--out = {str(out)!r}: use a .csv or .parquet file name")
+    return guard_output(out, "--out", inputs=inputs, force=force, writes="frame")
+
+
+def _splits_table(name: str, splits: Splits, frame: Any) -> Table:
+    """The protocol's results, one row per (alpha, bound, search)."""
+    from cic.reports.tables import mean_std
+    from cic.stats.searches import get_search
+
+    table = Table(title=f"{name}: {splits.n_splits} splits, cal_fraction {splits.cal_fraction:g}, delta "
+                        f"{splits.delta:g}, base error rate {frame['base_error_rate'][0]:.3f}")
     for col in ("alpha", "bound", "search", "guarantee", "FDR (mean ± std)", "test FDR > α", "coverage", "correct cov.",
                 "fails", "threshold"):
         table.add_column(col, justify="right" if col not in ("bound", "search", "guarantee") else "left")
@@ -301,10 +303,7 @@ def evaluate(
                       fmt(row["fdr_above_alpha"], ".2f"),
                       mean_std(row["coverage_mean"], row["coverage_std"]),
                       fmt(row["correct_coverage_mean"]), str(row["fails"]), fmt(row["threshold_mean"], ".4g"))
-    console.print(table)
-    if out is not None:
-        write_frame(frame, out, "--out", force=force)
-        console.print(f"table written to {out}", style="dim")
+    return table
 
 
 @friendly_errors
@@ -342,6 +341,20 @@ def _bench_table(path: Path) -> Any:
     return read_long_table(path, labels={k: v for k, v in defaults.items() if k not in columns})
 
 
+def _only(frame: Any, wanted: dict[str, str | None]) -> Any:
+    """The rows of the given dataset / estimator / criterion (each must be in the tables)."""
+    import polars as pl
+
+    for column, value in wanted.items():
+        if value is None:
+            continue
+        held = set(frame.get_column(column))
+        if value not in held:
+            raise UserError(f"--{column} = {value!r}: not in the tables (they hold {', '.join(sorted(held))})")
+        frame = frame.filter(pl.col(column) == value)
+    return frame
+
+
 @friendly_errors
 def bench(
     files: Annotated[list[Path], typer.Argument(help="Parquet, CSV or JSON-lines long score tables (model, dataset, "
@@ -368,13 +381,8 @@ def bench(
 
     if out is not None:
         guard_output_dir(out, "--out", inputs=files)
-    frame = pl.concat([_bench_table(path) for path in files], how="diagonal_relaxed")
-    for column, wanted in (("dataset", dataset), ("estimator", estimator), ("criterion", criterion)):
-        if wanted is not None:
-            if wanted not in set(frame.get_column(column)):
-                raise UserError(f"--{column} = {wanted!r}: not in the tables (they hold "
-                                f"{', '.join(sorted(set(frame.get_column(column))))})")
-            frame = frame.filter(pl.col(column) == wanted)
+    frame = _only(pl.concat([_bench_table(path) for path in files], how="diagonal_relaxed"),
+                  {"dataset": dataset, "estimator": estimator, "criterion": criterion})
     rows = run_arena(frame, alphas=parse_floats(alphas, "--alphas"), deltas=parse_floats(deltas, "--deltas"),
                      methods=parse_names(methods) if methods else None, n_splits=n_splits,
                      cal_fraction=cal_fraction, seed=seed)
@@ -389,35 +397,18 @@ def bench(
 
 
 @friendly_errors
+@grouped
 def report(
     files: Annotated[list[Path], typer.Argument(help="Parquet, CSV or JSON-lines score tables: long layout (model, "
                                                      "dataset, estimator, criterion, score, error) or one group per "
                                                      "file.")],
+    *,
     out: Annotated[Path, typer.Option("--out", help="Directory to write the report into.")] = Path("report"),
-    model: LabelOpt = None,
-    dataset: LabelOpt = None,
-    estimator: LabelOpt = None,
-    criterion: LabelOpt = None,
-    score_col: ScoreCol = "score",
-    error_col: ErrorCol = "error",
-    correct_col: CorrectCol = None,
-    alphas: Alphas = "0.05,0.10,0.15,0.20,0.25",
-    bounds: Bounds = "hoeffding,cp",
-    search: Searches = DEFAULT_SEARCH,
-    delta: Delta = 0.05,
-    n_splits: NSplits = 100,
-    cal_fraction: CalFraction = 0.5,
-    seed: Seed = 0,
+    labels: FileLabels,
+    columns: Columns,
+    splits: Splits,
     grid: GridOpt = None,
-    fractions: Annotated[str, typer.Option("--fractions", help="Calibration fractions of the split-ratio study "
-                                                               "('' skips it).")] = "0.5,0.4,0.3,0.2,0.1",
-    sensitivity_alphas: Annotated[str, typer.Option("--sensitivity-alphas", help="Risk levels of the split-ratio "
-                                                                                "study.")] = "0.1",
-    baselines: Annotated[str, typer.Option("--baselines", help="Comma-separated baselines ('' skips them): naive, "
-                                                               "coin_binary, conformal_alignment, lec.")]
-    = "naive,coin_binary,conformal_alignment,lec",
-    baseline_bound: Annotated[str, typer.Option("--baseline-bound", help="Bound of CIC and COIN in the baselines "
-                                                                         "table.")] = "cp",
+    study: Study,
     no_figures: Annotated[bool, typer.Option("--no-figures", help="Tables only.")] = False,
     mlflow_run_id: Annotated[str | None, typer.Option("--mlflow-run-id", help="Log the report directory as "
                                                                              "artifacts of this MLflow run.")] = None,
@@ -430,33 +421,41 @@ def report(
     """Paper-style report: FDR / power tables, split-ratio study, baselines, figures, written to --out."""
     import polars as pl
 
-    from cic.reports.report import ReportConfig, write_report
+    from cic.reports.report import write_report
     from cic.store.outputs import guard_output_dir
     from cic.store.score_files import read_long_table
 
-    if group_by not in (None, "dataset"):
-        raise UserError(f"--group-by = {group_by!r}: the report groups by 'dataset' (or leave it out)")
+    config = _report_config(splits, study, grid=grid, score_col=columns.score_col, figures=not no_figures,
+                            group_by=group_by)
     client = mlflow_client(mlflow_run_id) if mlflow_run_id else None
     guard_output_dir(out, "--out", inputs=files, force=force)
-    labels = {name: per_file(values, len(files), name) for name, values in
-              (("model", model), ("dataset", dataset), ("estimator", estimator), ("criterion", criterion))}
-    frames = [read_long_table(path, labels={k: v[i] for k, v in labels.items()}, score_col=score_col,
-                              error_col=error_col, correct_col=correct_col) for i, path in enumerate(files)]
-    config = ReportConfig(
-        alphas=tuple(parse_floats(alphas, "--alphas")), bounds=tuple(parse_names(bounds)),
-        searches=tuple(parse_names(search)),
-        delta=delta, n_splits=n_splits, cal_fraction=cal_fraction, seed=seed,
-        grid=None if grid is None else tuple(parse_grid(grid, None, None, score_col)),
-        sensitivity_fractions=tuple(parse_floats(fractions, "--fractions")),
-        sensitivity_alphas=tuple(parse_floats(sensitivity_alphas, "--sensitivity-alphas")),
-        baselines=tuple(parse_names(baselines)), baseline_bound=baseline_bound, figures=not no_figures,
-        group_by=group_by)
+    frames = [read_long_table(path, labels=each, **asdict(columns)) for path, each in zip(files, labels.each(files),
+                                                                                          strict=True)]
     written = write_report(pl.concat(frames), out, config)
     console.print(f"report written to {out}/ ({len(written.tables)} tables, {len(written.figures)} figures); "
                   f"start at {out / 'README.md'}", highlight=False)
     if client is not None:
         client.log_artifacts(mlflow_run_id, str(out), artifact_path="report")
         console.print(f"logged as artifacts 'report/' of MLflow run {mlflow_run_id}", highlight=False)
+
+
+def _report_config(splits: Splits, study: Study, *, grid: str | None, score_col: str, figures: bool,
+                   group_by: str | None) -> Any:
+    """The report's settings, parsed and checked before any work."""
+    from cic.reports.report import ReportConfig
+
+    if group_by not in (None, "dataset"):
+        raise UserError(f"--group-by = {group_by!r}: the report groups by 'dataset' (or leave it out)")
+    return ReportConfig(
+        alphas=tuple(parse_floats(splits.alphas, "--alphas")), bounds=tuple(parse_names(splits.bounds)),
+        searches=tuple(parse_names(splits.search)), delta=splits.delta, n_splits=splits.n_splits,
+        cal_fraction=splits.cal_fraction, seed=splits.seed,
+        grid=None if grid is None else tuple(parse_grid(grid, None, None, score_col)),
+        sensitivity_fractions=tuple(parse_floats(study.fractions, "--fractions")),
+        sensitivity_alphas=tuple(parse_floats(study.sensitivity_alphas, "--sensitivity-alphas")),
+        baselines=tuple(parse_names(study.baselines)), baseline_bound=study.baseline_bound, figures=figures,
+        group_by=group_by)
+
 
 @friendly_errors
 def validity(

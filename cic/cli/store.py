@@ -39,14 +39,7 @@ def datasets(
     from cic.data import DATASETS, build_prompt, load_questions
 
     if name is None:
-        table = Table(title="registered datasets")
-        for col in ("name", "prompt", "hub", "offline sample", "description"):
-            table.add_column(col)
-        for spec in DATASETS:
-            hub = f"{spec.hub_id} ({spec.hub_config})" if spec.hub_config else (spec.hub_id or "—")
-            table.add_row(spec.name, spec.prompt.prompt_id, hub, spec.sample or spec.default_source or "—",
-                          spec.description)
-        console.print(table)
+        console.print(_registry_table(DATASETS))
         return
     from cic.store.outputs import guard_output, write_frame
 
@@ -60,17 +53,34 @@ def datasets(
         write_frame(questions, out, "--out", force=force)
         console.print(f"questions written to {out}", style="dim")
     if db is not None:
-        from cic.store import Store
-
-        with Store.open(db) as store:
-            store.upsert("questions", questions)
-            total = store.count("questions", dataset=name, split=split)
-        console.print(f"{questions.height} questions stored in {db} ({total} {name}/{split} questions in total)")
+        _store_questions(db, questions, name, split)
     console.print(f"{name} ({split}): {questions.height} questions", highlight=False)
     with_answers = questions.select("question_id", "question", "answer").head(5)
     console.print(with_answers)
     if show_prompt and questions.height:
         console.print(build_prompt(questions.row(0, named=True)), highlight=False, markup=False)
+
+
+def _registry_table(specs: Any) -> Table:
+    """The registered datasets: name, prompt, hub id, offline sample, description."""
+    table = Table(title="registered datasets")
+    for col in ("name", "prompt", "hub", "offline sample", "description"):
+        table.add_column(col)
+    for spec in specs:
+        hub = f"{spec.hub_id} ({spec.hub_config})" if spec.hub_config else (spec.hub_id or "—")
+        table.add_row(spec.name, spec.prompt.prompt_id, hub, spec.sample or spec.default_source or "—",
+                      spec.description)
+    return table
+
+
+def _store_questions(db: Path, questions: Any, name: str, split: str) -> None:
+    """Store loaded questions (idempotent) and say how many the store holds of that dataset and split."""
+    from cic.store import Store
+
+    with Store.open(db) as store:
+        store.upsert("questions", questions)
+        total = store.count("questions", dataset=name, split=split)
+    console.print(f"{questions.height} questions stored in {db} ({total} {name}/{split} questions in total)")
 
 
 def _filters(where: list[str], table: str) -> dict[str, Any]:
