@@ -177,13 +177,13 @@ def parse_grid(grid: str | None, pilot: Path | None, grid_size: int | None, scor
 
 def load_pairs(file: Path, score_col: str, error_col: str, correct_col: str | None,
           stored: dict[str, str | None] | None = None) -> tuple[Any, Any]:
-    """(scores, errors) from a Parquet/CSV table, or from a pipeline DuckDB file (FILE ending in .duckdb)."""
-    from cic.store.score_files import read_table, score_error_arrays
+    """(scores, errors) from a Parquet/CSV/JSON-lines table (one group of a long table, by --model/--dataset/
+    --estimator/--criterion), an evaluation output (lm-eval, inspect-ai, HELM), or a pipeline DuckDB file."""
+    from cic.store.score_files import group_pairs
 
     if file.suffix == ".duckdb":
         return load_stored_pairs(file, stored or {})
-    return score_error_arrays(read_table(file), one_group=True, score_col=score_col, error_col=error_col,
-                              correct_col=correct_col, source=repr(str(file)))
+    return group_pairs(file, stored or {}, score_col=score_col, error_col=error_col, correct_col=correct_col)
 
 
 def load_stored_pairs(db: Path, stored: dict[str, str | None]) -> tuple[Any, Any]:
@@ -201,11 +201,13 @@ def load_stored_pairs(db: Path, stored: dict[str, str | None]) -> tuple[Any, Any
     return pairs.get_column("score").to_numpy(), pairs.get_column("error").to_numpy()
 
 
-ModelOpt = Annotated[str | None, typer.Option("--model", help="Stored results (FILE.duckdb): the model name.")]
-DatasetOpt = Annotated[str | None, typer.Option("--dataset", help="Stored results: the dataset name.")]
-EstimatorOpt = Annotated[str | None, typer.Option("--estimator", help="Stored results: the estimator, e.g. "
+ModelOpt = Annotated[str | None, typer.Option("--model", help="The group to read from a long table, an evaluation "
+                                                            "output or stored results (FILE.duckdb): its model.")]
+DatasetOpt = Annotated[str | None, typer.Option("--dataset", help="The group to read: its dataset.")]
+EstimatorOpt = Annotated[str | None, typer.Option("--estimator", help="The group to read: its estimator, e.g. "
                                                                       "'semantic_entropy\\[embedding:0.9]'.")]
-CriterionOpt = Annotated[str | None, typer.Option("--criterion", help="Stored results: e.g. 'similarity[0.6]'.")]
+CriterionOpt = Annotated[str | None, typer.Option("--criterion", help="The group to read: its criterion, e.g. "
+                                                                      "'similarity[0.6]'.")]
 RunKeyOpt = Annotated[str | None, typer.Option("--run-key", help="Stored results: choose among several runs.")]
 ScoreCol = Annotated[str, typer.Option("--score-col", help="Column with the uncertainty score (lower = surer).")]
 ErrorCol = Annotated[str, typer.Option("--error-col", help="Column with 1 where the answer is wrong.")]

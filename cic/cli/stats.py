@@ -44,8 +44,9 @@ from cic.stats.searches import DEFAULT_SEARCH, SEARCH_NAMES
 @friendly_errors
 @grouped
 def calibrate(
-    file: Annotated[Path, typer.Argument(help="Parquet, CSV or JSON-lines table of calibration items, or a pipeline "
-                                              "DuckDB file (with --model/--dataset/--estimator/--criterion).")],
+    file: Annotated[Path, typer.Argument(help="Parquet, CSV or JSON-lines table of calibration items; a long table, an "
+                                              "evaluation output (lm-eval, inspect-ai, HELM) or a pipeline DuckDB "
+                                              "file: one group of it (--model/--dataset/--estimator/--criterion).")],
     *,
     alpha: Annotated[float, typer.Option("--alpha", help="Target error rate among accepted answers.")],
     columns: Columns,
@@ -239,8 +240,9 @@ def _calibrate_groups(file: Path, group_col: str, columns: Columns, *, pooled_fa
 @friendly_errors
 @grouped
 def evaluate(
-    file: Annotated[Path, typer.Argument(help="Parquet, CSV or JSON-lines table of labelled items, or a pipeline "
-                                              "DuckDB file (with --model/--dataset/--estimator/--criterion).")],
+    file: Annotated[Path, typer.Argument(help="Parquet, CSV or JSON-lines table of labelled items; a long table, an "
+                                              "evaluation output (lm-eval, inspect-ai, HELM) or a pipeline DuckDB "
+                                              "file: one group of it (--model/--dataset/--estimator/--criterion).")],
     *,
     columns: Columns,
     splits: Splits,

@@ -157,8 +157,8 @@ def import_table(
 
 @friendly_errors
 def convert(
-    source: Annotated[Path, typer.Argument(help="An evaluation output: lm-eval --log_samples samples_*.jsonl, or "
-                                                "the folder holding them.")],
+    source: Annotated[Path, typer.Argument(help="An evaluation output: lm-eval --log_samples samples_*.jsonl, an "
+                                                "inspect-ai JSON log, a HELM run directory, or a folder of them.")],
     out: Annotated[Path, typer.Option("--out", help="The long (score, error) table to write: .parquet, .csv or "
                                                     ".jsonl.")] = Path("scores.parquet"),
     harness: Annotated[str | None, typer.Option("--harness", help="Which harness wrote it (default: recognised "

@@ -161,6 +161,44 @@ def check_long_frame(frame: pl.DataFrame, source: str = "table") -> pl.DataFrame
     return out
 
 
+def group_pairs(path: str | Path, wanted: dict[str, str | None], *, score_col: str = "score",
+                error_col: str | None = "error", correct_col: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(scores, errors) of one calibration set: a plain table's rows, or the one group of a long table or of an
+    evaluation output (`cic.store.harness`) that `wanted` (model, dataset, estimator, criterion) leaves."""
+    from cic.store.harness import harness_at
+
+    p, source = Path(path), repr(str(path))
+    harness = harness_at(p) if p.exists() else None
+    frame = None if harness is not None else read_table(p)
+    if frame is not None and not set(GROUP_KEYS) <= set(frame.columns):
+        return score_error_arrays(frame, one_group=True, score_col=score_col, error_col=error_col,
+                                  correct_col=correct_col, source=source)
+    long = read_long_table(p, score_col=score_col, error_col=error_col, correct_col=correct_col)
+    chosen = select_group(long, wanted, source)
+    return chosen.get_column("score").to_numpy(), chosen.get_column("error").to_numpy()
+
+
+def select_group(long: pl.DataFrame, wanted: dict[str, str | None], source: str) -> pl.DataFrame:
+    """The rows of the one (model, dataset, estimator, criterion) group the given values leave; a value the table
+    lacks, or several groups left, is one line naming the choices."""
+    import polars as pl
+
+    for key in GROUP_KEYS:
+        value = wanted.get(key)
+        if value is None:
+            continue
+        held = sorted(set(long.get_column(key)))
+        if value not in held:
+            raise UserError(f"--{key} = {value!r}: not in {source} (it holds {', '.join(held)})")
+        long = long.filter(pl.col(key) == value)
+    groups = long.select(GROUP_KEYS).unique(maintain_order=True)
+    if groups.height > 1:
+        choices = "; ".join(f"--{key} {' | '.join(sorted(set(groups.get_column(key))))}" for key in GROUP_KEYS
+                            if groups.get_column(key).n_unique() > 1)
+        raise UserError(f"{source} holds {groups.height} score tables: choose one with {choices}")
+    return long
+
+
 def read_long_table(path: str | Path, *, labels: dict[str, str | None] | None = None, score_col: str = "score",
                     error_col: str | None = "error", correct_col: str | None = None) -> pl.DataFrame:
     """One file as a long score frame (see `check_long_frame`).
@@ -171,8 +209,16 @@ def read_long_table(path: str | Path, *, labels: dict[str, str | None] | None = 
     """
     import polars as pl
 
-    frame = read_table(path)
+    from cic.store.harness import harness_at
+
     source = repr(str(path))
+    harness = harness_at(Path(path)) if Path(path).exists() else None
+    if harness is not None:  # an evaluation output names its own groups
+        given = [f"--{key}" for key, value in (labels or {}).items() if value is not None]
+        if given:
+            raise UserError(f"{source} is {harness.label} output, which names its own groups: drop {', '.join(given)}")
+        return check_long_frame(harness.read(Path(path)), source)
+    frame = read_table(path)
     scores, errors = score_error_arrays(frame, score_col=score_col, error_col=error_col, correct_col=correct_col,
                                         source=source)
     defaults = {"estimator": score_col, "criterion": correct_col if correct_col is not None else error_col}

@@ -222,3 +222,29 @@ def test_calibrate_evaluate_and_report_read_json_lines_as_cic_ingest_does(table_
     broken.write_text('{"score": 0.1, "error": 0}\n{"score": 0.2, "error": 1}\n{"score": 0.3, "error"\n')
     result = runner.invoke(app, ["calibrate", str(broken), "--alpha", "0.2"])
     assert result.exit_code == 2 and "line 3 is not a JSON object" in result.output, result.output
+
+
+def test_one_group_of_a_long_table_is_certified_by_naming_it_and_an_unnamed_choice_is_one_line(
+        tmp_path: Path) -> None:
+    """A long table holding two estimators × two criteria: calibrate and evaluate ask which one (naming the values
+    that differ), refuse a value the table lacks, and certify exactly the group named — the same result as that
+    group alone in a plain table."""
+    rng = np.random.default_rng(9)
+    parts = []
+    for estimator in ("se", "mp"):
+        for criterion in ("em", "f1"):
+            scores, errors = make_table(rng, 300)
+            parts.append(pl.DataFrame({"model": "m", "dataset": "d", "estimator": estimator, "criterion": criterion,
+                                       "question_id": [f"q{i}" for i in range(300)], "score": scores,
+                                       "error": errors}))
+    pl.concat(parts).write_parquet(tmp_path / "long.parquet")
+    parts[3].select("score", "error").write_parquet(tmp_path / "alone.parquet")
+    long = str(tmp_path / "long.parquet")
+    asked = runner.invoke(app, ["calibrate", long, "--alpha", "0.2"])
+    assert asked.exit_code == 2 and "holds 4 score tables: choose one with --estimator mp | se; --criterion em | f1" \
+        in " ".join(asked.output.split()), asked.output
+    lacking = runner.invoke(app, ["evaluate", long, "--estimator", "nope"])
+    assert lacking.exit_code == 2 and "--estimator = 'nope': not in" in lacking.output
+    chosen = runner.invoke(app, ["calibrate", long, "--alpha", "0.2", "--estimator", "mp", "--criterion", "f1"])
+    alone = runner.invoke(app, ["calibrate", str(tmp_path / "alone.parquet"), "--alpha", "0.2"])
+    assert chosen.exit_code == 0 and chosen.output == alone.output, chosen.output

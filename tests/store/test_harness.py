@@ -107,16 +107,21 @@ def cluster_ids(texts: list[str], equivalence: object) -> np.ndarray:
 
 
 @pytest.mark.slow  # the installed cic, four processes
-def test_cic_convert_then_report_on_lm_evals_own_output_and_calibrate_names_the_converter(tmp_path: Path) -> None:
-    """As a user runs it, in a fresh directory: `cic calibrate` on the raw samples file says what it is and which
-    command converts it (exit 2); `cic convert` writes the table; `cic report` certifies it."""
+def test_cic_calibrate_reads_lm_evals_own_output_and_convert_then_report_certify_it(tmp_path: Path) -> None:
+    """As a user runs it, in a fresh directory: `cic calibrate` on the raw samples file asks which of its score
+    tables (exit 2, naming the estimators), then certifies the one chosen; `cic convert` writes the table; `cic
+    report` certifies it."""
     source = tmp_path / "out"
     shutil.copytree(FIXTURE / "SmolLM2-135M-Instruct", source)
     samples = sorted(source.glob("samples_*.jsonl"))[0]
     raw = subprocess.run([str(CIC), "calibrate", str(samples), "--alpha", "0.5"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120)
-    assert raw.returncode == 2 and "lm-evaluation-harness --log_samples output" in raw.stdout + raw.stderr
-    assert "cic convert" in raw.stdout + raw.stderr and "Traceback" not in raw.stderr
+    assert raw.returncode == 2 and "holds 2 score tables: choose one with --estimator" in raw.stderr, raw.stderr
+    assert "one_minus_max_prob | option_entropy" in raw.stderr and "Traceback" not in raw.stderr
+    chosen = subprocess.run([str(CIC), "calibrate", str(samples), "--alpha", "0.5", "--estimator",
+                             "one_minus_max_prob"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert chosen.returncode == 0 and "40 calibration points" in " ".join(chosen.stdout.split()) or \
+        "n = " in chosen.stdout, chosen.stdout + chosen.stderr
     same = subprocess.run([str(CIC), "convert", str(samples), "--out", str(samples)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert same.returncode == 2 and "also an input" in same.stdout + same.stderr  # never over its input
@@ -236,3 +241,84 @@ def test_an_inspect_log_that_cic_cannot_read_is_one_line_naming_why(tmp_path: Pa
     truncated.write_text(INSPECT.read_text()[:5000])
     with pytest.raises(UserError, match="not an evaluation output CIC reads|not a JSON document"):
         read_harness(truncated)
+
+
+HELM = Path(__file__).resolve().parents[1] / "fixtures" / "helm"
+HELM_RUN = HELM / "runs" / "v4" / "bbq:subject=all,method=multiple_choice_joint,model=meta_llama-3-8b-chat"
+
+
+def test_a_helm_run_directory_is_one_row_per_instance_and_exact_match_criterion() -> None:
+    """HELM's own files (public run, trimmed): the score is 1 − the probability of the answer's tokens, each
+    exact-match metric of per_instance_stats a criterion; model, dataset and suite from the run."""
+    state = json.loads((HELM_RUN / "scenario_state.json").read_text())
+    stats = json.loads((HELM_RUN / "per_instance_stats.json").read_text())
+    table = read_harness(HELM / "runs" / "v4")
+    assert table.height == 100 * 4 and set(table.get_column("estimator")) == {"one_minus_answer_prob"}
+    assert set(table.get_column("model")) == {"meta/llama-3-8b-chat"}
+    assert set(table.get_column("dataset")) == {"bbq:subject=all,method=multiple_choice_joint"}
+    assert set(table.get_column("source")) == {"HELM v4 run " + HELM_RUN.name}
+    for request in state["request_states"][:10]:
+        instance = request["instance"]["id"]
+        logprob = sum(t["logprob"] for t in request["result"]["completions"][0]["tokens"])
+        exact = next(s["mean"] for e in stats if e["instance_id"] == instance for s in e["stats"]
+                     if s["name"]["name"] == "exact_match")
+        row = table.filter(question_id=instance, criterion="exact_match")
+        assert row.get_column("score")[0] == pytest.approx(1 - math.exp(logprob))
+        assert row.get_column("error")[0] == 1 - exact
+    assert read_harness(HELM_RUN / "scenario_state.json").equals(table)  # the file names its run too
+
+
+def _half_exact_match(text: str) -> str:
+    """The per-instance stats with the first instance's exact_match at 0.5 (a mean over several trials)."""
+    stats = json.loads(text)
+    for stat in stats[0]["stats"]:
+        if stat["name"]["name"] == "exact_match":
+            stat["mean"] = 0.5
+    return json.dumps(stats)
+
+
+def test_helm_files_without_scores_or_with_broken_fields_are_refused_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="every token log-probability is 0"):
+        read_harness(HELM / "unscored")
+    cases = {
+        "not a JSON document": ("scenario_state.json", lambda text: text[:3000]),
+        "no adapter_spec and request_states": ("scenario_state.json",
+                                               lambda text: text.replace('"request_states"', '"requests"')),
+        "is not 0 or 1": ("per_instance_stats.json", _half_exact_match),
+        "without a numeric logprob": ("scenario_state.json",
+                                      lambda text: text.replace('"logprob":-0.48632812}', '"logprob":"abc"}', 1)),
+    }
+    for why, (name, edit) in cases.items():
+        run = tmp_path / why.replace(" ", "_") / "run"
+        shutil.copytree(HELM_RUN, run)
+        text = (run / name).read_text()
+        assert edit(text) != text, why
+        (run / name).write_text(edit(text))
+        with pytest.raises(UserError, match=why):
+            read_harness(run.parent)
+    alone = tmp_path / "alone" / "run"
+    shutil.copytree(HELM_RUN, alone)
+    (alone / "per_instance_stats.json").unlink()
+    with pytest.raises(UserError, match="per_instance_stats.json'?: missing"):
+        read_harness(alone.parent)
+
+
+def test_cic_calibrate_certifies_a_helm_run_in_one_command_or_says_which_table_to_choose(tmp_path: Path) -> None:
+    """As a user runs it, in a fresh directory: the suite folder with no choice → exit 2 naming the criteria; with
+    --criterion → the gate the core certifies on the same pairs; α out of reach → it says so (exit 0)."""
+    from cic.stats.calibration import calibrate
+
+    suite = str(HELM / "runs" / "v4")
+    unchosen = subprocess.run([str(CIC), "calibrate", suite, "--alpha", "0.2"], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=120)
+    assert unchosen.returncode == 2 and "--criterion exact_match | prefix_exact_match" in unchosen.stderr
+    table = read_harness(HELM / "runs" / "v4").filter(criterion="exact_match")
+    for alpha in (0.2, 0.1):
+        expected = calibrate(table.get_column("score").to_numpy(), table.get_column("error").to_numpy(),
+                             alpha=alpha).summary()
+        run = subprocess.run([str(CIC), "calibrate", suite, "--alpha", str(alpha), "--criterion", "exact_match"],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=120, env={**os.environ,
+                                                                                              "COLUMNS": "1000"})
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.splitlines()[0] == expected
+    assert "answer when score <=" in run.stdout or "unattainable" in run.stdout

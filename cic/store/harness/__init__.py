@@ -15,15 +15,21 @@ if TYPE_CHECKING:
     import polars as pl
 
 
+def _claims_nothing(path: Path) -> bool:
+    return False
+
+
 @dataclass(frozen=True)
 class Harness:
     """`looks_like(row)`: whether one record (a JSON object of the file) is this harness's output; `read(path)`: the
-    long table (model, dataset, estimator, criterion, score, error, question_id, source)."""
+    long table (model, dataset, estimator, criterion, score, error, question_id, source); `claims(path)`: whether a
+    path is this harness's by its name or layout alone (a run directory, an archive) before any record is read."""
 
     name: str
     label: str
     looks_like: Callable[[dict[str, Any]], bool]
     read: Callable[[Path], pl.DataFrame]
+    claims: Callable[[Path], bool] = _claims_nothing
 
 
 def _lm_eval() -> Harness:
@@ -35,10 +41,18 @@ def _lm_eval() -> Harness:
 def _inspect_ai() -> Harness:
     from cic.store.harness import inspect_ai
 
-    return Harness("inspect-ai", "an inspect-ai evaluation log (JSON)", inspect_ai.looks_like, inspect_ai.read)
+    return Harness("inspect-ai", "an inspect-ai evaluation log (JSON)", inspect_ai.looks_like, inspect_ai.read,
+                   inspect_ai.claims)
 
 
-HARNESSES: Registry[Harness] = Registry("harness", (_lm_eval(), _inspect_ai()))
+def _helm() -> Harness:
+    from cic.store.harness import helm
+
+    return Harness("helm", "a HELM run directory (scenario_state.json + per_instance_stats.json)", helm.looks_like,
+                   helm.read, helm.claims)
+
+
+HARNESSES: Registry[Harness] = Registry("harness", (_lm_eval(), _inspect_ai(), _helm()))
 
 
 def which_harness(record: dict[str, Any]) -> Harness | None:
@@ -54,14 +68,21 @@ def read_harness(path: str | Path, harness: str | None = None) -> pl.DataFrame:
         raise UserError(f"file = {str(p)!r}: does not exist")
     if harness is not None:
         return HARNESSES.lookup(harness).read(p)
-    if p.suffix == ".eval" or (p.is_dir() and any(p.glob("**/*.eval")) and not any(p.glob("**/*.json"))):
-        return HARNESSES.lookup("inspect-ai").read(p)  # a zstd archive: its reader says how to convert it
-    first = _first_record(p)
-    found = which_harness(first) if first is not None else None
+    found = harness_at(p)
     if found is None:
         raise UserError(f"file = {str(p)!r}: not an evaluation output CIC reads (known: "
                         f"{', '.join(h.label for h in HARNESSES.values())}); name one with --harness")
     return found.read(p)
+
+
+def harness_at(path: Path) -> Harness | None:
+    """The harness whose output a path is: claimed by its name or layout, else recognised from its first record;
+    None for anything else (a score table)."""
+    claimed = next((h for h in HARNESSES.values() if h.claims(path)), None)
+    if claimed is not None or (path.is_file() and path.suffix.lower() not in (".json", ".jsonl")):
+        return claimed
+    first = _first_record(path)
+    return which_harness(first) if first is not None else None
 
 
 def _first_record(p: Path) -> dict[str, Any] | None:

@@ -27,6 +27,11 @@ def looks_like(record: dict[str, Any]) -> bool:
                                                                                              list)
 
 
+def claims(path: Path) -> bool:
+    """A zstd `.eval` archive (or a folder of them alone), which only this reader can say how to convert."""
+    return path.suffix == ".eval" or (path.is_dir() and any(path.glob("**/*.eval")) and not any(path.glob("**/*.json")))
+
+
 def read(path: Path) -> pl.DataFrame:
     import polars as pl
 
