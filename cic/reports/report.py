@@ -367,7 +367,7 @@ def _evaluated_by(frame: pl.DataFrame) -> list[str]:
     if "source" not in frame.columns:
         return []
     sources = sorted(set(frame.get_column("source").drop_nulls().to_list()))
-    return [f"Answers evaluated by {', '.join(sources)} (converted by `cic convert`).", ""] if sources else []
+    return [f"Answers evaluated by {', '.join(sources)} (read by `cic.store.harness`).", ""] if sources else []
 
 
 def _index(frame: pl.DataFrame, config: ReportConfig, results: pl.DataFrame, files: ReportFiles) -> str:

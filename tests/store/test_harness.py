@@ -1,6 +1,7 @@
 """Evaluation outputs other harnesses wrote (`cic.store.harness`), read from files those harnesses wrote
-themselves: lm-eval 0.4.13's `--log_samples` output on the bundled SmolLM2 (tests/fixtures/lm_eval), and — where
-lm-eval is installed — a fresh run of it, then `cic convert` and `cic report` as a user runs them."""
+themselves: lm-eval 0.4.13's `--log_samples` output on the bundled SmolLM2 (tests/fixtures/lm_eval) and — where
+lm-eval is installed — a fresh run of it, an inspect-ai log, a public HELM run and lighteval 0.13.0's details;
+then `cic calibrate`, `cic convert` and `cic report` as a user runs them."""
 
 from __future__ import annotations
 
@@ -322,3 +323,85 @@ def test_cic_calibrate_certifies_a_helm_run_in_one_command_or_says_which_table_t
         assert run.returncode == 0, run.stderr
         assert run.stdout.splitlines()[0] == expected
     assert "answer when score <=" in run.stdout or "unattainable" in run.stdout
+
+
+LIGHTEVAL = Path(__file__).resolve().parents[1] / "fixtures" / "lighteval" / "results"
+
+
+def test_lighteval_details_are_scored_from_option_log_likelihoods_or_samples_and_judged_by_binary_metrics() -> None:
+    """lighteval 0.13.0's own details: a multiple-choice question's scores are CIC's option estimators on the
+    softmax of its logprobs, a generated one's CIC's sample estimators on its four texts; each 0/1 metric is a
+    criterion; the model from the run's results JSON."""
+    import polars as pl
+
+    from cic.store.harness.samples import option_scores, sample_scores
+
+    table = read_harness(LIGHTEVAL)
+    mc = pl.read_parquet(next(LIGHTEVAL.glob("details/**/details_csqa_local_mc*.parquet"))).to_dicts()
+    gen = pl.read_parquet(next(LIGHTEVAL.glob("details/**/details_trivia_local_gen*.parquet"))).to_dicts()
+    assert table.filter(dataset="csqa_local_mc").height == len(mc) * 2 * 2  # 2 estimators × acc, acc_norm
+    assert set(table.filter(dataset="trivia_local_gen").get_column("criterion")) == {"em", "maj@4", "pass@1:n=4"}
+    assert set(table.get_column("model")) == {"SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct-sampling"}
+    first = mc[0]
+    expected = option_scores("x", first["model_response"]["logprobs"])
+    rows = table.filter(dataset="csqa_local_mc", question_id=first["doc"]["id"], criterion="acc")
+    for name, value in expected.items():
+        assert rows.filter(estimator=name).get_column("score")[0] == pytest.approx(value)
+    assert set(rows.get_column("error")) == {1 - first["metric"]["acc"]}
+    texts = [t.strip() for t in gen[0]["model_response"]["text"]]
+    assert len(texts) == 4
+    sampled = table.filter(dataset="trivia_local_gen", question_id=gen[0]["doc"]["id"], criterion="em")
+    for name, value in sample_scores({"x": texts})["x"].items():
+        assert sampled.filter(estimator=name).get_column("score")[0] == pytest.approx(value)
+
+
+def test_a_lighteval_file_cic_cannot_read_is_one_line_naming_why(tmp_path: Path) -> None:
+    import polars as pl
+
+    source = next(LIGHTEVAL.glob("details/**/details_csqa_local_mc*.parquet"))
+    name = source.name
+    cut = tmp_path / "cut" / name
+    cut.parent.mkdir()
+    cut.write_bytes(source.read_bytes()[:2000])
+    with pytest.raises(UserError, match="not a Parquet file"):
+        read_harness(cut)
+    frame = pl.read_parquet(source)
+    renamed = tmp_path / "renamed" / name
+    renamed.parent.mkdir()
+    frame.rename({"metric": "metrics"}).write_parquet(renamed)
+    with pytest.raises(UserError, match="no metric .*another lighteval version"):
+        read_harness(renamed)
+    one_option = tmp_path / "short" / name
+    one_option.parent.mkdir()
+    rows = frame.to_dicts()
+    rows[0]["model_response"]["logprobs"] = rows[0]["model_response"]["logprobs"][:2]
+    pl.DataFrame(rows).write_parquet(one_option)
+    with pytest.raises(UserError, match="2 log-likelihoods for 5 choices"):
+        read_harness(one_option)
+    gen = next(LIGHTEVAL.glob("details/**/details_trivia_local_gen*.parquet"))
+    once = tmp_path / "once" / gen.name
+    once.parent.mkdir()
+    rows = pl.read_parquet(gen).to_dicts()
+    for row in rows:
+        row["model_response"]["text"] = row["model_response"]["text"][:1]
+    pl.DataFrame(rows).write_parquet(once)
+    with pytest.raises(UserError, match=r"1 generation\(s\); sample-based scores need several"):
+        read_harness(once)
+
+
+def test_cic_calibrate_certifies_one_table_of_a_lighteval_run_in_one_command(tmp_path: Path) -> None:
+    """In a fresh directory, on the details folder: unchosen → exit 2 naming what to choose; chosen → the core's
+    result on the same pairs."""
+    from cic.stats.calibration import calibrate
+
+    folder = str(LIGHTEVAL)
+    unchosen = subprocess.run([str(CIC), "calibrate", folder, "--alpha", "0.5"], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=300)
+    assert unchosen.returncode == 2 and "score tables: choose one with --model" in unchosen.stderr, unchosen.stderr
+    pick = ["--dataset", "csqa_local_mc", "--estimator", "one_minus_max_prob", "--criterion", "acc"]
+    run = subprocess.run([str(CIC), "calibrate", folder, "--alpha", "0.5", *pick], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "1000"})
+    assert run.returncode == 0, run.stderr
+    table = read_harness(LIGHTEVAL).filter(dataset="csqa_local_mc", estimator="one_minus_max_prob", criterion="acc")
+    expected = calibrate(table.get_column("score").to_numpy(), table.get_column("error").to_numpy(), alpha=0.5)
+    assert run.stdout.splitlines()[0] == expected.summary()

@@ -52,7 +52,14 @@ def _helm() -> Harness:
                    helm.read, helm.claims)
 
 
-HARNESSES: Registry[Harness] = Registry("harness", (_lm_eval(), _inspect_ai(), _helm()))
+def _lighteval() -> Harness:
+    from cic.store.harness import lighteval
+
+    return Harness("lighteval", "lighteval --save-details output (details_*.parquet)", lighteval.looks_like,
+                   lighteval.read, lighteval.claims)
+
+
+HARNESSES: Registry[Harness] = Registry("harness", (_lm_eval(), _inspect_ai(), _helm(), _lighteval()))
 
 
 def which_harness(record: dict[str, Any]) -> Harness | None:

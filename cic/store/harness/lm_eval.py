@@ -21,15 +21,13 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from cic.errors import UserError
-from cic.store.harness.samples import SAMPLE_ESTIMATORS, sample_scores
+from cic.store.harness.samples import OPTION_ESTIMATORS, SAMPLE_ESTIMATORS, option_scores, sample_scores
 
 if TYPE_CHECKING:
     import polars as pl
 
-ESTIMATORS = ("one_minus_max_prob", "option_entropy")
+ESTIMATORS = OPTION_ESTIMATORS
 
 _SAMPLES = re.compile(r"^samples_(?P<task>.+)_\d{4}-\d{2}-\d{2}T[\d\-.]+\.jsonl$")
 
@@ -78,20 +76,13 @@ def _read_file(path: Path) -> pl.DataFrame:
 
 def _rows(record: dict[str, Any], path: Path, number: int, model: str, task: str,
           source: str) -> list[dict[str, Any]]:
-    from cic.llm.uncertainty.estimators import ESTIMATORS as REGISTRY
-    from cic.llm.uncertainty.statistics import QuestionStats
-
     where = f"file = {str(path)!r}, line {number}"
     options = record.get("filtered_resps")
     if not isinstance(options, list) or not options or not all(_is_loglikelihood(o) for o in options):
         raise UserError(f"{where}: neither a multiple-choice record (filtered_resps = {str(options)[:80]}) nor a "
                         "generation with its samples in resps; CIC reads lm-eval's multiple_choice and "
                         "generate_until tasks")
-    ll = np.array([float(o[0]) for o in options])  # lm-eval writes them as strings
-    probs = np.exp(ll - ll.max())
-    probs /= probs.sum()
-    stats = QuestionStats(str(record["doc_id"]), [], np.zeros(0), np.zeros(0), probs, None)
-    scores = {name: REGISTRY.lookup(name).compute(stats) for name in ESTIMATORS}
+    scores = option_scores(str(record["doc_id"]), [float(o[0]) for o in options])  # lm-eval writes strings
     return _metric_rows(record, where, scores, model, task, source)
 
 
