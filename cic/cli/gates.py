@@ -16,9 +16,9 @@ from cic.cli.help_format import ReadableCommand, ReadableGroup
 from cic.cli.option_groups import grouped
 from cic.errors import UserError
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
+from cic.pipeline.gates.gate_rows import GateRow, SystemGateRow
 
 if TYPE_CHECKING:
-    from cic.pipeline.gates.gate_rows import GateRow, SystemGateRow
     from cic.pipeline.gates.lifecycle import Families
 
 StoreOpt = Annotated[Path, typer.Option("--db", help="DuckDB file of the store.")]
@@ -383,40 +383,31 @@ def promote_gate(
                                                     "high-probability guarantee (paper); recorded, and the export "
                                                     "says so.")] = False,
 ) -> None:
-    """Make a gate live (retiring the live gate of its key) and point MLflow's `live` alias at it."""
+    """Make a gate live — a model's, or a system's (a cascade, an estimator chosen) — retiring the live gate of its
+    key, and point MLflow's `live` alias at it."""
     from cic.pipeline.gates.lifecycle import family_of, live_families, promote
-    from cic.pipeline.gates.system_gates import find_system_gate
     from cic.store import Store
 
     with Store.open(_existing(db), wait_s=300) as store:
-        system = find_system_gate(store, gate_id) if len(gate_id.strip()) >= 6 else None
-        if system is not None:  # a cascade's or an estimator choice's gate: the same lifecycle
-            moved = [system["calibration_id"], *_promote_system(store, system, reason)]
-            return None if no_mlflow else _sync(db, moved, tracking_uri, experiment_prefix)
         row, retired = promote(store, gate_id, reason=reason, despite_alerts=despite_alerts,
                                without_guarantee=without_guarantee)
-        family = {family_of(row): live_families(store).get(family_of(row), [])}
-    console.print(printable(
-        f"gate {row.calibration_id[:12]} is live: {row.model}/{row.dataset} {row.estimator} × "
-        f"{row.criterion} α={row.alpha:g} {row.bound} {row.search}, threshold "
-        f"{'unattainable' if row.threshold is None else format(row.threshold, '.4g')}"
-        + (f"; retired {', '.join(r[:12] for r in retired)}" if retired else "")))
+        key = None if isinstance(row, SystemGateRow) else family_of(row)  # a system spends its own delta
+        family = {} if key is None else {key: live_families(store).get(key, [])}
+    console.print(printable(f"{_described(row)}" + (f"; retired {', '.join(r[:12] for r in retired)}"
+                                                     if retired else "")))
     _warn_over_budget(family)
     if not no_mlflow:
         _sync(db, [row.calibration_id, *retired], tracking_uri, experiment_prefix)
 
 
-def _promote_system(store: Any, system: SystemGateRow, reason: str) -> list[str]:
-    """Put a system gate live, say so, and return the gates it retired."""
-    from cic.pipeline.gates.system_gates import promote_system_gate
-
-    retired = promote_system_gate(store, system, reason=reason)
-    console.print(printable(
-        f"system gate {system['calibration_id'][:12]} is live: {system['system']} "
-        f"({' -> '.join(system['models'])}) on {system['dataset']} × {system['criterion']} "
-        f"α={system['alpha']:g} {system['bound']}" + (f"; retired {', '.join(r[:12] for r in retired)}"
-                                                     if retired else "")))
-    return retired
+def _described(row: GateRow | SystemGateRow) -> str:
+    """A promoted gate in one line: which key it speaks for and what it serves."""
+    if isinstance(row, SystemGateRow):
+        return (f"system gate {row.calibration_id[:12]} is {row.state}: {row.system} ({' -> '.join(row.models)}) on "
+                f"{row.dataset} × {row.criterion} α={row.alpha:g} {row.bound}")
+    return (f"gate {row.calibration_id[:12]} is {row.state}: {row.model}/{row.dataset} {row.estimator} × "
+            f"{row.criterion} α={row.alpha:g} {row.bound} {row.search}, threshold "
+            f"{'unattainable' if row.threshold is None else format(row.threshold, '.4g')}")
 
 
 @gate_app.command("confirm", cls=ReadableCommand)
@@ -434,13 +425,10 @@ def confirm_gate(
     """Keep serving a flagged live gate after review: recorded in its event log; `cic gate export`, `cic ask` and
     MLflow's alias serve it again. (A newer gate promoted for its key clears the flag too.)"""
     from cic.pipeline.gates.lifecycle import confirm
-    from cic.pipeline.gates.system_gates import confirm_system_gate, find_system_gate
     from cic.store import Store
 
     with Store.open(_existing(db), wait_s=300) as store:
-        system = find_system_gate(store, gate_id) if len(gate_id.strip()) >= 6 else None
-        row = confirm(store, gate_id, reason=reason) if system is None else \
-            confirm_system_gate(store, system, reason=reason)
+        row = confirm(store, gate_id, reason=reason)
     console.print(f"gate {row['calibration_id'][:12]} confirmed: it is served again by `cic gate export`")
     if not no_mlflow:
         _sync(db, [row["calibration_id"]], tracking_uri, experiment_prefix)

@@ -304,6 +304,11 @@ def print_recalibration_notes(result: Any, failed: bool, nothing: str) -> None:
         console.print(printable(f"anytime {row.line()}"), soft_wrap=True)
     if not result.candidates and not result.skipped and not result.anytime and not result.monitors:
         console.print(nothing, soft_wrap=True)
+    if result.tests:
+        console.print(f"drift tests: {len(result.tests)}, {sum(t.rejected for t in result.tests)} rejected (Holm "
+                      "across the pass)", soft_wrap=True)
+    if result.mlflow_run_ids:
+        console.print(f"MLflow: {len(result.mlflow_run_ids)} candidate run(s) logged", soft_wrap=True)
     print_alerts(result.alerts)
     for gate_id, why in result.withdrawn.items():
         err_console.print(styled(("WITHDRAWN", "bold red"), printable(

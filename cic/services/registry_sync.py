@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, TypeVar
 from cic.errors import UserError
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
 from cic.pipeline.gates.gate_rows import GateRow, SystemGateRow
-from cic.pipeline.gates.lifecycle import SERVING_KEY
+from cic.pipeline.gates.lifecycle import SERVING_KEY, verify
 from cic.pipeline.gates.serving_state import FLAGGED, serving_state
 from cic.services.mlflow_registry import registry_client, sync_gates
 from cic.services.mlflow_system_registry import sync_system_gates, system_rows_to_sync
@@ -46,8 +46,8 @@ def registry_sync(db: str, uri: str, gate_ids: Sequence[str] | None, *,
         if gate_ids is not None:
             related = pl.concat([related, chosen]).unique("calibration_id", keep="first")
         singles = gate_rows(related)
-        rows, why = recertified(store, singles, verify_single if not all_recertify(store, singles) else verify_row)
-        systems, system_why = recertified(store, system_rows_to_sync(store, gate_ids), verify_system)
+        rows, why = recertified(store, singles, verify if not all_recertify(store, singles) else verify_row)
+        systems, system_why = recertified(store, system_rows_to_sync(store, gate_ids), verify)
     if refused is not None:
         refused.update({**why, **system_why})
     client = registry_client(uri)
@@ -92,17 +92,3 @@ def all_recertify(store: Store, rows: Sequence[GateRow]) -> bool:
 
 def verify_row(store: Store, row: GateRow) -> None:
     """Nothing left to check: `all_recertify` re-certified every serving gate at once."""
-
-
-def verify_single(store: Store, row: GateRow) -> None:
-    from cic.pipeline.gates.certificates import recertify_all
-    from cic.pipeline.gates.lifecycle import verify_gate
-
-    verify_gate(row)
-    recertify_all(store, [row])
-
-
-def verify_system(store: Store, row: SystemGateRow) -> None:
-    from cic.pipeline.gates.system_gates import verify_system_gate
-
-    verify_system_gate(store, row)

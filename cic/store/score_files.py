@@ -171,6 +171,10 @@ def group_pairs(path: str | Path, wanted: dict[str, str | None], *, score_col: s
     harness = harness_at(p) if p.exists() else None
     frame = None if harness is not None else read_table(p)
     if frame is not None and not set(GROUP_KEYS) <= set(frame.columns):
+        given = [f"--{key} {wanted[key]!r}" for key in GROUP_KEYS if wanted.get(key) is not None]
+        if given:
+            raise UserError(f"{', '.join(given)}: {source} is one table (no {', '.join(GROUP_KEYS)} columns) with "
+                            "nothing to choose; leave the option out")
         return score_error_arrays(frame, one_group=True, score_col=score_col, error_col=error_col,
                                   correct_col=correct_col, source=source)
     long = read_long_table(p, score_col=score_col, error_col=error_col, correct_col=correct_col)

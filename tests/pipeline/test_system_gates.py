@@ -166,12 +166,9 @@ def test_the_prefect_digest_shows_each_system_gate_beside_the_single_models(cali
 
 def test_a_systems_first_gate_goes_live_later_ones_wait_for_promotion_as_single_gates_do(
         calibrated: tuple[str, list[str]]) -> None:
-    from cic.pipeline.gates.system_gates import (
-        find_system_gate,
-        promote_system_gate,
-        served_system_entries,
-        system_gates,
-    )
+    from cic.pipeline.gates.gate_rows import SystemGateRow
+    from cic.pipeline.gates.lifecycle import find_gate, promote
+    from cic.pipeline.gates.system_gates import served_system_entries, system_gates
 
     db, keys = calibrated
     with Store.open(db) as store:
@@ -187,9 +184,49 @@ def test_a_systems_first_gate_goes_live_later_ones_wait_for_promotion_as_single_
         assert every.height == 4 and new.height == 2  # the keys were spoken for: the new gates wait
         assert {e["alpha"]: e["gate_id"] for e in served_system_entries(store) if e["system"] == "small-big"} == \
             {a: e["gate_id"] for a, e in served.items()}
-        row = find_system_gate(store, new.filter(alpha=0.2).get_column("calibration_id")[0][:12])
-        retired = promote_system_gate(store, row, reason="reviewed")
+        row = find_gate(store, new.filter(alpha=0.2).get_column("calibration_id")[0][:12])  # the one lifecycle
+        assert isinstance(row, SystemGateRow)
+        promoted, retired = promote(store, row.calibration_id[:12], reason="reviewed")
+        assert promoted.state in ("live", "unattainable")
         now = {e["alpha"]: e for e in served_system_entries(store) if e["system"] == "small-big"}
     assert retired == [served[0.2]["gate_id"] or served[0.2]["unattainable_gate_id"]]
     assert (now[0.2]["gate_id"] or now[0.2]["unattainable_gate_id"]) == row["calibration_id"]
     assert now[0.1] == served[0.1] or now[0.1]["gate_id"] == served[0.1]["gate_id"]
+
+
+def test_a_system_gate_goes_through_the_single_gates_lifecycle_retire_promote_and_its_refusals(
+        calibrated: tuple[str, list[str]]) -> None:
+    """One lifecycle: `retire`, `promote`, `confirm` and `find_gate` take a system gate's id as a single gate's —
+    retired, its key serves nothing (the export says so); promoted back, it serves; a live, unflagged gate has
+    nothing to confirm; an edited row is refused by the same `verify`."""
+    from cic.pipeline.gates.lifecycle import confirm, find_gate, promote, retire, verify
+    from cic.pipeline.gates.system_gates import served_system_entries, system_gates
+
+    db, _ = calibrated
+    with Store.open(db) as store:
+        live = system_gates(store, system="small-big").filter(state="live")
+        gate_id = live.get_column("calibration_id")[0]
+        assert retire(store, gate_id[:12], reason="incident 7").state == "retired"
+        (entry,) = [e for e in served_system_entries(store) if e["system"] == "small-big"
+                    and e["alpha"] == live.get_column("alpha")[0]]
+        assert entry["serve"] == "nothing" and entry["retired_gate_id"] == gate_id
+        row, retired = promote(store, gate_id, reason="back after review")
+        assert row.state == "live" and retired == []
+        assert any(e["gate_id"] == gate_id for e in served_system_entries(store))
+        with pytest.raises(UserError, match="system gate .* is live and not flagged; nothing to confirm"):
+            confirm(store, gate_id, reason="x")
+        edited = find_gate(store, gate_id)
+        with pytest.raises(UserError, match="column thresholds"):
+            verify(store, type(edited)(**{**edited.columns(), "thresholds": [0.0 for _ in edited.thresholds]}))
+
+
+def test_no_lifecycle_move_has_a_system_twin() -> None:
+    """find, promote, confirm, retire, verify and the first gates exist once for both kinds of gate."""
+    import ast
+
+    package = Path(__file__).resolve().parents[2] / "cic"
+    names = {node.name for file in package.rglob("*.py") for node in ast.walk(ast.parse(file.read_text()))
+             if isinstance(node, ast.FunctionDef)}
+    twins = {n for n in names for move in ("find", "promote", "confirm", "retire", "verify", "promote_first")
+             if n.startswith(f"{move}_system") or n == f"{move}_systems"}
+    assert not twins, twins

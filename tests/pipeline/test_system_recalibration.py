@@ -12,9 +12,8 @@ import pytest
 from cic.errors import UserError
 from cic.pipeline.config import CalibrationConfig, CascadeConfig
 from cic.pipeline.gates.calibrate_store import calibrate_store
-from cic.pipeline.gates.gate_rows import system_gate_rows
+from cic.pipeline.gates.lifecycle import confirm
 from cic.pipeline.gates.system_gates import (
-    confirm_system_gate,
     served_system_entries,
     serving_system_gate,
     system_gates,
@@ -94,8 +93,8 @@ def test_drift_in_the_second_model_withdraws_the_live_system_gate_and_holds_the_
     again = one_pass(db, keys, auto_promote=True)  # flagged once: not again, and its monitor stops
     assert again.withdrawn == {} and all(m.gate["calibration_id"] != old["calibration_id"] for m in again.monitors)
     with Store.open(db) as store:
-        (row,) = system_gate_rows(system_gates(store, calibration_id=old["calibration_id"]))
-        confirm_system_gate(store, row, reason="reviewed: the new labels were a bad batch")
+        confirmed = confirm(store, old["calibration_id"], reason="reviewed: the new labels were a bad batch")
+        assert confirmed.calibration_id == old["calibration_id"]
         (served,) = served_system_entries(store)
     assert served["serve"] == "system" and served["gate_id"] == old["calibration_id"]
 

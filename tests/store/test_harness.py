@@ -405,3 +405,21 @@ def test_cic_calibrate_certifies_one_table_of_a_lighteval_run_in_one_command(tmp
     table = read_harness(LIGHTEVAL).filter(dataset="csqa_local_mc", estimator="one_minus_max_prob", criterion="acc")
     expected = calibrate(table.get_column("score").to_numpy(), table.get_column("error").to_numpy(), alpha=0.5)
     assert run.stdout.splitlines()[0] == expected.summary()
+
+
+def test_a_folder_of_two_harnesses_or_a_choice_on_a_plain_table_is_one_line_not_a_silent_pick(tmp_path: Path) -> None:
+    """A folder holding a HELM run and lighteval details is refused (reading one would drop the other in silence);
+    --estimator on a plain (score, error) table, which has nothing to choose, is refused rather than ignored."""
+    from cic.store.score_files import group_pairs
+
+    mixed = tmp_path / "mixed"
+    shutil.copytree(HELM / "runs", mixed / "runs")
+    shutil.copytree(LIGHTEVAL, mixed / "results")
+    with pytest.raises(UserError, match="holds the outputs of helm and lighteval"):
+        read_harness(mixed)
+    plain = tmp_path / "plain.csv"
+    plain.write_text("score,error\n0.1,0\n0.2,1\n")
+    with pytest.raises(UserError, match="--estimator 'se': .* is one table .* nothing to choose"):
+        group_pairs(plain, {"estimator": "se"})
+    scores, errors = group_pairs(plain, {"run_key": "ignored for a file"})
+    assert list(scores) == [0.1, 0.2] and list(errors) == [0, 1]

@@ -12,8 +12,8 @@ alpha, delta, bound, search): one live gate each. The first gate of a key the pi
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +23,7 @@ from cic import schema
 from cic.errors import UserError
 from cic.pipeline.alerts import OVER_BUDGET, Alert, kind_names, stored
 from cic.pipeline.gates.certificates import recertify_all
-from cic.pipeline.gates.gate_rows import GateRow, gate_rows
+from cic.pipeline.gates.gate_rows import GateRow, SystemGateRow, gate_rows, system_gate_rows
 from cic.pipeline.gates.serving_state import (
     CONFIRMED,
     FLAGGED,
@@ -46,6 +46,7 @@ SERVING_KEY = ("model", "dataset", "estimator", "criterion", "alpha", "delta", "
 # a grouped certificate speaks for a model's live gates of one configuration across its datasets (streams)
 FAMILY_KEY = tuple(k for k in SERVING_KEY if k != "dataset")
 Families = dict[tuple[Any, ...], list[GateRow]]  # live gates by family key (`live_families`)
+AnyGate = GateRow | SystemGateRow  # a gate of either kind, as `find_gate` returns it
 
 
 def current_states(store: Store) -> pl.DataFrame:
@@ -65,17 +66,62 @@ def gates(store: Store, **equals: Any) -> pl.DataFrame:
                                pl.col("alert_kinds").fill_null(pl.lit([], dtype=pl.List(pl.String))))
 
 
-def find_gate(store: Store, gate_id: str) -> GateRow:
-    """The gate whose calibration id is or starts with `gate_id` (the 12-character prefix tables show)."""
+def find_gate(store: Store, gate_id: str) -> AnyGate:
+    """The gate — single or system (a cascade, an estimator chosen) — whose calibration id is or starts with
+    `gate_id` (the 12-character prefix tables show)."""
     text = gate_id.strip()
     if len(text) < 6:
         raise UserError(f"gate id = {gate_id!r}: give at least 6 characters of it (`cic gate list` shows them)")
-    found = gates(store).filter(pl.col("calibration_id").str.starts_with(text))
-    if found.height == 0:
+    found = [row for kind in KINDS() for row in kind.typed(kind.table(store).filter(
+        pl.col("calibration_id").str.starts_with(text)))]
+    if not found:
         raise UserError(f"gate id = {gate_id!r}: no stored gate has it in {store.path} (`cic gate list` shows them)")
-    if found.height > 1:
-        raise UserError(f"gate id = {gate_id!r}: {found.height} gates start with it; give more characters")
-    return GateRow.of(found.row(0, named=True))
+    if len(found) > 1:
+        raise UserError(f"gate id = {gate_id!r}: {len(found)} gates start with it; give more characters")
+    return found[0]
+
+
+@dataclass(frozen=True)
+class GateKind:
+    """What a lifecycle move needs to know of a gate's kind — single (`calibrations`) or system
+    (`system_calibrations`: a cascade, an estimator chosen; a single gate is the system of one stage): its stored
+    rows with their state, typed; the key one gate speaks for; whether it certifies anything; and its re-check
+    against the store (`verify`). Find, promote, confirm, retire and the first gates are written once over it."""
+
+    noun: str
+    table: Callable[[Store], pl.DataFrame]
+    typed: Callable[[pl.DataFrame], list[Any]]
+    key: Callable[[Any], tuple[Any, ...]]
+    certifies: Callable[[Any], bool]
+    verify: Callable[[Store, Any], None]
+
+
+def _verify_single(store: Store, row: GateRow) -> None:
+    """Its row against its own result, then (where it certifies something) its certificate from the store's
+    pairs."""
+    verify_gate(row)
+    if row["threshold"] is not None:
+        recertify_all(store, [row])
+
+
+def KINDS() -> tuple[GateKind, ...]:  # noqa: N802  (a registry, built on first use: system gates import this module)
+    """The gate kinds, single first."""
+    from cic.pipeline.gates import system_gates as systems
+
+    return (GateKind("gate", gates, gate_rows, _key_of, lambda r: r["threshold"] is not None, _verify_single),
+            GateKind("system gate", systems.system_gates, system_gate_rows, systems.system_key,
+                     lambda r: bool(r["certified"]), systems.recertify_system))
+
+
+def kind_of(row: AnyGate) -> GateKind:
+    """The kind of a typed gate row."""
+    return KINDS()[1 if isinstance(row, SystemGateRow) else 0]
+
+
+def verify(store: Store, row: AnyGate) -> None:
+    """Refuse to serve a gate the store no longer certifies (either kind): the one check promotion, confirmation,
+    export, `cic ask` and the registry share."""
+    kind_of(row).verify(store, row)
 
 
 def _event(store: Store, calibration_id: str, state: str, reason: str, alerts: Sequence[str]) -> dict[str, Any]:
@@ -187,67 +233,69 @@ def _same_key(frame: pl.DataFrame, row: GateRow) -> pl.DataFrame:
 
 
 def promote(store: Store, gate_id: str, *, reason: str, despite_alerts: bool = False,
-            without_guarantee: bool = False) -> tuple[GateRow, list[str]]:
-    """Make a gate live and retire the live gate of its serving key, in one transaction; returns (the gate,
-    the ids retired). A gate that fails verification is refused; one whose recalibration raised alerts needs
-    `despite_alerts` (a person who has looked at them); one from a search without a guarantee needs
-    `without_guarantee`, recorded in its event's reason."""
+            without_guarantee: bool = False) -> tuple[AnyGate, list[str]]:
+    """Make a gate (single or system) speak for its key and retire the gate that did, in one transaction; returns
+    (the gate, the ids retired). A gate the store no longer certifies is refused; one whose recalibration raised
+    alerts needs `despite_alerts` (a person who has looked at them); one from a search without a guarantee needs
+    `without_guarantee`, recorded in its event's reason. One that certifies nothing becomes its key's
+    *unattainable* gate: the key serves nothing."""
     row = find_gate(store, gate_id)
-    verify_gate(row)
+    kind = kind_of(row)
+    short = row["calibration_id"][:12]
     if not guaranteed(row):
         if not without_guarantee:
             raise UserError(f"gate id = {gate_id!r}: {no_guarantee_refusal(replace(row, reason=''))}")
         reason = f"{WITHOUT_GUARANTEE}{reason}"
     if row["alerts"] and not despite_alerts:
-        raise UserError(f"gate {row['calibration_id'][:12]} was written with alerts ({'; '.join(row['alerts'])}); "
-                         "promote it only after review, with --despite-alerts")
+        raise UserError(f"{kind.noun} {short} was written with alerts ({'; '.join(row['alerts'])}); promote it only "
+                        "after review, with --despite-alerts")
+    if row["state"] == "live" and flag_of(row) is not None:
+        raise UserError(f"gate id = {gate_id!r}: {kind.noun} {short} is live and flagged ({flag_of(row)}); after "
+                        f"review confirm it with `cic gate confirm {short}`, or promote a newer gate of its key")
+    kind.verify(store, row)
     if row["state"] == "live":
-        if flag_of(row) is not None:
-            raise UserError(f"gate id = {gate_id!r}: gate {row['calibration_id'][:12]} is live and flagged "
-                             f"({flag_of(row)}); after review confirm it with `cic gate confirm "
-                             f"{row['calibration_id'][:12]}`, or promote a newer gate of its key")
         return row, []
-    if row["threshold"] is not None:
-        recertify_all(store, [row])  # its certificate, recomputed from the store's pairs
-    holding = gates(store, model=row["model"], dataset=row["dataset"]).filter(pl.col("state").is_in(HOLDS_KEY))
-    retired = [gid for gid in _same_key(holding, row).get_column("calibration_id").to_list()
-               if gid != row["calibration_id"]]
-    state = "live" if row["threshold"] is not None else UNATTAINABLE  # certifies nothing: the key serves nothing
+    holding = kind.typed(kind.table(store).filter(pl.col("state").is_in(HOLDS_KEY)))
+    retired = [r.calibration_id for r in holding
+               if kind.key(r) == kind.key(row) and r.calibration_id != row.calibration_id]
+    state = "live" if kind.certifies(row) else UNATTAINABLE
     with store.transaction():
-        _write(store, [_event(store, gid, "retired", f"replaced by {row['calibration_id'][:12]}", [])
-                       for gid in retired])
-        _write(store, [_event(store, row["calibration_id"], state, reason, row["alerts"])])
+        write_moves(store, [*((gid, "retired", f"replaced by {short}", []) for gid in retired),
+                            (row["calibration_id"], state, reason, list(row["alerts"] or []))])
     return replace(row, state=state), retired
 
 
-def confirm(store: Store, gate_id: str, *, reason: str) -> GateRow:
-    """Record (append-only, in `gate_events`) that a person reviewed a flagged live gate and keeps serving it; its
-    alerts stay listed. Anything but a flagged live gate is refused (there is nothing to confirm), and so is a gate
-    whose certificate the store's pairs no longer give (its labels were changed: recalibrate instead)."""
+def confirm(store: Store, gate_id: str, *, reason: str) -> AnyGate:
+    """Record (append-only, in `gate_events`) that a person reviewed a flagged live gate (single or system) and
+    keeps serving it; its alerts stay listed. Anything but a flagged live gate is refused (there is nothing to
+    confirm), and so is a gate the store's pairs no longer certify (its labels were changed: recalibrate
+    instead)."""
     row = find_gate(store, gate_id)
+    kind = kind_of(row)
+    short = row["calibration_id"][:12]
     if row["state"] != "live":
-        raise UserError(f"gate id = {gate_id!r}: gate {row['calibration_id'][:12]} is {row['state']}, not live; "
-                         "only a flagged live gate is confirmed (`cic gate promote` puts a gate live)")
+        raise UserError(f"gate id = {gate_id!r}: {kind.noun} {short} is {row['state']}, not live; only a flagged "
+                        "live gate is confirmed (`cic gate promote` puts a gate live)")
     flag = flag_of(row)
     if flag is None:
-        raise UserError(f"gate id = {gate_id!r}: gate {row['calibration_id'][:12]} is live and not flagged; "
-                         "nothing to confirm")
+        raise UserError(f"gate id = {gate_id!r}: {kind.noun} {short} is live and not flagged; nothing to confirm")
     if not reason.strip():
         raise UserError(f"reason = {reason!r}: say who confirms it and why")
     try:  # a confirmed gate serves its certificate: it must still be the one the store's pairs give
-        recertify_all(store, [row])
+        kind.verify(store, row)
     except UserError as exc:
         raise UserError(f"gate id = {gate_id!r}: cannot confirm it: {exc}") from None
-    _write(store, [_event(store, row["calibration_id"], "live", f"{CONFIRMED}{reason} (was flagged: {flag})",
-                          row["alerts"])])
+    write_moves(store, [(row["calibration_id"], "live", f"{CONFIRMED}{reason} (was flagged: {flag})",
+                         list(row["alerts"] or []))])
     return replace(row, reason=f"{CONFIRMED}{reason}")
 
 
-def retire(store: Store, gate_id: str, *, reason: str) -> GateRow:
-    """Take a gate out of service (its key then has no live gate: `cic ask` refuses until one is promoted)."""
+def retire(store: Store, gate_id: str, *, reason: str) -> AnyGate:
+    """Take a gate (single or system) out of service (its key then has no live gate: `cic ask` refuses until one
+    is promoted)."""
     row = find_gate(store, gate_id)
     if row["state"] != "retired":
-        _write(store, [_event(store, row["calibration_id"], "retired", reason, row["alerts"])])
+        write_moves(store, [(row["calibration_id"], "retired", reason, list(row["alerts"] or []))])
     return replace(row, state="retired")
 
 
@@ -289,32 +337,34 @@ def _key_of(row: GateRow, columns: Sequence[str] = SERVING_KEY) -> tuple[Any, ..
 
 
 def promote_first_gates(store: Store, calibration_ids: Iterable[str], *, reason: str) -> list[str]:
-    """Make live each of these gates whose serving key has no live gate yet (the pipeline's first gates); one
-    that certifies nothing (alpha unattainable) becomes the key's *unattainable* gate instead, replacing an
-    earlier one. Gates with alerts or without a guarantee are left candidates. Returns the ids made live."""
-    wanted = set(calibration_ids)
+    """Make live each of these gates (single or system) whose key has no live gate yet (the pipeline's first
+    gates); one that certifies nothing (alpha unattainable) becomes the key's *unattainable* gate instead,
+    replacing an earlier one. Gates with alerts or without a guarantee are left candidates. Returns the ids made
+    live."""
+    wanted = list(set(calibration_ids))
     if not wanted:
         return []
-    table = gates(store)
-    live_keys = {_key_of(r) for r in gate_rows(table.filter(state="live"))}
-    unattainable: dict[tuple[Any, ...], list[str]] = {}
-    for r in gate_rows(table.filter(state=UNATTAINABLE)):
-        unattainable.setdefault(_key_of(r), []).append(r.calibration_id)
-    events, promoted = [], []
-    for row in gate_rows(table.filter(pl.col("calibration_id").is_in(list(wanted)) & (pl.col("state") == "candidate"))
-                         .sort("created_at")):
-        key, gid = _key_of(row), row.calibration_id
-        if key in live_keys or row["alerts"] or not guaranteed(row):  # no guarantee: a report result
-            continue
-        events += [(old, "retired", f"replaced by {gid[:12]}", []) for old in unattainable.pop(key, [])]
-        if row["threshold"] is None:
-            events.append((gid, UNATTAINABLE, reason, []))
-            unattainable[key] = [gid]
-        else:
-            live_keys.add(key)
-            events.append((gid, "live", reason, []))
-            promoted.append(gid)
-    _write(store, _events(store, events))
+    moves, promoted = [], []
+    for kind in KINDS():
+        table = kind.table(store)
+        live_keys = {kind.key(r) for r in kind.typed(table.filter(state="live"))}
+        unattainable: dict[tuple[Any, ...], list[str]] = {}
+        for r in kind.typed(table.filter(state=UNATTAINABLE)):
+            unattainable.setdefault(kind.key(r), []).append(r.calibration_id)
+        for row in kind.typed(table.filter(pl.col("calibration_id").is_in(wanted) & (pl.col("state") == "candidate"))
+                              .sort("created_at")):
+            key, gid = kind.key(row), row.calibration_id
+            if key in live_keys or row["alerts"] or not guaranteed(row):  # no guarantee: a report result
+                continue
+            moves += [(old, "retired", f"replaced by {gid[:12]}", []) for old in unattainable.pop(key, [])]
+            if kind.certifies(row):
+                live_keys.add(key)
+                moves.append((gid, "live", reason, []))
+                promoted.append(gid)
+            else:
+                moves.append((gid, UNATTAINABLE, reason, []))
+                unattainable[key] = [gid]
+    write_moves(store, moves)
     return promoted
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +20,7 @@ import polars as pl
 from cic import schema
 from cic.errors import UserError
 from cic.pipeline.gates.gate_rows import ColumnReader, SystemGateRow, system_gate_rows
-from cic.pipeline.gates.serving_state import UNATTAINABLE, serving_state
+from cic.pipeline.gates.serving_state import serving_state
 from cic.pipeline.run.run_results import SystemResultRow
 from cic.pipeline.run.stored_calibration import data_fingerprint
 from cic.stats.cascades import certify_system, evaluate_system_splits
@@ -61,6 +61,7 @@ class SystemData:
 def calibrate_systems(store: Store, run_keys: list[str], config: CalibrationConfig, stats: CalibrateStats) -> None:
     """Certify and evaluate every system the config names on these runs and store the rows (idempotent upserts);
     counts go to `stats`."""
+    from cic.pipeline.gates.lifecycle import promote_first_gates
     from cic.pipeline.run import progress
 
     models = sorted(set(store.read("runs", run_key=run_keys).get_column("model").to_list()))
@@ -72,8 +73,8 @@ def calibrate_systems(store: Store, run_keys: list[str], config: CalibrationConf
             with store.transaction():
                 store.upsert("system_calibrations", calibrations)
                 store.upsert("system_evaluations", evaluations)
-                made = promote_first_system_gates(store, calibrations.get_column("calibration_id").to_list(),
-                                                  reason="pipeline: the first gate of its key")
+                made = promote_first_gates(store, calibrations.get_column("calibration_id").to_list(),
+                                           reason="pipeline: the first gate of its key")
             stats.promoted += len(made)
             stats.systems += 1
             stats.system_gates += calibrations.height
@@ -224,7 +225,7 @@ def spec_of(row: SystemGateRow) -> SystemSpec:
 SERVED_COLUMNS = tuple(c for c in schema.SYSTEM_CALIBRATIONS.columns if c != "created_at")
 
 
-def verify_system_gate(store: Store, row: SystemGateRow) -> None:
+def recertify_system(store: Store, row: SystemGateRow) -> None:
     """Re-certify a stored system gate from the store's pairs on the questions it was certified on: an error unless
     the same data and system give the same gate in every served column (`SERVED_COLUMNS`: id, estimators per
     stage, thresholds, counts, bound, search, guarantee, runs, …) — a gate whose data changed (a label replaced)
@@ -276,82 +277,9 @@ def system_gates(store: Store, **equals: Any) -> pl.DataFrame:
         pl.col("state").fill_null("candidate"))
 
 
-def _system_key(row: ColumnReader) -> tuple[Any, ...]:
+def system_key(row: ColumnReader) -> tuple[Any, ...]:
+    """The key one system gate speaks for: system, dataset, criterion, alpha, bound, search and delta."""
     return (*(round(float(row[c]), 12) if c == "alpha" else row[c] for c in SYSTEM_KEY), round(float(row["delta"]), 12))
-
-
-def promote_first_system_gates(store: Store, calibration_ids: list[str], *, reason: str) -> list[str]:
-    """Make live each of these system gates whose key has no live gate yet (one that certifies nothing becomes the
-    key's *unattainable* gate, replacing an earlier one); later ones stay candidates for `cic gate promote`, as
-    single gates do. Returns the ids made live."""
-    from cic.pipeline.gates.lifecycle import write_moves
-
-    table = system_gates(store)
-    live = {_system_key(r) for r in system_gate_rows(table.filter(state="live"))}
-    unattainable: dict[tuple[Any, ...], list[str]] = {}
-    for r in system_gate_rows(table.filter(state=UNATTAINABLE)):
-        unattainable.setdefault(_system_key(r), []).append(r.calibration_id)
-    moves, promoted = [], []
-    for row in system_gate_rows(table.filter(pl.col("calibration_id").is_in(calibration_ids)
-                                             & (pl.col("state") == "candidate")).sort("created_at")):
-        key, gid = _system_key(row), row.calibration_id
-        if key in live:
-            continue
-        moves += [(old, "retired", f"replaced by {gid[:12]}", []) for old in unattainable.pop(key, [])]
-        if row.certified:
-            live.add(key)
-            moves.append((gid, "live", reason, []))
-            promoted.append(gid)
-        else:
-            moves.append((gid, UNATTAINABLE, reason, []))
-            unattainable[key] = [gid]
-    write_moves(store, moves)
-    return promoted
-
-
-def find_system_gate(store: Store, gate_id: str) -> SystemGateRow | None:
-    """The system gate whose id is or starts with `gate_id` (None: no system gate has it)."""
-    found = system_gates(store).filter(pl.col("calibration_id").str.starts_with(gate_id.strip()))
-    if found.height > 1:
-        raise UserError(f"gate id = {gate_id!r}: {found.height} system gates start with it; give more characters")
-    return SystemGateRow.of(found.row(0, named=True)) if found.height else None
-
-
-def promote_system_gate(store: Store, row: SystemGateRow, *, reason: str) -> list[str]:
-    """Make a system gate speak for its key — re-certified first — retiring the gate that did; returns the ids
-    retired."""
-    from cic.pipeline.gates.lifecycle import HOLDS_KEY, write_moves
-
-    verify_system_gate(store, row)
-    if row["state"] == "live":
-        return []
-    holding = system_gates(store).filter(pl.col("state").is_in(HOLDS_KEY))
-    retired = [r.calibration_id for r in system_gate_rows(holding)
-               if _system_key(r) == _system_key(row) and r.calibration_id != row.calibration_id]
-    with store.transaction():
-        write_moves(store, [*((gid, "retired", f"replaced by {row['calibration_id'][:12]}", []) for gid in retired),
-                            (row["calibration_id"], "live" if row["certified"] else UNATTAINABLE, reason, [])])
-    return retired
-
-
-def confirm_system_gate(store: Store, row: SystemGateRow, *, reason: str) -> SystemGateRow:
-    """A person keeps serving a flagged live system gate after review (recorded in its event log), once the store's
-    pairs still give its thresholds; anything but a flagged live system gate is refused."""
-    from cic.pipeline.gates.lifecycle import write_moves
-    from cic.pipeline.gates.serving_state import CONFIRMED
-
-    short = row["calibration_id"][:12]
-    flag = _flag(row)
-    if row["state"] != "live" or flag is None:
-        raise UserError(f"gate id = {short!r}: system gate {short} is {row['state']}"
-                        f"{' and not flagged' if row['state'] == 'live' else ''}; only a flagged live gate is "
-                        "confirmed")
-    if not reason.strip():
-        raise UserError(f"reason = {reason!r}: say who confirms it and why")
-    verify_system_gate(store, row)
-    write_moves(store, [(row["calibration_id"], "live", f"{CONFIRMED}{reason} (was flagged: {flag})",
-                         list(row["alerts"] or []))])
-    return replace(row, reason=f"{CONFIRMED}{reason}")
 
 
 def speaking_system_gates(store: Store, **equals: Any) -> pl.DataFrame:
@@ -391,7 +319,7 @@ def serving_system_gate(store: Store, *, system: str, dataset: str, criterion: s
         short = row["calibration_id"][:12]
         raise UserError(f"{wanted}: live system gate {short} is flagged ({flag}); it serves nothing until a newer "
                         f"gate is promoted or a person confirms it with `cic gate confirm {short}`")
-    verify_system_gate(store, row)
+    recertify_system(store, row)
     return row
 
 
@@ -409,11 +337,11 @@ def served_system_entries(store: Store, *, model: str | None = None, dataset: st
     every = system_gates(store, **({"dataset": dataset} if dataset else {}))
     if model is not None:
         every = every.filter(pl.col("models").list.contains(model))
-    speaking = {_system_key(r): r for r in system_gate_rows(speaking_system_gates(store))}
+    speaking = {system_key(r): r for r in system_gate_rows(speaking_system_gates(store))}
     out = []
     for key_rows in every.sort(*SYSTEM_KEY).partition_by(list(SYSTEM_KEY), maintain_order=True):
         first = key_rows.row(0, named=True)
-        row = speaking.get(_system_key(first))
+        row = speaking.get(system_key(first))
         key = {k: first[k] for k in SYSTEM_KEY} | {"kind": first["kind"], "models": first["models"],
                                                     "delta": first["delta"]}
         if row is None:
@@ -434,7 +362,7 @@ def served_system_entries(store: Store, *, model: str | None = None, dataset: st
                         "reason": f"live system gate {short} is flagged ({flag}); it serves nothing until a newer "
                                   f"gate is promoted or a person confirms it with `cic gate confirm {short}`"})
             continue
-        verify_system_gate(store, row)
+        recertify_system(store, row)
         if not row["certified"]:
             out.append({"serve": "nothing", "gate_id": None, **key, **serving_state(row).fields(), "thresholds": None,
                         "unattainable_gate_id": row["calibration_id"], "n_cal": row["n_cal"],

@@ -289,9 +289,8 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
     Certificates (window candidates and the anytime states) count only records seen at least `label_window` ago,
     whose labels can no longer be late; the monitor of a live gate counts every label as it arrives. `now`: the
     pass's clock (default the wall clock)."""
-    from cic.pipeline.gates.lifecycle import flag_gates, record_candidates
+    from cic.pipeline.gates.lifecycle import flag_gates, promote_first_gates, record_candidates
     from cic.pipeline.gates.serving_state import ALERTED, FLAGGED
-    from cic.pipeline.gates.system_gates import promote_first_system_gates
     from cic.pipeline.production import monitoring
     from cic.pipeline.production.ingest import refusal
     from cic.pipeline.production.system_recalibration import first_system_candidates, recalibrate_systems
@@ -329,9 +328,9 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
             if anytime_grid is not None else []
     promoted, held = promote_quiet_groups(store, results, alerts) if auto_promote else ([], {})
     if auto_promote and firsts is not None:
-        promoted += promote_first_system_gates(store, firsts.get_column("calibration_id").to_list(),
-                                               reason="recalibration: policy promotion=auto, the first gate of its "
-                                                      "system key")
+        promoted += promote_first_gates(store, firsts.get_column("calibration_id").to_list(),
+                                        reason="recalibration: policy promotion=auto, the first gate of its system "
+                                               "key")
     promoted += _promote_anytime(store, anytime)
     if auto_promote:
         promoted += promote_quiet_systems(store, systems, alerts)
@@ -482,7 +481,7 @@ def promote_quiet_systems(store: Store, systems: Sequence[Any], alerts: dict[str
     """The `promotion: auto` policy for system gates: a key whose pass raised no page has its candidate made
     live (re-certified first, retiring the gate that spoke for the key) when it certifies something and raised
     nothing itself. (A system gate spends its own delta: no family budget is shared with single gates.)"""
-    from cic.pipeline.gates.system_gates import promote_system_gate, system_gates
+    from cic.pipeline.gates.lifecycle import promote
 
     promoted = []
     for result in systems:
@@ -493,8 +492,8 @@ def promote_quiet_systems(store: Store, systems: Sequence[Any], alerts: dict[str
             continue
         for row in rows:
             if row["certified"] and not alerts.get(row["calibration_id"]):
-                stored = SystemGateRow.of(system_gates(store, calibration_id=row["calibration_id"]).row(0, named=True))
-                promote_system_gate(store, stored, reason="recalibration: policy promotion=auto, no page for its key")
+                promote(store, row["calibration_id"],
+                        reason="recalibration: policy promotion=auto, no page for its key")
                 promoted.append(row["calibration_id"])
     return promoted
 

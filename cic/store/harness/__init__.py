@@ -85,9 +85,12 @@ def read_harness(path: str | Path, harness: str | None = None) -> pl.DataFrame:
 def harness_at(path: Path) -> Harness | None:
     """The harness whose output a path is: claimed by its name or layout, else recognised from its first record;
     None for anything else (a score table)."""
-    claimed = next((h for h in HARNESSES.values() if h.claims(path)), None)
-    if claimed is not None or (path.is_file() and path.suffix.lower() not in (".json", ".jsonl")):
-        return claimed
+    claimed = [h for h in HARNESSES.values() if h.claims(path)]
+    if len(claimed) > 1:
+        raise UserError(f"file = {str(path)!r}: holds the outputs of {' and '.join(h.name for h in claimed)}; give "
+                        "one harness's folder at a time")
+    if claimed or (path.is_file() and path.suffix.lower() not in (".json", ".jsonl")):
+        return claimed[0] if claimed else None
     first = _first_record(path)
     return which_harness(first) if first is not None else None
 

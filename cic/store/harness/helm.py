@@ -98,7 +98,7 @@ def _run_name(run: Path) -> str:
 def _dataset(name: str) -> str:
     """The run name without its model argument: the scenario and its settings."""
     scenario, _, args = name.partition(":")
-    kept = [a for a in args.split(",") if a and not a.startswith("model=")]
+    kept = [arg for arg in args.split(",") if arg and not arg.startswith("model=")]
     return f"{scenario}:{','.join(kept)}" if kept else scenario
 
 
