@@ -60,5 +60,6 @@ def calibrate_store(db: str, run_keys: Sequence[str], calibration: CalibrationCo
                 with store.transaction():
                     store.upsert("group_evaluations", rows)
                 stats.group_studies += 1
-        calibrate_systems(store, list(run_keys), calibration, stats)  # cascades and estimators chosen, if any
+        calibrate_systems(store, list(run_keys), calibration, stats,  # cascades and estimators chosen, if any
+                          promote_first=promote_first_gates)
     return stats

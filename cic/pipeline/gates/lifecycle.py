@@ -23,6 +23,7 @@ from cic import schema
 from cic.errors import UserError
 from cic.pipeline.alerts import OVER_BUDGET, Alert, kind_names, stored
 from cic.pipeline.gates.certificates import recertify_all
+from cic.pipeline.gates.event_log import HOLDS_KEY, current_states
 from cic.pipeline.gates.gate_rows import GateRow, SystemGateRow, gate_rows, system_gate_rows
 from cic.pipeline.gates.serving_state import (
     CONFIRMED,
@@ -41,20 +42,11 @@ if TYPE_CHECKING:
     from cic.store import Store
 
 STATES = ("candidate", "live", "retired", UNATTAINABLE)
-HOLDS_KEY = ("live", UNATTAINABLE)  # the states that speak for a serving key (one gate each)
 SERVING_KEY = ("model", "dataset", "estimator", "criterion", "alpha", "delta", "bound", "search")
 # a grouped certificate speaks for a model's live gates of one configuration across its datasets (streams)
 FAMILY_KEY = tuple(k for k in SERVING_KEY if k != "dataset")
 Families = dict[tuple[Any, ...], list[GateRow]]  # live gates by family key (`live_families`)
 AnyGate = GateRow | SystemGateRow  # a gate of either kind, as `find_gate` returns it
-
-
-def current_states(store: Store) -> pl.DataFrame:
-    """(calibration_id, state, reason, alerts, alert_kinds, state_at) from each gate's newest event."""
-    events = store.read("gate_events", ordered=False)
-    return (events.sort("created_at", "event_id").group_by("calibration_id", maintain_order=True).last()
-            .select("calibration_id", "state", "reason", "alerts", "alert_kinds",
-                    pl.col("created_at").alias("state_at")))
 
 
 def gates(store: Store, **equals: Any) -> pl.DataFrame:
@@ -224,14 +216,6 @@ def verify_gate(row: GateRow) -> None:
             raise UserError(f"{name}: its certificate does not hold ({figure}); refusing to serve it")
 
 
-def _same_key(frame: pl.DataFrame, row: GateRow) -> pl.DataFrame:
-    out = frame
-    for column in SERVING_KEY:
-        out = out.filter((pl.col(column) - row[column]).abs() < 1e-12 if column in ("alpha", "delta")
-                         else pl.col(column) == row[column])
-    return out
-
-
 def promote(store: Store, gate_id: str, *, reason: str, despite_alerts: bool = False,
             without_guarantee: bool = False) -> tuple[AnyGate, list[str]]:
     """Make a gate (single or system) speak for its key and retire the gate that did, in one transaction; returns
@@ -332,7 +316,7 @@ def promote_many(store: Store, gate_ids: Sequence[str], *, reason: str) -> list[
 
 
 def _key_of(row: GateRow, columns: Sequence[str] = SERVING_KEY) -> tuple[Any, ...]:
-    """A row's serving key (or those `columns` of it), with alpha and delta rounded as `_same_key` compares them."""
+    """A row's serving key (or those `columns` of it), with alpha and delta rounded to 12 decimals."""
     return tuple(round(float(row[c]), 12) if c in ("alpha", "delta") else row[c] for c in columns)
 
 

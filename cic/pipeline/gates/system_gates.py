@@ -10,7 +10,7 @@ guarantee for the whole system), and the split protocol measures it on the same 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -19,6 +19,7 @@ import polars as pl
 
 from cic import schema
 from cic.errors import UserError
+from cic.pipeline.gates.event_log import HOLDS_KEY, current_states
 from cic.pipeline.gates.gate_rows import ColumnReader, SystemGateRow, system_gate_rows
 from cic.pipeline.gates.serving_state import serving_state
 from cic.pipeline.run.run_results import SystemResultRow
@@ -58,10 +59,11 @@ class SystemData:
     question_ids: list[str]
 
 
-def calibrate_systems(store: Store, run_keys: list[str], config: CalibrationConfig, stats: CalibrateStats) -> None:
-    """Certify and evaluate every system the config names on these runs and store the rows (idempotent upserts);
-    counts go to `stats`."""
-    from cic.pipeline.gates.lifecycle import promote_first_gates
+def calibrate_systems(store: Store, run_keys: list[str], config: CalibrationConfig, stats: CalibrateStats, *,
+                      promote_first: Callable[..., list[str]]) -> None:
+    """Certify and evaluate every system the config names on these runs and store the rows (idempotent upserts),
+    each key's first gate made live by `promote_first` (the lifecycle's) in the same transaction; counts go to
+    `stats`."""
     from cic.pipeline.run import progress
 
     models = sorted(set(store.read("runs", run_key=run_keys).get_column("model").to_list()))
@@ -73,8 +75,8 @@ def calibrate_systems(store: Store, run_keys: list[str], config: CalibrationConf
             with store.transaction():
                 store.upsert("system_calibrations", calibrations)
                 store.upsert("system_evaluations", evaluations)
-                made = promote_first_gates(store, calibrations.get_column("calibration_id").to_list(),
-                                           reason="pipeline: the first gate of its key")
+                made = promote_first(store, calibrations.get_column("calibration_id").to_list(),
+                                     reason="pipeline: the first gate of its key")
             stats.promoted += len(made)
             stats.systems += 1
             stats.system_gates += calibrations.height
@@ -268,7 +270,6 @@ SYSTEM_KEY = ("system", "dataset", "criterion", "alpha", "bound", "search")
 def system_gates(store: Store, **equals: Any) -> pl.DataFrame:
     """Stored system gates (filtered by column equality) with their state from the gate event log, as single gates
     have theirs (`cic.pipeline.gates.lifecycle`): no event = candidate."""
-    from cic.pipeline.gates.lifecycle import current_states
 
     rows = store.read("system_calibrations")
     for column, value in equals.items():
@@ -284,7 +285,6 @@ def system_key(row: ColumnReader) -> tuple[Any, ...]:
 
 def speaking_system_gates(store: Store, **equals: Any) -> pl.DataFrame:
     """Per system key the gate that speaks for it: live, or unattainable (serves nothing)."""
-    from cic.pipeline.gates.lifecycle import HOLDS_KEY
 
     rows = system_gates(store, **equals).filter(pl.col("state").is_in(HOLDS_KEY))
     return rows.sort("state_at").unique(subset=list(SYSTEM_KEY), keep="last").sort(*SYSTEM_KEY)
