@@ -389,6 +389,7 @@ def test_a_lighteval_file_cic_cannot_read_is_one_line_naming_why(tmp_path: Path)
         read_harness(once)
 
 
+@pytest.mark.slow  # two subprocesses scoring samples with MiniLM: the slow tier
 def test_cic_calibrate_certifies_one_table_of_a_lighteval_run_in_one_command(tmp_path: Path) -> None:
     """In a fresh directory, on the details folder: unchosen → exit 2 naming what to choose; chosen → the core's
     result on the same pairs."""
