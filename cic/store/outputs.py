@@ -119,9 +119,10 @@ def guard_output(path: str | Path, option: str, *, inputs: Iterable[str | Path |
                  force: bool = False, writes: str = "any",
                  others: Mapping[str, str | Path | None] | None = None) -> Path:
     """The output path, checked before any work: its directory exists; it is no directory, device, pipe or
-    socket; not one of the command's `inputs` (a store counts with its `.wal`) nor another output of the same
-    command (`others`: option -> path); and, unless `force`, not a file cic did not write (`writes`: "json" or
-    "frame" says what cic would have written there). A symbolic link is resolved: its target is the output."""
+    socket; not one of the command's `inputs` (a store counts with its `.wal`, a folder with every file under it)
+    nor another output of the same command (`others`: option -> path); and, unless `force`, not a file cic did not
+    write (`writes`: "json" or "frame" says what cic would have written there). A symbolic link is resolved: its
+    target is the output."""
     given = Path(path).expanduser()
     target = Path(os.path.realpath(given)) if given.is_symlink() else given
     special = _special(target)
@@ -139,6 +140,9 @@ def guard_output(path: str | Path, option: str, *, inputs: Iterable[str | Path |
         if given_input is None:
             continue
         source = Path(given_input).expanduser()
+        if source.is_dir() and Path(os.path.realpath(target)).is_relative_to(os.path.realpath(source)):
+            raise OutputError(f"{option} = {str(given)!r} is inside {str(source)!r}, a folder this command reads; "
+                              "writing there would change (or destroy) its input — give a file name outside it")
         for candidate in (source, source.with_name(source.name + ".wal")):
             if _same_file(target, candidate):
                 raise OutputError(f"{option} = {str(given)!r} is also an input of this command ({str(candidate)!r});"

@@ -177,7 +177,8 @@ def group_pairs(path: str | Path, wanted: dict[str, str | None], *, score_col: s
                             "nothing to choose; leave the option out")
         return score_error_arrays(frame, one_group=True, score_col=score_col, error_col=error_col,
                                   correct_col=correct_col, source=source)
-    long = read_long_table(p, score_col=score_col, error_col=error_col, correct_col=correct_col)
+    long = (check_long_frame(harness.read(p), source) if harness is not None else
+            read_long_table(p, score_col=score_col, error_col=error_col, correct_col=correct_col))
     chosen = select_group(long, wanted, source)
     return chosen.get_column("score").to_numpy(), chosen.get_column("error").to_numpy()
 

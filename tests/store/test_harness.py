@@ -424,3 +424,18 @@ def test_a_folder_of_two_harnesses_or_a_choice_on_a_plain_table_is_one_line_not_
         group_pairs(plain, {"estimator": "se"})
     scores, errors = group_pairs(plain, {"run_key": "ignored for a file"})
     assert list(scores) == [0.1, 0.2] and list(errors) == [0, 1]
+
+
+def test_convert_never_writes_into_the_folder_it_reads_even_with_force(tmp_path: Path) -> None:
+    """An output path inside the input folder (here one of the details files it reads, through a symlink too) is
+    refused before any work, --force or not; the file is unchanged."""
+    folder = tmp_path / "r"
+    shutil.copytree(LIGHTEVAL, folder)
+    details = next(folder.glob("details/**/details_csqa_local_mc*.parquet"))
+    before = details.read_bytes()
+    (tmp_path / "link.parquet").symlink_to(details)
+    for out in (details, tmp_path / "link.parquet", folder / "scores.parquet"):
+        run = subprocess.run([str(CIC), "convert", str(folder), "--out", str(out), "--force"], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 2 and "a folder this command reads" in run.stderr, run.stderr
+    assert details.read_bytes() == before and not (folder / "scores.parquet").exists()

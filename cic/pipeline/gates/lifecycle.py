@@ -35,6 +35,7 @@ from cic.pipeline.gates.serving_state import (
     no_guarantee_refusal,
     serving_state,
 )
+from cic.pipeline.gates.system_gates import recertify_system, system_gates, system_key
 from cic.store.queries import last_gate_events, stored_gate_ids
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def find_gate(store: Store, gate_id: str) -> AnyGate:
     text = gate_id.strip()
     if len(text) < 6:
         raise UserError(f"gate id = {gate_id!r}: give at least 6 characters of it (`cic gate list` shows them)")
-    found = [row for kind in KINDS() for row in kind.typed(kind.table(store).filter(
+    found = [row for kind in KINDS for row in kind.typed(kind.table(store).filter(
         pl.col("calibration_id").str.starts_with(text)))]
     if not found:
         raise UserError(f"gate id = {gate_id!r}: no stored gate has it in {store.path} (`cic gate list` shows them)")
@@ -96,18 +97,9 @@ def _verify_single(store: Store, row: GateRow) -> None:
         recertify_all(store, [row])
 
 
-def KINDS() -> tuple[GateKind, ...]:  # noqa: N802  (a registry, built on first use: system gates import this module)
-    """The gate kinds, single first."""
-    from cic.pipeline.gates import system_gates as systems
-
-    return (GateKind("gate", gates, gate_rows, _key_of, lambda r: r["threshold"] is not None, _verify_single),
-            GateKind("system gate", systems.system_gates, system_gate_rows, systems.system_key,
-                     lambda r: bool(r["certified"]), systems.recertify_system))
-
-
 def kind_of(row: AnyGate) -> GateKind:
     """The kind of a typed gate row."""
-    return KINDS()[1 if isinstance(row, SystemGateRow) else 0]
+    return KINDS[1 if isinstance(row, SystemGateRow) else 0]
 
 
 def verify(store: Store, row: AnyGate) -> None:
@@ -329,7 +321,7 @@ def promote_first_gates(store: Store, calibration_ids: Iterable[str], *, reason:
     if not wanted:
         return []
     moves, promoted = [], []
-    for kind in KINDS():
+    for kind in KINDS:
         table = kind.table(store)
         live_keys = {kind.key(r) for r in kind.typed(table.filter(state="live"))}
         unattainable: dict[tuple[Any, ...], list[str]] = {}
@@ -573,3 +565,9 @@ def flag_gates(store: Store, alerts: dict[str, Alert], prefix: str = FLAGGED) ->
                              if row["state"] != "retired"])
     _write(store, events)
     return [e["calibration_id"] for e in events]
+
+
+#: The gate kinds, single first (every lifecycle move above reads them).
+KINDS = (GateKind("gate", gates, gate_rows, _key_of, lambda r: r["threshold"] is not None, _verify_single),
+         GateKind("system gate", system_gates, system_gate_rows, system_key, lambda r: bool(r["certified"]),
+                  recertify_system))
