@@ -471,27 +471,25 @@ def export_gates(
     or whose live gate is flagged (until it is recalibrated or confirmed with `cic gate confirm`), an entry that
     serves nothing (abstain on all) and says why; then each system's newest gate (a cascade or a model's estimator
     chosen, re-certified from the store) with every stage's threshold."""
-    from cic.pipeline.gates.lifecycle import served_entries
-    from cic.pipeline.gates.system_gates import served_system_entries
+    from cic.pipeline.gates.serving import served_entries
     from cic.store import Store
     from cic.store.outputs import guard_output, write_text
 
     target = guard_output(out, "--out", inputs=[db], force=force, writes="json")
     filters = {k: v for k, v in (("model", model), ("dataset", dataset)) if v is not None}
     with Store.open(_existing(db), read_only=True, wait_s=60) as store:
-        singles = served_entries(store, **filters)
-        systems = served_system_entries(store, **filters)
-    exported = singles + systems
+        exported = served_entries(store, **filters)
     if not exported:
         raise UserError(f"no live or retired gate in {db}" + (f" for {filters}" if filters else "") +
                          "; promote one with `cic gate promote ID`")
     write_text(target, json.dumps(exported, indent=2) + "\n", "--out")
-    _say_exported(singles, systems, target)
+    _say_exported(exported, target)
 
 
-def _say_exported(singles: list[dict[str, Any]], systems: list[dict[str, Any]], target: Path) -> None:
+def _say_exported(exported: list[dict[str, Any]], target: Path) -> None:
     """How many gates serve and how many keys serve nothing (and why), then each withdrawn one (stderr)."""
-    exported = singles + systems
+    systems = [e for e in exported if "system" in e]
+    singles = [e for e in exported if "system" not in e]
     live = sum(e["serve"] == "gate" for e in exported)
     serving_systems = sum(e["serve"] == "system" for e in systems)
     why = {"every gate retired": "retired_gate_id", "alpha unattainable": "unattainable_gate_id",

@@ -488,7 +488,8 @@ def ask_with_cascade(question: str, *, config: str, db: str | None, cascade: str
         console.print(styled(("ANSWER", "bold green"), printable(f"  {answer!r} (answered by {reply.answered_by})")),
                       highlight=False)
     else:
-        console.print(styled(("ABSTAIN", "bold yellow"), " (no stage within its threshold)"), highlight=False)
+        console.print(styled(("ABSTAIN", "bold yellow"), "" if reply.withheld else " (no stage within its threshold)"),
+                      highlight=False)
     for model, score, threshold in reply.steps:
         console.print(printable(f"  {model}: " + ("not called (this stage never answers)" if score is None else
                                                   f"score {score + 0.0:.4g} vs threshold {threshold:.4g}")),
@@ -499,6 +500,8 @@ def ask_with_cascade(question: str, *, config: str, db: str | None, cascade: str
     estimator = reply.estimators[0] if reply.estimators else "none"
     console.print(printable(f"cascade {cascade} (α = {reply.alpha:g}, {bound}, estimator {estimator}, gate "
                             f"{reply.calibration_id[:12]})"), highlight=False)
+    if reply.withheld:
+        console.print(printable(f"why: {reply.withheld}"), highlight=False, soft_wrap=True)
     if reply.decision == "abstain" and reply.answer:
         console.print(printable(f"last answer (withheld): {shown_answer(reply.answer, choices)!r}"), style="dim",
                       highlight=False)

@@ -1,4 +1,4 @@
-"""Live gates in MLflow's model registry, so a serving system fetches one by name and alias:
+"""Live gates — single and system — in MLflow's model registry, so a serving system fetches one by name and alias:
 
     mlflow.artifacts.download_artifacts("models:/<registered name>@live-cp-fixed_sequence-a0p1-d0p05")  # gate.json
 
@@ -10,6 +10,11 @@ exact serving key; one alias per configuration, `live-<bound>-<search>-a<α>-d<�
 serves nothing (α unattainable: no threshold) is never registered, and a key whose live gate serves nothing has
 no alias. The store stays the source of truth: `cic gate sync` brings the registry in line after an outage, both
 ways, idempotently, and clears the `live` aliases of the per-key names earlier versions registered.
+
+A system gate (a cascade, a model's estimator chosen) sits there the same way, by the same code (`sync_gates`): one
+registered model per (system, dataset, criterion), named `cic-system.<slug>.<hash>`, one version per system gate that
+serves answers holding every stage's threshold (its tags and `gate/system_gate.json`: the models in order, each
+stage's estimator and threshold, the route).
 """
 
 from __future__ import annotations
@@ -24,8 +29,9 @@ from mlflow import MlflowClient
 
 from cic import schema
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
-from cic.pipeline.gates.gate_rows import ColumnReader, GateRow
+from cic.pipeline.gates.gate_rows import ColumnReader, GateRow, SystemGateRow
 from cic.pipeline.gates.lifecycle import SERVING_KEY, gate_of
+from cic.pipeline.gates.system_gates import ROUTE
 from cic.services.mlflow_tracking import experiment_id
 
 LIVE_ALIAS = "live"           # the alias of the per-key registered models earlier versions wrote (cleared)
@@ -36,6 +42,9 @@ KEY_TAG = "cic.serving_key"
 GROUP_TAG = "cic.group_key"
 GROUP_KEY = ("model", "dataset", "estimator", "criterion")
 NAME_PREFIX = "cic-gate."
+SYSTEM_PREFIX = "cic-system."
+SYSTEM_GROUP = ("system", "dataset", "criterion")
+SYSTEM_KEY = ("system", "dataset", "criterion", "alpha", "delta", "bound", "search")
 _SLUG_MAX = 160
 
 
@@ -164,6 +173,7 @@ class RegistryKind(Generic[Row]):
     """How one kind of gate sits in the registry: its registered model's name and group, whether a row serves,
     the model's tags and description, a version's tags, the run holding its files, and names it replaced."""
 
+    prefix: str
     name: Callable[[Row], str]
     group_json: Callable[[Row], str]
     serves: Callable[[Row], bool]
@@ -189,12 +199,62 @@ def _files(row: GateRow) -> dict[str, str]:
     return {"gate/gate.json": gate_of(row).to_json(), "gate/calibration.json": schema.canonical_json(stored)}
 
 
-SINGLE: RegistryKind[GateRow] = RegistryKind(registered_name, group_key_json, serves, _model_tags, _description,
-                                             _version_tags, _files, lambda row: {per_key_name(row), legacy_name(row)})
+SINGLE: RegistryKind[GateRow] = RegistryKind(NAME_PREFIX, registered_name, group_key_json, serves, _model_tags,
+                                             _description, _version_tags, _files,
+                                             lambda row: {per_key_name(row), legacy_name(row)})
+
+
+def system_group_json(row: SystemGateRow) -> str:
+    """The (system, dataset, criterion) a registered model holds the gates of, with the system's models."""
+    return schema.canonical_json({**{k: row[k] for k in SYSTEM_GROUP}, "models": list(row["models"])})
+
+
+def system_key_json(row: SystemGateRow) -> str:
+    """A system gate's exact serving key as canonical JSON (what its version's tags are checked against)."""
+    return schema.canonical_json({k: (float(row[k]) if k in ("alpha", "delta") else row[k]) for k in SYSTEM_KEY}
+                                 | {"models": list(row["models"])})
+
+
+def system_registered_name(row: SystemGateRow) -> str:
+    """`cic-system.<system>.<dataset>.<criterion>.<hash of the group>`: readable, and two groups never share it."""
+    readable = _slug(f"{row['system']}.{row['dataset']}.{row['criterion']}")
+    return f"{SYSTEM_PREFIX}{readable}.{schema.value_hash(system_group_json(row))[:12]}"
+
+
+def _thresholds(row: SystemGateRow) -> str:
+    return json.dumps([None if t is None else float(t) for t in row["thresholds"]])
+
+
+def _system_version_tags(row: SystemGateRow) -> dict[str, str]:
+    return {GATE_ID_TAG: row["calibration_id"], KEY_TAG: system_key_json(row), "cic.alpha": f"{row['alpha']:g}",
+            "cic.delta": f"{row['delta']:g}", "cic.bound": row["bound"], "cic.search": row["search"],
+            "cic.models": " -> ".join(row["models"]), "cic.estimators": " / ".join(row["estimators"] or []),
+            "cic.thresholds": _thresholds(row)}
+
+
+def _system_files(row: SystemGateRow) -> dict[str, str]:
+    gate = {"gate_id": row["calibration_id"], **{k: row[k] for k in SYSTEM_KEY}, "kind": row["kind"],
+            "models": list(row["models"]), "estimators": list(row["estimators"] or []),
+            "thresholds": json.loads(_thresholds(row)), "guarantee": row["guarantee"], "route": ROUTE,
+            **{k: row[k] for k in ("bound_value", "n_accepted", "n_errors", "n_cal")},
+            "shares": list(row["shares"] or []), "questions": len(row["question_ids"] or [])}
+    return {"gate/system_gate.json": schema.canonical_json(gate)}
+
+
+SYSTEM: RegistryKind[SystemGateRow] = RegistryKind(
+    SYSTEM_PREFIX, system_registered_name, system_group_json, lambda row: bool(row["certified"]),
+    lambda row: {GROUP_TAG: system_group_json(row), "cic.system": row["system"], "cic.dataset": row["dataset"],
+                 "cic.criterion": row["criterion"], "cic.models": " -> ".join(row["models"])},
+    lambda row: (f"Certified system gates of {row['system']} ({' -> '.join(row['models'])}) on {row['dataset']} "
+                 f"({row['criterion']}); each version one gate with every stage's threshold, each alias "
+                 "live-<bound>-<search>-a<α>-d<δ> the live gate of that configuration."),
+    _system_version_tags, _system_files, lambda row: set())
+#: the registry kind of a typed gate row
+REGISTRY_KINDS: dict[type, RegistryKind[Any]] = {GateRow: SINGLE, SystemGateRow: SYSTEM}
 
 
 def _sync_group(client: MlflowClient, rows: list[Row], experiment_prefix: str,
-                existing: dict[str, Any], kind: RegistryKind[Row] = SINGLE) -> list[str]:
+                existing: dict[str, Any], kind: RegistryKind[Row]) -> list[str]:
     """One group's registered model: a version per serving gate (tagged with its state), and per configuration
     the alias on the live gate's version (after checking the version's tags name that gate and key) or no alias
     when no serving gate is live. Returns 'name@alias' for each alias that points somewhere."""
@@ -277,18 +337,23 @@ def registered_gate_models(client: MlflowClient, prefix: str = NAME_PREFIX) -> d
             return found
 
 
-def sync_gates(client: MlflowClient, rows: Sequence[GateRow], *,
+def sync_gates(client: MlflowClient, rows: Sequence[GateRow | SystemGateRow], *,
                experiment_prefix: str = DEFAULT_EXPERIMENT_PREFIX,
                progress: Callable[[int, int], None] | None = None) -> list[str]:
-    """Register each serving gate (with its state) and reconcile each configuration's alias with the store: on
-    the live gate's version, or absent when no serving gate is live; returns 'name@alias' of each live alias."""
-    by_group: dict[str, list[GateRow]] = {}
+    """Register each serving gate, single or system (with its state), and reconcile each configuration's alias with
+    the store: on the live gate's version, or absent when no serving gate is live; returns 'name@alias' of each
+    live alias."""
+    by_group: dict[tuple[str, str], list[Any]] = {}
     for row in rows:
-        by_group.setdefault(group_key_json(row), []).append(row)
-    existing = registered_gate_models(client)
+        kind = REGISTRY_KINDS[type(row)]
+        by_group.setdefault((kind.prefix, kind.group_json(row)), []).append(row)
+    existing: dict[str, Any] = {}
+    for prefix in sorted({prefix for prefix, _ in by_group}):
+        existing |= registered_gate_models(client, prefix)
     out = []
-    for done, group_rows in enumerate(by_group.values(), 1):
-        out.extend(_sync_group(client, group_rows, experiment_prefix, existing))
+    for done, ((prefix, _), group_rows) in enumerate(by_group.items(), 1):
+        kind = next(k for k in REGISTRY_KINDS.values() if k.prefix == prefix)
+        out.extend(_sync_group(client, group_rows, experiment_prefix, existing, kind))
         if progress is not None:
             progress(done, len(by_group))
     return out

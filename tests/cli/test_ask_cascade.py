@@ -130,6 +130,26 @@ def test_a_cascade_gate_that_no_longer_matches_its_data_does_not_serve(tmp_path:
         unknown.stderr
 
 
+def test_a_withdrawn_cascade_gate_abstains_naming_why_and_calls_no_model(tmp_path: Path) -> None:
+    """As a single gate does: a flagged live cascade gate answers ABSTAIN with the export's reason, exit 0, before
+    any model loads (the second model's server is down: a call would fail)."""
+    from cic.pipeline.alerts import ERROR_RATE, Alert
+    from cic.pipeline.gates.lifecycle import flag_gates
+    from cic.pipeline.gates.serving import served_entries
+
+    config = write_config(tmp_path / "pair.yaml", free_port())
+    store_pair(tmp_path / "pair.duckdb", config, (np.full(200, 100.0), np.zeros(200, dtype=bool)))
+    with Store.open(tmp_path / "pair.duckdb") as store:
+        gate_id = store.read("system_calibrations").get_column("calibration_id")[0]
+        flag_gates(store, {gate_id: Alert(ERROR_RATE, "error rate at the live thresholds rose (test)")})
+        (entry,) = [e for e in served_entries(store) if "system" in e]
+    proc = ask(tmp_path, config)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stdout[-2000:] + proc.stderr[-2000:]
+    shown = " ".join(proc.stdout.split())
+    assert "ABSTAIN" in shown and "ANSWER" not in shown and "score" not in shown  # no stage was asked
+    assert f"why: {entry['reason']}" in shown and f"live system gate {gate_id[:12]} is flagged" in shown
+
+
 def test_gate_export_serves_the_cascade_with_every_threshold_and_refuses_an_edited_one(tmp_path: Path) -> None:
     import json
 

@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 
 from cic.cli import app
 from cic.pipeline.config import load_config
-from cic.pipeline.gates.lifecycle import gates, served_entries
+from cic.pipeline.gates.lifecycle import gates
+from cic.pipeline.gates.serving import served_entries
 from cic.store import Store
 from flows.calibrate import calibrate_flow
 from flows.recalibrate import recalibrate_flow

@@ -13,7 +13,8 @@ import pytest
 
 from cic.errors import UserError
 from cic.pipeline.config import CalibrationConfig
-from cic.pipeline.gates.lifecycle import gates, served_entries
+from cic.pipeline.gates.lifecycle import gates
+from cic.pipeline.gates.serving import served_entries
 from cic.pipeline.production.recalibration import WindowRule, recalibrate_store
 from cic.stats.anytime import AnytimeState
 from cic.store import Store

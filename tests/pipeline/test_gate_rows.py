@@ -7,7 +7,8 @@ from pathlib import Path
 from cic.pipeline.config import CalibrationConfig
 from cic.pipeline.gates.calibrate_store import calibrate_store
 from cic.pipeline.gates.gate_rows import GateRow
-from cic.pipeline.gates.lifecycle import find_gate, gate_of, gates, live_gate, promote, retire
+from cic.pipeline.gates.lifecycle import find_gate, gate_of, gates, promote, retire
+from cic.pipeline.gates.serving import live_gate
 from cic.stats.calibration import CalibrationResult
 from cic.store import Store
 from tests.support.pipeline_data import store_run

@@ -133,7 +133,8 @@ def test_a_store_from_before_gate_states_serves_what_it_served_before(tmp_path: 
 def test_live_gates_from_passes_with_different_g_say_what_they_spent_together(tmp_path: Path) -> None:
     """Two datasets certified at once (δ/2 each), then one of them recalibrated alone (δ) and promoted: the live
     family spent 1.5δ. Export states the confidence that is left, promote and list say the family is over budget."""
-    from cic.pipeline.gates.lifecycle import live_families, over_budget, record_candidates, served_entries
+    from cic.pipeline.gates.lifecycle import live_families, over_budget, record_candidates
+    from cic.pipeline.gates.serving import served_entries
     from tests.pipeline.test_recalibration import live_together
 
     db = tmp_path / "g.duckdb"
@@ -252,7 +253,8 @@ def test_a_first_gate_that_certifies_nothing_is_unattainable_not_live_until_one_
     something is promoted for the key (the unattainable one is then retired)."""
     from cic.pipeline.config import CalibrationConfig
     from cic.pipeline.gates.asking import serving_gate
-    from cic.pipeline.gates.lifecycle import gates, promote, promote_first_gates, served_entries
+    from cic.pipeline.gates.lifecycle import gates, promote, promote_first_gates
+    from cic.pipeline.gates.serving import served_entries
     from cic.pipeline.run.stored_calibration import calibration_rows, groups_of_run
 
     db = tmp_path / "u.duckdb"

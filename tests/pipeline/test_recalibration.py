@@ -199,7 +199,8 @@ def _drifted_live_gate(store: Store) -> tuple[GroupKey, str]:
 
 
 def test_a_live_gate_failing_its_error_rate_test_stops_serving_in_the_same_pass(store: Store) -> None:
-    from cic.pipeline.gates.lifecycle import gates, served_entries
+    from cic.pipeline.gates.lifecycle import gates
+    from cic.pipeline.gates.serving import served_entries
 
     group, live_id = _drifted_live_gate(store)
     out = recalibrate_store(store, [group.run_key], CONFIG, 0.01, WindowRule())
@@ -214,7 +215,8 @@ def test_a_live_gate_failing_its_error_rate_test_stops_serving_in_the_same_pass(
 
 
 def test_on_alarm_flag_keeps_the_gate_serving_with_the_alert_on_it(store: Store) -> None:
-    from cic.pipeline.gates.lifecycle import gates, served_entries
+    from cic.pipeline.gates.lifecycle import gates
+    from cic.pipeline.gates.serving import served_entries
 
     group, live_id = _drifted_live_gate(store)
     out = recalibrate_store(store, [group.run_key], CONFIG, 0.01, WindowRule(), on_alarm="flag")
@@ -227,7 +229,8 @@ def test_on_alarm_flag_keeps_the_gate_serving_with_the_alert_on_it(store: Store)
 @pytest.mark.parametrize(("search", "promise"), [("paper", "none"), ("lec", "in expectation only")])
 def test_a_search_without_a_guarantee_never_goes_live_on_its_own(store: Store, search: str, promise: str) -> None:
     from cic.errors import UserError
-    from cic.pipeline.gates.lifecycle import gates, promote, served_entries
+    from cic.pipeline.gates.lifecycle import gates, promote
+    from cic.pipeline.gates.serving import served_entries
 
     store_run(store, n=300, labelled_at=START, estimators=("semantic_entropy",))
     group = only_group(store)

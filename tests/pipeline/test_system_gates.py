@@ -131,13 +131,13 @@ def test_the_results_show_each_system_gate_with_its_protocol_and_only_for_these_
 
 def test_the_export_serves_each_system_keys_newest_gate_or_nothing_and_filters_by_model(
         calibrated: tuple[str, list[str]]) -> None:
-    from cic.pipeline.gates.system_gates import served_system_entries
+    from tests.support.pipeline_data import served_systems
 
     db, _ = calibrated
     with Store.open(db, read_only=True) as reopened:
-        entries = served_system_entries(reopened)
-        small = served_system_entries(reopened, model="small")
-        other = served_system_entries(reopened, dataset="other")
+        entries = served_systems(reopened)
+        small = served_systems(reopened, model="small")
+        other = served_systems(reopened, dataset="other")
         stored = reopened.read("system_calibrations")
     assert len(entries) == stored.height == 8  # one per key: a rerun's identical rows are the same rows
     assert {e["system"] for e in small} == {"small-big", "small:auto"} and {e["dataset"] for e in other} == {"other"}
@@ -168,13 +168,14 @@ def test_a_systems_first_gate_goes_live_later_ones_wait_for_promotion_as_single_
         calibrated: tuple[str, list[str]]) -> None:
     from cic.pipeline.gates.gate_rows import SystemGateRow
     from cic.pipeline.gates.lifecycle import find_gate, promote
-    from cic.pipeline.gates.system_gates import served_system_entries, system_gates
+    from cic.pipeline.gates.system_gates import system_gates
+    from tests.support.pipeline_data import served_systems
 
     db, keys = calibrated
     with Store.open(db) as store:
         first = system_gates(store, system="small-big")
         assert set(first.get_column("state")) <= {"live", "unattainable"} and first.height == 2
-        served = {e["alpha"]: e for e in served_system_entries(store) if e["system"] == "small-big"}
+        served = {e["alpha"]: e for e in served_systems(store) if e["system"] == "small-big"}
         for model, seed in (("small", 11), ("big", 12)):  # more labelled traffic on the same runs: new data
             store_run(store, model=model, n=200, seed=seed, id_offset=600)
     calibrate_store(db, keys, CONFIG)
@@ -182,13 +183,13 @@ def test_a_systems_first_gate_goes_live_later_ones_wait_for_promotion_as_single_
         every = system_gates(store, system="small-big")
         new = every.filter(state="candidate")
         assert every.height == 4 and new.height == 2  # the keys were spoken for: the new gates wait
-        assert {e["alpha"]: e["gate_id"] for e in served_system_entries(store) if e["system"] == "small-big"} == \
+        assert {e["alpha"]: e["gate_id"] for e in served_systems(store) if e["system"] == "small-big"} == \
             {a: e["gate_id"] for a, e in served.items()}
         row = find_gate(store, new.filter(alpha=0.2).get_column("calibration_id")[0][:12])  # the one lifecycle
         assert isinstance(row, SystemGateRow)
         promoted, retired = promote(store, row.calibration_id[:12], reason="reviewed")
         assert promoted.state in ("live", "unattainable")
-        now = {e["alpha"]: e for e in served_system_entries(store) if e["system"] == "small-big"}
+        now = {e["alpha"]: e for e in served_systems(store) if e["system"] == "small-big"}
     assert retired == [served[0.2]["gate_id"] or served[0.2]["unattainable_gate_id"]]
     assert (now[0.2]["gate_id"] or now[0.2]["unattainable_gate_id"]) == row["calibration_id"]
     assert now[0.1] == served[0.1] or now[0.1]["gate_id"] == served[0.1]["gate_id"]
@@ -200,19 +201,20 @@ def test_a_system_gate_goes_through_the_single_gates_lifecycle_retire_promote_an
     retired, its key serves nothing (the export says so); promoted back, it serves; a live, unflagged gate has
     nothing to confirm; an edited row is refused by the same `verify`."""
     from cic.pipeline.gates.lifecycle import confirm, find_gate, promote, retire, verify
-    from cic.pipeline.gates.system_gates import served_system_entries, system_gates
+    from cic.pipeline.gates.system_gates import system_gates
+    from tests.support.pipeline_data import served_systems
 
     db, _ = calibrated
     with Store.open(db) as store:
         live = system_gates(store, system="small-big").filter(state="live")
         gate_id = live.get_column("calibration_id")[0]
         assert retire(store, gate_id[:12], reason="incident 7").state == "retired"
-        (entry,) = [e for e in served_system_entries(store) if e["system"] == "small-big"
+        (entry,) = [e for e in served_systems(store) if e["system"] == "small-big"
                     and e["alpha"] == live.get_column("alpha")[0]]
         assert entry["serve"] == "nothing" and entry["retired_gate_id"] == gate_id
         row, retired = promote(store, gate_id, reason="back after review")
         assert row.state == "live" and retired == []
-        assert any(e["gate_id"] == gate_id for e in served_system_entries(store))
+        assert any(e["gate_id"] == gate_id for e in served_systems(store))
         with pytest.raises(UserError, match="system gate .* is live and not flagged; nothing to confirm"):
             confirm(store, gate_id, reason="x")
         edited = find_gate(store, gate_id)
@@ -230,3 +232,39 @@ def test_no_lifecycle_move_has_a_system_twin() -> None:
     twins = {n for n in names for move in ("find", "promote", "confirm", "retire", "verify", "promote_first")
              if n.startswith(f"{move}_system") or n == f"{move}_systems"}
     assert not twins, twins
+
+
+def test_the_export_says_why_a_key_serves_nothing_in_the_same_fields_and_words_for_both_kinds(
+        calibrated: tuple[str, list[str]]) -> None:
+    """One export path over both kinds: a withdrawn (flagged) and a retired gate's entries carry the same fields and
+    the same sentence for a model's gate and a system's — only the noun, the id and the key columns differ — and
+    `live_gate` returns the withdrawn gate of either kind with the export's reason (`cic ask` abstains naming it)."""
+    import polars as pl
+
+    from cic.pipeline.alerts import ERROR_RATE, Alert
+    from cic.pipeline.gates.lifecycle import SERVING_KEY, flag_gates, gates, retire
+    from cic.pipeline.gates.serving import live_gate, served_entries
+    from cic.pipeline.gates.system_gates import SYSTEM_KEY, system_gates
+
+    db, _ = calibrated
+    with Store.open(db) as store:
+        one = gates(store).filter(pl.col("state") == "live", pl.col("threshold").is_not_null()).row(0, named=True)
+        system = system_gates(store, system="small-big").filter(state="live", certified=True).row(0, named=True)
+        ids = (one["calibration_id"], system["calibration_id"])
+        flag_gates(store, {gid: Alert(ERROR_RATE, "error rate at the live thresholds rose (test)") for gid in ids})
+        flagged = {e["flagged_gate_id"]: e for e in served_entries(store) if e.get("flagged_gate_id")}
+        asked = (live_gate(store, **{k: one[k] for k in SERVING_KEY if k != "delta"}),
+                 live_gate(store, **{k: system[k] for k in SYSTEM_KEY if k != "search"}))
+        for gid in ids:
+            retire(store, gid, reason="incident 7")
+        retired = {e["retired_gate_id"]: e for e in served_entries(store) if e.get("retired_gate_id")}
+    own = ({*SERVING_KEY, "threshold"}, {*SYSTEM_KEY, "kind", "models", "delta", "thresholds"})
+    for entries in (flagged, retired):
+        single, cascade = entries[ids[0]], entries[ids[1]]
+        assert single["serve"] == cascade["serve"] == "nothing"
+        assert set(single) - own[0] == set(cascade) - own[1]
+        words = [e["reason"].replace(gid[:12], "ID").replace("live system gate", "live gate")
+                 for e, gid in ((single, ids[0]), (cascade, ids[1]))]
+        assert words[0] == words[1]
+    for row, gid in zip(asked, ids, strict=True):
+        assert row.calibration_id == gid and row.withheld == flagged[gid]["reason"]

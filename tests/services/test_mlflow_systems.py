@@ -97,9 +97,11 @@ def test_an_edited_field_of_a_system_gate_is_served_nowhere(tmp_path: Path, monk
     path refuse it in one line, and `cic gate sync` re-certifies before aliasing — the version is tagged
     withdrawn, no alias serves it, and the refusal names the column."""
     from cic.errors import UserError
-    from cic.pipeline.gates.system_gates import served_system_entries, serving_system_gate, system_gates
+    from cic.pipeline.gates.serving import live_gate
+    from cic.pipeline.gates.system_gates import system_gates
     from cic.services.registry_sync import registry_sync
     from tests.support.database import raw_sql
+    from tests.support.pipeline_data import served_systems
 
     db = tmp_path / "t.duckdb"
     with Store.open(db) as store:
@@ -116,9 +118,9 @@ def test_an_edited_field_of_a_system_gate_is_served_nowhere(tmp_path: Path, monk
     raw_sql(db, f"UPDATE system_calibrations SET {column} = {value} WHERE calibration_id = '{live['calibration_id']}'")
     with Store.open(db, read_only=True) as store:
         with pytest.raises(UserError, match=f"column {column} = "):
-            served_system_entries(store)
+            served_systems(store)
         with pytest.raises(UserError, match=f"column {column} = "):
-            serving_system_gate(store, system="small-big", dataset="d", criterion=None, alpha=live["alpha"],
+            live_gate(store, system="small-big", dataset="d", criterion=None, alpha=live["alpha"],
                                 bound="cp")
     refused: dict[str, str] = {}
     registry_sync(str(db), uri, None, refused=refused)

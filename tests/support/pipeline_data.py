@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -75,3 +76,10 @@ def write_small_config(path: Path, model_cache: str, *, pair: bool = False) -> P
         "mlflow": {"experiment_prefix": "cic-small"}, "ray": {"num_cpus": 2 if pair else 1},
         "storage": {"db": "small.duckdb", "report_dir": "reports", "model_cache": model_cache}}))
     return path
+
+
+def served_systems(store: Any, **equals: Any) -> list[dict[str, Any]]:
+    """The export's system entries (`served_entries` serves every kind of gate)."""
+    from cic.pipeline.gates.serving import served_entries
+
+    return [entry for entry in served_entries(store, **equals) if "system" in entry]

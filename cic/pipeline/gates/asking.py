@@ -54,8 +54,8 @@ def shown_answer(answer: str, choices: Sequence[str] | None) -> str:
 
 def serving_gate(db: str, *, model: str, dataset: str, estimator: str, criterion: str | None, alpha: float,
                  bound: str, search: str) -> GateRow:
-    """The live gate of that key (`cic.pipeline.gates.lifecycle.live_gate`), read without locking the store."""
-    from cic.pipeline.gates.lifecycle import live_gate
+    """The live gate of that key (`cic.pipeline.gates.serving.live_gate`), read without locking the store."""
+    from cic.pipeline.gates.serving import live_gate
     from cic.store import Store
 
     with Store.open(db, read_only=True, wait_s=60) as store:
@@ -251,6 +251,7 @@ class CascadeReply:
     estimators: tuple[str, ...]
     models: tuple[str, ...]
     alpha: float | None = None
+    withheld: str | None = None  # why the system's gate serves nothing (unattainable, flagged)
 
     @property
     def not_called(self) -> tuple[str, ...]:
@@ -266,7 +267,7 @@ def ask_cascade(question: str, *, config_path: str | Path, db: str | None, casca
     defaults to the strictest configured alpha whose gate serves; every stage's score is checked computable
     before any model loads."""
     from cic.pipeline.config import load_config
-    from cic.pipeline.gates.system_gates import serving_system_gate
+    from cic.pipeline.gates.serving import live_gate
     from cic.store import Store
 
     config = load_config(config_path)
@@ -277,16 +278,22 @@ def ask_cascade(question: str, *, config_path: str | Path, db: str | None, casca
     store_path = db or config.storage.db
     criterion = criterion or configured_criterion(config, dataset)
     tried = sorted(config.calibration.alphas) if alpha is None else [alpha]
+    found: list[tuple[float, Any]] = []  # (alpha, its gate), strictest first, until one serves
     with Store.open(store_path, read_only=True, wait_s=60) as store:
-        for i, level in enumerate(tried):
+        for level in tried:
             try:
-                row = serving_system_gate(store, system=cascade, dataset=dataset, criterion=criterion, alpha=level,
-                                          bound=bound)
-                alpha = level
-                break
+                found.append((level, live_gate(store, system=cascade, dataset=dataset, criterion=criterion,
+                                               alpha=level, bound=bound)))
             except UserError:
-                if i == len(tried) - 1:
+                if not found and level == tried[-1]:
                     raise
+                continue
+            if found[-1][1].withheld is None:
+                break
+    alpha, row = next(((a, r) for a, r in found if r.withheld is None), found[0])  # else the strictest, withheld
+    if row.withheld is not None:  # out of service: abstain naming why, no model loaded
+        return CascadeReply("abstain", "", None, (), row["calibration_id"], tuple(row["estimators"] or ()),
+                            tuple(row["models"]), alpha, row.withheld)
     for stage, name in enumerate(row["estimators"] or []):
         if row["thresholds"][stage] is not None:
             askable_estimator(config, name, row["calibration_id"])

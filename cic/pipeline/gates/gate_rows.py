@@ -109,6 +109,7 @@ class SystemGateRow:
     alerts: tuple[str, ...] = ()
     reason: str | None = None
     state_at: datetime | None = None
+    withheld: str | None = None  # why serving refused it (`live_gate`: it serves nothing), else None
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> SystemGateRow:
@@ -129,7 +130,7 @@ class SystemGateRow:
 
 
 _COLUMNS = frozenset(f.name for f in fields(GateRow))
-_SYSTEM_COLUMNS = tuple(f.name for f in fields(SystemGateRow))
+_SYSTEM_COLUMNS = tuple(f.name for f in fields(SystemGateRow) if f.name != "withheld")
 
 
 def gate_rows(frame: pl.DataFrame) -> list[GateRow]:

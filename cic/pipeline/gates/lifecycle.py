@@ -33,9 +33,8 @@ from cic.pipeline.gates.serving_state import (
     flag_of,
     guaranteed,
     no_guarantee_refusal,
-    serving_state,
 )
-from cic.pipeline.gates.system_gates import recertify_system, system_gates, system_key
+from cic.pipeline.gates.system_gates import SYSTEM_KEY, recertify_system, system_gates, system_key
 from cic.store.queries import last_gate_events, stored_gate_ids
 
 if TYPE_CHECKING:
@@ -84,17 +83,23 @@ class GateKind:
     noun: str
     table: Callable[[Store], pl.DataFrame]
     typed: Callable[[pl.DataFrame], list[Any]]
+    key_columns: tuple[str, ...]
     key: Callable[[Any], tuple[Any, ...]]
     certifies: Callable[[Any], bool]
-    verify: Callable[[Store, Any], None]
+    verify_many: Callable[[Store, Sequence[Any]], None]
 
 
-def _verify_single(store: Store, row: GateRow) -> None:
-    """Its row against its own result, then (where it certifies something) its certificate from the store's
-    pairs."""
-    verify_gate(row)
-    if row["threshold"] is not None:
-        recertify_all(store, [row])
+def _verify_singles(store: Store, rows: Sequence[GateRow]) -> None:
+    """Each row against its own result, then the certificates of those that certify something, recomputed from
+    the store's pairs in one read."""
+    for row in rows:
+        verify_gate(row)
+    recertify_all(store, [row for row in rows if row["threshold"] is not None])
+
+
+def _verify_systems(store: Store, rows: Sequence[SystemGateRow]) -> None:
+    for row in rows:
+        recertify_system(store, row)
 
 
 def kind_of(row: AnyGate) -> GateKind:
@@ -105,7 +110,7 @@ def kind_of(row: AnyGate) -> GateKind:
 def verify(store: Store, row: AnyGate) -> None:
     """Refuse to serve a gate the store no longer certifies (either kind): the one check promotion, confirmation,
     export, `cic ask` and the registry share."""
-    kind_of(row).verify(store, row)
+    kind_of(row).verify_many(store, [row])
 
 
 def _event(store: Store, calibration_id: str, state: str, reason: str, alerts: Sequence[str]) -> dict[str, Any]:
@@ -151,17 +156,6 @@ def record_candidates(store: Store, alerts_by_gate: dict[str, Sequence[str]], re
     known = set(current_states(store).get_column("calibration_id").to_list())
     _write(store, _events(store, [(gid, "candidate", reason, alerts) for gid, alerts in alerts_by_gate.items()
                                   if gid not in known]))
-
-
-def _weaker_guarantee(row: GateRow) -> str:
-    """What a gate of a search without a high-probability guarantee does promise: `lec`'s holds in expectation
-    over calibration sets, `paper`'s for no data-chosen threshold."""
-    from cic.stats.searches import get_search
-
-    try:
-        return "in expectation only" if get_search(row["search"]).guarantee_kind == "expectation" else "none"
-    except UserError:
-        return "none"
 
 
 def gate_of(row: GateRow) -> Gate:
@@ -228,7 +222,7 @@ def promote(store: Store, gate_id: str, *, reason: str, despite_alerts: bool = F
     if row["state"] == "live" and flag_of(row) is not None:
         raise UserError(f"gate id = {gate_id!r}: {kind.noun} {short} is live and flagged ({flag_of(row)}); after "
                         f"review confirm it with `cic gate confirm {short}`, or promote a newer gate of its key")
-    kind.verify(store, row)
+    verify(store, row)
     if row["state"] == "live":
         return row, []
     holding = kind.typed(kind.table(store).filter(pl.col("state").is_in(HOLDS_KEY)))
@@ -258,7 +252,7 @@ def confirm(store: Store, gate_id: str, *, reason: str) -> AnyGate:
     if not reason.strip():
         raise UserError(f"reason = {reason!r}: say who confirms it and why")
     try:  # a confirmed gate serves its certificate: it must still be the one the store's pairs give
-        kind.verify(store, row)
+        verify(store, row)
     except UserError as exc:
         raise UserError(f"gate id = {gate_id!r}: cannot confirm it: {exc}") from None
     write_moves(store, [(row["calibration_id"], "live", f"{CONFIRMED}{reason} (was flagged: {flag})",
@@ -344,130 +338,6 @@ def promote_first_gates(store: Store, calibration_ids: Iterable[str], *, reason:
     return promoted
 
 
-def withheld(row: GateRow) -> str | None:
-    """Why the gate speaking for a key serves nothing (abstain on every question), or None when it serves: its
-    alpha is unattainable, it is flagged (`flag_of`), or its search has no guarantee."""
-    if row["state"] == UNATTAINABLE or row["threshold"] is None:
-        return (f"alpha = {row['alpha']:g} is unattainable on gate {row['calibration_id'][:12]}'s calibration data "
-                f"({row['n_cal']} labelled questions): nothing certifies it — abstain on every question (a larger "
-                "alpha, or more labelled data, may reach it)")
-    flag = flag_of(row)
-    if flag is not None:
-        short = row["calibration_id"][:12]
-        return (f"live gate {short} is flagged ({flag}); it serves nothing until a newer gate is promoted or a "
-                f"person confirms it with `cic gate confirm {short}`")
-    return no_guarantee_refusal(row)
-
-
-def live_gate(store: Store, *, model: str, dataset: str, estimator: str, criterion: str | None, alpha: float,
-              bound: str, search: str) -> GateRow:
-    """The gate speaking for that key (live or unattainable; estimator by stored or base name), verified; an error
-    lists the candidates when there is none. A gate that serves nothing (`withheld`: unattainable, flagged, no
-    guarantee) comes with `withheld` = why, as `served_entries` serves it: `cic ask` abstains naming it."""
-    rows = gates(store, model=model, dataset=dataset, bound=bound, search=search)
-    rows = rows.filter((pl.col("alpha") - alpha).abs() < 1e-12)
-    rows = rows.filter((pl.col("estimator") == estimator)
-                       | (schema.estimator_base_column() == estimator))
-    if criterion:
-        rows = rows.filter(criterion=criterion)
-    wanted = (f"model={model!r}, dataset={dataset!r}, estimator={estimator!r}, criterion={criterion!r}, "
-              f"alpha={alpha:g}, bound={bound!r}, search={search!r}")
-    if rows.height == 0:
-        raise UserError(f"no stored gate for {wanted} in {store.path}; {serving_here(store, model, dataset)}")
-    live = rows.filter(pl.col("state").is_in(HOLDS_KEY))
-    if live.height == 0:
-        waiting = rows.filter(state="candidate").sort("created_at").get_column("calibration_id").to_list()
-        hint = (f"candidates waiting for review: {', '.join(g[:12] for g in waiting[-3:])}; promote one with "
-                "`cic gate promote ID`") if waiting else "every gate of it was retired; promote one"
-        raise UserError(f"no live gate for {wanted}: {hint}")
-    row = GateRow.of(live.sort("state_at").row(-1, named=True))
-    verify_gate(row)
-    why = withheld(row)  # as `cic gate export` serves it: nothing, and why
-    if why is not None:
-        return replace(row, withheld=why)
-    recertify_all(store, [row])  # its certificate, recomputed from the store's pairs
-    return row
-
-
-def serving_here(store: Store, model: str, dataset: str, shown: int = 8) -> str:
-    """What a miss says: the gates serving for that model and dataset (ask one of them), or that none does."""
-    serving = [r for r in gate_rows(gates(store, model=model, dataset=dataset).filter(state="live"))
-               if serving_state(r).serves]
-    if not serving:
-        return (f"no gate serves for model {model!r} on {dataset!r}; run `cic run` (or `cic calibrate`) first, or "
-                "see `cic gate list`")
-    listed = "; ".join(f"--estimator {r.estimator} --criterion {r.criterion} --alpha {r.alpha:g} --bound {r.bound} "
-                       f"--search {r.search}" for r in serving[:shown])
-    more = f" (and {len(serving) - shown} more: `cic gate list --state serving`)" if len(serving) > shown else ""
-    return f"gates serving for model {model!r} on {dataset!r}: {listed}{more}"
-
-
-def served_entries(store: Store, **equals: Any) -> list[dict[str, Any]]:
-    """What a serving system should serve, per serving key: the live gate (verified, `serve` = "gate"), or an
-    explicit `serve` = "nothing" entry (abstain on every question, `reason` says why) for a key whose gates were
-    all retired, whose gate is unattainable, flagged (`flagged` = why) or without a guarantee, so a serving system
-    replaces the old gate instead of keeping it. Keys that never had a live or unattainable gate are left out."""
-    import json
-
-    table = gates(store, **equals)
-    unknown = table.filter(~pl.col("state").is_in(STATES))
-    if unknown.height:  # an event log row no version of cic writes: its key must not vanish in silence
-        first = unknown.row(0, named=True)
-        raise UserError(f"gate {first['calibration_id'][:12]}: its newest event has state {first['state']!r}, not one "
-                        f"of {', '.join(STATES)} (gate_events was edited by hand?); refusing to export — fix or remove "
-                        "that event")
-    families = live_families(store)  # every dataset's: a filter on one dataset still states the whole family
-    out, serving = [], []
-    for key_rows in table.sort(*SERVING_KEY).partition_by(list(SERVING_KEY), maintain_order=True):
-        live = key_rows.filter(pl.col("state").is_in(HOLDS_KEY))
-        key = {k: key_rows.row(0, named=True)[k] for k in SERVING_KEY}
-        if live.height:
-            row = GateRow.of(live.sort("state_at").row(-1, named=True))
-            why = withheld(row)
-            if why is not None:  # unattainable, flagged, or without a guarantee: serves nothing, says why
-                if flag_of(row) is None:  # (a flagged gate is out of service whatever its row says)
-                    verify_gate(row)
-                out.append({"serve": "nothing", "gate_id": None, **key, **serving_state(row).fields(),
-                            "threshold": None, "reason": why, **_withheld_fields(row)})
-                continue
-            verify_gate(row)
-            serving.append(row)
-            out.append({"serve": "gate", "gate_id": row["calibration_id"], **key, **serving_state(row).fields(),
-                        "guarantee": _anytime_guarantee(row) or "high-probability" if guaranteed(row) else
-                        f"{_weaker_guarantee(row)}: a person opted in ({row['reason'][len(WITHOUT_GUARANTEE):]})",
-                        **{k: row[k] for k in ("threshold", "bound_value", "n_accepted", "n_errors", "n_cal")},
-                        "certified_with": _certified_with(row, families[family_of(row)]),
-                        "window_from": str(row["window_from"]), "window_to": str(row["window_to"]),
-                        "gate": json.loads(gate_of(row).to_json())})
-            continue
-        retired = key_rows.filter(state="retired").sort("state_at")
-        if retired.height:
-            last = GateRow.of(retired.row(-1, named=True))
-            out.append({"serve": "nothing", "gate_id": None, **key, **serving_state(last).fields(), "threshold": None,
-                        "retired_gate_id": last["calibration_id"], "retired_at": str(last["state_at"]),
-                        "reason": f"every gate of this key is retired ({last['reason']}); abstain on every question "
-                                  "until one is promoted"})
-    recertify_all(store, serving)  # every served certificate, recomputed from the store's pairs in one read
-    return out
-
-
-def _anytime_guarantee(row: GateRow) -> str | None:
-    """An anytime gate's guarantee in the export's words (None for any other gate)."""
-    from cic.pipeline.gates.anytime_gates import certified_since, is_anytime
-
-    return f"anytime-valid: certified at every night since {certified_since(row)}" if is_anytime(row) else None
-
-
-def _withheld_fields(row: GateRow) -> dict[str, Any]:
-    """The export's fields naming the gate that serves nothing, by why (the names serving systems read)."""
-    flag = flag_of(row)
-    if flag is not None:
-        return {"flagged_gate_id": row["calibration_id"], "flagged": flag, "flagged_at": str(row["state_at"])}
-    if row["state"] == UNATTAINABLE or row["threshold"] is None:
-        return {"unattainable_gate_id": row["calibration_id"], "n_cal": row["n_cal"]}
-    return {"unguaranteed_gate_id": row["calibration_id"]}
-
-
 def delta_share(row: GateRow) -> float:
     """The confidence a gate spent: delta / G for one of G gates certified at once, else its delta."""
     return float(row["delta"]) / (row.get("groups") or 1)
@@ -497,7 +367,8 @@ def family_spent(family: Sequence[GateRow]) -> float:
     return math.fsum(delta_share(r) for r in family)
 
 
-def _beyond_delta(family: Sequence[GateRow]) -> bool:
+def beyond_delta(family: Sequence[GateRow]) -> bool:
+    """Whether a family's live gates spent more than its delta together."""
     return family_spent(family) > family[0]["delta"] * (1 + 1e-12)
 
 
@@ -507,7 +378,7 @@ def over_budget(families: Families, spent_word: str = "spent") -> list[str]:
     lines = []
     for family in families.values():
         first, spent = family[0], family_spent(family)
-        if any((r.get("groups") or 1) > 1 for r in family) and _beyond_delta(family):
+        if any((r.get("groups") or 1) > 1 for r in family) and beyond_delta(family):
             shares = ", ".join(f"{r['dataset']} {delta_share(r):.4g}" for r in family)
             lines.append(f"model {first['model']!r} {first['estimator']} × {first['criterion']} "
                          f"alpha={first['alpha']:g} {first['bound']} {first['search']}: its live gates {spent_word} "
@@ -532,21 +403,6 @@ def held_over_budget(store: Store, gate_ids: Sequence[str]) -> dict[str, Alert]:
     return held
 
 
-def _certified_with(row: GateRow, family: Sequence[GateRow]) -> str:
-    """In words, what the gate's delta covers: itself alone, or with the model's other live gates of the same
-    configuration, at the confidence their shares leave together (1 - delta when they came from one pass)."""
-    together = row.get("groups") or 1
-    if together == 1:
-        return f"alone: its error rate among accepted answers is <= alpha with probability >= 1 - {row['delta']:g}"
-    spent, datasets = family_spent(family), ", ".join(r["dataset"] for r in family)
-    text = (f"with the {len(family)} live gates of model {row['model']!r} on {datasets}, this one at delta / "
-            f"{together}: with probability >= 1 - {spent:.4g} every one of them is <= alpha at once")
-    if _beyond_delta(family):
-        text += (f" (more than delta = {row['delta']:g}: they come from passes with different G; recalibrate "
-                 f"the model's datasets together)")
-    return text
-
-
 def flag_gates(store: Store, alerts: dict[str, Alert], prefix: str = FLAGGED) -> list[str]:
     """Add an alert to each of these gates, keeping its state (an event that repeats the state with the alert
     appended): `cic gate list` shows it, a flagged candidate is never auto-promoted, a flagged live gate serves
@@ -568,6 +424,7 @@ def flag_gates(store: Store, alerts: dict[str, Alert], prefix: str = FLAGGED) ->
 
 
 #: The gate kinds, single first (every lifecycle move above reads them).
-KINDS = (GateKind("gate", gates, gate_rows, _key_of, lambda r: r["threshold"] is not None, _verify_single),
-         GateKind("system gate", system_gates, system_gate_rows, system_key, lambda r: bool(r["certified"]),
-                  recertify_system))
+KINDS = (GateKind("gate", gates, gate_rows, SERVING_KEY, _key_of, lambda r: r["threshold"] is not None,
+                  _verify_singles),
+         GateKind("system gate", system_gates, system_gate_rows, SYSTEM_KEY, system_key,
+                  lambda r: bool(r["certified"]), _verify_systems))

@@ -20,8 +20,7 @@ import polars as pl
 from cic import schema
 from cic.errors import UserError
 from cic.pipeline.gates.event_log import HOLDS_KEY, current_states
-from cic.pipeline.gates.gate_rows import ColumnReader, SystemGateRow, system_gate_rows
-from cic.pipeline.gates.serving_state import serving_state
+from cic.pipeline.gates.gate_rows import ColumnReader, SystemGateRow
 from cic.pipeline.run.run_results import SystemResultRow
 from cic.pipeline.run.stored_calibration import data_fingerprint
 from cic.stats.cascades import certify_system, evaluate_system_splits
@@ -265,6 +264,9 @@ def _same(stored: Any, certified: Any) -> bool:
 
 
 SYSTEM_KEY = ("system", "dataset", "criterion", "alpha", "bound", "search")
+#: how a served system gate routes a question (the export's and the registry's words)
+ROUTE = ("ask the models in order; the first whose score is <= its threshold answers (a null threshold: that model "
+         "never answers); none: abstain")
 
 
 def system_gates(store: Store, **equals: Any) -> pl.DataFrame:
@@ -288,93 +290,3 @@ def speaking_system_gates(store: Store, **equals: Any) -> pl.DataFrame:
 
     rows = system_gates(store, **equals).filter(pl.col("state").is_in(HOLDS_KEY))
     return rows.sort("state_at").unique(subset=list(SYSTEM_KEY), keep="last").sort(*SYSTEM_KEY)
-
-
-def serving_system_gate(store: Store, *, system: str, dataset: str, criterion: str | None, alpha: float,
-                        bound: str) -> SystemGateRow:
-    """The gate speaking for a system's (dataset, criterion, alpha, bound) — live, or unattainable —, re-certified
-    from the store's pairs before it serves (the same check a single gate gets): an error when there is none
-    (naming candidates waiting for `cic gate promote`) or when the data no longer gives its thresholds."""
-    wanted = f"system={system!r}, dataset={dataset!r}, criterion={criterion!r}, alpha={alpha:g}, bound={bound!r}"
-    every = system_gates(store, system=system, dataset=dataset, bound=bound).filter(
-        (pl.col("alpha") - alpha).abs() < 1e-12)
-    if criterion:
-        every = every.filter(criterion=criterion)
-    if every.height == 0:
-        raise UserError(f"no stored gate for {wanted} in {store.path}; run `cic run` with this cascade in "
-                        "calibration.cascades first")
-    rows = speaking_system_gates(store, system=system, dataset=dataset, bound=bound).filter(
-        pl.col("calibration_id").is_in(every.get_column("calibration_id").to_list()))
-    if rows.height == 0:
-        waiting = every.filter(state="candidate").sort("created_at").get_column("calibration_id").to_list()
-        raise UserError(f"no live gate for {wanted}: " + (
-            f"candidates waiting for review: {', '.join(g[:12] for g in waiting[-3:])}; promote one with "
-            "`cic gate promote ID`" if waiting else "every gate of it was retired; promote one"))
-    if rows.height > 1:
-        criteria = ", ".join(sorted(set(rows.get_column("criterion").to_list())))
-        raise UserError(f"{wanted}: gates for several criteria ({criteria}); pass --criterion")
-    row = SystemGateRow.of(rows.row(0, named=True))
-    flag = _flag(row)
-    if flag is not None:
-        short = row["calibration_id"][:12]
-        raise UserError(f"{wanted}: live system gate {short} is flagged ({flag}); it serves nothing until a newer "
-                        f"gate is promoted or a person confirms it with `cic gate confirm {short}`")
-    recertify_system(store, row)
-    return row
-
-
-def _flag(row: ColumnReader) -> str | None:
-    from cic.pipeline.gates.serving_state import flag_of
-
-    return flag_of(row)
-
-
-def served_system_entries(store: Store, *, model: str | None = None, dataset: str | None = None
-                          ) -> list[dict[str, Any]]:
-    """What `cic gate export` serves for systems, per key with a gate speaking for it: the live gate, re-certified —
-    `serve` = "system" with every stage's threshold — or "nothing" (abstain on all) for a key whose gate certifies
-    nothing or whose gates were all retired. Keys with candidates only are left out, as for single gates."""
-    every = system_gates(store, **({"dataset": dataset} if dataset else {}))
-    if model is not None:
-        every = every.filter(pl.col("models").list.contains(model))
-    speaking = {system_key(r): r for r in system_gate_rows(speaking_system_gates(store))}
-    out = []
-    for key_rows in every.sort(*SYSTEM_KEY).partition_by(list(SYSTEM_KEY), maintain_order=True):
-        first = key_rows.row(0, named=True)
-        row = speaking.get(system_key(first))
-        key = {k: first[k] for k in SYSTEM_KEY} | {"kind": first["kind"], "models": first["models"],
-                                                    "delta": first["delta"]}
-        if row is None:
-            retired = key_rows.filter(state="retired").sort("state_at")
-            if retired.height:
-                last = SystemGateRow.of(retired.row(-1, named=True))
-                out.append({"serve": "nothing", "gate_id": None, **key, **serving_state(last).fields(),
-                            "thresholds": None, "retired_gate_id": last.calibration_id,
-                            "reason": "every gate of this system key is retired; abstain on every question until "
-                                      "one is promoted"})
-            continue
-        flag = _flag(row)
-        if flag is not None:  # withdrawn by a recalibration (or a relabel): out of service whatever its row says
-            short = row["calibration_id"][:12]
-            out.append({"serve": "nothing", "gate_id": None, **key, **serving_state(row).fields(), "thresholds": None,
-                        "flagged_gate_id": row["calibration_id"], "flagged": flag,
-                        "flagged_at": str(row["state_at"]),
-                        "reason": f"live system gate {short} is flagged ({flag}); it serves nothing until a newer "
-                                  f"gate is promoted or a person confirms it with `cic gate confirm {short}`"})
-            continue
-        recertify_system(store, row)
-        if not row["certified"]:
-            out.append({"serve": "nothing", "gate_id": None, **key, **serving_state(row).fields(), "thresholds": None,
-                        "unattainable_gate_id": row["calibration_id"], "n_cal": row["n_cal"],
-                        "reason": f"alpha = {row['alpha']:g} is unattainable for this system: abstain on every "
-                                  "question"})
-            continue
-        out.append({"serve": "system", "gate_id": row["calibration_id"], **key, **serving_state(row).fields(),
-                    "estimators": row["estimators"],
-                    "thresholds": row["thresholds"], "guarantee": row["guarantee"],
-                    **{k: row[k] for k in ("bound_value", "n_accepted", "n_errors", "n_cal", "shares",
-                                           "cost_per_question", "run_keys")},
-                    "live_since": str(row["state_at"]),
-                    "route": "ask the models in order; the first whose score is <= its threshold answers (a null "
-                             "threshold: that model never answers); none: abstain"})
-    return out

@@ -1,0 +1,34 @@
+"""`cic.pipeline.gates.serving`: which gate answers for a key asked, for either kind of gate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cic.errors import UserError
+from cic.pipeline.config import CalibrationConfig
+from cic.pipeline.gates.calibrate_store import calibrate_store
+from cic.pipeline.gates.serving import live_gate
+from cic.store import Store
+from tests.support.pipeline_data import store_run
+
+CONFIG = CalibrationConfig(alphas=(0.2,), bounds=("cp",), searches=("fixed_sequence",), n_splits=4)
+
+
+def test_a_key_asked_by_base_name_that_two_live_gates_match_is_refused_naming_both(tmp_path: Path) -> None:
+    """Never the newer of two gates by accident: an estimator's base name matching two stored estimators (or a
+    criterion left out that two gates differ in) names the values to choose from; the full name serves."""
+    db = tmp_path / "t.duckdb"
+    names = ("semantic_entropy[embedding:0.9]", "semantic_entropy[embedding:0.8]")
+    with Store.open(db) as store:
+        keys = [store_run(store, n=500, seed=1, estimators=names)]
+    calibrate_store(str(db), keys, CONFIG)
+    asked = {"model": "m", "dataset": "d", "criterion": None, "alpha": 0.2, "bound": "cp", "search": "fixed_sequence"}
+    with Store.open(db, read_only=True) as store:
+        with pytest.raises(UserError, match=r"gates of several keys speak for it \(estimator: "
+                                            r"semantic_entropy\[embedding:0.8\], semantic_entropy\[embedding:0.9\]\)"
+                                            r"; pass --estimator"):
+            live_gate(store, estimator="semantic_entropy", **asked)
+        row = live_gate(store, estimator=names[1], **asked)
+    assert row.estimator == names[1] and row.state == "live"
