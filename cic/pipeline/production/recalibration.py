@@ -504,7 +504,8 @@ def _collect_firsts(store: Store, out: RecalibrationPass, firsts: pl.DataFrame |
 
     if firsts is None:
         return
-    states = dict(current_states(store).filter(pl.col("calibration_id").is_in(firsts.get_column("calibration_id").to_list()))
+    ids = firsts.get_column("calibration_id").to_list()
+    states = dict(current_states(store).filter(pl.col("calibration_id").is_in(ids))
                   .select("calibration_id", "state").iter_rows())
     for row in firsts.iter_rows(named=True):
         key = GroupKey(row["run_keys"][0], " -> ".join(row["models"]), row["dataset"],
