@@ -84,11 +84,7 @@ def summarize(result: RecalibrationPass) -> RecalibrationSummary:
                for u in result.anytime]
     return RecalibrationSummary(
         anytime=anytime, serving=list(result.serving),
-        candidates=[CandidateRow(place(c.key, c.row), c.row.calibration_id, c.state, c.row.threshold, c.row.n_cal,
-                                 c.live.threshold if c.live else None, list(c.alerts),
-                                 live_id=c.live.calibration_id if c.live else None)
-                    for c in result.candidates]
-        + [system_candidate_row(s, place(s.key, s.row)) for s in result.systems],
+        candidates=[candidate_row(c, place(c.key, c.row)) for c in [*result.candidates, *result.systems]],
         alerts=[AlertRow(place(c.key, c.row), a) for c, a in result.alerts]
         + [AlertRow(place(m.key, m.gate), m.alert()) for m in result.monitor_alarms]
         + [AlertRow(place(u.key, {"alpha": u.alpha, "bound": E_PROCESS, "search": ANYTIME}), a)
@@ -102,19 +98,18 @@ def summarize(result: RecalibrationPass) -> RecalibrationSummary:
         promoted=list(result.promoted), withdrawn=dict(result.withdrawn))
 
 
-def system_candidate_row(candidate: Any, place: GroupPlace) -> CandidateRow:
-    """A candidate system gate as the candidates table shows it: every stage's threshold beside the live one's."""
+def candidate_row(candidate: Any, place: GroupPlace) -> CandidateRow:
+    """A candidate gate as the candidates table shows it, beside the live gate of its slot: a single gate's
+    threshold, or a system gate's every stage's threshold."""
     row, live = candidate.row, candidate.live
 
-    def stages(r: dict[str, Any]) -> tuple[float | None, ...] | None:
-        return tuple(r["thresholds"]) if r["certified"] else None
+    def stages(r: Any) -> tuple[float | None, ...] | None:
+        return tuple(r["thresholds"]) if r.get("certified") else None
 
-    if live is None:  # the first gate of its key: nothing spoke for it before
-        return CandidateRow(place, row["calibration_id"], candidate.state, None, row["n_cal"], None,
-                            list(candidate.alerts), stages(row), None)
-    return CandidateRow(place, row["calibration_id"], candidate.state, None, row["n_cal"], None,
-                        list(candidate.alerts), stages(row), stages(live) if live["state"] == "live" else None,
-                        live_id=live["calibration_id"])
+    live_stages = stages(live) if live is not None and live["state"] == "live" else None
+    return CandidateRow(place, row["calibration_id"], candidate.state, row.get("threshold"), row["n_cal"],
+                        live.get("threshold") if live is not None else None, list(candidate.alerts), stages(row),
+                        live_stages, live_id=live["calibration_id"] if live is not None else None)
 
 
 SHOWN_CANDIDATES = 500

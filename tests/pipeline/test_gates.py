@@ -15,7 +15,7 @@ from cic.cli import app
 from cic.errors import UserError
 from cic.pipeline.gates.asking import serving_gate
 from cic.pipeline.gates.lifecycle import gates, promote, retire
-from cic.pipeline.production.recalibration import WindowRule, correct_and_alert, promote_quiet_groups, recalibrate_group
+from cic.pipeline.production.recalibration import WindowRule, correct_and_alert, promote_quiet, recalibrate_group
 from cic.store import Store
 from cic.store.database import SCHEMA_VERSION
 from tests.pipeline.test_recalibration import CONFIG, make_live, only_group
@@ -72,7 +72,7 @@ def test_a_candidate_with_alerts_needs_a_person_and_the_auto_policy_never_promot
             promote(store, candidate, reason="no")
         group = only_group(store)
         result = recalibrate_group(store, group, CONFIG, WindowRule())
-        assert promote_quiet_groups(store, [result], correct_and_alert([result], 0.01)) == ([], {})
+        assert promote_quiet(store, [result], correct_and_alert([result], 0.01)) == ([], {})
         assert gates(store, calibration_id=live)["state"][0] == "live"
         promote(store, candidate, reason="reviewed the shift", despite_alerts=True)
         assert row["threshold"] is None  # the drifted week reaches no alpha: the promoted gate serves nothing
@@ -87,7 +87,7 @@ def test_the_auto_policy_promotes_a_quiet_group(tmp_path: Path) -> None:
         result = recalibrate_group(store, only_group(store), CONFIG, WindowRule())
         alerts = correct_and_alert([result], 0.01)
         assert alerts == {candidate: []}
-        assert promote_quiet_groups(store, [result], alerts) == ([candidate], {})
+        assert promote_quiet(store, [result], alerts) == ([candidate], {})
         assert dict(gates(store).select("calibration_id", "state").iter_rows()) == {live: "retired",
                                                                                     candidate: "live"}
 
@@ -150,7 +150,7 @@ def test_live_gates_from_passes_with_different_g_say_what_they_spent_together(tm
         record_candidates(store, alerts, reason="test")
         candidate = alone.rows.get_column("calibration_id")[0]
         assert alerts[candidate] == []  # quiet: auto-promotion would take it, but the family would spend 1.5 delta
-        promoted, held = promote_quiet_groups(store, [alone], alerts)
+        promoted, held = promote_quiet(store, [alone], alerts)
         assert promoted == [] and "family over budget: " in held[candidate] and "would spend 0.075" in held[candidate]
         row = gates(store).filter(calibration_id=candidate).row(0, named=True)
         assert row["state"] == "candidate" and row["alerts"] == [held[candidate]]  # flagged: a person decides

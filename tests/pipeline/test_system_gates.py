@@ -268,3 +268,41 @@ def test_the_export_says_why_a_key_serves_nothing_in_the_same_fields_and_words_f
         assert words[0] == words[1]
     for row, gid in zip(asked, ids, strict=True):
         assert row.calibration_id == gid and row.withheld == flagged[gid]["reason"]
+
+
+def test_promote_many_takes_single_and_system_gates_in_one_transaction_or_neither(
+        calibrated: tuple[str, list[str]]) -> None:
+    """The policy's promotion (`promote_many`, used by `promotion: auto`) is the one lifecycle move for both kinds:
+    a single and a system candidate promoted together retire the gates that spoke for their keys; with an alerting
+    gate among them nothing is written."""
+    import polars as pl
+
+    from cic.pipeline.gates.lifecycle import flag_gates, gates, promote_many
+    from cic.pipeline.gates.system_gates import system_gates
+
+    db, keys = calibrated
+    with Store.open(db) as store:
+        for model, seed in (("small", 11), ("big", 12)):  # more labelled traffic on the same runs: new candidates
+            store_run(store, model=model, n=200, seed=seed, id_offset=600)
+    calibrate_store(db, keys, CONFIG)
+    with Store.open(db) as store:
+        single = gates(store).filter(pl.col("state") == "candidate", pl.col("threshold").is_not_null()
+                                     ).row(0, named=True)
+        system = system_gates(store, system="small-big").filter(state="candidate", certified=True).row(0, named=True)
+        before = {r["calibration_id"] for r in [*gates(store).filter(state="live").iter_rows(named=True),
+                                                 *system_gates(store).filter(state="live").iter_rows(named=True)]}
+        ids = [single["calibration_id"], system["calibration_id"]]
+        flag_gates(store, {ids[1]: "error rate (test)"})
+        with pytest.raises(UserError, match="written with alerts"):
+            promote_many(store, ids, reason="x")
+        assert {r["calibration_id"] for r in gates(store).filter(state="live").iter_rows(named=True)} <= before
+    calibrate_store(db, keys, CONFIG)  # a rerun: the same rows, the flag stays on the system candidate
+    with Store.open(db) as store:
+        other = system_gates(store, system="small-big").filter(
+            pl.col("state") == "candidate", pl.col("certified"), pl.col("calibration_id") != ids[1]).row(0, named=True)
+        promoted = promote_many(store, [ids[0], other["calibration_id"]], reason="reviewed together")
+        states = {**dict(gates(store).select("calibration_id", "state").iter_rows()),
+                  **dict(system_gates(store).select("calibration_id", "state").iter_rows())}
+    assert promoted == [ids[0], other["calibration_id"]]
+    assert states[ids[0]] == states[other["calibration_id"]] == "live"
+    assert any(states[gid] == "retired" for gid in before)

@@ -270,34 +270,40 @@ def retire(store: Store, gate_id: str, *, reason: str) -> AnyGate:
 
 
 def promote_many(store: Store, gate_ids: Sequence[str], *, reason: str) -> list[str]:
-    """Make these gates live (one per serving key: the last given wins) and retire the live gates they replace,
-    in one transaction and one read; alerting or unverifiable gates are refused. Returns the ids made live."""
+    """Make these gates — single or system — speak for their keys (one per key: the last given wins) and retire the
+    gates that did, in one transaction and one read per kind; alerting, unguaranteed or unverifiable gates are
+    refused (nothing is written then). One that certifies nothing becomes its key's *unattainable* gate. Returns
+    the ids made live."""
     if not gate_ids:
         return []
-    table = gates(store)
-    asked = table.filter(pl.col("calibration_id").is_in(list(gate_ids)))
-    chosen = {row.calibration_id: row for row in gate_rows(asked)}
-    by_key: dict[tuple[Any, ...], GateRow] = {}
-    for gate_id in gate_ids:
-        row = chosen.get(gate_id)
-        if row is None:
-            raise UserError(f"gate id = {gate_id!r}: no stored gate has it in {store.path}")
-        verify_gate(row)
-        if row["alerts"]:
-            raise UserError(f"gate {gate_id[:12]} was written with alerts; promote it by hand after review")
-        if not guaranteed(row):
-            raise UserError(no_guarantee_refusal(row) or "")
-        by_key[_key_of(row)] = row
-    recertify_all(store, [r for r in by_key.values() if r["threshold"] is not None])
-    moves = []
-    for row in gate_rows(table.filter(pl.col("state").is_in(HOLDS_KEY))):
-        new = by_key.get(_key_of(row))
-        if new is not None and new["calibration_id"] != row["calibration_id"]:
-            moves.append((row["calibration_id"], "retired", f"replaced by {new['calibration_id'][:12]}", []))
-    promoted = [r["calibration_id"] for r in by_key.values() if r["state"] != "live"]
-    moves += [(gid, "live", reason, []) for gid in promoted]
+    moves: list[tuple[str, str, str, Sequence[str]]] = []
+    promoted, found = [], set()
+    for kind in KINDS:
+        table = kind.table(store)
+        chosen = {row.calibration_id: row for row in kind.typed(
+            table.filter(pl.col("calibration_id").is_in(list(gate_ids))))}
+        found |= set(chosen)
+        by_key: dict[tuple[Any, ...], Any] = {}
+        for row in (chosen[g] for g in gate_ids if g in chosen):
+            if row["alerts"]:
+                raise UserError(f"{kind.noun} {row.calibration_id[:12]} was written with alerts; promote it by hand "
+                                "after review")
+            if not guaranteed(row):
+                raise UserError(no_guarantee_refusal(row) or "")
+            by_key[kind.key(row)] = row
+        kind.verify_many(store, list(by_key.values()))
+        for row in kind.typed(table.filter(pl.col("state").is_in(HOLDS_KEY))):
+            new = by_key.get(kind.key(row))
+            if new is not None and new.calibration_id != row.calibration_id:
+                moves.append((row.calibration_id, "retired", f"replaced by {new.calibration_id[:12]}", []))
+        made = [row for row in by_key.values() if row["state"] != "live"]
+        moves += [(row.calibration_id, "live" if kind.certifies(row) else UNATTAINABLE, reason, []) for row in made]
+        promoted += [row.calibration_id for row in made if kind.certifies(row)]
+    missing = [g for g in gate_ids if g not in found]
+    if missing:
+        raise UserError(f"gate id = {missing[0]!r}: no stored gate has it in {store.path}")
     with store.transaction():
-        _write(store, _events(store, moves))
+        write_moves(store, moves)
     return promoted
 
 

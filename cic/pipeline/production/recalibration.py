@@ -85,6 +85,9 @@ class GroupRecalibration:
                        for a in live["alerts"] if kind_of(a) in paged)
         return out
 
+    def live_of(self, row: ColumnReader) -> GateRow | None:
+        """The live gate a candidate row is compared with: its slot's."""
+        return self.live.get(slot_of(row))
 
 
 def slot_of(row: ColumnReader) -> tuple[float, float, str, str]:
@@ -167,15 +170,16 @@ def correct_and_alert(results: Sequence[Any], level: float) -> dict[str, list[Al
             for row in r.rows.iter_rows(named=True)}
 
 
-def promote_quiet_groups(store: Store, results: Sequence[GroupRecalibration],
-                         alerts: dict[str, list[Alert]]) -> tuple[list[str], dict[str, Alert]]:
-    """The `promotion: auto` policy: a group whose candidates raised no page (`cic.pipeline.alerts`) has its
-    candidates that raised nothing themselves go live — a warning such as an alpha this data never reaches holds
-    back only its own gate, never the group's other gates — if they certify something (a threshold) with a
-    guarantee (no `paper`), and only when their family's live gates would not spend more than delta together
-    (`held_over_budget`: those are flagged with why and wait for a person). A paging group waits for a person
-    (`cic gate promote --despite-alerts`). Returns (promoted ids, held id -> why)."""
-    from cic.pipeline.gates.lifecycle import flag_gates, held_over_budget, promote_many
+def promote_quiet(store: Store, results: Sequence[Any], alerts: dict[str, list[Alert]]
+                  ) -> tuple[list[str], dict[str, Alert]]:
+    """The `promotion: auto` policy, for single groups and system keys alike: a group whose candidates raised no
+    page (`cic.pipeline.alerts`) has its candidates that raised nothing themselves go live — a warning such as an
+    alpha this data never reaches holds back only its own gate, never the group's other gates — if they certify
+    something with a guarantee (no `paper`), and only when their family's live gates would not spend more than
+    delta together (`held_over_budget`, single gates: those are flagged with why and wait for a person; a system
+    gate spends its own delta). A paging group waits for a person (`cic gate promote --despite-alerts`). Returns
+    (promoted ids, held id -> why)."""
+    from cic.pipeline.gates.lifecycle import KINDS, flag_gates, held_over_budget, promote_many
     from cic.pipeline.gates.serving_state import guaranteed
 
     chosen = []
@@ -183,8 +187,9 @@ def promote_quiet_groups(store: Store, results: Sequence[GroupRecalibration],
         rows = list(result.rows.iter_rows(named=True)) if result.skipped is None else []
         if any(severity(a) == PAGE for r in rows for a in alerts.get(r["calibration_id"], [])):
             continue
+        kind = KINDS[0] if isinstance(result, GroupRecalibration) else KINDS[1]
         chosen.extend(r["calibration_id"] for r in rows
-                      if not alerts.get(r["calibration_id"]) and r["threshold"] is not None and guaranteed(r))
+                      if not alerts.get(r["calibration_id"]) and kind.certifies(r) and guaranteed(r))
     held = held_over_budget(store, chosen)
     promoted = promote_many(store, [i for i in chosen if i not in held],
                             reason="recalibration: policy promotion=auto, no page in its group")
@@ -227,23 +232,12 @@ def pairs_of_runs(store: Store, run_keys: Sequence[str], *, estimator: str | Non
 
 @dataclass
 class Candidate:
-    """One new gate of a recalibration: its row, the live gate of its slot before the pass, alerts, state."""
+    """One new gate of a recalibration, single or system: its typed row (`GateRow` or `SystemGateRow`), the gate
+    that spoke for its slot before the pass (None: the first gate of its key), its alerts and state after it."""
 
     key: GroupKey
-    row: GateRow
-    live: GateRow | None
-    alerts: list[Alert]
-    state: str
-
-
-@dataclass
-class SystemCandidate:
-    """One new system gate of a recalibration: its `system_calibrations` row, the gate speaking for its key
-    before the pass, its alerts and state."""
-
-    key: GroupKey
-    row: dict[str, Any]
-    live: SystemGateRow | None  # None: the first gate of its key (no gate spoke for it before)
+    row: Any
+    live: Any | None
     alerts: list[Alert]
     state: str
 
@@ -258,13 +252,13 @@ class RecalibrationPass:
     promoted: list[str] = field(default_factory=list)
     monitors: list[Any] = field(default_factory=list)  # production.monitoring.MonitorUpdate, one per live gate
     withdrawn: dict[str, Alert] = field(default_factory=dict)  # live gate id -> why it stopped serving this pass
-    systems: list[SystemCandidate] = field(default_factory=list)  # candidate system gates (cascades, auto)
+    systems: list[Candidate] = field(default_factory=list)  # candidate system gates (cascades, auto)
     anytime: list[Any] = field(default_factory=list)  # cic.pipeline.gates.anytime_gates.AnytimeUpdate, rule: anytime
     notes: list[tuple[Any, Alert]] = field(default_factory=list)  # (AnytimeUpdate, warning) of the anytime rule
     serving: list[Any] = field(default_factory=list)  # cic.pipeline.gates.serving_now.ServingRow, after the pass
 
     @property
-    def alerts(self) -> list[tuple[Candidate | SystemCandidate, Alert]]:
+    def alerts(self) -> list[tuple[Candidate, Alert]]:
         return [(c, a) for c in [*self.candidates, *self.systems] for a in c.alerts]
 
     @property
@@ -326,14 +320,12 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
         withdrawn = flag_gates(store, failing, prefix=FLAGGED if on_alarm == "withdraw" else ALERTED)
         anytime = _anytime_pass(store, seen, config, anytime_grid, withdrawn, live_rows, now, through) \
             if anytime_grid is not None else []
-    promoted, held = promote_quiet_groups(store, results, alerts) if auto_promote else ([], {})
+    promoted, held = promote_quiet(store, [*results, *systems], alerts) if auto_promote else ([], {})
     if auto_promote and firsts is not None:
         promoted += promote_first_gates(store, firsts.get_column("calibration_id").to_list(),
                                         reason="recalibration: policy promotion=auto, the first gate of its system "
                                                "key")
     promoted += _promote_anytime(store, anytime)
-    if auto_promote:
-        promoted += promote_quiet_systems(store, systems, alerts)
     for gate_id, why in held.items():  # a held candidate alerts like any other: a person decides
         alerts.setdefault(gate_id, []).append(why)
     out = RecalibrationPass(promoted=promoted, monitors=updates,
@@ -477,72 +469,42 @@ def _recalibrate_groups(store: Store, run_keys: Sequence[str], config: Calibrati
     return results, updates, live_rows, seen
 
 
-def promote_quiet_systems(store: Store, systems: Sequence[Any], alerts: dict[str, list[Alert]]) -> list[str]:
-    """The `promotion: auto` policy for system gates: a key whose pass raised no page has its candidate made
-    live (re-certified first, retiring the gate that spoke for the key) when it certifies something and raised
-    nothing itself. (A system gate spends its own delta: no family budget is shared with single gates.)"""
-    from cic.pipeline.gates.lifecycle import promote
-
-    promoted = []
-    for result in systems:
-        if result.skipped is not None:
-            continue
-        rows = list(result.rows.iter_rows(named=True))
-        if any(severity(a) == PAGE for r in rows for a in alerts.get(r["calibration_id"], [])):
-            continue
-        for row in rows:
-            if row["certified"] and not alerts.get(row["calibration_id"]):
-                promote(store, row["calibration_id"],
-                        reason="recalibration: policy promotion=auto, no page for its key")
-                promoted.append(row["calibration_id"])
-    return promoted
-
-
 def _collect_firsts(store: Store, out: RecalibrationPass, firsts: pl.DataFrame | None) -> None:
     """The first candidates of configured systems' keys, as system candidates without a gate before them."""
     from cic.pipeline.gates.lifecycle import current_states
+    from cic.pipeline.production.system_recalibration import system_group
 
     if firsts is None:
         return
     ids = firsts.get_column("calibration_id").to_list()
     states = dict(current_states(store).filter(pl.col("calibration_id").is_in(ids))
                   .select("calibration_id", "state").iter_rows())
-    for row in firsts.iter_rows(named=True):
-        key = GroupKey(row["run_keys"][0], " -> ".join(row["models"]), row["dataset"],
-                       " / ".join(row["estimators"] or [row["estimator_rule"]]), row["criterion"])
-        out.systems.append(SystemCandidate(key, row, None, [], states.get(row["calibration_id"], "candidate")))
+    for row in map(SystemGateRow.of, firsts.iter_rows(named=True)):
+        out.systems.append(Candidate(system_group(row), row, None, [], states.get(row.calibration_id, "candidate")))
 
 
 def _collect(store: Store, out: RecalibrationPass, results: Sequence[GroupRecalibration], systems: Sequence[Any],
              alerts: dict[str, list[Alert]]) -> None:
-    """The pass's candidates (with their state after it), skipped groups and tests, into `out`."""
+    """The pass's candidates of both kinds (with their state after it), skipped groups and tests, into `out`."""
     from cic.pipeline.gates.lifecycle import current_states
 
     ids = [r["calibration_id"] for x in [*results, *systems] if x.skipped is None
            for r in x.rows.iter_rows(named=True)]
     states = dict(current_states(store).filter(pl.col("calibration_id").is_in(ids))
                   .select("calibration_id", "state").iter_rows())
-    for result in results:
+    for result in [*results, *systems]:
         if result.skipped is not None:
             out.skipped.append((result.key, result.skipped))
             continue
         out.checks.extend((result.key, c) for c in result.checks)
-        for row in result.rows.iter_rows(named=True):
-            live = result.live.get(slot_of(row))
-            out.candidates.append(Candidate(result.key, GateRow.of(row), live,
-                                            alerts.get(row["calibration_id"], []),
-                                            states.get(row["calibration_id"], "candidate")))
+        single = isinstance(result, GroupRecalibration)
+        (out.candidates if single else out.systems).extend(
+            Candidate(result.key, (GateRow if single else SystemGateRow).of(row), result.live_of(row),
+                      alerts.get(row["calibration_id"], []), states.get(row["calibration_id"], "candidate"))
+            for row in result.rows.iter_rows(named=True))
     made = [u for u in out.anytime if u.gate_id is not None]
     if made:  # the anytime rule's new gates, as candidates are shown (made live already)
         stored = {r.calibration_id: r for r in gate_rows(gates(store).filter(
             pl.col("calibration_id").is_in([u.gate_id for u in made])))}
         out.candidates.extend(Candidate(u.key, stored[u.gate_id], None, [], stored[u.gate_id].state or "candidate")
                               for u in made)
-    for system in systems:
-        if system.skipped is not None:
-            out.skipped.append((system.key, system.skipped))
-            continue
-        out.checks.extend((system.key, c) for c in system.checks)
-        out.systems.extend(SystemCandidate(system.key, row, system.live, alerts.get(row["calibration_id"], []),
-                                           states.get(row["calibration_id"], "candidate"))
-                           for row in system.rows.iter_rows(named=True))

@@ -56,6 +56,10 @@ class SystemRecalibration:
         out.extend(c.alert() for c in self.checks if c.rejected)
         return out
 
+    def live_of(self, row: ColumnReader) -> SystemGateRow:
+        """The gate a candidate row is compared with: the one that spoke for the key."""
+        return self.live
+
 
 def system_group(row: SystemGateRow) -> GroupKey:
     """A system gate's key as a group, for the tables and alerts single gates use."""
