@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from datetime import timedelta
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -17,7 +18,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from cic.errors import UserError
 from cic.stats._validation import constraint_of
-from cic.stats.searches import DEFAULT_SEARCH
+from cic.stats.searches import DEFAULT_SEARCH, Search
 
 # Upper limits of the numeric settings: far beyond any sensible run, low enough that a typo (an extra zero, a YAML
 # .inf) is refused before anything starts instead of running for days or sampling from an infinite temperature
@@ -363,6 +364,14 @@ class CalibrationConfig(_Strict):
         from cic.stats.searches import get_search
 
         return tuple(get_search(s).name for s in value)
+
+    @cached_property
+    def plans(self) -> tuple[Search, ...]:
+        """The searches resolved once into their `Search` objects: what the pipeline passes down to the statistics
+        (each name is looked up here, not again per group, alpha and bound)."""
+        from cic.stats.searches import get_search
+
+        return tuple(get_search(s) for s in self.searches)
 
 
 DEMO_CONFIG = "demo"  # the config shipped in configs/demo.yaml: what every command runs without --config

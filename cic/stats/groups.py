@@ -24,7 +24,7 @@ import numpy as np
 from cic.errors import UserError
 from cic.stats._validation import as_pair, checked
 from cic.stats.calibration import CalibrationResult, calibrate
-from cic.stats.searches import DEFAULT_SEARCH
+from cic.stats.searches import DEFAULT_SEARCH, Search
 
 GUARANTEE = ("with probability >= 1 - delta, every group's error rate among its accepted answers is <= alpha "
              "at once (each group certified at delta / G, Bonferroni over the G groups)")
@@ -73,7 +73,7 @@ class GroupCalibration:
 
 @checked
 def calibrate_groups(scores: Any, errors: Any, groups: Any, *, alpha: float, delta: float = 0.05,
-                     bound: str = "cp", search: str = DEFAULT_SEARCH, pooled_fallback: bool = False,
+                     bound: str = "cp", search: str | Search = DEFAULT_SEARCH, pooled_fallback: bool = False,
                      **search_args: Any) -> GroupCalibration:
     """Per-group thresholds, each certified ≤ alpha at delta / G (see the module docstring)."""
     values, wrong = as_pair(scores, errors)
@@ -100,7 +100,7 @@ def calibrate_groups(scores: Any, errors: Any, groups: Any, *, alpha: float, del
 @checked
 def group_validity(*, alpha: float = 0.25, delta: float = 0.1, sizes: tuple[int, ...] = (3000, 3000, 1500),
                    worse: int = 2, excess: float = 0.1, repetitions: int = 500, seed: int = 0,
-                   bound: str = "cp", search: str = DEFAULT_SEARCH) -> dict[str, float]:
+                   bound: str = "cp", search: str | Search = DEFAULT_SEARCH) -> dict[str, float]:
     """Simulated mix of groups: scores U ~ Uniform(0, 1), P(error | U = u) = 0.05 + 0.6 u, plus `excess` in
     group `worse`; so a threshold t has true error rate 0.05 + 0.3 t (+ excess) among the answers it accepts.
     Each repetition draws a calibration set of every group, calibrates per group and pooled, and checks each
@@ -135,7 +135,7 @@ def group_validity(*, alpha: float = 0.25, delta: float = 0.1, sizes: tuple[int,
 
 @checked
 def evaluate_group_splits(scores: Any, errors: Any, groups: Any, *, alphas: tuple[float, ...] = (0.1, 0.2),
-                          delta: float = 0.05, bound: str = "cp", search: str = DEFAULT_SEARCH,
+                          delta: float = 0.05, bound: str = "cp", search: str | Search = DEFAULT_SEARCH,
                           n_splits: int = 100, cal_fraction: float = 0.5, seed: int = 0,
                           pooled_fallback: bool = False, **search_args: Any) -> list[dict[str, Any]]:
     """The split protocol per group: over `n_splits` random calibration/test splits, per-group gates

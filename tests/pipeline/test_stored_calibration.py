@@ -67,6 +67,30 @@ def test_gate_and_protocol_rows_match_the_core_functions(store: Store) -> None:
     assert store.count("calibrations") == 4 and store.count("evaluations") == 4
 
 
+def test_a_search_is_looked_up_once_per_config_and_travels_down_as_its_object(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The config resolves each search name once (`CalibrationConfig.plans`); a group's gates and split protocol
+    over every alpha and bound pass that `Search` down and never look the name up again — the rows are the same
+    as when the statistics are given the name."""
+    from cic.stats import searches
+
+    config = CalibrationConfig(alphas=(0.1, 0.2), bounds=("hoeffding", "cp"), searches=("fallback", "bonferroni"),
+                               n_splits=3)
+    key = store_run(store)
+    run = store.read("runs", run_key=key).row(0, named=True)
+    group, pairs = next(iter_group_pairs(store, groups_of_run(store, run)))
+    assert [p.name for p in config.plans] == ["fallback", "bonferroni"] and config.plans is config.plans
+    looked_up: list[str] = []
+    real = searches.SEARCHES.find
+    monkeypatch.setattr(searches.SEARCHES, "find", lambda name: looked_up.append(name) or real(name))
+    rows, evaluations = calibration_rows(group, pairs, config), evaluation_rows(group, pairs, config)
+    assert looked_up == [] and rows.height == evaluations.height == 8
+    assert set(rows.get_column("search")) == {"fallback", "bonferroni"}
+    scores, errors = pairs.get_column("score").to_numpy(), pairs.get_column("error").to_numpy()
+    row = rows.filter(search="fallback", alpha=0.2, bound="cp").row(0, named=True)
+    assert row["threshold"] == calibrate(scores, errors, alpha=0.2, bound="cp", search="fallback").threshold
+
+
 def test_bonferroni_grid_comes_from_a_pilot_share_it_never_calibrates_on(store: Store) -> None:
     store_run(store)
     run = store.read("runs").row(0, named=True)

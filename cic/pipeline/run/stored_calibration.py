@@ -23,7 +23,7 @@ from cic import schema
 from cic.errors import UserError
 from cic.stats.calibration import calibrate, quantile_grid, uniform_grid
 from cic.stats.protocol import evaluate_splits
-from cic.stats.searches import get_search
+from cic.stats.searches import Search
 from cic.store.queries import labelled_criteria, labelled_pairs_of_runs, scored_estimators
 
 if TYPE_CHECKING:
@@ -82,9 +82,9 @@ def _pilot_split(pairs: pl.DataFrame, fraction: float, seed: int) -> tuple[pl.Da
     return pairs[np.sort(order[n_pilot:]).tolist()], pilot.get_column("score").to_numpy()
 
 
-def pilot_of(search: str, config: CalibrationConfig) -> dict[str, Any] | None:
+def pilot_of(search: Search, config: CalibrationConfig) -> dict[str, Any] | None:
     """The seeded pilot split a search's grid comes from ({fraction, seed}), or None when it uses all pairs."""
-    if get_search(search).needs_grid and config.grid.kind == "pilot_quantiles":
+    if search.needs_grid and config.grid.kind == "pilot_quantiles":
         return {"fraction": config.grid.pilot_fraction, "seed": config.seed}
     return None
 
@@ -96,14 +96,13 @@ def pilot_split(pairs: pl.DataFrame, pilot: dict[str, Any] | None) -> tuple[pl.D
     return _pilot_split(pairs.sort("question_id"), pilot["fraction"], pilot["seed"])
 
 
-def search_plan(pairs: pl.DataFrame, search: str, config: CalibrationConfig) -> tuple[pl.DataFrame, dict[str, Any]]:
+def search_plan(pairs: pl.DataFrame, plan: Search, config: CalibrationConfig) -> tuple[pl.DataFrame, dict[str, Any]]:
     """The pairs a search calibrates on and its extra arguments (a grid fixed in advance, n_min)."""
-    plan = get_search(search)
     if plan.needs_grid:
         grid_config = config.grid
         if grid_config.kind == "uniform":
             return pairs, {"grid": uniform_grid(grid_config.low, grid_config.high, grid_config.k)}
-        rest, pilot = pilot_split(pairs, pilot_of(search, config))
+        rest, pilot = pilot_split(pairs, pilot_of(plan, config))
         return rest, {"grid": quantile_grid(pilot, grid_config.k)}
     if plan.first_test and config.n_min is not None:
         return pairs, {"n_min": config.n_min}
@@ -128,12 +127,13 @@ def calibration_rows(key: GroupKey, pairs: pl.DataFrame, config: CalibrationConf
     share = config.delta / groups
     together = (groups,) if groups > 1 else ()  # ids of gates certified alone stay what they always were
     rows = []
-    for search in config.searches:
-        used, extra = search_plan(pairs, search, config)
+    for plan in config.plans:
+        used, extra = search_plan(pairs, plan, config)
         scores, errors = used.get_column("score").to_numpy(), used.get_column("error").to_numpy()
+        search = plan.name
         for alpha in config.alphas:
             for bound in config.bounds:
-                result = calibrate(scores, errors, alpha=alpha, delta=share, bound=bound, search=search, **extra)
+                result = calibrate(scores, errors, alpha=alpha, delta=share, bound=bound, search=plan, **extra)
                 rows.append({
                     "calibration_id": schema.value_hash(kind, key.run_key, key.estimator, key.criterion, alpha,
                                                          config.delta, bound, search, fingerprint,
@@ -145,7 +145,7 @@ def calibration_rows(key: GroupKey, pairs: pl.DataFrame, config: CalibrationConf
                     "data_fingerprint": fingerprint, "result_json": result.to_json(indent=None),
                     "created_at": datetime.now(UTC), "run_key": key.run_key, "window_from": window[0],
                     "window_to": window[1], "kind": kind, "groups": groups if groups > 1 else None,
-                    "plan_json": schema.canonical_json({"window": pairs.height, "pilot": pilot_of(search, config),
+                    "plan_json": schema.canonical_json({"window": pairs.height, "pilot": pilot_of(plan, config),
                                                         "args": extra_json(extra)}),
                 })
     return schema.conform(pl.DataFrame(rows, schema=schema.CALIBRATIONS.schema), schema.CALIBRATIONS)
@@ -160,10 +160,10 @@ def evaluation_rows(key: GroupKey, pairs: pl.DataFrame, config: CalibrationConfi
     """The split protocol on the group's pairs: one `evaluations` row per (alpha, bound, search)."""
     fingerprint = data_fingerprint(pairs)
     parts = []
-    for search in config.searches:
-        used, extra = search_plan(pairs, search, config)
+    for plan in config.plans:
+        used, extra = search_plan(pairs, plan, config)
         table = evaluate_splits(used.get_column("score").to_numpy(), used.get_column("error").to_numpy(),
-                                alphas=config.alphas, bounds=config.bounds, search=search, delta=config.delta,
+                                alphas=config.alphas, bounds=config.bounds, search=plan, delta=config.delta,
                                 n_splits=config.n_splits, cal_fraction=config.cal_fraction, seed=config.seed,
                                 **extra)
         evaluation_id = schema.value_hash(key.run_key, key.estimator, key.criterion, fingerprint, config.delta,
@@ -187,8 +187,9 @@ def group_evaluation_rows(parts: Sequence[tuple[GroupKey, pl.DataFrame]], config
     first = parts[0][0]
     pooled = pl.concat([pairs.select("question_id", "score", "error").with_columns(group=pl.lit(key.dataset))
                         for key, pairs in parts])
-    search = config.searches[0]
-    used, extra = search_plan(pooled, search, config)
+    plan = config.plans[0]
+    search = plan.name
+    used, extra = search_plan(pooled, plan, config)
     evaluation_id = schema.value_hash("group", first.model, first.estimator, first.criterion,
                                       sorted((key.dataset, data_fingerprint(pairs)) for key, pairs in parts),
                                       config.delta, config.n_splits, config.cal_fraction, config.seed, search,
@@ -197,7 +198,7 @@ def group_evaluation_rows(parts: Sequence[tuple[GroupKey, pl.DataFrame]], config
     for bound in config.bounds:
         for row in evaluate_group_splits(used.get_column("score").to_numpy(), used.get_column("error").to_numpy(),
                                          used.get_column("group").to_numpy(), alphas=config.alphas,
-                                         delta=config.delta, bound=bound, search=search, n_splits=config.n_splits,
+                                         delta=config.delta, bound=bound, search=plan, n_splits=config.n_splits,
                                          cal_fraction=config.cal_fraction, seed=config.seed, **extra):
             rows.append({**_dataset_named(row), "evaluation_id": evaluation_id, "model": first.model,
                          "estimator": first.estimator, "criterion": first.criterion, "delta": config.delta,
