@@ -48,9 +48,9 @@ def demo(config: Path, work: Path) -> float:
 def _run_job(cfg: object, name: str, questions: dict[str, object], db: str) -> list[object]:
     """One model's RunJobs over the datasets, every question still to generate."""
     from cic.data import DATASETS
+    from cic.services.answer_stage import RunJob
     from cic.store import Store
     from cic.store.resume import RunWork
-    from tasks.answer import RunJob
 
     runs = []
     with Store.open(db) as store:
@@ -67,8 +67,9 @@ def _run_job(cfg: object, name: str, questions: dict[str, object], db: str) -> l
 def answer(cfg: object, db: str, models: list[tuple[str, int, float]], questions: dict[str, object],
            per_batch: int) -> tuple[float, list[object]]:
     """Wall seconds of one answer stage over `models` = (name, replicas, CPUs per replica), model load included."""
+    from cic.services.answer_stage import ModelJob
     from cic.services.ray_pool import Placement
-    from tasks.answer import ModelJob, answer_questions
+    from tasks.answer import answer_questions
 
     jobs = [ModelJob(name, cfg.answerer_settings(0), _run_job(cfg, name, questions, db), replicas,
                      Placement(0.0, cpus)) for name, replicas, cpus in models]

@@ -31,6 +31,7 @@ from cic.pipeline.run.progress import ProgressLines
 from cic.pipeline.run.run_digest import PER_DATASET_UNSHARED, RESULTS_ARTIFACT, markdown_summary
 from cic.pipeline.run.run_results import PipelineSummary, ResultRow
 from cic.services import ray_pool
+from cic.services.answer_stage import ModelJob, RunJob, plan_placement
 from cic.services.mlflow_tracking import tracking_uri
 from cic.services.prefect_limits import store_slot
 from cic.services.prefect_runs import flow_run_name, run_logger
@@ -38,7 +39,7 @@ from cic.services.registry_sync import registry_sync
 from cic.store import Store
 from cic.store.queries import latest_group_results, latest_results
 from cic.store.resume import missing_work
-from tasks.answer import ModelJob, RunJob, answer_questions, plan_placement
+from tasks.answer import answer_questions
 from tasks.calibrate import calibrate_runs
 from tasks.log import log_results
 from tasks.questions import load_and_store_questions

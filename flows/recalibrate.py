@@ -19,7 +19,7 @@ from prefect.states import Completed, Failed, State
 from cic.pipeline.alerts import counts_line
 from cic.pipeline.config import DEMO_CONFIG, flow_config
 from cic.pipeline.gates.anytime_gates import ANYTIME, E_PROCESS
-from cic.pipeline.production.recalibration import WindowRule, parse_since
+from cic.pipeline.production.recalibration import RecalibrationPass, WindowRule, parse_since
 from cic.pipeline.run.run_results import (
     AlertRow,
     AnytimeRow,
@@ -35,7 +35,7 @@ from cic.services.prefect_limits import store_slot
 from cic.services.prefect_runs import flow_run_name
 from cic.services.registry_sync import registry_sync
 from cic.store import Store
-from tasks.recalibrate import RecalibrationPass, log_recalibrations, recalibrate_runs
+from tasks.recalibrate import log_recalibrations, recalibrate_runs
 
 
 class RecalibrationAlert(RuntimeError):

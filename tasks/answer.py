@@ -6,10 +6,10 @@ from __future__ import annotations
 from prefect import task
 
 from cic.pipeline.run.run_results import AnswerStats
-from cic.services.answer_stage import ModelJob, RunJob, answer_all, plan_placement
+from cic.services.answer_stage import ModelJob, answer_all
 from cic.services.prefect_runs import run_logger
 
-__all__ = ["ModelJob", "RunJob", "answer_questions", "plan_placement"]
+__all__ = ["answer_questions"]
 
 
 def answer_run_name() -> str:

@@ -11,12 +11,12 @@ from prefect.cache_policies import NO_CACHE
 from cic.pipeline.alerts import PAGE, counts_line, headline, kind_of, severity
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX, CalibrationConfig, RecalibrationConfig
 from cic.pipeline.gates.serving_state import restore_advice
-from cic.pipeline.production.recalibration import Candidate, RecalibrationPass, WindowRule, recalibrate_store
+from cic.pipeline.production.recalibration import RecalibrationPass, WindowRule, recalibrate_store
 from cic.services.mlflow_results import log_recalibration
 from cic.services.prefect_runs import named_by_runs
 from cic.store import Store
 
-__all__ = ["Candidate", "RecalibrationPass", "log_recalibrations", "recalibrate_runs"]
+__all__ = ["log_recalibrations", "recalibrate_runs"]
 LOGGED_ALERTS = 20
 
 

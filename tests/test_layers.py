@@ -91,6 +91,28 @@ def test_tasks_hold_prefect_tasks_only() -> None:
     assert bare == []
 
 
+def defined_names(path: Path) -> set[str]:
+    """The names a module's own top level defines: functions, classes and assigned names (not imports)."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {target.id for target in node.targets if isinstance(target, ast.Name)}
+    return names
+
+
+def test_a_flow_imports_from_a_task_module_only_what_it_defines() -> None:
+    """No detour: what a flow takes from `tasks.*` is a name defined there (a task, or its own helper), never a cic
+    type or service re-exported through it — those a flow imports from cic itself."""
+    detours = [f"{module}:{node.lineno} {alias.name} from {node.module}"
+               for module, path in MODULES.items() if module.startswith("flows.")
+               for node in ast.walk(ast.parse(path.read_text()))
+               if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tasks.")
+               for alias in node.names if alias.name not in defined_names(MODULES[node.module])]
+    assert detours == []
+
+
 def test_no_import_cycle() -> None:
     graph = {m: sorted({t for t, _ in imports(p, top_level_only=False) if t in MODULES and t != m})
              for m, p in MODULES.items()}
