@@ -306,3 +306,21 @@ def test_promote_many_takes_single_and_system_gates_in_one_transaction_or_neithe
     assert promoted == [ids[0], other["calibration_id"]]
     assert states[ids[0]] == states[other["calibration_id"]] == "live"
     assert any(states[gid] == "retired" for gid in before)
+
+
+def test_an_event_log_state_no_cic_writes_stops_the_export_for_a_system_gate_as_for_a_single_one(
+        calibrated: tuple[str, list[str]]) -> None:
+    """A system key must not vanish from the export in silence either: a newest event whose state no version of cic
+    writes (gate_events edited by hand) is refused naming the gate, and nothing is served from a guess."""
+    from cic.pipeline.gates.serving import served_entries
+    from cic.pipeline.gates.system_gates import system_gates
+    from tests.support.database import raw_sql
+
+    db, _ = calibrated
+    with Store.open(db, read_only=True) as store:
+        gate_id = system_gates(store, system="small-big").filter(state="live").get_column("calibration_id")[0]
+    raw_sql(Path(db), f"UPDATE gate_events SET state = 'paused' WHERE calibration_id = '{gate_id}'")
+    with Store.open(db, read_only=True) as store:
+        with pytest.raises(UserError, match=f"gate {gate_id[:12]}: its newest event has state 'paused'"):
+            served_entries(store)
+        assert all("system" not in e for e in served_entries(store, model="nobody"))  # a filter that leaves it out
