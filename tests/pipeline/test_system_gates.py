@@ -105,14 +105,25 @@ def test_a_cascade_whose_stages_share_no_question_is_skipped(store: Store) -> No
     assert list(iter_system_data(store, keys, spec)) == []
 
 
+@pytest.fixture(scope="module")
+def calibrated_once(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    """The two-model store after the pipeline's calibrate step, built once per module: (its folder, its run keys)."""
+    folder = tmp_path_factory.mktemp("calibrated")
+    with Store.open(folder / "t.duckdb") as store:
+        keys = two_models(store)
+    calibrate_store(str(folder / "t.duckdb"), keys, CONFIG)
+    return folder, keys
+
+
 @pytest.fixture
-def calibrated(store: Store, tmp_path: Path) -> tuple[str, list[str]]:
-    """The two-model store after the pipeline's calibrate step: (its path, its run keys)."""
-    keys = two_models(store)
-    store.close()
-    db = str(tmp_path / "t.duckdb")
-    calibrate_store(db, keys, CONFIG)
-    return db, keys
+def calibrated(calibrated_once: tuple[Path, list[str]], tmp_path: Path) -> tuple[str, list[str]]:
+    """A copy of that store of the test's own (tests move gates): (its path, its run keys)."""
+    import shutil
+
+    folder, keys = calibrated_once
+    for item in folder.iterdir():
+        (shutil.copytree if item.is_dir() else shutil.copy2)(item, tmp_path / item.name)
+    return str(tmp_path / "t.duckdb"), keys
 
 
 def test_the_results_show_each_system_gate_with_its_protocol_and_only_for_these_runs(
