@@ -22,7 +22,7 @@ from cic.pipeline.gates.lifecycle import gates, promote
 from cic.pipeline.production.recalibration import WindowRule, recalibrate_group
 from cic.store import Store
 from tests.pipeline.test_recalibration import make_live, only_group
-from tests.support.database import raw_sql
+from tests.support.database import copy_store, raw_sql
 from tests.support.pipeline_data import store_run
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -40,11 +40,24 @@ def live_store(db: Path) -> str:
         return gates(store, alpha=0.3, bound="cp", search="fixed_sequence")["calibration_id"][0]
 
 
-def test_intact_gates_of_every_search_and_window_recertify(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def live_once(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """`live_store` built once per module: (its folder, the fixed_sequence cp 0.3 gate's id)."""
+    folder = tmp_path_factory.mktemp("live")
+    return folder, live_store(folder / "g.duckdb")
+
+
+@pytest.fixture
+def live(live_once: tuple[Path, str], tmp_path: Path) -> tuple[Path, str]:
+    """A copy of that store of the test's own (tests edit it): (its path, the gate's id)."""
+    copy_store(live_once[0], tmp_path)
+    return tmp_path / "g.duckdb", live_once[1]
+
+
+def test_intact_gates_of_every_search_and_window_recertify(live: tuple[Path, str]) -> None:
     """Pipeline gates (all searches: pilot-split grids too), gates certified together (delta / G) and
     recalibration gates on the newest 150 of a later week all recertify from the store's pairs."""
-    db = tmp_path / "g.duckdb"
-    live_store(db)
+    db, _ = live
     with Store.open(db) as store:
         store_run(store, n=300, labelled_at=START + timedelta(days=7), id_offset=1000, seed=1,
                   estimators=("semantic_entropy",))
@@ -86,9 +99,8 @@ EDITS = {
 
 @pytest.mark.faults
 @pytest.mark.parametrize("edit", list(EDITS))
-def test_no_pair_of_edited_fields_makes_a_gate_serve(tmp_path: Path, edit: str) -> None:
-    db = tmp_path / "g.duckdb"
-    gate_id = live_store(db)
+def test_no_pair_of_edited_fields_makes_a_gate_serve(live: tuple[Path, str], tmp_path: Path, edit: str) -> None:
+    db, gate_id = live
     before = serving_gate(str(db), **ASK)["threshold"]
     _edit(db, gate_id, **EDITS[edit])
     with pytest.raises(UserError, match=f"stored gate {gate_id[:12]}: .*refusing to serve it"):
@@ -100,10 +112,9 @@ def test_no_pair_of_edited_fields_makes_a_gate_serve(tmp_path: Path, edit: str) 
 
 
 @pytest.mark.faults
-def test_a_label_edited_underneath_the_gate_stops_it_serving(tmp_path: Path) -> None:
+def test_a_label_edited_underneath_the_gate_stops_it_serving(live: tuple[Path, str]) -> None:
     """Flipping labels in the gate's window by hand (no relabel, so no flag) changes its pairs: refused."""
-    db = tmp_path / "g.duckdb"
-    gate_id = live_store(db)
+    db, gate_id = live
     raw_sql(db, "UPDATE labels SET aligned = true WHERE question_id IN "
                 "(SELECT question_id FROM labels WHERE NOT aligned ORDER BY question_id LIMIT 5)")
     with pytest.raises(UserError, match=f"{gate_id[:12]}: its calibration pairs are no longer in the store "
@@ -111,11 +122,10 @@ def test_a_label_edited_underneath_the_gate_stops_it_serving(tmp_path: Path) -> 
         serving_gate(str(db), **ASK)
 
 
-def test_labels_stored_after_the_gate_do_not_unseat_it(tmp_path: Path) -> None:
+def test_labels_stored_after_the_gate_do_not_unseat_it(live: tuple[Path, str]) -> None:
     """Records production saw inside the gate's window but labelled after it was created cannot have been among
     its pairs: the certificate still re-verifies, and a recalibration would use them."""
-    db = tmp_path / "g.duckdb"
-    gate_id = live_store(db)
+    db, gate_id = live
     with Store.open(db) as store:
         row = gates(store, calibration_id=gate_id).row(0, named=True)
         inside = row["window_from"] + (row["window_to"] - row["window_from"]) / 2
@@ -128,9 +138,8 @@ def test_labels_stored_after_the_gate_do_not_unseat_it(tmp_path: Path) -> None:
     assert serving_gate(str(db), **ASK)["calibration_id"] == gate_id
 
 
-def test_promote_refuses_a_candidate_whose_certificate_does_not_hold(tmp_path: Path) -> None:
-    db = tmp_path / "g.duckdb"
-    live = live_store(db)
+def test_promote_refuses_a_candidate_whose_certificate_does_not_hold(live: tuple[Path, str]) -> None:
+    db, live_id = live
     with Store.open(db) as store:
         store_run(store, n=300, labelled_at=START + timedelta(days=7), id_offset=1000, seed=1,
                   estimators=("semantic_entropy",))
@@ -141,18 +150,18 @@ def test_promote_refuses_a_candidate_whose_certificate_does_not_hold(tmp_path: P
     with Store.open(db) as store:
         with pytest.raises(UserError, match=f"stored gate {candidate[:12]}: threshold = 9.9, but its search re-run"):
             promote(store, candidate, reason="test")
-        assert gates(store, calibration_id=live)["state"][0] == "live"  # nothing changed
+        assert gates(store, calibration_id=live_id)["state"][0] == "live"  # nothing changed
 
 
 @pytest.mark.faults
-def test_an_edit_the_rerun_cannot_see_is_caught_by_the_id_being_the_hash_of_the_certificate(tmp_path: Path) -> None:
+def test_an_edit_the_rerun_cannot_see_is_caught_by_the_id_being_the_hash_of_the_certificate(
+        live: tuple[Path, str]) -> None:
     """A level nudged in the column and the JSON (0.05 → 0.0500001), with the bound's value at that level, re-runs to
     the same threshold, counts and bound, so only the id — the hash of run, level, search and data — can tell the
     row was edited; it does."""
     from cic.stats.bounds import ucb
 
-    db = tmp_path / "g.duckdb"
-    gate_id = live_store(db)
+    db, gate_id = live
     with Store.open(db, read_only=True) as store:
         row = gates(store, calibration_id=gate_id).row(0, named=True)
     delta = row["delta"] * (1 + 2e-6)

@@ -118,11 +118,10 @@ def calibrated_once(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, lis
 @pytest.fixture
 def calibrated(calibrated_once: tuple[Path, list[str]], tmp_path: Path) -> tuple[str, list[str]]:
     """A copy of that store of the test's own (tests move gates): (its path, its run keys)."""
-    import shutil
+    from tests.support.database import copy_store
 
     folder, keys = calibrated_once
-    for item in folder.iterdir():
-        (shutil.copytree if item.is_dir() else shutil.copy2)(item, tmp_path / item.name)
+    copy_store(folder, tmp_path)
     return str(tmp_path / "t.duckdb"), keys
 
 

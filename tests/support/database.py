@@ -15,3 +15,12 @@ def raw_sql(path: Path, *statements: str, params: list | None = None) -> None:
             con.execute(statement, params)
     finally:
         con.close()
+
+
+def copy_store(folder: Path, into: Path) -> None:
+    """Copy a store built once per module (its DuckDB file and whatever sits beside it) into a test's own folder,
+    so each test moves gates on its own copy."""
+    import shutil
+
+    for item in folder.iterdir():
+        (shutil.copytree if item.is_dir() else shutil.copy2)(item, into / item.name)
