@@ -9,6 +9,7 @@ import pytest
 from cic.errors import UserError
 from cic.pipeline.config import CalibrationConfig
 from cic.pipeline.gates.calibrate_store import calibrate_store
+from cic.pipeline.gates.lifecycle import gates
 from cic.pipeline.gates.serving import live_gate
 from cic.store import Store
 from tests.support.pipeline_data import store_run
@@ -32,3 +33,19 @@ def test_a_key_asked_by_base_name_that_two_live_gates_match_is_refused_naming_bo
             live_gate(store, estimator="semantic_entropy", **asked)
         row = live_gate(store, estimator=names[1], **asked)
     assert row.estimator == names[1] and row.state == "live"
+
+
+def test_gates_that_differ_only_in_what_cic_ask_cannot_name_serve_the_newest(tmp_path: Path) -> None:
+    """Two live gates of one (model, dataset, estimator, criterion, alpha, bound, search) that differ in delta (the
+    config's delta changed between runs; `cic ask` has no --delta): the newest serves, as before — the refusal is
+    kept for what a caller can name."""
+    db = tmp_path / "t.duckdb"
+    with Store.open(db) as store:
+        keys = [store_run(store, n=500, seed=1, estimators=("predictive_entropy",))]
+    calibrate_store(str(db), keys, CONFIG)
+    calibrate_store(str(db), keys, CONFIG.model_copy(update={"delta": 0.1}))
+    asked = {"model": "m", "dataset": "d", "estimator": "predictive_entropy", "criterion": None, "alpha": 0.2,
+             "bound": "cp", "search": "fixed_sequence"}
+    with Store.open(db, read_only=True) as store:
+        assert sorted(gates(store).filter(state="live").get_column("delta").to_list()) == [0.05, 0.1]
+        assert live_gate(store, **asked).delta == 0.1

@@ -99,7 +99,8 @@ def live_gate(store: Store, **asked: Any) -> AnyGate:
         raise UserError(f"no live gate for {wanted}: " + (
             f"candidates waiting for review: {', '.join(g[:12] for g in waiting[-3:])}; promote one with "
             "`cic gate promote ID`" if waiting else "every gate of it was retired; promote one"))
-    several = [c for c in kind.key_columns if speaking.get_column(c).n_unique() > 1]
+    # what a caller may leave open (a criterion) or name by its base (an estimator) must not pick one silently
+    several = [c for c in ("criterion", "estimator") if c in speaking.columns and speaking.get_column(c).n_unique() > 1]
     if several:
         differ = "; ".join(f"{c}: {', '.join(map(str, sorted(set(speaking.get_column(c).to_list()))))}"
                            for c in several)
