@@ -343,16 +343,15 @@ def sync_gates(client: MlflowClient, rows: Sequence[GateRow | SystemGateRow], *,
     """Register each serving gate, single or system (with its state), and reconcile each configuration's alias with
     the store: on the live gate's version, or absent when no serving gate is live; returns 'name@alias' of each
     live alias."""
-    by_group: dict[tuple[str, str], list[Any]] = {}
+    by_group: dict[tuple[RegistryKind[Any], str], list[Any]] = {}
     for row in rows:
         kind = REGISTRY_KINDS[type(row)]
-        by_group.setdefault((kind.prefix, kind.group_json(row)), []).append(row)
+        by_group.setdefault((kind, kind.group_json(row)), []).append(row)
     existing: dict[str, Any] = {}
-    for prefix in sorted({prefix for prefix, _ in by_group}):
+    for prefix in sorted({kind.prefix for kind, _ in by_group}):
         existing |= registered_gate_models(client, prefix)
     out = []
-    for done, ((prefix, _), group_rows) in enumerate(by_group.items(), 1):
-        kind = next(k for k in REGISTRY_KINDS.values() if k.prefix == prefix)
+    for done, ((kind, _), group_rows) in enumerate(by_group.items(), 1):
         out.extend(_sync_group(client, group_rows, experiment_prefix, existing, kind))
         if progress is not None:
             progress(done, len(by_group))

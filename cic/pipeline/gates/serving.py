@@ -143,7 +143,7 @@ def _served(store: Store, kind: GateKind, equals: dict[str, Any]) -> list[dict[s
         raise UserError(f"gate {first['calibration_id'][:12]}: its newest event has state {first['state']!r}, not one "
                         f"of {', '.join(STATES)} (gate_events was edited by hand?); refusing to export — fix or remove "
                         "that event")
-    shown, serve_entries = _SHAPES[kind.noun]
+    shown, serve_entries, null = _SHAPES[kind.noun]
     out: list[dict[str, Any] | None] = []
     serving: list[tuple[int, Any]] = []
     for key_rows in table.sort(*kind.key_columns).partition_by(list(kind.key_columns), maintain_order=True):
@@ -159,13 +159,13 @@ def _served(store: Store, kind: GateKind, equals: dict[str, Any]) -> list[dict[s
             if flag_of(row) is None:  # (a flagged gate is out of service whatever its row says)
                 verify(store, row)
             out.append({"serve": "nothing", "gate_id": None, **key, **serving_state(row).fields(),
-                        _NULL[kind.noun]: None, "reason": why, **_withheld_fields(row)})
+                        null: None, "reason": why, **_withheld_fields(row)})
             continue
         retired = key_rows.filter(state="retired").sort("state_at")
         if retired.height:
             last = kind.typed(retired.tail(1))[0]
             out.append({"serve": "nothing", "gate_id": None, **key, **serving_state(last).fields(),
-                        _NULL[kind.noun]: None, "retired_gate_id": last["calibration_id"],
+                        null: None, "retired_gate_id": last["calibration_id"],
                         "retired_at": str(last["state_at"]),
                         "reason": f"every gate of this key is retired ({last['reason']}); abstain on every question "
                                   "until one is promoted"})
@@ -199,10 +199,11 @@ def _system_entries(store: Store, rows: Sequence[SystemGateRow]) -> list[dict[st
 
 
 _SYSTEM_SHOWN = (*SYSTEM.key_columns, "kind", "models", "delta")
-#: per kind: the key fields every entry shows, and how a served gate's entry is written
-_SHAPES: dict[str, tuple[tuple[str, ...], Callable[[Store, Sequence[Any]], list[dict[str, Any]]]]] = {
-    SINGLE.noun: (SINGLE.key_columns, _gate_entries), SYSTEM.noun: (_SYSTEM_SHOWN, _system_entries)}
-_NULL = {SINGLE.noun: "threshold", SYSTEM.noun: "thresholds"}  # what an entry that serves nothing leaves null
+#: per kind: the key fields every entry shows, how a served gate's entry is written, and the field an entry that
+#: serves nothing leaves null
+_SHAPES: dict[str, tuple[tuple[str, ...], Callable[[Store, Sequence[Any]], list[dict[str, Any]]], str]] = {
+    SINGLE.noun: (SINGLE.key_columns, _gate_entries, "threshold"),
+    SYSTEM.noun: (_SYSTEM_SHOWN, _system_entries, "thresholds")}
 
 
 def _anytime_guarantee(row: GateRow) -> str | None:
