@@ -128,16 +128,58 @@ def test_the_monitor_counts_a_question_once_its_last_stage_is_labelled_and_never
     assert served["serve"] == "system"
 
 
-def test_the_nightly_pass_gives_a_configured_cascade_its_first_gate_or_says_why_not(tmp_path: Path) -> None:
-    """A cascade added to the config after the runs were calibrated: the nightly pass certifies its first
-    candidate on every labelled question (live under `promotion: auto`, as a single key's first gate); a cascade
-    whose models have no runs gets one line saying why, every night."""
+def test_a_system_candidate_counts_only_questions_whose_label_window_has_closed_as_a_single_one_does(
+        live: tuple) -> None:
+    """400 new questions seen half a day before the pass: with a one-day label window their wrong answers may
+    still be labelled late, so neither the cascade nor its models' single keys certify on them — while the live
+    system gate's monitor counts every label as it arrives; without a window all 400 make the cascade's
+    candidate."""
+    db, keys, old = live
+    more_traffic(db, big_base=0.01)
+    night = DAY + timedelta(days=2, hours=12)
+    waiting = one_pass(db, keys, now=night, label_window=timedelta(days=1))
+    assert waiting.systems == [] and waiting.candidates == []
+    assert any(k.model == "small -> big" and "0 new labelled question(s)" in why for k, why in waiting.skipped)
+    (monitor,) = [m for m in waiting.monitors if m.gate["calibration_id"] == old["calibration_id"]]
+    assert monitor.row["n"] > 0
+    (candidate,) = one_pass(db, keys, now=night).systems
+    assert len(candidate.row["question_ids"]) == 400
+
+
+def singles_calibrated(tmp_path: Path) -> tuple[str, list[str]]:
+    """Two models' runs on 600 shared questions labelled on DAY, calibrated with no cascade configured yet."""
     db = str(tmp_path / "t.duckdb")
     with Store.open(db) as store:
         keys = [store_run(store, model="small", n=600, seed=1, error_slope=0.9, base=0.05, labelled_at=DAY),
                 store_run(store, model="big", n=600, seed=2, error_slope=0.4, base=0.01, labelled_at=DAY)]
     calibrate_store(db, keys, CalibrationConfig(alphas=(0.2,), bounds=("cp",), searches=("fixed_sequence",),
-                                                n_splits=4))  # single gates only: no cascade configured yet
+                                                n_splits=4))
+    return db, keys
+
+
+def test_a_cascades_first_gate_waits_until_its_questions_label_window_has_closed(tmp_path: Path) -> None:
+    """A cascade added after `cic run`, its questions seen half a day before the pass: with a one-day label window
+    no first gate yet — one line says why —; a day later its first gate counts all 600 and goes live."""
+    db, keys = singles_calibrated(tmp_path)
+    with Store.open(db) as store:
+        early = recalibrate_store(store, keys, CONFIG, 0.05, WindowRule(), auto_promote=True,
+                                  now=DAY + timedelta(hours=12), label_window=timedelta(days=1))
+    assert early.systems == []
+    (why,) = [w for k, w in early.skipped if k.model == "small -> big"]
+    assert why.startswith("cascade small-big: no first gate yet — 600 labelled question(s) of d are within the "
+                          "label window")
+    with Store.open(db) as store:
+        later = recalibrate_store(store, keys, CONFIG, 0.05, WindowRule(), auto_promote=True,
+                                  now=DAY + timedelta(days=1, hours=1), label_window=timedelta(days=1))
+    (first,) = later.systems
+    assert first.state == "live" and len(first.row["question_ids"]) == 600
+
+
+def test_the_nightly_pass_gives_a_configured_cascade_its_first_gate_or_says_why_not(tmp_path: Path) -> None:
+    """A cascade added to the config after the runs were calibrated: the nightly pass certifies its first
+    candidate on every labelled question (live under `promotion: auto`, as a single key's first gate); a cascade
+    whose models have no runs gets one line saying why, every night."""
+    db, keys = singles_calibrated(tmp_path)
     ghost = CascadeConfig(name="ghost", models=("small", "absent"), estimator="semantic_entropy")
     config = CONFIG.model_copy(update={"cascades": (*CONFIG.cascades, ghost)})
     with Store.open(db) as store:
@@ -146,7 +188,7 @@ def test_the_nightly_pass_gives_a_configured_cascade_its_first_gate_or_says_why_
     assert first.live is None and first.state == "candidate" and first.row["certified"]
     assert len(first.row["question_ids"]) == 600  # every labelled question: nothing spoke for the key before
     (why,) = [w for k, w in manual.skipped if k.model == "small -> absent"]
-    assert why.startswith("cascade ghost: no first gate — model(s) absent have no run here")
+    assert why.startswith("cascade ghost: no first gate yet — model(s) absent have no run here")
     with Store.open(db) as store:
         auto = recalibrate_store(store, keys, config, 0.05, WindowRule(), auto_promote=True)
     (made,) = [s for s in auto.systems if s.key.model == "small -> big"]

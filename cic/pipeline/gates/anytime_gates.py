@@ -36,7 +36,7 @@ from cic import schema
 from cic.errors import UserError
 from cic.pipeline.alerts import LATE_LABELS, STATE_BROKEN, UNCERTIFIED, UNLABELLED, Alert
 from cic.pipeline.gates.gate_rows import ColumnReader, GateRow
-from cic.pipeline.run.stored_calibration import GroupKey, data_fingerprint
+from cic.pipeline.run.stored_calibration import GroupKey, data_fingerprint, settled
 from cic.stats.anytime import AnytimeState
 from cic.stats.calibration import CalibrationResult
 
@@ -156,10 +156,10 @@ def update_key(store: Store, key: GroupKey, pairs: pl.DataFrame, *, alpha: float
         after = started
     through = max(through or now, after) if after is not None else (through or now)
     counted = anytime_counted_ids(store, state_id)
-    closed = pairs.filter(pl.col("at") <= through)
+    closed = settled(pairs, through)
     if after is not None:
-        settled = closed.filter((pl.col("at") <= after) & ~pl.col("question_id").is_in(list(counted)))
-        late = (settled.filter(pl.col("at") > started) if epoch > 0 else settled).height
+        earlier = closed.filter((pl.col("at") <= after) & ~pl.col("question_id").is_in(list(counted)))
+        late = (earlier.filter(pl.col("at") > started) if epoch > 0 else earlier).height
         closed = closed.filter(pl.col("at") > after)
     else:
         late = 0

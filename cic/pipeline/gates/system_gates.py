@@ -10,7 +10,7 @@ guarantee for the whole system), and the split protocol measures it on the same 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -22,10 +22,10 @@ from cic.errors import UserError
 from cic.pipeline.gates.event_log import HOLDS_KEY, current_states
 from cic.pipeline.gates.gate_rows import ColumnReader, SystemGateRow
 from cic.pipeline.run.run_results import SystemResultRow
-from cic.pipeline.run.stored_calibration import data_fingerprint
+from cic.pipeline.run.stored_calibration import data_fingerprint, settled
 from cic.stats.cascades import certify_system, evaluate_system_splits
 from cic.stats.searches import DEFAULT_SEARCH
-from cic.store.queries import labelled_criteria, scored_estimators
+from cic.store.queries import labelled_criteria, labelled_pairs_of_runs, scored_estimators
 
 if TYPE_CHECKING:
     from cic.pipeline.config import CalibrationConfig
@@ -91,10 +91,11 @@ def system_specs(config: CalibrationConfig, models: list[str]) -> list[SystemSpe
     return specs
 
 
-def iter_system_data(store: Store, run_keys: list[str], spec: SystemSpec,
-                     only: list[str] | None = None) -> Iterator[SystemData]:
+def iter_system_data(store: Store, run_keys: list[str], spec: SystemSpec, only: list[str] | None = None,
+                     through: datetime | None = None) -> Iterator[SystemData]:
     """Every (dataset, criterion) on which each of the system's models has a run among `run_keys` (`only`: on
-    these questions alone, as a stored gate was certified)."""
+    these questions alone, as a stored gate was certified; `through`: on those whose label window has closed —
+    seen in every stage by then)."""
     runs = store.read("runs", run_key=run_keys)
     for (dataset,), group in runs.sort("dataset").group_by("dataset", maintain_order=True):
         by_model = {r["model"]: r["run_key"] for r in group.iter_rows(named=True)}
@@ -105,13 +106,14 @@ def iter_system_data(store: Store, run_keys: list[str], spec: SystemSpec,
         shared = set.intersection(*(set(scored_estimators(store, k)) for k in keys))
         estimators = sorted(e for e in shared if spec.estimator == "auto" or schema.estimator_base(e) == spec.estimator)
         for criterion in sorted(criteria):
-            data = _joined(store, spec, str(dataset), criterion, keys, estimators, only)
+            data = _joined(store, spec, str(dataset), criterion, keys, estimators, only, through)
             if data is not None:
                 yield data
 
 
 def _joined(store: Store, spec: SystemSpec, dataset: str, criterion: str, keys: tuple[str, ...],
-            estimators: list[str], only: list[str] | None = None) -> SystemData | None:
+            estimators: list[str], only: list[str] | None = None, through: datetime | None = None
+            ) -> SystemData | None:
     """Every candidate estimator's stage pairs on the questions all stages (and all candidates) hold."""
     frames = []
     for estimator in estimators:
@@ -126,6 +128,9 @@ def _joined(store: Store, spec: SystemSpec, dataset: str, criterion: str, keys: 
         joined = joined.join(frame, on="question_id", how="inner")
     if only is not None:
         joined = joined.filter(pl.col("question_id").is_in(only))
+    if through is not None:
+        ready = settled(question_times(store, keys, criterion), through).get_column("question_id")
+        joined = joined.filter(pl.col("question_id").is_in(ready.implode()))
     joined = joined.sort("question_id")
     if joined.height < 2:
         return None
@@ -137,6 +142,20 @@ def _joined(store: Store, spec: SystemSpec, dataset: str, criterion: str, keys: 
         for e in estimators for i in stages))
     return SystemData(spec, dataset, criterion, keys, tables, fingerprint,
                       joined.get_column("question_id").to_list())
+
+
+def question_times(store: Store, run_keys: Sequence[str], criterion: str) -> pl.DataFrame:
+    """(question_id, at) of the questions labelled for `criterion` in every stage's run, `at` the latest stage's
+    time (when the system's answer was whole), oldest first."""
+    frames = []
+    for i, run_key in enumerate(run_keys):
+        pairs = labelled_pairs_of_runs(store, [run_key], criterion=criterion)
+        frames.append(pairs.group_by("question_id").agg(pl.col("at").max().alias(f"at{i}")))
+    joined = frames[0]
+    for frame in frames[1:]:
+        joined = joined.join(frame, on="question_id", how="inner")
+    return joined.select("question_id", pl.max_horizontal(*(f"at{i}" for i in range(len(frames)))).alias("at")) \
+        .sort("at", "question_id")
 
 
 def system_calibration_rows(data: SystemData, config: CalibrationConfig) -> pl.DataFrame:

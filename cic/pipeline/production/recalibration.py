@@ -45,7 +45,9 @@ from cic.pipeline.production.windows import (
     WindowRule,
     new_window,
     parse_since,
+    settled,
     span,
+    too_few,
     unattainable_alert,
 )
 from cic.pipeline.run.stored_calibration import GroupKey, calibration_rows, group_counts, labelled_pairs
@@ -117,17 +119,18 @@ def recalibrate_group(store: Store, key: GroupKey, config: CalibrationConfig, ru
 
 def recalibrate_pairs(key: GroupKey, pairs: pl.DataFrame, live_rows: list[GateRow],
                       config: CalibrationConfig, rule: WindowRule,
-                      shift_tests: dict[tuple[Any, ...], Check] | None = None, groups: int = 1) -> GroupRecalibration:
+                      shift_tests: dict[tuple[Any, ...], Check] | None = None, groups: int = 1,
+                      waiting: int = 0) -> GroupRecalibration:
     """`recalibrate_group` on a group's labelled pairs (oldest first) and live gates already loaded; `groups`:
-    how many datasets of the model are certified together (`calibration_rows`)."""
+    how many datasets of the model are certified together (`calibration_rows`); `waiting`: its records left out
+    because their label window is still open (said when it gets no candidate)."""
     live = {slot_of(r): r for r in live_rows}
     reference = reference_window(live_rows)
     recent = new_window(pairs, reference[1] if reference else None, rule)
     if recent.height < MIN_WINDOW:
         since = f" since the live gate's window (to {reference[1]})" if reference else ""
         return GroupRecalibration(key, pl.DataFrame(schema=schema.CALIBRATIONS.schema), live, span(recent), reference,
-                                  skipped=f"{recent.height} new labelled question(s){since} under rule "
-                                          f"'{rule.describe()}'; at least {MIN_WINDOW} are needed")
+                                  skipped=too_few(recent.height, since, rule, waiting))
     rows = calibration_rows(key, recent.select("question_id", "score", "error"), config, kind="recalibration",
                             window=span(recent), groups=groups)
     out = GroupRecalibration(key, rows, live, span(recent), reference)
@@ -283,11 +286,11 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
     Certificates (window candidates and the anytime states) count only records seen at least `label_window` ago,
     whose labels can no longer be late; the monitor of a live gate counts every label as it arrives. `now`: the
     pass's clock (default the wall clock)."""
-    from cic.pipeline.gates.lifecycle import flag_gates, promote_first_gates, record_candidates
+    from cic.pipeline.gates.lifecycle import flag_gates, record_candidates
     from cic.pipeline.gates.serving_state import ALERTED, FLAGGED
     from cic.pipeline.production import monitoring
     from cic.pipeline.production.ingest import refusal
-    from cic.pipeline.production.system_recalibration import first_system_candidates, recalibrate_systems
+    from cic.pipeline.production.system_recalibration import recalibrate_systems
 
     cut = refusal(store)
     if cut:
@@ -296,8 +299,7 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
     through = now - label_window
     results, updates, live_rows, seen = _recalibrate_groups(store, run_keys, config, rule, previous, now, chunk_runs,
                                                             windows=anytime_grid is None, through=through)
-    systems, system_updates = recalibrate_systems(store, list(run_keys), config, rule, previous, now)
-    firsts, unsystematic = first_system_candidates(store, list(run_keys), config)
+    systems, system_updates = recalibrate_systems(store, list(run_keys), config, rule, previous, now, through)
     updates += system_updates
     alerts = correct_and_alert([*results, *systems], level)
     monitoring.finish(updates, level)
@@ -309,22 +311,15 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
             store.upsert("calibrations", pl.concat(written))
         if new_systems:
             store.upsert("system_calibrations", pl.concat(new_systems))
-        if firsts is not None:
-            store.upsert("system_calibrations", firsts)
-            record_candidates(store, {gid: [] for gid in firsts.get_column("calibration_id")},
-                              reason="recalibration: the first gate of its system key")
         record_candidates(store, alerts, reason=reason or f"recalibration on window '{rule.describe()}'")
-        live_reasons = {r["calibration_id"]: r.get("reason") or "" for r in [*live_rows, *(s.live for s in systems)]}
+        live_reasons = {r["calibration_id"]: r.get("reason") or ""
+                        for r in [*live_rows, *(s.live for s in systems if s.live is not None)]}
         failing = {gid: why for gid, why in rejected_live_gates([*results, *systems], updates).items()
                    if not _already_handled(live_reasons.get(gid, FLAGGED), why)}
         withdrawn = flag_gates(store, failing, prefix=FLAGGED if on_alarm == "withdraw" else ALERTED)
         anytime = _anytime_pass(store, seen, config, anytime_grid, withdrawn, live_rows, now, through) \
             if anytime_grid is not None else []
     promoted, held = promote_quiet(store, [*results, *systems], alerts) if auto_promote else ([], {})
-    if auto_promote and firsts is not None:
-        promoted += promote_first_gates(store, firsts.get_column("calibration_id").to_list(),
-                                        reason="recalibration: policy promotion=auto, the first gate of its system "
-                                               "key")
     promoted += _promote_anytime(store, anytime)
     for gate_id, why in held.items():  # a held candidate alerts like any other: a person decides
         alerts.setdefault(gate_id, []).append(why)
@@ -333,14 +328,12 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
     out.anytime = anytime
     out.withdrawn.update({gid: Alert(STATE_BROKEN, f"anytime state cannot be carried on: {u.broken}")
                           for u in anytime if u.broken is not None for gid in u.withdrawn})  # whatever on_alarm says
-    out.skipped += unsystematic
     seen_keys: set[Any] = set()
     for update in anytime:
         first = (update.key.run_key, update.key.estimator, update.key.criterion) not in seen_keys
         seen_keys.add((update.key.run_key, update.key.estimator, update.key.criterion))
         out.notes += [(update, note) for note in update.notes(per_key=first)]
     _collect(store, out, results, systems, alerts)
-    _collect_firsts(store, out, firsts)
     models = set(store.read("runs").filter(pl.col("run_key").is_in(list(run_keys))).get_column("model"))
     out.serving = serving_now(store, models, promoted, out.withdrawn)
     return out
@@ -458,29 +451,16 @@ def _recalibrate_groups(store: Store, run_keys: Sequence[str], config: Calibrati
                 run = runs[run_key]
                 key = GroupKey(run_key, run["model"], run["dataset"], estimator, criterion)
                 group, live = values.slice(first, length), live_by_group.get((run_key, estimator, criterion), [])
-                settled = group if through is None else group.filter(pl.col("at") <= through)
+                counted = settled(group, through)
                 if windows:
-                    results.append(recalibrate_pairs(key, settled, live, config, rule, shared,
-                                                     groups=together[run["model"]]))
+                    results.append(recalibrate_pairs(key, counted, live, config, rule, shared,
+                                                     groups=together[run["model"]],
+                                                     waiting=group.height - counted.height))
                 else:
                     seen.append((key, group, together[run["model"]]))
                 updates.extend(monitoring.monitor_group(key, group, live, previous, now))
             del pairs, values
     return results, updates, live_rows, seen
-
-
-def _collect_firsts(store: Store, out: RecalibrationPass, firsts: pl.DataFrame | None) -> None:
-    """The first candidates of configured systems' keys, as system candidates without a gate before them."""
-    from cic.pipeline.gates.lifecycle import current_states
-    from cic.pipeline.production.system_recalibration import system_group
-
-    if firsts is None:
-        return
-    ids = firsts.get_column("calibration_id").to_list()
-    states = dict(current_states(store).filter(pl.col("calibration_id").is_in(ids))
-                  .select("calibration_id", "state").iter_rows())
-    for row in map(SystemGateRow.of, firsts.iter_rows(named=True)):
-        out.systems.append(Candidate(system_group(row), row, None, [], states.get(row.calibration_id, "candidate")))
 
 
 def _collect(store: Store, out: RecalibrationPass, results: Sequence[GroupRecalibration], systems: Sequence[Any],

@@ -24,9 +24,24 @@ import polars as pl
 from cic.pipeline.alerts import Alert
 from cic.pipeline.gates.gate_rows import ColumnReader, SystemGateRow, system_gate_rows
 from cic.pipeline.gates.serving_state import flag_of
-from cic.pipeline.gates.system_gates import iter_system_data, speaking_system_gates, spec_of, system_calibration_rows
+from cic.pipeline.gates.system_gates import (
+    SystemSpec,
+    iter_system_data,
+    question_times,
+    speaking_system_gates,
+    spec_of,
+    system_calibration_rows,
+)
 from cic.pipeline.production.monitoring import MonitorUpdate, update_of
-from cic.pipeline.production.windows import MIN_WINDOW, Check, WindowRule, new_window, unattainable_alert
+from cic.pipeline.production.windows import (
+    MIN_WINDOW,
+    Check,
+    WindowRule,
+    new_window,
+    settled,
+    too_few,
+    unattainable_alert,
+)
 from cic.pipeline.run.stored_calibration import GroupKey
 from cic.stats.cascades import answering_model
 from cic.stats.drift import answered_error_test, score_shift_test
@@ -39,11 +54,12 @@ if TYPE_CHECKING:
 
 @dataclass
 class SystemRecalibration:
-    """One system key's pass: the gate speaking for it, the candidate on its new questions, the tests, or why
-    skipped; `key` names the system as a group (model 'a -> b', estimator 'e1 / e2') for tables and alerts."""
+    """One system key's pass: the gate speaking for it (None: its first candidate), the candidate on its new
+    questions, the tests, or why skipped; `key` names the system as a group (model 'a -> b', estimator 'e1 / e2')
+    for tables and alerts."""
 
     key: GroupKey
-    live: SystemGateRow
+    live: SystemGateRow | None
     rows: pl.DataFrame
     checks: list[Check] = field(default_factory=list)
     skipped: str | None = None
@@ -52,11 +68,12 @@ class SystemRecalibration:
         """A candidate's alerts: alpha unattainable on the new questions, and every rejected test of its key."""
         out = []
         if not row["certified"]:
-            out.append(unattainable_alert(self.live.certified and self.live.state == "live", row["n_cal"]))
+            reached = self.live is not None and self.live.certified and self.live.state == "live"
+            out.append(unattainable_alert(reached, row["n_cal"]))
         out.extend(c.alert() for c in self.checks if c.rejected)
         return out
 
-    def live_of(self, row: ColumnReader) -> SystemGateRow:
+    def live_of(self, row: ColumnReader) -> SystemGateRow | None:
         """The gate a candidate row is compared with: the one that spoke for the key."""
         return self.live
 
@@ -73,56 +90,72 @@ def display_gate(row: SystemGateRow) -> dict[str, Any]:
 
 
 def recalibrate_systems(store: Store, run_keys: list[str], config: CalibrationConfig, rule: WindowRule,
-                        previous: dict[str, dict[str, Any]], now: datetime
+                        previous: dict[str, dict[str, Any]], now: datetime, through: datetime | None = None
                         ) -> tuple[list[SystemRecalibration], list[MonitorUpdate]]:
-    """Every system key over these runs with a gate speaking for it: its candidate and tests, and the monitor of
-    its live gate (e-values and alarms are set with the single gates' in `monitoring.finish`)."""
+    """Every system key over these runs, as single keys are recalibrated: with a gate speaking for it, its
+    candidate on the new questions and its tests, and the monitor of its live gate (e-values and alarms are set
+    with the single gates' in `monitoring.finish`); a configured system's key with none (a cascade added after
+    `cic run`, a stream only ingested), its first candidate on every question; a configured system with nothing to
+    certify on, skipped saying why. Candidates count only questions seen by `through` (their label window
+    closed); the monitors count every label."""
     wanted = set(run_keys)
     speaking = speaking_system_gates(store).filter(
         pl.col("run_keys").list.eval(pl.element().is_in(list(wanted))).list.all())
     results, updates = [], []
     for row in system_gate_rows(speaking):
-        result, update = recalibrate_system(store, row, config, rule, previous, now)
+        result, update = recalibrate_system(store, row, config, rule, previous, now, through)
         results.append(result)
         if update is not None:
             updates.append(update)
-    return results, updates
+    spoken = {(r.system, r.dataset, r.criterion) for r in system_gate_rows(speaking_system_gates(store))}
+    return results + _first_candidates(store, run_keys, config, spoken, through), updates
 
 
-def first_system_candidates(store: Store, run_keys: list[str], config: CalibrationConfig
-                            ) -> tuple[pl.DataFrame | None, list[tuple[GroupKey, str]]]:
-    """The configured systems' keys that no gate speaks for yet (a cascade added to the config after `cic run`, a
-    stream only ingested): their first candidates on every labelled question, as the first gates of single keys
-    are; and per configured system with no data to certify on, one line saying why (nothing is silent)."""
+def _first_candidates(store: Store, run_keys: list[str], config: CalibrationConfig,
+                      spoken: set[tuple[str, str, str]], through: datetime | None) -> list[SystemRecalibration]:
+    """The configured systems' keys no gate speaks for: a first candidate each (no gate before it, as a new
+    single key's), or per system with none, one skipped result saying why (nothing is silent)."""
     from cic.pipeline.gates.system_gates import system_specs
 
-    runs = store.read("runs").filter(pl.col("run_key").is_in(run_keys))
-    spoken = {(r.system, r.dataset, r.criterion) for r in system_gate_rows(speaking_system_gates(store))}
-    frames, said = [], []
-    for spec in system_specs(config, sorted(set(runs.get_column("model").to_list()))):
-        found = False
-        for data in iter_system_data(store, run_keys, spec):
-            found = True
-            if (spec.name, data.dataset, data.criterion) not in spoken:
-                frames.append(system_calibration_rows(data, config))  # idempotent: a waiting one is itself
-        if not found:
-            missing = [m for m in spec.models if m not in set(runs.get_column("model").to_list())]
-            why = (f"model(s) {', '.join(missing)} have no run here" if missing else
-                   "no dataset where every one of its models has labelled, scored answers")
-            said.append((GroupKey("", " -> ".join(spec.models), "-", spec.estimator, "-"),
-                         f"{spec.kind} {spec.name}: no first gate — {why}; `cic run` (or `cic ingest`) gives it data"))
-    rows = pl.concat(frames) if frames and any(f.height for f in frames) else None
-    return rows, said
+    models = sorted(set(store.read("runs").filter(pl.col("run_key").is_in(run_keys)).get_column("model").to_list()))
+    out = []
+    for spec in system_specs(config, models):
+        found = list(iter_system_data(store, run_keys, spec, through=through))
+        for data in found:
+            if (spec.name, data.dataset, data.criterion) not in spoken:  # idempotent: a waiting one is itself
+                rows = system_calibration_rows(data, config)
+                out.append(SystemRecalibration(system_group(SystemGateRow.of(rows.row(0, named=True))), None, rows))
+        if not found and not any(name == spec.name for name, _, _ in spoken):
+            key = GroupKey("", " -> ".join(spec.models), "-", spec.estimator, "-")
+            out.append(SystemRecalibration(key, None, pl.DataFrame(), skipped=(
+                f"{spec.kind} {spec.name}: no first gate yet — {_why_none(store, run_keys, spec, models, through)}")))
+    return out
+
+
+def _why_none(store: Store, run_keys: list[str], spec: SystemSpec, models: list[str], through: datetime | None
+              ) -> str:
+    """Why a configured system has nothing to certify on: a model without a run, questions still within the label
+    window, or no dataset every stage answered and was labelled on."""
+    missing = [m for m in spec.models if m not in models]
+    if missing:
+        return f"model(s) {', '.join(missing)} have no run here; `cic run` (or `cic ingest`) gives it data"
+    waiting = next(iter_system_data(store, run_keys, spec), None) if through is not None else None
+    if waiting is not None:
+        return (f"{len(waiting.question_ids)} labelled question(s) of {waiting.dataset} are within the label window "
+                f"(seen after {through:%Y-%m-%d %H:%M} UTC); certified once it closes")
+    return "no dataset where every one of its models has labelled, scored answers; `cic run` (or `cic ingest`) " \
+           "gives it data"
 
 
 def recalibrate_system(store: Store, live: SystemGateRow, config: CalibrationConfig, rule: WindowRule,
-                       previous: dict[str, dict[str, Any]], now: datetime
+                       previous: dict[str, dict[str, Any]], now: datetime, through: datetime | None = None
                        ) -> tuple[SystemRecalibration, MonitorUpdate | None]:
-    """One system key: the monitor over every new question, then the candidate and tests on the window."""
+    """One system key: the monitor over every new question, then the candidate and tests on the window of those
+    seen by `through`."""
     from cic.pipeline.config import CalibrationConfig
 
     key = system_group(live)
-    times = question_times(store, live)
+    times = question_times(store, live["run_keys"], live["criterion"])
     certified = times.filter(pl.col("question_id").is_in(live["question_ids"]))
     after = certified.get_column("at").max() if certified.height else None
     seen = times.filter(~pl.col("question_id").is_in(live["question_ids"]))  # after its data, as a window
@@ -134,11 +167,12 @@ def recalibrate_system(store: Store, live: SystemGateRow, config: CalibrationCon
         answered, errors, newest = _routed(stages, live, seen)
         update = update_of(key, display_gate(live), int(answered.sum()), int(errors[answered].sum()), newest,
                            previous, now)
-    window = new_window(seen, None, rule)
+    counted = settled(seen, through)
+    window = new_window(counted, None, rule)
     if window.height < MIN_WINDOW:
-        return SystemRecalibration(key, live, pl.DataFrame(), skipped=(
-            f"{window.height} new labelled question(s) in every stage since the system gate's questions under rule "
-            f"'{rule.describe()}'; at least {MIN_WINDOW} are needed")), update
+        return SystemRecalibration(key, live, pl.DataFrame(), skipped=too_few(
+            window.height, " in every stage since the system gate's questions", rule, seen.height - counted.height)
+                                   ), update
     one = CalibrationConfig(alphas=(live["alpha"],), bounds=(live["bound"],), delta=live["delta"])
     ids = window.get_column("question_id").to_list()
     data = next((d for d in iter_system_data(store, live["run_keys"], spec_of(live), only=ids)
@@ -150,20 +184,6 @@ def recalibrate_system(store: Store, live: SystemGateRow, config: CalibrationCon
     if stages is not None:
         result.checks = _checks(stages, live, window)
     return result, update
-
-
-def question_times(store: Store, row: SystemGateRow) -> pl.DataFrame:
-    """(question_id, at) of the questions labelled (for the gate's criterion) in every stage of a system gate,
-    `at` the latest stage's time, oldest first."""
-    frames = []
-    for i, run_key in enumerate(row["run_keys"]):
-        pairs = labelled_pairs_of_runs(store, [run_key], criterion=row["criterion"])
-        frames.append(pairs.group_by("question_id").agg(pl.col("at").max().alias(f"at{i}")))
-    joined = frames[0]
-    for frame in frames[1:]:
-        joined = joined.join(frame, on="question_id", how="inner")
-    return joined.select("question_id", pl.max_horizontal(*(f"at{i}" for i in range(len(frames)))).alias("at")) \
-        .sort("at", "question_id")
 
 
 def stage_pairs(store: Store, row: SystemGateRow) -> pl.DataFrame:

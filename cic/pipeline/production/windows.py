@@ -11,7 +11,7 @@ import polars as pl
 from cic.errors import UserError
 from cic.pipeline.alerts import BECAME_UNATTAINABLE, TEST_KINDS, UNATTAINABLE, Alert
 from cic.pipeline.run.durations import parse_duration
-from cic.pipeline.run.stored_calibration import span  # noqa: F401 - re-exported: a window's span
+from cic.pipeline.run.stored_calibration import settled, span  # noqa: F401 - re-exported: a window's cut and span
 from cic.stats.drift import DriftTest
 
 MIN_WINDOW = 2
@@ -63,6 +63,14 @@ def new_window(pairs: pl.DataFrame, after: datetime | None, rule: WindowRule) ->
     if rule.count is not None and chosen.height > rule.count:
         chosen = chosen.tail(rule.count)
     return chosen
+
+def too_few(count: int, since: str, rule: WindowRule, waiting: int) -> str:
+    """Why a key (single or system) gets no candidate: its new window's size, from where, under which rule, and the
+    records still within the label window."""
+    wait = f"; {waiting} more wait for their label window to close" if waiting else ""
+    return (f"{count} new labelled question(s){since} under rule '{rule.describe()}'; at least {MIN_WINDOW} are "
+            f"needed{wait}")
+
 
 def unattainable_alert(was_reached: bool, n_cal: int) -> Alert:
     """Alpha unattainable on a new window: a page when the gate speaking for the key reached it, else a warning."""

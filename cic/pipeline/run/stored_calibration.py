@@ -228,6 +228,13 @@ def labelled_pairs(store: Store, key: GroupKey) -> pl.DataFrame:
         .select("question_id", "score", "error", "at")
 
 
+def settled(pairs: pl.DataFrame, through: datetime | None) -> pl.DataFrame:
+    """The pairs a certificate may count: seen (`at`) at or before `through` — now − the label window —, whose
+    labels can no longer be late; one cut for single gates, system gates and anytime states alike. Every pair when
+    there is no cut."""
+    return pairs if through is None else pairs.filter(pl.col("at") <= through)
+
+
 def span(pairs: pl.DataFrame) -> tuple[datetime | None, datetime | None]:
     """The (first, last) `at` of some pairs: a gate's window."""
     if pairs.height == 0:
