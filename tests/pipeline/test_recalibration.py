@@ -273,6 +273,7 @@ def test_the_window_rule_takes_only_records_whose_label_window_has_closed(store:
     keys = store.read("runs").get_column("run_key").to_list()
     night = START + timedelta(days=7, hours=12)
     waiting = recalibrate_store(store, keys, CONFIG, 0.01, WindowRule(), now=night, label_window=timedelta(days=1))
-    assert waiting.candidates == [] and any("0 new labelled question(s)" in why for _, why in waiting.skipped)
+    assert waiting.candidates == [] and any("0 new labelled question(s)" in why and why.endswith(
+        "; 300 more wait for their label window to close") for _, why in waiting.skipped)
     counted = recalibrate_store(store, keys, CONFIG, 0.01, WindowRule(), now=night)
     assert [c.row.n_cal for c in counted.candidates] == [300]

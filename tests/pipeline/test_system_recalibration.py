@@ -139,7 +139,8 @@ def test_a_system_candidate_counts_only_questions_whose_label_window_has_closed_
     night = DAY + timedelta(days=2, hours=12)
     waiting = one_pass(db, keys, now=night, label_window=timedelta(days=1))
     assert waiting.systems == [] and waiting.candidates == []
-    assert any(k.model == "small -> big" and "0 new labelled question(s)" in why for k, why in waiting.skipped)
+    assert any(k.model == "small -> big" and why.startswith("0 new labelled question(s) in every stage since")
+               and why.endswith("; 400 more wait for their label window to close") for k, why in waiting.skipped)
     (monitor,) = [m for m in waiting.monitors if m.gate["calibration_id"] == old["calibration_id"]]
     assert monitor.row["n"] > 0
     (candidate,) = one_pass(db, keys, now=night).systems
@@ -159,7 +160,9 @@ def singles_calibrated(tmp_path: Path) -> tuple[str, list[str]]:
 
 def test_a_cascades_first_gate_waits_until_its_questions_label_window_has_closed(tmp_path: Path) -> None:
     """A cascade added after `cic run`, its questions seen half a day before the pass: with a one-day label window
-    no first gate yet — one line says why —; a day later its first gate counts all 600 and goes live."""
+    no first gate yet — one line says why —; a day later its first gates count all 600, and each alpha is its own
+    key, as a single key's first candidates are: the reachable one goes live, the unreachable one waits with its
+    warning and holds nothing back."""
     db, keys = singles_calibrated(tmp_path)
     with Store.open(db) as store:
         early = recalibrate_store(store, keys, CONFIG, 0.05, WindowRule(), auto_promote=True,
@@ -169,10 +172,12 @@ def test_a_cascades_first_gate_waits_until_its_questions_label_window_has_closed
     assert why.startswith("cascade small-big: no first gate yet — 600 labelled question(s) of d are within the "
                           "label window")
     with Store.open(db) as store:
-        later = recalibrate_store(store, keys, CONFIG, 0.05, WindowRule(), auto_promote=True,
-                                  now=DAY + timedelta(days=1, hours=1), label_window=timedelta(days=1))
-    (first,) = later.systems
-    assert first.state == "live" and len(first.row["question_ids"]) == 600
+        later = recalibrate_store(store, keys, CONFIG.model_copy(update={"alphas": (0.2, 0.001)}), 0.05,
+                                  WindowRule(), auto_promote=True, now=DAY + timedelta(days=1, hours=1),
+                                  label_window=timedelta(days=1))
+    first = {s.row["alpha"]: s for s in later.systems}
+    assert first[0.2].state == "live" and len(first[0.2].row["question_ids"]) == 600
+    assert first[0.001].state == "candidate" and first[0.001].alerts[0].startswith("alpha is unattainable")
 
 
 def test_the_nightly_pass_gives_a_configured_cascade_its_first_gate_or_says_why_not(tmp_path: Path) -> None:

@@ -122,9 +122,11 @@ def _first_candidates(store: Store, run_keys: list[str], config: CalibrationConf
     for spec in system_specs(config, models):
         found = list(iter_system_data(store, run_keys, spec, through=through))
         for data in found:
-            if (spec.name, data.dataset, data.criterion) not in spoken:  # idempotent: a waiting one is itself
-                rows = system_calibration_rows(data, config)
-                out.append(SystemRecalibration(system_group(SystemGateRow.of(rows.row(0, named=True))), None, rows))
+            if (spec.name, data.dataset, data.criterion) in spoken:
+                continue
+            rows = system_calibration_rows(data, config)  # idempotent: a waiting candidate is itself again
+            out.extend(SystemRecalibration(system_group(SystemGateRow.of(row)), None, rows.slice(i, 1))
+                       for i, row in enumerate(rows.iter_rows(named=True)))  # one system key each
         if not found and not any(name == spec.name for name, _, _ in spoken):
             key = GroupKey("", " -> ".join(spec.models), "-", spec.estimator, "-")
             out.append(SystemRecalibration(key, None, pl.DataFrame(), skipped=(
