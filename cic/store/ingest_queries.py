@@ -129,10 +129,34 @@ def changed_records(store: Store, records: Files, scores: Files, later: tuple[st
     return pl.concat([facts, values]).sort("record", "field")
 
 
+#: (system gate id, run_key, criterion, question_id) for every question a system gate was certified on, in each stage's
+#: run: a system gate's "window" is its questions
+_SYSTEM_QUESTIONS = ("WITH g AS (SELECT calibration_id, criterion, unnest(run_keys) AS run_key, question_ids "
+                     "FROM system_calibrations) "
+                     "SELECT calibration_id, criterion, run_key, unnest(question_ids) AS question_id FROM g")
+
+
 def gates_holding_records(store: Store, changed: Files) -> dict[str, int]:
     """gate id → how many of the changed records (run_key, question_id, new_at) lie in its window, at their stored
     time or at the time the change gives them (a gate without a window holds them all, and so does every gate of
-    the run when a record has no time; every criterion of the run)."""
+    the run when a record has no time; every criterion of the run); a system gate holds the records of its
+    questions in each stage's run."""
+    return _single_records(store, changed) | _system_gates_holding(store, changed, criterion=False)
+
+
+def _system_gates_holding(store: Store, changed: Files, *, criterion: bool) -> dict[str, int]:
+    """system gate id → how many distinct changed (run_key, question_id[, criterion]) rows are among its questions
+    in one of its stages' runs (with `criterion`, for its criterion)."""
+    on = " AND q.criterion = ch.criterion" if criterion else ""
+    rows = store.sql(
+        f"SELECT q.calibration_id, count(*) FROM ({_SYSTEM_QUESTIONS}) q JOIN (SELECT DISTINCT run_key, question_id"
+        f"{', criterion' if criterion else ''} FROM read_parquet(?)) ch ON q.run_key = ch.run_key AND "
+        f"q.question_id = ch.question_id{on} GROUP BY q.calibration_id", [changed])
+    return {gate_id: int(n) for gate_id, n in rows}
+
+
+def _single_records(store: Store, changed: Files) -> dict[str, int]:
+    """`gates_holding_records` of single gates: by window."""
     rows = store.sql(
         "SELECT c.calibration_id, count(DISTINCT t.question_id) FROM calibrations c JOIN ("
         "  SELECT DISTINCT ch.run_key, ch.question_id, o.observed_at AS old_at, ch.new_at "
@@ -163,7 +187,13 @@ def staged_label_count(store: Store, labels: Files) -> int:
 
 def gates_touched(store: Store, changed: Files) -> dict[str, int]:
     """gate id → how many of the changed labels lie in its window (a gate without a window holds them all);
-    a record's time is when production saw it, else when its label was first stored."""
+    a record's time is when production saw it, else when its label was first stored. A system gate is touched by
+    a changed label of its criterion on one of its questions in one of its stages' runs."""
+    return _single_labels(store, changed) | _system_gates_holding(store, changed, criterion=True)
+
+
+def _single_labels(store: Store, changed: Files) -> dict[str, int]:
+    """`gates_touched` of single gates: by window."""
     rows = store.sql(
         "SELECT c.calibration_id, count(*) FROM calibrations c JOIN ("
         "  SELECT ch.run_key, ch.criterion, coalesce(o.observed_at, l.created_at) AS seen_at FROM read_parquet(?) ch "

@@ -105,6 +105,56 @@ def test_relabelling_is_refused_unless_asked_then_recorded_and_the_live_gate_fla
     assert f"{live[:12]} alert: labels changed under this gate: 300 label(s)" in " ".join(listed.output.split())
 
 
+@pytest.mark.parametrize("change", ["relabel", "replace"])
+def test_a_change_under_a_live_cascade_flags_its_gate_as_it_flags_a_single_one_and_the_export_says_why(
+        tmp_path: Path, change: str) -> None:
+    """A cascade certified on two models' streams: relabelling (or replacing) questions it was certified on in
+    its second stage flags the system gate as it flags that model's single gate — the export serves nothing for
+    the key and says why (unflagged, the gate no longer re-certified and the whole export was refused) — and the
+    next recalibration of the key pages on its candidate."""
+    from cic.pipeline.config import CalibrationConfig, CascadeConfig
+    from cic.pipeline.gates.calibrate_store import calibrate_store
+    from cic.pipeline.gates.system_gates import system_gates
+    from cic.pipeline.production.recalibration import recalibrate_store
+    from tests.support.pipeline_data import served_systems
+
+    db = tmp_path / "s.duckdb"
+    config = CalibrationConfig(alphas=(0.3,), bounds=("cp",), searches=("fixed_sequence",), n_splits=2,
+                               cascades=(CascadeConfig(name="sb", models=("small", "big"),
+                                                       estimator="semantic_entropy"),))
+    streams = {m: _stream(400, seed, T0 - timedelta(days=20)).with_columns(model=pl.lit(m))
+               for m, seed in (("small", 1), ("big", 2))}
+    with Store.open(db) as store:
+        for model, frame in streams.items():
+            ingest_file(store, write(frame, tmp_path / f"{model}.parquet"), now=NOW)
+        keys = store.read("runs").get_column("run_key").to_list()
+    calibrate_store(str(db), keys, config)
+    with Store.open(db) as store:
+        (cascade,) = system_gates(store).filter(state="live").get_column("calibration_id").to_list()
+        big = streams["big"].head(3)
+        if change == "relabel":
+            flips = big.select("model", "stream", "question_id", ~pl.col("correct"))
+            stats = ingest_file(store, write(flips, tmp_path / "flips.csv"), IngestOptions(relabel=True), now=NOW)
+        else:
+            resent = big.with_columns(answer=pl.lit("another answer"))
+            stats = ingest_file(store, write(resent, tmp_path / "resent.parquet"), IngestOptions(replace=True),
+                                now=NOW)
+        assert cascade in stats.flagged_gates and len(stats.flagged_gates) == 2  # and big's single gate
+        (alert,) = system_gates(store).filter(calibration_id=cascade).row(0, named=True)["alerts"]
+        said = {"relabel": "labels changed under this gate: 3 label(s)",
+                "replace": "records replaced under this gate: 3 record(s)"}[change]
+        assert alert.startswith(said)
+        (served,) = served_systems(store)
+        assert served["serve"] == "nothing" and f"live system gate {cascade[:12]} is flagged ({said}" in \
+            served["reason"]
+        for model in streams:
+            later = _stream(100, 7, T0 - timedelta(days=2), offset=1000).with_columns(model=pl.lit(model))
+            ingest_file(store, write(later, tmp_path / f"{model}-2.parquet"), now=NOW)
+        night = recalibrate_store(store, keys, config, 0.05, WindowRule())
+        (candidate,) = night.systems
+        assert [a.kind.severity for a in candidate.alerts if f"live gate {cascade[:12]}: {said}" in a] == ["page"]
+
+
 CHANGES = {"question": pl.lit("what else?"), "answer": pl.lit("b"),
            "timestamp": pl.col("timestamp") + timedelta(seconds=1), "score:semantic_entropy": pl.lit(0.5)}
 

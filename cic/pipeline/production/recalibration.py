@@ -24,18 +24,7 @@ import polars as pl
 
 from cic import schema
 from cic.errors import UserError
-from cic.pipeline.alerts import (
-    LIVE_RELABELLED,
-    LIVE_REPLACED,
-    PAGE,
-    RELABELLED,
-    REPLACED,
-    STATE_BROKEN,
-    Alert,
-    kind_of,
-    severity,
-    withdraws,
-)
+from cic.pipeline.alerts import PAGE, STATE_BROKEN, Alert, kind_of, severity, withdraws
 from cic.pipeline.gates.gate_rows import ColumnReader, GateRow, SystemGateRow, gate_rows
 from cic.pipeline.gates.lifecycle import gates
 from cic.pipeline.gates.serving_now import serving_now
@@ -43,6 +32,7 @@ from cic.pipeline.production.windows import (
     MIN_WINDOW,
     Check,
     WindowRule,
+    changed_under,
     new_window,
     parse_since,
     settled,
@@ -81,11 +71,7 @@ class GroupRecalibration:
         if row["threshold"] is None:
             out.append(unattainable_alert(live is not None and live["threshold"] is not None, row["n_cal"]))
         out.extend(c.alert() for c in self.checks if c.rejected and row["calibration_id"] in c.gate_ids)
-        if live is not None:  # the live gate's own data changed under it (`cic ingest --relabel` / `--replace`)
-            paged = {RELABELLED: LIVE_RELABELLED, REPLACED: LIVE_REPLACED}
-            out.extend(Alert(paged[kind_of(a)], f"live gate {live['calibration_id'][:12]}: {a}")
-                       for a in live["alerts"] if kind_of(a) in paged)
-        return out
+        return out + changed_under(live)
 
     def live_of(self, row: ColumnReader) -> GateRow | None:
         """The live gate a candidate row is compared with: its slot's."""

@@ -37,6 +37,7 @@ from cic.pipeline.production.windows import (
     MIN_WINDOW,
     Check,
     WindowRule,
+    changed_under,
     new_window,
     settled,
     too_few,
@@ -65,13 +66,14 @@ class SystemRecalibration:
     skipped: str | None = None
 
     def alerts_of(self, row: ColumnReader) -> list[Alert]:
-        """A candidate's alerts: alpha unattainable on the new questions, and every rejected test of its key."""
+        """A candidate's alerts: alpha unattainable on the new questions, every rejected test of its key, and the
+        pages of data changed under the gate speaking for it (as a single key's)."""
         out = []
         if not row["certified"]:
             reached = self.live is not None and self.live.certified and self.live.state == "live"
             out.append(unattainable_alert(reached, row["n_cal"]))
         out.extend(c.alert() for c in self.checks if c.rejected)
-        return out
+        return out + changed_under(self.live)
 
     def live_of(self, row: ColumnReader) -> SystemGateRow | None:
         """The gate a candidate row is compared with: the one that spoke for the key."""

@@ -9,7 +9,18 @@ from datetime import UTC, datetime, timedelta
 import polars as pl
 
 from cic.errors import UserError
-from cic.pipeline.alerts import BECAME_UNATTAINABLE, TEST_KINDS, UNATTAINABLE, Alert
+from cic.pipeline.alerts import (
+    BECAME_UNATTAINABLE,
+    LIVE_RELABELLED,
+    LIVE_REPLACED,
+    RELABELLED,
+    REPLACED,
+    TEST_KINDS,
+    UNATTAINABLE,
+    Alert,
+    kind_of,
+)
+from cic.pipeline.gates.gate_rows import ColumnReader
 from cic.pipeline.run.durations import parse_duration
 from cic.pipeline.run.stored_calibration import settled, span  # noqa: F401 - re-exported: a window's cut and span
 from cic.stats.drift import DriftTest
@@ -70,6 +81,16 @@ def too_few(count: int, since: str, rule: WindowRule, waiting: int) -> str:
     wait = f"; {waiting} more wait for their label window to close" if waiting else ""
     return (f"{count} new labelled question(s){since} under rule '{rule.describe()}'; at least {MIN_WINDOW} are "
             f"needed{wait}")
+
+
+def changed_under(live: ColumnReader | None) -> list[Alert]:
+    """The pages a candidate carries when the gate speaking for its key (single or system) had its own data changed
+    under it (`cic ingest --relabel` / `--replace` flagged it)."""
+    if live is None:
+        return []
+    paged = {RELABELLED: LIVE_RELABELLED, REPLACED: LIVE_REPLACED}
+    return [Alert(paged[kind_of(a)], f"live gate {live['calibration_id'][:12]}: {a}")
+            for a in live["alerts"] if kind_of(a) in paged]
 
 
 def unattainable_alert(was_reached: bool, n_cal: int) -> Alert:
