@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from cic.cli import app
 from cic.errors import UserError
-from cic.pipeline.gates.lifecycle import gates
+from cic.pipeline.gates.lifecycle import confirm, gates
 from cic.pipeline.production.ingest import IngestOptions, ingest_file
 from cic.pipeline.production.recalibration import WindowRule, recalibrate_group
 from cic.store import Store
@@ -110,8 +110,9 @@ def test_a_change_under_a_live_cascade_flags_its_gate_as_it_flags_a_single_one_a
         tmp_path: Path, change: str) -> None:
     """A cascade certified on two models' streams: relabelling (or replacing) questions it was certified on in
     its second stage flags the system gate as it flags that model's single gate — the export serves nothing for
-    the key and says why (unflagged, the gate no longer re-certified and the whole export was refused) — and the
-    next recalibration of the key pages on its candidate."""
+    the key and says why (unflagged, the gate no longer re-certified and the whole export was refused), a relabelled
+    one cannot be confirmed back (refused in a single gate's words), and the next recalibration of the key pages on
+    its candidate."""
     from cic.pipeline.config import CalibrationConfig, CascadeConfig
     from cic.pipeline.gates.calibrate_store import calibrate_store
     from cic.pipeline.gates.system_gates import system_gates
@@ -147,6 +148,11 @@ def test_a_change_under_a_live_cascade_flags_its_gate_as_it_flags_a_single_one_a
         (served,) = served_systems(store)
         assert served["serve"] == "nothing" and f"live system gate {cascade[:12]} is flagged ({said}" in \
             served["reason"]
+        if change == "relabel":  # its certified data changed: nobody confirms it back, in a single gate's words
+            with pytest.raises(UserError, match=rf"system gate {cascade[:12]} .*: its calibration pairs are no longer "
+                                                 r"in the store \(400 of its 400 questions rebuilt in every stage; "
+                                                 r"their fingerprint differs\); refusing to serve it \(recalibrate"):
+                confirm(store, cascade, reason="looked: fine")
         for model in streams:
             later = _stream(100, 7, T0 - timedelta(days=2), offset=1000).with_columns(model=pl.lit(model))
             ingest_file(store, write(later, tmp_path / f"{model}-2.parquet"), now=NOW)

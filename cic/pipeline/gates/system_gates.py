@@ -262,15 +262,17 @@ def recertify_system(store: Store, row: SystemGateRow) -> None:
                      if d.dataset == row["dataset"] and d.criterion == row["criterion"]), None)
     except (UserError, ValueError, TypeError) as exc:
         raise UserError(f"{name}: it cannot be re-certified ({exc}); refusing to serve it") from None
-    if data is None:
-        raise UserError(f"{name}: the store's pairs no longer give it (data changed or the row was edited); run "
-                        "`cic run` to certify it again")
+    rebuilt = 0 if data is None else len(data.question_ids)
+    if data is None or data.fingerprint != row["data_fingerprint"]:  # in a single gate's words (`certificates`)
+        raise UserError(f"{name}: its calibration pairs are no longer in the store ({rebuilt} of its "
+                        f"{len(row['question_ids'])} questions rebuilt in every stage; their fingerprint differs); "
+                        "refusing to serve it (recalibrate to replace it)")
     again = system_calibration_rows(data, one).row(0, named=True)
     for column in SERVED_COLUMNS:
         if not _same(row.get(column), again.get(column)):
             raise UserError(f"{name}: column {column} = {row.get(column)!r}, but re-certifying it from the store "
-                            f"gives {again.get(column)!r} (data changed or the row was edited); refusing to serve "
-                            "it — run `cic run` to certify it again")
+                            f"gives {again.get(column)!r} (the row was edited); refusing to serve it (recalibrate "
+                            "to replace it)")
 
 
 def _same(stored: Any, certified: Any) -> bool:
