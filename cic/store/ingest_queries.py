@@ -129,11 +129,20 @@ def changed_records(store: Store, records: Files, scores: Files, later: tuple[st
     return pl.concat([facts, values]).sort("record", "field")
 
 
-#: (system gate id, run_key, criterion, question_id) for every question a system gate was certified on, in each stage's
-#: run: a system gate's "window" is its questions
-_SYSTEM_QUESTIONS = ("WITH g AS (SELECT calibration_id, criterion, unnest(run_keys) AS run_key, question_ids "
-                     "FROM system_calibrations) "
-                     "SELECT calibration_id, criterion, run_key, unnest(question_ids) AS question_id FROM g")
+#: system gate id → how many changed (run_key, question_id, criterion) rows are among its questions in one of its
+#: stages' runs, for its criterion (a system gate's "window" is its questions); and the same for changed records
+#: (run_key, question_id), any criterion
+_SYSTEM_LABELS = (
+    "WITH g AS (SELECT calibration_id, criterion, unnest(run_keys) AS run_key, question_ids FROM system_calibrations), "
+    "q AS (SELECT calibration_id, criterion, run_key, unnest(question_ids) AS question_id FROM g) "
+    "SELECT q.calibration_id, count(*) FROM q JOIN (SELECT DISTINCT run_key, question_id, criterion FROM "
+    "read_parquet(?)) ch ON q.run_key = ch.run_key AND q.question_id = ch.question_id AND q.criterion = ch.criterion "
+    "GROUP BY q.calibration_id")
+_SYSTEM_RECORDS = (
+    "WITH g AS (SELECT calibration_id, unnest(run_keys) AS run_key, question_ids FROM system_calibrations), "
+    "q AS (SELECT calibration_id, run_key, unnest(question_ids) AS question_id FROM g) "
+    "SELECT q.calibration_id, count(*) FROM q JOIN (SELECT DISTINCT run_key, question_id FROM read_parquet(?)) ch "
+    "ON q.run_key = ch.run_key AND q.question_id = ch.question_id GROUP BY q.calibration_id")
 
 
 def gates_holding_records(store: Store, changed: Files) -> dict[str, int]:
@@ -141,18 +150,7 @@ def gates_holding_records(store: Store, changed: Files) -> dict[str, int]:
     time or at the time the change gives them (a gate without a window holds them all, and so does every gate of
     the run when a record has no time; every criterion of the run); a system gate holds the records of its
     questions in each stage's run."""
-    return _single_records(store, changed) | _system_gates_holding(store, changed, criterion=False)
-
-
-def _system_gates_holding(store: Store, changed: Files, *, criterion: bool) -> dict[str, int]:
-    """system gate id → how many distinct changed (run_key, question_id[, criterion]) rows are among its questions
-    in one of its stages' runs (with `criterion`, for its criterion)."""
-    on = " AND q.criterion = ch.criterion" if criterion else ""
-    rows = store.sql(
-        f"SELECT q.calibration_id, count(*) FROM ({_SYSTEM_QUESTIONS}) q JOIN (SELECT DISTINCT run_key, question_id"
-        f"{', criterion' if criterion else ''} FROM read_parquet(?)) ch ON q.run_key = ch.run_key AND "
-        f"q.question_id = ch.question_id{on} GROUP BY q.calibration_id", [changed])
-    return {gate_id: int(n) for gate_id, n in rows}
+    return _single_records(store, changed) | {gate_id: int(n) for gate_id, n in store.sql(_SYSTEM_RECORDS, [changed])}
 
 
 def _single_records(store: Store, changed: Files) -> dict[str, int]:
@@ -189,7 +187,7 @@ def gates_touched(store: Store, changed: Files) -> dict[str, int]:
     """gate id → how many of the changed labels lie in its window (a gate without a window holds them all);
     a record's time is when production saw it, else when its label was first stored. A system gate is touched by
     a changed label of its criterion on one of its questions in one of its stages' runs."""
-    return _single_labels(store, changed) | _system_gates_holding(store, changed, criterion=True)
+    return _single_labels(store, changed) | {gate_id: int(n) for gate_id, n in store.sql(_SYSTEM_LABELS, [changed])}
 
 
 def _single_labels(store: Store, changed: Files) -> dict[str, int]:
