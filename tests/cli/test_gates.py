@@ -195,3 +195,64 @@ def test_cic_ask_refuses_a_config_whose_generation_settings_are_not_the_gates_be
     assert "temperature = 0.3 in this config, 1.0 certified" in refused.stderr
     same = _cic(tmp_path, *ask, "--config", str(config))
     assert "generation settings" not in same.stderr and "no-such-model.gguf" in same.stderr + same.stdout
+
+
+def test_a_cascade_on_ingested_streams_waits_for_its_label_window_goes_live_and_a_relabel_takes_it_out(
+        tmp_path: Path) -> None:
+    """The production story of a cascade as on-call runs it (installed `cic`, fresh directory, its models' servers
+    down — nothing here may call a model): two models' streams ingested; `cic recalibrate` under a two-day label
+    window gives the cascade no first gate while its questions' labels may still be late, and says so; two days on
+    its first gate goes live (`promotion: auto`); a relabel under it flags it, and then `cic gate export` serves
+    nothing for its key saying why (exit 0: the other keys still export) and `cic ask --cascade` abstains with the
+    same reason, calling no model."""
+    import json
+    from datetime import UTC, datetime, timedelta
+
+    import numpy as np
+    import polars as pl
+    import yaml
+
+    from tests.support.local_servers import free_port
+
+    seen = datetime.now(UTC) - timedelta(hours=12)
+    frames = {}
+    for model, seed in (("small", 1), ("big", 2)):
+        rng = np.random.default_rng(seed)
+        score = rng.random(400)
+        frames[model] = pl.DataFrame({
+            "model": model, "stream": "bot", "question_id": [f"q{i}" for i in range(400)], "question": "?",
+            "answer": "a", "timestamp": [seen + timedelta(seconds=i) for i in range(400)],
+            "score:semantic_entropy": score, "correct": rng.random(400) >= 0.02 + 0.5 * score})
+        frames[model].write_parquet(tmp_path / f"{model}.parquet")
+        assert _cic(tmp_path, "ingest", f"{model}.parquet", "--db", "p.duckdb").returncode == 0
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump({
+        "name": "p", "models": [{"name": m, "endpoint": {"urls": [dead], "model": m}} for m in ("small", "big")],
+        "datasets": [{"name": "trivia_qa", "limit": 4}], "uncertainty": {"estimators": ["semantic_entropy"]},
+        "calibration": {"alphas": [0.3], "bounds": ["cp"], "searches": ["fixed_sequence"], "n_splits": 2,
+                        "cascades": [{"name": "sb", "models": ["small", "big"], "estimator": "semantic_entropy"}]},
+        "recalibration": {"promotion": "auto", "label_window": "2d"},
+        "storage": {"db": "p.duckdb", "report_dir": "reports", "model_cache": os.environ["CIC_CACHE_DIR"]}}))
+
+    early = _cic(tmp_path, "recalibrate", "--config", "p.yaml", "--no-mlflow")
+    said = " ".join((early.stdout + early.stderr).split())
+    assert early.returncode == 0, said[-3000:]
+    assert "cascade sb: no first gate yet — 400 labelled question(s) of bot are within the label window" in said
+    later = _cic(tmp_path, "recalibrate", "--config", "p.yaml", "--no-mlflow", "--label-window", "1h")
+    assert later.returncode == 0, later.stdout[-3000:] + later.stderr[-3000:]
+    listed = _cic(tmp_path, "gate", "list", "--db", "p.duckdb", "--state", "serving")
+    (cascade,) = [line.split()[0] for line in listed.stdout.splitlines() if "small -> big" in line]
+
+    flips = frames["big"].head(5).select("model", "stream", "question_id", ~pl.col("correct"))
+    flips.write_csv(tmp_path / "flips.csv")
+    relabel = _cic(tmp_path, "ingest", "flips.csv", "--db", "p.duckdb", "--relabel", "--no-mlflow")
+    assert relabel.returncode == 0 and "gates flagged: " in relabel.stderr and cascade in relabel.stderr, \
+        relabel.stdout + relabel.stderr
+    export = _cic(tmp_path, "gate", "export", "--db", "p.duckdb", "--out", "serve.json")
+    assert export.returncode == 0, export.stdout + export.stderr
+    (entry,) = [e for e in json.loads((tmp_path / "serve.json").read_text()) if e.get("system") == "sb"]
+    assert entry["serve"] == "nothing" and "is flagged (labels changed under this gate: 5 label(s)" in entry["reason"]
+    asked = _cic(tmp_path, "ask", "Who wrote Hamlet?", "--config", "p.yaml", "--cascade", "sb", "--dataset", "bot",
+                 "--alpha", "0.3", "--bound", "cp")
+    out = " ".join(asked.stdout.split())
+    assert asked.returncode == 0 and "ABSTAIN" in out and entry["reason"][:60] in out, out + asked.stderr
