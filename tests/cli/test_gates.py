@@ -49,9 +49,9 @@ def test_gate_list_piped_fits_columns_and_never_breaks_a_word(tmp_path: Path) ->
     assert sum(1 for line in narrow if "threshold:" in line) == sum(1 for line in wide if "serving" in line.split())
 
 
-def _cic(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _cic(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(Path(sys.executable).with_name("cic")), *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+                          text=True, timeout=120, env={**(env or os.environ), "COLUMNS": "200"})
 
 
 def test_gate_list_says_the_serving_state_the_export_serves(tmp_path: Path) -> None:
@@ -198,7 +198,7 @@ def test_cic_ask_refuses_a_config_whose_generation_settings_are_not_the_gates_be
 
 
 def test_a_cascade_on_ingested_streams_waits_for_its_label_window_goes_live_and_a_relabel_takes_it_out(
-        tmp_path: Path) -> None:
+        tmp_path: Path, server: dict[str, str]) -> None:
     """The production story of a cascade as on-call runs it (installed `cic`, fresh directory, its models' servers
     down — nothing here may call a model): two models' streams ingested; `cic recalibrate` under a two-day label
     window gives the cascade no first gate while its questions' labels may still be late, and says so; two days on
@@ -234,11 +234,11 @@ def test_a_cascade_on_ingested_streams_waits_for_its_label_window_goes_live_and_
         "recalibration": {"promotion": "auto", "label_window": "2d"},
         "storage": {"db": "p.duckdb", "report_dir": "reports", "model_cache": os.environ["CIC_CACHE_DIR"]}}))
 
-    early = _cic(tmp_path, "recalibrate", "--config", "p.yaml", "--no-mlflow")
+    early = _cic(tmp_path, "recalibrate", "--config", "p.yaml", "--no-mlflow", env=server)  # the session's Prefect
     said = " ".join((early.stdout + early.stderr).split())
     assert early.returncode == 0, said[-3000:]
     assert "cascade sb: no first gate yet — 400 labelled question(s) of bot are within the label window" in said
-    later = _cic(tmp_path, "recalibrate", "--config", "p.yaml", "--no-mlflow", "--label-window", "1h")
+    later = _cic(tmp_path, "recalibrate", "--config", "p.yaml", "--no-mlflow", "--label-window", "1h", env=server)
     assert later.returncode == 0, later.stdout[-3000:] + later.stderr[-3000:]
     listed = _cic(tmp_path, "gate", "list", "--db", "p.duckdb", "--state", "serving")
     (cascade,) = [line.split()[0] for line in listed.stdout.splitlines() if "small -> big" in line]
