@@ -33,7 +33,9 @@ class SentenceEmbedder:
     def model(self) -> Any:
         if self._model is None:
             from sentence_transformers import SentenceTransformer
+            from transformers.utils import logging as hf_logging
 
+            hf_logging.disable_progress_bar()  # its "Loading weights" bar is noise on a command's stderr and in logs
             location = str(resolve_package_path(self.spec)) if is_package_spec(self.spec) else self.spec
             try:
                 self._model = SentenceTransformer(location, device=self.device or "cpu")

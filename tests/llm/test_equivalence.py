@@ -134,3 +134,16 @@ def test_embedding_equivalence_with_minilm_groups_paraphrases(minilm) -> None:
     ids = cluster_answers(["Paris", "Paris, France", "the city of Paris", "Tokyo", "Tokyo, Japan"], eq)
     assert ids[0] != ids[3] and ids[3] == ids[4]
     assert eq.n_calls <= 5 * len(set(ids.tolist()))
+
+
+@pytest.mark.slow
+def test_loading_the_embedding_model_prints_no_progress_bar() -> None:
+    """A fresh process loads the bundled embedder and embeds one answer: nothing on stderr (transformers' "Loading
+    weights" bar would land on every command's console and in every pipeline log)."""
+    import subprocess
+    import sys
+
+    code = "from cic.llm.embeddings import SentenceEmbedder; print(SentenceEmbedder().encode(['an answer']).shape)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "(1, 384)", proc.stderr[-2000:]
+    assert proc.stderr == ""
