@@ -21,8 +21,8 @@ import polars as pl
 
 from cic import schema
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
-from cic.pipeline.gates.gate_rows import GateRow
-from cic.pipeline.gates.lifecycle import gate_of
+from cic.pipeline.gates.gate_rows import GateRow, SystemGateRow
+from cic.pipeline.gates.lifecycle import gate_of, kind_of
 from cic.pipeline.production.recalibration import Candidate, RecalibrationPass
 from cic.pipeline.run.group_reports import StoredUnit, UnitReport
 from cic.pipeline.run.stored_calibration import GroupKey
@@ -81,6 +81,12 @@ def _gate_entry(row: GateRow, **extra: Any) -> dict[str, Any]:
     gate = json.loads(gate_of(row).to_json())
     return {"alpha": row.alpha, "bound": row.bound, "search": row.search, "calibration_id": row.calibration_id,
             **extra, "gate": gate}
+
+
+def _system_gate(row: Any) -> dict[str, Any]:
+    """A system gate's entry in gates.json: what routes a question (models, estimators, thresholds in order)."""
+    return {k: row[k] for k in ("calibration_id", "alpha", "bound", "search", "models", "estimators", "thresholds",
+                                "guarantee")}
 
 
 def _table(rows: Iterable[Mapping[str, Any]]) -> GroupTable:
@@ -153,34 +159,50 @@ def _group_tags(group: GroupKey, fingerprint: str, *, kind: str) -> dict[str, st
             "cic.data_fingerprint": fingerprint}
 
 
+def _threshold_cell(row: GateRow | SystemGateRow) -> Any:
+    """A gate's threshold as a table shows it: a single gate's, or a system's per stage in order ("never answers"
+    for a stage without one); why there is none when it certifies nothing."""
+    if isinstance(row, GateRow):
+        return said(row.threshold, UNATTAINABLE)
+    if not row.certified:
+        return UNATTAINABLE
+    return " / ".join("never answers" if t is None else f"{t:.6g}" for t in row.thresholds)
+
+
 def recalibration_row(item: Candidate, monitor_of: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Per α × bound × search of a recalibration: the candidate beside the live gate it would replace."""
+    """Per α × bound × search of a recalibration: the candidate beside the live gate it would replace (a system
+    gate's thresholds per stage)."""
     row, live = item.row, item.live
     monitor = monitor_of.get(live.calibration_id) if live is not None else None
     no_live = "no live gate"
-    change = (row.threshold - live.threshold if live is not None and None not in
+    single = isinstance(row, GateRow)
+    change = (row.threshold - live.threshold if single and live is not None and None not in
               (live.threshold, row.threshold) else None)
     return {"alpha": row.alpha, "bound": row.bound, "search": row.search, "delta": row.delta,
-            "state": item.state, "threshold": said(row.threshold, UNATTAINABLE),
-            "ucb": said(row.bound_value, _no_bound(row)), "n_cal": row.n_cal, "n_accepted": row.n_accepted,
-            "n_errors": row.n_errors, "feasible": row.threshold is not None,
+            "state": item.state, "threshold": _threshold_cell(row),
+            "ucb": said(row.bound_value, _no_bound(row) if single else UNATTAINABLE), "n_cal": row.n_cal,
+            "n_accepted": row.n_accepted, "n_errors": row.n_errors, "feasible": kind_of(row).certifies(row),
             "alerts": " | ".join(item.alerts) or "none", "n_alerts": len(item.alerts),
-            "live_threshold": said(live.threshold, UNATTAINABLE) if live is not None else no_live,
-            "threshold_change": said(change, "none: a threshold is missing on one side"),
+            "live_threshold": _threshold_cell(live) if live is not None else no_live,
+            "threshold_change": said(change, "none: a threshold is missing on one side" if single else
+                                     "none: one threshold per stage"),
             "live_monitor_e_value": monitor["e_value"] if monitor else "no monitor",
             "live_rate_lower_bound": monitor["rate_lower_bound"] if monitor else "no monitor",
             "live_monitor_alarmed": bool(monitor["alarmed"]) if monitor else "no monitor",
             "live_monitor_answered": monitor["n"] if monitor else "no monitor",
-            "certified_together": row.groups or 1, "gate_id": row.calibration_id,
+            "certified_together": row.get("groups") or 1, "gate_id": row.calibration_id,
             "live_gate_id": live.calibration_id if live else no_live,
-            "_gate": _gate_entry(row, state=item.state, alerts=list(item.alerts))}
+            "_gate": _gate_entry(row, state=item.state, alerts=list(item.alerts)) if single else {
+                "calibration_id": row.calibration_id, "alpha": row.alpha, "bound": row.bound, "search": row.search,
+                "state": item.state, "alerts": list(item.alerts), "gate": _system_gate(row)}}
 
 
 def recalibration_groups(result: RecalibrationPass, experiment_prefix: str,
                          flow_run_id: str | None = None) -> list[GroupLog]:
-    """One run per recalibrated group (cic.kind = recalibration); its drift tests as metrics."""
+    """One run per recalibrated group — a single model's, or a system key's (a cascade, an estimator chosen) —
+    (cic.kind = recalibration); its drift tests as metrics."""
     by_group: dict[GroupKey, list[Candidate]] = {}
-    for item in result.candidates:
+    for item in [*result.candidates, *result.systems]:
         by_group.setdefault(item.key, []).append(item)
     monitor_of = {m.gate["calibration_id"]: m.row for m in result.monitors}
     alarms_of: dict[GroupKey, int] = {}
@@ -197,10 +219,11 @@ def _recalibration_group(key: GroupKey, items: Sequence[Candidate], checks: Sequ
                          monitor_of: Mapping[str, Mapping[str, Any]], experiment_prefix: str,
                          flow_run_id: str | None) -> GroupLog:
     first = items[0].row
+    certified = sum(kind_of(i.row).certifies(i.row) for i in items)
     metrics: dict[str, float | None] = {
         "n_window": float(first.n_cal), "alerts": float(sum(len(i.alerts) for i in items) + alarms),
-        "monitor_alarms": float(alarms), "unattainable_gates": float(sum(i.row.threshold is None for i in items)),
-        "certified_gates": float(sum(i.row.threshold is not None for i in items))}
+        "monitor_alarms": float(alarms), "unattainable_gates": float(len(items) - certified),
+        "certified_gates": float(certified)}
     shift = [c for c in checks if c.test.name == "score_shift"]
     if shift:
         metrics.update(ks_statistic=shift[0].test.statistic, ks_p_value=shift[0].test.p_value)
@@ -211,13 +234,14 @@ def _recalibration_group(key: GroupKey, items: Sequence[Candidate], checks: Sequ
             "cic.alpha_unattainable": str(metrics["unattainable_gates"] > 0).lower(),
             "cic.shift_detected": str(any(c.rejected for c in checks) or alarms > 0).lower(),
             "cic.monitor_alarm": str(alarms > 0).lower(), "cic.alerts": str(int(metrics["alerts"] or 0)),
+            **({"cic.system": first.system} if isinstance(first, SystemGateRow) else {}),
             **({"cic.flow_run_id": flow_run_id} if flow_run_id else {})}
     return GroupLog(
         experiment=f"{experiment_prefix}-{key.dataset}",
         run_name=f"recalibration · {key.model} · {key.estimator} · {key.criterion}",
         log_key=schema.stable_hash("recalibration", *sorted(i.row.calibration_id for i in items)), tags=tags,
         params={"run_key": key.run_key, "data_fingerprint": first.data_fingerprint, "n_window": first.n_cal,
-                "window_from": str(first.window_from), "window_to": str(first.window_to),
+                "window_from": str(first.get("window_from")), "window_to": str(first.get("window_to")),
                 "drift_tests": [c.test.as_dict() | {"rejected": c.rejected} for c in checks]},
         metrics=metrics, table=_table(recalibration_row(i, monitor_of)
                                       for i in sorted(items, key=lambda i: (i.row.search, i.row.bound, i.row.alpha))))
@@ -268,9 +292,7 @@ def _system_group(gates: pl.DataFrame, splits: pl.DataFrame, prefix: str) -> Gro
                      "cost_per_question": said(gate["cost_per_question"], "no costs given"),
                      **{m: said(split.get(m), UNDEFINED) for m in ("fdr_mean", "fdr_above_alpha", "coverage_mean",
                                                                    "fails")},
-                     "calibration_id": gate["calibration_id"], "_gate": {k: gate[k] for k in (
-                         "calibration_id", "alpha", "bound", "search", "models", "estimators", "thresholds",
-                         "guarantee")}})
+                     "calibration_id": gate["calibration_id"], "_gate": _system_gate(gate)})
     kind = "cascade " + " -> ".join(models) if first["kind"] == "cascade" else f"{models[0]} · estimator auto"
     return GroupLog(
         experiment=f"{prefix}-{first['dataset']}", run_name=f"{first['system']} ({kind}) · {first['criterion']}",

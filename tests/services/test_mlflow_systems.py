@@ -130,3 +130,46 @@ def test_an_edited_field_of_a_system_gate_is_served_nowhere(tmp_path: Path, monk
     assert version.tags["cic.state"] == "withdrawn"
     aliases = client.get_registered_model(version.name).aliases or {}
     assert str(version.version) not in {str(v) for v in aliases.values()}
+
+
+@pytest.mark.slow
+def test_a_recalibration_logs_a_cascades_candidate_its_drift_tests_and_the_live_gate_it_would_replace(
+        tmp_path: Path) -> None:
+    """A live cascade whose second model drifts: the pass's MLflow run for the cascade's key — as for a single
+    model's group — says drift was found (the tag on-call filters by), counts the alerts, and its table shows the
+    candidate's per-stage thresholds beside the live gate's, the live gate's monitor and the alerts."""
+    from datetime import UTC, datetime, timedelta
+
+    from cic.pipeline.production.recalibration import WindowRule, recalibrate_store
+    from cic.services.mlflow_results import log_recalibration
+
+    day = datetime(2026, 1, 1, tzinfo=UTC)
+    config = CalibrationConfig(alphas=(0.2,), bounds=("cp",), searches=("fixed_sequence",), n_splits=4,
+                               cascades=(CascadeConfig(name="small-big", models=("small", "big"),
+                                                       estimator="semantic_entropy"),))
+    db = tmp_path / "t.duckdb"
+    with Store.open(db) as store:
+        keys = [store_run(store, model="small", n=600, seed=1, error_slope=0.9, base=0.05, labelled_at=day),
+                store_run(store, model="big", n=600, seed=2, error_slope=0.4, base=0.01, labelled_at=day)]
+    calibrate_store(str(db), keys, config)
+    with Store.open(db) as store:
+        for model, seed, base in (("small", 12, 0.05), ("big", 22, 0.6)):  # the strong model now errs often
+            store_run(store, model=model, n=400, seed=seed, error_slope=0.9 if model == "small" else 0.4,
+                      base=base, id_offset=600, labelled_at=day + timedelta(days=2))
+        result = recalibrate_store(store, keys, config, 0.05, WindowRule())
+    (candidate,) = result.systems
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(tracking_uri=uri)
+    runs = {client.get_run(i).data.tags["cic.model"]: client.get_run(i)
+            for i in log_recalibration(result, tracking=uri, experiment_prefix="cic-sys")}
+    run = runs["small -> big"]
+    assert run.data.tags["cic.kind"] == "recalibration" and run.data.tags["cic.shift_detected"] == "true"
+    assert run.data.tags["cic.system"] == "small-big" and run.data.metrics["alerts"] >= 1
+    assert run.data.metrics["certified_gates"] + run.data.metrics["unattainable_gates"] == 1
+    table = json.loads(Path(client.download_artifacts(run.info.run_id, "per_alpha.json", str(tmp_path))).read_text())
+    (row,) = [dict(zip(table["columns"], values, strict=True)) for values in table["data"]]
+    live = candidate.live
+    assert row["gate_id"] == candidate.row.calibration_id and row["live_gate_id"] == live.calibration_id
+    assert row["live_threshold"] == " / ".join("never answers" if t is None else f"{t:.6g}" for t in live.thresholds)
+    assert row["alerts"] == " | ".join(candidate.alerts) and row["n_alerts"] == len(candidate.alerts) >= 1
+    assert row["live_monitor_answered"] > 0
