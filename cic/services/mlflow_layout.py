@@ -248,9 +248,11 @@ def _recalibration_group(key: GroupKey, items: Sequence[Candidate], checks: Sequ
 
 
 def system_groups(store: Store, run_keys: Sequence[str] | None, experiment_prefix: str | None) -> list[GroupLog]:
-    """One run per (system, dataset, criterion) — a cascade, or a model's estimator chosen — in the dataset's
-    experiment (cic.kind = system): per α its coverage, system FDR and each stage's share as series against α,
-    and the table of every (α, bound) gate with each stage's threshold beside the split protocol."""
+    """One run per (system, dataset, criterion) the pipeline certified — a cascade, or a model's estimator chosen —
+    in the dataset's experiment (cic.kind = system; as `loggable_units` for single groups, a recalibration's
+    candidates are left to the recalibration's own run): per α its coverage, system FDR and each stage's share as
+    series against α, and the table of every (α, bound) gate with each stage's threshold beside the split
+    protocol."""
     gates = store.read("system_calibrations")
     if run_keys is not None:
         wanted = list(run_keys)
@@ -263,6 +265,8 @@ def system_groups(store: Store, run_keys: Sequence[str] | None, experiment_prefi
             "system", "dataset", "criterion", "data_fingerprint", maintain_order=True):
         part = part.unique(subset=["alpha", "bound", "search"], keep="last").sort("bound", "alpha")
         splits = protocol.filter(system=system, dataset=dataset, criterion=criterion, data_fingerprint=fingerprint)
+        if splits.is_empty():  # a recalibration's candidate: its run is the recalibration's (`recalibration_groups`)
+            continue
         out.append(_system_group(part, splits, experiment_prefix_of(store, part.get_column("run_keys")[0][0],
                                                                     experiment_prefix)))
     return out
