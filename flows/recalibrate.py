@@ -187,7 +187,28 @@ def recalibrate_flow(config_path: str = DEMO_CONFIG, db: str | None = None, trac
                                               [d.name for d in config.datasets])
         result = recalibrate_runs(config.storage.db, run_keys, config.calibration, policy, rule)
     summary = summarize(result)
-    if log_to_mlflow and result.candidates:
+    log_and_register(result, summary, config, log_to_mlflow, logger)
+    create_markdown_artifact(markdown_report(summary), key="recalibration",
+                             description="what serves now, candidate gates, live thresholds, states and alerts")
+    log_serving_now(logger, summary)
+    if summary.pages and fail_on_alert:
+        alert = RecalibrationAlert(summary)
+        # the run ends Failed (what a schedule, the UI and a notification see); a direct call raises `alert`,
+        # `recalibrate_flow(..., return_state=True).result(raise_on_failure=False)` returns it with .summary
+        return Failed(message=str(alert)[:2000], data=alert)
+    if summary.alerts:  # warnings only (or pages with fail_on_alert off): Completed, the note in its message
+        note = f"completed with {len(summary.alerts)} alert(s): {counts_line(a.alert for a in summary.alerts)}"
+        emit_warning(note[:2000])
+        return Completed(message=note[:2000], data=summary)
+    return summary
+
+
+def log_and_register(result: RecalibrationPass, summary: RecalibrationSummary, config: Any, log_to_mlflow: bool,
+                     logger: Any) -> None:
+    """The pass's candidates — single groups' and system keys' — to MLflow, and the registry brought in line with
+    what serves now; an outage is said in `summary` (the store holds everything; `cic log` / `cic gate sync`
+    catch up), never fatal."""
+    if log_to_mlflow and (result.candidates or result.systems):
         try:
             summary.mlflow_run_ids = log_recalibrations(result, tracking=config.mlflow.tracking_uri,
                                                            experiment_prefix=config.mlflow.experiment_prefix)
@@ -206,19 +227,6 @@ def recalibrate_flow(config_path: str = DEMO_CONFIG, db: str | None = None, trac
             logger.error("%s", summary.registry_error)
     elif changed:
         summary.registry_error = "registry not updated (MLflow logging off) — run `cic gate sync` to bring it in line"
-    create_markdown_artifact(markdown_report(summary), key="recalibration",
-                             description="what serves now, candidate gates, live thresholds, states and alerts")
-    log_serving_now(logger, summary)
-    if summary.pages and fail_on_alert:
-        alert = RecalibrationAlert(summary)
-        # the run ends Failed (what a schedule, the UI and a notification see); a direct call raises `alert`,
-        # `recalibrate_flow(..., return_state=True).result(raise_on_failure=False)` returns it with .summary
-        return Failed(message=str(alert)[:2000], data=alert)
-    if summary.alerts:  # warnings only (or pages with fail_on_alert off): Completed, the note in its message
-        note = f"completed with {len(summary.alerts)} alert(s): {counts_line(a.alert for a in summary.alerts)}"
-        emit_warning(note[:2000])
-        return Completed(message=note[:2000], data=summary)
-    return summary
 
 
 LOGGED_KEYS = 20

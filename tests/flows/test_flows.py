@@ -557,3 +557,34 @@ def test_cic_recalibrate_with_the_anytime_rule_serves_a_gate_certified_at_every_
     (entry,) = [e for e in json.loads(out.read_text()) if e["search"] == "anytime"
                 and e["estimator"] == "predictive_entropy" and e["dataset"] == "d"]
     assert entry["serve"] == "nothing" and entry["flagged_gate_id"] == served_id
+
+
+def test_a_pass_whose_only_candidate_is_a_cascades_logs_it_to_mlflow(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Single models with nothing new and a cascade added to the config since: the nightly flow's one candidate is
+    the cascade's first gate — and it reaches MLflow as a recalibration run of the cascade's key (the flow logged
+    only when a single group had a candidate)."""
+    import yaml
+
+    from cic.pipeline.gates.calibrate_store import calibrate_store
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    db = tmp_path / "cic.duckdb"
+    with Store.open(db) as store:
+        keys = [store_run(store, model="small", n=400, seed=1, error_slope=0.9, base=0.05,
+                          labelled_at=datetime(2026, 1, 1, tzinfo=UTC)),
+                store_run(store, model="big", n=400, seed=2, error_slope=0.4, base=0.01,
+                          labelled_at=datetime(2026, 1, 1, tzinfo=UTC))]
+    config = write_config(tmp_path / "c.yaml", db, tmp_path / "reports", alphas=[0.3], bounds=["cp"], n_splits=2)
+    calibrate_store(str(db), keys, load_config(config).calibration)  # the singles' first gates, no cascade yet
+    text = yaml.safe_load(config.read_text())
+    text["models"] = [{**text["models"][0], "name": name} for name in ("small", "big")]
+    text["calibration"]["cascades"] = [{"name": "small-big", "models": ["small", "big"],
+                                        "estimator": "semantic_entropy"}]
+    config.write_text(yaml.safe_dump(text))
+    summary = recalibrate_flow(config_path=str(config), fail_on_alert=False)
+    assert [c.place.model for c in summary.candidates] == ["small -> big"] and summary.log_error is None
+    (run_id,) = summary.mlflow_run_ids
+    run = MlflowClient(tracking_uri=uri).get_run(run_id)
+    assert run.data.tags["cic.kind"] == "recalibration" and run.data.tags["cic.system"] == "small-big"
