@@ -100,16 +100,15 @@ def recalibrate_systems(store: Store, run_keys: list[str], config: CalibrationCo
     `cic run`, a stream only ingested), its first candidate on every question; a configured system with nothing to
     certify on, skipped saying why. Candidates count only questions seen by `through` (their label window
     closed); the monitors count every label."""
-    wanted = set(run_keys)
-    speaking = speaking_system_gates(store).filter(
-        pl.col("run_keys").list.eval(pl.element().is_in(list(wanted))).list.all())
+    speaking = speaking_system_gates(store)
+    here = speaking.filter(pl.col("run_keys").list.eval(pl.element().is_in(list(run_keys))).list.all())
     results, updates = [], []
-    for row in system_gate_rows(speaking):
+    for row in system_gate_rows(here):
         result, update = recalibrate_system(store, row, config, rule, previous, now, through)
         results.append(result)
         if update is not None:
             updates.append(update)
-    spoken = {(r.system, r.dataset, r.criterion) for r in system_gate_rows(speaking_system_gates(store))}
+    spoken = {(r.system, r.dataset, r.criterion) for r in system_gate_rows(speaking)}
     return results + _first_candidates(store, run_keys, config, spoken, through), updates
 
 
