@@ -3,13 +3,16 @@
 Per system key (system, dataset, criterion, alpha, bound, search, delta) with a gate speaking for it:
 1. the new questions: those labelled in every stage, seen after the newest question the speaking gate was
    certified on (by when the last stage's record was seen, as a single gate's window ends) and not among them —
-   disjoint by construction —, oldest first, narrowed by the window rule;
+   disjoint by construction —, oldest first, those whose label window has closed (`settled`: the last stage's
+   record seen by now − the label window), narrowed by the window rule;
 2. a candidate system gate certified on them (the same `certify_system`, same delta / K over candidates);
 3. drift: per stage, the score distribution of its certified questions against the new ones (KS), and the
    live system's error rate among the new questions it answers (exact binomial) — in Holm with every other test
    of the pass;
 4. the anytime-valid monitor of a live system gate over every new question (`cic.pipeline.production.monitoring`, in the
    same family as the single gates): a rejected error-rate test or an alarm withdraws it like any live gate.
+A configured system's key no gate speaks for gets its first candidate on every settled question, as a new single
+key does; a gate whose data an ingest changed (`--relabel`, `--replace`) pages on its key's candidate.
 """
 
 from __future__ import annotations
