@@ -133,7 +133,13 @@ def test_a_change_under_a_live_cascade_flags_its_gate_as_it_flags_a_single_one_a
     with Store.open(db) as store:
         (cascade,) = system_gates(store).filter(state="live").get_column("calibration_id").to_list()
         big = streams["big"].head(3)
-        if change == "relabel":
+        if change == "relabel":  # another criterion's labels of the same questions changed: not the cascade's
+            other = big.select("model", "stream", "question_id", "correct")
+            ingest_file(store, write(other, tmp_path / "other.csv"), IngestOptions(label_name="review"), now=NOW)
+            flipped = other.with_columns(~pl.col("correct"))
+            elsewhere = ingest_file(store, write(flipped, tmp_path / "other2.csv"),
+                                    IngestOptions(label_name="review", relabel=True), now=NOW)
+            assert elsewhere.relabelled == 3 and cascade not in elsewhere.flagged_gates
             flips = big.select("model", "stream", "question_id", ~pl.col("correct"))
             stats = ingest_file(store, write(flips, tmp_path / "flips.csv"), IngestOptions(relabel=True), now=NOW)
         else:
