@@ -42,10 +42,8 @@ def recalibrate_runs(db: str, run_keys: Sequence[str], calibration: CalibrationC
         (logger.error if severity(worst) == PAGE else logger.warning)("%s", headline(placed))
     for gate_id, why in out.withdrawn.items():
         anytime = any(r.gate_id == gate_id and r.key.endswith(" anytime") for r in out.serving)
-        ready = [c.row.calibration_id for c in out.candidates
-                 if c.live is not None and c.live.calibration_id == gate_id and c.row.threshold is not None]
         logger.error("WITHDRAWN live gate %s: serves nothing from now on (%s); %s", gate_id[:12], why,
-                     restore_advice(gate_id, anytime=anytime, ready=ready[0] if ready else None))
+                     restore_advice(gate_id, anytime=anytime, ready=out.replacement_for(gate_id)))
     for update in out.anytime[:LOGGED_ALERTS]:  # the anytime rule's progress, per key and alpha
         logger.info("anytime %s/%s %s × %s α=%g: %d counted tonight, %d in all, %d waiting, first e-value %.3g, %s",
                     update.key.model, update.key.dataset, update.key.estimator, update.key.criterion, update.alpha,

@@ -324,7 +324,7 @@ def print_recalibration_notes(result: Any, failed: bool, nothing: str) -> None:
     if result.log_error:
         err_console.print(styled(("MLflow logging failed:", "bold yellow"), printable(f" {result.log_error}")),
                           soft_wrap=True)
-    if any(c.state == "candidate" and c.threshold is not None for c in result.candidates) and not result.promoted:
+    if any(c.state == "candidate" and not c.unattainable for c in result.candidates) and not result.promoted:
         console.print("candidates wait for review: `cic gate list --state candidate`, then `cic gate promote ID`",
                       soft_wrap=True)
     print_serving_now(result.serving)
@@ -336,8 +336,7 @@ def restore_advice(result: Any, gate_id: str) -> str:
     from cic.pipeline.gates.serving_state import restore_advice as advice
 
     anytime = any(r.gate_id == gate_id and r.key.endswith(" anytime") for r in result.serving)
-    ready = [c.gate_id for c in result.candidates if c.live_id == gate_id
-             and (c.threshold is not None or c.thresholds)]
+    ready = [c.gate_id for c in result.candidates if c.live_id == gate_id and not c.unattainable]
     return advice(gate_id, anytime=anytime, ready=ready[0] if ready else None)
 
 

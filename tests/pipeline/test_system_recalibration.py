@@ -82,6 +82,8 @@ def test_drift_in_the_second_model_withdraws_the_live_system_gate_and_holds_the_
     assert result.withdrawn[old["calibration_id"]].startswith("error rate at the live thresholds")
     (candidate,) = result.systems
     assert candidate.state == "candidate" and candidate.alerts and result.promoted == []
+    assert not candidate.row["certified"] and result.replacement_for(old["calibration_id"]) is None  # nothing to
+    # promote: the run log says more labelled data may certify one
     with Store.open(db, read_only=True) as store:
         (served,) = served_systems(store)
         assert served["serve"] == "nothing" and served["flagged_gate_id"] == old["calibration_id"]
@@ -95,6 +97,18 @@ def test_drift_in_the_second_model_withdraws_the_live_system_gate_and_holds_the_
         assert confirmed.calibration_id == old["calibration_id"]
         (served,) = served_systems(store)
     assert served["serve"] == "system" and served["gate_id"] == old["calibration_id"]
+
+
+def test_a_withdrawn_system_gate_whose_candidate_certifies_is_told_to_promote_it(live: tuple) -> None:
+    """The strong model now errs above alpha everywhere: the live cascade (which let it answer) is withdrawn, and
+    the candidate — the weak model alone answering, the strong one never — certifies; the run log's advice for the
+    withdrawn gate names that candidate, as it does for a single gate (it said none certified)."""
+    db, keys, old = live
+    more_traffic(db, big_base=0.3, n=2000)
+    result = one_pass(db, keys)
+    (candidate,) = result.systems
+    assert old["calibration_id"] in result.withdrawn and candidate.row["certified"]
+    assert result.replacement_for(old["calibration_id"]) == candidate.row["calibration_id"]
 
 
 def test_the_monitor_counts_a_question_once_its_last_stage_is_labelled_and_never_twice(live: tuple) -> None:

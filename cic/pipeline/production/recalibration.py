@@ -255,6 +255,14 @@ class RecalibrationPass:
         """The live gates whose anytime-valid monitor has alarmed (they stay alarmed until replaced)."""
         return [m for m in self.monitors if m.row["alarmed"]]
 
+    def replacement_for(self, gate_id: str) -> str | None:
+        """A candidate of this pass — single or system — that certifies something and would replace live gate
+        `gate_id` (what the run log advises promoting when that gate was withdrawn), else None."""
+        from cic.pipeline.gates.lifecycle import kind_of
+
+        return next((c.row.calibration_id for c in [*self.candidates, *self.systems] if c.live is not None
+                     and c.live.calibration_id == gate_id and kind_of(c.row).certifies(c.row)), None)
+
 
 def recalibrate_store(store: Store, run_keys: Sequence[str], config: CalibrationConfig, level: float,
                       rule: WindowRule, *, auto_promote: bool = False, reason: str | None = None,
