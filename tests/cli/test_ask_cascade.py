@@ -191,3 +191,4 @@ def test_gate_list_shows_the_cascade_gate_and_promote_takes_its_id(tmp_path: Pat
                               capture_output=True, text=True, timeout=120)
     assert promoted.returncode == 0 and f"system gate {gate_id[:12]} is live: pair (smollm2 -> big)" in \
         " ".join(promoted.stdout.split()), promoted.stdout + promoted.stderr
+    assert "thresholds 1e-09 / 0.5" in " ".join(promoted.stdout.split())  # each stage's, as a gate's threshold
