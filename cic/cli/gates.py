@@ -403,7 +403,7 @@ def promote_gate(
 def _described(row: GateRow | SystemGateRow) -> str:
     """A promoted gate in one line: which key it speaks for and what it serves."""
     if isinstance(row, SystemGateRow):
-        stages = " / ".join("-" if t is None else format(t, ".4g") for t in row.thresholds)
+        stages = " / ".join("never" if t is None else format(t, ".4g") for t in row.thresholds)  # as gate list
         return (f"system gate {row.calibration_id[:12]} is {row.state}: {row.system} ({' -> '.join(row.models)}) on "
                 f"{row.dataset} × {row.criterion} α={row.alpha:g} {row.bound} {row.search}, thresholds "
                 f"{stages if row.certified else 'unattainable'}")
