@@ -17,6 +17,7 @@ from cic.cli.option_groups import grouped
 from cic.errors import UserError
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
 from cic.pipeline.gates.gate_rows import GateRow, SystemGateRow
+from cic.pipeline.run.run_results import stage_thresholds
 
 if TYPE_CHECKING:
     from cic.pipeline.gates.lifecycle import Families
@@ -279,7 +280,7 @@ def _system_cells(rows: list[SystemGateRow]) -> list[tuple[str, ...]]:
         r.calibration_id[:12], f"{serving_state(r).word} (system)",
         f"{r.system}: {' -> '.join(r.models)} · {r.dataset}",
         f"{(r.estimators or [r.estimator_rule])[0]} · {r.criterion}", f"{r.alpha:g} · {r.delta:g}",
-        f"{r.bound} · {r.search}", " / ".join("never" if t is None else fmt(t, ".4g") for t in r.thresholds)
+        f"{r.bound} · {r.search}", stage_thresholds(r.thresholds)
         if r.certified else "unattainable", str(r.n_cal), "—", _alert_summary(list(r.alerts)))))
         for r in rows]
 
@@ -403,10 +404,9 @@ def promote_gate(
 def _described(row: GateRow | SystemGateRow) -> str:
     """A promoted gate in one line: which key it speaks for and what it serves."""
     if isinstance(row, SystemGateRow):
-        stages = " / ".join("never" if t is None else format(t, ".4g") for t in row.thresholds)  # as gate list
         return (f"system gate {row.calibration_id[:12]} is {row.state}: {row.system} ({' -> '.join(row.models)}) on "
                 f"{row.dataset} × {row.criterion} α={row.alpha:g} {row.bound} {row.search}, thresholds "
-                f"{stages if row.certified else 'unattainable'}")
+                f"{stage_thresholds(row.thresholds) if row.certified else 'unattainable'}")
     return (f"gate {row.calibration_id[:12]} is {row.state}: {row.model}/{row.dataset} {row.estimator} × "
             f"{row.criterion} α={row.alpha:g} {row.bound} {row.search}, threshold "
             f"{'unattainable' if row.threshold is None else format(row.threshold, '.4g')}")

@@ -14,6 +14,7 @@ import polars as pl
 
 from cic.pipeline.gates.gate_rows import gate_rows, system_gate_rows
 from cic.pipeline.gates.serving_state import serving_state
+from cic.pipeline.run.run_results import stage_thresholds
 
 if TYPE_CHECKING:
     from cic.store import Store
@@ -67,8 +68,8 @@ def serving_now(store: Store, models: Collection[str], promoted: Sequence[str] =
         row = _speaker(system_gate_rows(part))
         if row is not None:
             key = f"{row.kind} {row.system}/{row.dataset} × {row.criterion} α={row.alpha:g} {row.bound} {row.search}"
-            shown = " / ".join("never" if t is None else f"{t:.4g}" for t in row.thresholds)
-            rows.append(_row(key, row, shown if row.certified else "—", changed, system=True))
+            rows.append(_row(key, row, stage_thresholds(row.thresholds) if row.certified else "—", changed,
+                             system=True))
     return sorted(rows, key=lambda r: (r.system, not r.serves, r.key))
 
 

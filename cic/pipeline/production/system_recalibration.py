@@ -46,6 +46,7 @@ from cic.pipeline.production.windows import (
     too_few,
     unattainable_alert,
 )
+from cic.pipeline.run.run_results import stage_thresholds
 from cic.pipeline.run.stored_calibration import GroupKey
 from cic.stats.cascades import answering_model
 from cic.stats.drift import answered_error_test, score_shift_test
@@ -228,7 +229,7 @@ def _checks(stages: pl.DataFrame, live: SystemGateRow, window: pl.DataFrame) -> 
             test = score_shift_test(before, after)
             checks.append(Check(_for_stage(test, i, model), []))
     answered, errors, _ = _routed(stages, live, window)
-    where = "at the live thresholds " + " / ".join("-" if t is None else f"{t:.4g}" for t in live["thresholds"])
+    where = "at the live thresholds " + stage_thresholds(live["thresholds"])
     checks.append(Check(answered_error_test(answered, errors, alpha=live["alpha"], where=where), [],
                         live_gate_id=live["calibration_id"]))
     return checks

@@ -3,6 +3,7 @@ artifacts and the benchmarks read their fields (never a dict re-read by string k
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -170,6 +171,12 @@ class ResultRow(GroupPlace):
         return cls(**{f.name: row[f.name] for f in fields(cls)})
 
 
+def stage_thresholds(thresholds: Sequence[float | None]) -> str:
+    """A system gate's thresholds in stage order as every surface prints them: 'never' for a stage that never
+    answers."""
+    return " / ".join("never" if t is None else f"{t:.4g}" for t in thresholds)
+
+
 @dataclass(frozen=True)
 class CandidateRow:
     """One candidate gate a recalibration wrote, beside the live gate of its key."""
@@ -190,11 +197,11 @@ class CandidateRow:
         return self.threshold is None and self.thresholds is None
 
     def shown(self, live: bool = False) -> str | None:
-        """The (live) gate's threshold as tables print it — a system's one per stage, '-' for a stage that never
-        answers —, 'unattainable', or None for no live gate."""
+        """The (live) gate's threshold as tables print it — a system's one per stage (`stage_thresholds`) —,
+        'unattainable', or None for no live gate."""
         one, many = (self.live_threshold, self.live_thresholds) if live else (self.threshold, self.thresholds)
         if many is not None:
-            return " / ".join("-" if t is None else f"{t:.4g}" for t in many)
+            return stage_thresholds(many)
         if one is not None:
             return f"{one:.4g}"
         return None if live else "unattainable"

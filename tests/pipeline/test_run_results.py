@@ -1,0 +1,17 @@
+"""The typed results every surface renders: a system gate's thresholds read the same on each of them."""
+
+from __future__ import annotations
+
+from cic.pipeline.run.run_results import CandidateRow, GroupPlace, stage_thresholds
+
+
+def test_a_stage_without_a_threshold_reads_never_on_every_surface_that_prints_stages() -> None:
+    """The candidates table (`CandidateRow.shown`), the gate list, `cic gate promote`, the serving-now table and the
+    drift alert all print a system's stages through `stage_thresholds`: in order, 'never' for a stage that never
+    answers; a candidate that certifies nothing reads 'unattainable'."""
+    assert stage_thresholds([1e-9, None, 0.5]) == "1e-09 / never / 0.5"
+    place = GroupPlace("a -> b", "d", "e", "c", 0.2, "cp", "fixed_sequence")
+    row = CandidateRow(place, "g" * 16, "candidate", None, 400, None, [], (0.25, None), (0.3, 0.9))
+    assert (row.shown(), row.shown(live=True), row.unattainable) == ("0.25 / never", "0.3 / 0.9", False)
+    nothing = CandidateRow(place, "h" * 16, "candidate", None, 400, None, [])
+    assert (nothing.shown(), nothing.shown(live=True), nothing.unattainable) == ("unattainable", None, True)
