@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
+from pathlib import Path
 
 # Each xdist worker gets its share of the cores for torch / BLAS threads (set before numpy or torch is
 # imported): two workers each spinning threads for every core run the model tests several times slower.
@@ -28,7 +30,11 @@ LONG_MODULES = ("tests/flows/test_pipeline_e2e.py", "tests/journeys/test_journey
                 "tests/cli/test_run_command.py", "tests/flows/test_flows.py", "tests/flows/test_prefect_deployment.py",
                 "tests/flows/test_cluster.py", "tests/flows/test_prefect_ui.py", "tests/llm/test_generation.py",
                 "tests/cli/test_error_lines.py", "tests/services/test_mlflow_artifacts.py",
-                "tests/llm/test_answering.py", "tests/llm/test_endpoint.py")
+                "tests/llm/test_answering.py", "tests/llm/test_endpoint.py",
+                # the fast tier's longest (10-28 CPU-s each) first too, or the last of them runs alone at the end
+                "tests/store/test_store.py", "tests/pipeline/test_system_gates.py", "tests/stats/test_calibration.py",
+                "tests/llm/test_nucleus_bins.py", "tests/pipeline/test_gates.py", "tests/pipeline/test_certificates.py",
+                "tests/store/test_harness.py", "tests/cli/test_output_paths.py", "tests/pipeline/test_ingest.py")
 
 # Every test session gets its own Prefect state (ephemeral API database, settings) and never talks to a
 # server a developer may have configured; set before anything imports prefect.
@@ -57,6 +63,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 # fixtures that start a real service or load a model: a test using one is in the slow tier, whatever it is marked
 SERVICE_FIXTURES = frozenset({"prefect_api", "server", "mlflow_server", "cluster", "demo_run", "smollm", "minilm"})
+
+
+# a module that marks all its tests slow (`pytestmark = ... pytest.mark.slow ...` on one line)
+_SLOW_MODULE = re.compile(r"^pytestmark = .*\bpytest\.mark\.slow\b", re.MULTILINE)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The fast tier (`-m "not slow"` exactly) does not import a module whose every test is slow: each of its
+    tests would be deselected anyway, and its imports (Prefect, Ray, MLflow, servers) cost every worker seconds."""
+    if config.getoption("markexpr") != "not slow" or not collection_path.name.startswith("test_") \
+            or collection_path.suffix != ".py":
+        return None
+    return True if _SLOW_MODULE.search(collection_path.read_text()) else None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
