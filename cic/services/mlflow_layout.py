@@ -25,6 +25,7 @@ from cic.pipeline.gates.gate_rows import GateRow, SystemGateRow
 from cic.pipeline.gates.lifecycle import gate_of, kind_of
 from cic.pipeline.production.recalibration import Candidate, RecalibrationPass
 from cic.pipeline.run.group_reports import StoredUnit, UnitReport
+from cic.pipeline.run.run_results import stage_thresholds
 from cic.pipeline.run.stored_calibration import GroupKey
 from cic.services.mlflow_tracking import DatasetRef, GroupLog, GroupTable
 from cic.stats.calibration import CalibrationResult
@@ -160,13 +161,11 @@ def _group_tags(group: GroupKey, fingerprint: str, *, kind: str) -> dict[str, st
 
 
 def _threshold_cell(row: GateRow | SystemGateRow) -> Any:
-    """A gate's threshold as a table shows it: a single gate's, or a system's per stage in order ("never answers"
-    for a stage without one); why there is none when it certifies nothing."""
+    """A gate's threshold as a table shows it: a single gate's, or a system's per stage in order
+    (`stage_thresholds`); why there is none when it certifies nothing."""
     if isinstance(row, GateRow):
         return said(row.threshold, UNATTAINABLE)
-    if not row.certified:
-        return UNATTAINABLE
-    return " / ".join("never answers" if t is None else f"{t:.6g}" for t in row.thresholds)
+    return stage_thresholds(row.thresholds, ".6g") if row.certified else UNATTAINABLE
 
 
 def recalibration_row(item: Candidate, monitor_of: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

@@ -170,7 +170,7 @@ def test_a_recalibration_logs_a_cascades_candidate_its_drift_tests_and_the_live_
     (row,) = [dict(zip(table["columns"], values, strict=True)) for values in table["data"]]
     live = candidate.live
     assert row["gate_id"] == candidate.row.calibration_id and row["live_gate_id"] == live.calibration_id
-    assert row["live_threshold"] == " / ".join("never answers" if t is None else f"{t:.6g}" for t in live.thresholds)
+    assert row["live_threshold"] == " / ".join("never" if t is None else f"{t:.6g}" for t in live.thresholds)
     assert row["alerts"] == " | ".join(candidate.alerts) and row["n_alerts"] == len(candidate.alerts) >= 1
     assert row["live_monitor_answered"] > 0
     with Store.open(db, read_only=True) as store:  # `cic log` logs the pipeline's system run, not the candidate again

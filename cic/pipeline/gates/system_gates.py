@@ -10,7 +10,7 @@ guarantee for the whole system), and the split protocol measures it on the same 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -92,10 +92,11 @@ def system_specs(config: CalibrationConfig, models: list[str]) -> list[SystemSpe
 
 
 def iter_system_data(store: Store, run_keys: list[str], spec: SystemSpec, only: list[str] | None = None,
-                     through: datetime | None = None) -> Iterator[SystemData]:
+                     through: datetime | None = None, skip: Collection[tuple[str, str]] = ()
+                     ) -> Iterator[SystemData]:
     """Every (dataset, criterion) on which each of the system's models has a run among `run_keys` (`only`: on
     these questions alone, as a stored gate was certified; `through`: on those whose label window has closed —
-    seen in every stage by then)."""
+    seen in every stage by then; `skip`: (dataset, criterion) pairs not wanted, never joined)."""
     runs = store.read("runs", run_key=run_keys)
     for (dataset,), group in runs.sort("dataset").group_by("dataset", maintain_order=True):
         by_model = {r["model"]: r["run_key"] for r in group.iter_rows(named=True)}
@@ -105,7 +106,7 @@ def iter_system_data(store: Store, run_keys: list[str], spec: SystemSpec, only: 
         criteria = set.intersection(*(set(labelled_criteria(store, k)) for k in keys))
         shared = set.intersection(*(set(scored_estimators(store, k)) for k in keys))
         estimators = sorted(e for e in shared if spec.estimator == "auto" or schema.estimator_base(e) == spec.estimator)
-        for criterion in sorted(criteria):
+        for criterion in sorted(c for c in criteria if (str(dataset), c) not in skip):
             data = _joined(store, spec, str(dataset), criterion, keys, estimators, only, through)
             if data is not None:
                 yield data

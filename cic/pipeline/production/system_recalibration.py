@@ -125,14 +125,13 @@ def _first_candidates(store: Store, run_keys: list[str], config: CalibrationConf
     models = sorted(set(store.read("runs").filter(pl.col("run_key").is_in(run_keys)).get_column("model").to_list()))
     out = []
     for spec in system_specs(config, models):
-        found = list(iter_system_data(store, run_keys, spec, through=through))
+        done = {(dataset, criterion) for name, dataset, criterion in spoken if name == spec.name}
+        found = list(iter_system_data(store, run_keys, spec, through=through, skip=done))  # spoken keys: not joined
         for data in found:
-            if (spec.name, data.dataset, data.criterion) in spoken:
-                continue
             rows = system_calibration_rows(data, config)  # idempotent: a waiting candidate is itself again
             out.extend(SystemRecalibration(system_group(SystemGateRow.of(row)), None, rows.slice(i, 1))
                        for i, row in enumerate(rows.iter_rows(named=True)))  # one system key each
-        if not found and not any(name == spec.name for name, _, _ in spoken):
+        if not found and not done:
             key = GroupKey("", " -> ".join(spec.models), "-", spec.estimator, "-")
             out.append(SystemRecalibration(key, None, pl.DataFrame(), skipped=(
                 f"{spec.kind} {spec.name}: no first gate yet — {_why_none(store, run_keys, spec, models, through)}")))

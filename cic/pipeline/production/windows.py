@@ -75,6 +75,7 @@ def new_window(pairs: pl.DataFrame, after: datetime | None, rule: WindowRule) ->
         chosen = chosen.tail(rule.count)
     return chosen
 
+
 def too_few(count: int, since: str, rule: WindowRule, waiting: int) -> str:
     """Why a key (single or system) gets no candidate: its new window's size, from where, under which rule, and the
     records still within the label window."""

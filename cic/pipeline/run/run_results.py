@@ -171,10 +171,10 @@ class ResultRow(GroupPlace):
         return cls(**{f.name: row[f.name] for f in fields(cls)})
 
 
-def stage_thresholds(thresholds: Sequence[float | None]) -> str:
+def stage_thresholds(thresholds: Sequence[float | None], digits: str = ".4g") -> str:
     """A system gate's thresholds in stage order as every surface prints them: 'never' for a stage that never
-    answers."""
-    return " / ".join("never" if t is None else f"{t:.4g}" for t in thresholds)
+    answers (`digits`: the format of the others; MLflow's tables keep more)."""
+    return " / ".join("never" if t is None else format(t, digits) for t in thresholds)
 
 
 @dataclass(frozen=True)
