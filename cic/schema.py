@@ -97,7 +97,35 @@ CALIBRATIONS = TableSpec("calibrations", {
                                              # delta / groups (Bonferroni); null: certified alone at delta
     "plan_json": pl.String(),                # how its pairs are rebuilt and its search re-run from the store
                                              # (window size, pilot split, search arguments): serving re-checks
-}, ("calibration_id",), added_later=("groups", "plan_json"))
+    # A system gate — several stages (a cascade) or an estimator chosen among K — is a row of this table too: its
+    # stages in the list columns below, model, estimator, run_key, threshold and result_json null. A single gate
+    # (one model, one estimator: the columns above) has these null.
+    "system": pl.String(),                   # the cascade's name, or "<model>:auto" for a model's estimator choice
+    "system_kind": pl.String(),              # cascade | estimator (the estimator chosen among K at delta / K)
+    "models": pl.List(pl.String()),          # in cost order (the order they are asked in)
+    "estimators": pl.List(pl.String()),      # the stored estimator each stage thresholds
+    "estimator_rule": pl.String(),           # what the config asked: an estimator's base name, or auto
+    "costs": pl.List(pl.Float64()),          # per stage, from the config (null: none given)
+    "thresholds": pl.List(pl.Float64()),     # per stage; a null stage never answers; all null: unattainable
+    "certified": pl.Boolean(),
+    "shares": pl.List(pl.Float64()),         # share of the calibration questions each stage answers
+    "cost_per_question": pl.Float64(),       # with the cascade's costs: every stage up to the answering one paid
+    "candidates": pl.Int64(),                # K: the estimators tried, each at delta / K (1: named in the config)
+    "run_keys": pl.List(pl.String()),        # each stage's generation run, joined on question id
+    "question_ids": pl.List(pl.String()),    # the questions it was certified on: re-certified on exactly these
+    "guarantee": pl.String(),                # the statement, in words
+}, ("calibration_id",), added_later=("groups", "plan_json", "system", "system_kind", "models", "estimators",
+                                     "estimator_rule", "costs", "thresholds", "certified", "shares",
+                                     "cost_per_question", "candidates", "run_keys", "question_ids", "guarantee"))
+
+#: the columns a single gate fills (a system gate's are `SYSTEM_GATE_COLUMNS`); the rest of its row is null
+SINGLE_GATE_COLUMNS = tuple(CALIBRATIONS.columns)[:list(CALIBRATIONS.columns).index("system")]
+#: the columns a system gate fills (the stored `system_calibrations` rows of schema version 4 had exactly these,
+#: `system_kind` named `kind`)
+SYSTEM_GATE_COLUMNS = ("calibration_id", "system", "system_kind", "models", "estimators", "estimator_rule", "costs",
+                       "dataset", "criterion", "alpha", "delta", "bound", "search", "thresholds", "certified",
+                       "bound_value", "n_accepted", "n_errors", "n_cal", "shares", "cost_per_question", "candidates",
+                       "run_keys", "question_ids", "data_fingerprint", "guarantee", "created_at")
 
 EVALUATIONS = TableSpec("evaluations", {
     "evaluation_id": pl.String(),
@@ -189,29 +217,6 @@ GROUP_EVALUATIONS = TableSpec("group_evaluations", {
     "created_at": pl.Datetime("us", "UTC"),
 }, ("evaluation_id", "dataset", "gate", "alpha", "bound", "search"))
 
-SYSTEM_CALIBRATIONS = TableSpec("system_calibrations", {
-    "calibration_id": pl.String(),
-    "system": pl.String(),                   # the cascade's name, or "<model>:auto" for a model's estimator choice
-    "kind": pl.String(),                     # cascade | estimator (the estimator chosen among K at delta / K)
-    "models": pl.List(pl.String()),          # in cost order (the order they are asked in)
-    "estimators": pl.List(pl.String()),      # the stored estimator each stage thresholds
-    "estimator_rule": pl.String(),           # what the config asked: an estimator's base name, or auto
-    "costs": pl.List(pl.Float64()),          # per stage, from the config (null: none given)
-    "dataset": pl.String(), "criterion": pl.String(),
-    "alpha": pl.Float64(), "delta": pl.Float64(), "bound": pl.String(), "search": pl.String(),
-    "thresholds": pl.List(pl.Float64()),     # per stage; a null stage never answers; all null: unattainable
-    "certified": pl.Boolean(),
-    "bound_value": pl.Float64(), "n_accepted": pl.Int64(), "n_errors": pl.Int64(), "n_cal": pl.Int64(),
-    "shares": pl.List(pl.Float64()),         # share of the calibration questions each stage answers
-    "cost_per_question": pl.Float64(),       # with the cascade's costs: every stage up to the answering one paid
-    "candidates": pl.Int64(),                # K: the estimators tried, each at delta / K (1: named in the config)
-    "run_keys": pl.List(pl.String()),        # each stage's generation run, joined on question id
-    "question_ids": pl.List(pl.String()),    # the questions it was certified on: re-certified on exactly these
-    "data_fingerprint": pl.String(),
-    "guarantee": pl.String(),                # the statement, in words
-    "created_at": pl.Datetime("us", "UTC"),
-}, ("calibration_id",))
-
 SYSTEM_EVALUATIONS = TableSpec("system_evaluations", {
     "evaluation_id": pl.String(),
     "system": pl.String(), "kind": pl.String(), "models": pl.List(pl.String()),
@@ -253,8 +258,8 @@ ANYTIME_COUNTED = TableSpec("anytime_counted", {
 TABLES: dict[str, TableSpec] = {t.name: t for t in (QUESTIONS, RUNS, GENERATIONS, SCORES, LABELS, CALIBRATIONS,
                                                      EVALUATIONS, OBSERVATIONS, GATE_EVENTS, LABEL_EVENTS,
                                                      RECORD_EVENTS,
-                                                     INGESTS, GATE_MONITOR, GROUP_EVALUATIONS, SYSTEM_CALIBRATIONS,
-                                                     SYSTEM_EVALUATIONS, ANYTIME_STATES, ANYTIME_COUNTED)}
+                                                     INGESTS, GATE_MONITOR, GROUP_EVALUATIONS, SYSTEM_EVALUATIONS,
+                                                     ANYTIME_STATES, ANYTIME_COUNTED)}
 
 
 def estimator_base(name: str) -> str:

@@ -23,6 +23,7 @@ from cic import schema
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
 from cic.pipeline.gates.gate_rows import GateRow, SystemGateRow
 from cic.pipeline.gates.lifecycle import gate_of, kind_of
+from cic.pipeline.gates.system_gates import stored_system_rows
 from cic.pipeline.production.recalibration import Candidate, RecalibrationPass
 from cic.pipeline.run.group_reports import StoredUnit, UnitReport
 from cic.pipeline.run.run_results import stage_thresholds
@@ -252,7 +253,7 @@ def system_groups(store: Store, run_keys: Sequence[str] | None, experiment_prefi
     candidates are left to the recalibration's own run): per α its coverage, system FDR and each stage's share as
     series against α, and the table of every (α, bound) gate with each stage's threshold beside the split
     protocol."""
-    gates = store.read("system_calibrations")
+    gates = stored_system_rows(store)
     if run_keys is not None:
         wanted = list(run_keys)
         gates = gates.filter(pl.col("run_keys").list.eval(pl.element().is_in(wanted)).list.all())
@@ -296,14 +297,14 @@ def _system_group(gates: pl.DataFrame, splits: pl.DataFrame, prefix: str) -> Gro
                      **{m: said(split.get(m), UNDEFINED) for m in ("fdr_mean", "fdr_above_alpha", "coverage_mean",
                                                                    "fails")},
                      "calibration_id": gate["calibration_id"], "_gate": _system_gate(gate)})
-    kind = "cascade " + " -> ".join(models) if first["kind"] == "cascade" else f"{models[0]} · estimator auto"
+    kind = "cascade " + " -> ".join(models) if first["system_kind"] == "cascade" else f"{models[0]} · estimator auto"
     return GroupLog(
         experiment=f"{prefix}-{first['dataset']}", run_name=f"{first['system']} ({kind}) · {first['criterion']}",
         log_key=schema.stable_hash("system", *sorted(gates.get_column("calibration_id").to_list())),
-        tags={"cic.kind": "system", "cic.system": first["system"], "cic.system_kind": first["kind"],
+        tags={"cic.kind": "system", "cic.system": first["system"], "cic.system_kind": first["system_kind"],
               "cic.models": ",".join(models), "cic.dataset": first["dataset"], "cic.criterion": first["criterion"],
               "cic.data_fingerprint": first["data_fingerprint"]},
-        params={"system": first["system"], "kind": first["kind"], "models": models, "dataset": first["dataset"],
+        params={"system": first["system"], "kind": first["system_kind"], "models": models, "dataset": first["dataset"],
                 "criterion": first["criterion"], "delta": first["delta"], "candidates": first["candidates"],
                 "run_keys": first["run_keys"], "guarantee": first["guarantee"]},
         metrics={"certified_gates": float(gates.get_column("certified").sum()),

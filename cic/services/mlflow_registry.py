@@ -195,7 +195,7 @@ def _description(row: GateRow) -> str:
 
 
 def _files(row: GateRow) -> dict[str, str]:
-    stored = {k: row[k] for k in schema.CALIBRATIONS.columns}
+    stored = {k: row[k] for k in schema.SINGLE_GATE_COLUMNS}
     return {"gate/gate.json": gate_of(row).to_json(), "gate/calibration.json": schema.canonical_json(stored)}
 
 
@@ -233,7 +233,7 @@ def _system_version_tags(row: SystemGateRow) -> dict[str, str]:
 
 
 def _system_files(row: SystemGateRow) -> dict[str, str]:
-    gate = {"gate_id": row["calibration_id"], **{k: row[k] for k in SYSTEM_KEY}, "kind": row["kind"],
+    gate = {"gate_id": row["calibration_id"], **{k: row[k] for k in SYSTEM_KEY}, "kind": row["system_kind"],
             "models": list(row["models"]), "estimators": list(row["estimators"] or []),
             "thresholds": json.loads(_thresholds(row)), "guarantee": row["guarantee"], "route": ROUTE,
             **{k: row[k] for k in ("bound_value", "n_accepted", "n_errors", "n_cal")},

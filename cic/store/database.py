@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     import duckdb
     import pyarrow as pa
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 CREATED_AT = "created_at"
 _CONNECT_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 _SIMPLE_TYPES: tuple[tuple[pl.DataType, str], ...] = (
@@ -295,10 +295,26 @@ def _migrate_to_4(con: duckdb.DuckDBPyConnection) -> None:
     _add_missing(con)
 
 
+#: a system gate's columns in the `system_calibrations` table of version 4 (`kind` became `system_kind`)
+_V4_SYSTEM_SELECT = ", ".join("kind" if c == "system_kind" else c for c in schema.SYSTEM_GATE_COLUMNS)
+
+
+def _migrate_to_5(con: duckdb.DuckDBPyConnection) -> None:
+    """Version 5 keeps every gate in one table: each system gate (a cascade, an estimator chosen) moves from
+    `system_calibrations` into `calibrations` — its id, and so its events, MLflow versions and exports, unchanged —
+    and the old table is dropped."""
+    _add_missing(con)
+    if _stored_columns(con, "system_calibrations"):
+        con.execute(f"INSERT INTO calibrations ({', '.join(schema.SYSTEM_GATE_COLUMNS)}) "
+                    f"SELECT {_V4_SYSTEM_SELECT} FROM system_calibrations ON CONFLICT DO NOTHING")
+        con.execute("DROP TABLE system_calibrations")
+
+
 # MIGRATIONS[v] upgrades a file from version v - 1 to v. Additive changes (a new nullable column or table in
 # cic.schema) need no entry: `_add_missing` applies them on every read-write open.
 MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: _migrate_to_1, 2: _migrate_to_2,
-                                                                      3: _migrate_to_3, 4: _migrate_to_4}
+                                                                      3: _migrate_to_3, 4: _migrate_to_4,
+                                                                      5: _migrate_to_5}
 
 
 def _stored_version(con: duckdb.DuckDBPyConnection) -> int | None:

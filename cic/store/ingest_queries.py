@@ -133,14 +133,15 @@ def changed_records(store: Store, records: Files, scores: Files, later: tuple[st
 #: stages' runs, for its criterion (a system gate's "window" is its questions); and the same for changed records
 #: (run_key, question_id), any criterion
 _SYSTEM_LABELS = (
-    "WITH g AS (SELECT calibration_id, criterion, unnest(run_keys) AS run_key, question_ids FROM system_calibrations), "
+    "WITH g AS (SELECT calibration_id, criterion, unnest(run_keys) AS run_key, question_ids FROM calibrations "
+    "WHERE system IS NOT NULL), "
     "q AS (SELECT calibration_id, criterion, run_key, unnest(question_ids) AS question_id FROM g) "
     "SELECT q.calibration_id, count(*) FROM q JOIN (SELECT DISTINCT run_key, question_id, criterion FROM "
     "read_parquet(?)) ch ON q.run_key = ch.run_key AND q.question_id = ch.question_id AND q.criterion = ch.criterion "
     "GROUP BY q.calibration_id")
 _SYSTEM_RECORDS = (
-    "WITH g AS (SELECT calibration_id, unnest(run_keys) AS run_key, question_ids FROM system_calibrations), "
-    "q AS (SELECT calibration_id, run_key, unnest(question_ids) AS question_id FROM g) "
+    "WITH g AS (SELECT calibration_id, unnest(run_keys) AS run_key, question_ids FROM calibrations "
+    "WHERE system IS NOT NULL), q AS (SELECT calibration_id, run_key, unnest(question_ids) AS question_id FROM g) "
     "SELECT q.calibration_id, count(*) FROM q JOIN (SELECT DISTINCT run_key, question_id FROM read_parquet(?)) ch "
     "ON q.run_key = ch.run_key AND q.question_id = ch.question_id GROUP BY q.calibration_id")
 

@@ -81,11 +81,9 @@ def last_label_time(store: Store, run_keys: Sequence[str]) -> datetime | None:
 
 
 def stored_gate_ids(store: Store, calibration_ids: Sequence[str]) -> set[str]:
-    """Which of these ids a stored gate has, single (`calibrations`) or system (`system_calibrations`)."""
-    return {gid for (gid,) in store.sql(
-        "SELECT calibration_id FROM calibrations WHERE calibration_id IN (SELECT unnest(?)) UNION "
-        "SELECT calibration_id FROM system_calibrations WHERE calibration_id IN (SELECT unnest(?))",
-        [list(calibration_ids), list(calibration_ids)])}
+    """Which of these ids a stored gate (single or system) has."""
+    return {gid for (gid,) in store.sql("SELECT calibration_id FROM calibrations WHERE calibration_id IN "
+                                        "(SELECT unnest(?))", [list(calibration_ids)])}
 
 
 def last_gate_events(store: Store, calibration_ids: Sequence[str]) -> dict[str, datetime]:
@@ -108,7 +106,7 @@ def loggable_units(store: Store) -> list[dict[str, Any]]:
         "FROM (SELECT DISTINCT evaluation_id, model, dataset, estimator, criterion, data_fingerprint "
         "      FROM evaluations) e "
         "JOIN (SELECT DISTINCT run_key, model, dataset, estimator, criterion, data_fingerprint FROM calibrations "
-        "      WHERE kind = 'pipeline' OR kind IS NULL) c "
+        "      WHERE (kind = 'pipeline' OR kind IS NULL) AND system IS NULL) c "
         "USING (model, dataset, estimator, criterion, data_fingerprint) ORDER BY 1, 3, 4, 5, 6, 2").to_dicts()
 
 

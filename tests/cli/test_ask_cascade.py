@@ -108,7 +108,7 @@ def test_a_declining_first_model_escalates_to_the_second_and_its_dead_server_is_
     first = np.arange(200) < 100
     store_pair(tmp_path / "pair.duckdb", config, (np.where(first, 1e-9, 5.0), ~first), big_error=first)
     with Store.open(tmp_path / "pair.duckdb", read_only=True) as store:
-        row = store.read("system_calibrations").row(0, named=True)
+        row = store.read("calibrations").filter(pl.col("system").is_not_null()).row(0, named=True)
     assert row["thresholds"][0] == pytest.approx(1e-9) and row["thresholds"][1] == 0.5
     proc = ask(tmp_path, config)
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -120,8 +120,8 @@ def test_a_cascade_gate_that_no_longer_matches_its_data_does_not_serve(tmp_path:
     config = write_config(tmp_path / "pair.yaml", free_port())
     store_pair(tmp_path / "pair.duckdb", config, (np.full(200, 100.0), np.zeros(200, dtype=bool)))
     with Store.open(tmp_path / "pair.duckdb") as store:
-        row = store.read("system_calibrations")
-        store.upsert("system_calibrations", row.with_columns(thresholds=pl.lit([1000.0, 0.5])))
+        row = store.read("calibrations").filter(pl.col("system").is_not_null())
+        store.upsert("calibrations", row.with_columns(thresholds=pl.lit([1000.0, 0.5])))
     proc = ask(tmp_path, config)
     assert proc.returncode == 2 and "column thresholds = " in proc.stderr, proc.stderr[-2000:]
     unknown = subprocess.run([str(CIC), "ask", "Q?", "--config", str(config), "--cascade", "nope"], cwd=tmp_path,
@@ -140,7 +140,7 @@ def test_a_withdrawn_cascade_gate_abstains_naming_why_and_calls_no_model(tmp_pat
     config = write_config(tmp_path / "pair.yaml", free_port())
     store_pair(tmp_path / "pair.duckdb", config, (np.full(200, 100.0), np.zeros(200, dtype=bool)))
     with Store.open(tmp_path / "pair.duckdb") as store:
-        gate_id = store.read("system_calibrations").get_column("calibration_id")[0]
+        gate_id = store.read("calibrations").filter(pl.col("system").is_not_null()).get_column("calibration_id")[0]
         flag_gates(store, {gate_id: Alert(ERROR_RATE, "error rate at the live thresholds rose (test)")})
         (entry,) = [e for e in served_entries(store) if "system" in e]
     proc = ask(tmp_path, config)
@@ -166,8 +166,8 @@ def test_gate_export_serves_the_cascade_with_every_threshold_and_refuses_an_edit
     assert entry["thresholds"] == [pytest.approx(1e-9), 0.5] and entry["estimators"] == [ESTIMATOR, ESTIMATOR]
     assert entry["n_errors"] == 0 and entry["shares"] == [0.5, 0.5] and "2-model cascade" in entry["guarantee"]
     with Store.open(tmp_path / "pair.duckdb") as store:
-        row = store.read("system_calibrations")
-        store.upsert("system_calibrations", row.with_columns(thresholds=pl.lit([1.0, 0.5])))
+        row = store.read("calibrations").filter(pl.col("system").is_not_null())
+        store.upsert("calibrations", row.with_columns(thresholds=pl.lit([1.0, 0.5])))
     again = subprocess.run([str(CIC), "gate", "export", "--db", "pair.duckdb", "--out", str(out), "--force"],
                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert again.returncode == 2 and "column thresholds = " in again.stderr, again.stderr
@@ -186,7 +186,7 @@ def test_gate_list_shows_the_cascade_gate_and_promote_takes_its_id(tmp_path: Pat
     assert "system gates (cascades, estimators chosen) in pair.duckdb: 1" in flat
     assert "serving (system)" in flat and "pair: smollm2 -> big · trivia_qa" in flat and "1e-09 / 0.5" in flat
     with Store.open(tmp_path / "pair.duckdb", read_only=True) as store:
-        gate_id = store.read("system_calibrations").get_column("calibration_id")[0]
+        gate_id = store.read("calibrations").filter(pl.col("system").is_not_null()).get_column("calibration_id")[0]
     promoted = subprocess.run([str(CIC), "gate", "promote", gate_id[:12], "--db", "pair.duckdb"], cwd=tmp_path,
                               capture_output=True, text=True, timeout=120)
     assert promoted.returncode == 0 and f"system gate {gate_id[:12]} is live: pair (smollm2 -> big)" in \

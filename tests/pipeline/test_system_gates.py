@@ -10,7 +10,7 @@ import pytest
 from cic.errors import UserError
 from cic.pipeline.config import CalibrationConfig, CascadeConfig, parse_config
 from cic.pipeline.gates.calibrate_store import calibrate_store
-from cic.pipeline.gates.system_gates import SystemSpec, iter_system_data, system_calibration_rows
+from cic.pipeline.gates.system_gates import SystemSpec, iter_system_data, stored_system_rows, system_calibration_rows
 from cic.stats.calibration import calibrate
 from cic.stats.cascades import calibrate_cascade
 from cic.store import Store
@@ -74,7 +74,7 @@ def test_the_store_holds_every_system_once_and_a_rerun_adds_nothing(store: Store
     # the cascade on d; small:auto on d; big:auto on d and other
     assert (first.systems, first.system_gates) == (again.systems, again.system_gates) == (4, 8)
     with Store.open(db, read_only=True) as reopened:
-        calibrations, evaluations = reopened.read("system_calibrations"), reopened.read("system_evaluations")
+        calibrations, evaluations = stored_system_rows(reopened), reopened.read("system_evaluations")
     assert calibrations.height == 8 and evaluations.height == 8
     cascade = evaluations.filter(system="small-big")
     assert cascade.get_column("n_splits").to_list() == [8, 8]
@@ -125,6 +125,37 @@ def calibrated(calibrated_once: tuple[Path, list[str]], tmp_path: Path) -> tuple
     return str(tmp_path / "t.duckdb"), keys
 
 
+def test_a_version_4_store_moves_its_system_gates_into_the_one_gates_table_keeping_ids_states_and_exports(
+        calibrated: tuple[str, list[str]]) -> None:
+    """Schema version 5 keeps every gate in `calibrations`: a file written by version 4 (system gates in their own
+    `system_calibrations` table, `kind` for cascade | estimator) opens with each system gate moved over unchanged —
+    same id, same columns, its live state and its export entry the same — and the old table gone."""
+    from cic import schema
+    from cic.pipeline.gates.serving import served_entries
+    from cic.pipeline.gates.system_gates import system_gates
+    from cic.store.database import SCHEMA_VERSION
+    from tests.support.database import raw_sql
+
+    db, _ = calibrated
+    with Store.open(db) as store:
+        before, served = system_gates(store).sort("calibration_id"), served_entries(store)
+    assert before.height == 8 and before.get_column("state").is_in(["live", "unattainable"]).all()
+    old_columns = ", ".join("system_kind AS kind" if c == "system_kind" else c for c in schema.SYSTEM_GATE_COLUMNS)
+    added = [c for c in schema.CALIBRATIONS.columns if c not in schema.SINGLE_GATE_COLUMNS]
+    raw_sql(Path(db), f"CREATE TABLE system_calibrations AS SELECT {old_columns} FROM calibrations "
+            "WHERE system IS NOT NULL", "DELETE FROM calibrations WHERE system IS NOT NULL",
+            *(f"ALTER TABLE calibrations DROP COLUMN {c}" for c in added),
+            "DELETE FROM schema_version", "INSERT INTO schema_version VALUES (4, now())")
+    with pytest.raises(Exception, match="older layout"):
+        Store.open(db, read_only=True)
+    with Store.open(db) as store:
+        assert store.schema_version == SCHEMA_VERSION == 5
+        after = system_gates(store).sort("calibration_id")
+        assert after.equals(before) and served_entries(store) == served
+        tables = {t for (t,) in store.sql("SELECT table_name FROM information_schema.tables")}
+        assert "system_calibrations" not in tables and store.count("calibrations", system=None) > 0
+
+
 def test_the_results_show_each_system_gate_with_its_protocol_and_only_for_these_runs(
         calibrated: tuple[str, list[str]]) -> None:
     from cic.pipeline.gates.system_gates import system_results
@@ -148,7 +179,7 @@ def test_the_export_serves_each_system_keys_newest_gate_or_nothing_and_filters_b
         entries = served_systems(reopened)
         small = served_systems(reopened, model="small")
         other = served_systems(reopened, dataset="other")
-        stored = reopened.read("system_calibrations")
+        stored = stored_system_rows(reopened)
     assert len(entries) == stored.height == 8  # one per key: a rerun's identical rows are the same rows
     assert {e["system"] for e in small} == {"small-big", "small:auto"} and {e["dataset"] for e in other} == {"other"}
     for entry in entries:
@@ -268,7 +299,7 @@ def test_the_export_says_why_a_key_serves_nothing_in_the_same_fields_and_words_f
         for gid in ids:
             retire(store, gid, reason="incident 7")
         retired = {e["retired_gate_id"]: e for e in served_entries(store) if e.get("retired_gate_id")}
-    own = ({*SERVING_KEY, "threshold"}, {*SYSTEM_KEY, "kind", "models", "delta", "thresholds"})
+    own = ({*SERVING_KEY, "threshold"}, {*SYSTEM_KEY, "system_kind", "models", "delta", "thresholds"})
     for entries in (flagged, retired):
         single, cascade = entries[ids[0]], entries[ids[1]]
         assert single["serve"] == cascade["serve"] == "nothing"

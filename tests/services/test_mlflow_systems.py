@@ -115,7 +115,7 @@ def test_an_edited_field_of_a_system_gate_is_served_nowhere(tmp_path: Path, monk
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     assert registry_sync(str(db), uri, None)  # aliased while it certifies
-    raw_sql(db, f"UPDATE system_calibrations SET {column} = {value} WHERE calibration_id = '{live['calibration_id']}'")
+    raw_sql(db, f"UPDATE calibrations SET {column} = {value} WHERE calibration_id = '{live['calibration_id']}'")
     with Store.open(db, read_only=True) as store:
         with pytest.raises(UserError, match=f"column {column} = "):
             served_systems(store)

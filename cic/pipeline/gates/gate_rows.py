@@ -75,12 +75,12 @@ class GateRow:
 
 @dataclass(frozen=True)
 class SystemGateRow:
-    """One system gate (a cascade, or a model's estimator chosen): its `system_calibrations` row's columns, typed,
+    """One system gate (a cascade, or a model's estimator chosen): its `calibrations` row's columns, typed,
     with its event log's state, reason, alerts and when, as `GateRow` has them for a single gate."""
 
     calibration_id: str
     system: str
-    kind: str
+    system_kind: str
     models: list[str]
     estimators: list[str] | None
     estimator_rule: str
@@ -113,7 +113,7 @@ class SystemGateRow:
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> SystemGateRow:
-        """The typed row of a stored `system_calibrations` row (with its event columns where joined)."""
+        """The typed row of a stored system gate's row (with its event columns where joined)."""
         values = {k: v for k, v in row.items() if k in _SYSTEM_COLUMNS}
         values["alerts"] = stored(row.get("alerts"), row.get("alert_kinds"))
         return cls(**values)

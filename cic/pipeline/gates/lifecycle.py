@@ -50,8 +50,9 @@ AnyGate = GateRow | SystemGateRow  # a gate of either kind, as `find_gate` retur
 
 
 def gates(store: Store, **equals: Any) -> pl.DataFrame:
-    """Stored calibrations (filtered by column equality) with their state; no event = candidate."""
-    rows = store.read("calibrations", **equals)
+    """Stored single gates (filtered by column equality), in their columns (`schema.SINGLE_GATE_COLUMNS`), with
+    their state; no event = candidate."""
+    rows = store.read("calibrations", system=None, **equals).select(schema.SINGLE_GATE_COLUMNS)
     joined = rows.join(current_states(store), on="calibration_id", how="left")
     return joined.with_columns(pl.col("state").fill_null("candidate"),
                                pl.col("alerts").fill_null(pl.lit([], dtype=pl.List(pl.String))),
@@ -75,9 +76,9 @@ def find_gate(store: Store, gate_id: str) -> AnyGate:
 
 @dataclass(frozen=True)
 class GateKind:
-    """What a lifecycle move needs to know of a gate's kind — single (`calibrations`) or system
-    (`system_calibrations`: a cascade, an estimator chosen; a single gate is the system of one stage): its stored
-    rows with their state, typed; the key one gate speaks for; whether it certifies anything; and its re-check
+    """What a lifecycle move needs to know of a gate's kind — single, or system (a cascade, an estimator chosen; a
+    single gate is the system of one stage), both rows of `calibrations`: its stored rows with their state, typed;
+    the key one gate speaks for; whether it certifies anything; and its re-check
     against the store (`verify`). Find, promote, confirm, retire and the first gates are written once over it."""
 
     noun: str

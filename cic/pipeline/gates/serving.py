@@ -198,7 +198,7 @@ def _system_entries(store: Store, rows: Sequence[SystemGateRow]) -> list[dict[st
              "live_since": str(row["state_at"]), "route": ROUTE} for row in rows]
 
 
-_SYSTEM_SHOWN = (*SYSTEM.key_columns, "kind", "models", "delta")
+_SYSTEM_SHOWN = (*SYSTEM.key_columns, "system_kind", "models", "delta")
 #: per kind: the key fields every entry shows, how a served gate's entry is written, and the field an entry that
 #: serves nothing leaves null
 _SHAPES: dict[str, tuple[tuple[str, ...], Callable[[Store, Sequence[Any]], list[dict[str, Any]]], str]] = {

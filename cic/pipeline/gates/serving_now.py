@@ -67,7 +67,8 @@ def serving_now(store: Store, models: Collection[str], promoted: Sequence[str] =
     for part in systems.sort(*SYSTEM_KEY, "state_at").partition_by(list(SYSTEM_KEY), maintain_order=True):
         row = _speaker(system_gate_rows(part))
         if row is not None:
-            key = f"{row.kind} {row.system}/{row.dataset} × {row.criterion} α={row.alpha:g} {row.bound} {row.search}"
+            key = (f"{row.system_kind} {row.system}/{row.dataset} × {row.criterion} α={row.alpha:g} {row.bound} "
+                   f"{row.search}")
             rows.append(_row(key, row, stage_thresholds(row.thresholds) if row.certified else "—", changed,
                              system=True))
     return sorted(rows, key=lambda r: (r.system, not r.serves, r.key))

@@ -4,7 +4,8 @@ For each cascade (or model with `calibration.estimator: auto`), dataset and crit
 (score, error) pairs are joined on question id (a question missing from any stage is left out), the system is
 certified on all of them per (alpha, bound) with the default search (`cic.stats.cascades`: one family-wise
 guarantee for the whole system), and the split protocol measures it on the same pairs. Rows fit the
-`system_calibrations` and `system_evaluations` tables, keyed by hashes of everything that shaped them.
+`calibrations` table (a system gate's columns: `schema.SYSTEM_GATE_COLUMNS`) and the `system_evaluations` table,
+keyed by hashes of everything that shaped them.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def calibrate_systems(store: Store, run_keys: list[str], config: CalibrationConf
             calibrations = system_calibration_rows(data, config)
             evaluations = system_evaluation_rows(data, config)
             with store.transaction():
-                store.upsert("system_calibrations", calibrations)
+                store.upsert("calibrations", calibrations)
                 store.upsert("system_evaluations", evaluations)
                 made = promote_first(store, calibrations.get_column("calibration_id").to_list(),
                                      reason="pipeline: the first gate of its key")
@@ -160,7 +161,7 @@ def question_times(store: Store, run_keys: Sequence[str], criterion: str) -> pl.
 
 
 def system_calibration_rows(data: SystemData, config: CalibrationConfig) -> pl.DataFrame:
-    """One `system_calibrations` row per (alpha, bound): the system certified on all its joined pairs, each
+    """One `calibrations` row per (alpha, bound): the system certified on all its joined pairs, each
     candidate estimator at delta / K (`cic.stats.cascades.certify_system`)."""
     spec, k = data.spec, len(data.tables)
     rows = []
@@ -173,7 +174,7 @@ def system_calibration_rows(data: SystemData, config: CalibrationConfig) -> pl.D
                 "calibration_id": schema.value_hash("system", spec.name, spec.kind, spec.models, spec.estimator,
                                                     spec.costs, data.dataset, data.criterion, alpha, config.delta,
                                                     bound, DEFAULT_SEARCH, data.fingerprint),
-                "system": spec.name, "kind": spec.kind, "models": list(spec.models),
+                "system": spec.name, "system_kind": spec.kind, "models": list(spec.models),
                 "estimators": [choice.estimator] * len(spec.models) if kept else [],
                 "estimator_rule": spec.estimator, "costs": list(spec.costs) if spec.costs is not None else None,
                 "dataset": data.dataset, "criterion": data.criterion, "alpha": alpha, "delta": config.delta,
@@ -185,7 +186,7 @@ def system_calibration_rows(data: SystemData, config: CalibrationConfig) -> pl.D
                 "candidates": k, "run_keys": list(data.run_keys), "question_ids": data.question_ids,
                 "data_fingerprint": data.fingerprint,
                 "guarantee": _guarantee(spec, k, alpha, config.delta), "created_at": datetime.now(UTC)})
-    return schema.conform(pl.DataFrame(rows, schema=schema.SYSTEM_CALIBRATIONS.schema), schema.SYSTEM_CALIBRATIONS)
+    return schema.conform(pl.DataFrame(rows, schema=schema.CALIBRATIONS.schema), schema.CALIBRATIONS)
 
 
 def _guarantee(spec: SystemSpec, k: int, alpha: float, delta: float) -> str:
@@ -216,7 +217,7 @@ def system_evaluation_rows(data: SystemData, config: CalibrationConfig) -> pl.Da
 def system_results(store: Store, run_keys: list[str]) -> list[SystemResultRow]:
     """Every stored system gate over these runs with its split protocol (the newest of each key), for display."""
     wanted = set(run_keys)
-    gates = store.read("system_calibrations")
+    gates = stored_system_rows(store)
     gates = gates.filter(pl.col("run_keys").list.eval(pl.element().is_in(list(wanted))).list.all())
     if gates.is_empty():
         return []
@@ -228,7 +229,7 @@ def system_results(store: Store, run_keys: list[str]) -> list[SystemResultRow]:
                                         "shares_mean", "fails", "n_splits"),
                         on=[*key, "data_fingerprint"], how="left").sort("system", "dataset", "criterion", "alpha",
                                                                          "bound")
-    return [SystemResultRow(r["system"], r["kind"], tuple(r["models"]), r["dataset"], r["criterion"], r["alpha"],
+    return [SystemResultRow(r["system"], r["system_kind"], tuple(r["models"]), r["dataset"], r["criterion"], r["alpha"],
                             r["bound"], r["search"], tuple(r["estimators"] or ()), tuple(r["thresholds"]),
                             tuple(r["shares"]), r["fdr_mean"], r["fdr_above_alpha"], r["coverage_mean"],
                             tuple(r["shares_mean"] or ()), r["fails"], r["n_splits"])
@@ -238,12 +239,12 @@ def system_results(store: Store, run_keys: list[str]) -> list[SystemResultRow]:
 def spec_of(row: SystemGateRow) -> SystemSpec:
     """The system a stored gate was certified for, from its own row (no config needed to re-certify it)."""
     costs = row.get("costs")
-    return SystemSpec(row["system"], row["kind"], tuple(row["models"]), row["estimator_rule"],
+    return SystemSpec(row["system"], row["system_kind"], tuple(row["models"]), row["estimator_rule"],
                       tuple(costs) if costs is not None else None)
 
 
 #: every column of a stored system gate that a serving surface serves or states: each is re-certified
-SERVED_COLUMNS = tuple(c for c in schema.SYSTEM_CALIBRATIONS.columns if c != "created_at")
+SERVED_COLUMNS = tuple(c for c in schema.SYSTEM_GATE_COLUMNS if c != "created_at")
 
 
 def recertify_system(store: Store, row: SystemGateRow) -> None:
@@ -291,11 +292,16 @@ ROUTE = ("ask the models in order; the first whose score is <= its threshold ans
          "never answers); none: abstain")
 
 
+def stored_system_rows(store: Store) -> pl.DataFrame:
+    """The stored system gates: the `calibrations` rows with a system, in their columns (`SYSTEM_GATE_COLUMNS`)."""
+    return store.read("calibrations").filter(pl.col("system").is_not_null()).select(schema.SYSTEM_GATE_COLUMNS)
+
+
 def system_gates(store: Store, **equals: Any) -> pl.DataFrame:
     """Stored system gates (filtered by column equality) with their state from the gate event log, as single gates
     have theirs (`cic.pipeline.gates.lifecycle`): no event = candidate."""
 
-    rows = store.read("system_calibrations")
+    rows = stored_system_rows(store)
     for column, value in equals.items():
         rows = rows.filter(pl.col(column) == value)
     return rows.join(current_states(store), on="calibration_id", how="left").with_columns(

@@ -304,7 +304,7 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
         if written:
             store.upsert("calibrations", pl.concat(written))
         if new_systems:
-            store.upsert("system_calibrations", pl.concat(new_systems))
+            store.upsert("calibrations", pl.concat(new_systems))
         record_candidates(store, alerts, reason=reason or f"recalibration on window '{rule.describe()}'")
         live_reasons = {r["calibration_id"]: r.get("reason") or ""
                         for r in [*live_rows, *(s.live for s in systems if s.live is not None)]}
