@@ -16,7 +16,7 @@ from cic.cli.help_format import ReadableCommand, ReadableGroup
 from cic.cli.option_groups import grouped
 from cic.errors import UserError
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
-from cic.pipeline.gates.gate_rows import GateRow, SystemGateRow
+from cic.pipeline.gates.gate_rows import GateRow
 from cic.pipeline.run.run_results import stage_thresholds
 
 if TYPE_CHECKING:
@@ -208,12 +208,12 @@ def _when(moment: Any) -> tuple[bool, Any]:
 
 
 def _listed(db: Path, state: str | None, model: str | None, dataset: str | None) -> tuple[list[GateRow],
-                                                                                          list[SystemGateRow], Any]:
+                                                                                          list[GateRow], Any]:
     """The gates and system gates `cic gate list` shows (in that state, of that model and dataset), and the live
     families (for the over-budget warning)."""
     import polars as pl
 
-    from cic.pipeline.gates.gate_rows import gate_rows, system_gate_rows
+    from cic.pipeline.gates.gate_rows import gate_rows
     from cic.pipeline.gates.lifecycle import gates, live_families
     from cic.pipeline.gates.system_gates import system_gates
     from cic.store import Store
@@ -227,7 +227,7 @@ def _listed(db: Path, state: str | None, model: str | None, dataset: str | None)
         systems = systems.filter(pl.col("models").list.contains(model))
     typed = [r for r in gate_rows(rows.sort("model", "dataset", "estimator", "criterion", "alpha", "bound", "search",
                                             "created_at")) if _in_state(r, state)]
-    typed_systems = [r for r in system_gate_rows(systems.sort("system", "dataset", "criterion", "alpha", "bound",
+    typed_systems = [r for r in gate_rows(systems.sort("system", "dataset", "criterion", "alpha", "bound",
                                                               "created_at")) if _in_state(r, state)]
     return typed, typed_systems, families
 
@@ -271,7 +271,7 @@ def _window_cell(row: GateRow) -> str:
     return str(row.window_to or "—")[:19]
 
 
-def _system_cells(rows: list[SystemGateRow]) -> list[tuple[str, ...]]:
+def _system_cells(rows: list[GateRow]) -> list[tuple[str, ...]]:
     """System gates in the gate list's columns: the system's name and models in order, each stage's threshold
     ("never": that model never answers)."""
     from cic.pipeline.gates.serving_state import serving_state
@@ -392,7 +392,7 @@ def promote_gate(
     with Store.open(_existing(db), wait_s=300) as store:
         row, retired = promote(store, gate_id, reason=reason, despite_alerts=despite_alerts,
                                without_guarantee=without_guarantee)
-        key = None if isinstance(row, SystemGateRow) else family_of(row)  # a system spends its own delta
+        key = None if row.is_system else family_of(row)  # a system spends its own delta
         family = {} if key is None else {key: live_families(store).get(key, [])}
     console.print(printable(f"{_described(row)}" + (f"; retired {', '.join(r[:12] for r in retired)}"
                                                      if retired else "")))
@@ -401,9 +401,9 @@ def promote_gate(
         _sync(db, [row.calibration_id, *retired], tracking_uri, experiment_prefix)
 
 
-def _described(row: GateRow | SystemGateRow) -> str:
+def _described(row: GateRow) -> str:
     """A promoted gate in one line: which key it speaks for and what it serves."""
-    if isinstance(row, SystemGateRow):
+    if row.is_system:
         return (f"system gate {row.calibration_id[:12]} is {row.state}: {row.system} ({' -> '.join(row.models)}) on "
                 f"{row.dataset} × {row.criterion} α={row.alpha:g} {row.bound} {row.search}, thresholds "
                 f"{stage_thresholds(row.thresholds) if row.certified else 'unattainable'}")

@@ -21,7 +21,7 @@ import polars as pl
 
 from cic import schema
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
-from cic.pipeline.gates.gate_rows import GateRow, SystemGateRow
+from cic.pipeline.gates.gate_rows import GateRow
 from cic.pipeline.gates.lifecycle import gate_of, kind_of
 from cic.pipeline.gates.system_gates import stored_system_rows
 from cic.pipeline.production.recalibration import Candidate, RecalibrationPass
@@ -161,10 +161,10 @@ def _group_tags(group: GroupKey, fingerprint: str, *, kind: str) -> dict[str, st
             "cic.data_fingerprint": fingerprint}
 
 
-def _threshold_cell(row: GateRow | SystemGateRow) -> Any:
+def _threshold_cell(row: GateRow) -> Any:
     """A gate's threshold as a table shows it: a single gate's, or a system's per stage in order
     (`stage_thresholds`); why there is none when it certifies nothing."""
-    if isinstance(row, GateRow):
+    if not row.is_system:
         return said(row.threshold, UNATTAINABLE)
     return stage_thresholds(row.thresholds, ".6g") if row.certified else UNATTAINABLE
 
@@ -175,7 +175,7 @@ def recalibration_row(item: Candidate, monitor_of: Mapping[str, Mapping[str, Any
     row, live = item.row, item.live
     monitor = monitor_of.get(live.calibration_id) if live is not None else None
     no_live = "no live gate"
-    single = isinstance(row, GateRow)
+    single = not row.is_system
     change = (row.threshold - live.threshold if single and live is not None and None not in
               (live.threshold, row.threshold) else None)
     return {"alpha": row.alpha, "bound": row.bound, "search": row.search, "delta": row.delta,
@@ -234,7 +234,7 @@ def _recalibration_group(key: GroupKey, items: Sequence[Candidate], checks: Sequ
             "cic.alpha_unattainable": str(metrics["unattainable_gates"] > 0).lower(),
             "cic.shift_detected": str(any(c.rejected for c in checks) or alarms > 0).lower(),
             "cic.monitor_alarm": str(alarms > 0).lower(), "cic.alerts": str(int(metrics["alerts"] or 0)),
-            **({"cic.system": first.system} if isinstance(first, SystemGateRow) else {}),
+            **({"cic.system": first.system} if first.is_system else {}),
             **({"cic.flow_run_id": flow_run_id} if flow_run_id else {})}
     return GroupLog(
         experiment=f"{experiment_prefix}-{key.dataset}",

@@ -23,13 +23,13 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from mlflow import MlflowClient
 
 from cic import schema
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
-from cic.pipeline.gates.gate_rows import ColumnReader, GateRow, SystemGateRow
+from cic.pipeline.gates.gate_rows import ColumnReader, GateRow
 from cic.pipeline.gates.lifecycle import SERVING_KEY, gate_of
 from cic.pipeline.gates.system_gates import ROUTE
 from cic.services.mlflow_tracking import experiment_id
@@ -165,23 +165,20 @@ def _version_tags(row: GateRow) -> dict[str, str]:
             "cic.threshold": f"{row['threshold']:.6g}"}
 
 
-Row = TypeVar("Row", bound=ColumnReader)  # a single gate's `GateRow`, or a system gate's stored row
-
-
 @dataclass(frozen=True)
-class RegistryKind(Generic[Row]):
+class RegistryKind:
     """How one kind of gate sits in the registry: its registered model's name and group, whether a row serves,
     the model's tags and description, a version's tags, the run holding its files, and names it replaced."""
 
     prefix: str
-    name: Callable[[Row], str]
-    group_json: Callable[[Row], str]
-    serves: Callable[[Row], bool]
-    model_tags: Callable[[Row], dict[str, str]]
-    description: Callable[[Row], str]
-    version_tags: Callable[[Row], dict[str, str]]
-    files: Callable[[Row], dict[str, str]]
-    old_names: Callable[[Row], set[str]]
+    name: Callable[[GateRow], str]
+    group_json: Callable[[GateRow], str]
+    serves: Callable[[GateRow], bool]
+    model_tags: Callable[[GateRow], dict[str, str]]
+    description: Callable[[GateRow], str]
+    version_tags: Callable[[GateRow], dict[str, str]]
+    files: Callable[[GateRow], dict[str, str]]
+    old_names: Callable[[GateRow], set[str]]
 
 
 def _model_tags(row: GateRow) -> dict[str, str]:
@@ -199,40 +196,40 @@ def _files(row: GateRow) -> dict[str, str]:
     return {"gate/gate.json": gate_of(row).to_json(), "gate/calibration.json": schema.canonical_json(stored)}
 
 
-SINGLE: RegistryKind[GateRow] = RegistryKind(NAME_PREFIX, registered_name, group_key_json, serves, _model_tags,
+SINGLE: RegistryKind = RegistryKind(NAME_PREFIX, registered_name, group_key_json, serves, _model_tags,
                                              _description, _version_tags, _files,
                                              lambda row: {per_key_name(row), legacy_name(row)})
 
 
-def system_group_json(row: SystemGateRow) -> str:
+def system_group_json(row: GateRow) -> str:
     """The (system, dataset, criterion) a registered model holds the gates of, with the system's models."""
     return schema.canonical_json({**{k: row[k] for k in SYSTEM_GROUP}, "models": list(row["models"])})
 
 
-def system_key_json(row: SystemGateRow) -> str:
+def system_key_json(row: GateRow) -> str:
     """A system gate's exact serving key as canonical JSON (what its version's tags are checked against)."""
     return schema.canonical_json({k: (float(row[k]) if k in ("alpha", "delta") else row[k]) for k in SYSTEM_KEY}
                                  | {"models": list(row["models"])})
 
 
-def system_registered_name(row: SystemGateRow) -> str:
+def system_registered_name(row: GateRow) -> str:
     """`cic-system.<system>.<dataset>.<criterion>.<hash of the group>`: readable, and two groups never share it."""
     readable = _slug(f"{row['system']}.{row['dataset']}.{row['criterion']}")
     return f"{SYSTEM_PREFIX}{readable}.{schema.value_hash(system_group_json(row))[:12]}"
 
 
-def _thresholds(row: SystemGateRow) -> str:
+def _thresholds(row: GateRow) -> str:
     return json.dumps([None if t is None else float(t) for t in row["thresholds"]])
 
 
-def _system_version_tags(row: SystemGateRow) -> dict[str, str]:
+def _system_version_tags(row: GateRow) -> dict[str, str]:
     return {GATE_ID_TAG: row["calibration_id"], KEY_TAG: system_key_json(row), "cic.alpha": f"{row['alpha']:g}",
             "cic.delta": f"{row['delta']:g}", "cic.bound": row["bound"], "cic.search": row["search"],
             "cic.models": " -> ".join(row["models"]), "cic.estimators": " / ".join(row["estimators"] or []),
             "cic.thresholds": _thresholds(row)}
 
 
-def _system_files(row: SystemGateRow) -> dict[str, str]:
+def _system_files(row: GateRow) -> dict[str, str]:
     gate = {"gate_id": row["calibration_id"], **{k: row[k] for k in SYSTEM_KEY}, "kind": row["system_kind"],
             "models": list(row["models"]), "estimators": list(row["estimators"] or []),
             "thresholds": json.loads(_thresholds(row)), "guarantee": row["guarantee"], "route": ROUTE,
@@ -241,7 +238,7 @@ def _system_files(row: SystemGateRow) -> dict[str, str]:
     return {"gate/system_gate.json": schema.canonical_json(gate)}
 
 
-SYSTEM: RegistryKind[SystemGateRow] = RegistryKind(
+SYSTEM: RegistryKind = RegistryKind(
     SYSTEM_PREFIX, system_registered_name, system_group_json, lambda row: bool(row["certified"]),
     lambda row: {GROUP_TAG: system_group_json(row), "cic.system": row["system"], "cic.dataset": row["dataset"],
                  "cic.criterion": row["criterion"], "cic.models": " -> ".join(row["models"])},
@@ -249,12 +246,15 @@ SYSTEM: RegistryKind[SystemGateRow] = RegistryKind(
                  f"({row['criterion']}); each version one gate with every stage's threshold, each alias "
                  "live-<bound>-<search>-a<α>-d<δ> the live gate of that configuration."),
     _system_version_tags, _system_files, lambda row: set())
-#: the registry kind of a typed gate row
-REGISTRY_KINDS: dict[type, RegistryKind[Any]] = {GateRow: SINGLE, SystemGateRow: SYSTEM}
 
 
-def _sync_group(client: MlflowClient, rows: list[Row], experiment_prefix: str,
-                existing: dict[str, Any], kind: RegistryKind[Row]) -> list[str]:
+def registry_kind(row: GateRow) -> RegistryKind:
+    """How a gate is registered: as a system's (a cascade, an estimator chosen) or as a single model's."""
+    return SYSTEM if row.is_system else SINGLE
+
+
+def _sync_group(client: MlflowClient, rows: list[GateRow], experiment_prefix: str,
+                existing: dict[str, Any], kind: RegistryKind) -> list[str]:
     """One group's registered model: a version per serving gate (tagged with its state), and per configuration
     the alias on the live gate's version (after checking the version's tags name that gate and key) or no alias
     when no serving gate is live. Returns 'name@alias' for each alias that points somewhere."""
@@ -337,15 +337,15 @@ def registered_gate_models(client: MlflowClient, prefix: str = NAME_PREFIX) -> d
             return found
 
 
-def sync_gates(client: MlflowClient, rows: Sequence[GateRow | SystemGateRow], *,
+def sync_gates(client: MlflowClient, rows: Sequence[GateRow], *,
                experiment_prefix: str = DEFAULT_EXPERIMENT_PREFIX,
                progress: Callable[[int, int], None] | None = None) -> list[str]:
     """Register each serving gate, single or system (with its state), and reconcile each configuration's alias with
     the store: on the live gate's version, or absent when no serving gate is live; returns 'name@alias' of each
     live alias."""
-    by_group: dict[tuple[RegistryKind[Any], str], list[Any]] = {}
+    by_group: dict[tuple[RegistryKind, str], list[Any]] = {}
     for row in rows:
-        kind = REGISTRY_KINDS[type(row)]
+        kind = registry_kind(row)
         by_group.setdefault((kind, kind.group_json(row)), []).append(row)
     existing: dict[str, Any] = {}
     for prefix in sorted({kind.prefix for kind, _ in by_group}):

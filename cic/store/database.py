@@ -295,8 +295,10 @@ def _migrate_to_4(con: duckdb.DuckDBPyConnection) -> None:
     _add_missing(con)
 
 
-#: a system gate's columns in the `system_calibrations` table of version 4 (`kind` became `system_kind`)
-_V4_SYSTEM_SELECT = ", ".join("kind" if c == "system_kind" else c for c in schema.SYSTEM_GATE_COLUMNS)
+#: each system gate of version 4's `system_calibrations` table into `calibrations` (its `kind` is `system_kind`)
+_V4_SYSTEM_GATES_MOVE = ("INSERT INTO calibrations (" + ", ".join(schema.SYSTEM_GATE_COLUMNS) + ") SELECT "
+                         + ", ".join("kind" if c == "system_kind" else c for c in schema.SYSTEM_GATE_COLUMNS)
+                         + " FROM system_calibrations ON CONFLICT DO NOTHING")
 
 
 def _migrate_to_5(con: duckdb.DuckDBPyConnection) -> None:
@@ -305,8 +307,7 @@ def _migrate_to_5(con: duckdb.DuckDBPyConnection) -> None:
     and the old table is dropped."""
     _add_missing(con)
     if _stored_columns(con, "system_calibrations"):
-        con.execute(f"INSERT INTO calibrations ({', '.join(schema.SYSTEM_GATE_COLUMNS)}) "
-                    f"SELECT {_V4_SYSTEM_SELECT} FROM system_calibrations ON CONFLICT DO NOTHING")
+        con.execute(_V4_SYSTEM_GATES_MOVE)
         con.execute("DROP TABLE system_calibrations")
 
 

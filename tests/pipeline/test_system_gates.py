@@ -207,7 +207,6 @@ def test_the_prefect_digest_shows_each_system_gate_beside_the_single_models(cali
 
 def test_a_systems_first_gate_goes_live_later_ones_wait_for_promotion_as_single_gates_do(
         calibrated: tuple[str, list[str]]) -> None:
-    from cic.pipeline.gates.gate_rows import SystemGateRow
     from cic.pipeline.gates.lifecycle import find_gate, promote
     from cic.pipeline.gates.system_gates import system_gates
     from tests.support.pipeline_data import served_systems
@@ -227,7 +226,7 @@ def test_a_systems_first_gate_goes_live_later_ones_wait_for_promotion_as_single_
         assert {e["alpha"]: e["gate_id"] for e in served_systems(store) if e["system"] == "small-big"} == \
             {a: e["gate_id"] for a, e in served.items()}
         row = find_gate(store, new.filter(alpha=0.2).get_column("calibration_id")[0][:12])  # the one lifecycle
-        assert isinstance(row, SystemGateRow)
+        assert row.is_system
         promoted, retired = promote(store, row.calibration_id[:12], reason="reviewed")
         assert promoted.state in ("live", "unattainable")
         now = {e["alpha"]: e for e in served_systems(store) if e["system"] == "small-big"}
@@ -241,6 +240,7 @@ def test_a_system_gate_goes_through_the_single_gates_lifecycle_retire_promote_an
     """One lifecycle: `retire`, `promote`, `confirm` and `find_gate` take a system gate's id as a single gate's —
     retired, its key serves nothing (the export says so); promoted back, it serves; a live, unflagged gate has
     nothing to confirm; an edited row is refused by the same `verify`."""
+    from cic.pipeline.gates.gate_rows import GateRow
     from cic.pipeline.gates.lifecycle import confirm, find_gate, promote, retire, verify
     from cic.pipeline.gates.system_gates import system_gates
     from tests.support.pipeline_data import served_systems
@@ -260,19 +260,25 @@ def test_a_system_gate_goes_through_the_single_gates_lifecycle_retire_promote_an
             confirm(store, gate_id, reason="x")
         edited = find_gate(store, gate_id)
         with pytest.raises(UserError, match="column thresholds"):
-            verify(store, type(edited)(**{**edited.columns(), "thresholds": [0.0 for _ in edited.thresholds]}))
+            verify(store, GateRow(**{**edited.columns(), "thresholds": [0.0 for _ in edited.thresholds]}))
 
 
 def test_no_lifecycle_move_has_a_system_twin() -> None:
-    """find, promote, confirm, retire, verify and the first gates exist once for both kinds of gate."""
+    """find, promote, confirm, retire, verify and the first gates exist once for both kinds of gate; a gate is one
+    type (`GateRow`) stored in one table (`calibrations`)."""
     import ast
 
+    from cic import schema
+
     package = Path(__file__).resolve().parents[2] / "cic"
-    names = {node.name for file in package.rglob("*.py") for node in ast.walk(ast.parse(file.read_text()))
-             if isinstance(node, ast.FunctionDef)}
+    nodes = [node for file in package.rglob("*.py") for node in ast.walk(ast.parse(file.read_text()))]
+    names = {node.name for node in nodes if isinstance(node, ast.FunctionDef)}
     twins = {n for n in names for move in ("find", "promote", "confirm", "retire", "verify", "promote_first")
              if n.startswith(f"{move}_system") or n == f"{move}_systems"}
     assert not twins, twins
+    assert {node.name for node in nodes if isinstance(node, ast.ClassDef) and node.name.endswith("GateRow")} == \
+        {"GateRow"}
+    assert [t for t in schema.TABLES if t.endswith("calibrations")] == ["calibrations"]
 
 
 def test_the_export_says_why_a_key_serves_nothing_in_the_same_fields_and_words_for_both_kinds(

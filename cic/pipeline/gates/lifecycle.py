@@ -24,7 +24,7 @@ from cic.errors import UserError
 from cic.pipeline.alerts import OVER_BUDGET, Alert, kind_names, stored
 from cic.pipeline.gates.certificates import recertify_all
 from cic.pipeline.gates.event_log import HOLDS_KEY, current_states
-from cic.pipeline.gates.gate_rows import GateRow, SystemGateRow, gate_rows, system_gate_rows
+from cic.pipeline.gates.gate_rows import GateRow, gate_rows
 from cic.pipeline.gates.serving_state import (
     CONFIRMED,
     FLAGGED,
@@ -46,7 +46,6 @@ SERVING_KEY = ("model", "dataset", "estimator", "criterion", "alpha", "delta", "
 # a grouped certificate speaks for a model's live gates of one configuration across its datasets (streams)
 FAMILY_KEY = tuple(k for k in SERVING_KEY if k != "dataset")
 Families = dict[tuple[Any, ...], list[GateRow]]  # live gates by family key (`live_families`)
-AnyGate = GateRow | SystemGateRow  # a gate of either kind, as `find_gate` returns it
 
 
 def gates(store: Store, **equals: Any) -> pl.DataFrame:
@@ -59,7 +58,7 @@ def gates(store: Store, **equals: Any) -> pl.DataFrame:
                                pl.col("alert_kinds").fill_null(pl.lit([], dtype=pl.List(pl.String))))
 
 
-def find_gate(store: Store, gate_id: str) -> AnyGate:
+def find_gate(store: Store, gate_id: str) -> GateRow:
     """The gate — single or system (a cascade, an estimator chosen) — whose calibration id is or starts with
     `gate_id` (the 12-character prefix tables show)."""
     text = gate_id.strip()
@@ -98,17 +97,17 @@ def _verify_singles(store: Store, rows: Sequence[GateRow]) -> None:
     recertify_all(store, [row for row in rows if row["threshold"] is not None])
 
 
-def _verify_systems(store: Store, rows: Sequence[SystemGateRow]) -> None:
+def _verify_systems(store: Store, rows: Sequence[GateRow]) -> None:
     for row in rows:
         recertify_system(store, row)
 
 
-def kind_of(row: AnyGate) -> GateKind:
+def kind_of(row: GateRow) -> GateKind:
     """The kind of a typed gate row."""
-    return KINDS[1 if isinstance(row, SystemGateRow) else 0]
+    return KINDS[1 if row.is_system else 0]
 
 
-def verify(store: Store, row: AnyGate) -> None:
+def verify(store: Store, row: GateRow) -> None:
     """Refuse to serve a gate the store no longer certifies (either kind): the one check promotion, confirmation,
     export, `cic ask` and the registry share."""
     kind_of(row).verify_many(store, [row])
@@ -204,7 +203,7 @@ def verify_gate(row: GateRow) -> None:
 
 
 def promote(store: Store, gate_id: str, *, reason: str, despite_alerts: bool = False,
-            without_guarantee: bool = False) -> tuple[AnyGate, list[str]]:
+            without_guarantee: bool = False) -> tuple[GateRow, list[str]]:
     """Make a gate (single or system) speak for its key and retire the gate that did, in one transaction; returns
     (the gate, the ids retired). A gate the store no longer certifies is refused; one whose recalibration raised
     alerts needs `despite_alerts` (a person who has looked at them); one from a search without a guarantee needs
@@ -236,7 +235,7 @@ def promote(store: Store, gate_id: str, *, reason: str, despite_alerts: bool = F
     return replace(row, state=state), retired
 
 
-def confirm(store: Store, gate_id: str, *, reason: str) -> AnyGate:
+def confirm(store: Store, gate_id: str, *, reason: str) -> GateRow:
     """Record (append-only, in `gate_events`) that a person reviewed a flagged live gate (single or system) and
     keeps serving it; its alerts stay listed. Anything but a flagged live gate is refused (there is nothing to
     confirm), and so is a gate the store's pairs no longer certify (its labels were changed: recalibrate
@@ -261,7 +260,7 @@ def confirm(store: Store, gate_id: str, *, reason: str) -> AnyGate:
     return replace(row, reason=f"{CONFIRMED}{reason}")
 
 
-def retire(store: Store, gate_id: str, *, reason: str) -> AnyGate:
+def retire(store: Store, gate_id: str, *, reason: str) -> GateRow:
     """Take a gate (single or system) out of service (its key then has no live gate: `cic ask` refuses until one
     is promoted)."""
     row = find_gate(store, gate_id)
@@ -433,5 +432,5 @@ def flag_gates(store: Store, alerts: dict[str, Alert], prefix: str = FLAGGED) ->
 #: The gate kinds, single first (every lifecycle move above reads them).
 KINDS = (GateKind("gate", gates, gate_rows, SERVING_KEY, _key_of, lambda r: r["threshold"] is not None,
                   _verify_singles),
-         GateKind("system gate", system_gates, system_gate_rows, SYSTEM_KEY, system_key,
+         GateKind("system gate", system_gates, gate_rows, SYSTEM_KEY, system_key,
                   lambda r: bool(r["certified"]), _verify_systems))

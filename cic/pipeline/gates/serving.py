@@ -16,11 +16,10 @@ import polars as pl
 from cic import schema
 from cic.errors import UserError
 from cic.pipeline.gates.event_log import HOLDS_KEY
-from cic.pipeline.gates.gate_rows import GateRow, SystemGateRow, gate_rows
+from cic.pipeline.gates.gate_rows import GateRow, gate_rows
 from cic.pipeline.gates.lifecycle import (
     KINDS,
     STATES,
-    AnyGate,
     GateKind,
     beyond_delta,
     family_of,
@@ -47,7 +46,7 @@ if TYPE_CHECKING:
 SINGLE, SYSTEM = KINDS
 
 
-def withheld(row: AnyGate) -> str | None:
+def withheld(row: GateRow) -> str | None:
     """Why the gate speaking for a key serves nothing (abstain on every question), or None when it serves: its
     alpha is unattainable, it is flagged (`flag_of`), or its search has no guarantee."""
     kind, short = kind_of(row), row["calibration_id"][:12]
@@ -81,7 +80,7 @@ def _asked(table: pl.DataFrame, asked: dict[str, Any]) -> pl.DataFrame:
     return table
 
 
-def live_gate(store: Store, **asked: Any) -> AnyGate:
+def live_gate(store: Store, **asked: Any) -> GateRow:
     """The gate speaking for the key `asked` names — a model's (model, dataset, estimator, criterion, alpha,
     bound, search) or a system's (system, dataset, criterion, alpha, bound) —, checked against the store (`verify`);
     an error lists the candidates when there is none, or the keys when several match. A gate that serves nothing
@@ -188,7 +187,7 @@ def _gate_entries(store: Store, rows: Sequence[GateRow]) -> list[dict[str, Any]]
              "gate": json.loads(gate_of(row).to_json())} for row in rows]
 
 
-def _system_entries(store: Store, rows: Sequence[SystemGateRow]) -> list[dict[str, Any]]:
+def _system_entries(store: Store, rows: Sequence[GateRow]) -> list[dict[str, Any]]:
     """A served system gate: every stage's model, estimator and threshold, and how to route a question."""
     return [{"serve": "system", "gate_id": row["calibration_id"], **{k: row[k] for k in _SYSTEM_SHOWN},
              **serving_state(row).fields(), "estimators": row["estimators"], "thresholds": row["thresholds"],
@@ -213,7 +212,7 @@ def _anytime_guarantee(row: GateRow) -> str | None:
     return f"anytime-valid: certified at every night since {certified_since(row)}" if is_anytime(row) else None
 
 
-def _withheld_fields(row: AnyGate) -> dict[str, Any]:
+def _withheld_fields(row: GateRow) -> dict[str, Any]:
     """The export's fields naming the gate that serves nothing, by why (the names serving systems read)."""
     flag = flag_of(row)
     if flag is not None:

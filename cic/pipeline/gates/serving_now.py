@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from cic.pipeline.gates.gate_rows import gate_rows, system_gate_rows
+from cic.pipeline.gates.gate_rows import gate_rows
 from cic.pipeline.gates.serving_state import serving_state
 from cic.pipeline.run.run_results import stage_thresholds
 
@@ -65,7 +65,7 @@ def serving_now(store: Store, models: Collection[str], promoted: Sequence[str] =
             rows.append(_row(key, row, "—" if row.threshold is None else f"{row.threshold:.4g}", changed))
     systems = system_gates(store).filter(pl.col("models").list.eval(pl.element().is_in(list(models))).list.any())
     for part in systems.sort(*SYSTEM_KEY, "state_at").partition_by(list(SYSTEM_KEY), maintain_order=True):
-        row = _speaker(system_gate_rows(part))
+        row = _speaker(gate_rows(part))
         if row is not None:
             key = (f"{row.system_kind} {row.system}/{row.dataset} × {row.criterion} α={row.alpha:g} {row.bound} "
                    f"{row.search}")

@@ -21,7 +21,7 @@ import polars as pl
 from cic import schema
 from cic.errors import UserError
 from cic.pipeline.gates.event_log import HOLDS_KEY, current_states
-from cic.pipeline.gates.gate_rows import ColumnReader, SystemGateRow
+from cic.pipeline.gates.gate_rows import ColumnReader, GateRow
 from cic.pipeline.run.run_results import SystemResultRow
 from cic.pipeline.run.stored_calibration import data_fingerprint, settled
 from cic.stats.cascades import certify_system, evaluate_system_splits
@@ -236,7 +236,7 @@ def system_results(store: Store, run_keys: list[str]) -> list[SystemResultRow]:
             for r in joined.iter_rows(named=True)]
 
 
-def spec_of(row: SystemGateRow) -> SystemSpec:
+def spec_of(row: GateRow) -> SystemSpec:
     """The system a stored gate was certified for, from its own row (no config needed to re-certify it)."""
     costs = row.get("costs")
     return SystemSpec(row["system"], row["system_kind"], tuple(row["models"]), row["estimator_rule"],
@@ -247,7 +247,7 @@ def spec_of(row: SystemGateRow) -> SystemSpec:
 SERVED_COLUMNS = tuple(c for c in schema.SYSTEM_GATE_COLUMNS if c != "created_at")
 
 
-def recertify_system(store: Store, row: SystemGateRow) -> None:
+def recertify_system(store: Store, row: GateRow) -> None:
     """Re-certify a stored system gate from the store's pairs on the questions it was certified on: an error unless
     the same data and system give the same gate in every served column (`SERVED_COLUMNS`: id, estimators per
     stage, thresholds, counts, bound, search, guarantee, runs, …) — a gate whose data changed (a label replaced)

@@ -25,7 +25,7 @@ import polars as pl
 from cic import schema
 from cic.errors import UserError
 from cic.pipeline.alerts import PAGE, STATE_BROKEN, Alert, kind_of, severity, withdraws
-from cic.pipeline.gates.gate_rows import ColumnReader, GateRow, SystemGateRow, gate_rows
+from cic.pipeline.gates.gate_rows import ColumnReader, GateRow, gate_rows
 from cic.pipeline.gates.lifecycle import gates
 from cic.pipeline.gates.serving_now import serving_now
 from cic.pipeline.production.windows import (
@@ -221,7 +221,7 @@ def pairs_of_runs(store: Store, run_keys: Sequence[str], *, estimator: str | Non
 
 @dataclass
 class Candidate:
-    """One new gate of a recalibration, single or system: its typed row (`GateRow` or `SystemGateRow`), the gate
+    """One new gate of a recalibration, single or system: its typed row (`GateRow`), the gate
     that spoke for its slot before the pass (None: the first gate of its key), its alerts and state after it."""
 
     key: GroupKey
@@ -473,7 +473,7 @@ def _collect(store: Store, out: RecalibrationPass, results: Sequence[GroupRecali
         out.checks.extend((result.key, c) for c in result.checks)
         single = isinstance(result, GroupRecalibration)
         (out.candidates if single else out.systems).extend(
-            Candidate(result.key, (GateRow if single else SystemGateRow).of(row), result.live_of(row),
+            Candidate(result.key, GateRow.of(row), result.live_of(row),
                       alerts.get(row["calibration_id"], []), states.get(row["calibration_id"], "candidate"))
             for row in result.rows.iter_rows(named=True))
     made = [u for u in out.anytime if u.gate_id is not None]

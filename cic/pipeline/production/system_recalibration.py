@@ -25,7 +25,7 @@ import numpy as np
 import polars as pl
 
 from cic.pipeline.alerts import Alert
-from cic.pipeline.gates.gate_rows import ColumnReader, SystemGateRow, system_gate_rows
+from cic.pipeline.gates.gate_rows import ColumnReader, GateRow, gate_rows
 from cic.pipeline.gates.serving_state import flag_of
 from cic.pipeline.gates.system_gates import (
     SystemSpec,
@@ -64,7 +64,7 @@ class SystemRecalibration:
     for tables and alerts."""
 
     key: GroupKey
-    live: SystemGateRow | None
+    live: GateRow | None
     rows: pl.DataFrame
     checks: list[Check] = field(default_factory=list)
     skipped: str | None = None
@@ -79,18 +79,18 @@ class SystemRecalibration:
         out.extend(c.alert() for c in self.checks if c.rejected)
         return out + changed_under(self.live)
 
-    def live_of(self, row: ColumnReader) -> SystemGateRow | None:
+    def live_of(self, row: ColumnReader) -> GateRow | None:
         """The gate a candidate row is compared with: the one that spoke for the key."""
         return self.live
 
 
-def system_group(row: SystemGateRow) -> GroupKey:
+def system_group(row: GateRow) -> GroupKey:
     """A system gate's key as a group, for the tables and alerts single gates use."""
     return GroupKey(row["run_keys"][0], " -> ".join(row["models"]), row["dataset"],
                     " / ".join(row["estimators"] or [row["estimator_rule"]]), row["criterion"])
 
 
-def display_gate(row: SystemGateRow) -> dict[str, Any]:
+def display_gate(row: GateRow) -> dict[str, Any]:
     """A system gate as the monitor's tables read a gate (one `threshold` is meaningless for a cascade)."""
     return {**row.columns(), "threshold": None, "window_to": None}
 
@@ -107,12 +107,12 @@ def recalibrate_systems(store: Store, run_keys: list[str], config: CalibrationCo
     speaking = speaking_system_gates(store)
     here = speaking.filter(pl.col("run_keys").list.eval(pl.element().is_in(list(run_keys))).list.all())
     results, updates = [], []
-    for row in system_gate_rows(here):
+    for row in gate_rows(here):
         result, update = recalibrate_system(store, row, config, rule, previous, now, through)
         results.append(result)
         if update is not None:
             updates.append(update)
-    spoken = {(r.system, r.dataset, r.criterion) for r in system_gate_rows(speaking)}
+    spoken = {(r.system, r.dataset, r.criterion) for r in gate_rows(speaking)}
     return results + _first_candidates(store, run_keys, config, spoken, through), updates
 
 
@@ -129,7 +129,7 @@ def _first_candidates(store: Store, run_keys: list[str], config: CalibrationConf
         found = list(iter_system_data(store, run_keys, spec, through=through, skip=done))  # spoken keys: not joined
         for data in found:
             rows = system_calibration_rows(data, config)  # idempotent: a waiting candidate is itself again
-            out.extend(SystemRecalibration(system_group(SystemGateRow.of(row)), None, rows.slice(i, 1))
+            out.extend(SystemRecalibration(system_group(GateRow.of(row)), None, rows.slice(i, 1))
                        for i, row in enumerate(rows.iter_rows(named=True)))  # one system key each
         if not found and not done:
             key = GroupKey("", " -> ".join(spec.models), "-", spec.estimator, "-")
@@ -153,7 +153,7 @@ def _why_none(store: Store, run_keys: list[str], spec: SystemSpec, models: list[
            "gives it data"
 
 
-def recalibrate_system(store: Store, live: SystemGateRow, config: CalibrationConfig, rule: WindowRule,
+def recalibrate_system(store: Store, live: GateRow, config: CalibrationConfig, rule: WindowRule,
                        previous: dict[str, dict[str, Any]], now: datetime, through: datetime | None = None
                        ) -> tuple[SystemRecalibration, MonitorUpdate | None]:
     """One system key: the monitor over every new question, then the candidate and tests on the window of those
@@ -192,7 +192,7 @@ def recalibrate_system(store: Store, live: SystemGateRow, config: CalibrationCon
     return result, update
 
 
-def stage_pairs(store: Store, row: SystemGateRow) -> pl.DataFrame:
+def stage_pairs(store: Store, row: GateRow) -> pl.DataFrame:
     """(question_id, s0, e0, s1, e1, …): each stage's score (the gate's estimator) and error per question."""
     joined = None
     for i, (run_key, estimator) in enumerate(zip(row["run_keys"], row["estimators"], strict=True)):
@@ -203,7 +203,7 @@ def stage_pairs(store: Store, row: SystemGateRow) -> pl.DataFrame:
     return joined
 
 
-def _routed(stages: pl.DataFrame, live: SystemGateRow, seen: pl.DataFrame
+def _routed(stages: pl.DataFrame, live: GateRow, seen: pl.DataFrame
             ) -> tuple[np.ndarray, np.ndarray, datetime | None]:
     """Whether the live system answers each seen question, the answering stage's error, and the newest time."""
     frame = seen.join(stages, on="question_id", how="inner")
@@ -216,7 +216,7 @@ def _routed(stages: pl.DataFrame, live: SystemGateRow, seen: pl.DataFrame
     return who < k, errors, newest  # type: ignore[return-value]
 
 
-def _checks(stages: pl.DataFrame, live: SystemGateRow, window: pl.DataFrame) -> list[Check]:
+def _checks(stages: pl.DataFrame, live: GateRow, window: pl.DataFrame) -> list[Check]:
     """Per stage the score shift (certified questions against the window), and the live system's error rate on
     the window; each check concerns the key's candidate and names the live gate when it tests the live rate."""
     certified = stages.filter(pl.col("question_id").is_in(live["question_ids"]))
