@@ -228,7 +228,7 @@ def _listed(db: Path, state: str | None, model: str | None, dataset: str | None)
     typed = [r for r in gate_rows(rows.sort("model", "dataset", "estimator", "criterion", "alpha", "bound", "search",
                                             "created_at")) if _in_state(r, state)]
     typed_systems = [r for r in gate_rows(systems.sort("system", "dataset", "criterion", "alpha", "bound",
-                                                              "created_at")) if _in_state(r, state)]
+                                                       "created_at")) if _in_state(r, state)]
     return typed, typed_systems, families
 
 

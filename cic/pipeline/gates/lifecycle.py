@@ -76,9 +76,9 @@ def find_gate(store: Store, gate_id: str) -> GateRow:
 @dataclass(frozen=True)
 class GateKind:
     """What a lifecycle move needs to know of a gate's kind — single, or system (a cascade, an estimator chosen; a
-    single gate is the system of one stage), both rows of `calibrations`: its stored rows with their state, typed;
-    the key one gate speaks for; whether it certifies anything; and its re-check
-    against the store (`verify`). Find, promote, confirm, retire and the first gates are written once over it."""
+    single gate is the system of one stage), both `GateRow`s of `calibrations`: its stored rows with their state;
+    the key one gate speaks for; whether it certifies anything; and its re-check against the store (`verify`).
+    Find, promote, confirm, retire and the first gates are written once over it."""
 
     noun: str
     table: Callable[[Store], pl.DataFrame]
