@@ -103,6 +103,14 @@ def _gone(pids: list[int], within_s: float) -> list[int]:
 
 
 @pytest.mark.faults
+def _command_line(proc: psutil.Process) -> str | None:
+    """A process's command line, or None when it has ended since it was listed."""
+    try:
+        return " ".join(proc.cmdline())
+    except psutil.Error:
+        return None
+
+
 def test_after_kill_9_the_watchdog_stops_every_child_within_seconds(tmp_path: Path) -> None:
     """No later command needed: the supervisor outlives the killed command and stops its process tree,
     grandchildren and a child that ignores SIGTERM included."""
@@ -123,8 +131,9 @@ def test_after_kill_9_the_watchdog_stops_every_child_within_seconds(tmp_path: Pa
     try:
         kids = [int(p) for p in run.stdout.readline().split()]
         time.sleep(2.0)  # the grandchild starts and the watchdog's next look finds it
-        tree = [p.pid for p in psutil.Process(run.pid).children(recursive=True)]
-        watchdogs = [p for p in tree if "cic.services.watchdog" in " ".join(psutil.Process(p).cmdline())]
+        lines = {p.pid: _command_line(p) for p in psutil.Process(run.pid).children(recursive=True)}
+        tree = [pid for pid, line in lines.items() if line is not None]  # not one that ended as it was listed
+        watchdogs = [p for p in tree if "cic.services.watchdog" in lines[p]]
         assert len(watchdogs) == 1 and set(kids) < set(tree) and len(tree) >= 4
         run.send_signal(signal.SIGKILL)
         run.wait(timeout=10)
