@@ -25,3 +25,21 @@ def test_the_fast_tier_selects_the_same_tests_without_importing_all_slow_modules
     the same expression spelled otherwise collects every module and deselects: both select the same tests."""
     fast = _selected("not slow")
     assert len(fast) > 500 and fast == _selected("not slow and not slow")
+
+
+@pytest.mark.parametrize(("markexpr", "per_two_cores"), [("not slow", 2), ("", 3), ("slow", 3), ("faults", 3)])
+def test_auto_workers_are_one_per_core_for_the_fast_tier_and_one_and_a_half_otherwise(
+        markexpr: str, per_two_cores: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`-n auto` (pyproject's default) spawns one worker per core for the CPU-bound fast tier and half as many
+    again for a selection with the slow tier, whose services leave cores idle."""
+    import os
+
+    from tests.conftest import pytest_xdist_auto_num_workers
+
+    class Options:
+        def getoption(self, name: str) -> str:
+            assert name == "markexpr"
+            return markexpr
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert pytest_xdist_auto_num_workers(Options()) == per_two_cores  # type: ignore[arg-type]
