@@ -304,9 +304,16 @@ _V4_SYSTEM_GATES_MOVE = ("INSERT INTO calibrations (" + ", ".join(schema.SYSTEM_
 def _migrate_to_5(con: duckdb.DuckDBPyConnection) -> None:
     """Version 5 keeps every gate in one table: each system gate (a cascade, an estimator chosen) moves from
     `system_calibrations` into `calibrations` — its id, and so its events, MLflow versions and exports, unchanged —
-    and the old table is dropped."""
+    and the old table is dropped. An id both tables hold stops it (nothing changes): the old row is never dropped
+    unmoved."""
     _add_missing(con)
     if _stored_columns(con, "system_calibrations"):
+        shared = [gid for (gid,) in con.sql("SELECT s.calibration_id FROM system_calibrations s JOIN calibrations c "
+                                            "USING (calibration_id) ORDER BY 1").fetchall()]
+        if shared:
+            raise StoreError(f"calibration_id = {shared[0]!r}: both a gate and a system gate have it "
+                             f"({len(shared)} such id(s)); the store cannot move its system gates into one table — "
+                             "delete one of the two rows (nothing was changed)")
         con.execute(_V4_SYSTEM_GATES_MOVE)
         con.execute("DROP TABLE system_calibrations")
 

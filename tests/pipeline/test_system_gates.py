@@ -156,6 +156,38 @@ def test_a_version_4_store_moves_its_system_gates_into_the_one_gates_table_keepi
         assert "system_calibrations" not in tables and store.count("calibrations", system=None) > 0
 
 
+def test_a_version_4_store_whose_two_gate_tables_share_an_id_is_refused_in_one_line_and_left_unchanged(
+        calibrated: tuple[str, list[str]]) -> None:
+    """Moving the system gates never drops one unmoved: an id in both old tables (a hand-edited file) stops the
+    migration with a line naming it, and the file keeps its version-4 layout and rows."""
+    import duckdb
+
+    from cic import schema
+    from cic.store.database import StoreError
+    from tests.support.database import raw_sql
+
+    db, _ = calibrated
+    old_columns = ", ".join("system_kind AS kind" if c == "system_kind" else c for c in schema.SYSTEM_GATE_COLUMNS)
+    added = [c for c in schema.CALIBRATIONS.columns if c not in schema.SINGLE_GATE_COLUMNS]
+    raw_sql(Path(db), f"CREATE TABLE system_calibrations AS SELECT {old_columns} FROM calibrations "
+            "WHERE system IS NOT NULL", "DELETE FROM calibrations WHERE system IS NOT NULL",
+            *(f"ALTER TABLE calibrations DROP COLUMN {c}" for c in added),
+            "UPDATE system_calibrations SET calibration_id = (SELECT min(calibration_id) FROM calibrations) "
+            "WHERE calibration_id = (SELECT min(calibration_id) FROM system_calibrations)",
+            "DELETE FROM schema_version", "INSERT INTO schema_version VALUES (4, now())")
+    with pytest.raises(StoreError, match=r"calibration_id = '\w+': both a gate and a system gate have it") as refused:
+        Store.open(db)
+    assert "\n" not in str(refused.value)
+    con = duckdb.connect(db, read_only=True)
+    try:
+        assert con.sql("SELECT max(version) FROM schema_version").fetchall() == [(4,)]
+        assert con.sql("SELECT count(*) FROM system_calibrations").fetchall() == [(8,)]
+        assert "system" not in {c for (c,) in con.sql("SELECT column_name FROM information_schema.columns WHERE "
+                                                      "table_name = 'calibrations'").fetchall()}
+    finally:
+        con.close()
+
+
 def test_the_results_show_each_system_gate_with_its_protocol_and_only_for_these_runs(
         calibrated: tuple[str, list[str]]) -> None:
     from cic.pipeline.gates.system_gates import system_results
