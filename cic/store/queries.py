@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from cic import schema
+
 if TYPE_CHECKING:
     import polars as pl
 
@@ -78,6 +80,16 @@ def labelled_criteria(store: Store, run_key: str) -> list[str]:
 def last_label_time(store: Store, run_keys: Sequence[str]) -> datetime | None:
     """When the newest label of these runs was written."""
     return store.sql("SELECT max(created_at) FROM labels WHERE run_key IN (SELECT unnest(?))", [list(run_keys)])[0][0]
+
+
+#: the system gates' rows of `calibrations`, in their columns (the single gates' rows, results included, unread)
+_SYSTEM_GATES = ("SELECT " + ", ".join(schema.SYSTEM_GATE_COLUMNS) + " FROM calibrations WHERE system IS NOT NULL "
+                 "ORDER BY calibration_id")
+
+
+def system_gate_frame(store: Store) -> pl.DataFrame:
+    """Every stored system gate (a cascade, an estimator chosen) in `schema.SYSTEM_GATE_COLUMNS`, typed as stored."""
+    return store.sql_frame(_SYSTEM_GATES).cast({c: schema.CALIBRATIONS.columns[c] for c in schema.SYSTEM_GATE_COLUMNS})
 
 
 def stored_gate_ids(store: Store, calibration_ids: Sequence[str]) -> set[str]:

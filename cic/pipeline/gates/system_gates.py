@@ -26,7 +26,7 @@ from cic.pipeline.run.run_results import SystemResultRow
 from cic.pipeline.run.stored_calibration import data_fingerprint, settled
 from cic.stats.cascades import certify_system, evaluate_system_splits
 from cic.stats.searches import DEFAULT_SEARCH
-from cic.store.queries import labelled_criteria, labelled_pairs_of_runs, scored_estimators
+from cic.store.queries import labelled_criteria, labelled_pairs_of_runs, scored_estimators, system_gate_frame
 
 if TYPE_CHECKING:
     from cic.pipeline.config import CalibrationConfig
@@ -294,7 +294,7 @@ ROUTE = ("ask the models in order; the first whose score is <= its threshold ans
 
 def stored_system_rows(store: Store) -> pl.DataFrame:
     """The stored system gates: the `calibrations` rows with a system, in their columns (`SYSTEM_GATE_COLUMNS`)."""
-    return store.read("calibrations").filter(pl.col("system").is_not_null()).select(schema.SYSTEM_GATE_COLUMNS)
+    return system_gate_frame(store)
 
 
 def system_gates(store: Store, **equals: Any) -> pl.DataFrame:
