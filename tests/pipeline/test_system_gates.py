@@ -156,6 +156,27 @@ def test_a_version_4_store_moves_its_system_gates_into_the_one_gates_table_keepi
         assert "system_calibrations" not in tables and store.count("calibrations", system=None) > 0
 
 
+def test_each_gate_row_fills_its_own_kinds_columns_and_leaves_the_others_null(
+        calibrated: tuple[str, list[str]]) -> None:
+    """One table, two shapes (`schema.SINGLE_GATE_COLUMNS`, `SYSTEM_GATE_COLUMNS`): a system gate's model,
+    estimator, run, threshold and result are null, and a single gate's stages and system are null."""
+    import polars as pl
+
+    from cic import schema
+
+    db, _ = calibrated
+    with Store.open(db, read_only=True) as store:
+        every = store.read("calibrations")
+    systems, singles = every.filter(pl.col("system").is_not_null()), every.filter(pl.col("system").is_null())
+    assert systems.height == 8 and singles.height > 0
+    only_single = [c for c in schema.SINGLE_GATE_COLUMNS if c not in schema.SYSTEM_GATE_COLUMNS]
+    only_system = [c for c in schema.SYSTEM_GATE_COLUMNS if c not in schema.SINGLE_GATE_COLUMNS]
+    assert {"model", "threshold", "result_json"} <= set(only_single) and {"models", "thresholds"} <= set(only_system)
+    assert systems.select(only_single).null_count().row(0) == (systems.height,) * len(only_single)
+    assert singles.select(only_system).null_count().row(0) == (singles.height,) * len(only_system)
+    assert singles.get_column("model").null_count() == 0 and systems.get_column("models").null_count() == 0
+
+
 def test_a_version_4_store_whose_two_gate_tables_share_an_id_is_refused_in_one_line_and_left_unchanged(
         calibrated: tuple[str, list[str]]) -> None:
     """Moving the system gates never drops one unmoved: an id in both old tables (a hand-edited file) stops the
