@@ -99,6 +99,7 @@ class RequestOutcome:
     first_top: dict[str, float] | None = None  # the first token's top log-probabilities (token -> logprob)
     index: int | None = None                   # the choice's index (several when a request asks for n)
     fingerprint: str | None = None             # the reply's system_fingerprint, where the server gives one
+    tokens: list[str] | None = None            # the generated tokens' texts, where the server lists them
 
 
 @dataclass
@@ -186,15 +187,18 @@ def parse_choices(body: Any, api: str, url: str) -> list[RequestOutcome]:
             prompt_tokens=_int_or_none(usage.get("prompt_tokens")) if single else None,
             model=str(body.get("model", "")), first_top=_first_top(choice.get("logprobs"), api),
             index=choice.get("index") if isinstance(choice.get("index"), int) else None,
-            fingerprint=fingerprint if isinstance(fingerprint, str) and fingerprint else None))
+            fingerprint=fingerprint if isinstance(fingerprint, str) and fingerprint else None,
+            tokens=_listed_tokens(choice.get("logprobs"), api)))
     return outcomes
 
 
 def incomplete_reply(outcomes: Sequence[RequestOutcome], body: Any, asked: dict[str, Any]) -> str | None:
     """Why a reply cannot be stored as it is (None: it can): fewer or more choices than the request's `n`, or token
     log-probabilities that do not cover the tokens the reply says it generated (`usage.completion_tokens`, over
-    every choice). A choice that stopped on its own (finish_reason "stop") may list one entry fewer: servers differ
-    on whether the end-of-sequence token they count is listed. A reply without log-probabilities, or without a
+    every choice), or listed tokens that do not spell the choice's text. A choice that stopped on its own
+    (finish_reason "stop") may list one entry fewer, or one more than its text spells: servers differ on whether
+    the end-of-sequence token they count is listed — but that slack never lets a content token go missing, since
+    where the server lists the tokens they must spell the text. A reply without log-probabilities, or without a
     count, is not judged here (a null log-probability is flagged where the row is made)."""
     wanted = int(asked.get("n", 1))
     if len(outcomes) != wanted:
@@ -205,9 +209,42 @@ def incomplete_reply(outcomes: Sequence[RequestOutcome], body: Any, asked: dict[
         return None
     listed = sum(len(o.token_logprobs or []) for o in outcomes)
     slack = sum(o.finish_reason == "stop" for o in outcomes)
-    if generated - slack <= listed <= generated:
+    if not generated - slack <= listed <= generated:
+        return f"{listed} token log-probabilities for {generated} generated token(s)"
+    for i, outcome in enumerate(outcomes):
+        if outcome.tokens is not None and not spells(outcome.tokens, outcome.text, outcome.finish_reason == "stop"):
+            return (f"choice {i}: its {len(outcome.tokens)} listed token(s) spell {''.join(outcome.tokens)[:80]!r}, "
+                    f"not its text {outcome.text[:80]!r}")
+    return None
+
+
+def spells(tokens: Sequence[str], text: str, stopped: bool) -> bool:
+    """Whether listed tokens spell a reply's text (ends' whitespace aside, which some servers trim); a reply that
+    stopped on its own may list one more entry, its end-of-sequence token."""
+    return "".join(tokens).strip() == text.strip() or (stopped and "".join(tokens[:-1]).strip() == text.strip())
+
+
+def _listed_tokens(block: Any, api: str) -> list[str] | None:
+    """The generated tokens' texts a choice's `logprobs` lists (chat: content[].token, from its `bytes` where every
+    entry has them — a token may be part of a character; completions: tokens[]); None where it lists none."""
+    if not isinstance(block, dict):
         return None
-    return f"{listed} token log-probabilities for {generated} generated token(s)"
+    if api != "chat":
+        tokens = block.get("tokens")
+        return [str(t) for t in tokens] if isinstance(tokens, list) and tokens and all(
+            isinstance(t, str) for t in tokens) else None
+    entries = [t for t in block.get("content") or [] if isinstance(t, dict)]
+    if not entries:
+        return None
+    if all(isinstance(t.get("bytes"), list) and all(isinstance(b, int) and 0 <= b < 256 for b in t["bytes"])
+           for t in entries):
+        # a character split over tokens has no text of its own: decode all but the last entry (a possible
+        # end-of-sequence token) together
+        head = b"".join(bytes(t["bytes"]) for t in entries[:-1]).decode("utf-8", errors="replace")
+        return [head, bytes(entries[-1]["bytes"]).decode("utf-8", errors="replace")]
+    if not all(isinstance(t.get("token"), str) for t in entries):
+        return None
+    return [t["token"] for t in entries]
 
 
 def usage_tokens(body: Any) -> tuple[int, int]:

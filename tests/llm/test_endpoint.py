@@ -96,6 +96,33 @@ def test_replies_in_the_openai_schema_give_text_log_probabilities_and_usage_and_
             parse_response(body, "chat", "u")
 
 
+@pytest.mark.faults
+def test_a_reply_whose_listed_tokens_leave_a_content_token_out_is_incomplete_whatever_its_finish_reason() -> None:
+    """The one-entry slack for an end-of-sequence token never lets a content token go missing: where the server
+    lists the tokens, they must spell the text (an end-of-sequence entry aside); bytes spell it where given."""
+    from cic.llm.endpoint import incomplete_reply, parse_choices
+
+    def reply(text: str, tokens: list[str], generated: int, finish: str = "stop", api: str = "chat",
+              raw: bool = False) -> str | None:
+        entries = [{"token": t, "logprob": -0.1, **({"bytes": list(t.encode())} if raw else {})} for t in tokens]
+        choice = ({"message": {"content": text}, "logprobs": {"content": entries}} if api == "chat" else
+                  {"text": text, "logprobs": {"tokens": tokens, "token_logprobs": [-0.1] * len(tokens)}})
+        body = {"usage": {"completion_tokens": generated}, "choices": [{**choice, "finish_reason": finish}]}
+        return incomplete_reply(parse_choices(body, api, "u"), body, {"logprobs": True})
+
+    assert reply("Paris.", ["Par", "is", "."], 3) is None
+    assert reply("Paris.", ["Par", "is", ".", "<|im_end|>"], 4) is None  # its end-of-sequence entry listed
+    assert reply("Paris.", ["Par", "is", "."], 4) is None  # or not
+    gap = reply("Paris.", ["Par", "is"], 3)  # the "." left out: the count passes by the slack, the text does not
+    assert gap == "choice 0: its 2 listed token(s) spell 'Paris', not its text 'Paris.'"
+    assert reply("Paris.", ["Par", "is"], 3, api="completions") is not None
+    assert reply("Paris.", ["Par", "is"], 2, finish="length") is not None
+    assert reply("Paris", ["Lon", "don"], 2) is not None  # another text altogether
+    assert reply(" Paris", ["Paris"], 1) is None  # a server that trims the text's ends
+    assert reply("café", ["caf", "é"], 2, raw=True) is None  # a character's bytes over two tokens
+    assert reply("café", ["caf"], 2, raw=True) is not None
+
+
 def test_retry_after_reads_seconds_and_dates_capped_and_backoff_stays_in_its_jittered_window() -> None:
     import email.utils
     import random
@@ -237,6 +264,12 @@ def test_a_reply_whose_log_probabilities_leave_tokens_out_is_asked_again_and_nev
     assert frame.height == 0 and set(client.stats.failed_questions) == {"q2"}
     assert "incomplete reply from" in client.stats.failed_questions["q2"]
     assert "token log-probabilities for" in client.stats.failed_questions["q2"] and client.stats.retries >= 2
+    with gateway(server.url, [], logprobs_short=(100, 1)) as url:  # one entry short, on a reply that stopped
+        client = EndpointClient(EndpointSpec(urls=(url,), model=server.model, max_in_flight=1, retries=2,
+                                             logprobs="on"))
+        frame = EndpointGenerator(client, generation).generate_open(["q3"], ["Say: Paris."], run_key="r")
+    why = client.stats.failed_questions.get("q3", "")  # never stored as complete: the count or the text says so
+    assert frame.height == 0 and ("listed token(s) spell" in why or "token log-probabilities for" in why)
 
 
 def _env(cwd: Path, prefect_api: str | None) -> dict[str, str]:

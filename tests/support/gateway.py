@@ -38,8 +38,9 @@ def gateway(upstream: str, refusals: list[tuple[int, dict[str, str], bytes]], *,
     `port`: listen there (0: any free port; a gateway started again on a dead one's port is that server back).
     `kill`: when set, the gateway dies at once as `dies_after` makes it die (a killed server process).
     `logprobs_short` (K, D): answers (max_tokens > 1) carry token log-probabilities, one entry per token the reply
-    counts, as a server that returns them does — except the first K, which lack their last D entries (a proxy that
-    truncates them). `models_down`: while set, `GET /models` answers 500 (the listing route failing alone).
+    counts, as a server that returns them does (their tokens spell the text) — except the first K, which lack their
+    last D entries (a proxy that truncates them). `models_down`: while set, `GET /models` answers 500 (the listing
+    route failing alone).
     `other_model`: while set, every chat request reaches the server with "Reply in French." after its last message
     — the same name and listing, another behaviour, as other weights started under the same alias would show.
     `routes`: GET paths under the server's root answered with that JSON (an engine's own routes: vLLM's /version).
@@ -183,10 +184,18 @@ def _with_logprobs(payload: bytes, short: int) -> bytes:
     tokens = int((reply.get("usage") or {}).get("completion_tokens") or 0)
     for choice in reply["choices"]:
         own = (choice.get("logprobs") or {}).get("content")
-        entries = own if isinstance(own, list) and own else [{"token": f"t{i}", "logprob": -0.5, "top_logprobs": []}
-                                                             for i in range(tokens)]
+        entries = own if isinstance(own, list) and own else [{"token": piece, "logprob": -0.5, "top_logprobs": []}
+                                                             for piece in _pieces(choice, tokens)]
         choice["logprobs"] = {"content": entries[:max(0, len(entries) - short)]}
     return json.dumps(reply).encode()
+
+
+def _pieces(choice: dict[str, Any], tokens: int) -> list[str]:
+    """`tokens` texts that spell the choice's text, as a server's listed tokens do (the last ones empty when the
+    text is shorter)."""
+    text = str((choice.get("message") or {}).get("content") or choice.get("text") or "")
+    cuts = [round(i * len(text) / max(tokens, 1)) for i in range(tokens + 1)]
+    return [text[cuts[i]:cuts[i + 1]] for i in range(tokens)]
 
 
 def _with_top(payload: bytes, asked: dict[str, Any], z: list[float], scaled: bool) -> bytes:
