@@ -157,7 +157,9 @@ GATE_EVENTS = TableSpec("gate_events", {
     "alerts": pl.List(pl.String()),          # what the recalibration that wrote it found; empty when none
     "created_at": pl.Datetime("us", "UTC"),
     "alert_kinds": pl.List(pl.String()),     # each alert's kind (pipeline `production.alerts.ALERT_KINDS`), in order
-}, ("event_id",), added_later=("alert_kinds",))
+    "reason_code": pl.String(),              # what the move means (`serving_state.REASON_CODES`); null: a plain move
+    "caused_at": pl.Datetime("us", "UTC"),   # the ingest (its stamp) whose relabel or replace raised this flag
+}, ("event_id",), added_later=("alert_kinds", "reason_code", "caused_at"))
 
 LABEL_EVENTS = TableSpec("label_events", {
     "event_id": pl.String(),

@@ -30,7 +30,7 @@ def recalibrate_runs(db: str, run_keys: Sequence[str], calibration: CalibrationC
         out = recalibrate_store(store, run_keys, calibration, policy.alert_level, rule,
                                 auto_promote=policy.promotion == "auto", on_alarm=policy.on_alarm,
                                 anytime_grid=policy.anytime_grid if policy.rule == "anytime" else None,
-                                label_window=policy.label_delay)
+                                label_window=policy.label_delay, missing_limit=policy.max_missing_share)
     for key, why in out.skipped[:LOGGED_ALERTS]:
         logger.info("%s/%s %s × %s: skipped, %s", key.model, key.dataset, key.estimator, key.criterion, why)
     placed = [(f"{k.model}/{k.dataset} {k.estimator} × {k.criterion} α={r['alpha']:g} {r['bound']} {r['search']}", a)

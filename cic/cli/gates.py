@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -194,12 +195,27 @@ def list_gates(
         if r.search == "anytime" and r.state == "live":
             console.print(printable(f"{r.calibration_id[:12]} ({r.model}/{r.dataset} {r.estimator} "
                                     f"α={r.alpha:g}): certified at every night since {_since(r)}"), soft_wrap=True)
+    _print_label_assumptions([*typed, *typed_systems])
     by_key = sorted(typed, key=lambda r: (r.model, r.dataset, _when(r.created_at)))
     for r in [*by_key, *sorted(typed_systems, key=lambda r: (r.system, r.dataset, _when(r.created_at)))]:
         for alert in r.alerts:
             console.print(printable(f"{r.calibration_id[:12]} alert: {alert}"), soft_wrap=True)
     shown = {r.model for r in typed}
     _warn_over_budget({key: family for key, family in families.items() if family[0].model in shown})
+
+
+def _print_label_assumptions(rows: Sequence[GateRow]) -> None:
+    """The label assumption of every gate listed: one line for those that count missing labels as errors, one
+    per gate that assumes labels go missing at random (a weaker guarantee, said where on-call reads it)."""
+    from cic.pipeline.run.missing_labels import ASSUMPTIONS, WORST_CASE, gate_assumption
+
+    words = {r.calibration_id: gate_assumption(r) for r in rows}
+    safe = [gid for gid, said in words.items() if said == ASSUMPTIONS[WORST_CASE]]
+    if safe:
+        console.print(printable(f"labels: {len(safe)} gate(s): {ASSUMPTIONS[WORST_CASE]}"), soft_wrap=True)
+    for r in rows:
+        if words[r.calibration_id] != ASSUMPTIONS[WORST_CASE]:
+            console.print(printable(f"{r.calibration_id[:12]} labels: {words[r.calibration_id]}"), soft_wrap=True)
 
 
 def _when(moment: Any) -> tuple[bool, Any]:

@@ -23,7 +23,7 @@ from cic.stats.searches import DEFAULT_SEARCH
 if TYPE_CHECKING:
     from cic.pipeline.run.run_results import AlertRow, MonitorRow, ResultRow, SystemResultRow
 from cic.errors import UserError
-from cic.pipeline.config import LABEL_WINDOW_HELP
+from cic.pipeline.config import LABEL_WINDOW_HELP, MISSING_LABELS_HELP
 
 ConfigOpt = Annotated[str, typer.Option("--config", help="Pipeline YAML (models, datasets, estimators, ...), or the "
                                        "name of a shipped config: demo, paper, example, example_smollm2.")]
@@ -221,13 +221,16 @@ def recalibrate(
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="Skip MLflow logging.")] = False,
     label_window: Annotated[str | None, typer.Option("--label-window", help="recalibration.label_window: "
                                                      + LABEL_WINDOW_HELP + ".")] = None,
+    missing_labels: Annotated[str | None, typer.Option("--missing-labels", help="calibration.missing_labels: "
+                                                       + MISSING_LABELS_HELP + ".")] = None,
 ) -> None:
     """Candidate gates on labelled questions newer than each live gate's window, tested for drift against it;
     candidates wait for `cic gate promote` (or go live under `promotion: auto`). A record counts toward a
-    certificate only once its label window has closed (`--label-window`)."""
+    certificate only once its label window has closed (`--label-window`); one whose label never came then counts
+    as an error (`--missing-labels`)."""
     from cic.pipeline.run.preflight import check_store
 
-    checked = _recalibration_config(config, window, since, label_window)  # before any service starts
+    checked = _recalibration_config(config, window, since, label_window, missing_labels)  # before any service
     resolved_db = db or checked.storage.db
     check_store(resolved_db, must_exist=True, option="--db" if db else "storage.db")
     _refuse_unfinished_ingests(resolved_db)
@@ -246,14 +249,21 @@ def recalibrate(
         raise typer.Exit(1)
 
 
-def _recalibration_config(config: str, window: int | None, since: str | None, label_window: str | None) -> Any:
-    """The pipeline config with --label-window applied, the window options checked."""
+def _recalibration_config(config: str, window: int | None, since: str | None, label_window: str | None,
+                          missing_labels: str | None = None) -> Any:
+    """The pipeline config with --label-window and --missing-labels applied, the window options checked."""
     from cic.pipeline.config import load_config
     from cic.pipeline.production.recalibration import WindowRule, parse_since
     from cic.pipeline.run.durations import parse_duration
+    from cic.pipeline.run.missing_labels import POLICIES
 
     checked = load_config(config)
     WindowRule(count=window, since=parse_since(since))
+    if missing_labels is not None:
+        if missing_labels not in POLICIES:
+            raise UserError(f"--missing-labels = {missing_labels!r}: one of {', '.join(POLICIES)}")
+        calibration = checked.calibration.model_copy(update={"missing_labels": missing_labels})
+        checked = checked.model_copy(update={"calibration": calibration})
     if label_window is None:
         return checked
     parse_duration(label_window, "--label-window")

@@ -2,11 +2,12 @@
 and the one-line headline every surface (the flow run's state message, the console, the artifact, MLflow) shows.
 
 A kind (`AlertKind`, one entry of `ALERT_KINDS`) carries its severity and the withdrawal rule; nothing reads an
-alert's words to decide anything. A *page* fails the nightly run: something that changes what is served or
-whether its guarantee still holds (drift at a live threshold, a monitor alarm, labels changed under a live gate, an
-alpha a live gate reached that the new window cannot). A *warning* completes it with a note: a configured alpha
-this data never reaches, a candidate's own relabel, candidates held for a person (family over delta), records
-whose label window closed without a label. Adding a kind is one `ALERT_KINDS.register(AlertKind(...))`.
+alert's words to decide anything. A *page* fails the nightly run: something that changes what is served or whether
+its guarantee still holds (drift at a live threshold, a monitor alarm, labels changed under a live gate, an alpha a
+live gate reached that the new window cannot, labels missing in a share above the limit). A *warning* completes it
+with a note: a configured alpha this data never reaches, a candidate's own relabel, candidates held for a person
+(family over delta), records whose label window closed without a label. Adding a kind is one
+`ALERT_KINDS.register(AlertKind(...))`.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ ALERT_KINDS: Registry[AlertKind] = Registry("alert kind", (
     SCORE_SHIFT := AlertKind("score shift", PAGE, 4),
     STATE_BROKEN := AlertKind("certificate state cannot be replayed", PAGE, 5, withdraws=True),
     LIVE_REPLACED := AlertKind("records replaced under the live gate", PAGE, 6),
+    MISSING_LABELS := AlertKind("labels missing above the limit", PAGE, 7, withdraws=True),
     RELABELLED := AlertKind("labels changed under this gate", WARNING, 10),
     OVER_BUDGET := AlertKind("family over delta", WARNING, 11),
     UNLABELLED := AlertKind("labels missing past the label window", WARNING, 12),

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from cic.errors import UserError
+from cic.pipeline.run.missing_labels import HELP as MISSING_HELP
 from cic.stats._validation import constraint_of
 from cic.stats.searches import DEFAULT_SEARCH, Search
 
@@ -329,6 +330,9 @@ class CascadeConfig(_Strict):
                                                                     "in cost order: the cost per question is shown")
 
 
+MISSING_LABELS_HELP = MISSING_HELP
+
+
 class CalibrationConfig(_Strict):
     """Risk levels, confidence, bounds, searches and the split protocol."""
 
@@ -346,6 +350,7 @@ class CalibrationConfig(_Strict):
                                               "the estimator answering the most with every estimator certified at "
                                               "delta / K (choosing among K gates spends up to K·delta otherwise)")
     cascades: tuple[CascadeConfig, ...] = ()
+    missing_labels: Literal["worst_case", "at_random"] = Field("worst_case", description=MISSING_LABELS_HELP)
     group_by: Literal["dataset"] | None = Field(None, description="dataset: the gates of a model's datasets "
                                                 "(production streams) certified at once, each at delta / G for the "
                                                 "G datasets of that model, so with probability >= 1 - delta every "
@@ -417,9 +422,9 @@ class StorageConfig(_Strict):
 
 LABEL_WINDOW_HELP = ("how late a label may arrive after its record was seen, e.g. 14d: certificates count a record "
                      "only once this window has closed, in record order, so labels whose lateness depends on "
-                     "correctness (complaints, review queues) cannot bias them; assumes every label arrives within "
-                     "it (records still unlabelled then are reported and never counted). Default: labels arrive "
-                     "with their records")
+                     "correctness (complaints, review queues) cannot bias them; a record still unlabelled then "
+                     "counts as an error wherever a threshold accepts it (calibration.missing_labels). Default: 14d "
+                     "where records were ingested without their label, else 0")
 
 
 class RecalibrationConfig(_Strict):
@@ -444,6 +449,9 @@ class RecalibrationConfig(_Strict):
                                                   "flag (keeps serving, the alert on it)")
 
     label_window: str | None = Field(None, description=LABEL_WINDOW_HELP)
+    max_missing_share: float = Field(0.2, gt=0, le=1, description="a key whose counted records lack their label "
+                                     "in a larger share pages and its live gate is withdrawn (its labels are not "
+                                     "arriving: fix the labelling, then `cic gate confirm` or recalibrate)")
 
     @field_validator("since", "label_window")
     @classmethod
@@ -454,10 +462,13 @@ class RecalibrationConfig(_Strict):
         return value
 
     @property
-    def label_delay(self) -> timedelta:
-        """The label window as a duration (none set: labels arrive with their records)."""
+    def label_delay(self) -> timedelta | None:
+        """The label window as a duration; None: not set (14 days where records were ingested without their
+        label, else 0: `cic.pipeline.run.missing_labels.DEFAULT_LABEL_WINDOW`)."""
         from cic.pipeline.run.durations import parse_duration
 
+        if self.label_window is None:
+            return None
         return parse_duration(self.label_window, "label_window") or timedelta(0)
 
 

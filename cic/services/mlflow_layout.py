@@ -26,6 +26,7 @@ from cic.pipeline.gates.lifecycle import gate_of, kind_of
 from cic.pipeline.gates.system_gates import stored_system_rows
 from cic.pipeline.production.recalibration import Candidate, RecalibrationPass
 from cic.pipeline.run.group_reports import StoredUnit, UnitReport
+from cic.pipeline.run.missing_labels import gate_assumption
 from cic.pipeline.run.run_results import stage_thresholds
 from cic.pipeline.run.stored_calibration import GroupKey
 from cic.services.mlflow_tracking import DatasetRef, GroupLog, GroupTable
@@ -82,13 +83,13 @@ def _gate_entry(row: GateRow, **extra: Any) -> dict[str, Any]:
     """One entry of gates.json: the gate object beside the keys a reader looks it up by."""
     gate = json.loads(gate_of(row).to_json())
     return {"alpha": row.alpha, "bound": row.bound, "search": row.search, "calibration_id": row.calibration_id,
-            **extra, "gate": gate}
+            "labels": gate_assumption(row), **extra, "gate": gate}
 
 
 def _system_gate(row: Any) -> dict[str, Any]:
     """A system gate's entry in gates.json: what routes a question (models, estimators, thresholds in order)."""
-    return {k: row[k] for k in ("calibration_id", "alpha", "bound", "search", "models", "estimators", "thresholds",
-                                "guarantee")}
+    return {**{k: row[k] for k in ("calibration_id", "alpha", "bound", "search", "models", "estimators",
+                                   "thresholds", "guarantee")}, "labels": gate_assumption(row)}
 
 
 def _table(rows: Iterable[Mapping[str, Any]]) -> GroupTable:
@@ -146,7 +147,8 @@ def pipeline_group(store: Store, unit: StoredUnit, report: UnitReport, experimen
     return GroupLog(
         experiment=f"{experiment_prefix}-{group.dataset}",
         run_name=f"{group.model} · {group.estimator} · {group.criterion}", log_key=report.key,
-        tags=_group_tags(group, unit.data_fingerprint, kind="pipeline"),
+        tags={**_group_tags(group, unit.data_fingerprint, kind="pipeline"),
+              "cic.labels": gate_assumption(GateRow.of(calibrations.row(0, named=True)))},
         params=params, metrics=metrics, series=alpha_series(calibrations, evaluations),
         artifacts=[report.out / "tables", report.out / "figures"],  # each renders in MLflow's artifact view
         table=_table(pipeline_rows(calibrations, evaluations)),
@@ -234,6 +236,7 @@ def _recalibration_group(key: GroupKey, items: Sequence[Candidate], checks: Sequ
             "cic.alpha_unattainable": str(metrics["unattainable_gates"] > 0).lower(),
             "cic.shift_detected": str(any(c.rejected for c in checks) or alarms > 0).lower(),
             "cic.monitor_alarm": str(alarms > 0).lower(), "cic.alerts": str(int(metrics["alerts"] or 0)),
+            "cic.labels": gate_assumption(first),
             **({"cic.system": first.system} if first.is_system else {}),
             **({"cic.flow_run_id": flow_run_id} if flow_run_id else {})}
     return GroupLog(

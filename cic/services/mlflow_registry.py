@@ -131,17 +131,6 @@ def _gate_run(client: MlflowClient, row: ColumnReader, experiment_prefix: str, t
     return client.get_run(run.info.run_id)
 
 
-def _registered(client: MlflowClient, name: str) -> Any | None:
-    from mlflow.exceptions import MlflowException
-
-    try:
-        return client.get_registered_model(name)
-    except MlflowException as exc:
-        if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
-            return None
-        raise
-
-
 def _versions(client: MlflowClient, name: str) -> list[Any]:
     return list(client.search_model_versions(f"name = {_quoted(name)}"))
 

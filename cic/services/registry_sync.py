@@ -4,13 +4,10 @@ gates, read, re-certified and registered by one code path (`cic.services.mlflow_
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from cic.errors import UserError
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
-from cic.pipeline.gates.lifecycle import KINDS, kind_of, verify
-from cic.pipeline.gates.serving_state import FLAGGED, serving_state
+from cic.pipeline.gates.lifecycle import KINDS, recertified
 from cic.services.mlflow_registry import registry_client, sync_gates
 
 if TYPE_CHECKING:
@@ -60,25 +57,3 @@ def rows_to_sync(store: Store, gate_ids: Sequence[str] | None) -> list[Any]:
     return out
 
 
-def recertified(store: Store, rows: Sequence[Any]) -> tuple[list[Any], dict[str, str]]:
-    """The rows with every serving one that fails re-certification marked withdrawn in memory (the registry then
-    tags it so and gives it no alias; the store is not written), and id -> why for those. Every serving gate of a
-    kind is re-certified at once (the pairs of all their runs read in one query, the common case); when that
-    fails, each is checked alone to name it."""
-    serving = [row for row in rows if serving_state(row).serves]
-    try:
-        for kind in KINDS:
-            kind.verify_many(store, [row for row in serving if kind_of(row) is kind])
-        return list(rows), {}
-    except UserError:
-        pass
-    out, why = [], {}
-    for row in rows:
-        if serving_state(row).serves:
-            try:
-                verify(store, row)
-            except UserError as exc:
-                why[row["calibration_id"]] = str(exc)
-                row = replace(row, reason=f"{FLAGGED}not re-certified: {exc}")
-        out.append(row)
-    return out, why

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     import duckdb
     import pyarrow as pa
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 CREATED_AT = "created_at"
 _CONNECT_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 _SIMPLE_TYPES: tuple[tuple[pl.DataType, str], ...] = (
@@ -318,11 +318,36 @@ def _migrate_to_5(con: duckdb.DuckDBPyConnection) -> None:
         con.execute("DROP TABLE system_calibrations")
 
 
+def _migrate_to_6(con: duckdb.DuckDBPyConnection) -> None:
+    """Version 6 marks when the store's gates started being certified by today's rules (a record whose label
+    never came counts as an error; `queries.made_before_rules`): a gate made before it that no longer re-certifies
+    was certified by an earlier version, not edited, and the surfaces say so. Gate events get typed reasons
+    (`reason_code`, `caused_at`): the codes of events stored before are read once here from their sentences'
+    markers, and a flag an ingest's relabel or replace raised gets that ingest's stamp from its sentence; from
+    then on no code reads a sentence."""
+    _add_missing(con)
+    for marker, code in _REASON_MARKERS:
+        con.execute("UPDATE gate_events SET reason_code = ? WHERE reason_code IS NULL AND starts_with(reason, ?)",
+                    [code, marker])
+    con.execute(_LEGACY_FLAG_CAUSES)
+
+
+_LEGACY_STAMP = "strftime(timezone('UTC', i.started_at), '%Y-%m-%d %H:%M') || ' UTC;%'"
+#: a flag an ingest's relabel or replace raised, stored before `caused_at`: its ingest, by the stamp its words give
+_LEGACY_FLAG_CAUSES = ("UPDATE gate_events g SET caused_at = i.started_at FROM ingests i WHERE g.reason_code = "
+                       "'flagged' AND g.caused_at IS NULL AND (g.reason LIKE '% relabelled by % at ' || "
+                       + _LEGACY_STAMP + " OR g.reason LIKE '% rewritten by % at ' || " + _LEGACY_STAMP + ")")
+#: the sentence markers of events stored before reason codes (`serving_state.REASON_CODES`), read once by
+#: `_migrate_to_6`
+_REASON_MARKERS = (("flagged: ", "flagged"), ("alerted: ", "alerted"), ("without guarantee: ", "without guarantee"),
+                   ("confirmed: ", "confirmed"))
+
+
 # MIGRATIONS[v] upgrades a file from version v - 1 to v. Additive changes (a new nullable column or table in
 # cic.schema) need no entry: `_add_missing` applies them on every read-write open.
 MIGRATIONS: dict[int, Callable[[duckdb.DuckDBPyConnection], None]] = {1: _migrate_to_1, 2: _migrate_to_2,
                                                                       3: _migrate_to_3, 4: _migrate_to_4,
-                                                                      5: _migrate_to_5}
+                                                                      5: _migrate_to_5, 6: _migrate_to_6}
 
 
 def _stored_version(con: duckdb.DuckDBPyConnection) -> int | None:
@@ -878,85 +903,111 @@ def delete_ingest_rows(store: Store, *, stamp: datetime, digest: str, records: S
     """Delete what an unfinished ingest (`digest`, stamped `stamp`) stored first, so it can be abandoned; rows an
     earlier ingest stored stay, and so do rows another ingest (done or unfinished) wrote since — a later complete
     file holds them; relabelled labels and replaced record fields (`record_events`) get their old value back unless
-    another ingest rewrote them. Runs inside
-    the caller's transaction. `records` / `labels`: its staged Parquet files, narrowing the rows to its keys
-    (None: gone, the stamp alone decides). `step` hears (statements done, ABANDON_STEPS) after each one: on 10^6
-    records each takes tens of seconds. Returns rows deleted (or restored) per table."""
-    con = store._con
+    another ingest rewrote them, and the gate flags its changes raised go. Runs inside the caller's transaction.
+    `records` / `labels`: its staged Parquet files, narrowing the rows to its keys (None: gone, the stamp alone
+    decides). `step` hears (statements done, ABANDON_STEPS) after each one: on 10^6 records each takes tens of
+    seconds. Returns rows deleted (or restored) per table."""
     if store.read_only:
         raise StoreError(f"{store!r} was opened read-only; open it without read_only to write")
+    abandon = _Abandon(store._con, stamp, digest, step)
+    abandon.mark(records)
+    try:
+        abandon.delete_records()
+        abandon.restore()
+        abandon.delete_labels(labels)
+        abandon.reattribute()
+    finally:
+        abandon.con.execute("DROP TABLE IF EXISTS cic_abandoned")
+    return abandon.done
 
-    finished = [0]
 
-    def execute(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        result = con.execute(sql, list(params)).fetchall()
-        finished[0] += 1
-        if step is not None:
-            step(finished[0], ABANDON_STEPS)
+class _Abandon:
+    """One abandon's statements (`delete_ingest_rows`), each counted for its progress; `done`: rows per table."""
+
+    KEPT = "NOT (ingest IS NOT NULL AND ingest <> ?)"  # another ingest wrote the row since: it holds it
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, stamp: datetime, digest: str,
+                 step: Callable[[int, int], None] | None) -> None:
+        self.con, self.stamp, self.digest, self.step = con, stamp, digest, step
+        self.finished = 0
+        self.done: dict[str, int] = {}
+
+    def execute(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        result = self.con.execute(sql, list(params)).fetchall()
+        self.finished += 1
+        if self.step is not None:
+            self.step(self.finished, ABANDON_STEPS)
         return result
 
-    def run(sql: str, params: Sequence[Any]) -> int:
-        result = execute(sql, params)
+    def run(self, sql: str, params: Sequence[Any]) -> int:
+        result = self.execute(sql, params)
         return int(result[0][0]) if result else 0
 
-    kept = "NOT (ingest IS NOT NULL AND ingest <> ?)"  # another ingest wrote the row since: it holds it
-    abandoned = ("CREATE OR REPLACE TEMP TABLE cic_abandoned AS SELECT run_key, question_id FROM observations "
-                 f"WHERE created_at = ? AND {kept}")
-    if records is None:
-        execute(abandoned, [stamp, digest])
-    elif records:
-        execute(abandoned + " AND (run_key, question_id) IN (SELECT run_key, question_id FROM read_parquet(?))",
-                [stamp, digest, list(records)])
-    else:
-        execute(abandoned + " AND false", [stamp, digest])
-    done: dict[str, int] = {}
-    try:
-        done["questions"] = run(
+    def mark(self, records: Sequence[str] | None) -> None:
+        """The records it stored that no other ingest holds, into a temporary table (`cic_abandoned`)."""
+        abandoned = ("CREATE OR REPLACE TEMP TABLE cic_abandoned AS SELECT run_key, question_id FROM observations "
+                     f"WHERE created_at = ? AND {self.KEPT}")
+        if records is None:
+            self.execute(abandoned, [self.stamp, self.digest])
+        elif records:
+            self.execute(abandoned + " AND (run_key, question_id) IN (SELECT run_key, question_id FROM "
+                         "read_parquet(?))", [self.stamp, self.digest, list(records)])
+        else:
+            self.execute(abandoned + " AND false", [self.stamp, self.digest])
+
+    def delete_records(self) -> None:
+        """Its records' questions, generations and scores."""
+        self.done["questions"] = self.run(
             "DELETE FROM questions q WHERE EXISTS (SELECT 1 FROM cic_abandoned a JOIN runs r USING (run_key) WHERE "
             "q.dataset = r.dataset AND q.split = 'production:' || r.model AND q.question_id = a.question_id)", [])
         for table in ("generations", "scores"):
-            done[table] = run(f"DELETE FROM {table} WHERE (run_key, question_id) IN "
-                              "(SELECT run_key, question_id FROM cic_abandoned)", [])
-        done["labels restored"] = run(
+            self.done[table] = self.run(f"DELETE FROM {table} WHERE (run_key, question_id) IN "
+                                        "(SELECT run_key, question_id FROM cic_abandoned)", [])
+
+    def restore(self) -> None:
+        """The labels it relabelled and the record fields it replaced, back to their old values (unless another
+        ingest rewrote them since), and their events gone."""
+        self.done["labels restored"] = self.run(
             "UPDATE labels l SET aligned = e.old_aligned, value = CASE WHEN l.value = CAST(e.new_aligned AS DOUBLE) "
             "THEN CAST(e.old_aligned AS DOUBLE) ELSE l.value END FROM label_events e WHERE e.created_at = ? AND "
             "l.run_key = e.run_key AND l.question_id = e.question_id AND l.criterion = e.criterion AND "
             "l.aligned IS NOT DISTINCT FROM e.new_aligned AND NOT (l.ingest IS NOT NULL AND l.ingest <> ?)",
-            [stamp, digest])
+            [self.stamp, self.digest])
         restored = 0
         for table, column, old, where, field in RESTORES:  # records it replaced that nothing rewrote since
-            restored += run(
+            restored += self.run(
                 f"UPDATE {table} t SET {column} = {old} FROM record_events e WHERE e.created_at = ? AND "
                 + (f"e.field = '{field}' AND " if field else "e.field LIKE 'score:%' AND ")
                 + f"{where} AND {_as_event_text(column)} IS NOT DISTINCT FROM e.new_value AND EXISTS (SELECT 1 "
                 "FROM observations o WHERE o.run_key = e.run_key AND o.question_id = e.question_id AND o.ingest = ?)",
-                [stamp, digest])
-        done["records restored"] = restored
-        done["record_events"] = run("DELETE FROM record_events WHERE created_at = ?", [stamp])
-        label_where, label_params = f"created_at = ? AND {kept}", [stamp, digest]
+                [self.stamp, self.digest])
+        self.done["records restored"] = restored
+        self.done["record_events"] = self.run("DELETE FROM record_events WHERE created_at = ?", [self.stamp])
+
+    def delete_labels(self, labels: Sequence[str] | None) -> None:
+        """Its labels, their events, and the gate flags its relabels or replacements raised (by their cause,
+        `gate_events.caused_at`) where nothing happened to the gate since."""
+        where, params = f"created_at = ? AND {self.KEPT}", [self.stamp, self.digest]
         if labels is not None:
-            label_where += (" AND (run_key, question_id, criterion) IN (SELECT run_key, question_id, criterion "
-                            "FROM read_parquet(?))") if labels else " AND false"
-            label_params += [list(labels)] if labels else []
-        done["labels"] = run(f"DELETE FROM labels WHERE ({label_where}) OR (run_key, question_id) IN "
-                             "(SELECT run_key, question_id FROM cic_abandoned)", label_params)
-        done["label_events"] = run("DELETE FROM label_events WHERE created_at = ?", [stamp])
-        done["gate_events"] = run(  # the flags its relabelling raised, where nothing happened to the gate since
-            "DELETE FROM gate_events g WHERE (g.reason LIKE 'flagged: labels changed under this gate: %' AND "
-            "g.reason LIKE ? OR g.reason LIKE 'flagged: records replaced under this gate: %' AND g.reason LIKE ?) "
-            "AND g.created_at >= ? AND g.created_at = (SELECT max(created_at) FROM gate_events h "
-            "WHERE h.calibration_id = g.calibration_id)",
-            [f"% relabelled by % at {stamp:%Y-%m-%d %H:%M} UTC;%", f"% rewritten by % at {stamp:%Y-%m-%d %H:%M} UTC;%",
-             stamp])
-        done["observations"] = run("DELETE FROM observations WHERE (run_key, question_id) IN "
-                                   "(SELECT run_key, question_id FROM cic_abandoned)", [])
-        for table in ("labels", "observations"):  # rows it rewrote that stay: written last by their first ingest
-            execute(f"UPDATE {table} t SET ingest = (SELECT min(i.digest) FROM ingests i WHERE i.started_at = "
-                    "t.created_at AND i.digest <> ?) WHERE t.ingest = ?", [digest, digest])
-        done["runs"] = run(  # production runs it registered that hold nothing now
+            where += (" AND (run_key, question_id, criterion) IN (SELECT run_key, question_id, criterion "
+                      "FROM read_parquet(?))") if labels else " AND false"
+            params += [list(labels)] if labels else []
+        self.done["labels"] = self.run(f"DELETE FROM labels WHERE ({where}) OR (run_key, question_id) IN "
+                                       "(SELECT run_key, question_id FROM cic_abandoned)", params)
+        self.done["label_events"] = self.run("DELETE FROM label_events WHERE created_at = ?", [self.stamp])
+        self.done["gate_events"] = self.run(
+            "DELETE FROM gate_events g WHERE g.caused_at = ? AND g.created_at = (SELECT max(created_at) FROM "
+            "gate_events h WHERE h.calibration_id = g.calibration_id)", [self.stamp])
+
+    def reattribute(self) -> None:
+        """Its records' observations gone; rows it rewrote that stay, written last by their first ingest; the
+        production runs it registered that hold nothing now gone."""
+        self.done["observations"] = self.run("DELETE FROM observations WHERE (run_key, question_id) IN "
+                                             "(SELECT run_key, question_id FROM cic_abandoned)", [])
+        for table in ("labels", "observations"):
+            self.execute(f"UPDATE {table} t SET ingest = (SELECT min(i.digest) FROM ingests i WHERE i.started_at = "
+                         "t.created_at AND i.digest <> ?) WHERE t.ingest = ?", [self.digest, self.digest])
+        self.done["runs"] = self.run(
             "DELETE FROM runs r WHERE r.split = 'production' AND r.created_at >= ? AND " + " AND ".join(
                 f"NOT EXISTS (SELECT 1 FROM {t} x WHERE x.run_key = r.run_key)"
-                for t in ("observations", "generations", "scores", "labels", "calibrations")), [stamp])
-    finally:
-        con.execute("DROP TABLE IF EXISTS cic_abandoned")
-    return done
+                for t in ("observations", "generations", "scores", "labels", "calibrations")), [self.stamp])

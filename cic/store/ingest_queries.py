@@ -82,9 +82,6 @@ def changed_labels(store: Store, labels: Files, later: tuple[str, datetime] | No
         f"{where} ORDER BY n.record", [labels, *params])
 
 
-RECORD_FIELDS = ("question", "answer", "timestamp", "gold")  # a record's stored facts besides its scores
-
-
 def changed_records(store: Store, records: Files, scores: Files, later: tuple[str, datetime] | None = None
                     ) -> pl.DataFrame:
     """Stored facts the staged records would change: record, run_key, model, stream, question_id, table_name,

@@ -36,33 +36,83 @@ def latest_group_results(store: Store, run_keys: Sequence[str]) -> pl.DataFrame:
         "ORDER BY g.model, g.estimator, g.criterion, g.bound, g.alpha, g.dataset, g.gate", [list(run_keys)])
 
 
-def labelled_pairs_of_runs(store: Store, run_keys: Sequence[str], *, estimator: str | None = None,
-                           criterion: str | None = None) -> pl.DataFrame:
-    """The labelled pairs of every group of these runs (or of one estimator / criterion) in one query:
-    (run_key, estimator, criterion, question_id, score, error, at), each group's rows oldest first (seen at the
-    record's observation time, else the label's)."""
-    return store.sql_frame(
-        "SELECT s.run_key, s.estimator, l.criterion, s.question_id, s.value AS score, "
-        "CAST(NOT l.aligned AS TINYINT) AS error, coalesce(o.observed_at, l.created_at) AS seen_at "
-        "FROM scores s JOIN labels l ON s.run_key = l.run_key AND s.question_id = l.question_id "
-        "LEFT JOIN observations o ON o.run_key = s.run_key AND o.question_id = s.question_id "
-        "WHERE s.run_key IN (SELECT unnest(?)) AND s.value IS NOT NULL AND (? IS NULL OR s.estimator = ?) "
-        "AND (? IS NULL OR l.criterion = ?) ORDER BY s.run_key, s.estimator, l.criterion, seen_at, s.question_id",
-        [list(run_keys), estimator, estimator, criterion, criterion]).rename({"seen_at": "at"})
+#: the scored records of a run that hold no label for one of the run's criteria: when their label window has
+#: closed they count as errors (worst-case imputation); `stored_at` is when the record itself was stored
+_UNLABELLED = (
+    "SELECT s.run_key, s.estimator, c.criterion, s.question_id, s.value AS score, CAST(1 AS TINYINT) AS error, "
+    "coalesce(o.observed_at, r.created_at) AS seen_at, CAST(NULL AS TIMESTAMPTZ) AS labelled_at, "
+    "coalesce(o.created_at, r.created_at) AS stored_at, FALSE AS labelled "
+    "FROM scores s JOIN runs r ON r.run_key = s.run_key "
+    "JOIN (SELECT DISTINCT run_key, criterion FROM labels WHERE run_key IN (SELECT unnest(?))) c "
+    "ON c.run_key = s.run_key "
+    "LEFT JOIN observations o ON o.run_key = s.run_key AND o.question_id = s.question_id "
+    "WHERE s.run_key IN (SELECT unnest(?)) AND s.value IS NOT NULL AND (? IS NULL OR s.estimator = ?) "
+    "AND (? IS NULL OR c.criterion = ?) AND NOT EXISTS (SELECT 1 FROM labels l WHERE l.run_key = s.run_key "
+    "AND l.question_id = s.question_id AND l.criterion = c.criterion)")
+
+_LABELLED = (
+    "SELECT s.run_key, s.estimator, l.criterion, s.question_id, s.value AS score, "
+    "CAST(NOT l.aligned AS TINYINT) AS error, coalesce(o.observed_at, l.created_at) AS seen_at, "
+    "l.created_at AS labelled_at, coalesce(o.created_at, l.created_at) AS stored_at, TRUE AS labelled "
+    "FROM scores s JOIN labels l ON s.run_key = l.run_key AND s.question_id = l.question_id "
+    "LEFT JOIN observations o ON o.run_key = s.run_key AND o.question_id = s.question_id "
+    "WHERE s.run_key IN (SELECT unnest(?)) AND s.value IS NOT NULL AND (? IS NULL OR s.estimator = ?) "
+    "AND (? IS NULL OR l.criterion = ?)")
 
 
-def certified_pairs_of_runs(store: Store, run_keys: Sequence[str]) -> pl.DataFrame:
-    """`labelled_pairs_of_runs` of these runs plus `labelled_at`, when each label was stored: what rebuilds a
-    stored gate's pairs (a label stored after the gate cannot have been among them)."""
-    return store.sql_frame(
-        "SELECT s.run_key, s.estimator, l.criterion, s.question_id, s.value AS score, "
-        "CAST(NOT l.aligned AS TINYINT) AS error, coalesce(o.observed_at, l.created_at) AS seen_at, "
-        "l.created_at AS labelled_at "
-        "FROM scores s JOIN labels l ON s.run_key = l.run_key AND s.question_id = l.question_id "
-        "LEFT JOIN observations o ON o.run_key = s.run_key AND o.question_id = s.question_id "
-        "WHERE s.run_key IN (SELECT unnest(?)) AND s.value IS NOT NULL "
-        "ORDER BY s.run_key, s.estimator, l.criterion, seen_at, s.question_id", [list(run_keys)]) \
+_ORDER = " ORDER BY run_key, estimator, criterion, seen_at, question_id"
+_LABELLED_PAIRS = "SELECT * FROM (" + _LABELLED + ")" + _ORDER
+_ALL_PAIRS = "SELECT * FROM (" + _LABELLED + " UNION ALL " + _UNLABELLED + ")" + _ORDER
+
+
+def _pairs(store: Store, run_keys: Sequence[str], estimator: str | None, criterion: str | None,
+           missing: bool) -> pl.DataFrame:
+    keys = list(run_keys)
+    params: list[Any] = [keys, estimator, estimator, criterion, criterion]
+    if not missing:
+        return store.sql_frame(_LABELLED_PAIRS, params).rename({"seen_at": "at"})
+    return store.sql_frame(_ALL_PAIRS, [*params, keys, keys, estimator, estimator, criterion, criterion]) \
         .rename({"seen_at": "at"})
+
+
+def labelled_pairs_of_runs(store: Store, run_keys: Sequence[str], *, estimator: str | None = None,
+                           criterion: str | None = None, missing: bool = False) -> pl.DataFrame:
+    """The pairs of every group of these runs (or of one estimator / criterion) in one query: (run_key,
+    estimator, criterion, question_id, score, error, at, labelled), each group's rows oldest first (seen at the
+    record's observation time, else the label's). `missing`: also every scored record without a label for a
+    criterion the run has, as an error (`labelled` false; seen when observed, else when its run was made): what a
+    certificate counts once the record's label window has closed, unless labels are assumed missing at random."""
+    return _pairs(store, run_keys, estimator, criterion, missing).drop("labelled_at", "stored_at")
+
+
+def certified_pairs_of_runs(store: Store, run_keys: Sequence[str], *, estimator: str | None = None,
+                            criterion: str | None = None, missing: bool = False) -> pl.DataFrame:
+    """`labelled_pairs_of_runs` of these runs plus `labelled_at`, when each label was stored, and `stored_at`,
+    when its record was: what rebuilds a stored gate's pairs (a label or record stored after the gate cannot have
+    been among them; a record it counted unlabelled counts as an error again)."""
+    return _pairs(store, run_keys, estimator, criterion, missing)
+
+
+def ingested_without_labels(store: Store, run_keys: Sequence[str]) -> bool:
+    """Whether any record of these runs was ingested without its label (none yet, or one stored by a later
+    ingest): its labels come later, so a label window applies by default."""
+    return bool(store.sql(
+        "SELECT EXISTS (SELECT 1 FROM observations o WHERE o.run_key IN (SELECT unnest(?)) AND NOT EXISTS ("
+        "SELECT 1 FROM labels l WHERE l.run_key = o.run_key AND l.question_id = o.question_id "
+        "AND l.created_at <= o.created_at))", [list(run_keys)])[0][0])
+
+
+#: the schema version since which gates are certified by today's rules (`cic.store.database._migrate_to_6`)
+RULES_VERSION = 6
+
+
+def made_before_rules(store: Store, calibration_ids: Sequence[str]) -> set[str]:
+    """Which of these gates had their first event before the store took today's rules (`RULES_VERSION`): gates
+    certified by an earlier version of cic."""
+    return {gid for (gid,) in store.sql(
+        "SELECT e.calibration_id FROM gate_events e WHERE e.calibration_id IN (SELECT unnest(?)) "
+        "GROUP BY e.calibration_id HAVING min(e.created_at) < (SELECT min(applied_at) FROM schema_version "
+        "WHERE version >= ?)", [list(calibration_ids), RULES_VERSION])}
 
 
 def scored_estimators(store: Store, run_key: str) -> list[str]:
@@ -173,6 +223,6 @@ def anytime_counted_ids(store: Store, state_id: str) -> set[str]:
 
 
 def anytime_counted_order(store: Store, state_id: str) -> pl.DataFrame:
-    """(question_id, position) of the answers an anytime state counted, in the order it counted them."""
-    return store.sql_frame("SELECT question_id, position FROM anytime_counted WHERE state_id = ? ORDER BY position",
-                           [state_id])
+    """(question_id, position, counted_at) of the answers an anytime state counted, in the order it counted them."""
+    return store.sql_frame("SELECT question_id, position, counted_at FROM anytime_counted WHERE state_id = ? "
+                           "ORDER BY position", [state_id])

@@ -209,19 +209,23 @@ def _traffic_with_late_wrong_labels(store: Store, *, n: int = 1200, delay: timed
 
 
 def test_labels_that_arrive_late_when_wrong_are_counted_only_once_their_window_closes(tmp_path: Path) -> None:
-    """Wrong answers' labels arrive three days late. Without a label window the first night counts only the right
-    answers it has labels for (a biased sample: no error at all) and those records are never counted again; with a
-    four-day window nothing is counted until every label can have arrived, then all of them, in record order."""
-    for window, night, expect in ((timedelta(0), 1.0, "biased"), (timedelta(days=4), 1.0, "waiting"),
-                                  (timedelta(days=4), 5.0, "complete")):
-        db = tmp_path / f"{window.days}-{night}.duckdb"
+    """Wrong answers' labels arrive three days late. Without a label window and leaving unlabelled records out
+    (`missing_labels: at_random`) the first night counts only the right answers it has labels for (a biased sample:
+    no error at all) and those records are never counted again; counting them as errors (the default) counts every
+    record, the unlabelled ones as the errors they are; with a four-day window nothing is counted until every label
+    can have arrived, then all of them, in record order."""
+    for window, night, expect in ((timedelta(0), 1.0, "biased"), (timedelta(0), 1.0, "imputed"),
+                                  (timedelta(days=4), 1.0, "waiting"), (timedelta(days=4), 5.0, "complete")):
+        db = tmp_path / f"{window.days}-{night}-{expect}.duckdb"
         with Store.open(db) as store:
             key = _traffic_with_late_wrong_labels(store)
             truth = 1 - store.read("labels", run_key=key).get_column("aligned").mean()
             wrong = int(round(truth * 1200))
         # the store as a pass that night finds it: only the labels stored by then
         raw_sql(db, "DELETE FROM labels WHERE created_at > ?", params=[DAY + timedelta(days=night)])
-        (update,) = one_pass(db, night=night, label_window=window).anytime
+        policy = CalibrationConfig(**{**CONFIG.model_dump(), "missing_labels": "at_random"}) \
+            if expect == "biased" else CONFIG
+        (update,) = one_pass(db, policy, night=night, label_window=window).anytime
         with Store.open(db, read_only=True) as store:
             order = anytime_counted_order(store, update.state_id)
             frame = store.calibration_frame("m", "d", "predictive_entropy", "human", allow_partial=True)
@@ -229,6 +233,9 @@ def test_labels_that_arrive_late_when_wrong_are_counted_only_once_their_window_c
         if expect == "biased":
             assert update.unlabelled == wrong > 100 and update.counted == 1200 - wrong
             assert counted.get_column("error").sum() == 0  # what the old rule fed its e-processes first
+        elif expect == "imputed":  # every record counted; the unlabelled ones, all wrong, as errors
+            assert update.unlabelled == wrong > 100 and update.counted == 1200
+            assert counted.height == 1200 - wrong  # the others are counted without a label: as errors
         elif expect == "waiting":
             assert update.counted == 0 and update.unlabelled == 0 and update.waiting == 1200 - wrong
         else:

@@ -56,8 +56,12 @@ def test_a_gate_whose_answers_go_wrong_alarms_and_says_which_and_since_when(tmp_
     assert stored.filter(calibration_id=gate_id)["alarmed"].to_list()[-1] is True
 
 
+WAIT = timedelta(days=60)  # every label of these tests arrives within it, whatever the wall clock says
+
+
 def test_late_labels_reach_the_monitor_exactly_once(tmp_path: Path) -> None:
-    """Records seen at T1 but labelled after a pass that already looked past T1 still count, once."""
+    """Records seen at T1 but labelled after a pass that already looked past T1 still count, once (their labels
+    within the label window: past it, a record still unlabelled is an error, `test_...past_its_window...`)."""
     import polars as pl
 
     from cic.pipeline.production.ingest import ingest_file
@@ -82,17 +86,17 @@ def test_late_labels_reach_the_monitor_exactly_once(tmp_path: Path) -> None:
             answered = pairs.filter((pl.col("at") > gate["window_to"]) & (pl.col("score") <= gate["threshold"]))
             return answered.height, int(answered["error"].sum())
 
-        [first] = recalibrate_store(store, runs, CONFIG, 0.01, WindowRule()).monitors
+        [first] = recalibrate_store(store, runs, CONFIG, 0.01, WindowRule(), label_window=WAIT).monitors
         assert (first.row["n"], first.row["k"]) == counts() and first.row["n"] > 0
         late = early.select("model", "stream", "question_id", pl.lit(False).alias("correct"))  # every one wrong
         ingest_file(store, write(late, tmp_path / "late-labels.csv"), now=NOW)
-        [second] = recalibrate_store(store, runs, CONFIG, 0.01, WindowRule()).monitors
+        [second] = recalibrate_store(store, runs, CONFIG, 0.01, WindowRule(), label_window=WAIT).monitors
         answered_late = early.filter(pl.col("score:semantic_entropy") <= gate["threshold"]).height
         assert answered_late > 0
         assert second.row["n"] == first.row["n"] + answered_late == counts()[0]
         assert second.row["k"] == first.row["k"] + answered_late == counts()[1]
         assert second.new_pairs == answered_late and second.row["nights"] == 2
-        [third] = recalibrate_store(store, runs, CONFIG, 0.01, WindowRule()).monitors  # nothing new
+        [third] = recalibrate_store(store, runs, CONFIG, 0.01, WindowRule(), label_window=WAIT).monitors  # nothing new
         assert (third.row["n"], third.row["k"]) == (second.row["n"], second.row["k"]) and third.new_pairs == 0
         assert store.read("gate_monitor").height == 2  # no row for a pass that counted nothing
 

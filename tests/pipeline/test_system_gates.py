@@ -149,7 +149,7 @@ def test_a_version_4_store_moves_its_system_gates_into_the_one_gates_table_keepi
     with pytest.raises(Exception, match="older layout"):
         Store.open(db, read_only=True)
     with Store.open(db) as store:
-        assert store.schema_version == SCHEMA_VERSION == 5
+        assert store.schema_version == SCHEMA_VERSION == 6
         after = system_gates(store).sort("calibration_id")
         assert after.equals(before) and served_entries(store) == served
         tables = {t for (t,) in store.sql("SELECT table_name FROM information_schema.tables")}

@@ -1,19 +1,21 @@
 """The anytime rule of the nightly recalibration (`recalibration.rule: anytime`): gates certified at every night.
 
 Per group (run, estimator, criterion) and alpha a state of e-processes (`cic.stats.anytime.AnytimeState`: one per
-candidate threshold of a grid of label-free score quantiles fixed when the state starts, tested in a fixed
-sequence) is kept in the store (`anytime_states`, newest row per state). Each pass counts the group's records
-whose label window has closed (seen at or before now − `recalibration.label_window`, `counted_through`), in record
-order, each once (`anytime_counted` holds which and in what order): a record is counted with its label only once
-that label can no longer be late, never because it happened to arrive. A record whose window closed without a
-label is not counted and is reported (`unlabelled`), as is a label that arrived after its window closed (`late`,
-never counted): so when wrong answers' labels arrive later than right answers' (complaints, review queues) the
-e-processes still see an unbiased sample, provided labels arrive within the window (or, when they never arrive,
-go missing independently of correctness). When the certified threshold widens, the pass stores it as a gate (kind
-and search `anytime`, bound `e-process`) and makes it live: with probability >= 1 - delta / G (G datasets of the model
-certified together), no threshold this state ever certifies has an error rate >= alpha among its accepted answers,
-whatever night it is read. The monitor still watches the live gate; its alarm withdraws the gate and restarts the
-state from the alarm on (a new epoch that counts only answers seen after it).
+candidate threshold of a grid of label-free score quantiles fixed when the state starts, tested in a fixed sequence)
+is kept in the store (`anytime_states`, newest row per state). Each pass counts the group's records whose label
+window has closed (seen at or before now − `recalibration.label_window`, `counted_through`), in record order, each
+once (`anytime_counted` holds which and in what order): a record is counted with its label only once that label can
+no longer be late, never because it happened to arrive. A record whose window closed without a label is counted as
+an error (`calibration.missing_labels: worst_case`, the default: valid however labels go missing) or, under
+`at_random`, not counted; either way it is reported (`unlabelled`), as is a label that arrived after its window
+closed (`late`, never counted: the record was counted as it stood). So when wrong answers' labels arrive later than
+right answers' (complaints, review queues) or never (a review queue for uncertain answers), the e-processes never
+see fewer errors than there are. A pass whose newly counted records lack their label in a share above
+`recalibration.max_missing_share` pages and withdraws the key's live gate. When the certified threshold widens, the
+pass stores it as a gate (kind and search `anytime`, bound `e-process`) and makes it live: with probability >= 1 -
+delta / G (G datasets of the model certified together), no threshold this state ever certifies has an error rate >=
+alpha among its accepted answers, whatever night it is read. The monitor still watches the live gate; its alarm
+withdraws the gate and restarts the state from the alarm on (a new epoch that counts only answers seen after it).
 
 Serving re-checks the gate by replaying its state's counted answers, in their order, from the store's labels
 (`recertify_anytime`): a replaced label or an edited row stops it. A key whose state cannot be carried on — it does
@@ -36,6 +38,8 @@ from cic import schema
 from cic.errors import UserError
 from cic.pipeline.alerts import LATE_LABELS, STATE_BROKEN, UNCERTIFIED, UNLABELLED, Alert
 from cic.pipeline.gates.gate_rows import ColumnReader, GateRow
+from cic.pipeline.run.missing_labels import WORST_CASE, assumption, keeps_missing, missing_share, policy_of
+from cic.pipeline.run.missing_labels import counted as counted_of
 from cic.pipeline.run.stored_calibration import GroupKey, data_fingerprint, settled
 from cic.stats.anytime import AnytimeState
 from cic.stats.calibration import CalibrationResult
@@ -63,10 +67,13 @@ class AnytimeUpdate:
     state: AnytimeState | None = None  # the state after this pass (what a widened threshold's gate is built from)
     gate_id: str | None = None
     waiting: int = 0        # labelled records whose label window is still open (counted on a later pass)
-    unlabelled: int = 0     # records whose label window closed this pass without a label (never counted)
+    unlabelled: int = 0     # records whose label window closed this pass without a label (errors, or left out)
+    missing_share: float = 0.0  # their share of the records whose window closed this pass
+    policy: str = WORST_CASE
     late: int = 0           # labels that arrived after their record's window had closed (never counted)
     through: datetime | None = None  # every record seen up to here is settled
     broken: str | None = None  # why the key's state could not be carried on (it restarted this pass)
+    missing: Alert | None = None  # its newly settled records lack labels above the limit (a page; gate withdrawn)
     withdrawn: list[str] = field(default_factory=list)  # live gates withdrawn because of it
 
     def notes(self, *, per_key: bool, warn_after: int = WARN_AFTER) -> list[Alert]:
@@ -81,11 +88,14 @@ class AnytimeUpdate:
                                            f"{self.broken}; {gates}the state restarted and certifies again from "
                                            "answers seen after this pass (review what changed: `cic gate list`, "
                                            "label_events, record_events)"))
+        if self.missing is not None:
+            out.append(self.missing)
         if per_key and self.unlabelled:
+            counted_as = ("counted as errors (calibration.missing_labels: worst_case)" if keeps_missing(self.policy)
+                          else f"never counted: the gate {assumption(self.policy)}")
             out.append(Alert(UNLABELLED, f"{self.unlabelled} record(s) seen {where} have no label and their label "
-                                         "window has closed: never counted (recalibration.label_window must cover "
-                                         "how late labels arrive, or they must go missing regardless of "
-                                         "correctness)"))
+                                         f"window has closed: {counted_as} (recalibration.label_window must cover "
+                                         "how late labels arrive)"))
         if per_key and self.late:
             out.append(Alert(LATE_LABELS, f"{self.late} label(s) arrived after their record's label window had "
                                           "closed: never counted (widen recalibration.label_window)"))
@@ -113,9 +123,12 @@ def certified_since(row: ColumnReader) -> str:
         return "?"
 
 
-def state_id_of(key: GroupKey, alpha: float, delta: float, groups: int, epoch: int) -> str:
+def state_id_of(key: GroupKey, alpha: float, delta: float, groups: int, epoch: int,
+                policy: str | None = WORST_CASE) -> str:
+    """A state's id: a state counting unlabelled records as errors is another state than one leaving them out."""
+    imputes = (WORST_CASE,) if keeps_missing(policy) else ()
     return schema.value_hash(ANYTIME, key.run_key, key.estimator, key.criterion, float(alpha), float(delta), groups,
-                             epoch)
+                             epoch, *imputes)
 
 
 def label_free_grid(store: Store, key: GroupKey, size: int) -> np.ndarray:
@@ -131,21 +144,27 @@ def label_free_grid(store: Store, key: GroupKey, size: int) -> np.ndarray:
 
 
 def update_key(store: Store, key: GroupKey, pairs: pl.DataFrame, *, alpha: float, delta: float, groups: int,
-               grid_size: int, now: datetime, through: datetime | None = None) -> AnytimeUpdate:
-    """Count the group's labelled answers whose label window has closed (`pairs`: question_id, score, error, at,
-    in record order; `through`: now − the label window, default now) and are new to the key's state, store the
-    state, and return the update (a widened threshold becomes a gate in the caller). Call inside a transaction."""
+               grid_size: int, now: datetime, through: datetime | None = None,
+               policy: str = WORST_CASE) -> AnytimeUpdate:
+    """Count the group's answers whose label window has closed (`pairs`: question_id, score, error, at and
+    `labelled`, in record order; unlabelled ones count as errors under `policy` worst_case, else are left out;
+    `through`: now − the label window, default now) and are new to the key's state, store the state, and return
+    the update (a widened threshold becomes a gate in the caller). Call inside a transaction."""
     from cic.store.queries import anytime_counted_ids, newest_anytime_state, unlabelled_records
 
     latest = newest_anytime_state(store, key.run_key, key.estimator, key.criterion, alpha, delta)
-    broken = broken_state(store, key, latest) if latest is not None else None
+    if latest is not None and latest["state_id"] != state_id_of(key, alpha, delta, latest["groups"] or groups,
+                                                                latest["epoch"], policy):
+        latest = None  # a state of the other label policy: this policy's state starts afresh beside it
+    broken = broken_state(store, key, latest, policy) if latest is not None else None
     if latest is not None and broken is not None:  # this key alone starts again; the pass goes on
         newest = pairs.get_column("at").max() if pairs.height else None
         restart_key(store, key, alpha=alpha, delta=delta, groups=latest["groups"] or groups, grid_size=grid_size,
-                    epoch=latest["epoch"] + 1, now=now, after=newest if isinstance(newest, datetime) else None)
+                    epoch=latest["epoch"] + 1, now=now, after=newest if isinstance(newest, datetime) else None,
+                    policy=policy)
         latest = newest_anytime_state(store, key.run_key, key.estimator, key.criterion, alpha, delta)
     epoch = latest["epoch"] if latest else 0
-    state_id = state_id_of(key, alpha, delta, groups, epoch)
+    state_id = state_id_of(key, alpha, delta, groups, epoch, policy)
     if latest is None:
         state = AnytimeState.start(label_free_grid(store, key, grid_size), alpha=alpha, delta=delta / groups)
         started = now
@@ -156,7 +175,8 @@ def update_key(store: Store, key: GroupKey, pairs: pl.DataFrame, *, alpha: float
         after = started
     through = max(through or now, after) if after is not None else (through or now)
     counted = anytime_counted_ids(store, state_id)
-    closed = settled(pairs, through)
+    everything = settled(pairs, through)
+    closed = counted_of(everything, None, policy)
     if after is not None:
         earlier = closed.filter((pl.col("at") <= after) & ~pl.col("question_id").is_in(list(counted)))
         late = (earlier.filter(pl.col("at") > started) if epoch > 0 else earlier).height
@@ -164,6 +184,9 @@ def update_key(store: Store, key: GroupKey, pairs: pl.DataFrame, *, alpha: float
     else:
         late = 0
     fresh = closed.filter(~pl.col("question_id").is_in(list(counted)))
+    arrived = everything.filter(~pl.col("question_id").is_in(list(counted)))
+    if after is not None:
+        arrived = arrived.filter(pl.col("at") > after)
     before = state.threshold
     state.update(fresh.get_column("score").to_numpy(), fresh.get_column("error").to_numpy())
     since = latest["certified_since"] if latest is not None and state.threshold == before else (
@@ -177,13 +200,14 @@ def update_key(store: Store, key: GroupKey, pairs: pl.DataFrame, *, alpha: float
         "state_json": state.to_json(), "counted": state.seen, "threshold": state.threshold,
         "certified_since": since, "started_at": started, "created_at": now, "counted_through": through}],
         schema=schema.ANYTIME_STATES.schema))
-    unlabelled = unlabelled_records(store, key.run_key, key.estimator, key.criterion, after, through)
+    unlabelled = (unlabelled_records(store, key.run_key, key.estimator, key.criterion, after, through)
+                  if "labelled" not in arrived.columns else int((~arrived.get_column("labelled")).sum()))
     return AnytimeUpdate(key, alpha, state_id, fresh.height, state.seen, state.threshold, since, state,
                          waiting=pairs.filter(pl.col("at") > through).height, late=late, through=through,
-                         unlabelled=unlabelled, broken=broken)
+                         unlabelled=unlabelled, broken=broken, missing_share=missing_share(arrived), policy=policy)
 
 
-def broken_state(store: Store, key: GroupKey, latest: dict[str, Any]) -> str | None:
+def broken_state(store: Store, key: GroupKey, latest: dict[str, Any], policy: str | None = WORST_CASE) -> str | None:
     """Why a key's newest state cannot be carried on, or None: it must parse, its count must be the number of
     answers the store lists as counted, and — when a label or record it counted was changed after it counted it
     (`label_events`, `record_events`) — replaying its counted answers with the store's values now must give its
@@ -206,7 +230,7 @@ def broken_state(store: Store, key: GroupKey, latest: dict[str, Any]) -> str | N
     except (ValueError, KeyError, TypeError):
         grid = state.grid
     replay = AnytimeState.start(grid, alpha=state.alpha, delta=state.delta)
-    pairs = counted_pairs(store, key, latest["state_id"], state.seen)
+    pairs = counted_pairs(store, key, latest["state_id"], state.seen, policy)
     if pairs.height != state.seen:
         return f"{state.seen - pairs.height} of its {state.seen} counted answer(s) have no score or label now"
     replay.update(pairs.get_column("score").to_numpy(), pairs.get_column("error").to_numpy())
@@ -228,16 +252,16 @@ def restart(store: Store, row: GateRow, now: datetime, after: datetime | None) -
     key = GroupKey(row["run_key"], row["model"], row["dataset"], row["estimator"], row["criterion"])
     grid = AnytimeState.from_json(latest["state_json"]).grid.size
     restart_key(store, key, alpha=row["alpha"], delta=row["delta"], groups=latest["groups"], grid_size=grid,
-                epoch=latest["epoch"] + 1, now=now, after=after)
+                epoch=latest["epoch"] + 1, now=now, after=after, policy=policy_of(row.get("plan_json")))
 
 
 def restart_key(store: Store, key: GroupKey, *, alpha: float, delta: float, groups: int, grid_size: int,
-                epoch: int, now: datetime, after: datetime | None) -> None:
+                epoch: int, now: datetime, after: datetime | None, policy: str | None = WORST_CASE) -> None:
     """Store a fresh state (epoch `epoch`, a new label-free grid) for a key that counts only answers seen after
     `after` (default now). Call inside a transaction."""
     state = AnytimeState.start(label_free_grid(store, key, grid_size), alpha=alpha, delta=delta / groups)
     store.upsert("anytime_states", pl.DataFrame([{
-        **key.as_dict(), "state_id": state_id_of(key, alpha, delta, groups, epoch),
+        **key.as_dict(), "state_id": state_id_of(key, alpha, delta, groups, epoch, policy),
         "alpha": alpha, "delta": delta, "groups": groups, "epoch": epoch,
         "state_json": state.to_json(), "counted": 0, "threshold": None, "certified_since": None,
         "started_at": after or now, "created_at": now, "counted_through": after or now}],
@@ -249,14 +273,15 @@ def gate_row(store: Store, update: AnytimeUpdate, *, delta: float, groups: int, 
     delta / G, and (in its plan) the state and how many of its counted answers certify it."""
     state = update.state
     assert state is not None
-    pairs = counted_pairs(store, update.key, update.state_id, state.seen)
+    pairs = counted_pairs(store, update.key, update.state_id, state.seen, update.policy)
     return schema.conform(pl.DataFrame([_row(update.key, update.state_id, state, pairs, alpha=update.alpha,
-                                             delta=delta, groups=groups, since=update.certified_since, now=now)],
+                                             delta=delta, groups=groups, since=update.certified_since, now=now,
+                                             policy=update.policy)],
                                        schema=schema.CALIBRATIONS.schema), schema.CALIBRATIONS)
 
 
 def _row(key: GroupKey, state_id: str, state: AnytimeState, pairs: pl.DataFrame, *, alpha: float, delta: float,
-         groups: int, since: datetime | None, now: datetime) -> dict[str, Any]:
+         groups: int, since: datetime | None, now: datetime, policy: str | None) -> dict[str, Any]:
     index = state.certified_index
     n = int(state.n[index])
     k = int(round(n * state.alpha - state.total[index]))
@@ -267,6 +292,8 @@ def _row(key: GroupKey, state_id: str, state: AnytimeState, pairs: pl.DataFrame,
                                          "grid)")
     fingerprint = data_fingerprint(pairs.select("question_id", "score", "error"))
     plan = {"state_id": state_id, "counted": state.seen, "certified_since": str(since)}
+    if policy is not None:
+        plan["missing_labels"] = policy
     return {"calibration_id": schema.value_hash(ANYTIME, state_id, state.seen, state.threshold, fingerprint),
             **{k2: v for k2, v in key.as_dict().items() if k2 != "run_key"}, "alpha": alpha, "delta": delta,
             "bound": E_PROCESS, "search": ANYTIME, "threshold": state.threshold, "bound_value": None,
@@ -277,14 +304,22 @@ def _row(key: GroupKey, state_id: str, state: AnytimeState, pairs: pl.DataFrame,
             "groups": groups if groups > 1 else None, "plan_json": schema.canonical_json(plan)}
 
 
-def counted_pairs(store: Store, key: GroupKey, state_id: str, counted: int) -> pl.DataFrame:
-    """The first `counted` answers a state counted, in its order, with the labels the store holds now."""
-    from cic.store.queries import anytime_counted_order, labelled_pairs_of_runs
+def counted_pairs(store: Store, key: GroupKey, state_id: str, counted: int,
+                  policy: str | None = WORST_CASE) -> pl.DataFrame:
+    """The first `counted` answers a state counted, in its order, with the labels the store holds now; under
+    `worst_case` a record whose label was stored after the state counted it (or never) is the error it was
+    counted as."""
+    from cic.store.queries import anytime_counted_order, certified_pairs_of_runs
 
     order = anytime_counted_order(store, state_id).filter(pl.col("position") < counted)
-    pairs = labelled_pairs_of_runs(store, [key.run_key], estimator=key.estimator, criterion=key.criterion)
-    return order.join(pairs.select("question_id", "score", "error", "at"), on="question_id",
-                      how="inner").sort("position")
+    pairs = certified_pairs_of_runs(store, [key.run_key], estimator=key.estimator, criterion=key.criterion,
+                                    missing=keeps_missing(policy))
+    joined = order.join(pairs, on="question_id", how="inner").sort("position")
+    if keeps_missing(policy):
+        then = pl.col("labelled") & (pl.col("labelled_at") <= pl.col("counted_at"))
+        joined = joined.with_columns(error=pl.when(then).then(pl.col("error")).otherwise(1)
+                                     .cast(pairs.schema["error"]))
+    return joined.select("question_id", "position", "score", "error", "at")
 
 
 def recertify_anytime(store: Store, row: GateRow) -> None:
@@ -305,10 +340,11 @@ def recertify_anytime(store: Store, row: GateRow) -> None:
     grid = AnytimeState.from_json(first["state_json"]).grid
     groups = row.get("groups") or 1
     replay = AnytimeState.start(grid, alpha=row["alpha"], delta=row["delta"] / groups)
-    pairs = counted_pairs(store, key, state_id, counted)
+    policy = policy_of(plan)
+    pairs = counted_pairs(store, key, state_id, counted, policy)
     replay.update(pairs.get_column("score").to_numpy(), pairs.get_column("error").to_numpy())
     again = _row(key, state_id, replay, pairs, alpha=row["alpha"], delta=row["delta"], groups=groups,
-                 since=None, now=row["created_at"])
+                 since=None, now=row["created_at"], policy=policy)
     for column in ("threshold", "n_accepted", "n_errors", "n_cal", "data_fingerprint", "calibration_id"):
         if again[column] != row[column]:
             raise UserError(f"stored gate {short}: {column} = {row[column]!r}, but replaying its counted answers "

@@ -20,7 +20,6 @@ from cic.pipeline.run.stored_calibration import (
     group_evaluation_rows,
     groups_of_run,
     iter_group_pairs,
-    labelled_pairs,
     span,
 )
 from cic.store import Store
@@ -36,12 +35,12 @@ def calibrate_store(db: str, run_keys: Sequence[str], calibration: CalibrationCo
         groups = [g for run in runs for g in groups_of_run(store, run, estimators, criteria)]
         together = group_counts(runs, calibration)  # G per model with `group_by: dataset`, else 1
         by_family: dict[tuple[str, str, str], list[tuple[GroupKey, pl.DataFrame]]] = {}
-        for key, pairs in iter_group_pairs(store, groups):
+        for key, timed in iter_group_pairs(store, groups, calibration.missing_labels):
+            pairs = timed.select("question_id", "score", "error")
             if calibration.group_by == "dataset":
                 by_family.setdefault((key.model, key.estimator, key.criterion), []).append((key, pairs))
             # the window the gates cover (when production saw / labels came): recalibration starts after it
-            calibrations = calibration_rows(key, pairs, calibration, window=span(labelled_pairs(store, key)),
-                                            groups=together[key.model])
+            calibrations = calibration_rows(key, pairs, calibration, window=span(timed), groups=together[key.model])
             evaluations = evaluation_rows(key, pairs, calibration)
             with store.transaction():
                 store.upsert("calibrations", calibrations)

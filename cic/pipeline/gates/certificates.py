@@ -1,8 +1,9 @@
 """Re-verify a stored gate's certificate from the store's own pairs, so that no edited field makes a gate serve.
 
-A gate's calibration pairs are rebuilt from what the store holds: the labelled pairs of its run, estimator and
-criterion seen within its window and labelled no later than the gate was created (a later label cannot have
-been among them), the newest `window` of them (its plan says how many). Their fingerprint must be the stored
+A gate's calibration pairs are rebuilt from what the store holds: the pairs of its run, estimator and criterion
+seen within its window and labelled no later than the gate was created (a later label cannot have been among
+them; under `missing_labels: worst_case` such a record, and one never labelled, counts as the error it was
+counted as), the newest `window` of them (its plan says how many). Their fingerprint must be the stored
 one; the search is re-run on them — after the same seeded pilot split, with the stored arguments, at the
 gate's level (delta / groups) — and must certify the stored threshold with the stored n, errors and bound; the
 gate's id must be the hash of all of it. Editing the threshold, the counts, the result JSON, the level, the
@@ -43,8 +44,19 @@ def plan_of(row: GateRow) -> dict[str, Any]:
 
 
 def rebuilt_pairs(row: GateRow, group: pl.DataFrame) -> pl.DataFrame:
-    """The pairs the gate was calibrated on, from its group's stored pairs (oldest first, with `labelled_at`)."""
-    pairs = group.filter(pl.col("labelled_at") <= row["created_at"])
+    """The pairs the gate was calibrated on, from its group's stored pairs (oldest first, with `labelled_at`,
+    `stored_at` and `labelled`, unlabelled records as errors): under `missing_labels: worst_case` every record
+    stored by the gate's creation, one whose label came later counted as the error it was then; otherwise the
+    records labelled by then."""
+    from cic.pipeline.run.missing_labels import keeps_missing, policy_of
+
+    created = row["created_at"]
+    if keeps_missing(policy_of(row.get("plan_json"))):
+        labelled_then = pl.col("labelled") & (pl.col("labelled_at") <= created)
+        pairs = group.filter(pl.col("stored_at") <= created).with_columns(
+            error=pl.when(labelled_then).then(pl.col("error")).otherwise(1).cast(group.schema["error"]))
+    else:
+        pairs = group.filter(pl.col("labelled") & (pl.col("labelled_at") <= created))
     if row["window_from"] is not None:
         pairs = pairs.filter(pl.col("at") >= row["window_from"])
     if row["window_to"] is not None:
@@ -97,10 +109,29 @@ def recertify(row: GateRow, group: pl.DataFrame) -> None:
         raise _refuse(row, "its id is not the hash of its run, level, search and data (a field was edited)")
 
 
+def recertify_keys(store: Store, rows: Sequence[GateRow]) -> None:
+    """Raise unless each gate's served key columns (model, dataset) are its run's: the id hashes the run, not the
+    names a reader looks a gate up by, so a renamed model would otherwise serve another model's threshold."""
+    wanted = sorted({r["run_key"] for r in rows})
+    runs = {r["run_key"]: r for r in store.read("runs").filter(pl.col("run_key").is_in(wanted))
+            .select("run_key", "model", "dataset").iter_rows(named=True)}
+    for row in rows:
+        run = runs.get(row["run_key"])
+        if run is None:
+            raise _refuse(row, f"its run {row['run_key']!r} is not in the store")
+        for column in ("model", "dataset"):
+            if row[column] != run[column]:
+                raise _refuse(row, f"{column} = {row[column]!r}, but it was certified on run {row['run_key']} of "
+                                   f"{column} {run[column]!r}")
+
+
 def recertify_all(store: Store, rows: Sequence[GateRow]) -> None:
-    """`recertify` each gate, the pairs of all their runs read in one query."""
+    """`recertify` each gate (its key columns first: `recertify_keys`), the pairs of all their runs read in one
+    query."""
     from cic.pipeline.gates.anytime_gates import is_anytime, recertify_anytime
     from cic.store.queries import certified_pairs_of_runs
+
+    recertify_keys(store, rows)
 
     for row in rows:
         if is_anytime(row):
@@ -108,7 +139,7 @@ def recertify_all(store: Store, rows: Sequence[GateRow]) -> None:
     rows = [r for r in rows if not is_anytime(r)]
     if not rows:
         return
-    pairs = certified_pairs_of_runs(store, sorted({r["run_key"] for r in rows}))
+    pairs = certified_pairs_of_runs(store, sorted({r["run_key"] for r in rows}), missing=True)
     groups = pairs.partition_by(list(GROUP_COLUMNS), as_dict=True) if pairs.height else {}
     empty = pairs.clear()
     for row in rows:

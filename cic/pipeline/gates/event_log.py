@@ -16,8 +16,8 @@ HOLDS_KEY = ("live", UNATTAINABLE)  # the states that speak for a serving key (o
 
 
 def current_states(store: Store) -> pl.DataFrame:
-    """(calibration_id, state, reason, alerts, alert_kinds, state_at) from each gate's newest event."""
+    """(calibration_id, state, reason, reason_code, alerts, alert_kinds, state_at) from each gate's newest event."""
     events = store.read("gate_events", ordered=False)
     return (events.sort("created_at", "event_id").group_by("calibration_id", maintain_order=True).last()
-            .select("calibration_id", "state", "reason", "alerts", "alert_kinds",
+            .select("calibration_id", "state", "reason", "reason_code", "alerts", "alert_kinds",
                     pl.col("created_at").alias("state_at")))

@@ -78,6 +78,7 @@ class GateRow:
     state: str | None = None          # its state (live, candidate, ...)
     alerts: tuple[str, ...] = ()      # what was said about it
     reason: str | None = None         # its newest event's reason (who or what moved it, and why)
+    reason_code: str | None = None    # what that move means (`serving_state.REASON_CODES`): what decisions read
     state_at: datetime | None = None  # when its newest event was written
     withheld: str | None = None       # why serving refused it (`live_gate`: it serves nothing), else None
 

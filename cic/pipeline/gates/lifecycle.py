@@ -28,6 +28,7 @@ from cic.pipeline.gates.gate_rows import GateRow, gate_rows
 from cic.pipeline.gates.serving_state import (
     CONFIRMED,
     FLAGGED,
+    REASON_CODES,
     UNATTAINABLE,
     WITHOUT_GUARANTEE,
     flag_of,
@@ -35,7 +36,7 @@ from cic.pipeline.gates.serving_state import (
     no_guarantee_refusal,
 )
 from cic.pipeline.gates.system_gates import SYSTEM_KEY, recertify_system, system_gates, system_key
-from cic.store.queries import last_gate_events, stored_gate_ids
+from cic.store.queries import last_gate_events, made_before_rules, stored_gate_ids
 
 if TYPE_CHECKING:
     from cic.stats.gate import Gate
@@ -109,19 +110,48 @@ def kind_of(row: GateRow) -> GateKind:
 
 def verify(store: Store, row: GateRow) -> None:
     """Refuse to serve a gate the store no longer certifies (either kind): the one check promotion, confirmation,
-    export, `cic ask` and the registry share."""
-    kind_of(row).verify_many(store, [row])
+    export, `cic ask` and the registry share. A gate made before the store took today's rules that does not
+    re-certify is said to be certified by an earlier version (not edited), with the way to re-certify it."""
+    try:
+        kind_of(row).verify_many(store, [row])
+    except UserError as exc:
+        if row["calibration_id"] not in made_before_rules(store, [row["calibration_id"]]):
+            raise
+        raise UserError(f"{kind_of(row).noun} {row['calibration_id'][:12]} was certified by an earlier version of "
+                        "cic and does not re-certify under today's rules; `cic run` or `cic recalibrate` "
+                        f"re-certifies it (the re-check said: {str(exc).split(': ', 1)[-1]})") from None
 
 
-def _event(store: Store, calibration_id: str, state: str, reason: str, alerts: Sequence[str]) -> dict[str, Any]:
-    """One event row, timed strictly after the gate's previous event (so "newest" is never a tie)."""
-    return _events(store, [(calibration_id, state, reason, alerts)])[0]
+def recertified(store: Store, rows: Sequence[GateRow]) -> tuple[list[GateRow], dict[str, str]]:
+    """The rows with every serving one that fails re-certification marked flagged in memory (it serves nothing;
+    the store is not written), and id -> why for those: one gate that cannot be re-certified withdraws its own
+    key, never the others'. Every serving gate of a kind is re-certified at once (the pairs of all their runs read
+    in one query, the common case); when that fails, each is checked alone to name it."""
+    from cic.pipeline.gates.serving_state import serving_state
+
+    serving = [row for row in rows if serving_state(row).serves]
+    try:
+        for kind in KINDS:
+            kind.verify_many(store, [row for row in serving if kind_of(row) is kind])
+        return list(rows), {}
+    except UserError:
+        pass
+    out, why = [], {}
+    for row in rows:
+        if serving_state(row).serves:
+            try:
+                verify(store, row)
+            except UserError as exc:
+                why[row["calibration_id"]] = str(exc)
+                row = replace(row, reason=f"{FLAGGED}not re-certified: {exc}", reason_code=REASON_CODES[FLAGGED])
+        out.append(row)
+    return out, why
 
 
-def _events(store: Store, moves: Sequence[tuple[str, str, str, Sequence[str]]]) -> list[dict[str, Any]]:
-    """Event rows for (calibration id, state, reason, alerts) moves, each timed strictly after its gate's
-    previous event; one query for all of them."""
-    for _, state, _, _ in moves:
+def _events(store: Store, moves: Sequence[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """Event rows for (calibration id, state, reason, alerts[, reason code[, caused at]]) moves, each timed strictly
+    after its gate's previous event; one query for all of them."""
+    for _, state, *_ in moves:
         if state not in STATES:
             raise ValueError(f"state = {state!r}: one of {', '.join(STATES)}")
     if not moves:
@@ -129,7 +159,8 @@ def _events(store: Store, moves: Sequence[tuple[str, str, str, Sequence[str]]]) 
     last = last_gate_events(store, [m[0] for m in moves])
     now = datetime.now(UTC)
     out = []
-    for calibration_id, state, reason, alerts in moves:
+    for calibration_id, state, reason, alerts, *marks in moves:
+        code, caused_at = (*marks, None, None)[:2]
         at = now
         previous = last.get(calibration_id)
         if previous is not None and at <= previous:
@@ -137,7 +168,8 @@ def _events(store: Store, moves: Sequence[tuple[str, str, str, Sequence[str]]]) 
         last[calibration_id] = at  # two moves of one gate in a batch stay ordered
         out.append({"event_id": schema.value_hash(calibration_id, state, at.isoformat(), reason),
                     "calibration_id": calibration_id, "state": state, "reason": reason, "alerts": list(alerts),
-                    "created_at": at, "alert_kinds": kind_names(alerts)})
+                    "created_at": at, "alert_kinds": kind_names(alerts), "reason_code": code,
+                    "caused_at": caused_at})
     return out
 
 
@@ -146,8 +178,9 @@ def _write(store: Store, events: list[dict[str, Any]]) -> None:
         store.upsert("gate_events", pl.DataFrame(events, schema=schema.GATE_EVENTS.schema))
 
 
-def write_moves(store: Store, moves: Sequence[tuple[str, str, str, Sequence[str]]]) -> None:
-    """Append (calibration id, state, reason, alerts) moves to the gate event log (system gates use it too)."""
+def write_moves(store: Store, moves: Sequence[tuple[Any, ...]]) -> None:
+    """Append (calibration id, state, reason, alerts[, reason code]) moves to the gate event log (system gates use
+    it too)."""
     _write(store, _events(store, moves))
 
 
@@ -212,10 +245,11 @@ def promote(store: Store, gate_id: str, *, reason: str, despite_alerts: bool = F
     row = find_gate(store, gate_id)
     kind = kind_of(row)
     short = row["calibration_id"][:12]
+    code = None
     if not guaranteed(row):
         if not without_guarantee:
-            raise UserError(f"gate id = {gate_id!r}: {no_guarantee_refusal(replace(row, reason=''))}")
-        reason = f"{WITHOUT_GUARANTEE}{reason}"
+            raise UserError(f"gate id = {gate_id!r}: {no_guarantee_refusal(replace(row, reason_code=None))}")
+        reason, code = f"{WITHOUT_GUARANTEE}{reason}", REASON_CODES[WITHOUT_GUARANTEE]
     if row["alerts"] and not despite_alerts:
         raise UserError(f"{kind.noun} {short} was written with alerts ({'; '.join(row['alerts'])}); promote it only "
                         "after review, with --despite-alerts")
@@ -231,7 +265,7 @@ def promote(store: Store, gate_id: str, *, reason: str, despite_alerts: bool = F
     state = "live" if kind.certifies(row) else UNATTAINABLE
     with store.transaction():
         write_moves(store, [*((gid, "retired", f"replaced by {short}", []) for gid in retired),
-                            (row["calibration_id"], state, reason, list(row["alerts"] or []))])
+                            (row["calibration_id"], state, reason, list(row["alerts"] or []), code)])
     return replace(row, state=state), retired
 
 
@@ -256,8 +290,8 @@ def confirm(store: Store, gate_id: str, *, reason: str) -> GateRow:
     except UserError as exc:
         raise UserError(f"gate id = {gate_id!r}: cannot confirm it: {exc}") from None
     write_moves(store, [(row["calibration_id"], "live", f"{CONFIRMED}{reason} (was flagged: {flag})",
-                         list(row["alerts"] or []))])
-    return replace(row, reason=f"{CONFIRMED}{reason}")
+                         list(row["alerts"] or []), REASON_CODES[CONFIRMED])])
+    return replace(row, reason=f"{CONFIRMED}{reason}", reason_code=REASON_CODES[CONFIRMED])
 
 
 def retire(store: Store, gate_id: str, *, reason: str) -> GateRow:
@@ -409,11 +443,14 @@ def held_over_budget(store: Store, gate_ids: Sequence[str]) -> dict[str, Alert]:
     return held
 
 
-def flag_gates(store: Store, alerts: dict[str, Alert], prefix: str = FLAGGED) -> list[str]:
+def flag_gates(store: Store, alerts: dict[str, Alert], prefix: str = FLAGGED,
+               caused_at: datetime | None = None) -> list[str]:
     """Add an alert to each of these gates, keeping its state (an event that repeats the state with the alert
     appended): `cic gate list` shows it, a flagged candidate is never auto-promoted, a flagged live gate serves
     nothing (`flag_of`), and the next recalibration of its key alerts. With `prefix` ALERTED a live gate keeps
-    serving, the alert listed (each with its kind). Retired gates are left alone; returns the gates flagged."""
+    serving, the alert listed (each with its kind). The event stores the prefix's code (`REASON_CODES`) and, for a
+    flag an ingest's relabel or replace raised, that ingest's stamp (`caused_at`: abandoning it removes the flag).
+    Retired gates are left alone; returns the gates flagged."""
     if not alerts:
         return []
     known = dict((r["calibration_id"], r) for r in current_states(store).filter(
@@ -422,7 +459,8 @@ def flag_gates(store: Store, alerts: dict[str, Alert], prefix: str = FLAGGED) ->
     bare = stored_gate_ids(store, fresh) if fresh else set()
     rows = [*known.values(), *({"calibration_id": gid, "state": "candidate", "alerts": []} for gid in bare)]
     events = _events(store, [(row["calibration_id"], row["state"], prefix + alerts[row["calibration_id"]],
-                              [*stored(row["alerts"], row.get("alert_kinds")), alerts[row["calibration_id"]]])
+                              [*stored(row["alerts"], row.get("alert_kinds")), alerts[row["calibration_id"]]],
+                              REASON_CODES[prefix], caused_at)
                              for row in rows
                              if row["state"] != "retired"])
     _write(store, events)

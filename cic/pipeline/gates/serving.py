@@ -28,6 +28,7 @@ from cic.pipeline.gates.lifecycle import (
     gates,
     kind_of,
     live_families,
+    recertified,
     verify,
 )
 from cic.pipeline.gates.serving_state import (
@@ -39,6 +40,7 @@ from cic.pipeline.gates.serving_state import (
     serving_state,
 )
 from cic.pipeline.gates.system_gates import ROUTE
+from cic.pipeline.run.missing_labels import gate_assumption
 
 if TYPE_CHECKING:
     from cic.store import Store
@@ -145,18 +147,21 @@ def _served(store: Store, kind: GateKind, equals: dict[str, Any]) -> list[dict[s
     shown, serve_entries, null = _SHAPES[kind.noun]
     out: list[dict[str, Any] | None] = []
     serving: list[tuple[int, Any]] = []
-    for key_rows in table.sort(*kind.key_columns).partition_by(list(kind.key_columns), maintain_order=True):
+    parts = table.sort(*kind.key_columns).partition_by(list(kind.key_columns), maintain_order=True)
+    speakers = [kind.typed(p.filter(pl.col("state").is_in(HOLDS_KEY)).sort("state_at").tail(1))[0]
+                for p in parts if p.filter(pl.col("state").is_in(HOLDS_KEY)).height]
+    checked = iter(recertified(store, speakers)[0])  # a gate that does not re-certify withdraws its own key
+    for key_rows in parts:
         key = {k: key_rows.row(0, named=True)[k] for k in shown}
-        speaking = key_rows.filter(pl.col("state").is_in(HOLDS_KEY))
-        if speaking.height:
-            row = kind.typed(speaking.sort("state_at").tail(1))[0]
+        if key_rows.filter(pl.col("state").is_in(HOLDS_KEY)).height:
+            row = next(checked)
             why = withheld(row)
             if why is None:
                 serving.append((len(out), row))
-                out.append(None)  # filled below, once every served gate is verified in one read
+                out.append(None)  # filled below
                 continue
             if flag_of(row) is None:  # (a flagged gate is out of service whatever its row says)
-                verify(store, row)
+                why = _unverified(store, row) or why
             out.append({"serve": "nothing", "gate_id": None, **key, **serving_state(row).fields(),
                         null: None, "reason": why, **_withheld_fields(row)})
             continue
@@ -168,10 +173,18 @@ def _served(store: Store, kind: GateKind, equals: dict[str, Any]) -> list[dict[s
                         "retired_at": str(last["state_at"]),
                         "reason": f"every gate of this key is retired ({last['reason']}); abstain on every question "
                                   "until one is promoted"})
-    kind.verify_many(store, [row for _, row in serving])
     for (place, _), entry in zip(serving, serve_entries(store, [row for _, row in serving]), strict=True):
         out[place] = entry
     return [entry for entry in out if entry is not None]
+
+
+def _unverified(store: Store, row: GateRow) -> str | None:
+    """Why a gate that serves nothing anyway (an unattainable one) is not what its row says, or None."""
+    try:
+        verify(store, row)
+    except UserError as exc:
+        return str(exc)
+    return None
 
 
 def _gate_entries(store: Store, rows: Sequence[GateRow]) -> list[dict[str, Any]]:
@@ -180,7 +193,8 @@ def _gate_entries(store: Store, rows: Sequence[GateRow]) -> list[dict[str, Any]]
     return [{"serve": "gate", "gate_id": row["calibration_id"], **{k: row[k] for k in SINGLE.key_columns},
              **serving_state(row).fields(),
              "guarantee": _anytime_guarantee(row) or "high-probability" if guaranteed(row) else
-             f"{_weaker_guarantee(row)}: a person opted in ({row['reason'][len(WITHOUT_GUARANTEE):]})",
+             f"{_weaker_guarantee(row)}: a person opted in ({(row['reason'] or '').removeprefix(WITHOUT_GUARANTEE)})",
+             "labels": gate_assumption(row),
              **{k: row[k] for k in ("threshold", "bound_value", "n_accepted", "n_errors", "n_cal")},
              "certified_with": _certified_with(row, families[family_of(row)]),
              "window_from": str(row["window_from"]), "window_to": str(row["window_to"]),
@@ -191,7 +205,7 @@ def _system_entries(store: Store, rows: Sequence[GateRow]) -> list[dict[str, Any
     """A served system gate: every stage's model, estimator and threshold, and how to route a question."""
     return [{"serve": "system", "gate_id": row["calibration_id"], **{k: row[k] for k in _SYSTEM_SHOWN},
              **serving_state(row).fields(), "estimators": row["estimators"], "thresholds": row["thresholds"],
-             "guarantee": row["guarantee"],
+             "guarantee": row["guarantee"], "labels": gate_assumption(row),
              **{k: row[k] for k in ("bound_value", "n_accepted", "n_errors", "n_cal", "shares", "cost_per_question",
                                     "run_keys")},
              "live_since": str(row["state_at"]), "route": ROUTE} for row in rows]

@@ -14,6 +14,7 @@ import polars as pl
 
 from cic.pipeline.gates.gate_rows import gate_rows
 from cic.pipeline.gates.serving_state import serving_state
+from cic.pipeline.run.missing_labels import ASSUMPTIONS, WORST_CASE, gate_assumption
 from cic.pipeline.run.run_results import stage_thresholds
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ class ServingRow:
     changed: str = ""        # "promoted tonight", "withdrawn tonight", or ""
     why: str = ""            # why it serves nothing (withdrawn: and how to restore it)
     system: bool = False     # a system gate (a cascade, an estimator chosen)
+    labels: str = ""         # the label assumption its certificate rests on (`missing_labels.gate_assumption`)
 
     @property
     def serves(self) -> bool:
@@ -44,6 +46,8 @@ class ServingRow:
             text += f" at {self.threshold}"
         if self.changed:
             text += f" ({self.changed})"
+        if self.serves and self.labels and self.labels != ASSUMPTIONS[WORST_CASE]:
+            text += f"; {self.labels}"
         return text + (f" — {self.why}" if self.why and not self.serves else "")
 
 
@@ -90,7 +94,8 @@ def _row(key: str, row: Any, threshold: str, changed: dict[str, str], *, system:
         why = state.why or ""
         if state.restore:
             why += f"; to restore: {state.restore}"
-    return ServingRow(key, state.word, row.calibration_id, threshold, changed.get(row.calibration_id, ""), why, system)
+    return ServingRow(key, state.word, row.calibration_id, threshold, changed.get(row.calibration_id, ""), why, system,
+                      gate_assumption(row))
 
 
 def live_gate_ids(store: Store, run_keys: Sequence[str]) -> list[str]:
@@ -107,9 +112,10 @@ def live_gate_ids(store: Store, run_keys: Sequence[str]) -> list[str]:
 def markdown_table(rows: Sequence[ServingRow], shown: int = 500) -> list[str]:
     """The serving-now table for the Prefect artifact (at most `shown` keys; `cic gate list` has them all)."""
     lines = ["## Serving now", "", f"{sum(r.serves for r in rows)} of {len(rows)} key(s) serve a gate.", "",
-             "| key | serving | gate | threshold | tonight | why nothing is served |", "|---|---|---|---|---|---|"]
+             "| key | serving | gate | threshold | labels | tonight | why nothing is served |",
+             "|---|---|---|---|---|---|---|"]
     lines += [f"| {r.key} | {r.state} | {(r.gate_id or '—')[:12]} | {r.threshold if r.serves else '—'} | "
-              f"{r.changed or '—'} | {r.why.replace('|', '/') or '—'} |" for r in rows[:shown]]
+              f"{r.labels or '—'} | {r.changed or '—'} | {r.why.replace('|', '/') or '—'} |" for r in rows[:shown]]
     if len(rows) > shown:
         lines.append(f"\n{len(rows) - shown} more key(s): `cic gate list --state live`")
     return lines

@@ -19,6 +19,10 @@ FLAGGED = "flagged: "      # the reason of an event that flags a gate (`flag_gat
 ALERTED = "alerted: "      # an alert noted on a live gate that keeps serving (`recalibration.on_alarm: flag`)
 WITHOUT_GUARANTEE = "without guarantee: "  # a person made live a gate whose search certifies nothing jointly
 CONFIRMED = "confirmed: "  # the reason of an event by which a person confirms a flagged live gate (`confirm`)
+#: each marked move's code, stored beside its sentence (`gate_events.reason_code`): every decision reads the code,
+#: never the words (the prefix only reads well on `cic gate list`)
+REASON_CODES = {FLAGGED: "flagged", ALERTED: "alerted", WITHOUT_GUARANTEE: "without guarantee",
+                CONFIRMED: "confirmed"}
 
 SERVING, WITHDRAWN, CONFIRMED_STATE = "serving", "withdrawn", "confirmed"
 #: every serving state, in the order tables list them; `cic gate list --state` takes these and the stored states
@@ -68,8 +72,9 @@ def restore_advice(gate_id: str, *, anytime: bool, ready: str | None) -> str:
 def flag_of(row: ColumnReader) -> str | None:
     """Why a live gate is flagged (its newest event flagged it: a relabel, drift or a monitor alarm), else None; a
     flagged gate is not served by `cic gate export` until a newer gate is promoted or a person confirms it."""
-    reason = row.get("reason") or ""
-    return reason[len(FLAGGED):] if row.get("state") == "live" and reason.startswith(FLAGGED) else None
+    if row.get("state") != "live" or row.get("reason_code") != REASON_CODES[FLAGGED]:
+        return None
+    return (row.get("reason") or "").removeprefix(FLAGGED)
 
 
 def guaranteed(row: ColumnReader) -> bool:
@@ -88,7 +93,7 @@ def guaranteed(row: ColumnReader) -> bool:
 def no_guarantee_refusal(row: ColumnReader) -> str | None:
     """Why a live gate must not serve because its search has no guarantee (None when it may: a guaranteed
     search, or a person's explicit opt-in, `cic gate promote --without-guarantee`, as its newest event)."""
-    if guaranteed(row) or (row.get("reason") or "").startswith(WITHOUT_GUARANTEE):
+    if guaranteed(row) or row.get("reason_code") == REASON_CODES[WITHOUT_GUARANTEE]:
         return None
     return (f"gate {row['calibration_id'][:12]} comes from search {row['search']!r}, which has no high-probability "
             "guarantee: a report result, not a gate to serve (promote a gate of a guaranteed search, or opt in with "
@@ -103,6 +108,7 @@ def _certifies(row: ColumnReader) -> bool:
 def serving_state(row: ColumnReader) -> ServingState:
     """The serving state of a gate row read with its newest event (`state`, `reason`, `state_at`)."""
     state, reason, since = row.get("state") or "candidate", row.get("reason") or "", row.get("state_at")
+    code = row.get("reason_code")
     short = str(row.get("calibration_id"))[:12]
     if state == "live":
         flag = flag_of(row)
@@ -114,9 +120,9 @@ def serving_state(row: ColumnReader) -> ServingState:
             return ServingState(WITHDRAWN, since, refusal, "promote a gate of a guaranteed search")
         if not _certifies(row):
             return ServingState(UNATTAINABLE, since, reason or None)
-        if reason.startswith(CONFIRMED):
-            return ServingState(CONFIRMED_STATE, since, reason[len(CONFIRMED):])
-        return ServingState(SERVING, since, reason[len(ALERTED):] if reason.startswith(ALERTED) else None)
+        if code == REASON_CODES[CONFIRMED]:
+            return ServingState(CONFIRMED_STATE, since, reason.removeprefix(CONFIRMED))
+        return ServingState(SERVING, since, reason.removeprefix(ALERTED) if code == REASON_CODES[ALERTED] else None)
     if state == UNATTAINABLE:
         return ServingState(UNATTAINABLE, since, f"alpha = {row.get('alpha'):g} certifies nothing on its "
                                                  f"{row.get('n_cal')} labelled questions: its key serves nothing")

@@ -153,4 +153,4 @@ def record_changes(store: Store, stage: Stage, changes: Changes, source: str, no
                                                       .unique()))
         for gate, n in held.items():
             alerts[gate] = replaced_alert(n, source, now)
-    stats.flagged_gates = flag_gates(store, alerts)
+    stats.flagged_gates = flag_gates(store, alerts, caused_at=now)

@@ -1,8 +1,10 @@
 """Recalibration: new candidate gates on the newest labelled window, tested against the live gate's data.
 
 Per group (run, estimator, criterion):
-1. the labelled pairs, each timed by when production saw it (`observations.observed_at`, for ingested
-   records) or else when its label was stored;
+1. the pairs whose label window has closed, each timed by when production saw it (`observations.observed_at`,
+   for ingested records) or else when its label was stored; a record still unlabelled then counts as an error
+   (`calibration.missing_labels: worst_case`) or is left out (`at_random`), and a new window where labels are
+   missing in a share above `recalibration.max_missing_share` pages and withdraws the key's live gates;
 2. the reference: the window the group's *live* gate was calibrated on (`window_from` .. `window_to`);
 3. the new window: pairs strictly after the reference window — disjoint by construction — then the newest
    `count` of them and/or those seen within `since`; with no live gate yet, all pairs under the same rule;
@@ -24,7 +26,7 @@ import polars as pl
 
 from cic import schema
 from cic.errors import UserError
-from cic.pipeline.alerts import PAGE, STATE_BROKEN, Alert, kind_of, severity, withdraws
+from cic.pipeline.alerts import MISSING_LABELS, PAGE, STATE_BROKEN, Alert, kind_of, severity, withdraws
 from cic.pipeline.gates.gate_rows import ColumnReader, GateRow, gate_rows
 from cic.pipeline.gates.lifecycle import gates
 from cic.pipeline.gates.serving_now import serving_now
@@ -40,6 +42,7 @@ from cic.pipeline.production.windows import (
     too_few,
     unattainable_alert,
 )
+from cic.pipeline.run.missing_labels import counted, missing_share, observable
 from cic.pipeline.run.stored_calibration import GroupKey, calibration_rows, group_counts, labelled_pairs
 from cic.stats.drift import error_rate_test, holm, score_shift_test
 from cic.store.queries import labelled_pairs_of_runs
@@ -63,10 +66,12 @@ class GroupRecalibration:
     reference: tuple[datetime | None, datetime | None] | None
     checks: list[Check] = field(default_factory=list)
     skipped: str | None = None
+    missing: Alert | None = None  # its new window's share of missing labels is above the limit: a page
 
     def alerts_of(self, row: ColumnReader) -> list[Alert]:
-        """The alerts of one candidate row: unattainable alpha, and every rejected test that concerns it."""
-        out = []
+        """The alerts of one candidate row: missing labels above the limit, unattainable alpha, and every rejected
+        test that concerns it."""
+        out = [self.missing] if self.missing is not None else []
         live = self.live.get(slot_of(row))
         if row["threshold"] is None:
             out.append(unattainable_alert(live is not None and live["threshold"] is not None, row["n_cal"]))
@@ -106,20 +111,29 @@ def recalibrate_group(store: Store, key: GroupKey, config: CalibrationConfig, ru
 def recalibrate_pairs(key: GroupKey, pairs: pl.DataFrame, live_rows: list[GateRow],
                       config: CalibrationConfig, rule: WindowRule,
                       shift_tests: dict[tuple[Any, ...], Check] | None = None, groups: int = 1,
-                      waiting: int = 0) -> GroupRecalibration:
-    """`recalibrate_group` on a group's labelled pairs (oldest first) and live gates already loaded; `groups`:
-    how many datasets of the model are certified together (`calibration_rows`); `waiting`: its records left out
-    because their label window is still open (said when it gets no candidate)."""
+                      waiting: int = 0, missing_limit: float = 1.0, now: datetime | None = None
+                      ) -> GroupRecalibration:
+    """`recalibrate_group` on a group's settled pairs (oldest first; unlabelled ones, column `labelled` false,
+    counted as errors or left out by `config.missing_labels`) and live gates already loaded; `groups`: how many
+    datasets of the model are certified together (`calibration_rows`); `waiting`: its records left out because
+    their label window is still open (said when it gets no candidate); `missing_limit`: the largest share of
+    unlabelled records in the new window that does not page and withdraw the key's live gates; `now`: the
+    pass's clock (its candidates' creation time)."""
     live = {slot_of(r): r for r in live_rows}
     reference = reference_window(live_rows)
-    recent = new_window(pairs, reference[1] if reference else None, rule)
+    everything = new_window(pairs, reference[1] if reference else None, rule)
+    recent = new_window(counted(pairs, None, config.missing_labels), reference[1] if reference else None, rule)
+    share = missing_share(everything)
+    missing = Alert(MISSING_LABELS, f"{share:.0%} of the {everything.height} records of its new window have no label "
+                                    f"after their label window closed (limit {missing_limit:.0%}): labels are not "
+                                    "arriving; its live gate is withdrawn") if share > missing_limit else None
     if recent.height < MIN_WINDOW:
         since = f" since the live gate's window (to {reference[1]})" if reference else ""
         return GroupRecalibration(key, pl.DataFrame(schema=schema.CALIBRATIONS.schema), live, span(recent), reference,
-                                  skipped=too_few(recent.height, since, rule, waiting))
+                                  skipped=too_few(recent.height, since, rule, waiting), missing=missing)
     rows = calibration_rows(key, recent.select("question_id", "score", "error"), config, kind="recalibration",
-                            window=span(recent), groups=groups)
-    out = GroupRecalibration(key, rows, live, span(recent), reference)
+                            window=span(recent), groups=groups, now=now)
+    out = GroupRecalibration(key, rows, live, span(recent), reference, missing=missing)
     ids_by_slot: dict[tuple[float, float, str, str], list[str]] = {}
     for row in rows.iter_rows(named=True):
         ids_by_slot.setdefault(slot_of(row), []).append(row["calibration_id"])
@@ -197,26 +211,31 @@ def rejected_live_gates(results: Sequence[Any], updates: Sequence[Any]) -> dict[
             alert = check.alert()
             if check.rejected and check.live_gate_id is not None and withdraws(alert):
                 out[check.live_gate_id] = alert
+        missing = getattr(result, "missing", None)
+        if missing is not None:  # labels are not arriving (what a failing error-rate test then says too)
+            out.update({gate["calibration_id"]: missing for gate in result.live.values()})
     for update in updates:
         if update.row["alarmed"]:
             out.setdefault(update.gate["calibration_id"], update.alert())
     return out
 
 
-def _already_handled(reason: str, why: Alert) -> bool:
-    """A live gate already flagged or alerted is not flagged again; one a person confirmed stays confirmed
-    against its (sticky) monitor alarm, but not against a new failing error-rate test."""
+def _already_handled(code: str | None, why: Alert) -> bool:
+    """A live gate already flagged or alerted (its newest event's reason code) is not flagged again; one a person
+    confirmed stays confirmed against its (sticky) monitor alarm, but not against a new failing error-rate test."""
     from cic.pipeline.alerts import MONITOR_ALARM
-    from cic.pipeline.gates.serving_state import ALERTED, CONFIRMED, FLAGGED
+    from cic.pipeline.gates.serving_state import ALERTED, CONFIRMED, FLAGGED, REASON_CODES
 
-    return reason.startswith((FLAGGED, ALERTED)) or (reason.startswith(CONFIRMED) and kind_of(why) == MONITOR_ALARM)
+    return code in (REASON_CODES[FLAGGED], REASON_CODES[ALERTED]) or (
+        code == REASON_CODES[CONFIRMED] and kind_of(why) == MONITOR_ALARM)
 
 
 def pairs_of_runs(store: Store, run_keys: Sequence[str], *, estimator: str | None = None,
-                  criterion: str | None = None) -> pl.DataFrame:
-    """The labelled pairs of every group of these runs (or of one estimator / criterion) in one query:
-    (run_key, estimator, criterion, question_id, score, error, at), each group's rows oldest first."""
-    return labelled_pairs_of_runs(store, run_keys, estimator=estimator, criterion=criterion)
+                  criterion: str | None = None, missing: bool = False) -> pl.DataFrame:
+    """The pairs of every group of these runs (or of one estimator / criterion) in one query: (run_key, estimator,
+    criterion, question_id, score, error, at, labelled), each group's rows oldest first; `missing`: with every
+    unlabelled scored record as an error (`labelled` false)."""
+    return labelled_pairs_of_runs(store, run_keys, estimator=estimator, criterion=criterion, missing=missing)
 
 
 @dataclass
@@ -266,8 +285,8 @@ class RecalibrationPass:
 
 def recalibrate_store(store: Store, run_keys: Sequence[str], config: CalibrationConfig, level: float,
                       rule: WindowRule, *, auto_promote: bool = False, reason: str | None = None,
-                      chunk_runs: int = 250, on_alarm: str = "withdraw",
-                      anytime_grid: int | None = None, label_window: timedelta = timedelta(0),
+                      chunk_runs: int = 250, on_alarm: str = "withdraw", missing_limit: float = 1.0,
+                      anytime_grid: int | None = None, label_window: timedelta | None = None,
                       now: datetime | None = None) -> RecalibrationPass:
     """One pass over the store: every group of the runs recalibrated (pairs read in one query per `chunk_runs`
     runs, live gates once) and every system gate over them (`cic.pipeline.production.system_recalibration`), Holm across
@@ -278,10 +297,12 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
     single-model groups get no window candidates: each key's e-processes count the answers new to them and the
     widest certified threshold goes live (`cic.pipeline.gates.anytime_gates`); an alarm on such a gate restarts its key.
     Certificates (window candidates and the anytime states) count only records seen at least `label_window` ago,
-    whose labels can no longer be late; the monitor of a live gate counts every label as it arrives. `now`: the
-    pass's clock (default the wall clock)."""
+    whose labels can no longer be late (None: 14 days where a record was ingested without its label, else 0); one
+    still unlabelled then counts as an error (`config.missing_labels`). The monitor of a live gate counts every
+    label as it arrives and an unlabelled record once its window closed. `now`: the pass's clock (default the
+    wall clock)."""
     from cic.pipeline.gates.lifecycle import flag_gates, record_candidates
-    from cic.pipeline.gates.serving_state import ALERTED, FLAGGED
+    from cic.pipeline.gates.serving_state import ALERTED, FLAGGED, REASON_CODES
     from cic.pipeline.production import monitoring
     from cic.pipeline.production.ingest import refusal
     from cic.pipeline.production.system_recalibration import recalibrate_systems
@@ -290,9 +311,10 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
     if cut:
         raise UserError(cut)
     previous, now = monitoring.previous_states(store), now or datetime.now(UTC)
-    through = now - label_window
+    through = now - effective_label_window(store, run_keys, label_window)
     results, updates, live_rows, seen = _recalibrate_groups(store, run_keys, config, rule, previous, now, chunk_runs,
-                                                            windows=anytime_grid is None, through=through)
+                                                            windows=anytime_grid is None, through=through,
+                                                            missing_limit=missing_limit)
     systems, system_updates = recalibrate_systems(store, list(run_keys), config, rule, previous, now, through)
     updates += system_updates
     alerts = correct_and_alert([*results, *systems], level)
@@ -306,13 +328,13 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
         if new_systems:
             store.upsert("calibrations", pl.concat(new_systems))
         record_candidates(store, alerts, reason=reason or f"recalibration on window '{rule.describe()}'")
-        live_reasons = {r["calibration_id"]: r.get("reason") or ""
-                        for r in [*live_rows, *(s.live for s in systems if s.live is not None)]}
+        live_codes = {r["calibration_id"]: r.get("reason_code")
+                      for r in [*live_rows, *(s.live for s in systems if s.live is not None)]}
         failing = {gid: why for gid, why in rejected_live_gates([*results, *systems], updates).items()
-                   if not _already_handled(live_reasons.get(gid, FLAGGED), why)}
+                   if not _already_handled(live_codes.get(gid, REASON_CODES[FLAGGED]), why)}
         withdrawn = flag_gates(store, failing, prefix=FLAGGED if on_alarm == "withdraw" else ALERTED)
-        anytime = _anytime_pass(store, seen, config, anytime_grid, withdrawn, live_rows, now, through) \
-            if anytime_grid is not None else []
+        anytime = _anytime_pass(store, seen, config, anytime_grid, withdrawn, live_rows, now, through,
+                                missing_limit) if anytime_grid is not None else []
     promoted, held = promote_quiet(store, [*results, *systems], alerts) if auto_promote else ([], {})
     promoted += _promote_anytime(store, anytime)
     for gate_id, why in held.items():  # a held candidate alerts like any other: a person decides
@@ -322,6 +344,8 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
     out.anytime = anytime
     out.withdrawn.update({gid: Alert(STATE_BROKEN, f"anytime state cannot be carried on: {u.broken}")
                           for u in anytime if u.broken is not None for gid in u.withdrawn})  # whatever on_alarm says
+    out.withdrawn.update({gid: u.missing for u in anytime if u.missing is not None and u.broken is None
+                          for gid in u.withdrawn})
     seen_keys: set[Any] = set()
     for update in anytime:
         first = (update.key.run_key, update.key.estimator, update.key.criterion) not in seen_keys
@@ -333,11 +357,24 @@ def recalibrate_store(store: Store, run_keys: Sequence[str], config: Calibration
     return out
 
 
+def effective_label_window(store: Store, run_keys: Sequence[str], configured: timedelta | None) -> timedelta:
+    """The label window of a pass: the configured one; none configured, 14 days when a record of these runs was
+    ingested without its label (its label comes later), else 0 (labels came with their records)."""
+    from cic.pipeline.run.missing_labels import DEFAULT_LABEL_WINDOW
+    from cic.store.queries import ingested_without_labels
+
+    if configured is not None:
+        return configured
+    return DEFAULT_LABEL_WINDOW if ingested_without_labels(store, run_keys) else timedelta(0)
+
+
 def _anytime_pass(store: Store, seen: list[tuple[GroupKey, pl.DataFrame, int]], config: CalibrationConfig,
                   grid_size: int, withdrawn: list[str], live_rows: list[GateRow], now: datetime,
-                  through: datetime) -> list[Any]:
+                  through: datetime, missing_limit: float = 1.0) -> list[Any]:
     """The anytime rule inside the pass's transaction: alarmed anytime gates restart their key, then every key's
-    state counts its new answers; a widened threshold is stored as a gate (made live after the transaction)."""
+    state counts its new answers; a widened threshold is stored as a gate (made live after the transaction). A key
+    whose newly settled records lack their label in a share above `missing_limit` pages and its live gate is
+    withdrawn (`missing`)."""
     from cic.pipeline.gates.anytime_gates import gate_row, is_anytime, restart, update_key
     from cic.pipeline.gates.lifecycle import flag_gates
 
@@ -351,8 +388,14 @@ def _anytime_pass(store: Store, seen: list[tuple[GroupKey, pl.DataFrame, int]], 
     for key, pairs, groups in seen:
         for alpha in config.alphas:
             update = update_key(store, key, pairs, alpha=alpha, delta=config.delta, groups=groups,
-                                grid_size=grid_size, now=now, through=through)
+                                grid_size=grid_size, now=now, through=through, policy=config.missing_labels)
             place = (key.run_key, key.estimator, key.criterion, round(alpha, 12))
+            if update.missing_share > missing_limit:
+                update.missing = Alert(MISSING_LABELS, f"{update.missing_share:.0%} of the records settled this pass "
+                                                       f"have no label (limit {missing_limit:.0%}): labels are not "
+                                                       "arriving; its live gate is withdrawn")
+                if place in live:
+                    update.withdrawn = flag_gates(store, {live.pop(place).calibration_id: update.missing})
             if update.broken is not None and place in live:  # its state restarted: its gate stops serving
                 gone = live.pop(place)
                 update.withdrawn = flag_gates(store, {gone.calibration_id: Alert(
@@ -415,7 +458,8 @@ def _restart_broken(store: Store, update: Any) -> list[str]:
 
 def _recalibrate_groups(store: Store, run_keys: Sequence[str], config: CalibrationConfig, rule: WindowRule,
                         previous: dict[str, dict[str, Any]], now: datetime, chunk_runs: int, *, windows: bool = True,
-                        through: datetime | None = None) -> tuple[list[GroupRecalibration], list[Any], list[GateRow],
+                        through: datetime | None = None, missing_limit: float = 1.0
+                        ) -> tuple[list[GroupRecalibration], list[Any], list[GateRow],
                                    list[tuple[GroupKey, pl.DataFrame, int]]]:
     """Every single-model group of the runs: its candidates and tests (unless `windows` is off: the anytime
     rule) on its records seen by `through` (their label window closed), the monitors of its live gates (every
@@ -436,23 +480,24 @@ def _recalibrate_groups(store: Store, run_keys: Sequence[str], config: Calibrati
     together = group_counts(runs.values(), config)
     with store.memory_limit(MEMORY_LIMIT):
         for start in range(0, len(keys), chunk_runs):
-            pairs = pairs_of_runs(store, keys[start:start + chunk_runs])
+            pairs = pairs_of_runs(store, keys[start:start + chunk_runs], missing=True)
             bounds = pairs.select("run_key", "estimator", "criterion").with_row_index("first") \
                 .group_by("run_key", "estimator", "criterion", maintain_order=True) \
                 .agg(pl.col("first").first(), pl.len().alias("rows"))
-            values = pairs.select("question_id", "score", "error", "at")
+            values = pairs.select("question_id", "score", "error", "at", "labelled")
             for run_key, estimator, criterion, first, length in bounds.iter_rows():
                 run = runs[run_key]
                 key = GroupKey(run_key, run["model"], run["dataset"], estimator, criterion)
                 group, live = values.slice(first, length), live_by_group.get((run_key, estimator, criterion), [])
-                counted = settled(group, through)
+                closed = settled(group, through)
                 if windows:
-                    results.append(recalibrate_pairs(key, counted, live, config, rule, shared,
+                    results.append(recalibrate_pairs(key, closed, live, config, rule, shared,
                                                      groups=together[run["model"]],
-                                                     waiting=group.height - counted.height))
+                                                     waiting=group.height - closed.height,
+                                                     missing_limit=missing_limit, now=now))
                 else:
                     seen.append((key, group, together[run["model"]]))
-                updates.extend(monitoring.monitor_group(key, group, live, previous, now))
+                updates.extend(monitoring.monitor_group(key, observable(group, through), live, previous, now))
             del pairs, values
     return results, updates, live_rows, seen
 

@@ -102,4 +102,4 @@ def _record(store: Store, table: str, changed: pl.DataFrame, source: str, now: d
                 .unique().write_parquet(files)
             for gate, n in gates_holding_records(store, files).items():
                 alerts.setdefault(gate, replaced_alert(n, source, now))
-    return flag_gates(store, alerts)
+    return flag_gates(store, alerts, caused_at=now)

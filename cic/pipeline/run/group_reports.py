@@ -191,11 +191,6 @@ def warm_up() -> None:
     figure.savefig(io.BytesIO(), format="png")
 
 
-def write_unit_report(store: Store, unit: StoredUnit, report_root: Path) -> UnitReport:
-    """Read and render one group's report (see `read_unit`, `render_unit`)."""
-    return render_unit(read_unit(store, unit, report_root))
-
-
 def write_group_reports(db: str, report_dir: str, run_keys: Sequence[str] | None = None) -> list[Path]:
     """Every stored group's report under `report_dir` (cic's own directory, never one holding other files)."""
     guard_output_dir(report_dir, "report_dir")

@@ -1,9 +1,10 @@
 """Calibrate and evaluate what the store holds: one group per (run, estimator, criterion).
 
-For each group the (score, error) pairs come from `Store.calibration_frame`; the gate is calibrated on all
-of them for every (alpha, bound, search), and the paper's split protocol runs on the same pairs. The rows
-returned fit the `calibrations` and `evaluations` tables, keyed by hashes of everything that shaped them,
-so recomputing identical work rewrites identical keys (no duplicates).
+For each group the (score, error) pairs come from the store's scores and labels (`labelled_pairs`: a scored question
+whose label is missing counts as an error unless `calibration.missing_labels: at_random`); the gate is calibrated on
+all of them for every (alpha, bound, search), and the paper's split protocol runs on the same pairs. The rows
+returned fit the `calibrations` and `evaluations` tables, keyed by hashes of everything that shaped them, so
+recomputing identical work rewrites identical keys (no duplicates).
 
 The Bonferroni grid must be fixed before the labels are seen: `grid.kind = "pilot_quantiles"` sets aside a
 seeded pilot share of the group, takes score quantiles from it and calibrates/evaluates on the rest only.
@@ -120,9 +121,12 @@ def group_counts(runs: Iterable[dict[str, Any]], config: CalibrationConfig) -> d
 
 
 def calibration_rows(key: GroupKey, pairs: pl.DataFrame, config: CalibrationConfig, *, kind: str = "pipeline",
-                     window: tuple[datetime | None, datetime | None] = (None, None), groups: int = 1) -> pl.DataFrame:
+                     window: tuple[datetime | None, datetime | None] = (None, None), groups: int = 1,
+                     now: datetime | None = None) -> pl.DataFrame:
     """One `calibrations` row per (alpha, bound, search): the deployable gate on all the group's pairs. With
-    `groups` G > 1 the gate is one of G certified together: at delta / G (the row keeps the family's delta)."""
+    `groups` G > 1 the gate is one of G certified together: at delta / G (the row keeps the family's delta).
+    `now`: when the gate is made (default the wall clock; a pass passes its own clock), the time a re-check
+    rebuilds its pairs as of (labels stored later were not among them)."""
     fingerprint = data_fingerprint(pairs)
     share = config.delta / groups
     together = (groups,) if groups > 1 else ()  # ids of gates certified alone stay what they always were
@@ -143,10 +147,11 @@ def calibration_rows(key: GroupKey, pairs: pl.DataFrame, config: CalibrationConf
                     "threshold": result.threshold, "bound_value": result.bound_value,
                     "n_accepted": result.n_accepted, "n_errors": result.n_errors, "n_cal": result.n_calibration,
                     "data_fingerprint": fingerprint, "result_json": result.to_json(indent=None),
-                    "created_at": datetime.now(UTC), "run_key": key.run_key, "window_from": window[0],
+                    "created_at": now or datetime.now(UTC), "run_key": key.run_key, "window_from": window[0],
                     "window_to": window[1], "kind": kind, "groups": groups if groups > 1 else None,
                     "plan_json": schema.canonical_json({"window": pairs.height, "pilot": pilot_of(plan, config),
-                                                        "args": extra_json(extra)}),
+                                                        "args": extra_json(extra),
+                                                        "missing_labels": config.missing_labels}),
                 })
     return schema.conform(pl.DataFrame(rows, schema=schema.CALIBRATIONS.schema), schema.CALIBRATIONS)
 
@@ -212,20 +217,25 @@ def _dataset_named(row: dict[str, Any]) -> dict[str, Any]:
     return {("dataset" if k == "group" else k): v for k, v in row.items()}
 
 
-def iter_group_pairs(store: Store, groups: Sequence[GroupKey]) -> Iterator[tuple[GroupKey, pl.DataFrame]]:
-    """(group, its complete (question_id, score, error) pairs); questions lacking either half are left out."""
+def iter_group_pairs(store: Store, groups: Sequence[GroupKey], policy: str | None = None
+                     ) -> Iterator[tuple[GroupKey, pl.DataFrame]]:
+    """(group, its (question_id, score, error, at) pairs in question order) for groups with at least two; a scored
+    question without a label counts as an error under `missing_labels: worst_case` (`policy`), else is left
+    out; a label without a score is always left out."""
     for key in groups:
-        pairs = store.calibration_frame(key.model, key.dataset, key.estimator, key.criterion, run_key=key.run_key,
-                                        allow_partial=True)
+        pairs = labelled_pairs(store, key, policy).sort("question_id")
         if pairs.height >= 2:
             yield key, pairs
 
 
-def labelled_pairs(store: Store, key: GroupKey) -> pl.DataFrame:
+def labelled_pairs(store: Store, key: GroupKey, policy: str | None = None) -> pl.DataFrame:
     """(question_id, score, error, at) of a group, oldest first; `at` is when production saw the question
-    (ingested records) or when its label was stored."""
-    return labelled_pairs_of_runs(store, [key.run_key], estimator=key.estimator, criterion=key.criterion) \
-        .select("question_id", "score", "error", "at")
+    (ingested records) or when its label was stored; scored records without a label as errors under
+    `missing_labels: worst_case` (`policy`; seen when observed, else when the run was made)."""
+    from cic.pipeline.run.missing_labels import keeps_missing
+
+    return labelled_pairs_of_runs(store, [key.run_key], estimator=key.estimator, criterion=key.criterion,
+                                  missing=keeps_missing(policy)).select("question_id", "score", "error", "at")
 
 
 def settled(pairs: pl.DataFrame, through: datetime | None) -> pl.DataFrame:
