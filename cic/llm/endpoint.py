@@ -747,9 +747,7 @@ class EndpointClient:
             if now is None:
                 self._mark_down(url, "it did not answer the identity check (canary prompt)")
                 continue
-            before, after = self.canary.get("logprob_sum"), now.get("logprob_sum")
-            if now["text"] != self.canary["text"] or (before is not None and after is not None and
-                                                      abs(before - after) > CANARY_LOGPROB_TOLERANCE):
+            if not same_canary(self.canary, now):
                 self._switched(f"{url} now answers the identity check (a fixed greedy prompt) with {now['text']!r}"
                                f", not {self.canary['text']!r} — another model behind the same name")
 
@@ -773,6 +771,14 @@ class EndpointClient:
     def _switched(self, what: str) -> None:
         raise UserError(f"{what}; this run is keyed on {self.served_model!r}: this batch is not "
                         "stored — start a new run for the new model")
+
+
+def same_canary(first: dict[str, Any], now: dict[str, Any]) -> bool:
+    """Whether two answers to the canary prompt come from one model: the same greedy text and, where both carry
+    them, summed log-probabilities within CANARY_LOGPROB_TOLERANCE (two reads of one model differ by rounding)."""
+    before, after = first.get("logprob_sum"), now.get("logprob_sum")
+    return now.get("text") == first.get("text") and (
+        before is None or after is None or abs(before - after) <= CANARY_LOGPROB_TOLERANCE)
 
 
 def _warn_once(url: str, model: str, _warned: set[tuple[str, str]] = set()) -> None:  # noqa: B006 - per process

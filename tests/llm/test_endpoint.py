@@ -599,6 +599,47 @@ def test_other_weights_behind_the_same_name_and_listing_are_refused_by_the_ident
     assert "another model behind the same name" in message and "not stored" in message
 
 
+def test_two_canary_answers_are_one_model_only_within_the_log_probability_tolerance() -> None:
+    """Same text and summed log-probabilities within CANARY_LOGPROB_TOLERANCE (0.05): one model; a shift beyond it,
+    or another text, is another model; a side without log-probabilities compares by text alone."""
+    from cic.llm.endpoint import CANARY_LOGPROB_TOLERANCE, same_canary
+
+    first = {"text": "Paris", "logprob_sum": -1.30}
+    assert CANARY_LOGPROB_TOLERANCE == 0.05
+    assert same_canary(first, {"text": "Paris", "logprob_sum": -1.30})
+    assert same_canary(first, {"text": "Paris", "logprob_sum": -1.31})  # rounding between two reads
+    assert not same_canary(first, {"text": "Paris", "logprob_sum": -1.40})
+    assert not same_canary(first, {"text": "Lyon", "logprob_sum": -1.30})
+    assert same_canary(first, {"text": "Paris", "logprob_sum": None})
+
+
+@pytest.mark.faults
+def test_a_served_model_whose_canary_log_probabilities_move_beyond_the_tolerance_is_refused(
+        server: ServedModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real server behind a gateway that returns token log-probabilities (fixed logits z, changed mid-run): the
+    canary's text stays; its summed log-probabilities moving by less than 0.05 is the same model, by 0.2 a token
+    another one, and that batch is refused."""
+    import cic.llm.endpoint as endpoint
+    from cic.llm.endpoint import EndpointGenerator
+    from cic.llm.generation import GenerationConfig
+
+    def top_shifted(by: float) -> list[float]:  # logits [a, 0] whose top log-probability is -log 2 + by
+        return [-math.log(2 * math.exp(-by) - 1), 0.0]
+
+    monkeypatch.setattr(endpoint, "CANARY_EVERY", 1)
+    z = top_shifted(0.0)
+    with gateway(server.url, [], logits=(z, False)) as url:
+        client = EndpointClient(EndpointSpec(urls=(url,), model=server.model, server_n="off", logprobs="on"))
+        client.probe()
+        assert client.canary is not None and client.canary["logprob_sum"] is not None
+        generator = EndpointGenerator(client, GenerationConfig(n_samples=1, max_new_tokens=4))
+        z[:] = top_shifted(0.002)  # per token: the sum moves well within the tolerance
+        assert generator.generate_open(["q1"], ["Name a colour."], run_key="r").height == 2
+        z[:] = top_shifted(0.2)
+        with pytest.raises(UserError, match="another model behind the same name"):
+            generator.generate_open(["q2"], ["Name a fruit."], run_key="r")
+
+
 @pytest.mark.slow
 def test_samples_come_n_to_a_request_where_the_server_honours_n_and_seeded_one_by_one_where_not(
         server: ServedModel, caplog: pytest.LogCaptureFixture) -> None:

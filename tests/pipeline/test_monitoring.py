@@ -147,3 +147,21 @@ def test_an_alarm_is_sticky_once_raised_whatever_the_evidence_does_after() -> No
     calm = finish(_updates([(400, 10)], alarmed_before=True), 0.01)[0]
     assert calm.row["e_value"] < 1 and calm.row["alarmed"]  # the evidence fell back; the alarm stays
     assert not finish(_updates([(400, 10)]), 0.01)[0].row["alarmed"]
+
+
+def test_the_monitor_counts_an_answer_scored_exactly_at_the_threshold() -> None:
+    """A threshold accepts every score equal to it: an answer scored exactly at a live gate's threshold was served,
+    and the monitor counts it (and its error)."""
+    import polars as pl
+
+    from cic.pipeline.production.monitoring import monitor_group
+    from cic.pipeline.run.stored_calibration import GroupKey
+
+    key = GroupKey("r", "m", "d", "e", "c")
+    gate = {"calibration_id": "g", "threshold": 0.4, "alpha": 0.1, "window_to": datetime(2026, 1, 1, tzinfo=UTC),
+            "created_at": datetime(2026, 1, 1, tzinfo=UTC)}
+    after = datetime(2026, 1, 2, tzinfo=UTC)
+    pairs = pl.DataFrame({"question_id": ["a", "b", "c"], "score": [0.1, 0.4, 0.7], "error": [0, 1, 1],
+                          "at": [after, after, after]})
+    (update,) = monitor_group(key, pairs, [gate], {}, after)  # type: ignore[list-item]
+    assert (update.row["n"], update.row["k"]) == (2, 1)

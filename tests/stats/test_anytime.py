@@ -98,3 +98,17 @@ def test_a_grid_that_cannot_be_a_fixed_sequence_is_refused(grid: list[float], wo
         AnytimeState.start(grid, alpha=0.1)
     with pytest.raises(UserError, match="alpha"):
         AnytimeState.start([0.5], alpha=1.5)
+
+
+def test_a_threshold_is_certified_exactly_when_its_wealth_reaches_one_over_delta() -> None:
+    """The crossing rule itself: fed right answers one at a time, the first threshold crosses on the first answer
+    whose wealth reaches 1/δ — never on one whose wealth is still below it (certifying at half the wealth would)."""
+    state = AnytimeState.start(np.array([0.5, 1.0]), alpha=0.2, delta=0.05)
+    level = np.log(1 / 0.05)
+    before = state.log_wealth[0]
+    while not state.crossed[0] and state.seen < 500:
+        before = state.log_wealth[0]
+        state.update([0.1], [0])
+        assert state.crossed[0] or state.log_wealth[0] < level
+    assert state.crossed[0] and state.log_wealth[0] >= level > before and state.seen > 1
+    assert np.log(1 / (2 * 0.05)) <= before  # the step before had already reached half of it

@@ -158,3 +158,15 @@ def test_each_model_alone_and_every_skip_is_a_default_path_for_any_number_of_mod
     e = [np.ones(n, dtype=int), np.ones(n, dtype=int), (rng.random(n) < 0.02 + 0.2 * u[2]).astype(int)]
     result = calibrate_cascade(u, e, alpha=0.1)  # only the last model is ever right: it must answer alone
     assert result.certified and result.thresholds[:2] == (None, None) and result.path == (0.0, 0.0, 1.0)
+
+
+@pytest.mark.parametrize("paths", [[(1.0, 0.0), (0.0, 1.0), (1.0, 1.0)],
+                                   [(1.0, 0.0), (0.0, 1.0), (1.0, 1.0), (0.5, 1.0), (1.0, 0.5)]])
+def test_paths_a_caller_gives_are_each_searched_at_delta_over_their_number(paths: list[tuple[float, ...]]) -> None:
+    """P caller-given paths share delta equally: each at delta / P (a union bound over what is searched), so the
+    certified cascade is what its own path certifies at delta / P — never at delta."""
+    rng = np.random.default_rng(5)
+    u1, u2 = rng.random(2000), rng.random(2000)
+    e1, e2 = (rng.random(2000) < 0.3 * u1).astype(int), (rng.random(2000) < 0.25 * u2).astype(int)
+    picked = calibrate_cascade([u1, u2], [e1, e2], alpha=0.1, delta=0.05, paths=paths)
+    assert picked.path_delta == pytest.approx(0.05 / len(paths))

@@ -79,3 +79,15 @@ def test_the_study_reports_both_rules_with_intervals() -> None:
     assert [(r["shift"], r["rule"]) for r in rows] == [(0.0, "anytime"), (0.0, "fixed_level"), (0.1, "anytime"),
                                                         (0.1, "fixed_level")]
     assert all(r["ci_low"] <= r["alarm_rate"] <= r["ci_high"] for r in rows)
+
+
+def test_an_alarm_stays_raised_when_the_rate_falls_back() -> None:
+    """The monitor's alarm is sticky: once the e-value reached 1/level, nights of right answers keep it raised
+    (the e-value itself falls back; the alarm does not)."""
+    from cic.stats.monitoring import MonitorState
+
+    state = MonitorState(alpha=0.1, level=0.01).update(200, 80)
+    assert state.alarmed
+    for _ in range(50):
+        state = state.update(500, 0)
+    assert state.alarmed and state.e_value < 1 / 0.01

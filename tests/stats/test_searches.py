@@ -307,3 +307,34 @@ def test_the_default_search_certifies_a_first_tied_block_that_its_entry_count_ju
     assert fallback_entries(300, "cp", 0.1, 0.05)[0][0] > 75
     got = cic.calibrate(scores, errors, alpha=0.1, bound="cp")
     assert got.threshold == 0.1 and got.n_accepted == 75
+
+
+def _violations(search: object) -> float:
+    """The share of 1,000 calibration sets (n = 2,000) on which `search` certifies a threshold when every threshold
+    is invalid: the error rate is 0.105 everywhere, alpha = 0.1, delta = 0.05 — where a rule that tests many
+    thresholds without a multiplicity correction certifies one far more often than delta."""
+    from cic.stats.calibration import uniform_grid
+    from cic.stats.simulation import PowerRisk, simulate
+
+    grid = uniform_grid(0.0, 1.0, 20) if getattr(search, "needs_grid", False) else None
+    return simulate(PowerRisk(0.105, 0.105, 1.0), n=2000, alpha=0.1, delta=0.05, search=search, n_trials=1000,
+                    seed=3, grid=grid).violation_rate
+
+
+#: delta plus 2.6 standard errors of a violation rate at delta over 1,000 sets (a valid search exceeds it with
+#: probability < 0.5%)
+FWER_LIMIT = 0.05 + 2.6 * (0.05 * 0.95 / 1000) ** 0.5
+
+
+@pytest.mark.parametrize("name", [s.name for s in SEARCHES.values() if s.guarantee_kind == "high-probability"])
+def test_every_registered_search_that_claims_a_guarantee_keeps_its_fwer_on_an_adversarial_law(name: str) -> None:
+    """A registry-level check every high-probability search passes, so an invalid one cannot be added in silence."""
+    assert _violations(get_search(name)) <= FWER_LIMIT
+
+
+def test_the_registry_check_fails_a_search_without_a_multiplicity_correction() -> None:
+    """The check can fail: Algorithm 1 as printed (every score at delta), as a search claiming a guarantee, does."""
+    from dataclasses import replace
+
+    uncorrected = replace(get_search("paper"), name="uncorrected", guarantee_kind="high-probability")
+    assert _violations(uncorrected) > 2 * FWER_LIMIT

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from cic.cli import app
 from cic.store import Store
 from tests.pipeline.test_gates import two_weeks
+from tests.support.database import raw_sql
 
 runner = CliRunner()
 
@@ -62,3 +63,25 @@ def test_a_future_time_or_a_missing_file_is_refused_and_creates_no_store(tmp_pat
     assert not target.exists()  # neither refusal created a store
     fine = runner.invoke(app, ["import", str(tmp_path / "labels.parquet"), "--db", str(target)])
     assert fine.exit_code == 0 and f"{labels.height} labels rows imported" in fine.output
+
+
+@pytest.mark.faults
+def test_an_import_that_fills_a_stored_null_score_is_a_change_refused_without_replace(tmp_path: Path) -> None:
+    """A stored null (a score an estimator could not compute: routine) turned into 0.5 by an import changes the
+    row: refused without --replace, the store unchanged (null compares as a value, not as unknown)."""
+    db = tmp_path / "g.duckdb"
+    two_weeks(db)
+    scores = pl.read_parquet(_export(db, "scores", tmp_path / "scores.parquet"))
+    first = scores.row(0, named=True)
+    raw_sql(db, "UPDATE scores SET value = NULL WHERE run_key = ? AND question_id = ? AND estimator = ?",
+            params=[first["run_key"], first["question_id"], first["estimator"]])
+    with Store.open(db, read_only=True) as store:
+        before = store.read("scores")
+    filled = scores.head(1).with_columns(value=pl.lit(0.5))
+    path = tmp_path / "filled.parquet"
+    filled.write_parquet(path)
+    result = runner.invoke(app, ["import", str(path), "--db", str(db), "--table", "scores"])
+    assert result.exit_code == 2, result.output
+    assert "--replace" in result.output
+    with Store.open(db, read_only=True) as store:
+        assert store.read("scores").equals(before)
