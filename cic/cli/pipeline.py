@@ -403,7 +403,7 @@ def _log_table(table: Path, tracking_uri: str | None, experiment_prefix: str | N
 
     from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX, CalibrationConfig
     from cic.pipeline.gates.calibrate_store import calibrate_store
-    from cic.pipeline.production.ingest import file_digest
+    from cic.pipeline.production.ingest_journal import path_digest
     from cic.pipeline.run.score_tables import store_long_table
     from cic.services.mlflow_results import log_store
     from cic.store import Store
@@ -413,7 +413,7 @@ def _log_table(table: Path, tracking_uri: str | None, experiment_prefix: str | N
     with tempfile.TemporaryDirectory(prefix="cic-log-") as tmp:
         store_file = str(Path(tmp) / "table.duckdb")
         with Store.open(store_file) as store:
-            run_keys = store_long_table(store, frame, source=f"TABLE = {str(table)!r}", digest=file_digest(table))
+            run_keys = store_long_table(store, frame, source=f"TABLE = {str(table)!r}", digest=path_digest(table))
         calibration = CalibrationConfig(n_splits=n_splits)
         with without_flow(Path(tmp) / "services.log"):
             calibrate_store(store_file, run_keys, calibration)

@@ -335,9 +335,13 @@ def simulate(
 
 
 def _bench_table(path: Path) -> Any:
-    """A long table; a file without model or dataset columns is labelled "model" and its file name."""
+    """A long table, or a harness's evaluation output (it names its own groups); a file without model or dataset
+    columns is labelled "model" and its file name."""
+    from cic.store.harness import harness_at
     from cic.store.score_files import read_long_table, read_table
 
+    if path.exists() and harness_at(path) is not None:
+        return read_long_table(path)
     columns = set(read_table(path).columns)
     defaults = {"model": "model", "dataset": path.stem}
     return read_long_table(path, labels={k: v for k, v in defaults.items() if k not in columns})
@@ -360,8 +364,9 @@ def _only(frame: Any, wanted: dict[str, str | None]) -> Any:
 @friendly_errors
 def bench(
     files: Annotated[list[Path], typer.Argument(help="Parquet, CSV or JSON-lines long score tables (model, dataset, "
-                                                     "estimator, criterion, score, error): the committed real "
-                                                     "tables, a converted harness output, your own.")],
+                                                     "estimator, criterion, score, error) — the committed real "
+                                                     "tables, your own — or a harness's output as `cic convert` "
+                                                     "reads it (lm-eval, inspect-ai, HELM, lighteval).")],
     alphas: Alphas = "0.1,0.15,0.2,0.25",
     deltas: Annotated[str, typer.Option("--deltas", help="Comma-separated δ values.")] = "0.05",
     methods: Annotated[str | None, typer.Option("--methods", help=f"Comma-separated methods (default: all): "

@@ -633,6 +633,18 @@ def _refuse_duplicate_keys(node: Any, path: str, trail: str = "") -> None:
             _refuse_duplicate_keys(item, path, f"{trail}{index}.")
 
 
+def _refuse_aliases(text: str, path: str) -> None:
+    """Refuse a YAML alias (`*name`) before anything is built: read as events, never expanded, so a config whose
+    aliases expand exponentially (an alias bomb) is one line, not a hang."""
+    import yaml
+
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent):
+            line = event.start_mark.line + 1 if event.start_mark is not None else "?"
+            raise UserError(f"config = {path!r}: line {line} uses the YAML alias *{event.anchor}; CIC configs take "
+                            "no aliases (write the value out)")
+
+
 def load_config(path: str | Path) -> PipelineConfig:
     """Read and validate a pipeline YAML file (a path, or the name of a shipped config). A command parses it once
     and passes the result down (`flow_config`); nothing here is cached."""
@@ -648,6 +660,7 @@ def load_config(path: str | Path) -> PipelineConfig:
         raise UserError(f"config = {str(p)!r}: not a text file (byte {exc.start} is not UTF-8); give a YAML "
                          "file") from None
     try:
+        _refuse_aliases(text, str(p))
         data = yaml.safe_load(text)
         _refuse_duplicate_keys(yaml.compose(text, Loader=yaml.SafeLoader), str(p))
     except yaml.YAMLError as exc:

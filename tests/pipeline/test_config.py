@@ -215,3 +215,20 @@ def test_the_ray_address_comes_from_the_option_then_the_config_then_the_environm
     assert RayConfig().address_to_join() == "env:6379"
     monkeypatch.delenv("RAY_ADDRESS")
     assert RayConfig().address_to_join() is None
+
+
+@pytest.mark.faults
+def test_a_yaml_alias_bomb_is_refused_in_one_line_before_it_expands(tmp_path: Path) -> None:
+    """Nine levels of nine aliases each (9^9 values if expanded): refused at the first alias, in one line naming
+    the file and the line, without building anything."""
+    import time
+
+    lines = ['a0: &a0 ["x","x","x","x","x","x","x","x","x"]']
+    lines += [f"a{i}: &a{i} [{','.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("\n".join(lines) + "\n")
+    started = time.monotonic()
+    with pytest.raises(UserError, match=r"config = '.*bomb.yaml': line 2 uses the YAML alias \*a0; CIC configs take "
+                                        r"no aliases") as caught:
+        load_config(bomb)
+    assert time.monotonic() - started < 5 and "\n" not in str(caught.value)

@@ -286,7 +286,7 @@ def test_helm_files_without_scores_or_with_broken_fields_are_refused_in_one_line
         "no adapter_spec and request_states": ("scenario_state.json",
                                                lambda text: text.replace('"request_states"', '"requests"')),
         "is not 0 or 1": ("per_instance_stats.json", _half_exact_match),
-        "without a numeric logprob": ("scenario_state.json",
+        "'abc' is not a number": ("scenario_state.json",
                                       lambda text: text.replace('"logprob":-0.48632812}', '"logprob":"abc"}', 1)),
     }
     for why, (name, edit) in cases.items():

@@ -237,6 +237,19 @@ def file_digest(path: Path) -> str:
     return digest.hexdigest()
 
 
+def path_digest(path: Path) -> str:
+    """sha256 of a file's bytes, or of a folder's files (each one's path below it and digest, in order): what a
+    table logged from a harness's run folder is known by."""
+    import hashlib
+
+    if not path.is_dir():
+        return file_digest(path)
+    digest = hashlib.sha256()
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        digest.update(f"{file.relative_to(path)}\0{file_digest(file)}\n".encode())
+    return digest.hexdigest()
+
+
 def unfinished_ingests(store: Store) -> list[str]:
     """Files whose ingest was cut off between commits (a kill, a full disk): rerunning it completes it."""
     return unfinished_ingest_files(store)

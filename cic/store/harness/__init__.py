@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from cic.errors import UserError
 from cic.registry import Registry
+from cic.store.harness.contract import guarded
 
 if TYPE_CHECKING:
     import polars as pl
@@ -35,28 +36,29 @@ class Harness:
 def _lm_eval() -> Harness:
     from cic.store.harness import lm_eval
 
-    return Harness("lm-eval", "lm-evaluation-harness --log_samples", lm_eval.looks_like, lm_eval.read)
+    label = "lm-evaluation-harness --log_samples"
+    return Harness("lm-eval", label, lm_eval.looks_like, guarded(lm_eval.read, label))
 
 
 def _inspect_ai() -> Harness:
     from cic.store.harness import inspect_ai
 
-    return Harness("inspect-ai", "an inspect-ai evaluation log (JSON)", inspect_ai.looks_like, inspect_ai.read,
-                   inspect_ai.claims)
+    label = "an inspect-ai evaluation log (JSON)"
+    return Harness("inspect-ai", label, inspect_ai.looks_like, guarded(inspect_ai.read, label), inspect_ai.claims)
 
 
 def _helm() -> Harness:
     from cic.store.harness import helm
 
-    return Harness("helm", "a HELM run directory (scenario_state.json + per_instance_stats.json)", helm.looks_like,
-                   helm.read, helm.claims)
+    label = "a HELM run directory (scenario_state.json + per_instance_stats.json)"
+    return Harness("helm", label, helm.looks_like, guarded(helm.read, label), helm.claims)
 
 
 def _lighteval() -> Harness:
     from cic.store.harness import lighteval
 
-    return Harness("lighteval", "lighteval --save-details output (details_*.parquet)", lighteval.looks_like,
-                   lighteval.read, lighteval.claims)
+    label = "lighteval --save-details output (details_*.parquet)"
+    return Harness("lighteval", label, lighteval.looks_like, guarded(lighteval.read, label), lighteval.claims)
 
 
 HARNESSES: Registry[Harness] = Registry("harness", (_lm_eval(), _inspect_ai(), _helm(), _lighteval()))
@@ -71,6 +73,8 @@ def read_harness(path: str | Path, harness: str | None = None) -> pl.DataFrame:
     """The long table of a harness's output file (or a directory of them); the harness named, or recognised
     from the file's first record."""
     p = Path(path).expanduser()
+    if p.is_symlink() and not p.exists():
+        raise UserError(f"file = {str(p)!r}: a symbolic link that leads nowhere (a loop, or a missing target)")
     if not p.exists():
         raise UserError(f"file = {str(p)!r}: does not exist")
     if harness is not None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cic.errors import UserError
+from cic.store.harness.contract import Once, log_probabilities
 
 if TYPE_CHECKING:
     import polars as pl
@@ -105,13 +106,16 @@ def _dataset(name: str) -> str:
 def _requests(state: dict[str, Any], run: Path) -> dict[tuple[str, int], dict[str, Any]]:
     """Each (instance id, train trial)'s request state; one per key (perturbed copies left out)."""
     out: dict[tuple[str, int], dict[str, Any]] = {}
+    once = Once("instance (and train trial)")
     for number, request in enumerate(state["request_states"]):
         instance = request.get("instance") if isinstance(request, dict) else None
         if not isinstance(instance, dict) or "id" not in instance or "result" not in request:
             raise UserError(f"file = {str(run / STATE)!r}: request_states[{number}] has no instance id or result")
         if instance.get("perturbation"):
             continue
-        out[(str(instance["id"]), int(request.get("train_trial_index", 0)))] = request
+        key = (str(instance["id"]), int(request.get("train_trial_index", 0)))
+        once.add(key, f"file = {str(run / STATE)!r}, request_states[{number}]")
+        out[key] = request
     return out
 
 
@@ -125,13 +129,10 @@ def _score(request: dict[str, Any], run: Path) -> float:
     tokens = completions[0].get("tokens") if completions and isinstance(completions[0], dict) else None
     if not tokens:
         raise UserError(f"{where}: the completion has no tokens with log-probabilities")
-    try:
-        total = sum(float(token["logprob"]) for token in tokens)
-    except (KeyError, TypeError, ValueError):
-        raise UserError(f"{where}: a token without a numeric logprob") from None
-    if not math.isfinite(total) or total > 1e-9:
-        raise UserError(f"{where}: token log-probabilities sum to {total!r}, not a log-probability")
-    return math.exp(min(total, 0.0))
+    if not all(isinstance(token, dict) and "logprob" in token for token in tokens):
+        raise UserError(f"{where}: a token without a numeric logprob")
+    total = sum(log_probabilities([token["logprob"] for token in tokens], where, "completions[0].tokens.logprob"))
+    return math.exp(total)
 
 
 def _correctness(stats: Any, run: Path) -> dict[tuple[str, int], dict[str, int]]:
@@ -139,7 +140,10 @@ def _correctness(stats: Any, run: Path) -> dict[tuple[str, int], dict[str, int]]
     if not isinstance(stats, list):
         raise UserError(f"file = {str(run / STATS)!r}: not a list of per-instance stats")
     out: dict[tuple[str, int], dict[str, int]] = {}
-    for entry in stats:
+    once = Once("criterion of instance (and train trial)")
+    for number, entry in enumerate(stats):
+        if not isinstance(entry, dict):
+            raise UserError(f"file = {str(run / STATS)!r}: entry {number} is not an object")
         key = (str(entry.get("instance_id")), int(entry.get("train_trial_index", 0)))
         for stat in entry.get("stats") or []:
             name = stat.get("name") or {}
@@ -149,5 +153,6 @@ def _correctness(stats: Any, run: Path) -> dict[tuple[str, int], dict[str, int]]
             if value not in (0, 1):
                 raise UserError(f"file = {str(run / STATS)!r}: {name.get('name')} = {value!r} for instance "
                                 f"{key[0]!r} is not 0 or 1")
+            once.add((*key, name["name"]), f"file = {str(run / STATS)!r}, entry {number}")
             out.setdefault(key, {})[name["name"]] = int(value)
     return out

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cic.errors import UserError
+from cic.store.harness.contract import Once
 from cic.store.harness.samples import SAMPLE_ESTIMATORS, sample_scores
 
 if TYPE_CHECKING:
@@ -54,6 +55,11 @@ def _read_log(path: Path) -> pl.DataFrame:
         raise UserError(f"file = {str(path)!r}: not a JSON document (a truncated log?)") from None
     if not isinstance(log, dict) or not looks_like(log):
         raise UserError(f"file = {str(path)!r}: not an inspect-ai log (no eval header with a task and no samples)")
+    status = log.get("status", "success")
+    if status != "success":
+        error = (log.get("error") or {}).get("message") if isinstance(log.get("error"), dict) else log.get("error")
+        raise UserError(f"file = {str(path)!r}: status = {status!r}: the evaluation did not finish"
+                        f"{f' ({str(error)[:80]})' if error else ''}; CIC reads complete evaluations (rerun it)")
     header = log["eval"]
     task = str(header["task"])
     version = (header.get("packages") or {}).get("inspect_ai", "unknown version")
@@ -84,9 +90,11 @@ def _model(header: dict[str, Any]) -> str:
 def _epochs(samples: list[Any], path: Path) -> dict[str, list[dict[str, Any]]]:
     """Each sample id's runs in epoch order; at least two per id (the samples the estimators need)."""
     by_id: dict[str, list[dict[str, Any]]] = {}
-    for sample in samples:
+    once = Once("sample (and epoch)")
+    for number, sample in enumerate(samples):
         if not isinstance(sample, dict) or "id" not in sample or "output" not in sample:
             raise UserError(f"file = {str(path)!r}: a sample without id or output ({str(sample)[:80]})")
+        once.add((str(sample["id"]), int(sample.get("epoch", 1))), f"file = {str(path)!r}, samples[{number}]")
         by_id.setdefault(str(sample["id"]), []).append(sample)
     for sid, runs in by_id.items():
         runs.sort(key=lambda s: int(s.get("epoch", 1)))

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cic.errors import UserError
+from cic.store.harness.contract import Once, log_probabilities
 from cic.store.harness.samples import SAMPLE_ESTIMATORS, option_scores, sample_scores
 
 if TYPE_CHECKING:
@@ -59,6 +60,11 @@ def _read_file(path: Path) -> pl.DataFrame:
         raise UserError(f"file = {str(path)!r}: no {', '.join(missing) or 'rows'} (a file from another lighteval "
                         "version?); CIC reads the doc, metric and model_response columns of `--save-details`")
     rows = frame.select(*COLUMNS).to_dicts()
+    once = Once("question")
+    for number, row in enumerate(rows):
+        if not isinstance(row["doc"], dict) or row["doc"].get("id") is None:
+            raise UserError(f"file = {str(path)!r}, row {number}: no doc.id")
+        once.add(str(row["doc"]["id"]), f"file = {str(path)!r}, row {number}")
     model = _model(path)
     criteria = _binary_metrics(rows, path)
     generated = {str(r["doc"]["id"]): _samples(r, path) for r in rows if _generative(r)}
@@ -98,7 +104,8 @@ def _options(row: dict[str, Any], path: Path) -> list[float]:
         raise UserError(f"file = {str(path)!r}, question {row['doc']['id']!r}: {len(logprobs)} log-likelihoods for "
                         f"{len(choices)} choices; CIC reads lighteval's loglikelihood (multiple choice) and "
                         "generative tasks")
-    return [float(v) for v in logprobs]
+    return log_probabilities(logprobs, f"file = {str(path)!r}, question {row['doc']['id']!r}",
+                             "model_response.logprobs")
 
 
 def _samples(row: dict[str, Any], path: Path) -> list[str]:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cic.errors import UserError
+from cic.store.harness.contract import Once, log_probabilities
 from cic.store.harness.samples import OPTION_ESTIMATORS, SAMPLE_ESTIMATORS, option_scores, sample_scores
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ def _read_file(path: Path) -> pl.DataFrame:
     model, version = _provenance(path)
     rows: list[dict[str, Any]] = []
     generated: list[tuple[dict[str, Any], int]] = []
+    once = Once("document")
     for number, line in enumerate(path.open("rb"), 1):
         if not line.strip():
             continue
@@ -61,6 +63,9 @@ def _read_file(path: Path) -> pl.DataFrame:
             record = json.loads(line)
         except ValueError:
             raise UserError(f"file = {str(path)!r}: line {number} is not JSON") from None
+        if not isinstance(record, dict) or "doc_id" not in record:
+            raise UserError(f"file = {str(path)!r}, line {number}: not an lm-eval sample record (no doc_id)")
+        once.add((str(record["doc_id"]), str(record.get("filter", "none"))), f"file = {str(path)!r}, line {number}")
         if _is_generation(record):
             generated.append((record, number))
         else:
@@ -82,7 +87,8 @@ def _rows(record: dict[str, Any], path: Path, number: int, model: str, task: str
         raise UserError(f"{where}: neither a multiple-choice record (filtered_resps = {str(options)[:80]}) nor a "
                         "generation with its samples in resps; CIC reads lm-eval's multiple_choice and "
                         "generate_until tasks")
-    scores = option_scores(str(record["doc_id"]), [float(o[0]) for o in options])  # lm-eval writes strings
+    scores = option_scores(str(record["doc_id"]), log_probabilities([o[0] for o in options], where,
+                                                                    "filtered_resps"))  # lm-eval writes strings
     return _metric_rows(record, where, scores, model, task, source)
 
 
@@ -138,9 +144,10 @@ def _is_loglikelihood(option: Any) -> bool:
     if not (isinstance(option, list) and len(option) == 2):
         return False
     try:
-        return math.isfinite(float(option[0]))
+        float(option[0])  # a number, whatever its value: `log_probabilities` says which are not log-probabilities
     except (TypeError, ValueError):
         return False
+    return True
 
 
 def _provenance(samples: Path) -> tuple[str, str]:
