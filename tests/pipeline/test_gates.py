@@ -294,3 +294,31 @@ def test_an_event_with_an_unknown_state_stops_the_export_naming_it(tmp_path: Pat
     assert result.exit_code == 2 and f"gate {live[:12]}: its newest event has state 'paused'" in \
         " ".join(result.output.split()), result.output
     assert not (tmp_path / "s.json").exists()
+
+
+@pytest.mark.faults
+def test_decisions_read_the_events_reason_code_never_its_words(tmp_path: Path) -> None:
+    """A live gate whose newest event's sentence reads like a flag but carries no code serves; one whose code says
+    flagged serves nothing whatever its words — and a store whose events predate codes gets them once, from the
+    markers of their sentences, when it migrates."""
+    from cic.pipeline.alerts import MONITOR_ALARM, Alert
+    from cic.pipeline.gates.lifecycle import flag_gates
+    from cic.pipeline.gates.serving import served_entries
+
+    db = tmp_path / "g.duckdb"
+    live, _ = two_weeks(db)
+    raw_sql(db, "UPDATE gate_events SET reason = 'flagged: by its words only' WHERE calibration_id = ?",
+            params=[live])
+    with Store.open(db, read_only=True) as store:
+        assert [e["serve"] for e in served_entries(store)] == ["gate"]
+    with Store.open(db) as store:
+        flag_gates(store, {live: Alert(MONITOR_ALARM, "a monitor alarm")})
+    raw_sql(db, "UPDATE gate_events SET reason = 'plain words' WHERE calibration_id = ? AND reason_code = 'flagged'",
+            params=[live])
+    with Store.open(db, read_only=True) as store:
+        assert [e["serve"] for e in served_entries(store)] == ["nothing"]
+    raw_sql(db, "UPDATE gate_events SET reason = 'flagged: an alarm', reason_code = NULL",
+            "DELETE FROM schema_version", "INSERT INTO schema_version VALUES (5, now() - INTERVAL 1 DAY)")
+    with Store.open(db) as store:  # the migration reads the markers once
+        assert set(store.read("gate_events").get_column("reason_code")) == {"flagged"}
+        assert [e["serve"] for e in served_entries(store)] == ["nothing"]

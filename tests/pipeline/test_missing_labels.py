@@ -265,3 +265,22 @@ def test_worst_case_imputation_is_valid_under_every_law_where_leaving_labels_out
     assert sum(bad for bad, _ in runs[WORST_CASE]) <= 8
     if "at random" not in law:
         assert sum(bad for bad, _ in runs[AT_RANDOM]) >= 30
+
+
+def test_the_label_assumption_reads_the_same_in_the_docs_the_help_and_the_export() -> None:
+    """The words the export gives an at_random gate (and the worst case's) are in docs/statistics.md and in `cic
+    recalibrate --help`, character for character once line breaks and the help's frame are set aside."""
+    import re
+
+    from typer.testing import CliRunner
+
+    from cic.cli import app
+
+    def flat(text: str) -> str:
+        return " ".join(re.sub(r"[│╭╮╰╯─]", " ", text).split())
+
+    helped = flat(CliRunner().invoke(app, ["recalibrate", "--help"], terminal_width=400).output)
+    docs = flat((ROOT / "docs" / "statistics.md").read_text())
+    for words in (ASSUMPTIONS[AT_RANDOM], ASSUMPTIONS[WORST_CASE]):
+        assert words in helped, words
+        assert words in docs, words
