@@ -210,10 +210,10 @@ def _with_top(payload: bytes, asked: dict[str, Any], z: list[float], scaled: boo
     top = sorted(((f"w{i}", v - norm) for i, v in enumerate(scaled_z)), key=lambda e: -e[1])
     top = top[:int(asked.get("top_logprobs") or 1)]
     tokens = max(1, int((reply.get("usage") or {}).get("completion_tokens") or 1))
-    entry = {"token": top[0][0], "logprob": top[0][1],
-             "top_logprobs": [{"token": t, "logprob": lp} for t, lp in top]}
-    for choice in reply["choices"]:
-        choice["logprobs"] = {"content": [entry] * tokens}
+    tops = [{"token": t, "logprob": lp} for t, lp in top]
+    for choice in reply["choices"]:  # the chosen tokens spell the reply's text, as a server's do
+        choice["logprobs"] = {"content": [{"token": piece, "logprob": top[0][1], "top_logprobs": tops}
+                                          for piece in _pieces(choice, tokens)]}
     return json.dumps(reply).encode()
 
 
