@@ -212,10 +212,10 @@ def _print_label_assumptions(rows: Sequence[GateRow]) -> None:
     words = {r.calibration_id: gate_assumption(r) for r in rows}
     safe = [gid for gid, said in words.items() if said == ASSUMPTIONS[WORST_CASE]]
     if safe:
-        console.print(printable(f"labels: {len(safe)} gate(s): {ASSUMPTIONS[WORST_CASE]}"), soft_wrap=True)
+        console.print(printable(f"labels: {len(safe)} gate(s): {ASSUMPTIONS[WORST_CASE]}"))  # wrapped to the width
     for r in rows:
         if words[r.calibration_id] != ASSUMPTIONS[WORST_CASE]:
-            console.print(printable(f"{r.calibration_id[:12]} labels: {words[r.calibration_id]}"), soft_wrap=True)
+            console.print(printable(f"{r.calibration_id[:12]} labels: {words[r.calibration_id]}"))
 
 
 def _when(moment: Any) -> tuple[bool, Any]:

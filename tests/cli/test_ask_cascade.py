@@ -170,9 +170,10 @@ def test_gate_export_serves_the_cascade_with_every_threshold_and_refuses_an_edit
         store.upsert("calibrations", row.with_columns(thresholds=pl.lit([1.0, 0.5])))
     again = subprocess.run([str(CIC), "gate", "export", "--db", "pair.duckdb", "--out", str(out), "--force"],
                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert again.returncode == 2 and "column thresholds = " in again.stderr, again.stderr
-    kept = [e for e in json.loads(out.read_text()) if e["serve"] == "system"]
-    assert kept[0]["thresholds"][0] == pytest.approx(1e-9)  # the last export stays as it was
+    assert again.returncode == 0, again.stderr  # the edited gate's key serves nothing, naming the column
+    (refused,) = [e for e in json.loads(out.read_text()) if e.get("system") == "pair"]
+    assert refused["serve"] == "nothing" and "column thresholds = " in refused["reason"]
+    assert "withdrawn, serving nothing" in again.stderr and "column thresholds = " in again.stderr
 
 
 def test_gate_list_shows_the_cascade_gate_and_promote_takes_its_id(tmp_path: Path) -> None:

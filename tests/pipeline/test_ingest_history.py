@@ -560,3 +560,19 @@ def test_a_rerun_that_stages_other_steps_redoes_every_step(tmp_path: Path) -> No
         plan = json.loads(store.read("ingests", digest=ingest.file_digest(path)).get_column("plan")[0])
         assert len(written) == len(plan) < 18 and ingest.unfinished_ingests(store) == []
         assert store.count("observations") == 60 and store.count("labels") == 60
+
+
+@pytest.mark.faults
+def test_an_ingest_that_fills_a_stored_null_score_is_a_change_refused_without_replace(tmp_path: Path) -> None:
+    """A record stored with no score (an estimator could not compute it: routine), ingested again with 0.5: a
+    change to stored history, refused without --replace and nothing written (null compares as a value)."""
+    stream = _stream(50, 1, T0 - timedelta(days=3))
+    with Store.open(tmp_path / "s.duckdb") as store:
+        ingest_file(store, write(stream.with_columns(pl.when(pl.int_range(pl.len()) == 0).then(None)
+                                                     .otherwise(pl.col("score:semantic_entropy"))
+                                                     .alias("score:semantic_entropy")), tmp_path / "a.parquet"),
+                    now=NOW)
+        before = store.read("scores")
+        with pytest.raises(UserError, match="--replace"):
+            ingest_file(store, write(stream, tmp_path / "b.parquet"), now=NOW)
+        assert store.read("scores").equals(before)
