@@ -38,7 +38,14 @@ from cic import schema
 from cic.errors import UserError
 from cic.pipeline.alerts import LATE_LABELS, STATE_BROKEN, UNCERTIFIED, UNLABELLED, Alert
 from cic.pipeline.gates.gate_rows import ColumnReader, GateRow
-from cic.pipeline.run.missing_labels import WORST_CASE, assumption, keeps_missing, missing_share, policy_of
+from cic.pipeline.run.missing_labels import (
+    WORST_CASE,
+    as_counted_then,
+    assumption,
+    keeps_missing,
+    missing_share,
+    policy_of,
+)
 from cic.pipeline.run.missing_labels import counted as counted_of
 from cic.pipeline.run.stored_calibration import GroupKey, data_fingerprint, settled
 from cic.stats.anytime import AnytimeState
@@ -316,9 +323,7 @@ def counted_pairs(store: Store, key: GroupKey, state_id: str, counted: int,
                                     missing=keeps_missing(policy))
     joined = order.join(pairs, on="question_id", how="inner").sort("position")
     if keeps_missing(policy):
-        then = pl.col("labelled") & (pl.col("labelled_at") <= pl.col("counted_at"))
-        joined = joined.with_columns(error=pl.when(then).then(pl.col("error")).otherwise(1)
-                                     .cast(pairs.schema["error"]))
+        joined = as_counted_then(joined, pl.col("counted_at"))
     return joined.select("question_id", "position", "score", "error", "at")
 
 

@@ -48,13 +48,11 @@ def rebuilt_pairs(row: GateRow, group: pl.DataFrame) -> pl.DataFrame:
     `stored_at` and `labelled`, unlabelled records as errors): under `missing_labels: worst_case` every record
     stored by the gate's creation, one whose label came later counted as the error it was then; otherwise the
     records labelled by then."""
-    from cic.pipeline.run.missing_labels import keeps_missing, policy_of
+    from cic.pipeline.run.missing_labels import as_counted_then, keeps_missing, policy_of
 
     created = row["created_at"]
     if keeps_missing(policy_of(row.get("plan_json"))):
-        labelled_then = pl.col("labelled") & (pl.col("labelled_at") <= created)
-        pairs = group.filter(pl.col("stored_at") <= created).with_columns(
-            error=pl.when(labelled_then).then(pl.col("error")).otherwise(1).cast(group.schema["error"]))
+        pairs = as_counted_then(group.filter(pl.col("stored_at") <= created), created)
     else:
         pairs = group.filter(pl.col("labelled") & (pl.col("labelled_at") <= created))
     if row["window_from"] is not None:

@@ -86,6 +86,15 @@ def observable(pairs: pl.DataFrame, through: datetime | None) -> pl.DataFrame:
     return pairs.filter(pl.col("labelled") | closed)
 
 
+def as_counted_then(pairs: pl.DataFrame, then: Any) -> pl.DataFrame:
+    """Pairs (with `labelled`, `labelled_at`) as a worst-case certificate counted them at `then` (a time, or an
+    expression per row): a label stored after it — or never — is the error the record was counted as."""
+    import polars as pl
+
+    known = pl.col("labelled") & (pl.col("labelled_at") <= then)
+    return pairs.with_columns(error=pl.when(known).then(pl.col("error")).otherwise(1).cast(pairs.schema["error"]))
+
+
 def missing_share(pairs: pl.DataFrame) -> float:
     """The share of counted pairs whose label never came (0 for no pairs)."""
     if pairs.height == 0 or "labelled" not in pairs.columns:
