@@ -129,6 +129,7 @@ def _say_run(summary: Any, estimator: str | None, service_log: str) -> None:
     if summary.log is not None:
         console.print(printable(f"MLflow ({summary.tracking_uri}): {summary.log.logged} group(s) logged, "
                                 f"{summary.log.already} already there"), highlight=False)
+        say_views(summary.tracking_uri, summary.log.views)
         console.print(printable(f"tables and plots: {summary.report_dir}/ (also attached to the MLflow runs)"),
                       highlight=False)
     if summary.log is None and summary.reports:
@@ -394,6 +395,7 @@ def log_command(
     with without_flow(services_log_path(db)):
         stats = log_store(db, tracking=tracking_uri, experiment_prefix=experiment_prefix, report_dir=report_dir)
     console.print(f"{stats.logged} group(s) logged, {stats.already} already in MLflow", highlight=False)
+    say_views(tracking_uri, stats.views)
 
 
 def _log_table(table: Path, tracking_uri: str | None, experiment_prefix: str | None, report_dir: str,
@@ -422,6 +424,16 @@ def _log_table(table: Path, tracking_uri: str | None, experiment_prefix: str | N
     console.print(printable(f"{table}: {stats.logged} group(s) logged, {stats.already} already in MLflow "
                             f"(experiments {experiment_prefix or DEFAULT_EXPERIMENT_PREFIX}-<dataset>)"),
                   highlight=False)
+    say_views(tracking_uri, stats.views)
+
+
+def say_views(tracking_uri: str | None, views: dict[str, str]) -> None:
+    """The closing lines of a command that logged: how to open MLflow, and each experiment's α view."""
+    from cic.services.mlflow_tracking import tracking_uri as resolve
+    from cic.services.mlflow_view import open_lines
+
+    for line in open_lines(resolve(tracking_uri), views):
+        console.print(printable(line), soft_wrap=True, highlight=False)
 
 
 @friendly_errors

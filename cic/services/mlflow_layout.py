@@ -2,7 +2,8 @@
 
 One run per (model, dataset, estimator, criterion) in experiment '<prefix>-<dataset>', holding
 - params and group metrics (base error rate, questions, tokens; for recalibration the drift tests and alerts);
-- per-α series whose step is 100·α, so MLflow's chart view draws every model against α side by side;
+- per-α series whose step is 100·α, and the series α itself, so MLflow's chart view (`mlflow_view`: a saved view
+  linked from the experiment's description) draws every model against α side by side;
 - the table `per_alpha.json` (MLflow's table view): one row per α × bound × search with the certified threshold,
   its bound, FDR and coverage over the splits — a value that does not exist is written as a sentence saying why
   ("unattainable", "undefined: no split accepted anything"), never a blank;
@@ -30,6 +31,7 @@ from cic.pipeline.run.missing_labels import gate_assumption
 from cic.pipeline.run.run_results import stage_thresholds
 from cic.pipeline.run.stored_calibration import GroupKey
 from cic.services.mlflow_tracking import DatasetRef, GroupLog, GroupTable
+from cic.services.mlflow_view import ALPHA_SERIES, alpha_points
 from cic.stats.calibration import CalibrationResult
 from cic.store import Store
 from cic.store.queries import generated_tokens
@@ -66,8 +68,10 @@ def experiment_prefix_of(store: Store, run_key: str, explicit: str | None) -> st
 
 def alpha_series(calibrations: pl.DataFrame, evaluations: pl.DataFrame) -> dict[str, dict[int, float | None]]:
     """threshold, UCB, FDR and coverage per (bound, search) as metrics whose step is alpha x 100, named so:
-    `coverage_by_alpha_pct.cp.fixed_sequence`."""
-    series: dict[str, dict[int, float | None]] = {}
+    `coverage_by_alpha_pct.cp.fixed_sequence`; and `alpha_by_alpha_pct` (α itself: the x axis of CIC's chart view
+    in MLflow, and its line y = α)."""
+    series: dict[str, dict[int, float | None]] = {
+        ALPHA_SERIES: dict(alpha_points(round(a * 100) for a in calibrations.get_column("alpha").to_list()))}
     for gate in calibrations.iter_rows(named=True):
         step, suffix = round(gate["alpha"] * 100), f"{gate['bound']}.{gate['search']}"
         series.setdefault(f"threshold{ALPHA_STEP}.{suffix}", {})[step] = gate["threshold"]

@@ -34,6 +34,8 @@ from cic.pipeline.run.run_results import LogStats
 from cic.services.mlflow_layout import experiment_prefix_of, pipeline_group, recalibration_groups, system_groups
 from cic.services.mlflow_setup import check_before_logging
 from cic.services.mlflow_tracking import check_reachable, find_logged, log_group, requests_in_flight, tracking_uri
+from cic.services.mlflow_view import publish
+from cic.stats.searches import DEFAULT_SEARCH
 from cic.store import Store
 from cic.store.outputs import guard_output_dir
 
@@ -140,7 +142,20 @@ def _send(store: Store, client: MlflowClient, pool: ThreadPoolExecutor, units: l
         stats.logged += int(new)
         stats.already += int(not new)
         stats.run_ids.append(run_id)
+    names = {f"{experiment_prefix_of(store, unit.group.run_key, experiment_prefix)}-{unit.group.dataset}"
+             for unit in units}
+    stats.views = publish_views(client, sorted(names))
     return stats
+
+
+def publish_views(client: MlflowClient, names: Sequence[str]) -> dict[str, str]:
+    """Save or refresh each experiment's α view (`mlflow_view`); returns experiment name -> UI route."""
+    views = {}
+    for name in names:
+        found = client.get_experiment_by_name(name)
+        if found is not None and (route := publish(client, found.experiment_id, [f"cp.{DEFAULT_SEARCH}"])):
+            views[name] = route
+    return views
 
 
 def _already_logged(client: MlflowClient, pool: ThreadPoolExecutor, store: Store, units: list[Any]

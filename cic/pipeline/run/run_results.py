@@ -57,6 +57,7 @@ class LogStats:
     already: int = 0
     run_ids: list[str] = field(default_factory=list)
     report_s: float = 0.0  # of the pass, seconds spent reading the store and rendering reports (as --no-mlflow)
+    views: dict[str, str] = field(default_factory=dict)  # experiment name -> MLflow UI route of its α view
 
 
 @dataclass
