@@ -6,6 +6,7 @@ import functools
 import logging
 import os
 import re
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -298,3 +299,15 @@ DbOpt = Annotated[Path, typer.Option("--db", help="DuckDB file of the store.")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Replace an existing file that cic did not write (a "
                                                         "database, Parquet, CSV or JSON file; never an input of the "
                                                         "command, a device or a directory).")]
+
+
+_GATE_COMMAND = re.compile(r"`(cic gate \w+ [0-9a-f]+)((?: --[\w-]+)*)`")
+
+
+def on_store(text: str, db: str | Path, default: str = "cic.duckdb") -> str:
+    """Advice as it runs from here: each `cic gate <verb> ID …` command in `text` names the store (`--db`) when the
+    command that printed it read another one than the default (the stored advice names no store)."""
+    if str(db) == default:
+        return text
+    return _GATE_COMMAND.sub(lambda m: f"`{m[1]} --db {shlex.quote(str(db))}{m[2]}`"
+                             if "--db" not in m[0] else m[0], text)

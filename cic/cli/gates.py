@@ -12,7 +12,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from cic.cli.common import ForceOpt, TrackingOpt, console, err_console, fmt, friendly_errors, printable, styled
+from cic.cli.common import (
+    ForceOpt,
+    TrackingOpt,
+    console,
+    err_console,
+    fmt,
+    friendly_errors,
+    on_store,
+    printable,
+    styled,
+)
 from cic.cli.help_format import ReadableCommand, ReadableGroup
 from cic.cli.option_groups import grouped
 from cic.errors import UserError
@@ -190,7 +200,7 @@ def list_gates(
     for r in [*typed, *typed_systems]:  # what on-call needs: why it serves nothing and how to restore it
         served = serving_state(r)
         if served.word == "withdrawn":
-            console.print(printable(f"{r.calibration_id[:12]} {served.line()}"), soft_wrap=True)
+            console.print(printable(on_store(f"{r.calibration_id[:12]} {served.line()}", db)), soft_wrap=True)
     for r in typed:
         if r.search == "anytime" and r.state == "live":
             console.print(printable(f"{r.calibration_id[:12]} ({r.model}/{r.dataset} {r.estimator} "

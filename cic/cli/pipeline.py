@@ -8,6 +8,7 @@ the environment names a real service: --db, MLFLOW_TRACKING_URI / --tracking-uri
 from __future__ import annotations
 
 import itertools
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -245,7 +246,7 @@ def recalibrate(
     print_candidates(result)
     print_recalibration_notes(result, failed, f"nothing to recalibrate: {resolved_db} holds no labelled results for "
                               f"the models and datasets of {config} (run `cic run --config {config}` first, or "
-                              "check --db)")
+                              "check --db)", db=str(resolved_db))
     if failed:
         raise typer.Exit(1)
 
@@ -299,9 +300,11 @@ def print_candidates(result: Any) -> None:
     print_monitors(result.monitors)
 
 
-def print_recalibration_notes(result: Any, failed: bool, nothing: str) -> None:
+def print_recalibration_notes(result: Any, failed: bool, nothing: str, db: str | None = None) -> None:
     """What on-call reads after the table: skipped groups, alerts, withdrawn gates, registry and MLflow trouble,
-    and what to do next (`nothing`: the line when there was nothing to recalibrate)."""
+    and what to do next (`nothing`: the line when there was nothing to recalibrate), each command naming the store
+    `db` so that it runs as printed."""
+    where = f" --db {shlex.quote(db)}" if db else ""
     if len(result.candidates) > SHOWN_CANDIDATES:
         console.print(f"{len(result.candidates) - SHOWN_CANDIDATES} more candidate(s) not shown: `cic gate list "
                       "--state candidate`", soft_wrap=True)
@@ -323,7 +326,7 @@ def print_recalibration_notes(result: Any, failed: bool, nothing: str) -> None:
     print_alerts(result.alerts)
     for gate_id, why in result.withdrawn.items():
         err_console.print(styled(("WITHDRAWN", "bold red"), printable(
-            f" live gate {gate_id[:12]} serves nothing from now on: {why} — {restore_advice(result, gate_id)}")),
+            f" live gate {gate_id[:12]} serves nothing from now on: {why} — {restore_advice(result, gate_id, db)}")),
             highlight=False, soft_wrap=True)
     if result.registry_error:
         err_console.print(styled(("REGISTRY", "bold yellow"), printable(f" {result.registry_error}")),
@@ -336,19 +339,21 @@ def print_recalibration_notes(result: Any, failed: bool, nothing: str) -> None:
         err_console.print(styled(("MLflow logging failed:", "bold yellow"), printable(f" {result.log_error}")),
                           soft_wrap=True)
     if any(c.state == "candidate" and not c.unattainable for c in result.candidates) and not result.promoted:
-        console.print("candidates wait for review: `cic gate list --state candidate`, then `cic gate promote ID`",
-                      soft_wrap=True)
+        console.print(f"candidates wait for review: `cic gate list{where} --state candidate`, then `cic gate promote "
+                      f"ID{where}`", soft_wrap=True)
     print_serving_now(result.serving)
 
 
-def restore_advice(result: Any, gate_id: str) -> str:
+def restore_advice(result: Any, gate_id: str, db: str | None = None) -> str:
     """What brings a withdrawn key back, as the case is: the anytime rule certifies again on its own; a candidate
-    that certifies can be promoted; else more labelled data (or a person's confirmation)."""
+    that certifies can be promoted (with --despite-alerts when it carries alerts); else more labelled data (or a
+    person's confirmation)."""
     from cic.pipeline.gates.serving_state import restore_advice as advice
 
     anytime = any(r.gate_id == gate_id and r.key.endswith(" anytime") for r in result.serving)
-    ready = [c.gate_id for c in result.candidates if c.live_id == gate_id and not c.unattainable]
-    return advice(gate_id, anytime=anytime, ready=ready[0] if ready else None)
+    ready = [c for c in result.candidates if c.live_id == gate_id and not c.unattainable]
+    return advice(gate_id, anytime=anytime, ready=ready[0].gate_id if ready else None,
+                  ready_alerts=[str(a) for a in ready[0].alerts] if ready else (), db=db)
 
 
 def print_serving_now(rows: Sequence[Any]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -60,7 +61,7 @@ def test_gate_list_says_the_serving_state_the_export_serves(tmp_path: Path) -> N
     import json
 
     from cic.pipeline.alerts import ERROR_RATE, Alert
-    from cic.pipeline.gates.lifecycle import confirm, flag_gates, gates
+    from cic.pipeline.gates.lifecycle import flag_gates, gates
 
     db = tmp_path / "g.duckdb"
     with Store.open(db) as store:
@@ -84,12 +85,14 @@ def test_gate_list_says_the_serving_state_the_export_serves(tmp_path: Path) -> N
     assert any(line.split()[:2] == [live[0][:12], "withdrawn"] for line in listed.stdout.splitlines())
     why = next(line for line in listed.stdout.splitlines() if line.startswith(f"{live[0][:12]} withdrawn since"))
     assert "error rate at the live threshold 0.5 is 40/100" in why and f"cic gate confirm {live[0][:12]}" in why
-    assert served[live[0]]["restore"] in why
+    assert served[live[0]]["restore"].rstrip("`") in why  # the list adds the store it read (--db) to the command
     serving = _cic(tmp_path, "gate", "list", "--db", str(db), "--state", "serving").stdout
     shown = {line.split()[0] for line in serving.splitlines() if line.split() and len(line.split()[0]) == 12}
     assert shown == {g[:12] for g, e in served.items() if e["serve"] == "gate"} and live[0][:12] not in shown
-    with Store.open(db) as store:
-        confirm(store, live[0], reason="on-call: a labelling glitch")
+    advised = re.findall(r"`(cic [^`]+)`", why)  # what the list tells on-call to run, run exactly as printed
+    assert advised == [f"cic gate confirm {live[0][:12]} --db {db}"]
+    done = _cic(tmp_path, *shlex.split(advised[0])[1:])
+    assert done.returncode == 0, done.stderr
     assert export()[live[0]]["state"] == "confirmed"
     again = _cic(tmp_path, "gate", "list", "--db", str(db), "--state", "serving").stdout
     assert any(line.split()[:2] == [live[0][:12], "confirmed"] for line in again.splitlines())

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import csv
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -308,10 +310,16 @@ def test_on_call_a_warning_completes_a_page_fails_and_the_rejected_gate_serves_n
     lines = listed.text.splitlines()
     assert listed.code == 0 and any(line.split()[:2] == [live_id[:12], "withdrawn"] for line in lines)
     why = " ".join(next(line for line in lines if line.startswith(f"{live_id[:12]} withdrawn since")).split())
-    assert entry["restore"] in why and "error rate at the live threshold" in why
+    assert entry["restore"].rstrip("`") in why and "error rate at the live threshold" in why  # + the store
     serving = run_cic(["gate", "list", "--db", "oncall.duckdb", "--state", "serving"], user, env).text
     shown = {line.split()[0] for line in serving.splitlines() if line.split() and len(line.split()[0]) == 12
              and line.split()[0] != "gates"}
     exported = {e["gate_id"][:12] for e in json.loads((user / "second.json").read_text()) if e["serve"] == "gate"}
     assert shown == exported and live_id[:12] not in shown
     assert "serving now:" in second.text and second.text.rstrip().splitlines()[-1].startswith("  ")
+    # the page's advice, run exactly as printed, succeeds (it names the store the nightly job read)
+    withdrawn = next(line for line in second.stderr.splitlines() if line.startswith("WITHDRAWN"))
+    advised = [shlex.split(c) for c in re.findall(r"`(cic [^`]+)`", withdrawn)]
+    assert advised and all("--db" in c for c in advised), withdrawn
+    followed = run_cic(advised[0][1:], user, env)
+    assert followed.code == 0, (advised[0], followed.text + followed.stderr)

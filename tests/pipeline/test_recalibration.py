@@ -68,7 +68,9 @@ def test_the_new_window_starts_after_the_live_gates_window_and_the_tests_fire(st
     alerts = correct_and_alert([result], level=0.01)[row["calibration_id"]]
     assert alerts[0].startswith("alpha has become unattainable")
     assert any(a.startswith("score distribution moved") for a in alerts)
-    assert any(a.startswith("error rate at the live threshold") for a in alerts)
+    # the candidate's copy of the live gate's failing test says whose threshold failed (not the candidate's)
+    assert any(a.startswith(f"live gate {live['calibration_id'][0][:12]}: error rate at the live threshold")
+               for a in alerts)
 
 
 def test_window_rules_count_and_since(store: Store) -> None:
@@ -257,7 +259,8 @@ def test_auto_promotion_is_held_back_by_a_page_not_by_an_unreachable_alpha_besid
     store_run(store, n=300, labelled_at=START + timedelta(days=7), id_offset=1000, base=1.0, seed=1,
               estimators=("semantic_entropy",))
     second = recalibrate_store(store, [group.run_key], config, 0.01, WindowRule(), auto_promote=True)
-    assert second.promoted == [] and any(a.startswith("error rate at the live threshold") for _, a in second.alerts)
+    assert second.promoted == [] and any(a.startswith("live gate ") and ": error rate at the live threshold" in a
+                                         for _, a in second.alerts)
 
 
 def test_the_window_rule_takes_only_records_whose_label_window_has_closed(store: Store) -> None:

@@ -8,6 +8,8 @@ event flags it), for single and system gates alike; `ServingState.serves` is wha
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -57,15 +59,21 @@ class ServingState:
         return text + (f"; to restore: {self.restore}" if self.restore else "")
 
 
-def restore_advice(gate_id: str, *, anytime: bool, ready: str | None) -> str:
+def restore_advice(gate_id: str, *, anytime: bool, ready: str | None, ready_alerts: Sequence[str] = (),
+                   db: str | None = None) -> str:
     """What brings a key whose live gate was withdrawn tonight back, as the case is: the anytime rule certifies
-    again on its own; a candidate that certifies (`ready`) can be promoted; else more labelled data — or, either
-    way, a person's review (`cic gate confirm`)."""
-    confirm = f"`cic gate confirm {gate_id[:12]}` after review"
+    again on its own; a candidate that certifies (`ready`) can be promoted — with `--despite-alerts`, saying why,
+    when it carries alerts (`ready_alerts`); else more labelled data — or, either way, a person's review (`cic gate
+    confirm`). Each command runs as printed: `db`, when given, is the store it names."""
+    where = f" --db {shlex.quote(db)}" if db else ""
+    confirm = f"`cic gate confirm {gate_id[:12]}{where}` after review"
     if anytime:
         return f"its anytime state restarted: a new gate goes live once it certifies again; or {confirm}"
+    if ready is not None and ready_alerts:
+        return (f"promote candidate {ready[:12]} once its alerts are reviewed ({'; '.join(ready_alerts)}): "
+                f"`cic gate promote {ready[:12]}{where} --despite-alerts`, or {confirm}")
     if ready is not None:
-        return f"promote candidate {ready[:12]} (`cic gate promote`), or {confirm}"
+        return f"promote candidate {ready[:12]}: `cic gate promote {ready[:12]}{where}`, or {confirm}"
     return f"no candidate of its key certifies yet (more labelled data may); or {confirm}"
 
 

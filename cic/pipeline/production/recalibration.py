@@ -75,7 +75,7 @@ class GroupRecalibration:
         live = self.live.get(slot_of(row))
         if row["threshold"] is None:
             out.append(unattainable_alert(live is not None and live["threshold"] is not None, row["n_cal"]))
-        out.extend(c.alert() for c in self.checks if c.rejected and row["calibration_id"] in c.gate_ids)
+        out.extend(c.candidate_alert() for c in self.checks if c.rejected and row["calibration_id"] in c.gate_ids)
         return out + changed_under(live)
 
     def live_of(self, row: ColumnReader) -> GateRow | None:

@@ -76,7 +76,7 @@ class SystemRecalibration:
         if not row["certified"]:
             reached = self.live is not None and self.live.certified and self.live.state == "live"
             out.append(unattainable_alert(reached, row["n_cal"]))
-        out.extend(c.alert() for c in self.checks if c.rejected)
+        out.extend(c.candidate_alert() for c in self.checks if c.rejected)
         return out + changed_under(self.live)
 
     def live_of(self, row: ColumnReader) -> GateRow | None:

@@ -65,6 +65,13 @@ class Check:
         """The alert its rejection raises, of the kind its test names."""
         return Alert(TEST_KINDS[self.test.name], self.test.detail)
 
+    def candidate_alert(self) -> Alert:
+        """The alert a candidate of the tested slot carries: the test's, naming the live gate whose threshold an
+        error-rate test checked (the candidate waits for a person because of it, not because of its own
+        threshold)."""
+        alert = self.alert()
+        return alert if self.live_gate_id is None else Alert(alert.kind, f"live gate {self.live_gate_id[:12]}: {alert}")
+
 
 def new_window(pairs: pl.DataFrame, after: datetime | None, rule: WindowRule) -> pl.DataFrame:
     """Pairs strictly after `after` (the reference's end), narrowed by the rule."""
