@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field, fields
+from decimal import ROUND_CEILING, Decimal
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -83,6 +84,21 @@ class SortedCalibration:
 # Result
 
 
+def exact(threshold: float, below: float | None = None) -> str:
+    """A threshold as printed rules show it: the shortest decimal at or above it that reads back as the same float
+    or, given `below` (the next calibration score above it), stays under it — so the printed rule `score <=
+    printed` accepts exactly the calibration answers the certified one does (6 digits could round it down and drop
+    one); the gate file keeps the float itself."""
+    value = float(threshold) + 0.0
+    exact_digits = Decimal(repr(value))
+    for digits in range(6, 18):
+        step = Decimal(1).scaleb(exact_digits.adjusted() - digits + 1)
+        shown = exact_digits.quantize(step, rounding=ROUND_CEILING) if value else Decimal(0)
+        if float(shown) == value or (below is not None and float(shown) < below):
+            return format(shown.normalize(), "f") if abs(value) >= 1e-4 else format(shown.normalize(), "e")
+    return repr(value)
+
+
 @dataclass(frozen=True)
 class CalibrationResult:
     """The outcome of one calibration: a certified threshold, or None when alpha is unattainable.
@@ -129,6 +145,7 @@ class CalibrationResult:
     _n: np.ndarray | None = field(default=None, compare=False, repr=False)
     _fd: np.ndarray | None = field(default=None, compare=False, repr=False)
     _data: tuple[np.ndarray, np.ndarray] | None = field(default=None, compare=False, repr=False)
+    _score_above: float | None = field(default=None, compare=False, repr=False)  # next calibration score above it
     _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -189,19 +206,25 @@ class CalibrationResult:
         first = int(np.argmax(eligible)) if eligible.any() else self._n.shape[0]
         return slice(first, first + self.n_tested)
 
+    @property
+    def printed_threshold(self) -> str:
+        """The threshold as the summary prints it (`exact`: it accepts exactly the certified calibration answers)."""
+        assert self.threshold is not None
+        return exact(self.threshold, self._score_above)
+
     def summary(self) -> str:
-        """One human sentence: the certified threshold, or that alpha is unattainable."""
+        """One human sentence: the certified threshold (printed exactly: `exact`), or that alpha is unattainable."""
         name = _bounds.get_bound(self.bound).label
         if self.threshold is None:
             return (f"alpha = {self.alpha:g} is unattainable at delta = {self.delta:g} ({name} bound, "
                     f"{self.search} search over {self.n_candidates or 'every unique score as'} candidates, "
                     f"{self.n_calibration} calibration points): abstain on everything")
         if SEARCHES.find(self.search) is not None and SEARCHES[self.search].guarantee_kind == "expectation":
-            return (f"answer when score <= {self.threshold + 0.0:.6g}: error among accepted <= {self.alpha:g} in "
+            return (f"answer when score <= {self.printed_threshold}: error among accepted <= {self.alpha:g} in "
                     f"expectation over calibration sets, not with probability {1 - self.delta:g} (FD + 1 <= alpha·n "
                     f"at n = {self.n_accepted}, FD = {self.n_errors}; {name} UCB {self.bound_value:.4f}; "
                     f"{self.search} search)")
-        return (f"answer when score <= {self.threshold + 0.0:.6g}: error among accepted <= {self.alpha:g} with "
+        return (f"answer when score <= {self.printed_threshold}: error among accepted <= {self.alpha:g} with "
                 f"probability >= {1 - self.delta:g} ({name} UCB {self.bound_value:.4f} at n = {self.n_accepted}, "
                 f"FD = {self.n_errors}; {self.search} search)")
 
@@ -356,7 +379,7 @@ def calibrate(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05, bo
     if plan.bins_large_inputs and s.shape[0] >= _BINNED_MIN_ITEMS:
         level = plan.level(delta, 1)  # one level for every candidate (the paper's: delta)
         hit = paper_search_binned(s, e, bound=bound, alpha=alpha, gamma=level)
-        return _result(hit, gamma=level, **common,
+        return _result(hit, gamma=level, **common, _score_above=_score_above(s, hit),
                        _data=(s.copy(), e.copy()) if keep_table else None)  # type: ignore[arg-type]
 
     data = SortedCalibration.build(s, e)
@@ -368,7 +391,16 @@ def calibrate(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05, bo
     hit = (float(thresholds[best]), int(n[best]), int(fd[best])) if best >= 0 else None
     kept = dict(_thresholds=thresholds, _n=n, _fd=fd) if keep_table else {}
     return _result(hit, gamma=gamma, n_candidates=None if not plan.takes_grid else k, n_tested=n_tested,
-                   n_min=n_min_v, start=start_v, **common, **kept)  # type: ignore[arg-type]
+                   n_min=n_min_v, start=start_v, **common, **kept,
+                   _score_above=_score_above(s, hit))  # type: ignore[arg-type]
+
+
+def _score_above(scores: np.ndarray, hit: tuple[float, int, int] | None) -> float | None:
+    """The smallest calibration score above the certified threshold (None: none, or nothing certified)."""
+    if hit is None:
+        return None
+    higher = scores[scores > hit[0]]
+    return float(higher.min()) if higher.size else None
 
 
 def _result(hit: tuple[float, int, int] | None, **fields_: Any) -> CalibrationResult:

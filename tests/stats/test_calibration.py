@@ -296,3 +296,21 @@ def test_only_the_paper_search_takes_the_binned_path() -> None:
     from cic.stats.searches import SEARCH_NAMES, get_search
 
     assert [name for name in SEARCH_NAMES if get_search(name).bins_large_inputs] == ["paper"]
+
+
+def test_the_printed_threshold_accepts_exactly_the_calibration_answers_the_certified_one_does() -> None:
+    """Six rounded digits could print a rule below the threshold (0.326004 for 0.3260041 drops that answer): the
+    printed number is the shortest one at or above it with no calibration score in between."""
+    from cic.stats.calibration import exact
+
+    assert exact(0.32600409920846896, below=0.33) == "0.326005"  # rounded up, never down
+    assert exact(0.32600409920846896, below=0.3260041) == "0.3260040993"  # a closer score: more digits
+    assert float(exact(0.32600409920846896)) == 0.32600409920846896  # no score known: the float itself
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        scores = rng.random(int(rng.integers(50, 400))) ** rng.uniform(0.3, 3)
+        errors = (rng.random(scores.size) < 0.05 + 0.5 * scores).astype(int)
+        result = cic.calibrate(scores, errors, alpha=0.25)
+        if result.threshold is not None:
+            printed = float(result.summary().split("score <= ")[1].split(":")[0])
+            assert ((scores <= printed) == (scores <= result.threshold)).all()
