@@ -479,8 +479,12 @@ def ask(
         ask_with_cascade(question, config=config, db=db, cascade=cascade, dataset=dataset, choices=choices,
                          criterion=criterion, alpha=alpha, bound=bound)
         return
+    err_console.print(printable(f"cic ask: finding the live gate (config {config}{', store ' + db if db else ''}); "
+                                "a model loads only if it serves"), style="dim", soft_wrap=True, highlight=False)
     reply = ask_question(question, config_path=config, db=db, model=model, dataset=dataset, choices=choices,
-                         estimator=estimator, criterion=criterion, alpha=alpha, bound=bound, search=search)
+                         estimator=estimator, criterion=criterion, alpha=alpha, bound=bound, search=search,
+                         say=lambda line: err_console.print(printable(line), style="dim", soft_wrap=True,
+                                                            highlight=False))
     _say_reply(reply, choices, bound, search)
 
 

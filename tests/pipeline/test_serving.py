@@ -49,3 +49,22 @@ def test_gates_that_differ_only_in_what_cic_ask_cannot_name_serve_the_newest(tmp
     with Store.open(db, read_only=True) as store:
         assert sorted(gates(store).filter(state="live").get_column("delta").to_list()) == [0.05, 0.1]
         assert live_gate(store, **asked).delta == 0.1
+
+
+def test_a_miss_names_the_keys_that_serve_here_and_an_empty_store_says_where_gates_come_from(tmp_path: Path) -> None:
+    """Advice for a production store too: a model or stream with no gate lists the (model, dataset) pairs that
+    serve in this store; a store where nothing serves yet names both ways gates come (`cic run`, or `cic
+    recalibrate` then `cic gate promote`)."""
+    from cic.pipeline.gates.serving import serving_here
+
+    empty = tmp_path / "empty.duckdb"
+    with Store.open(empty) as store:
+        store_run(store, n=200, seed=2, estimators=("semantic_entropy",))
+        said = serving_here(store, "served", "web")
+    assert "none serves in this store yet" in said and "`cic recalibrate` then `cic gate promote ID`" in said
+    db = tmp_path / "t.duckdb"
+    with Store.open(db) as store:
+        keys = [store_run(store, n=500, seed=1, estimators=("semantic_entropy",))]
+    calibrate_store(str(db), keys, CONFIG)
+    with Store.open(db, read_only=True) as store:
+        assert serving_here(store, "served", "web").endswith("gates serve here for: --model m --dataset d")

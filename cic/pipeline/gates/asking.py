@@ -111,10 +111,11 @@ def same_generation_settings(model: str, ours: dict[str, Any], certified: dict[s
 
 def ask_question(question: str, *, config_path: str | Path, db: str | None, model: str | None, dataset: str,
                  choices: Sequence[str] | None, estimator: str, criterion: str | None, alpha: float | None,
-                 bound: str, search: str) -> Reply:
+                 bound: str, search: str, say: Callable[[str], None] = lambda line: None) -> Reply:
     """Find the gate (alpha and criterion default to the config's), check that this config can compute its score,
     then — only then, and only when the gate serves — generate the answer with the config's model, score it and
-    apply the gate. A gate that serves nothing abstains without loading a model."""
+    apply the gate. A gate that serves nothing abstains without loading a model. `say` hears what loads before it
+    does (a model takes seconds to a minute)."""
     from cic.pipeline.config import load_config
     from cic.pipeline.gates.lifecycle import gate_of
 
@@ -136,6 +137,9 @@ def ask_question(question: str, *, config_path: str | Path, db: str | None, mode
         return Reply("abstain", "", None, None, gate_row.estimator, gate_row.calibration_id, why, alpha)
     askable_estimator(config, gate_row.estimator, gate_row.calibration_id)
     same_settings()
+    chosen = config.models[index]
+    say(f"gate {gate_row.calibration_id[:12]} serves (score {gate_row.estimator}); loading {chosen.name} "
+        f"({chosen.spec or 'its endpoint'}) to answer and score …")
     answer, score = answer_and_score(config, index, store_path, gate_row.run_key,
                                      gate_row.estimator, question_row(question, dataset, choices))
     return Reply(gate_of(gate_row).decide(score), answer, score, gate_row.threshold, gate_row.estimator,

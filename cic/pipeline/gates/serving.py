@@ -118,8 +118,14 @@ def serving_here(store: Store, model: str, dataset: str, shown: int = 8) -> str:
     serving = [r for r in gate_rows(gates(store, model=model, dataset=dataset).filter(state="live"))
                if serving_state(r).serves]
     if not serving:
-        return (f"no gate serves for model {model!r} on {dataset!r}; run `cic run` (or `cic calibrate`) first, or "
-                "see `cic gate list`")
+        elsewhere = sorted({(r.model, r.dataset) for r in gate_rows(gates(store).filter(state="live"))
+                            if serving_state(r).serves})
+        if elsewhere:
+            return (f"no gate serves for model {model!r} on {dataset!r}; gates serve here for: " + "; ".join(
+                f"--model {m} --dataset {d}" for m, d in elsewhere[:shown]))
+        return (f"no gate serves for model {model!r} on {dataset!r} (none serves in this store yet): a benchmark "
+                "store's gates come from `cic run`, a production store's from `cic recalibrate` then `cic gate "
+                "promote ID`; see `cic gate list`")
     listed = "; ".join(f"--estimator {r.estimator} --criterion {r.criterion} --alpha {r.alpha:g} --bound {r.bound} "
                        f"--search {r.search}" for r in serving[:shown])
     more = f" (and {len(serving) - shown} more: `cic gate list --state serving`)" if len(serving) > shown else ""
