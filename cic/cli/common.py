@@ -177,14 +177,18 @@ def parse_grid(grid: str | None, pilot: Path | None, grid_size: int | None, scor
 
 
 def load_pairs(file: Path, score_col: str, error_col: str, correct_col: str | None,
-          stored: dict[str, str | None] | None = None) -> tuple[Any, Any]:
+               stored: dict[str, str | None] | None = None, chosen: dict[str, str] | None = None
+               ) -> tuple[Any, Any]:
     """(scores, errors) from a Parquet/CSV/JSON-lines table (one group of a long table, by --model/--dataset/
     --estimator/--criterion), an evaluation output (lm-eval, inspect-ai, HELM), or a pipeline DuckDB file."""
     from cic.store.score_files import group_pairs
 
     if file.suffix == ".duckdb":
+        if chosen is not None:
+            chosen.update({k: v for k, v in (stored or {}).items() if v})
         return load_stored_pairs(file, stored or {})
-    return group_pairs(file, stored or {}, score_col=score_col, error_col=error_col, correct_col=correct_col)
+    return group_pairs(file, stored or {}, score_col=score_col, error_col=error_col, correct_col=correct_col,
+                       chosen=chosen)
 
 
 def load_stored_pairs(db: Path, stored: dict[str, str | None]) -> tuple[Any, Any]:

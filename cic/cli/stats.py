@@ -57,6 +57,8 @@ def calibrate(
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the result as JSON here.")] = None,
     gate_out: Annotated[Path | None, typer.Option("--gate", help="Write the serving gate JSON here.")] = None,
     show_table: Annotated[bool, typer.Option("--table", help="Print every candidate threshold.")] = False,
+    explain: Annotated[bool, typer.Option("--explain", help="Print the search's whole guarantee statement (by "
+                                          "default one line: the score and what the search guarantees).")] = False,
     stored: StoredRun,
     group_col: Annotated[str | None, typer.Option("--group", help="One threshold per value of this column, all "
                                                   "certified at once (each group at delta / G).")] = None,
@@ -81,7 +83,7 @@ def calibrate(
                           **settings)
     else:
         _calibrate_one(file, columns, stored, where, settings, json_out=json_out, gate_out=gate_out,
-                       show_table=show_table)
+                       show_table=show_table, explain=explain)
 
 
 def _json_outputs(json_out: Path | None, gate_out: Path | None, *, inputs: list[Path | None],
@@ -111,16 +113,20 @@ def _refuse_unused(*, gate_out: Path | None, group_col: str | None, where: Grid,
 
 
 def _calibrate_one(file: Path, columns: Columns, stored: StoredRun, where: Grid, settings: dict[str, Any], *,
-                   json_out: Path | None, gate_out: Path | None, show_table: bool) -> None:
-    """One threshold for one table: the result, its guarantee, and --json / --gate / --table as asked."""
+                   json_out: Path | None, gate_out: Path | None, show_table: bool, explain: bool = False) -> None:
+    """One threshold for one table: the result, its guarantee (one line naming the score; whole with --explain),
+    and --json / --gate / --table as asked."""
     from cic.stats.calibration import calibrate as run_calibration
     from cic.store.outputs import write_text
 
-    scores, errors = load_pairs(file, columns.score_col, columns.error_col, columns.correct_col, stored.filters())
+    chosen: dict[str, str] = {}
+    scores, errors = load_pairs(file, columns.score_col, columns.error_col, columns.correct_col, stored.filters(),
+                                chosen=chosen)
     result = run_calibration(scores, errors, grid=where.points(columns.score_col), n_min=where.n_min,
                              start=where.start, **settings)
     console.print(result.summary(), highlight=False)
-    console.print(f"guarantee: {result.guarantee}", style="dim", highlight=False)
+    console.print(printable(guarantee_line(result.guarantee, chosen.get("estimator"), explain)), style="dim",
+                  highlight=False)
     if show_table:
         console.print(result.table())
     if json_out is not None:
@@ -506,3 +512,12 @@ def validity(
 
 COMMANDS = {"calibrate": calibrate, "evaluate": evaluate, "simulate": simulate, "report": report, "bench": bench,
             "validity": validity}
+
+
+def guarantee_line(guarantee: str, score: str | None, explain: bool) -> str:
+    """What a calibration's guarantee rests on, in one line by default (the score and the guarantee's headline);
+    the search's whole statement with --explain."""
+    named = f"score {score!r}; " if score else ""
+    if explain:
+        return f"guarantee ({named.rstrip('; ')}): {guarantee}" if named else f"guarantee: {guarantee}"
+    return f"guarantee: {named}{guarantee.split(':', 1)[0].strip()} (`--explain`: the whole statement)"

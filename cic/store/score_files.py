@@ -162,9 +162,11 @@ def check_long_frame(frame: pl.DataFrame, source: str = "table") -> pl.DataFrame
 
 
 def group_pairs(path: str | Path, wanted: dict[str, str | None], *, score_col: str = "score",
-                error_col: str | None = "error", correct_col: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+                error_col: str | None = "error", correct_col: str | None = None,
+                chosen: dict[str, str] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(scores, errors) of one calibration set: a plain table's rows, or the one group of a long table or of an
-    evaluation output (`cic.store.harness`) that `wanted` (model, dataset, estimator, criterion) leaves."""
+    evaluation output (`cic.store.harness`) that `wanted` (model, dataset, estimator, criterion) leaves; `chosen`,
+    when given, is filled with that group's keys (a plain table's: its score column as the estimator)."""
     from cic.store.harness import harness_at
 
     p, source = Path(path), repr(str(path))
@@ -175,12 +177,16 @@ def group_pairs(path: str | Path, wanted: dict[str, str | None], *, score_col: s
         if given:
             raise UserError(f"{', '.join(given)}: {source} is one table (no {', '.join(GROUP_KEYS)} columns) with "
                             "nothing to choose; leave the option out")
+        if chosen is not None:
+            chosen["estimator"] = score_col
         return score_error_arrays(frame, one_group=True, score_col=score_col, error_col=error_col,
                                   correct_col=correct_col, source=source)
     long = (check_long_frame(harness.read(p), source) if harness is not None else
             read_long_table(p, score_col=score_col, error_col=error_col, correct_col=correct_col))
-    chosen = select_group(long, wanted, source)
-    return chosen.get_column("score").to_numpy(), chosen.get_column("error").to_numpy()
+    group = select_group(long, wanted, source)
+    if chosen is not None and group.height:
+        chosen.update({key: str(group.get_column(key)[0]) for key in GROUP_KEYS})
+    return group.get_column("score").to_numpy(), group.get_column("error").to_numpy()
 
 
 def select_group(long: pl.DataFrame, wanted: dict[str, str | None], source: str) -> pl.DataFrame:

@@ -248,3 +248,16 @@ def test_one_group_of_a_long_table_is_certified_by_naming_it_and_an_unnamed_choi
     chosen = runner.invoke(app, ["calibrate", long, "--alpha", "0.2", "--estimator", "mp", "--criterion", "f1"])
     alone = runner.invoke(app, ["calibrate", str(tmp_path / "alone.parquet"), "--alpha", "0.2"])
     assert chosen.exit_code == 0 and chosen.output == alone.output, chosen.output
+
+
+def test_calibrate_says_its_guarantee_in_one_line_naming_the_score_and_whole_with_explain(table_files) -> None:
+    parquet, _, _, _ = table_files
+    args = ["calibrate", str(parquet), "--score-col", "uncertainty", "--error-col", "wrong", "--alpha", "0.2"]
+    short = runner.invoke(app, args, env={"COLUMNS": "300"})
+    assert short.exit_code == 0, short.output
+    lines = short.output.strip().splitlines()
+    assert len(lines) == 2 and lines[1].startswith("guarantee: score 'uncertainty'; ")
+    assert lines[1].endswith("(`--explain`: the whole statement)")
+    whole = runner.invoke(app, [*args, "--explain"], env={"COLUMNS": "300"})
+    assert whole.exit_code == 0 and "guarantee (score 'uncertainty'): " in whole.output
+    assert len(whole.output) > len(short.output) + 200  # the search's whole statement
