@@ -408,15 +408,28 @@ def _log_table(table: Path, tracking_uri: str | None, experiment_prefix: str | N
     """`cic log TABLE`: the table into a temporary store, the pipeline's calibrate and log tasks on it."""
     import tempfile
 
+    import cic
+    from cic import schema
     from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX, CalibrationConfig
     from cic.pipeline.gates.calibrate_store import calibrate_store
     from cic.pipeline.production.ingest_journal import path_digest
     from cic.pipeline.run.score_tables import store_long_table
-    from cic.services.mlflow_results import log_store
+    from cic.services.mlflow_results import TABLE_TAG, log_store, table_already_logged
     from cic.store import Store
+    from cic.store.database import SCHEMA_VERSION
+    from cic.store.queries import RULES_VERSION
     from cic.store.score_files import read_long_table
 
     frame = read_long_table(table)
+    prefix = experiment_prefix or DEFAULT_EXPERIMENT_PREFIX
+    key = schema.stable_hash("cic log TABLE", path_digest(table), str(n_splits), prefix, str(SCHEMA_VERSION),
+                             str(RULES_VERSION), cic.__version__)
+    groups = frame.select("model", "dataset", "estimator", "criterion").unique().height
+    found = table_already_logged(tracking_uri, key, groups,
+                                 sorted({f"{prefix}-{d}" for d in frame.get_column("dataset").unique().to_list()}))
+    if found is not None:  # nothing to calibrate again: every group is a finished run
+        _say_table_logged(table, found, prefix, tracking_uri)
+        return
     with tempfile.TemporaryDirectory(prefix="cic-log-") as tmp:
         store_file = str(Path(tmp) / "table.duckdb")
         with Store.open(store_file) as store:
@@ -425,10 +438,13 @@ def _log_table(table: Path, tracking_uri: str | None, experiment_prefix: str | N
         with without_flow(Path(tmp) / "services.log"):
             calibrate_store(store_file, run_keys, calibration)
             stats = log_store(store_file, tracking=tracking_uri, report_dir=report_dir, run_keys=run_keys,
-                              experiment_prefix=experiment_prefix or DEFAULT_EXPERIMENT_PREFIX)
+                              experiment_prefix=prefix, extra_tags={TABLE_TAG: key})
+    _say_table_logged(table, stats, prefix, tracking_uri)
+
+
+def _say_table_logged(table: Path, stats: Any, prefix: str, tracking_uri: str | None) -> None:
     console.print(printable(f"{table}: {stats.logged} group(s) logged, {stats.already} already in MLflow "
-                            f"(experiments {experiment_prefix or DEFAULT_EXPERIMENT_PREFIX}-<dataset>)"),
-                  highlight=False)
+                            f"(experiments {prefix}-<dataset>)"), highlight=False)
     say_views(tracking_uri, stats.views)
 
 

@@ -31,6 +31,7 @@ from cic.pipeline.run.group_reports import (
     render_units,
 )
 from cic.pipeline.run.run_results import LogStats
+from cic.services.mlflow_artifacts import sqlite_file
 from cic.services.mlflow_layout import experiment_prefix_of, pipeline_group, recalibration_groups, system_groups
 from cic.services.mlflow_setup import check_before_logging
 from cic.services.mlflow_tracking import check_reachable, find_logged, log_group, requests_in_flight, tracking_uri
@@ -44,9 +45,9 @@ GROUPS_IN_FLIGHT = 2  # against a server: one group sent while the next renders 
 
 def log_store(db: str, *, tracking: str | None = None, experiment_prefix: str | None = None,
                 report_dir: str = "cic-reports", run_keys: Sequence[str] | None = None,
-                flow_run_id: str | None = None) -> LogStats:
+                flow_run_id: str | None = None, extra_tags: dict[str, str] | None = None) -> LogStats:
     """Log every stored unit not yet in MLflow (a run per group, its per-α table: `mlflow_layout`), tagged
-    with the Prefect flow run that logged it (`cic.flow_run_id`) when there is one.
+    with the Prefect flow run that logged it (`cic.flow_run_id`) when there is one, and `extra_tags`.
 
     Each group goes to '<prefix>-<dataset>', the prefix being `experiment_prefix` or, when None, the one the
     run's config recorded in the store — so `cic log` after `cic run` finds everything already there.
@@ -61,7 +62,8 @@ def log_store(db: str, *, tracking: str | None = None, experiment_prefix: str | 
     units: list[Any] = []
     try:
         return _log_units(db, client, uri, units, sent, experiment_prefix=experiment_prefix, report_dir=report_dir,
-                          run_keys=run_keys, flow_run_id=flow_run_id, in_flight=in_flight)
+                          run_keys=run_keys, flow_run_id=flow_run_id, in_flight=in_flight,
+                          extra_tags=extra_tags or {})
     except Exception as exc:
         raise _stopped_answering(uri, exc, sent, len(units)) from None
 
@@ -85,13 +87,14 @@ def _stopped_answering(uri: str, exc: Exception, sent: dict[int, Future[tuple[st
 
 def _log_units(db: str, client: MlflowClient, uri: str, units: list[Any], sent: dict[int, Future[tuple[str, bool]]],
                *, experiment_prefix: str | None, report_dir: str, run_keys: Sequence[str] | None,
-               flow_run_id: str | None, in_flight: int) -> LogStats:
+               flow_run_id: str | None, in_flight: int, extra_tags: dict[str, str]) -> LogStats:
     """`log_store`'s work: `units` and `sent` are filled as it goes, so a failure can say how far it got."""
     with Store.open(db, read_only=True, wait_s=60) as store, \
             ThreadPoolExecutor(GROUPS_IN_FLIGHT if in_flight > 1 else 1, thread_name_prefix="cic-log") as pool:
         try:
             return _send(store, client, pool, units, sent, experiment_prefix=experiment_prefix,
-                         report_dir=report_dir, run_keys=run_keys, flow_run_id=flow_run_id, in_flight=in_flight)
+                         report_dir=report_dir, run_keys=run_keys, flow_run_id=flow_run_id, in_flight=in_flight,
+                          extra_tags=extra_tags or {})
         except Exception:
             pool.shutdown(wait=False, cancel_futures=True)  # groups not started yet are not sent into a failure
             raise
@@ -99,7 +102,8 @@ def _log_units(db: str, client: MlflowClient, uri: str, units: list[Any], sent: 
 
 def _send(store: Store, client: MlflowClient, pool: ThreadPoolExecutor, units: list[Any],
           sent: dict[int, Future[tuple[str, bool]]], *, experiment_prefix: str | None, report_dir: str,
-          run_keys: Sequence[str] | None, flow_run_id: str | None, in_flight: int) -> LogStats:
+          run_keys: Sequence[str] | None, flow_run_id: str | None, in_flight: int,
+          extra_tags: dict[str, str]) -> LogStats:
     """Find what is logged already, then read, render and send every other group (systems first)."""
     units.extend(log_units(store, run_keys))
     found = _already_logged(client, pool, store, units)
@@ -126,6 +130,8 @@ def _send(store: Store, client: MlflowClient, pool: ThreadPoolExecutor, units: l
                                experiment_prefix_of(store, units[index].group.run_key, experiment_prefix))
         if flow_run_id:  # which Prefect flow run logged it: from the MLflow run to its logs and back
             group = replace(group, tags={**group.tags, "cic.flow_run_id": flow_run_id})
+        if extra_tags:
+            group = replace(group, tags={**group.tags, **extra_tags})
         sent[index] = pool.submit(log_group, client, group, in_flight=in_flight)
         _report_progress(list(sent.values()), len(units))
     report_s = time.perf_counter() - started
@@ -187,3 +193,27 @@ def log_recalibration(result: RecalibrationPass, *, tracking: str | None = None,
         run_ids.append(log_group(client, group, in_flight=requests_in_flight(uri))[0])
         progress.report("log recalibrations", done, len(groups))
     return run_ids
+
+
+TABLE_TAG = "cic.table_key"  # on each run `cic log TABLE` logged: the table's content, the split count, CIC's rules
+
+
+def table_already_logged(tracking: str | None, table_key: str, groups: int, experiments: Sequence[str]
+                         ) -> LogStats | None:
+    """A table `cic log TABLE` logged before, as it is now (every one of its `groups` a finished run tagged with
+    its key): what a rerun would find, without calibrating anything again; None when a group is missing."""
+    uri = tracking_uri(tracking)
+    local = sqlite_file(uri)
+    if local is not None and not local.exists():
+        return None  # nothing logged there yet (and no store made by looking)
+    check_reachable(uri)
+    check_before_logging(uri, create=False)
+    client = MlflowClient(tracking_uri=uri)
+    everywhere = [e.experiment_id for e in client.search_experiments()]
+    if not everywhere:
+        return None
+    runs = client.search_runs(everywhere, filter_string=f"tags.`{TABLE_TAG}` = '{table_key}' and "
+                                                        "attributes.status = 'FINISHED'", max_results=groups + 1)
+    if len(runs) != groups:
+        return None
+    return LogStats(already=groups, run_ids=[r.info.run_id for r in runs], views=publish_views(client, experiments))

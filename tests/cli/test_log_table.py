@@ -52,6 +52,10 @@ def test_a_table_is_logged_like_the_pipeline_and_only_once(tmp_path: Path, monke
         assert all(r["threshold"] == UNATTAINABLE and r["fails"] >= 0 for r in rows if not r["feasible"])
     again = runner.invoke(app, args)
     assert again.exit_code == 0 and "0 group(s) logged, 2 already in MLflow" in again.output.replace("\n", "")
+    assert "calibrate:" not in again.output  # found by the table's key: nothing calibrated again
+    assert "every model against α" in again.output  # and the view to open, as the first time
+    other = runner.invoke(app, [*args[:3], "6", *args[4:]])  # another split count: other numbers, logged anew
+    assert other.exit_code == 0 and "2 group(s) logged, 0 already" in other.output.replace("\n", "")
 
 
 def test_a_table_whose_rows_disagree_is_refused_before_mlflow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
