@@ -166,32 +166,47 @@ FIGURE_GROUPS = 8  # groups drawn (the table and the CSV hold every one)
 
 def arena_figure(rows: pl.DataFrame, path: Path) -> Path:
     """Per group (the first `FIGURE_GROUPS`; δ the first of the run): coverage and P(FDR > α) against α, a line
-    per method, δ dashed."""
-    from cic.reports.figures import _figure, _save, _shared_legend, _title
+    per method, δ dashed — or, with one α, a bar per method. The legend wraps into as many rows as its labels need
+    to stay inside the figure."""
+    from cic.reports.figures import _figure, _save, _shared_legend, _title, legend_layout
     from cic.store.score_files import GROUP_KEYS
 
     delta = float(rows.get_column("delta")[0])
     rows = rows.filter(delta=delta)
     groups = rows.select(GROUP_KEYS).unique(maintain_order=True).rows()[:FIGURE_GROUPS]
-    fig, axes = _figure(2 * len(groups), max_cols=2, top_in=0.9, min_width=7.0)
-    handles, labels = [], []
+    methods = rows.select("method", "guarantee").unique(maintain_order=True).rows()
+    labels = [f"{name} ({guarantee})" for name, guarantee in methods]
+    width = max(7.0, 0.65 + 0.15 + 2 * 3.6 + 0.65)
+    cols, lines = legend_layout(labels, width)
+    one_alpha = rows.get_column("alpha").n_unique() == 1
+    fig, axes = _figure(2 * len(groups), max_cols=2, top_in=0.55 + 0.17 * lines, min_width=width,
+                        bottom_in=1.1 if one_alpha else 0.5)  # one α: the methods' names under the bars
+    colours = [f"C{i % 10}" for i in range(len(methods))]
+    handles = []
     for g, key in enumerate(groups):
         part = rows.filter(**dict(zip(GROUP_KEYS, key, strict=True)))
         cover, above = axes[2 * g], axes[2 * g + 1]
-        for (name,), line in part.group_by("method", maintain_order=True):
-            line = line.sort("alpha")
-            drawn, = cover.plot(line["alpha"], line["coverage"], marker="o", ms=3, lw=1.2)
-            above.plot(line["alpha"], line["p_fdr_above_alpha"], marker="o", ms=3, lw=1.2, color=drawn.get_color())
+        for m, (name, _) in enumerate(methods):
+            line = part.filter(method=name).sort("alpha")
+            if one_alpha:  # a dot per method on a 0.19-0.21 axis says nothing: bars side by side
+                drawn = cover.bar(m, line["coverage"][0] if line.height else 0.0, color=colours[m])
+                above.bar(m, line["p_fdr_above_alpha"][0] if line.height else 0.0, color=colours[m])
+            else:
+                drawn, = cover.plot(line["alpha"], line["coverage"], marker="o", ms=3, lw=1.2, color=colours[m])
+                above.plot(line["alpha"], line["p_fdr_above_alpha"], marker="o", ms=3, lw=1.2, color=colours[m])
             if g == 0:
                 handles.append(drawn)
-                labels.append(f"{name} ({line['guarantee'][0]})")
         above.axhline(delta, ls="--", lw=0.8, color="0.4")
-        _title(cover, f"{key[1]} · {key[2]}: coverage", 8)
-        _title(above, f"{key[1]} · {key[2]}: P(FDR > α)", 8)
+        at = f" at α = {rows.get_column('alpha')[0]:g}" if one_alpha else ""
+        _title(cover, f"{key[1]} · {key[2]}: coverage{at}", 8)
+        _title(above, f"{key[1]} · {key[2]}: P(FDR > α){at}", 8)
         for ax in (cover, above):
-            ax.set_xlabel("α", fontsize=8)
+            if one_alpha:
+                ax.set_xticks(range(len(methods)), [name for name, _ in methods], rotation=30, ha="right")
+            else:
+                ax.set_xlabel("α", fontsize=8)
             ax.tick_params(labelsize=7)
             ax.set_ylim(-0.02, 1.02)
     _shared_legend(fig, handles, labels, f"Risk-control arena ({rows.get_column('splits')[0]} splits, δ = {delta:g}; "
-                                         "dashed: δ)")
+                                         "dashed: δ)", ncols=cols)
     return _save(fig, path)

@@ -21,11 +21,12 @@ DPI = 100
 
 
 def _figure(n_panels: int, *, panel_size: tuple[float, float] = (3.6, 2.8), max_cols: int = 4,
-            top_in: float = 0.6, min_width: float = 0.0, labels: tuple[str, str] | None = None
-            ) -> tuple[Figure, list[Any]]:
+            top_in: float = 0.6, min_width: float = 0.0, labels: tuple[str, str] | None = None,
+            bottom_in: float = 0.5) -> tuple[Figure, list[Any]]:
     """A grid of panels with fixed margins in inches (matplotlib's automatic layouts cost seconds on big grids).
 
-    `top_in` leaves room above the panels for a title and a shared legend; `min_width` (inches) keeps that
+    `top_in` leaves room above the panels for a title and a shared legend (`bottom_in` below them for tick labels);
+    `min_width` (inches) keeps that
     text inside a figure of few panels, which then sit centred. With `labels` (x, y) the panels share their
     axes and only the outer ones carry tick labels and axis labels (less text to draw, easier to compare).
     """
@@ -33,7 +34,7 @@ def _figure(n_panels: int, *, panel_size: tuple[float, float] = (3.6, 2.8), max_
 
     cols = max(1, min(max_cols, n_panels))
     rows = math.ceil(n_panels / cols)
-    left, right, bottom, gap_w, gap_h = 0.65, 0.15, 0.5, 0.65, 0.75
+    left, right, bottom, gap_w, gap_h = 0.65, 0.15, bottom_in, 0.65, 0.75
     natural = left + right + cols * panel_size[0] + (cols - 1) * gap_w
     width = max(natural, min_width)
     left, right = left + (width - natural) / 2, right + (width - natural) / 2
@@ -56,11 +57,25 @@ def _figure(n_panels: int, *, panel_size: tuple[float, float] = (3.6, 2.8), max_
     return fig, axes[:n_panels]
 
 
-def _shared_legend(fig: Figure, handles: list[Any], labels: list[str], title: str | None = None) -> None:
-    """One legend for every panel, centred under the figure title."""
+LEGEND_CHAR_IN = 0.062  # inches per character of a 7-point legend label (DejaVu Sans), with its marker beside it
+LEGEND_ENTRY_IN = 0.55
+
+
+def legend_layout(labels: list[str], width_in: float) -> tuple[int, int]:
+    """(columns, rows) of a shared legend whose widest column of labels fits `width_in` (less a margin)."""
+    if not labels:
+        return 1, 0
+    entry = LEGEND_ENTRY_IN + LEGEND_CHAR_IN * max(map(len, labels))
+    cols = max(1, min(len(labels), 7, int((width_in - 0.3) // entry)))
+    return cols, math.ceil(len(labels) / cols)
+
+
+def _shared_legend(fig: Figure, handles: list[Any], labels: list[str], title: str | None = None,
+                   ncols: int | None = None) -> None:
+    """One legend for every panel, centred under the figure title (`ncols`: as `legend_layout` fits them)."""
     if title:
         fig.suptitle(title, fontsize=10, y=1 - 0.12 / fig.get_figheight())
-    fig.legend(handles, labels, loc="upper center", ncols=min(len(labels), 7), fontsize=7, frameon=False,
+    fig.legend(handles, labels, loc="upper center", ncols=ncols or min(len(labels), 7), fontsize=7, frameon=False,
                bbox_to_anchor=(0.5, 1 - 0.32 / fig.get_figheight()))
 
 

@@ -141,3 +141,33 @@ def test_a_plain_score_error_file_is_benched_under_its_file_name_and_absurd_sett
                        (["--out", "/dev/null"], "is a character device")):
         refused = runner.invoke(app, ["bench", str(plain), *args])
         assert refused.exit_code == 2 and said in refused.output, refused.output
+
+
+@pytest.mark.parametrize("alphas", [[0.2], [0.1, 0.2, 0.3]])
+def test_the_figures_legend_and_labels_stay_inside_it_and_one_alpha_draws_a_bar_per_method(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, alphas: list[float]) -> None:
+    """The README's `cic bench` clipped its legend at both ends (seven long labels in one row); with one α the
+    methods were dots on a 0.19–0.21 axis. Every text of the figure lies inside it, and one α draws bars."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from cic.reports import arena, figures
+
+    rows = run_arena(table(600, seed=2), alphas=alphas, n_splits=10)
+    mapie = [rows.filter(method="lec").with_columns(method=pl.lit(name), guarantee=pl.lit("PAC (1 − δ)"))
+             for name in ("mapie-ltt-precision", "mapie-binary-classifier")]  # seven methods, as where MAPIE is
+    rows = pl.concat([rows, *mapie])
+    drawn: list[Figure] = []
+    keep = figures._save
+    monkeypatch.setattr(figures, "_save", lambda fig, path: (drawn.append(fig), keep(fig, path))[1])
+    arena.arena_figure(rows, tmp_path / "arena.png")
+    (fig,) = drawn
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    inside = fig.bbox.padded(1)
+    shown = [(ax, t) for ax in fig.axes if ax.get_visible() for t in ax.get_xticklabels()]
+    texts = [fig.legends[0], *[t for ax, t in shown if min(ax.get_xlim()) <= t.get_position()[0] <= max(ax.get_xlim())]]
+    for text in texts:
+        box = text.get_window_extent(renderer)
+        assert inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0 and box.y1 <= inside.y1, text
+    bars = sum(len(ax.patches) for ax in fig.axes)
+    assert (bars > 0) == (len(alphas) == 1)
