@@ -179,7 +179,7 @@ def arena_figure(rows: pl.DataFrame, path: Path) -> Path:
     width = max(7.0, 0.65 + 0.15 + 2 * 3.6 + 0.65)
     cols, lines = legend_layout(labels, width)
     one_alpha = rows.get_column("alpha").n_unique() == 1
-    fig, axes = _figure(2 * len(groups), max_cols=2, top_in=0.55 + 0.17 * lines, min_width=width,
+    fig, axes = _figure(2 * len(groups), max_cols=2, top_in=0.6 + 0.2 * lines, min_width=width,
                         bottom_in=1.1 if one_alpha else 0.5)  # one α: the methods' names under the bars
     colours = [f"C{i % 10}" for i in range(len(methods))]
     handles = []

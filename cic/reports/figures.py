@@ -155,8 +155,10 @@ def _metric_vs_alpha_figure(results: pl.DataFrame, path: Path, metric: str, ylab
     keys = curve_keys(results)
     bounds = list(dict.fromkeys(results.get_column("bound").to_list()))
     groups = list(dict.fromkeys(tuple(r[k] for k in keys) for r in results.iter_rows(named=True)))
-    legend_rows = math.ceil((len(groups) + diagonal) / 7)  # one legend for every panel, 7 entries a row
-    fig, axes = _figure(len(bounds), panel_size=(4.4, 3.4), max_cols=2, top_in=0.45 + 0.17 * legend_rows,
+    names = [" / ".join(group) or "all" for group in groups] + (["y = α"] if diagonal else [])
+    panels = min(2, len(bounds))
+    legend_cols, legend_rows = legend_layout(names, 0.65 + 0.15 + panels * 4.4 + (panels - 1) * 0.65)
+    fig, axes = _figure(len(bounds), panel_size=(4.4, 3.4), max_cols=2, top_in=0.5 + 0.2 * legend_rows,
                         labels=("target risk level α", ylabel))
     colors = _palette(len(groups))
     top = float(results.get_column("alpha").max())
@@ -180,7 +182,7 @@ def _metric_vs_alpha_figure(results: pl.DataFrame, path: Path, metric: str, ylab
         ax.set_xlim(0, top * 1.05)
         ax.set_ylim(0, top * 1.05 if diagonal else 1.02)
     entries = {label: handle for ax in axes for handle, label in zip(*ax.get_legend_handles_labels(), strict=True)}
-    _shared_legend(fig, list(entries.values()), list(entries))  # each group's colour is the same in every panel
+    _shared_legend(fig, list(entries.values()), list(entries), ncols=legend_cols)  # a group's colour in every panel
     return _save(fig, path)
 
 
@@ -223,6 +225,19 @@ def prr_figure(frame: pl.DataFrame, path: Path) -> Path:
     groups = list(dict.fromkeys(tuple(r[k] for k in others) for r in frame.iter_rows(named=True))) or [()]
     from matplotlib.figure import Figure
 
+    if len(groups) == 1:  # one model, dataset and criterion: a named bar per estimator, no legend over the bars
+        fig = Figure(figsize=(max(4.5, 1.2 + 0.5 * len(estimators)), 4.6))
+        ax = fig.add_subplot()
+        fig.subplots_adjust(left=0.8 / fig.get_figwidth(), right=0.98, top=0.9, bottom=0.4)
+        values = [next((r["prr"] for r in frame.iter_rows(named=True) if r["estimator"] == est), None) or 0.0
+                  for est in estimators]
+        ax.bar(range(len(estimators)), values, 0.7, color=_palette(len(estimators)))
+        ax.axhline(0, color="k", lw=0.8)
+        ax.set_xticks(range(len(estimators)), estimators, rotation=35, ha="right", fontsize=7)
+        ax.set_ylabel("PRR (1 = perfect, 0 = random)")
+        _title(ax, f"Prediction rejection ratio per estimator{' · ' + ' / '.join(groups[0]) if groups[0] else ''}",
+               10)
+        return _save(fig, path)
     fig = Figure(figsize=(max(4.5, 1.0 + 0.55 * len(groups) * max(1, len(estimators))), 3.8))
     ax = fig.add_subplot()
     fig.subplots_adjust(left=0.12, right=0.98, top=0.9, bottom=0.22)

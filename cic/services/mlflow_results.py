@@ -31,6 +31,7 @@ from cic.pipeline.run.group_reports import (
     render_units,
 )
 from cic.pipeline.run.run_results import LogStats
+from cic.reports.report_index import write_report_index
 from cic.services.mlflow_artifacts import sqlite_file
 from cic.services.mlflow_layout import experiment_prefix_of, pipeline_group, recalibration_groups, system_groups
 from cic.services.mlflow_setup import check_before_logging
@@ -134,6 +135,8 @@ def _send(store: Store, client: MlflowClient, pool: ThreadPoolExecutor, units: l
             group = replace(group, tags={**group.tags, **extra_tags})
         sent[index] = pool.submit(log_group, client, group, in_flight=in_flight)
         _report_progress(list(sent.values()), len(units))
+    if todo or not (Path(report_dir) / "README.md").exists():
+        write_report_index(Path(report_dir))  # the folder's front page: every group, every estimator compared
     report_s = time.perf_counter() - started
     for _ in as_completed(sent.values()):
         _report_progress(list(sent.values()), len(units))

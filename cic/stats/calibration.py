@@ -90,10 +90,12 @@ def exact(threshold: float, below: float | None = None) -> str:
     printed` accepts exactly the calibration answers the certified one does (6 digits could round it down and drop
     one); the gate file keeps the float itself."""
     value = float(threshold) + 0.0
+    if value == 0:
+        return "0"
     exact_digits = Decimal(repr(value))
     for digits in range(6, 18):
         step = Decimal(1).scaleb(exact_digits.adjusted() - digits + 1)
-        shown = exact_digits.quantize(step, rounding=ROUND_CEILING) if value else Decimal(0)
+        shown = exact_digits.quantize(step, rounding=ROUND_CEILING)
         if float(shown) == value or (below is not None and float(shown) < below):
             return format(shown.normalize(), "f") if abs(value) >= 1e-4 else format(shown.normalize(), "e")
     return repr(value)

@@ -19,6 +19,7 @@ from cic import schema
 from cic.errors import UserError
 from cic.pipeline.run.stored_calibration import GroupKey
 from cic.reports.report import ReportConfig, file_slug, write_report
+from cic.reports.report_index import write_report_index
 from cic.stats.searches import get_search
 from cic.store import Store
 from cic.store.outputs import guard_output_dir, write_frame
@@ -199,4 +200,5 @@ def write_group_reports(db: str, report_dir: str, run_keys: Sequence[str] | None
         reports = [read_unit(store, unit, Path(report_dir)) for unit in units]
     for _ in render_units(reports, len(reports)):
         pass
+    write_report_index(Path(report_dir))  # the folder's front page: every group, every estimator compared
     return [report.out for report in reports]
