@@ -54,8 +54,6 @@ def test_a_table_is_logged_like_the_pipeline_and_only_once(tmp_path: Path, monke
     assert again.exit_code == 0 and "0 group(s) logged, 2 already in MLflow" in again.output.replace("\n", "")
     assert "calibrate:" not in again.output  # found by the table's key: nothing calibrated again
     assert "every model against α" in again.output  # and the view to open, as the first time
-    other = runner.invoke(app, [*args[:3], "6", *args[4:]])  # another split count: other numbers, logged anew
-    assert other.exit_code == 0 and "2 group(s) logged, 0 already" in other.output.replace("\n", "")
 
 
 def test_a_table_whose_rows_disagree_is_refused_before_mlflow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -68,3 +66,50 @@ def test_a_table_whose_rows_disagree_is_refused_before_mlflow(tmp_path: Path, mo
     result = runner.invoke(app, ["log", str(table), "--n-splits", "5", "--report-dir", str(tmp_path / "r")])
     assert result.exit_code == 2 and "is both right and wrong under criterion 'match'" in result.output
     assert not (tmp_path / "mlflow.db").exists()
+
+
+@pytest.mark.slow  # starts `mlflow ui`
+def test_the_printed_mlflow_ui_command_serves_the_printed_view(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The closing lines' advice, run exactly as printed: `mlflow ui …` serves the store, and the experiment the
+    printed view names holds the α view's tag."""
+    import json
+    import os
+    import re
+    import shlex
+    import signal
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+
+    with socket.socket() as probe:
+        if probe.connect_ex(("127.0.0.1", 5000)) == 0:
+            pytest.skip("port 5000 (mlflow ui's default) is taken on this machine")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    table = _table(tmp_path / "scores.parquet")
+    result = runner.invoke(app, ["log", str(table), "--n-splits", "5", "--report-dir", str(tmp_path / "r")],
+                           env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    command = re.search(r"MLflow UI: `([^`]+)`, then (http://\S+)", result.output)
+    views = re.findall(r"every model against α: (http://\S+#/experiments/(\d+)/runs\?\S+)", result.output)
+    assert command and len(views) == 2, result.output
+    server = subprocess.Popen(shlex.split(command[1]), cwd=tmp_path, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"{command[2]}/health", timeout=2)
+                break
+            except OSError:
+                assert time.monotonic() < deadline and server.poll() is None, "mlflow ui did not answer"
+                time.sleep(0.5)
+        for url, experiment in views:
+            assert url.startswith(command[2])
+            got = json.load(urllib.request.urlopen(
+                f"{command[2]}/api/2.0/mlflow/experiments/get?experiment_id={experiment}", timeout=10))
+            tags = {t["key"]: t["value"] for t in got["experiment"]["tags"]}
+            key = re.search(r"viewStateShareKey=([\w-]+)", url)[1]
+            assert json.loads(tags[f"mlflow.sharedViewState.{key}"])["runsHiddenMode"] == "SHOW_ALL"
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
