@@ -89,12 +89,15 @@ def _click_through(context: Any, page: Any, experiment: str, models: list[str], 
     view = opened.value
     view.get_by_text(SECTION).wait_for(timeout=90_000)
     said.append(f"click 2: {LINK!r} → {view.url.split('#', 1)[1]}")
-    view.get_by_text("alpha_by_alpha_pct").first.wait_for(timeout=90_000)  # the x axis is α
+    view.locator(".js-plotly-plot .scatterlayer .trace").first.wait_for(timeout=120_000)  # lines drawn
+    axes = view.locator(".js-plotly-plot .xtitle").all_text_contents()  # SVG text: no innerText
+    if not axes or any(title != "alpha_by_alpha_pct" for title in axes[:4]):  # the view's charts: x is α
+        raise SystemExit(f"the first charts' x axes read {axes[:4]}, not alpha_by_alpha_pct")
     body = view.inner_text("body")
     missing = [m for m in models if m not in body]
     if missing:
         raise SystemExit(f"the view shows no run of {missing}")
-    time.sleep(3)  # the charts draw their lines after the data arrives
+    time.sleep(5)  # every chart draws its lines once its runs' histories arrive
     view.screenshot(path=str(out))
     said.append(f"found: section {SECTION!r}, x axis alpha_by_alpha_pct, runs of {', '.join(models)}; "
                 f"screenshot {out}")
