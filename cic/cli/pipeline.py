@@ -495,13 +495,14 @@ def ask(
         ask_with_cascade(question, config=config, db=db, cascade=cascade, dataset=dataset, choices=choices,
                          criterion=criterion, alpha=alpha, bound=bound)
         return
-    err_console.print(printable(f"cic ask: finding the live gate (config {config}{', store ' + db if db else ''}); "
-                                "a model loads only if it serves"), style="dim", soft_wrap=True, highlight=False)
     reply = ask_question(question, config_path=config, db=db, model=model, dataset=dataset, choices=choices,
-                         estimator=estimator, criterion=criterion, alpha=alpha, bound=bound, search=search,
-                         say=lambda line: err_console.print(printable(line), style="dim", soft_wrap=True,
-                                                            highlight=False))
+                         estimator=estimator, criterion=criterion, alpha=alpha, bound=bound, search=search, say=say_dim)
     _say_reply(reply, choices, bound, search)
+
+
+def say_dim(line: str) -> None:
+    """A progress line on stderr (what loads now), out of the way of the answer on stdout."""
+    err_console.print(printable(line), style="dim", soft_wrap=True, highlight=False)
 
 
 def _say_reply(reply: Any, choices: list[str] | None, bound: str, search: str) -> None:

@@ -40,6 +40,9 @@ from cic.cli.option_groups import Columns, FileLabels, Grid, Splits, StoredRun, 
 from cic.errors import UserError
 from cic.stats.searches import DEFAULT_SEARCH, SEARCH_NAMES
 
+ExplainOpt = Annotated[bool, typer.Option("--explain", help="Print the search's whole guarantee statement (by default "
+                                         "one line: the score and what the search guarantees).")]
+
 
 @friendly_errors
 @grouped
@@ -57,8 +60,7 @@ def calibrate(
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the result as JSON here.")] = None,
     gate_out: Annotated[Path | None, typer.Option("--gate", help="Write the serving gate JSON here.")] = None,
     show_table: Annotated[bool, typer.Option("--table", help="Print every candidate threshold.")] = False,
-    explain: Annotated[bool, typer.Option("--explain", help="Print the search's whole guarantee statement (by "
-                                          "default one line: the score and what the search guarantees).")] = False,
+    explain: ExplainOpt = False,
     stored: StoredRun,
     group_col: Annotated[str | None, typer.Option("--group", help="One threshold per value of this column, all "
                                                   "certified at once (each group at delta / G).")] = None,

@@ -465,7 +465,8 @@ def test_a_cascade_gate_drifting_is_withdrawn_by_the_nightly_flow_and_leaves_the
     summary = state.result(raise_on_failure=False).summary
     assert state.is_failed() and live["calibration_id"] in summary.withdrawn
     assert state.message.startswith("PAGE ")  # on-call's first line: the worst alert, the rest counted by kind
-    assert any(a.place.label.startswith("small -> big/d") and a.alert.startswith("error rate at the live thresholds")
+    assert any(a.place.label.startswith("small -> big/d") and a.alert.startswith("live gate ")
+               and "error rate at the live thresholds" in a.alert
                for a in summary.alerts)  # the cascade's own page is among them
     (candidate,) = [c for c in summary.candidates if c.place.model == "small -> big"]
     assert candidate.state == "candidate" and len(candidate.thresholds or ()) in (0, 2)

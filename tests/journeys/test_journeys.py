@@ -219,9 +219,8 @@ def test_cic_ask_answers_or_abstains_and_exits_at_once(ran: Journey, home: tuple
     asked = run_cic(["ask", "Who wrote Hamlet?", "--config", "small.yaml", "--alpha", "0.1"], user, env)
     assert asked.code == 0, asked.text + asked.stderr
     assert asked.text.startswith(("ANSWER", "ABSTAIN")) and asked.exit_gap() <= EXIT_WITHIN_S
-    said = asked.stderr.splitlines()  # a sign of life before any model loads, and what loads when one does
-    assert said[0].startswith("cic ask: finding the live gate (config small.yaml)"), said
-    assert any(line.startswith("gate ") and "loading smollm2" in line for line in said) or "ABSTAIN" in asked.text
+    said = asked.stderr.splitlines()  # before a model loads (seconds): which gate serves and which model loads
+    assert (said and said[0].startswith("gate ") and "loading smollm2" in said[0]) or "ABSTAIN" in asked.text, said
     readable(asked, max_lines=5)
 
 
