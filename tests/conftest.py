@@ -26,7 +26,7 @@ os.environ.pop("LINES", None)
 # The modules that take minutes (real servers, model runs, kills) go to the workers first, so the short ones fill
 # the gaps at the end instead of one worker finishing a long module alone (scheduling only: a module missing
 # here runs in its normal place).
-LONG_MODULES = ("tests/flows/test_pipeline_e2e.py", "tests/journeys/test_journeys.py",
+LONG_MODULES = ("tests/flows/test_pipeline_e2e.py", "tests/journeys/test_journeys.py", "tests/journeys/test_readme.py",
                 "tests/cli/test_run_command.py", "tests/flows/test_flows.py", "tests/flows/test_prefect_deployment.py",
                 "tests/flows/test_cluster.py", "tests/flows/test_prefect_ui.py", "tests/llm/test_generation.py",
                 "tests/cli/test_error_lines.py", "tests/services/test_mlflow_artifacts.py",

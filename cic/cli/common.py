@@ -9,11 +9,13 @@ import re
 import shlex
 import sys
 from collections.abc import Callable
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console, ConsoleDimensions
+from rich.table import Table
 from rich.text import Text
 
 from cic.errors import UserError
@@ -43,6 +45,46 @@ class StreamConsole(Console):
     @size.setter
     def size(self, new_size: tuple[int, int]) -> None:
         Console.size.fset(self, new_size)  # type: ignore[attr-defined]
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        """A message (one str or Text) names the store this command read in its `cic gate …` commands
+        (`advise_on`) and, unless the caller chose how it wraps, breaks between words only: a path, a URL or a
+        command longer than the rest of its line starts the next one whole instead of being folded inside (rich's
+        default), so what a person copies from it runs. A table prints as rich draws it when every column fits at
+        its longest word, else one block per row (`cic.cli.fitted_table`)."""
+        if len(objects) == 1 and isinstance(objects[0], Table):
+            from cic.cli.fitted_table import fitted
+
+            lines = fitted(objects[0], self)
+            if lines is not None:  # one block per row: each line a message (whole words, wrapped between them)
+                for line in lines:
+                    self.print(line, **kwargs)
+                return
+        if len(objects) == 1 and isinstance(objects[0], str | Text):
+            text = _on_advised_store(objects[0] if isinstance(objects[0], Text) else Text(objects[0]))
+            if kwargs.get("soft_wrap") is None and kwargs.get("overflow") is None:
+                kwargs["soft_wrap"] = True
+                text = Text("\n").join(whole_word_lines(text, self.width))
+            objects = (text,)
+        super().print(*objects, **kwargs)
+
+
+_WORD = re.compile(r"\S+\s*")
+
+
+def whole_word_lines(text: Text, width: int) -> list[Text]:
+    """`text`'s lines, each cut between words to fit `width` (a word wider than `width` stays whole, alone)."""
+    out: list[Text] = []
+    for line in text.split("\n", allow_blank=True):
+        plain, start, offsets = line.plain, 0, []
+        for word in _WORD.finditer(plain):
+            if word.start() > start and len(plain[start:word.end()].rstrip()) > width:
+                offsets.append(word.start())
+                start = word.start()
+        for piece in line.divide(offsets):
+            piece.rstrip()
+            out.append(piece)
+    return out
 
 
 # markup and emoji codes are off: file names, model names and values in errors are printed as they are
@@ -119,12 +161,15 @@ def friendly_errors(func: F) -> F:
             run_logger = logging.getLogger(name)
             if _run_log not in run_logger.filters:
                 run_logger.addFilter(_run_log)
+        token = _ADVISED_STORE.set(str(kwargs["db"]) if kwargs.get("db") is not None else None)
         try:
             return func(*args, **kwargs)
         except UserError as exc:
             err_console.print(styled(("error:", "bold red"), " ", printable(" ".join(str(exc).split()))),
                               soft_wrap=True)
             raise typer.Exit(2) from None
+        finally:
+            _ADVISED_STORE.reset(token)
 
     return wrapper  # type: ignore[return-value]
 
@@ -305,13 +350,33 @@ ForceOpt = Annotated[bool, typer.Option("--force", help="Replace an existing fil
                                                         "command, a device or a directory).")]
 
 
-_GATE_COMMAND = re.compile(r"`(cic gate \w+ [0-9a-f]+)((?: --[\w-]+)*)`")
+_GATE_COMMAND = re.compile(r"`cic gate (\w+)((?: [0-9a-f]{6,})?)([^`]*)`")
+_ADVISED_STORE: ContextVar[str | None] = ContextVar("cic_advised_store", default=None)
 
 
-def on_store(text: str, db: str | Path, default: str = "cic.duckdb") -> str:
-    """Advice as it runs from here: each `cic gate <verb> ID …` command in `text` names the store (`--db`) when the
-    command that printed it read another one than the default (the stored advice names no store)."""
-    if str(db) == default:
+def on_store(text: str, db: str | Path | None, default: str = "cic.duckdb") -> str:
+    """Advice as it runs from here: each `cic gate …` command in `text` that names no store gets `--db db` when
+    `db` is not the default store of the working directory (stored advice names no store: the surface adds it)."""
+    if db is None or Path(db).resolve() == Path(default).resolve():
         return text
-    return _GATE_COMMAND.sub(lambda m: f"`{m[1]} --db {shlex.quote(str(db))}{m[2]}`"
-                             if "--db" not in m[0] else m[0], text)
+    return _GATE_COMMAND.sub(lambda m: m[0] if "--db" in m[0] else
+                             f"`cic gate {m[1]}{m[2]} --db {shlex.quote(str(db))}{m[3]}`", text)
+
+
+def advise_on(db: str | Path | None) -> None:
+    """From here on, this command's printed messages name `db` in each `cic gate …` command (`on_store`): the
+    store it read, so that what a person copies runs as printed. `friendly_errors` sets it from --db."""
+    if db is not None:
+        _ADVISED_STORE.set(str(db))
+
+
+def _on_advised_store(message: Text) -> Text:
+    """`message` with `on_store` applied for the store this command read, its styles kept."""
+    db = _ADVISED_STORE.get()
+    if db is None:
+        return message
+    for match in reversed(list(_GATE_COMMAND.finditer(message.plain))):
+        changed = on_store(match[0], db)
+        if changed != match[0]:
+            message = message[:match.start()] + Text(changed) + message[match.end():]
+    return message

@@ -10,14 +10,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
 from cic.cli.common import (
     ForceOpt,
     TrackingOpt,
     console,
     err_console,
-    fmt,
     friendly_errors,
     on_store,
     printable,
@@ -278,7 +276,7 @@ def _gate_cells(r: GateRow) -> tuple[str, ...]:
     return tuple(map(printable, (
         r.calibration_id[:12], serving_state(r).word + kind,
         f"{r.model} · {r.dataset}", f"{r.estimator} · {r.criterion}", f"{r.alpha:g} · {_delta(r)}",
-        f"{r.bound} · {r.search}", "unattainable" if r.threshold is None else fmt(r.threshold, ".4g"),
+        f"{r.bound} · {r.search}", "unattainable" if r.threshold is None else f"{r.threshold:.4g}",
         str(r.n_cal), _window_cell(r), _alert_summary(list(r.alerts)))))
 
 
@@ -324,37 +322,10 @@ GATE_COLUMNS = ("id", "state", "model · dataset", "estimator · criterion", "α
 
 
 def _print_gates(title: str, cells: list[tuple[str, ...]]) -> None:
-    """The gates as a table whose columns are as wide as their longest word (values wrap between words, never
-    inside one) when that fits the console; else a block per gate, `column: value` lines wrapped between words."""
-    longest = [max([len(word) for value in column for word in value.split()] + [len(word) for word in name.split()])
-               for name, column in zip(GATE_COLUMNS, zip(*cells, strict=True) if cells else [()] * len(GATE_COLUMNS),
-                                       strict=True)]
-    if sum(longest) + 2 * len(longest) <= console.width:  # SIMPLE_HEAD: one space either side, no borders
-        from rich import box
+    """The gates under GATE_COLUMNS, fitted to the console (a block per gate where a table would break words)."""
+    from cic.cli.fitted_table import plain_table
 
-        table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
-        for name, width in zip(GATE_COLUMNS, longest, strict=True):
-            table.add_column(name, min_width=width, overflow="fold")
-        for row in cells:
-            table.add_row(*row)
-        console.print(table)
-        return
-    console.print(title)
-    for row in cells:
-        for line in _packed([f"{row[0]}  {row[1]}  {row[2]}"] + [
-                f"{name}: {value}" for name, value in zip(GATE_COLUMNS[3:], row[3:], strict=True)], console.width):
-            console.print(line, overflow="fold")  # only a value wider than the console itself is folded
-
-
-def _packed(parts: list[str], width: int, indent: str = "    ", gap: str = "   ") -> list[str]:
-    """`parts` on as few lines of `width` as fit whole parts: a line breaks between parts, never inside one."""
-    lines = [parts[0]]
-    for part in parts[1:]:
-        if len(lines[-1]) + len(gap) + len(part) <= width and len(lines) > 1:
-            lines[-1] += gap + part
-        else:
-            lines.append(indent + part)
-    return lines
+    console.print(plain_table(title, GATE_COLUMNS, cells))
 
 
 def _delta(row: GateRow) -> str:
@@ -499,7 +470,8 @@ def export_gates(
     or whose live gate is flagged (until it is recalibrated or confirmed with `cic gate confirm`), an entry that
     serves nothing (abstain on all) and says why; then each system's newest gate (a cascade or a model's estimator
     chosen, re-certified from the store) with every stage's threshold."""
-    from cic.pipeline.gates.serving import served_entries
+    from cic.pipeline.gates.lifecycle import gates
+    from cic.pipeline.gates.serving import served_entries, waiting_advice
     from cic.store import Store
     from cic.store.outputs import guard_output, write_text
 
@@ -507,9 +479,10 @@ def export_gates(
     filters = {k: v for k, v in (("model", model), ("dataset", dataset)) if v is not None}
     with Store.open(_existing(db), read_only=True, wait_s=60) as store:
         exported = served_entries(store, **filters)
+        waiting = None if exported else waiting_advice(store, gates(store, **filters).filter(state="candidate"))
     if not exported:
-        raise UserError(f"no live or retired gate in {db}" + (f" for {filters}" if filters else "") +
-                         "; promote one with `cic gate promote ID`")
+        raise UserError(f"no live or retired gate in {db}" + (f" for {filters}" if filters else "") + "; " + (
+            waiting or "no candidate waits either (cic run and cic recalibrate write them)"))
     write_text(target, json.dumps(exported, indent=2) + "\n", "--out")
     _say_exported(exported, target)
 

@@ -8,7 +8,6 @@ the environment names a real service: --db, MLFLOW_TRACKING_URI / --tracking-uri
 from __future__ import annotations
 
 import itertools
-import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -16,7 +15,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from cic.cli.common import TrackingOpt, bound_choices, console, err_console, fmt, friendly_errors, printable, styled
+from cic.cli.common import (
+    TrackingOpt,
+    advise_on,
+    bound_choices,
+    console,
+    err_console,
+    fmt,
+    friendly_errors,
+    printable,
+    styled,
+)
 from cic.cli.runner import refuse_moved_mlflow_store, run_flow, without_flow
 from cic.cli.service_logs import services_log_path
 from cic.stats.searches import DEFAULT_SEARCH
@@ -235,6 +244,7 @@ def recalibrate(
     checked = _recalibration_config(config, window, since, label_window, missing_labels)  # before any service
     resolved_db = db or checked.storage.db
     check_store(resolved_db, must_exist=True, option="--db" if db else "storage.db")
+    advise_on(resolved_db)
     _refuse_unfinished_ingests(resolved_db)
     from flows.recalibrate import RecalibrationAlert, recalibrate_flow
 
@@ -277,26 +287,29 @@ def _group_of(p: Any) -> str:
     return f"{p.model}/{p.dataset} {p.estimator} × {p.criterion}"
 
 
+CANDIDATE_COLUMNS = ("gate", "state", "model · dataset", "estimator · criterion", "α", "bound · search", "n",
+                     "threshold", "live")
+
+
 def print_candidates(result: Any) -> None:
-    """The candidate gates (those with alerts first, at most SHOWN_CANDIDATES) and the live gates' monitors."""
+    """The candidate gates (those with alerts first, at most SHOWN_CANDIDATES), fitted to the console without
+    breaking a word, and the live gates' monitors. One group (a nightly pass over one stream) is named once, in
+    the title."""
+    from cic.cli.fitted_table import plain_table
+
     groups = {_group_of(c.place) for c in result.candidates}
-    one = len(groups) == 1  # one group (a nightly pass over one stream): named once in the title
-    table = Table(title=printable(f"recalibration: {result.gates} candidate gate(s)"
-                                  + (f" of {next(iter(groups))}" if one else "")))
-    table.add_column("gate", no_wrap=True, min_width=12)
-    table.add_column("state", no_wrap=True)
-    if not one:
-        table.add_column("group", overflow="fold")  # the one column that wraps: numbers stay whole
-    for column in ("α", "bound · search", "n", "threshold", "live"):
-        table.add_column(column, no_wrap=True)
+    one = len(groups) == 1
+    columns = [c for c in CANDIDATE_COLUMNS if not (one and "·" in c and c != "bound · search")]
     shown = sorted(result.candidates, key=lambda c: not c.alerts)[:SHOWN_CANDIDATES]
-    for r in shown:
-        p = r.place
-        table.add_row(*map(printable, (r.gate_id[:12], r.state, *([] if one else [_group_of(p)]), f"{p.alpha:g}",
-                                       f"{p.bound} · {p.search}", str(r.n_window))),
-                      styled(("unattainable", "red")) if r.unattainable else r.shown(), r.shown(live=True) or "—")
+    cells = [tuple(map(printable, (
+        r.gate_id[:12], r.state, *([] if one else [f"{r.place.model} · {r.place.dataset}",
+                                                   f"{r.place.estimator} · {r.place.criterion}"]),
+        f"{r.place.alpha:g}", f"{r.place.bound} · {r.place.search}", str(r.n_window), r.shown() or "",
+        r.shown(live=True) or "—"))) for r in shown]
     if result.candidates:
-        console.print(table)
+        console.print(plain_table(printable(f"recalibration: {result.gates} candidate gate(s)"
+                                            + (f" of {next(iter(groups))}" if one else "")), columns, cells,
+                                  lead=2 if one else 3))
     print_monitors(result.monitors)
 
 
@@ -304,7 +317,6 @@ def print_recalibration_notes(result: Any, failed: bool, nothing: str, db: str |
     """What on-call reads after the table: skipped groups, alerts, withdrawn gates, registry and MLflow trouble,
     and what to do next (`nothing`: the line when there was nothing to recalibrate), each command naming the store
     `db` so that it runs as printed."""
-    where = f" --db {shlex.quote(db)}" if db else ""
     if len(result.candidates) > SHOWN_CANDIDATES:
         console.print(f"{len(result.candidates) - SHOWN_CANDIDATES} more candidate(s) not shown: `cic gate list "
                       "--state candidate`", soft_wrap=True)
@@ -338,10 +350,25 @@ def print_recalibration_notes(result: Any, failed: bool, nothing: str, db: str |
     if result.log_error:
         err_console.print(styled(("MLflow logging failed:", "bold yellow"), printable(f" {result.log_error}")),
                           soft_wrap=True)
-    if any(c.state == "candidate" and not c.unattainable for c in result.candidates) and not result.promoted:
-        console.print(f"candidates wait for review: `cic gate list{where} --state candidate`, then `cic gate promote "
-                      f"ID{where}`", soft_wrap=True)
+    reviewable = sorted((c for c in result.candidates if c.state == "candidate" and not c.unattainable),
+                        key=lambda c: (bool(c.alerts), (c.place.bound, c.place.search) != ("cp", DEFAULT_SEARCH)))
+    if reviewable and not result.promoted:
+        console.print(review_line(reviewable[0], db), soft_wrap=True)
     print_serving_now(result.serving)
+
+
+def review_line(first: Any, db: str | None) -> str:
+    """Where candidates wait and the command that promotes `first` (one without alerts when there is one, of the
+    bound and search `cic ask` asks by default when there is one), as it runs from here; one with alerts is advised
+    with --despite-alerts and the alerts it needs reviewed."""
+    from cic.pipeline.gates.serving_state import gate_command
+
+    listed = gate_command("list", None, db, "--state", "candidate")
+    if first.alerts:
+        return (f"candidates wait for review: {listed}; each carries alerts — e.g. {first.gate_id[:12]} "
+                f"({'; '.join(first.alerts)}): after review "
+                f"{gate_command('promote', first.gate_id, db, '--despite-alerts')}")
+    return f"candidates wait for review: {listed}, then e.g. {gate_command('promote', first.gate_id, db)}"
 
 
 def restore_advice(result: Any, gate_id: str, db: str | None = None) -> str:
@@ -513,9 +540,12 @@ def _say_reply(reply: Any, choices: list[str] | None, bound: str, search: str) -
     answer = shown_answer(reply.answer, choices)
     console.print(styled(verdict, printable(f"  {answer!r}")) if reply.decision == "answer" else styled(verdict),
                   highlight=False)
-    score = "not computed (no model asked)" if reply.score is None else f"{reply.score + 0.0:.4g}"
-    console.print(f"score {reply.estimator} = {score}; threshold = "
-                  f"{'none' if reply.threshold is None else format(reply.threshold, '.4g')} "
+    from cic.stats.calibration import beside
+
+    score, threshold = beside(reply.score, reply.threshold) if None not in (reply.score, reply.threshold) else (
+        "not computed (no model asked)" if reply.score is None else f"{reply.score + 0.0:.4g}",
+        "none" if reply.threshold is None else f"{reply.threshold:.4g}")
+    console.print(f"score {reply.estimator} = {score}; threshold = {threshold} "
                   f"(α = {reply.alpha:g}, {bound}, {search}, gate {reply.calibration_id[:12]})", highlight=False)
     if reply.withheld:
         console.print(printable(f"why: {reply.withheld}"), highlight=False, soft_wrap=True)
@@ -527,6 +557,7 @@ def ask_with_cascade(question: str, *, config: str, db: str | None, cascade: str
                      choices: list[str] | None, criterion: str | None, alpha: float | None, bound: str) -> None:
     """`cic ask --cascade`: the decision, which model answered, and each stage asked (score against threshold)."""
     from cic.pipeline.gates.asking import ask_cascade, shown_answer
+    from cic.stats.calibration import beside
 
     reply = ask_cascade(question, config_path=config, db=db, cascade=cascade, dataset=dataset, choices=choices,
                         criterion=criterion, alpha=alpha, bound=bound)
@@ -539,7 +570,7 @@ def ask_with_cascade(question: str, *, config: str, db: str | None, cascade: str
                       highlight=False)
     for model, score, threshold in reply.steps:
         console.print(printable(f"  {model}: " + ("not called (this stage never answers)" if score is None else
-                                                  f"score {score + 0.0:.4g} vs threshold {threshold:.4g}")),
+                                                  "score {} vs threshold {}".format(*beside(score, threshold)))),
                       highlight=False)
     if reply.not_called:
         console.print(printable(f"  not called: {', '.join(reply.not_called)} (an earlier model answered)"),

@@ -101,6 +101,17 @@ def exact(threshold: float, below: float | None = None) -> str:
     return repr(value)
 
 
+def beside(score: float, threshold: float) -> tuple[str, str]:
+    """A score and a threshold printed side by side with the fewest digits (at least 4, the same for both) that
+    keep the score on the side of the threshold it is on: comparing the printed numbers reaches the gate's
+    decision (`score <= threshold` answers)."""
+    for digits in range(4, 18):
+        shown = format(score + 0.0, f".{digits}g"), format(threshold + 0.0, f".{digits}g")
+        if (float(shown[0]) <= float(shown[1])) == (score <= threshold):
+            return shown
+    return repr(score + 0.0), repr(threshold + 0.0)
+
+
 @dataclass(frozen=True)
 class CalibrationResult:
     """The outcome of one calibration: a certified threshold, or None when alpha is unattainable.

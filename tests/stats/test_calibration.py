@@ -314,3 +314,16 @@ def test_the_printed_threshold_accepts_exactly_the_calibration_answers_the_certi
         if result.threshold is not None:
             printed = float(result.summary().split("score <= ")[1].split(":")[0])
             assert ((scores <= printed) == (scores <= result.threshold)).all()
+
+
+@pytest.mark.parametrize(("score", "threshold"), [(0.32600412, 0.3260041), (0.3260041, 0.3260041),
+                                                   (0.3260040999, 0.3260041), (0.1, 0.9), (0.9, 0.1),
+                                                   (1.0000000000000002, 1.0), (0.0, 0.0)])
+def test_a_score_printed_beside_its_threshold_stays_on_its_side(score: float, threshold: float) -> None:
+    """`cic ask` prints score and threshold: comparing the printed numbers gives the gate's decision, with 4
+    digits where they suffice."""
+    from cic.stats.calibration import beside
+
+    shown_score, shown_threshold = beside(score, threshold)
+    assert (float(shown_score) <= float(shown_threshold)) == (score <= threshold)
+    assert len(shown_score) <= 6 or abs(score - threshold) < 1e-4

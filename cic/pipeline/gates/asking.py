@@ -136,6 +136,7 @@ def ask_question(question: str, *, config_path: str | Path, db: str | None, mode
     if why is not None:  # a gate out of service answers nothing: no model is loaded to find that out
         return Reply("abstain", "", None, None, gate_row.estimator, gate_row.calibration_id, why, alpha)
     askable_estimator(config, gate_row.estimator, gate_row.calibration_id)
+    askable_dataset(dataset, gate_row.calibration_id, store_path)
     same_settings()
     chosen = config.models[index]
     say(f"gate {gate_row.calibration_id[:12]} serves (score {gate_row.estimator}); loading {chosen.name} "
@@ -144,6 +145,22 @@ def ask_question(question: str, *, config_path: str | Path, db: str | None, mode
                                      gate_row.estimator, question_row(question, dataset, choices))
     return Reply(gate_of(gate_row).decide(score), answer, score, gate_row.threshold, gate_row.estimator,
                  gate_row.calibration_id, None, alpha)
+
+
+def askable_dataset(dataset: str, gate_id: str, db: str) -> None:
+    """Refuse, before any model loads, a gate of a production stream (a `dataset` no registry entry describes):
+    `cic ask` would not know the prompt the served system's answers were given, so its answer and score would
+    not be those the gate was certified on. Such gates serve from the export, where the served system's own scores
+    meet them."""
+    from cic.data import DATASETS
+    from cic.pipeline.gates.serving_state import gate_command
+
+    if dataset in DATASETS:
+        return
+    raise UserError(f"dataset = {dataset!r}: gate {gate_id[:12]} certifies a production stream, not a registered "
+                    "dataset, so cic ask does not know the prompt its answers were given and cannot answer as the "
+                    f"served system does; serve it from {gate_command('export', None, db, '--out', 'live-gates.json')},"
+                    " where the served system's own scores meet its threshold")
 
 
 def reachable_as_certified(config: Any, index: int, db: str, run_key: str) -> Callable[[], None]:

@@ -257,8 +257,8 @@ def promote(store: Store, gate_id: str, *, reason: str, despite_alerts: bool = F
         raise UserError(f"gate id = {gate_id!r}: {kind.noun} {short} is live and flagged ({flag_of(row)}); after "
                         f"review confirm it with `cic gate confirm {short}`, or promote a newer gate of its key")
     verify(store, row)
-    if row["state"] == "live":
-        return row, []
+    if row["state"] == "live" and (code is None or row.get("reason_code") == code):
+        return row, []  # already live (a live gate opted in without a guarantee now gets that event)
     holding = kind.typed(kind.table(store).filter(pl.col("state").is_in(HOLDS_KEY)))
     retired = [r.calibration_id for r in holding
                if kind.key(r) == kind.key(row) and r.calibration_id != row.calibration_id]

@@ -35,6 +35,7 @@ from cic.pipeline.gates.serving_state import (
     UNATTAINABLE,
     WITHOUT_GUARANTEE,
     flag_of,
+    gate_command,
     guaranteed,
     no_guarantee_refusal,
     serving_state,
@@ -96,10 +97,8 @@ def live_gate(store: Store, **asked: Any) -> GateRow:
             "run `cic run` with this cascade in calibration.cascades first"))
     speaking = rows.filter(pl.col("state").is_in(HOLDS_KEY))
     if speaking.height == 0:
-        waiting = rows.filter(state="candidate").sort("created_at").get_column("calibration_id").to_list()
-        raise UserError(f"no live gate for {wanted}: " + (
-            f"candidates waiting for review: {', '.join(g[:12] for g in waiting[-3:])}; promote one with "
-            "`cic gate promote ID`" if waiting else "every gate of it was retired; promote one"))
+        raise UserError(f"no live gate for {wanted}: " + (waiting_advice(store, rows.filter(state="candidate"))
+                                                          or "every gate of it was retired; promote one"))
     # what a caller may leave open (a criterion) or name by its base (an estimator) must not pick one silently
     several = [c for c in ("criterion", "estimator") if c in speaking.columns and speaking.get_column(c).n_unique() > 1]
     if several:
@@ -113,6 +112,20 @@ def live_gate(store: Store, **asked: Any) -> GateRow:
     return replace(row, withheld=why) if why is not None else row
 
 
+def waiting_advice(store: Store, candidates: pl.DataFrame, shown: int = 3) -> str | None:
+    """The newest candidates of a key (None: none waits) and the command that promotes the newest, as it runs
+    here — with --despite-alerts, and why, when it carries alerts."""
+    if candidates.height == 0:
+        return None
+    newest = candidates.sort("created_at").tail(shown).to_dicts()
+    ids, last = ", ".join(r["calibration_id"][:12] for r in newest), newest[-1]
+    alerts = list(last.get("alerts") or [])
+    promote = gate_command("promote", last["calibration_id"], store.path, *(["--despite-alerts"] if alerts else []))
+    return (f"candidates waiting for review: {ids} ({gate_command('list', None, store.path, '--state', 'candidate')});"
+            + (f" the newest carries alerts ({'; '.join(alerts)}): after review {promote}" if alerts else
+               f" promote the newest after review: {promote}"))
+
+
 def serving_here(store: Store, model: str, dataset: str, shown: int = 8) -> str:
     """What a miss says: the gates serving for that model and dataset (ask one of them), or that none does."""
     serving = [r for r in gate_rows(gates(store, model=model, dataset=dataset).filter(state="live"))
@@ -123,9 +136,10 @@ def serving_here(store: Store, model: str, dataset: str, shown: int = 8) -> str:
         if elsewhere:
             return (f"no gate serves for model {model!r} on {dataset!r}; gates serve here for: " + "; ".join(
                 f"--model {m} --dataset {d}" for m, d in elsewhere[:shown]))
-        return (f"no gate serves for model {model!r} on {dataset!r} (none serves in this store yet): a benchmark "
-                "store's gates come from `cic run`, a production store's from `cic recalibrate` then `cic gate "
-                "promote ID`; see `cic gate list`")
+        waiting = waiting_advice(store, gates(store, model=model, dataset=dataset).filter(state="candidate"))
+        return (f"no gate serves for model {model!r} on {dataset!r} (none serves in this store yet): " + (
+            waiting or "a benchmark store's gates come from cic run, a production store's from cic recalibrate "
+                       "and a person's promotion"))
     listed = "; ".join(f"--estimator {r.estimator} --criterion {r.criterion} --alpha {r.alpha:g} --bound {r.bound} "
                        f"--search {r.search}" for r in serving[:shown])
     more = f" (and {len(serving) - shown} more: `cic gate list --state serving`)" if len(serving) > shown else ""

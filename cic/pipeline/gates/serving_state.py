@@ -12,6 +12,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 
 from cic.errors import UserError
 from cic.pipeline.gates.gate_rows import ColumnReader
@@ -59,21 +60,31 @@ class ServingState:
         return text + (f"; to restore: {self.restore}" if self.restore else "")
 
 
+DEFAULT_STORE = "cic.duckdb"  # the store every `cic gate` command reads when --db is not given
+
+
+def gate_command(verb: str, gate_id: str | None, db: str | Path | None = None, *flags: str) -> str:
+    """`cic gate <verb> [<id>] …` in backticks as it runs from the working directory: `--db` names the store `db`
+    unless it is the default one here (or None: advice stored for any surface, which names its store itself)."""
+    default = db is None or Path(db).resolve() == Path(DEFAULT_STORE).resolve()
+    words = [verb, *([gate_id[:12]] if gate_id else []), *([] if default else ["--db", str(db)]), *flags]
+    return f"`cic gate {' '.join(map(shlex.quote, words))}`"
+
+
 def restore_advice(gate_id: str, *, anytime: bool, ready: str | None, ready_alerts: Sequence[str] = (),
                    db: str | None = None) -> str:
     """What brings a key whose live gate was withdrawn tonight back, as the case is: the anytime rule certifies
     again on its own; a candidate that certifies (`ready`) can be promoted — with `--despite-alerts`, saying why,
     when it carries alerts (`ready_alerts`); else more labelled data — or, either way, a person's review (`cic gate
     confirm`). Each command runs as printed: `db`, when given, is the store it names."""
-    where = f" --db {shlex.quote(db)}" if db else ""
-    confirm = f"`cic gate confirm {gate_id[:12]}{where}` after review"
+    confirm = f"{gate_command('confirm', gate_id, db)} after review"
     if anytime:
         return f"its anytime state restarted: a new gate goes live once it certifies again; or {confirm}"
     if ready is not None and ready_alerts:
         return (f"promote candidate {ready[:12]} once its alerts are reviewed ({'; '.join(ready_alerts)}): "
-                f"`cic gate promote {ready[:12]}{where} --despite-alerts`, or {confirm}")
+                f"{gate_command('promote', ready, db, '--despite-alerts')}, or {confirm}")
     if ready is not None:
-        return f"promote candidate {ready[:12]}: `cic gate promote {ready[:12]}{where}`, or {confirm}"
+        return f"promote candidate {ready[:12]}: {gate_command('promote', ready, db)}, or {confirm}"
     return f"no candidate of its key certifies yet (more labelled data may); or {confirm}"
 
 
@@ -105,7 +116,7 @@ def no_guarantee_refusal(row: ColumnReader) -> str | None:
         return None
     return (f"gate {row['calibration_id'][:12]} comes from search {row['search']!r}, which has no high-probability "
             "guarantee: a report result, not a gate to serve (promote a gate of a guaranteed search, or opt in with "
-            "`cic gate promote ID --without-guarantee`)")
+            f"{gate_command('promote', str(row['calibration_id']), None, '--without-guarantee')})")
 
 
 def _certifies(row: ColumnReader) -> bool:
