@@ -231,7 +231,7 @@ def test_on_alarm_flag_keeps_the_gate_serving_with_the_alert_on_it(store: Store)
 @pytest.mark.parametrize(("search", "promise"), [("paper", "none"), ("lec", "in expectation only")])
 def test_a_search_without_a_guarantee_never_goes_live_on_its_own(store: Store, search: str, promise: str) -> None:
     from cic.errors import UserError
-    from cic.pipeline.gates.lifecycle import gates, promote
+    from cic.pipeline.gates.lifecycle import gates, promote, write_moves
     from cic.pipeline.gates.serving import served_entries
 
     store_run(store, n=300, labelled_at=START, estimators=("semantic_entropy",))
@@ -241,11 +241,17 @@ def test_a_search_without_a_guarantee_never_goes_live_on_its_own(store: Store, s
     states = dict(gates(store).select("search", "state").iter_rows())
     assert states == {search: "candidate", "fixed_sequence": "live"}
     weak_id = rows.filter(pl.col("search") == search)["calibration_id"][0]
-    with pytest.raises(UserError, match="no high-probability guarantee"):
+    with pytest.raises(UserError, match="no high-probability guarantee") as refused:
         promote(store, weak_id, reason="t")
+    assert f"`cic gate promote {weak_id[:12]} --without-guarantee`" in str(refused.value)  # the id, as it runs
     promote(store, weak_id, reason="reviewed by ana", without_guarantee=True)
     entry = next(e for e in served_entries(store) if e["search"] == search)
     assert entry["serve"] == "gate" and entry["guarantee"] == f"{promise}: a person opted in (reviewed by ana)"
+    # live by an event that did not opt in (an older store): withheld, and the advised opt-in is recorded
+    write_moves(store, [(weak_id, "live", "moved by an older cic", [])])
+    assert next(e for e in served_entries(store) if e["search"] == search)["serve"] == "nothing"
+    promote(store, weak_id, reason="reviewed again", without_guarantee=True)
+    assert next(e for e in served_entries(store) if e["search"] == search)["serve"] == "gate"
 
 
 def test_auto_promotion_is_held_back_by_a_page_not_by_an_unreachable_alpha_beside_it(store: Store) -> None:
