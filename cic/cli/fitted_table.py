@@ -30,10 +30,10 @@ def plain_table(title: str, columns: Sequence[str], cells: Sequence[Sequence[str
 def fitted(table: Table, console: Any) -> list[Text] | None:
     """None when `table` fits `console` with every word whole (print it as it is); else its blocks' lines."""
     columns = table.columns
-    longest = [max(_longest_word(c.header), *(_longest_word(v) for v in c.cells)) for c in columns]
+    longest = [max(_longest_word(v) for v in [c.header, *c.cells]) for c in columns]
     slack = console.width - sum(longest) - table._extra_width - sum(map(table._get_padding_width, range(len(columns))))
     if slack >= 0:  # every column at its longest word; what is left widens those whose values would wrap
-        whole = [max(len(_plain(c.header)), *(len(_plain(v)) for v in c.cells)) for c in columns]
+        whole = [max(len(_plain(v)) for v in [c.header, *c.cells]) for c in columns]
         widths = list(longest)
         for i in sorted(range(len(columns)), key=lambda i: whole[i] - longest[i]):
             widths[i] += min(slack, whole[i] - longest[i])

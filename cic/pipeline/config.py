@@ -257,7 +257,7 @@ class GenerationSettings(_Strict):
 DEFAULT_ESTIMATORS: tuple[str, ...] = (
     "semantic_entropy", "semantic_entropy_weighted", "num_semantic_sets", "predictive_entropy",
     "predictive_entropy_normalized", "lexical_similarity", "eigv", "deg", "ecc", "option_entropy",
-    "one_minus_max_prob",
+    "one_minus_max_prob", "answer_nll", "answer_nll_mean", "one_minus_answer_prob",
 )
 
 
@@ -603,7 +603,7 @@ def parse_config(data: Any, source: str = "config",
         raise UserError(f"{source}: {details}") from None
 
 
-SHIPPED_CONFIGS: tuple[str, ...] = ("demo", "paper", "example", "example_smollm2")
+SHIPPED_CONFIGS: tuple[str, ...] = ("demo", "paper", "example", "example_smollm2", "example_one_pass")
 
 
 def config_path(name_or_path: str | Path) -> Path:

@@ -187,7 +187,7 @@ def judge(pool: ray_pool.WorkerPool, job: ModelJob, item: AnswerStats, done: int
     item.load_s, item.wall_s = first_s, time.perf_counter() - started
     if "offers" in pool.info and (unread := unmet_by(job.settings.estimators, set(pool.info["offers"]))):
         lacking = [WORDS[n] for n in DATA_NEEDS if n not in pool.info["offers"]
-                   and any(n in get_estimator(e).needs for e in unread)]
+                   and any(n in get_estimator(e).data_needs for e in unread)]
         logger.warning("%s: the server returns no %s, so %s store null and are not calibrated", pool.name,
                        " or ".join(lacking), ", ".join(unread))
     if not item.error and item.failed and item.failed > job.max_failed_share * item.questions:

@@ -1,6 +1,8 @@
 """The real two-model table: SmolLM2-135M -> Qwen2.5-Coder-1.5B on the full CommonsenseQA validation set.
 
     python infra/scripts/real_cascade_table.py [--estimator one_minus_max_prob] [--splits 100]
+    python infra/scripts/real_cascade_table.py --dataset trivia_qa --cheap answer_nll_mean \
+        --one-pass infra/examples/real/qwen2.5-coder-1.5b-one-pass.parquet
 
 Input: the committed long tables of both models (`infra/examples/real/*.parquet`, provenance beside them), joined
 on question id, criterion option match. On the split protocol (random 50/50 splits, seed 0, delta = 0.05,
@@ -99,20 +101,22 @@ def cell(values: list[tuple[float, float | None, np.ndarray]], alpha: float) -> 
 
 
 
-def score_split(u: list[np.ndarray], e: np.ndarray, alpha: float, cal: np.ndarray,
+def score_split(u: list[np.ndarray], e: list[np.ndarray], alpha: float, cal: np.ndarray,
                 samples: int) -> dict[str, tuple[float, float | None, float]]:
     """The score rules calibrated on `cal`, measured on the rest: (coverage, FDR or None, generations per question).
-    The greedy pass is always run; the samples only where the expensive score is asked."""
+    The greedy pass is always run; the samples only where the expensive score is asked. `e`: each stage's errors
+    (the same array when both stages answer with one greedy answer)."""
     test = ~cal
-    alone = [cic.calibrate(x[cal], e[cal], alpha=alpha, delta=DELTA, bound="cp", keep_table=False).threshold
-             for x in u]
-    cascade = calibrate_cascade([x[cal] for x in u], [e[cal]] * 2, alpha=alpha, delta=DELTA, bound="cp")
+    alone = [cic.calibrate(x[cal], y[cal], alpha=alpha, delta=DELTA, bound="cp", keep_table=False).threshold
+             for x, y in zip(u, e, strict=True)]
+    cascade = calibrate_cascade([x[cal] for x in u], [y[cal] for y in e], alpha=alpha, delta=DELTA, bound="cp")
     out = {}
     for rule, thresholds in zip(SCORE_RULES, ((alone[0], None), (None, alone[1]), cascade.thresholds), strict=True):
         answering = answering_model([x[test] for x in u], thresholds)
         answered = answering < 2
         sampled = 0.0 if thresholds[1] is None else float(np.mean(answering != 0))
-        fdr = float(e[test][answered].mean()) if answered.any() else None
+        wrong = np.choose(np.minimum(answering, 1), [y[test] for y in e])
+        fdr = float(wrong[answered].mean()) if answered.any() else None
         out[rule] = (float(answered.mean()), fdr, 1.0 + samples * sampled)
     return out
 
@@ -133,7 +137,7 @@ def score_cascade(table: pl.DataFrame, model: str, cheap: str, expensive: str, s
     if pair.is_empty():
         sys.exit(f"--cheap {cheap!r} / --expensive {expensive!r}: not both in the tables")
     u = [pair.get_column(f"score_{model}").to_numpy(), pair.get_column(f"score_{model}_x").to_numpy()]
-    e = pair.get_column(f"error_{model}").to_numpy()
+    e = [pair.get_column(f"error_{model}").to_numpy(), pair.get_column(f"error_{model}_x").to_numpy()]
     print(f"\nScore cascade, {model}: {cheap} (the greedy pass, cost 1) first, {expensive} ({samples} samples, "
           f"cost +{samples}) only where the first declines; same splits, δ = {DELTA}, Clopper–Pearson, default "
           "search. Coverage · generations per question · mean test FDR · P(test FDR > α) · fails:\n")
@@ -144,6 +148,40 @@ def score_cascade(table: pl.DataFrame, model: str, cheap: str, expensive: str, s
         print(f"| {rule} | " + " | ".join(score_cell([s[rule] for s in per_alpha[a]], a) for a in ALPHAS) + " |")
 
 
+def splits(n: int, count: int) -> list[np.ndarray]:
+    """`count` random 50/50 calibration masks over `n` questions (seed 0)."""
+    rng = np.random.default_rng(0)
+    masks = []
+    for _ in range(count):
+        cal = np.zeros(n, dtype=bool)
+        cal[rng.permutation(n)[: n // 2]] = True
+        masks.append(cal)
+    return masks
+
+
+def open_ended(args: argparse.Namespace) -> None:
+    """The score cascade on an open-ended dataset: the one-pass score from `--one-pass` (a run that drew no more
+    than the greedy answer) first, the committed table's sampled score where it declines; each stage answers with
+    its own run's greedy answer and label (how often the two agree is printed)."""
+    model = "qwen2.5-coder-1.5b"
+    where = {"dataset": args.dataset, "criterion": args.criterion}
+    sampled = pl.read_parquet(TABLES[model]).filter(**where)
+    cheap = pl.read_parquet(args.one_pass).filter(**where)
+    if sampled.is_empty() or cheap.is_empty():
+        sys.exit(f"--dataset {args.dataset!r} --criterion {args.criterion!r}: not in both tables")
+    greedy = cheap.group_by("question_id").agg(pl.col("error").first()).join(
+        sampled.group_by("question_id").agg(pl.col("error").first()), on="question_id", suffix="_sampled")
+    agree = int((greedy.get_column("error") == greedy.get_column("error_sampled")).sum())
+    print(f"{args.dataset}, {args.criterion}: {greedy.height:,} questions in both runs; their greedy answers' "
+          f"labels agree on {agree:,} ({agree / greedy.height:.1%}); base error rate "
+          f"{greedy.get_column('error').mean():.3f} (one-pass run) / {greedy.get_column('error_sampled').mean():.3f}")
+    table = pl.concat([t.select("estimator", "question_id", pl.col("score").alias(f"score_{model}"),
+                                pl.col("error").alias(f"error_{model}")) for t in (cheap, sampled)])
+    masks = splits(greedy.height, args.splits)
+    score_cascade(table.filter(pl.col("question_id").is_in(greedy.get_column("question_id").to_list())).sort(
+        "estimator", "question_id"), model, args.cheap, args.expensive, args.samples, masks)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--estimator", default="one_minus_max_prob", help="both models' score in the cascade")
@@ -151,8 +189,18 @@ def main() -> None:
     parser.add_argument("--cheap", default="one_minus_max_prob", help="the score cascade's first stage")
     parser.add_argument("--expensive", default="semantic_entropy[embedding:0.9]", help="its second stage")
     parser.add_argument("--samples", type=int, default=10, help="generations the expensive score needs")
+    parser.add_argument("--dataset", default="commonsense_qa", help="another: the score cascade alone (Qwen)")
+    parser.add_argument("--criterion", default="similarity[0.6]", help="with --dataset: the labels used")
+    parser.add_argument("--one-pass", type=Path, help="with --dataset: the one-pass run's long table "
+                        "(`cic run --config example_one_pass`, exported)")
     args = parser.parse_args()
     started = time.perf_counter()
+    if args.dataset != "commonsense_qa":
+        if args.one_pass is None:
+            sys.exit("--dataset other than commonsense_qa needs --one-pass TABLE")
+        open_ended(args)
+        print(f"\n({time.perf_counter() - started:.0f} s)")
+        return
     table, models = joined()
     rows = table.filter(estimator=args.estimator)
     if rows.is_empty():
@@ -169,12 +217,7 @@ def main() -> None:
           "Clopper–Pearson, default search.\n")
     print("| rule | " + " | ".join(f"α = {a:g}" for a in ALPHAS) + " |")
     print("|---|" + "---|" * len(ALPHAS))
-    rng = np.random.default_rng(0)
-    masks = []
-    for _ in range(args.splits):
-        cal = np.zeros(n, dtype=bool)
-        cal[rng.permutation(n)[: n // 2]] = True
-        masks.append(cal)
+    masks = splits(n, args.splits)
     per_alpha = {a: [run_split(us, es, auto, a, cal) for cal in masks] for a in ALPHAS}
     for rule in RULES:
         print(f"| {rule} | " + " | ".join(cell([s[rule] for s in per_alpha[a]], a) for a in ALPHAS) + " |")

@@ -82,3 +82,15 @@ def test_any_table_a_command_prints_keeps_its_values_whole(columns: int, monkeyp
     words = set(re.split(r"[\s│┃:]+", done.output))
     assert {"hoeffding", "fallback", "guarantee", "coverage", "threshold"} <= words, done.output
     assert any("┃" in line for line in lines) == (columns >= 100)  # a table where it fits, else blocks
+
+
+def test_a_table_without_rows_prints_its_header(capsys: pytest.CaptureFixture[str],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from rich.table import Table
+
+    monkeypatch.setenv("COLUMNS", "100")
+    table = Table(title="live gates: 0")
+    for name in ("gate", "state"):
+        table.add_column(name)
+    console.print(table)
+    assert "gate" in capsys.readouterr().out

@@ -127,7 +127,8 @@ def test_answers_without_log_probabilities_get_null_where_an_estimator_reads_the
     scorer = UncertaintyScorer(ExactEquivalence(), list_estimators())
     full = {r["estimator"]: r["value"] for r in scorer.score(with_lp, run_key="r").iter_rows(named=True)}
     bare = {r["estimator"]: r["value"] for r in scorer.score(without, run_key="r").iter_rows(named=True)}
-    needs = {"semantic_entropy_weighted[exact]", "predictive_entropy", "predictive_entropy_normalized"}
+    needs = {"semantic_entropy_weighted[exact]", "predictive_entropy", "predictive_entropy_normalized", "answer_nll",
+             "answer_nll_mean", "one_minus_answer_prob"}
     assert all(full[name] is not None for name in needs) and all(bare[name] is None for name in needs)
     assert {k: v for k, v in bare.items() if k not in needs} == {k: v for k, v in full.items() if k not in needs}
     assert bare["semantic_entropy[exact]"] == pytest.approx(-(2 / 3 * math.log(2 / 3) + 1 / 3 * math.log(1 / 3)))
@@ -149,3 +150,30 @@ def test_estimators_declare_what_they_read_and_an_engine_lacking_it_skips_them_b
     assert unmet_by(names, {"token_logprobs", "option_probs"}) == []
     with pytest.raises(ValueError, match="unknown need"):  # a programming error in an estimator module
         Estimator("x", lambda s: 0.0, frozenset({"gpu"}))
+
+
+def test_the_one_pass_scores_read_the_most_likely_answer_alone() -> None:
+    """answer_nll, answer_nll_mean and one_minus_answer_prob: the greedy answer's own log-probabilities (sample
+    index 0), computed by hand; the samples never change them (so a run needs none for them); an engine without
+    token log-probabilities skips them by name."""
+    from cic.llm.uncertainty.estimators import ESTIMATORS, unmet_by
+
+    first = pl.col("sample_index") == 0
+    rows = generation_rows("q", ["Paris", "Paris", "Lyon", "Paris"]).with_columns(
+        logprob_sum=pl.when(first).then(-0.4).otherwise("logprob_sum"),
+        logprob_mean=pl.when(first).then(-0.2).otherwise("logprob_mean"))
+    greedy = rows.filter(sample_index=0).row(0, named=True)
+    assert greedy["logprob_sum"] == -0.4
+    scorer = UncertaintyScorer(ExactEquivalence(), ["answer_nll", "answer_nll_mean", "one_minus_answer_prob"])
+    got = {r["estimator"]: r["value"] for r in scorer.score(rows, run_key="r").iter_rows(named=True)}
+    assert got == pytest.approx({"answer_nll": -greedy["logprob_sum"], "answer_nll_mean": -greedy["logprob_mean"],
+                                 "one_minus_answer_prob": 1 - math.exp(greedy["logprob_sum"])})
+    others = rows.with_columns(text=pl.when(pl.col("sample_index") > 0).then(pl.lit("Rome")).otherwise("text"),
+                               logprob_sum=pl.when(pl.col("sample_index") > 0).then(-9.0).otherwise("logprob_sum"))
+    alone = rows.filter(sample_index=0)
+    for changed in (others, alone):
+        assert {r["estimator"]: r["value"] for r in scorer.score(changed, run_key="r").iter_rows(named=True)} == got
+    assert {n for n, e in ESTIMATORS.items() if e.one_pass} == {"answer_nll", "answer_nll_mean",
+                                                                "one_minus_answer_prob", "option_entropy",
+                                                                "one_minus_max_prob"}
+    assert unmet_by(["answer_nll", "semantic_entropy"], {"option_probs"}) == ["answer_nll"]

@@ -31,6 +31,10 @@ def test_every_shipped_config_loads_by_name_and_the_example_pair_asks_the_same_q
     csqa = {name: next(d for d in configs[name].datasets if d.name == "commonsense_qa")
             for name in ("example", "example_smollm2")}
     assert csqa["example"].source == csqa["example_smollm2"].source and csqa["example_smollm2"].limit is None
+    # the one-pass complement answers exactly as the example does: same model, dtype, questions and greedy pass
+    example, one_pass = configs["example"], configs["example_one_pass"]
+    assert one_pass.models == example.models and one_pass.datasets == example.datasets[1:]
+    assert one_pass.generation.model_copy(update={"n_samples": 10}) == example.generation
 
 
 @pytest.mark.parametrize(("change", "message"), [

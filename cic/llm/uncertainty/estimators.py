@@ -93,13 +93,30 @@ def one_minus_max_prob(s: QuestionStats) -> float | None:
     return None if s.option_probs is None else float(1.0 - np.max(s.option_probs))
 
 
+def answer_nll(s: QuestionStats) -> float | None:
+    """One pass: −ℓ_0, the most likely answer's own negative log-probability (no sample needed)."""
+    return None if s.greedy_logprob_sum is None else float(-s.greedy_logprob_sum)
+
+
+def answer_nll_mean(s: QuestionStats) -> float | None:
+    """One pass: −ℓ̄_0, the most likely answer's mean negative token log-probability (no sample needed)."""
+    return None if s.greedy_logprob_mean is None else float(-s.greedy_logprob_mean)
+
+
+def one_minus_answer_prob(s: QuestionStats) -> float | None:
+    """One pass: 1 − exp(ℓ_0), one minus the most likely answer's probability (no sample needed)."""
+    return None if s.greedy_logprob_sum is None else float(1.0 - math.exp(s.greedy_logprob_sum))
+
+
 NEEDS = {  # what an estimator may read, beyond the sampled texts every one gets
     "clusters": "meaning classes of the samples (the equivalence: its name enters the stored estimator name)",
     "similarity": "pairwise similarity of the samples (the equivalence's, or its embeddings')",
     "token_logprobs": "token log-probabilities of every sample (null for answers that came without them)",
     "option_probs": "option probabilities (multiple choice; a served model gives them only with top_logprobs)",
+    "answer_logprobs": "token log-probabilities of the most likely answer alone (one pass: no sample read)",
 }
 DATA_NEEDS = ("token_logprobs", "option_probs")  # needs an engine may lack (`cic.llm.engines.Capabilities`)
+ONE_PASS = frozenset({"answer_logprobs", "option_probs"})  # an estimator needing only these reads no sample
 
 
 @dataclass(frozen=True)
@@ -127,7 +144,19 @@ class Estimator:
             return "token_logprobs"
         if "option_probs" in self.needs and stats.option_probs is None:
             return "option_probs"
+        if "answer_logprobs" in self.needs and stats.greedy_logprob_sum is None:
+            return "answer_logprobs"
         return None
+
+    @property
+    def data_needs(self) -> frozenset[str]:
+        """The DATA_NEEDS an engine must meet for it (the answer's own log-probabilities are token ones)."""
+        return frozenset("token_logprobs" if n == "answer_logprobs" else n for n in self.needs) & set(DATA_NEEDS)
+
+    @property
+    def one_pass(self) -> bool:
+        """Whether it reads the most likely answer only (its cost: one generation a question, no sample)."""
+        return bool(self.needs) and self.needs <= ONE_PASS
 
 
 def _needs(*names: str) -> frozenset[str]:
@@ -146,13 +175,16 @@ ESTIMATORS: Registry[Estimator] = Registry("estimator", (
     Estimator("ecc", ecc, _needs("similarity")),
     Estimator("option_entropy", option_entropy, _needs("option_probs")),
     Estimator("one_minus_max_prob", one_minus_max_prob, _needs("option_probs")),
+    Estimator("answer_nll", answer_nll, _needs("answer_logprobs")),
+    Estimator("answer_nll_mean", answer_nll_mean, _needs("answer_logprobs")),
+    Estimator("one_minus_answer_prob", one_minus_answer_prob, _needs("answer_logprobs")),
 ))
 
 
 def unmet_by(names: Sequence[str], offered: set[str]) -> list[str]:
     """The estimators among `names` that need data an engine does not offer (`offered`: the DATA_NEEDS it
     gives): they store null, known from their declarations alone."""
-    return [n for n in names if n in ESTIMATORS and ESTIMATORS[n].needs & set(DATA_NEEDS) - offered]
+    return [n for n in names if n in ESTIMATORS and ESTIMATORS[n].data_needs - offered]
 
 
 def list_estimators() -> list[str]:

@@ -33,19 +33,23 @@ class UncertaintyScorer:
         return [stored_name(e.name, self.equivalence.name) for e in self.estimators]
 
     def question_stats(self, rows: pl.DataFrame) -> QuestionStats:
-        """Statistics of one question's generation rows (samples = sample_index ≥ 1, or the greedy alone)."""
+        """Statistics of one question's generation rows (samples = sample_index ≥ 1, or the greedy alone; the
+        greedy answer's own log-probabilities beside them, for the one-pass estimators)."""
         samples = rows.filter(pl.col("sample_index") >= 1).sort("sample_index")
         if samples.height == 0:
             samples = rows
         probs = rows.get_column("option_probs")[0]
         has_logprobs = samples.get_column("logprob_sum").null_count() == 0
+        greedy = rows.filter(pl.col("sample_index") == 0)
         return QuestionStats(
             question_id=str(rows.get_column("question_id")[0]), texts=samples.get_column("text").to_list(),
             logprob_sum=samples.get_column("logprob_sum").fill_null(0.0).to_numpy(),
             logprob_mean=samples.get_column("logprob_mean").fill_null(0.0).to_numpy(),
             option_probs=None if probs is None else np.asarray(probs.to_list() if hasattr(probs, "to_list")
                                                                else probs, dtype=np.float64),
-            equivalence=self.equivalence, has_logprobs=has_logprobs)
+            equivalence=self.equivalence, has_logprobs=has_logprobs,
+            greedy_logprob_sum=greedy.get_column("logprob_sum")[0] if greedy.height else None,
+            greedy_logprob_mean=greedy.get_column("logprob_mean")[0] if greedy.height else None)
 
     def score(self, generations: pl.DataFrame, *, run_key: str) -> pl.DataFrame:
         records = []

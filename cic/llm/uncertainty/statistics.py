@@ -22,6 +22,8 @@ class QuestionStats:
     option_probs: np.ndarray | None      # multiple choice only
     equivalence: Any
     has_logprobs: bool = True            # False when the generator returned no token log-probabilities (a server)
+    greedy_logprob_sum: float | None = None   # the most likely answer's own (sample_index 0), when it came with them
+    greedy_logprob_mean: float | None = None
     _cache: dict[str, Any] = field(default_factory=dict)
 
     @property
