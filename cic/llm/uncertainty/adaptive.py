@@ -1,0 +1,51 @@
+"""Adaptive sample counts: draw a question's samples in rounds and stop once its meaning sets say the score is
+settled — a rule that reads that question's samples only, never a label, fixed before calibration. The score of
+the samples drawn is then an estimator of its own (`semantic_entropy[adaptive:2-10]`), calibrated like any other:
+the certificate's exchangeability argument needs nothing else (docs/statistics.md, `infra/scripts/
+adaptive_validity_table.py`).
+
+Rule `unanimous`: after each round, stop when every sample so far falls in one meaning set (the score is then 0,
+and more samples could only raise it where the model is unsure). Rounds are cumulative sample counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+ROUNDS: tuple[int, ...] = (2, 4, 6, 10)
+
+
+def checked_rounds(rounds: Sequence[int]) -> tuple[int, ...]:
+    """Rounds as cumulative sample counts: increasing, the first at least 2 (one sample settles nothing)."""
+    counts = tuple(int(r) for r in rounds)
+    if not counts or counts[0] < 2 or any(b <= a for a, b in zip(counts, counts[1:], strict=False)):
+        raise ValueError(f"rounds = {list(rounds)!r}: increasing sample counts, the first at least 2")
+    return counts
+
+
+def samples_drawn(clusters: Sequence[int], rounds: Sequence[int] = ROUNDS) -> int:
+    """How many of a question's samples (meaning-set ids in the order they were drawn) the rule draws: the first
+    round whose samples all share one meaning set, else the last round."""
+    counts = checked_rounds(rounds)
+    if len(clusters) < counts[-1]:
+        raise ValueError(f"{len(clusters)} samples given; the rounds draw up to {counts[-1]}")
+    for count in counts:
+        if len(set(clusters[:count])) == 1:
+            return count
+    return counts[-1]
+
+
+def adaptive_semantic_entropy(clusters: Sequence[int], rounds: Sequence[int] = ROUNDS) -> tuple[float, int]:
+    """(semantic entropy of the samples the rule draws, how many it drew)."""
+    drawn = samples_drawn(clusters, rounds)
+    counts = np.unique(np.asarray(clusters[:drawn]), return_counts=True)[1]
+    p = counts / counts.sum()
+    return float(-(p * np.log(p)).sum()) + 0.0, drawn
+
+
+def adaptive_name(base: str, rounds: Sequence[int] = ROUNDS) -> str:
+    """The stored name of a score computed under the rule: `semantic_entropy[adaptive:2-10]`."""
+    counts = checked_rounds(rounds)
+    return f"{base}[adaptive:{counts[0]}-{counts[-1]}]"

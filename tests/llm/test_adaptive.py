@@ -1,0 +1,49 @@
+"""The adaptive sample count: label-free by construction, stops exactly where the rule says, and its score is the
+score of the samples it drew."""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import numpy as np
+import pytest
+
+from cic.llm.uncertainty import adaptive
+from cic.llm.uncertainty.adaptive import adaptive_name, adaptive_semantic_entropy, samples_drawn
+
+
+@pytest.mark.parametrize(("clusters", "drawn"), [
+    ([0] * 10, 2), ([0, 1] + [0] * 8, 10), ([0, 0, 0, 1, 0, 0, 0, 0, 0, 0], 2), ([0, 0, 1, 1, 0, 0, 0, 0, 0, 0], 2),
+    ([0, 1, 0, 0, 0, 0, 0, 0, 0, 0], 10), (list(range(10)), 10)])
+def test_it_stops_at_the_first_unanimous_round(clusters: list[int], drawn: int) -> None:
+    assert samples_drawn(clusters) == drawn
+    score, used = adaptive_semantic_entropy(clusters)
+    counts = np.unique(clusters[:drawn], return_counts=True)[1]
+    assert used == drawn and score == pytest.approx(-sum(c / drawn * math.log(c / drawn) for c in counts))
+
+
+def test_a_later_round_settles_when_its_samples_agree() -> None:
+    assert samples_drawn([3, 3, 3, 3], rounds=(2, 4)) == 2
+    assert samples_drawn([1, 2, 1, 1, 1, 1], rounds=(2, 4, 6)) == 6
+    assert samples_drawn([1, 2, 1, 1], rounds=(2, 4)) == 4
+
+
+def test_the_rule_reads_samples_only_never_a_label() -> None:
+    """No label reaches it: its functions take a question's meaning-set ids and the rounds, nothing else, so
+    permuting the labels across questions leaves every stop and score as it was."""
+    for function in (samples_drawn, adaptive_semantic_entropy):
+        assert list(inspect.signature(function).parameters) == ["clusters", "rounds"]
+    assert not {"label", "error", "correct"} & set(inspect.getsource(adaptive).split())
+
+
+@pytest.mark.parametrize("rounds", [(), (1, 4), (4, 4), (6, 2)])
+def test_rounds_must_grow_from_two(rounds: tuple[int, ...]) -> None:
+    with pytest.raises(ValueError, match="rounds"):
+        samples_drawn([0] * 10, rounds)
+
+
+def test_the_score_is_named_by_its_rule() -> None:
+    assert adaptive_name("semantic_entropy") == "semantic_entropy[adaptive:2-10]"
+    with pytest.raises(ValueError, match="samples given"):
+        samples_drawn([0, 1, 2], (2, 4))
