@@ -354,10 +354,12 @@ _GATE_COMMAND = re.compile(r"`cic gate (\w+)((?: [0-9a-f]{6,})?)([^`]*)`")
 _ADVISED_STORE: ContextVar[str | None] = ContextVar("cic_advised_store", default=None)
 
 
-def on_store(text: str, db: str | Path | None, default: str = "cic.duckdb") -> str:
+def on_store(text: str, db: str | Path | None) -> str:
     """Advice as it runs from here: each `cic gate …` command in `text` that names no store gets `--db db` when
     `db` is not the default store of the working directory (stored advice names no store: the surface adds it)."""
-    if db is None or Path(db).resolve() == Path(default).resolve():
+    from cic.pipeline.gates.serving_state import is_default_store
+
+    if is_default_store(db):
         return text
     return _GATE_COMMAND.sub(lambda m: m[0] if "--db" in m[0] else
                              f"`cic gate {m[1]}{m[2]} --db {shlex.quote(str(db))}{m[3]}`", text)

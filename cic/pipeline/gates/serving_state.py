@@ -63,11 +63,16 @@ class ServingState:
 DEFAULT_STORE = "cic.duckdb"  # the store every `cic gate` command reads when --db is not given
 
 
+def is_default_store(db: str | Path | None) -> bool:
+    """Whether a `cic gate` command run here reads `db` without --db (None: no store to name)."""
+    return db is None or Path(db).resolve() == Path(DEFAULT_STORE).resolve()
+
+
 def gate_command(verb: str, gate_id: str | None, db: str | Path | None = None, *flags: str) -> str:
     """`cic gate <verb> [<id>] …` in backticks as it runs from the working directory: `--db` names the store `db`
     unless it is the default one here (or None: advice stored for any surface, which names its store itself)."""
-    default = db is None or Path(db).resolve() == Path(DEFAULT_STORE).resolve()
-    words = [verb, *([gate_id[:12]] if gate_id else []), *([] if default else ["--db", str(db)]), *flags]
+    words = [verb, *([gate_id[:12]] if gate_id else []), *([] if is_default_store(db) else ["--db", str(db)]),
+             *flags]
     return f"`cic gate {' '.join(map(shlex.quote, words))}`"
 
 
