@@ -112,7 +112,7 @@ def plan_models(config: PipelineConfig, db_path: str, questions: dict[str, Any],
     from cic.llm.alignment import default_criteria
 
     jobs = []
-    score_names = config.uncertainty.score_names()
+    score_names = config.uncertainty.score_names(config.generation.adaptive)
     with Store.open(db_path, wait_s=60) as store:
         for index, model in enumerate(config.models):
             settings = replace(config.answerer_settings(index), probe=probes[model.name])

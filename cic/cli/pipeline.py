@@ -545,8 +545,9 @@ def _say_reply(reply: Any, choices: list[str] | None, bound: str, search: str) -
     score, threshold = beside(reply.score, reply.threshold) if None not in (reply.score, reply.threshold) else (
         "not computed (no model asked)" if reply.score is None else f"{reply.score + 0.0:.4g}",
         "none" if reply.threshold is None else f"{reply.threshold:.4g}")
+    drawn = f", {reply.generations} generation(s)" if reply.generations else ""
     console.print(f"score {reply.estimator} = {score}; threshold = {threshold} "
-                  f"(α = {reply.alpha:g}, {bound}, {search}, gate {reply.calibration_id[:12]})", highlight=False)
+                  f"(α = {reply.alpha:g}, {bound}, {search}, gate {reply.calibration_id[:12]}{drawn})", highlight=False)
     if reply.withheld:
         console.print(printable(f"why: {reply.withheld}"), highlight=False, soft_wrap=True)
     if reply.decision == "abstain" and reply.answer:

@@ -50,7 +50,8 @@ class Answerer:
         equivalence = make_equivalence(settings.equivalence, embedder=self.embedder,
                                        threshold=settings.embedding_threshold, nli_model=settings.nli_model,
                                        variant=settings.nli_variant, device=device)
-        self.scorer = UncertaintyScorer(equivalence, settings.estimators)
+        self.scorer = UncertaintyScorer(equivalence, settings.estimators, adaptive=settings.generation.adaptive)
+        self.rounds_asked: list[int] = []  # questions per round of the last adaptive batch (one engine call each)
 
     @property
     def llm_loaded(self) -> bool:
@@ -67,12 +68,29 @@ class Answerer:
             self.engine.load()
         return self.engine.prompts(list(questions.iter_rows(named=True)), prompt_id)
 
-    def generate(self, questions: pl.DataFrame, *, run_key: str, prompt_id: str | None = None) -> pl.DataFrame:
-        """Most-likely answer plus samples for every question (GENERATIONS rows)."""
+    def generate(self, questions: pl.DataFrame, *, run_key: str, prompt_id: str | None = None,
+                 only_most_likely: bool = False) -> pl.DataFrame:
+        """Most-likely answer plus samples for every question (GENERATIONS rows): all at once, or in adaptive rounds
+        (`cic.llm.rounds`) where the generation settings name them; `only_most_likely`: no sample (a one-pass score
+        reads none; never for rows a run stores, which later estimators may read)."""
         from cic.llm.generation import generate_for_questions
+        from cic.llm.rounds import draw_in_rounds
 
         prompts = self.prompts(questions, prompt_id)
-        return generate_for_questions(self.engine, questions, prompts, run_key=run_key)
+        rounds = self.settings.generation.adaptive
+        if only_most_likely:
+            return generate_for_questions(self.engine, questions, prompts, run_key=run_key, open_rows=lambda i, p:
+                                          self.engine.generate_open(i, p, run_key=run_key, indices=[0]))
+        if rounds is None:
+            return generate_for_questions(self.engine, questions, prompts, run_key=run_key)
+
+        def in_rounds(ids: list[str], open_prompts: list[Any]) -> pl.DataFrame:
+            drawn = draw_in_rounds(self.engine, ids, open_prompts, run_key=run_key, rounds=rounds,
+                                   equivalence=self.scorer.equivalence)
+            self.rounds_asked = drawn.asked
+            return drawn.rows
+
+        return generate_for_questions(self.engine, questions, prompts, run_key=run_key, open_rows=in_rounds)
 
     def score_and_label(self, questions: pl.DataFrame, generations: pl.DataFrame, *, run_key: str,
                         criteria: Sequence[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -106,6 +124,17 @@ class Answerer:
         return AnswerBatch(generations=fresh, scores=scores, labels=labels, failures=failures, stats={
             "questions": float(answered.height), "generated_questions": float(todo.height - len(failures)),
             "generated_tokens": float(fresh.get_column("n_tokens").sum() or 0) if fresh.height else 0.0,
+            "generations": float(generations_drawn(fresh)),
             "failed_questions": float(questions.height - answered.height),
             "moved_requests": float(self.engine.take_moved()),
             "generate_s": generated_s, "score_label_s": time.perf_counter() - started - generated_s})
+
+
+def generations_drawn(rows: pl.DataFrame) -> int:
+    """Generations a batch cost: every free-text row (the most likely answer and each sample is one decode), and
+    one forward pass per multiple-choice question (its sampled letters are draws from that one distribution)."""
+
+    if rows.height == 0:
+        return 0
+    mc = rows.get_column("option_probs").is_not_null()
+    return int((~mc).sum()) + rows.filter(mc).get_column("question_id").n_unique()

@@ -820,9 +820,10 @@ class EndpointGenerator:
     def stats(self) -> EndpointStats:
         return self.client.stats
 
-    def generate_open(self, question_ids: Sequence[str], prompts: Sequence[Prompt], *, run_key: str) -> pl.DataFrame:
-        """Most-likely answer plus n_samples samples of free text per question."""
-        return self._frame(question_ids, prompts, None, run_key)
+    def generate_open(self, question_ids: Sequence[str], prompts: Sequence[Prompt], *, run_key: str,
+                      indices: Sequence[int] | None = None) -> pl.DataFrame:
+        """Most-likely answer plus n_samples samples of free text per question; `indices`: only those rows."""
+        return self._frame(question_ids, prompts, None, run_key, indices)
 
     def choose(self, question_ids: Sequence[str], prompts: Sequence[Prompt], choice_labels: Sequence[Sequence[str]],
                *, run_key: str) -> pl.DataFrame:
@@ -833,20 +834,21 @@ class EndpointGenerator:
         return self._frame(question_ids, prompts, [list(labels) for labels in choice_labels], run_key)
 
     def _frame(self, question_ids: Sequence[str], prompts: Sequence[Prompt], labels: list[list[str]] | None,
-               run_key: str) -> pl.DataFrame:
+               run_key: str, indices: Sequence[int] | None = None) -> pl.DataFrame:
         import polars as pl
 
         if self.client.served_model is None:
             self.client.probe()
-        records = asyncio.run(self._all(question_ids, prompts, labels, run_key))
+        rows = list(range(self.config.n_samples + 1)) if indices is None else list(indices)
+        records = asyncio.run(self._all(question_ids, prompts, labels, run_key, rows))
         return schema.conform(pl.DataFrame(records, schema=schema.GENERATIONS.schema), schema.GENERATIONS)
 
     def _rows_of(self, question_id: str, outcomes: list[RequestOutcome], labels: list[str] | None,
-                 run_key: str) -> list[dict[str, Any]]:
+                 run_key: str, indices: Sequence[int]) -> list[dict[str, Any]]:
         rows = []
         read = labels and (self.client.spec.top_logprobs > 0 or self.client.named_tokens)  # not from the 1 asked
         probs = option_probs_from_top(outcomes[0].first_top, labels) if read else None
-        for index, outcome in enumerate(outcomes):
+        for index, outcome in zip(indices, outcomes, strict=True):
             text = outcome.text.strip()
             if self.config.stop_at_newline:
                 text = text.split("\n", 1)[0].strip()
@@ -864,10 +866,11 @@ class EndpointGenerator:
         return rows
 
     async def _question(self, client: Any, url: str, gate: asyncio.Semaphore, question_id: str,
-                        prompt: Prompt, labels: list[str] | None = None) -> list[RequestOutcome]:
-        """The most-likely answer and the samples of one question: the samples in one request asking for `n`
-        where the server honours it (checked: count and indices), else one seeded request each. For a multiple-
-        choice question on a server that takes named token ids, the greedy request names the option letters'."""
+                        prompt: Prompt, labels: list[str] | None, indices: Sequence[int]) -> list[RequestOutcome]:
+        """The rows `indices` of one question (0 the most-likely answer, s ≥ 1 sample s): the samples in one request
+        asking for `n` where the server honours it (checked: count and indices; seeded by the first sample's
+        index), else one seeded request each. For a multiple-choice question on a server that takes named token
+        ids, the greedy request names the option letters'."""
         cfg = self.config
         stop = ("\n",) if cfg.stop_at_newline else ()
         named = await self.client.label_token_ids(client, url, labels) if labels and self.client.named_tokens else []
@@ -882,19 +885,21 @@ class EndpointGenerator:
             async with gate:
                 return await self.client.post(client, url, {**body, "n": n} if n > 1 else body)
 
-        if self.client.server_n and cfg.n_samples > 1:
-            greedy, samples = await asyncio.gather(ask(0), ask(1, cfg.n_samples))
-            problem = n_choices_problem([o.index for o in samples], [o.text for o in samples], cfg.n_samples,
+        wanted = [i for i in indices if i > 0]
+        if self.client.server_n and len(wanted) > 1:
+            *greedy, samples = await asyncio.gather(*([ask(0)] if 0 in indices else []), ask(wanted[0], len(wanted)))
+            head = [g[0] for g in greedy]
+            problem = n_choices_problem([o.index for o in samples], [o.text for o in samples], len(wanted),
                                         distinct=False)
             if problem is None:
-                return [greedy[0], *sorted(samples, key=lambda o: o.index or 0)]
+                return [*head, *sorted(samples, key=lambda o: o.index or 0)]
             self.client.server_n = False  # the server stopped honouring n: seeded single requests from here on
             log.warning("%s: %s; samples now come one seeded request each", url, problem)
-            return [greedy[0], *[r[0] for r in await asyncio.gather(*(ask(i) for i in range(1, cfg.n_samples + 1)))]]
-        return [r[0] for r in await asyncio.gather(*(ask(i) for i in range(cfg.n_samples + 1)))]
+            return [*head, *[r[0] for r in await asyncio.gather(*(ask(i) for i in wanted))]]
+        return [r[0] for r in await asyncio.gather(*(ask(i) for i in indices))]
 
     async def _all(self, question_ids: Sequence[str], prompts: Sequence[Prompt], labels: list[list[str]] | None,
-                   run_key: str) -> list[dict[str, Any]]:
+                   run_key: str, indices: Sequence[int]) -> list[dict[str, Any]]:
         urls = self.client.spec.urls
         gates = {url: asyncio.Semaphore(self.client.spec.max_in_flight) for url in urls}
         async with self.client._client() as client:
@@ -903,7 +908,7 @@ class EndpointGenerator:
             if not self.client.n_checked and self.config.n_samples > 1 and (live := self.client._replica(urls[0])):
                 await self.client.check_server_n(client, live)
             tasks = [self._question(client, urls[i % len(urls)], gates[urls[i % len(urls)]], str(qid), prompt,
-                                    labels[i] if labels else None)
+                                    labels[i] if labels else None, indices)
                      for i, (qid, prompt) in enumerate(zip(question_ids, prompts, strict=True))]
             results = await asyncio.gather(*tasks, return_exceptions=True)
             await self.client.still_serving(client, [o for r in results if isinstance(r, list) for o in r])
@@ -916,5 +921,5 @@ class EndpointGenerator:
                     raise result
                 self.client.stats.failed_questions[str(qid)] = str(result)
                 continue
-            rows.extend(self._rows_of(str(qid), result, labels[i] if labels else None, run_key))
+            rows.extend(self._rows_of(str(qid), result, labels[i] if labels else None, run_key, indices))
         return rows

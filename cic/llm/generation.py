@@ -52,6 +52,7 @@ class GenerationConfig:
     seed: int = 0
     batch_size: int | None = None
     max_context_tokens: int | None = None
+    adaptive: tuple[int, ...] | None = None  # rounds of the adaptive rule (cic.llm.uncertainty.adaptive); None: at once
 
     def __post_init__(self) -> None:
         checks = [("n_samples", self.n_samples >= 1), ("temperature", self.temperature > 0),
@@ -63,11 +64,26 @@ class GenerationConfig:
         for name, ok in checks:
             if not ok:
                 raise UserError(f"{name} = {getattr(self, name)!r}: out of range")
+        if self.adaptive is not None:
+            from cic.llm.uncertainty.adaptive import checked_rounds
+
+            try:
+                rounds = checked_rounds(self.adaptive)
+            except ValueError as exc:
+                raise UserError(f"adaptive: {exc}") from None
+            if rounds[-1] != self.n_samples:
+                raise UserError(f"adaptive = {list(rounds)}: its last round draws {rounds[-1]} samples, "
+                                f"n_samples = {self.n_samples}; make them equal")
+            object.__setattr__(self, "adaptive", rounds)
 
     def shaping(self) -> dict[str, Any]:
         """The fields that shape the generated rows (for the store's run key)."""
         values = asdict(self)
         values.pop("batch_size")
+        if self.adaptive is None:  # absent, not null: runs keyed before adaptive rounds existed keep their keys
+            values.pop("adaptive")
+        else:
+            values["adaptive"] = list(self.adaptive)
         values["sampler"] = SAMPLER
         return values
 
@@ -288,13 +304,16 @@ class AnswerGenerator:
             return sampler.log_normaliser
         return torch.logsumexp(logits.float(), dim=-1)
 
-    def _decode_chunk(self, encoded: Sequence[Sequence[int]], question_ids: Sequence[str]) -> list[list[dict]]:
-        """Most-likely row + samples for a few questions sharing one prefill; rows per question in sample order."""
+    def _decode_chunk(self, encoded: Sequence[Sequence[int]], question_ids: Sequence[str],
+                      indices: Sequence[int]) -> list[list[dict]]:
+        """The rows `indices` (0: the most-likely answer, s ≥ 1: sample s) of a few questions sharing one prefill;
+        rows per question in the order of `indices`. A row's noise is keyed by its own index, so a round that draws
+        samples 3-4 draws what a run drawing 1-10 at once drew as its samples 3-4."""
         import torch
 
-        from cic.llm.sampling import AdaptiveSampler, row_keys
+        from cic.llm.sampling import AdaptiveSampler, row_key
 
-        cfg, n_rows, device = self.config, self.config.n_samples + 1, self.loaded.device
+        cfg, n_rows, device = self.config, len(indices), self.loaded.device
         sampler = AdaptiveSampler(cfg.temperature, cfg.top_k, cfg.top_p)
         logits, cache, mask, last_pos = self._prefill(encoded, room=self.config.max_new_tokens)
         self._repeat_cache(cache, n_rows)
@@ -302,8 +321,9 @@ class AnswerGenerator:
         mask = mask.repeat_interleave(n_rows, dim=0)
         last_pos = last_pos.repeat_interleave(n_rows, dim=0)
         rows, width = len(encoded) * n_rows, cfg.max_new_tokens
-        keys = row_keys(cfg.seed, question_ids, n_rows, device)
-        most_likely = torch.arange(rows, device=device) % n_rows == 0
+        keys = torch.tensor([row_key(cfg.seed, q, s) for q in question_ids for s in indices], dtype=torch.int64,
+                            device=device).view(-1, 2)
+        most_likely = torch.tensor([s == 0 for s in indices], device=device).repeat(len(encoded))
         stop_mask = self._stop_tokens(logits.shape[-1])
         pad = self.loaded.tokenizer.pad_token_id
         tokens = torch.full((rows, width), pad, dtype=torch.long, device=device)
@@ -344,22 +364,25 @@ class AnswerGenerator:
     def _text(self, token_ids: Sequence[int]) -> str:
         return self.loaded.tokenizer.decode(list(token_ids), skip_special_tokens=True).strip()
 
-    def generate_open(self, question_ids: Sequence[str], prompts: Sequence[str], *, run_key: str) -> pl.DataFrame:
-        """Most-likely answer (sample_index 0) plus n_samples samples per question, as GENERATIONS rows."""
+    def generate_open(self, question_ids: Sequence[str], prompts: Sequence[str], *, run_key: str,
+                      indices: Sequence[int] | None = None) -> pl.DataFrame:
+        """Most-likely answer (sample_index 0) plus n_samples samples per question, as GENERATIONS rows; `indices`:
+        only those rows (an adaptive round: `cic.llm.uncertainty.adaptive.round_indices`)."""
         import polars as pl
 
         if len(question_ids) != len(prompts):
             raise ValueError(f"question_ids ({len(question_ids)}) and prompts ({len(prompts)}) differ in length")
+        indices = list(range(self.config.n_samples + 1)) if indices is None else list(indices)
         encoded, truncated = self._encode(prompts)
         lengths = [len(ids) for ids in encoded]
-        n_rows = self.config.n_samples + 1
+        n_rows = len(indices)
 
         def chunk_size(start: int) -> int:
             return self.sizer.questions_per_chunk(lengths[start:], n_rows, self.config.max_new_tokens)
 
         def decode(start: int, stop: int) -> list[dict[str, Any]]:
-            chunk = self._decode_chunk(encoded[start:stop], question_ids[start:stop])
-            return [self._record(run_key, question_ids[start + offset], s, row, truncated[start + offset])
+            chunk = self._decode_chunk(encoded[start:stop], question_ids[start:stop], indices)
+            return [self._record(run_key, question_ids[start + offset], indices[s], row, truncated[start + offset])
                     for offset, rows in enumerate(chunk) for s, row in enumerate(rows)]
 
         records = [r for part in self._in_chunks(decode, len(prompts), chunk_size) for r in part]
@@ -447,8 +470,9 @@ class AnswerGenerator:
 
 
 def generate_for_questions(generator: AnswerGenerator, questions: pl.DataFrame, prompts: Sequence[str], *,
-                           run_key: str) -> pl.DataFrame:
-    """GENERATIONS rows for a QUESTIONS frame: option letters where `choices` is set, free text otherwise."""
+                           run_key: str, open_rows: Any = None) -> pl.DataFrame:
+    """GENERATIONS rows for a QUESTIONS frame: option letters where `choices` is set, free text otherwise
+    (`open_rows(ids, prompts)`, the generator's `generate_open` unless given: adaptive rounds)."""
     import polars as pl
 
     if questions.height != len(prompts):
@@ -463,7 +487,8 @@ def generate_for_questions(generator: AnswerGenerator, questions: pl.DataFrame, 
         parts.append(generator.choose([ids[i] for i in mc], [prompts[i] for i in mc], [labels[i] for i in mc],
                                       run_key=run_key))
     if open_:
-        parts.append(generator.generate_open([ids[i] for i in open_], [prompts[i] for i in open_], run_key=run_key))
+        draw = open_rows or (lambda i, p: generator.generate_open(i, p, run_key=run_key))
+        parts.append(draw([ids[i] for i in open_], [prompts[i] for i in open_]))
     if not parts:
         return pl.DataFrame(schema=schema.GENERATIONS.schema)
     return pl.concat(parts)

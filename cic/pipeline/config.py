@@ -7,7 +7,7 @@ value. `PipelineConfig.fingerprint_params()` lists what shaped the numbers (logg
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from functools import cached_property
 from importlib import resources
@@ -246,6 +246,13 @@ class GenerationSettings(_Strict):
                                    "memory")
     max_context_tokens: int | None = Field(None, ge=8, le=MAX_CONTEXT_TOKENS)
     questions_per_batch: int = Field(8, ge=1, le=MAX_BATCH)
+    adaptive: tuple[int, ...] | None = Field(None, description="rounds as cumulative sample counts, e.g. [2, 4, 6, "
+                                             "10]: a question stops once its samples share one meaning set")
+
+    @model_validator(mode="after")
+    def _rounds_fit(self) -> GenerationSettings:
+        self.generation_config()  # one line naming the field where the rounds do not fit n_samples
+        return self
 
     def generation_config(self) -> Any:
         """The `cic.llm.generation.GenerationConfig` these settings describe (imports torch-free module lazily)."""
@@ -284,15 +291,16 @@ class UncertaintyConfig(_Strict):
             raise UserError(f"estimators {list(value)} name one estimator twice")
         return value
 
-    def score_names(self) -> tuple[str, ...]:
-        """The estimator names as the scores table stores them (settings that shape a score are in its name)."""
+    def score_names(self, adaptive: Sequence[int] | None = None) -> tuple[str, ...]:
+        """The estimator names as the scores table stores them (settings that shape a score are in its name, the
+        adaptive rounds of `generation.adaptive` too)."""
         from cic.llm.uncertainty.equivalence import equivalence_name
         from cic.llm.uncertainty.estimators import stored_name
 
         equivalence = equivalence_name(self.equivalence, threshold=self.embedding_threshold,
                                        embedding_model=self.embedding_model, nli_model=self.nli_model,
                                        variant=self.nli_variant)
-        return tuple(stored_name(e, equivalence) for e in self.estimators)
+        return tuple(stored_name(e, equivalence, adaptive) for e in self.estimators)
 
     @model_validator(mode="after")
     def _nli_needs_a_model(self) -> UncertaintyConfig:

@@ -171,6 +171,7 @@ def store_as_they_land(db: str, pools: list[ray_pool.WorkerPool], jobs: dict[str
         item.failure = item.failure or next(iter((result.get("failures") or {}).values()), None)
         item.generated += int(result["stats"]["generated_questions"])
         item.tokens += int(result["stats"].get("generated_tokens", 0))
+        item.generations += int(result["stats"].get("generations", 0))
         item.moved += int(result["stats"].get("moved_requests", 0))
         if result.get("run_key"):
             moved[result["run_key"]] = moved.get(result["run_key"], 0) + int(result["stats"].get("moved_requests", 0))
@@ -204,6 +205,6 @@ def judge(pool: ray_pool.WorkerPool, job: ModelJob, item: AnswerStats, done: int
         logger.warning("%s: %d request(s) moved to another replica after theirs stopped answering (answered there; "
                        "the replica's reason is in the services log)", pool.name, item.moved)
     if not item.error:
-        logger.info("%s: %d questions (%d generated, %d tokens) in %d batches on %d actor(s) %s, %.1f s",
-                    pool.name, item.questions, item.generated, item.tokens, item.batches, item.actors,
-                    item.options, item.wall_s)
+        logger.info("%s: %d questions (%d generated, %.2f generations a question, %d tokens) in %d batches on %d "
+                    "actor(s) %s, %.1f s", pool.name, item.questions, item.generated, item.generations_per_question,
+                    item.tokens, item.batches, item.actors, item.options, item.wall_s)

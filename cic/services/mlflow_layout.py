@@ -34,7 +34,7 @@ from cic.services.mlflow_tracking import DatasetRef, GroupLog, GroupTable
 from cic.services.mlflow_view import ALPHA_SERIES, alpha_points
 from cic.stats.calibration import CalibrationResult
 from cic.store import Store
-from cic.store.queries import generated_tokens
+from cic.store.queries import generated_tokens, generations_per_question
 
 ALPHA_STEP = "_by_alpha_pct"  # in a series' name: its step is 100·alpha (MLflow steps are integers)
 TABLE_FILE = "per_alpha.json"
@@ -142,6 +142,7 @@ def pipeline_group(store: Store, unit: StoredUnit, report: UnitReport, experimen
               "bounds": sorted(set(evaluations.get_column("bound").to_list())), "searches": list(report.searches)}
     metrics = {"base_error_rate": first["base_error_rate"], "n_questions": float(pairs.height),
                "generated_tokens": float(generated_tokens(store, group.run_key)),
+               "generations_per_question": float(generations_per_question(store, group.run_key) or 0.0),
                "certified_gates": float(calibrations.get_column("threshold").is_not_null().sum()),
                "unattainable_gates": float(calibrations.get_column("threshold").is_null().sum())}
     if run.get("unanswered") is not None:

@@ -177,6 +177,15 @@ def generated_tokens(store: Store, run_key: str) -> int:
     return int(store.sql("SELECT coalesce(sum(n_tokens), 0) FROM generations WHERE run_key = ?", [run_key])[0][0])
 
 
+def generations_per_question(store: Store, run_key: str) -> float | None:
+    """Answers generated per stored question of a run (`cic.llm.answering.generations_drawn`: a free-text row is
+    one generation, a multiple-choice question one forward pass); None before any is stored."""
+    row = store.sql("SELECT count(DISTINCT question_id), count(*) FILTER (WHERE option_probs IS NULL), "
+                    "count(DISTINCT question_id) FILTER (WHERE option_probs IS NOT NULL) FROM generations "
+                    "WHERE run_key = ?", [run_key])[0]
+    return (row[1] + row[2]) / row[0] if row[0] else None
+
+
 def newest_anytime_state(store: Store, run_key: str, estimator: str, criterion: str, alpha: float,
                          delta: float) -> dict[str, Any] | None:
     """The newest row of a key's anytime state (its latest epoch), or None: the key has none yet."""

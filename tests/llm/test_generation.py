@@ -69,6 +69,22 @@ def test_a_questions_rows_do_not_depend_on_its_batch(smollm, trivia) -> None:
         assert np.abs(other["logprob_sum"].to_numpy() - alone["logprob_sum"].to_numpy()).max() < 1e-4
 
 
+def test_a_round_draws_what_a_draw_of_every_row_drew_at_its_indices(smollm, trivia) -> None:
+    """Adaptive rounds ask rows by index (`indices`): each row's noise is keyed by its own index, so the rounds of
+    a question together store the prefix of the rows one full draw stores."""
+    q, prompts = trivia[0].head(4), trivia[1][:4]
+    config = GenerationConfig(n_samples=6, max_new_tokens=8, seed=0)
+    columns = ["question_id", "sample_index", "text", "n_tokens", "is_greedy"]
+    full = AnswerGenerator(smollm, config).generate_open(q["question_id"].to_list(), prompts, run_key="r")
+    generator = AnswerGenerator(smollm, config)
+    rounds = pl.concat([generator.generate_open(q["question_id"].to_list()[:n], prompts[:n], run_key="r",
+                                                indices=indices) for n, indices in ((4, [0, 1, 2]), (2, [3, 4]))])
+    prefix = full.filter((pl.col("sample_index") <= 2) | pl.col("question_id").is_in(q["question_id"][:2].to_list())
+                         & (pl.col("sample_index") <= 4))
+    assert rounds.sort("question_id", "sample_index").select(columns).equals(
+        prefix.sort("question_id", "sample_index").select(columns))
+
+
 def test_rows_stop_at_newline_or_run_to_the_token_budget(smollm, trivia) -> None:
     q, prompts = trivia
     rows = generate_for_questions(AnswerGenerator(smollm, GenerationConfig(n_samples=5, max_new_tokens=12)),

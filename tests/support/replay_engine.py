@@ -44,6 +44,7 @@ class ReplayEngine(Engine):
         self.options = ReplayOptions.model_validate(settings.engine_options or {})
         self._answers: dict[str, list[dict[str, Any]]] | None = None
         self._failures: dict[str, str] = {}
+        self.calls: list[tuple[list[str], list[int] | None]] = []  # (questions, rows asked) of every generate_open
 
     @classmethod
     def source(cls, options: dict[str, Any]) -> str:
@@ -85,7 +86,8 @@ class ReplayEngine(Engine):
     def prompts(self, rows: Sequence[dict[str, Any]], prompt_id: str | None) -> list[Any]:
         return [row.get("question", "") for row in rows]
 
-    def _rows(self, question_ids: Sequence[str], run_key: str, choices: bool) -> pl.DataFrame:
+    def _rows(self, question_ids: Sequence[str], run_key: str, choices: bool,
+              indices: Sequence[int] | None = None) -> pl.DataFrame:
         assert self._answers is not None, "load() first"
         out = []
         for qid in question_ids:
@@ -94,6 +96,8 @@ class ReplayEngine(Engine):
                 self._failures[str(qid)] = f"no recorded answer in {Path(self.options.file).name}"
                 continue
             for row in recorded:
+                if indices is not None and int(row["sample_index"]) not in indices:
+                    continue
                 text, total = str(row["text"]), row.get("logprob_sum")
                 tokens = max(1, len(text.split()))
                 out.append({"run_key": run_key, "question_id": str(qid), "sample_index": int(row["sample_index"]),
@@ -103,8 +107,10 @@ class ReplayEngine(Engine):
                             "option_probs": row.get("option_probs") if choices else None, "flags": []})
         return schema.conform(pl.DataFrame(out, schema=schema.GENERATIONS.schema), schema.GENERATIONS)
 
-    def generate_open(self, question_ids: Sequence[str], prompts: Sequence[Any], *, run_key: str) -> pl.DataFrame:
-        return self._rows(question_ids, run_key, choices=False)
+    def generate_open(self, question_ids: Sequence[str], prompts: Sequence[Any], *, run_key: str,
+                      indices: Sequence[int] | None = None) -> pl.DataFrame:
+        self.calls.append((list(question_ids), None if indices is None else list(indices)))
+        return self._rows(question_ids, run_key, choices=False, indices=indices)
 
     def choose(self, question_ids: Sequence[str], prompts: Sequence[Any], choice_labels: Sequence[Sequence[str]],
                *, run_key: str) -> pl.DataFrame:

@@ -112,8 +112,10 @@ class Engine(ABC):
         """The prompt of every question row, in the form this engine takes."""
 
     @abstractmethod
-    def generate_open(self, question_ids: Sequence[str], prompts: Sequence[Any], *, run_key: str) -> pl.DataFrame:
-        """Most-likely answer plus the samples of free text per question (GENERATIONS rows)."""
+    def generate_open(self, question_ids: Sequence[str], prompts: Sequence[Any], *, run_key: str,
+                      indices: Sequence[int] | None = None) -> pl.DataFrame:
+        """Most-likely answer plus the samples of free text per question (GENERATIONS rows); `indices`: only those
+        rows (0 the most likely answer, s ≥ 1 sample s), as an adaptive round asks."""
 
     @abstractmethod
     def choose(self, question_ids: Sequence[str], prompts: Sequence[Any], choice_labels: Sequence[Sequence[str]],

@@ -121,8 +121,9 @@ class EndpointEngine(Engine):
         build = build_messages if self.spec.api == "chat" else build_prompt
         return [build(row, prompt_id=prompt_id) for row in rows]
 
-    def generate_open(self, question_ids: Sequence[str], prompts: Sequence[Any], *, run_key: str) -> pl.DataFrame:
-        return self.generator.generate_open(question_ids, prompts, run_key=run_key)
+    def generate_open(self, question_ids: Sequence[str], prompts: Sequence[Any], *, run_key: str,
+                      indices: Sequence[int] | None = None) -> pl.DataFrame:
+        return self.generator.generate_open(question_ids, prompts, run_key=run_key, indices=indices)
 
     def choose(self, question_ids: Sequence[str], prompts: Sequence[Any], choice_labels: Sequence[Sequence[str]],
                *, run_key: str) -> pl.DataFrame:

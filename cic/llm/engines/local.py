@@ -81,8 +81,9 @@ class LocalEngine(Engine):
 
         return [build_prompt(row, tokenizer=self.model.tokenizer, prompt_id=prompt_id) for row in rows]
 
-    def generate_open(self, question_ids: Sequence[str], prompts: Sequence[Any], *, run_key: str) -> pl.DataFrame:
-        return self.generator.generate_open(question_ids, prompts, run_key=run_key)
+    def generate_open(self, question_ids: Sequence[str], prompts: Sequence[Any], *, run_key: str,
+                      indices: Sequence[int] | None = None) -> pl.DataFrame:
+        return self.generator.generate_open(question_ids, prompts, run_key=run_key, indices=indices)
 
     def choose(self, question_ids: Sequence[str], prompts: Sequence[Any], choice_labels: Sequence[Sequence[str]],
                *, run_key: str) -> pl.DataFrame:

@@ -6,6 +6,11 @@ adaptive_validity_table.py`).
 
 Rule `unanimous`: after each round, stop when every sample so far falls in one meaning set (the score is then 0,
 and more samples could only raise it where the model is unsure). Rounds are cumulative sample counts.
+
+A sampler following the rule (`cic.llm.rounds`) stores the samples it drew; the scorer replays the rule on stored
+samples (`stop_in`), so a run that drew all 10 and a run that stopped early score the same prefix the same way —
+meaning sets are found online (an answer's set depends on the answers before it only), so the sets of a prefix are
+the prefix of the sets.
 """
 
 from __future__ import annotations
@@ -35,6 +40,25 @@ def samples_drawn(clusters: Sequence[int], rounds: Sequence[int] = ROUNDS) -> in
         if len(set(clusters[:count])) == 1:
             return count
     return counts[-1]
+
+
+def stop_in(clusters: Sequence[int], rounds: Sequence[int] = ROUNDS) -> int | None:
+    """The rule replayed on stored samples (meaning-set ids in drawn order): how many it uses, or None where the
+    samples end before the rule would have stopped (an incomplete record: no score from it)."""
+    counts = checked_rounds(rounds)
+    for count in counts:
+        if count > len(clusters):
+            return None
+        if len(set(clusters[:count])) == 1:
+            return count
+    return counts[-1]
+
+
+def round_indices(rounds: Sequence[int] = ROUNDS) -> list[list[int]]:
+    """The rows each round draws: the most likely answer (0) and samples 1-2 first, then each round's new samples."""
+    counts = checked_rounds(rounds)
+    return [([0] if i == 0 else []) + list(range(1 if i == 0 else counts[i - 1] + 1, count + 1))
+            for i, count in enumerate(counts)]
 
 
 def adaptive_semantic_entropy(clusters: Sequence[int], rounds: Sequence[int] = ROUNDS) -> tuple[float, int]:

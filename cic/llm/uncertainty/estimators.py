@@ -197,9 +197,14 @@ def get_estimator(name: str) -> Estimator:
     return ESTIMATORS.lookup(name)
 
 
-def stored_name(name: str, equivalence_name: str) -> str:
-    """The name a score is stored under: "<name>[<equivalence>]" when the equivalence shapes it."""
-    return f"{name}[{equivalence_name}]" if get_estimator(name).uses_equivalence else name
+def stored_name(name: str, equivalence_name: str, adaptive: Sequence[int] | None = None) -> str:
+    """The name a score is stored under: "<name>[<equivalence>]" when the equivalence shapes it, then
+    "[adaptive:2-10]" when it reads samples drawn under the adaptive rule (`cic.llm.uncertainty.adaptive`)."""
+    from cic.llm.uncertainty.adaptive import adaptive_name
+
+    estimator = get_estimator(name)
+    named = f"{name}[{equivalence_name}]" if estimator.uses_equivalence else name
+    return adaptive_name(named, adaptive) if adaptive and not estimator.one_pass else named
 
 
 def finite_or_none(value: float | None) -> float | None:

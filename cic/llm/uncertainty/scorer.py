@@ -14,23 +14,29 @@ import polars as pl
 
 from cic import schema
 from cic.errors import UserError
+from cic.llm.uncertainty.adaptive import stop_in
 from cic.llm.uncertainty.equivalence import cluster_many
 from cic.llm.uncertainty.estimators import finite_or_none, get_estimator, stored_name
 from cic.llm.uncertainty.statistics import QuestionStats
 
 
 class UncertaintyScorer:
-    """SCORES rows (one per question × estimator; null where an estimator does not apply)."""
+    """SCORES rows (one per question × estimator; null where an estimator does not apply).
 
-    def __init__(self, equivalence: Any, estimators: Sequence[str]) -> None:
+    With `adaptive` rounds every estimator that reads samples scores the samples the adaptive rule uses
+    (`adaptive.stop_in`, replayed on the stored samples in drawn order; null where they end before it stops) and
+    its name says so; one-pass estimators read the most likely answer as ever."""
+
+    def __init__(self, equivalence: Any, estimators: Sequence[str], adaptive: Sequence[int] | None = None) -> None:
         self.estimators = [get_estimator(name) for name in estimators]
         if not self.estimators:
             raise UserError("estimators is empty: name at least one")
         self.equivalence = equivalence
+        self.adaptive = tuple(adaptive) if adaptive else None
 
     def stored_names(self) -> list[str]:
         """The estimator names as they appear in the scores table."""
-        return [stored_name(e.name, self.equivalence.name) for e in self.estimators]
+        return [stored_name(e.name, self.equivalence.name, self.adaptive) for e in self.estimators]
 
     def question_stats(self, rows: pl.DataFrame) -> QuestionStats:
         """Statistics of one question's generation rows (samples = sample_index ≥ 1, or the greedy alone; the
@@ -56,15 +62,25 @@ class UncertaintyScorer:
         names = self.stored_names()
         every = [self.question_stats(rows) for _, rows in generations.group_by("question_id", maintain_order=True)]
         graded = getattr(self.equivalence, "similarities", None) is not None
-        needs_clusters = any("clusters" in e.needs or ("similarity" in e.needs and not graded)
-                             for e in self.estimators)
+        needs_clusters = self.adaptive is not None or any(
+            "clusters" in e.needs or ("similarity" in e.needs and not graded) for e in self.estimators)
         open_ended = [stats for stats in every if not stats.is_multiple_choice and needs_clusters]
         for stats, ids in zip(open_ended, cluster_many([s.texts for s in open_ended], self.equivalence), strict=True):
             stats.set_clusters(ids)
         for stats in every:
             question_id = stats.question_id
+            drawn = self.drawn(stats)
             for estimator, name in zip(self.estimators, names, strict=True):
-                value = None if estimator.lacking(stats) else estimator.compute(stats)
+                used = stats if estimator.one_pass else drawn
+                value = None if used is None or estimator.lacking(used) else estimator.compute(used)
                 records.append({"run_key": run_key, "question_id": str(question_id), "estimator": name,
                                 "value": finite_or_none(value)})
         return schema.conform(pl.DataFrame(records, schema=schema.SCORES.schema), schema.SCORES)
+
+    def drawn(self, stats: QuestionStats) -> QuestionStats | None:
+        """The samples the estimators read: all of them, or under the adaptive rule those it uses (None: the
+        stored samples end before the rule stops)."""
+        if self.adaptive is None:
+            return stats
+        count = stop_in(stats.clusters.tolist(), self.adaptive)
+        return None if count is None else stats.first(count)

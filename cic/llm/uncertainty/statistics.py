@@ -41,6 +41,15 @@ class QuestionStats:
                 self._cache["clusters"] = cluster_answers(self.texts, self.equivalence)
         return self._cache["clusters"]
 
+    def first(self, count: int) -> QuestionStats:
+        """The same question with its first `count` samples only (the adaptive rule's stop): its meaning sets are
+        the prefix of these (they are found online), every other statistic is computed afresh."""
+        from dataclasses import replace
+
+        cached = {"clusters": self._cache["clusters"][:count]} if "clusters" in self._cache else {}
+        return replace(self, texts=self.texts[:count], logprob_sum=self.logprob_sum[:count],
+                       logprob_mean=self.logprob_mean[:count], _cache=cached)
+
     def set_clusters(self, ids: np.ndarray) -> None:
         """Meaning classes found elsewhere (batched across questions by the scorer)."""
         if len(ids) != len(self.texts):

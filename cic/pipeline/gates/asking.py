@@ -29,6 +29,7 @@ class Reply:
     calibration_id: str
     withheld: str | None = None  # why the key's gate serves nothing (unattainable, flagged, no guarantee)
     alpha: float | None = None   # the gate's alpha (the config's when --alpha was not given)
+    generations: int | None = None  # answers generated for the score (1 one-pass; fewer than 11 under adaptive rounds)
 
 
 def question_row(question: str, dataset: str, choices: Sequence[str] | None) -> pl.DataFrame:
@@ -141,10 +142,10 @@ def ask_question(question: str, *, config_path: str | Path, db: str | None, mode
     chosen = config.models[index]
     say(f"gate {gate_row.calibration_id[:12]} serves (score {gate_row.estimator}); loading {chosen.name} "
         f"({chosen.spec or 'its endpoint'}) to answer and score …")
-    answer, score = answer_and_score(config, index, store_path, gate_row.run_key,
-                                     gate_row.estimator, question_row(question, dataset, choices))
+    answer, score, generations = answer_and_score(config, index, store_path, gate_row.run_key,
+                                                  gate_row.estimator, question_row(question, dataset, choices))
     return Reply(gate_of(gate_row).decide(score), answer, score, gate_row.threshold, gate_row.estimator,
-                 gate_row.calibration_id, None, alpha)
+                 gate_row.calibration_id, None, alpha, generations)
 
 
 def askable_dataset(dataset: str, gate_id: str, db: str) -> None:
@@ -221,7 +222,7 @@ def askable_estimator(config: Any, stored: str, gate_id: str) -> None:
     from cic.llm.uncertainty.estimators import ESTIMATORS
     from cic.pipeline.run.score_names import computed_name
 
-    computed = computed_name(config.uncertainty, stored)
+    computed = computed_name(config.uncertainty, stored, config.generation.adaptive)
     if computed is None:
         raise UserError(f"gate {gate_id[:12]} thresholds score {stored!r}, which no estimator computes "
                         f"(estimators: {', '.join(ESTIMATORS)}); `cic ask` cannot score a new question for it — "
@@ -229,19 +230,23 @@ def askable_estimator(config: Any, stored: str, gate_id: str) -> None:
     if computed != stored:
         raise UserError(f"gate {gate_id[:12]} thresholds score {stored!r}, but this config computes "
                         f"{stored.split('[')[0]} as "
-                        f"{computed!r} (uncertainty.equivalence and its threshold shape it); ingest the score "
+                        f"{computed!r} (uncertainty.equivalence, its threshold and generation.adaptive shape it); "
+                        "ingest the score "
                         f"column as `score:{computed}` and recalibrate, or ask with a config whose uncertainty "
                         "settings give that name")
 
 
 def answer_and_score(config: Any, index: int, db: str, run_key: str, estimator: str,
-                     questions: pl.DataFrame) -> tuple[str, float]:
-    """Model number `index` of the config answers the one question and scores it with `estimator` (stored name);
-    its engine refuses a model other than the one the gate's run was generated with."""
+                     questions: pl.DataFrame) -> tuple[str, float, int]:
+    """Model number `index` of the config answers the one question and scores it with `estimator` (stored name):
+    (answer, score, generations drawn). A one-pass score draws the most likely answer alone; adaptive rounds
+    (`generation.adaptive`) stop as the run's did. Its engine refuses a model other than the one the gate's run was
+    generated with."""
     from dataclasses import replace
 
-    from cic.llm.answering import Answerer
+    from cic.llm.answering import Answerer, generations_drawn
     from cic.llm.engines import EngineProbe
+    from cic.llm.uncertainty.estimators import get_estimator
 
     name = config.models[index].name
     settings = config.answerer_settings(index)
@@ -250,13 +255,15 @@ def answer_and_score(config: Any, index: int, db: str, run_key: str, estimator: 
     settings = replace(settings, estimators=(schema.estimator_base(estimator),),
                        probe=EngineProbe(identity=expected) if expected is not None else None)
     answerer = Answerer(settings)
-    generations = answerer.generate(questions, run_key="ask")
+    one_pass = get_estimator(schema.estimator_base(estimator)).one_pass
+    generations = answerer.generate(questions, run_key="ask", only_most_likely=one_pass)
     if failures := answerer.engine.take_failures():
         raise UserError(f"model {name}: the endpoint gave no answer ({next(iter(failures.values()))})")
     scores = answerer.scorer.score(generations, run_key="ask").filter(estimator=estimator)
     if scores.height == 0 or scores.get_column("value")[0] is None:
         raise UserError(f"estimator {estimator!r} gives no score for this question")
-    return generations.filter(sample_index=0).get_column("text")[0], float(scores.get_column("value")[0])
+    return (generations.filter(sample_index=0).get_column("text")[0], float(scores.get_column("value")[0]),
+            generations_drawn(generations))
 
 
 @dataclass(frozen=True)
@@ -332,7 +339,7 @@ def ask_cascade(question: str, *, config_path: str | Path, db: str | None, casca
             continue
         # before this stage's model is loaded or asked (a later stage is called only if reached)
         reachable_as_certified(config, models.index(model), store_path, row["run_keys"][stage])()
-        last, score = answer_and_score(config, models.index(model), store_path, row["run_keys"][stage],
+        last, score, _ = answer_and_score(config, models.index(model), store_path, row["run_keys"][stage],
                                        row["estimators"][stage], questions)
         steps.append((model, score, threshold))
         if score <= threshold:

@@ -35,9 +35,12 @@ def unattainable_note(rows: Sequence[ResultRow]) -> str | None:
 
 
 def generated_line(summary: PipelineSummary) -> str | None:
-    """What generating cost this run, per model that generated (questions, tokens); None when nothing was."""
+    """What generating cost this run, per model that generated (questions, generations a question, tokens); None
+    when nothing was."""
     spent = [a for a in summary.answer if a.generated]
-    return ("Generated this run: " + "; ".join(f"{a.model} {a.generated} question(s), {a.tokens} tokens"
+    return ("Generated this run: " + "; ".join(f"{a.model} {a.generated} question(s), "
+                                               f"{a.generations_per_question:.2f} generations a question, "
+                                               f"{a.tokens} tokens"
                                                + (f" ({a.moved} request(s) moved to another replica)" if a.moved
                                                   else "") for a in spent) + ".") if spent else None
 

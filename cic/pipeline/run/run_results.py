@@ -16,6 +16,7 @@ class AnswerStats:
     questions: int = 0
     generated: int = 0
     tokens: int = 0            # tokens generated in this run (most-likely answers and samples)
+    generations: int = 0       # answers generated in this run (a multiple-choice question's one forward pass: 1)
     batches: int = 0
     actors: int = 0
     options: dict[str, Any] = field(default_factory=dict)
@@ -27,6 +28,11 @@ class AnswerStats:
     failed: int = 0            # questions a served model gave no answer to after its retries (a rerun asks again)
     moved: int = 0             # requests handed to another replica after theirs stopped answering (answered there)
     failure: str | None = None  # the first reason
+
+    @property
+    def generations_per_question(self) -> float:
+        """Answers generated per question generated this run (11 with ten samples; fewer under adaptive rounds)."""
+        return self.generations / self.generated if self.generated else 0.0
 
     @property
     def questions_per_s(self) -> float:

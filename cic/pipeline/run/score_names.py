@@ -11,15 +11,16 @@ from typing import Any
 from cic.schema import estimator_base
 
 
-def computed_name(uncertainty: Any, stored: str) -> str | None:
-    """The name a score of `stored`'s estimator gets under these `UncertaintyConfig` settings; None: no estimator
-    of that name exists (the score came from elsewhere and only its stored values can be served)."""
+def computed_name(uncertainty: Any, stored: str, adaptive: Any = None) -> str | None:
+    """The name a score of `stored`'s estimator gets under these `UncertaintyConfig` settings (and adaptive rounds,
+    `generation.adaptive`); None: no estimator of that name exists (the score came from elsewhere and only its
+    stored values can be served)."""
     from cic.llm.uncertainty.estimators import ESTIMATORS
 
     base = estimator_base(stored)
     if base not in ESTIMATORS:
         return None
-    return str(uncertainty.model_copy(update={"estimators": (base,)}).score_names()[0])
+    return str(uncertainty.model_copy(update={"estimators": (base,)}).score_names(adaptive)[0])
 
 
 def ingest_notes(names: Iterable[str]) -> list[str]:
