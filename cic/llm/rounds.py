@@ -1,8 +1,8 @@
 """Adaptive sampling in rounds: the open-ended questions of a batch draw their samples round by round (the most
 likely answer and samples 1-2, then 3-4, 5-6, 7-10), every round's still-open questions in one engine call, and a
-question leaves once the samples it has share one meaning set (`cic.llm.uncertainty.adaptive`: the rule reads
-that question's answers only, never a label). The rows stored are exactly those drawn, in drawn order, so the
-scorer's replay of the rule stops where the sampler did.
+question leaves once its samples settle the score — one meaning set, or from four on each its own
+(`cic.llm.uncertainty.adaptive`: the rule reads that question's answers only, never a label). The rows stored are
+exactly those drawn, in drawn order, so the scorer's replay of the rule stops where the sampler did.
 """
 
 from __future__ import annotations

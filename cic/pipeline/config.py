@@ -247,7 +247,8 @@ class GenerationSettings(_Strict):
     max_context_tokens: int | None = Field(None, ge=8, le=MAX_CONTEXT_TOKENS)
     questions_per_batch: int = Field(8, ge=1, le=MAX_BATCH)
     adaptive: tuple[int, ...] | None = Field(None, description="rounds as cumulative sample counts, e.g. [2, 4, 6, "
-                                             "10]: a question stops once its samples share one meaning set")
+                                             "10]: a question stops once its samples share one meaning set, or "
+                                             "(from 4) each has its own")
 
     @model_validator(mode="after")
     def _rounds_fit(self) -> GenerationSettings:

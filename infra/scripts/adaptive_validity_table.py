@@ -7,7 +7,7 @@ Each question has a confidence c ~ U(0, 1): its 10 samples fall in its dominant 
 c, else in one of 5 others; its most likely answer is the dominant meaning, wrong with probability 0.02 + 0.5 (1 − c)
 — and for a tenth of the questions ("confidently wrong") c ~ U(0.8, 1) and the dominant meaning is wrong with
 probability 0.3. Stopping after two agreeing samples gives many of those a score of 0, beside right answers. The
-adaptive score (semantic entropy of the samples the `unanimous` rule draws in rounds 2, 4, 6, 10) and the full one
+adaptive score (semantic entropy of the samples the `settled` rule draws in rounds 2, 4, 6, 10) and the full one
 (all 10) are each calibrated on n questions (Clopper–Pearson, δ = 0.05, the fallback search) in every trial; the
 certified threshold's true risk is measured on 400,000 fresh questions. Printed per α: P(true risk > α) with its
 95% interval, mean coverage, and mean samples drawn (+ 1 greedy answer = generations per question).

@@ -15,12 +15,19 @@ from cic.llm.uncertainty.adaptive import adaptive_name, adaptive_semantic_entrop
 
 @pytest.mark.parametrize(("clusters", "drawn"), [
     ([0] * 10, 2), ([0, 1] + [0] * 8, 10), ([0, 0, 0, 1, 0, 0, 0, 0, 0, 0], 2), ([0, 0, 1, 1, 0, 0, 0, 0, 0, 0], 2),
-    ([0, 1, 0, 0, 0, 0, 0, 0, 0, 0], 10), (list(range(10)), 10)])
-def test_it_stops_at_the_first_unanimous_round(clusters: list[int], drawn: int) -> None:
+    ([0, 1, 0, 0, 0, 0, 0, 0, 0, 0], 10), (list(range(10)), 4), ([0, 1, 2, 3, 0, 0, 0, 0, 0, 0], 4),
+    ([0, 1, 2, 2, 3, 4, 5, 6, 7, 8], 10), ([0, 1, 0, 2, 3, 4, 5, 6, 7, 8], 10)])
+def test_it_stops_at_the_first_round_whose_samples_agree_or_all_differ(clusters: list[int], drawn: int) -> None:
     assert samples_drawn(clusters) == drawn
     score, used = adaptive_semantic_entropy(clusters)
     counts = np.unique(clusters[:drawn], return_counts=True)[1]
     assert used == drawn and score == pytest.approx(-sum(c / drawn * math.log(c / drawn) for c in counts))
+
+
+def test_two_samples_that_differ_settle_nothing_four_do() -> None:
+    assert not adaptive.settles([0, 1]) and not adaptive.settles([0, 1, 2])
+    assert adaptive.settles([0, 1, 2, 3]) and adaptive.settles([5, 5]) and not adaptive.settles([0, 1, 2, 2])
+    assert adaptive.stop_in([0, 1, 2, 3]) == 4 and adaptive.stop_in([0, 1, 2, 2]) is None
 
 
 def test_a_later_round_settles_when_its_samples_agree() -> None:

@@ -1,0 +1,90 @@
+"""Adaptive rounds replayed on a real run's stored samples: every free-text question's ten samples in drawn order
+(a run with generation.adaptive off stores them all), scored with all ten and with the rule's prefix
+(`cic.llm.uncertainty.scorer`, rounds 2-4-6-10: what a run with adaptive rounds on would have stored and scored),
+each certified by the paper's protocol (100 random 50/50 splits, Clopper–Pearson, δ = 0.05, fallback search).
+
+    .venv/bin/python infra/scripts/adaptive_real_table.py --db cic-example-samples.duckdb [--criterion C]
+
+Prints per score and α: mean certified coverage with ten samples and adaptive, their ratio against the target
+(>= 0.95x), and generations a question (greedy answer included) against the target (<= 4), each met or why not.
+The store is opened read-only (a run still writing it waits between its batches).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import polars as pl
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from cic.llm.answering import generations_drawn  # noqa: E402
+from cic.llm.embeddings import SentenceEmbedder  # noqa: E402
+from cic.llm.uncertainty import UncertaintyScorer, make_equivalence  # noqa: E402
+from cic.llm.uncertainty.adaptive import ROUNDS, stop_in  # noqa: E402
+from cic.stats.protocol import evaluate_splits  # noqa: E402
+from cic.store import Store  # noqa: E402
+from cic.store.queries import free_text_generations, greedy_errors  # noqa: E402
+
+ALPHAS = (0.2, 0.25)
+ESTIMATORS = ("semantic_entropy", "eigv")
+COVERAGE_TARGET, GENERATIONS_TARGET = 0.95, 4.0
+
+
+def stored(db: str, criterion: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Free-text generations of every question with all eleven rows, and its greedy answer's error."""
+    with Store.open(db, read_only=True, wait_s=600) as store:
+        rows, labels = free_text_generations(store), greedy_errors(store, criterion)
+    whole = rows.group_by("question_id").len().filter(pl.col("len") == ROUNDS[-1] + 1).get_column("question_id")
+    return rows.filter(pl.col("question_id").is_in(whole.to_list())), labels
+
+
+def prefix(rows: pl.DataFrame, scorer: UncertaintyScorer) -> pl.DataFrame:
+    """The rows a run with adaptive rounds on would have drawn: each question's greedy answer and the rule's prefix."""
+    kept = []
+    for _, own in rows.sort("question_id", "sample_index").group_by("question_id", maintain_order=True):
+        stats = scorer.question_stats(own)
+        count = stop_in(stats.clusters.tolist(), ROUNDS)
+        kept.append(own.filter(pl.col("sample_index") <= count))
+    return pl.concat(kept)
+
+
+def coverage(scores: pl.DataFrame, labels: pl.DataFrame, estimator: str) -> dict[float, float]:
+    """Mean certified coverage per α of one stored score name."""
+    joined = scores.filter(estimator=estimator).join(labels, on="question_id").drop_nulls("value")
+    table = evaluate_splits(joined.get_column("value").to_numpy(), joined.get_column("wrong").cast(int).to_numpy(),
+                            alphas=ALPHAS, bounds=["cp"], search="fallback", n_splits=100)
+    return dict(zip(table.get_column("alpha").to_list(), table.get_column("coverage_mean").to_list(), strict=True))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", required=True)
+    parser.add_argument("--criterion", default="similarity[0.5]")
+    args = parser.parse_args()
+    rows, labels = stored(args.db, args.criterion)
+    n = rows.get_column("question_id").n_unique()
+    equivalence = make_equivalence("embedding", embedder=SentenceEmbedder(), threshold=0.9)
+    full = UncertaintyScorer(equivalence, ESTIMATORS)
+    adaptive = UncertaintyScorer(equivalence, ESTIMATORS, adaptive=ROUNDS)
+    drawn = prefix(rows, full)
+    full_scores, adaptive_scores = full.score(rows, run_key="r"), adaptive.score(drawn, run_key="r")
+    per_question = generations_drawn(drawn) / n
+    print(f"{args.db}: {n} free-text questions with ten samples stored, criterion {args.criterion}; rounds "
+          f"{'-'.join(map(str, ROUNDS))}: {per_question:.2f} generations a question against 11 "
+          f"(target <= {GENERATIONS_TARGET:g}: {'met' if per_question <= GENERATIONS_TARGET else 'not met'}), "
+          f"tokens {rows['n_tokens'].sum() / max(drawn['n_tokens'].sum(), 1):.2f}x fewer\n")
+    print("| score | α | coverage, 10 samples | coverage, adaptive | ratio (target >= 0.95) |")
+    print("|---|---|---|---|---|")
+    for name, adaptive_name in zip(full.stored_names(), adaptive.stored_names(), strict=True):
+        ten, few = coverage(full_scores, labels, name), coverage(adaptive_scores, labels, adaptive_name)
+        for alpha in ALPHAS:
+            ratio = few[alpha] / ten[alpha] if ten[alpha] else float("nan")
+            verdict = "met" if ratio >= COVERAGE_TARGET else "not met"
+            print(f"| {name} | {alpha:g} | {ten[alpha]:.3f} | {few[alpha]:.3f} | {ratio:.2f} ({verdict}) |")
+
+
+if __name__ == "__main__":
+    main()
