@@ -88,6 +88,46 @@ class GenerationConfig:
         return values
 
 
+@dataclass
+class Encoded:
+    """A first adaptive round's prefill of some prompts, kept unmutated (decoding writes into a copy): the last
+    logits, the key/value cache, the attention mask and the last positions, one row per (question, prompt)."""
+
+    rows: dict[tuple[str, tuple[int, ...]], int]
+    logits: Any
+    cache: Any
+    mask: Any
+    last_pos: Any
+
+    @classmethod
+    def keep(cls, keyed: Sequence[tuple[str, tuple[int, ...]]], logits: Any, cache: Any, mask: Any,
+             last_pos: Any) -> Encoded:
+        import copy
+
+        return cls({k: i for i, k in enumerate(keyed)}, logits.clone(), copy.deepcopy(cache), mask.clone(),
+                   last_pos.clone())
+
+    def select(self, rows: Sequence[int]) -> tuple[Any, Any, Any, Any]:
+        """Copies of these rows' prefill, ready to decode from (as if they alone had been encoded together)."""
+        import copy
+
+        import torch
+
+        index = torch.tensor(list(rows), dtype=torch.long, device=self.logits.device)
+        cache = copy.copy(self.cache)
+        cache.layers = []
+        for layer in self.cache.layers:
+            own = copy.copy(layer)
+            if getattr(layer, "keys", None) is not None and layer.keys.numel():
+                own.keys, own.values = layer.keys.index_select(0, index), layer.values.index_select(0, index)
+                if hasattr(own, "batch_size"):
+                    own.batch_size = len(rows)
+                if isinstance(getattr(layer, "cumulative_length", None), torch.Tensor):
+                    own.cumulative_length = layer.cumulative_length.clone()
+            cache.layers.append(own)
+        return self.logits[index], cache, self.mask[index], self.last_pos[index]
+
+
 class AnswerGenerator:
     """Generates GENERATIONS rows for batches of prompts with one loaded model."""
 
@@ -116,6 +156,8 @@ class AnswerGenerator:
         self._stop_mask: Any = None
         self.step_model: Any = loaded.model  # runs the one-token decode steps; a benchmark may swap in a compiled one
         self.chunk_sizes: list[int] = []  # items per chunk of the last call (for benchmarks and logs)
+        self._encoded_prompts: list[Encoded] = []  # adaptive rounds: the first round's prefills, reused by the later
+        self.prefills_reused = 0  # chunks of later rounds decoded from a kept prefill (for benchmarks and tests)
         self._letter_cache: dict[str, list[int]] = {}
 
     # -- prompts ---------------------------------------------------------------------------------------------
@@ -315,7 +357,7 @@ class AnswerGenerator:
 
         cfg, n_rows, device = self.config, len(indices), self.loaded.device
         sampler = AdaptiveSampler(cfg.temperature, cfg.top_k, cfg.top_p)
-        logits, cache, mask, last_pos = self._prefill(encoded, room=self.config.max_new_tokens)
+        logits, cache, mask, last_pos = self._prefilled(encoded, question_ids, indices)
         self._repeat_cache(cache, n_rows)
         logits = logits.repeat_interleave(n_rows, dim=0)
         mask = mask.repeat_interleave(n_rows, dim=0)
@@ -361,6 +403,22 @@ class AnswerGenerator:
                                      "stopped": host_stopped[r]})
             results.append(per_question)
         return results
+    def _prefilled(self, encoded: Sequence[Sequence[int]], question_ids: Sequence[str],
+                   indices: Sequence[int]) -> tuple[Any, Any, Any, Any]:
+        """The prefill of these prompts: a later adaptive round (no row 0) takes its questions' rows of the one the
+        first round kept, instead of encoding the prompts again; a first round (row 0 asked by index) keeps its own.
+        A plain call (every row) keeps nothing."""
+        keyed = [(str(q), tuple(ids)) for q, ids in zip(question_ids, encoded, strict=True)]
+        if 0 not in indices:
+            for kept in self._encoded_prompts:
+                if set(keyed) <= kept.rows.keys():
+                    self.prefills_reused += 1
+                    return kept.select([kept.rows[k] for k in keyed])
+        logits, cache, mask, last_pos = self._prefill(encoded, room=self.config.max_new_tokens)
+        if 0 in indices and len(indices) < self.config.n_samples + 1:
+            self._encoded_prompts.append(Encoded.keep(keyed, logits, cache, mask, last_pos))
+        return logits, cache, mask, last_pos
+
     def _text(self, token_ids: Sequence[int]) -> str:
         return self.loaded.tokenizer.decode(list(token_ids), skip_special_tokens=True).strip()
 
@@ -373,6 +431,8 @@ class AnswerGenerator:
         if len(question_ids) != len(prompts):
             raise ValueError(f"question_ids ({len(question_ids)}) and prompts ({len(prompts)}) differ in length")
         indices = list(range(self.config.n_samples + 1)) if indices is None else list(indices)
+        if 0 in indices:  # a new batch: the prefills an earlier batch's first round kept are not needed again
+            self._encoded_prompts = []
         encoded, truncated = self._encode(prompts)
         lengths = [len(ids) for ids in encoded]
         n_rows = len(indices)

@@ -3,7 +3,7 @@
 (`cic.llm.uncertainty.scorer`, rounds 2-4-6-10: what a run with adaptive rounds on would have stored and scored),
 each certified by the paper's protocol (100 random 50/50 splits, Clopper–Pearson, δ = 0.05, fallback search).
 
-    .venv/bin/python infra/scripts/adaptive_real_table.py --db cic-example-samples.duckdb [--criterion C]
+    .venv/bin/python infra/scripts/adaptive_real_table.py --db cic-example.duckdb [--criterion C] [--rounds 4,10]
 
 Prints per score and α: mean certified coverage with ten samples and adaptive, their ratio against the target
 (>= 0.95x), and generations a question (greedy answer included) against the target (<= 4), each met or why not.
@@ -41,12 +41,12 @@ def stored(db: str, criterion: str) -> tuple[pl.DataFrame, pl.DataFrame]:
     return rows.filter(pl.col("question_id").is_in(whole.to_list())), labels
 
 
-def prefix(rows: pl.DataFrame, scorer: UncertaintyScorer) -> pl.DataFrame:
+def prefix(rows: pl.DataFrame, scorer: UncertaintyScorer, rounds: tuple[int, ...]) -> pl.DataFrame:
     """The rows a run with adaptive rounds on would have drawn: each question's greedy answer and the rule's prefix."""
     kept = []
     for _, own in rows.sort("question_id", "sample_index").group_by("question_id", maintain_order=True):
         stats = scorer.question_stats(own)
-        count = stop_in(stats.clusters.tolist(), ROUNDS)
+        count = stop_in(stats.clusters.tolist(), rounds)
         kept.append(own.filter(pl.col("sample_index") <= count))
     return pl.concat(kept)
 
@@ -63,17 +63,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", required=True)
     parser.add_argument("--criterion", default="similarity[0.5]")
+    parser.add_argument("--rounds", default=",".join(map(str, ROUNDS)), help="cumulative sample counts, last 10")
     args = parser.parse_args()
+    rounds = tuple(int(r) for r in args.rounds.split(","))
     rows, labels = stored(args.db, args.criterion)
     n = rows.get_column("question_id").n_unique()
     equivalence = make_equivalence("embedding", embedder=SentenceEmbedder(), threshold=0.9)
     full = UncertaintyScorer(equivalence, ESTIMATORS)
-    adaptive = UncertaintyScorer(equivalence, ESTIMATORS, adaptive=ROUNDS)
-    drawn = prefix(rows, full)
+    adaptive = UncertaintyScorer(equivalence, ESTIMATORS, adaptive=rounds)
+    drawn = prefix(rows, full, rounds)
     full_scores, adaptive_scores = full.score(rows, run_key="r"), adaptive.score(drawn, run_key="r")
     per_question = generations_drawn(drawn) / n
     print(f"{args.db}: {n} free-text questions with ten samples stored, criterion {args.criterion}; rounds "
-          f"{'-'.join(map(str, ROUNDS))}: {per_question:.2f} generations a question against 11 "
+          f"{'-'.join(map(str, rounds))}: {per_question:.2f} generations a question against 11 "
           f"(target <= {GENERATIONS_TARGET:g}: {'met' if per_question <= GENERATIONS_TARGET else 'not met'}), "
           f"tokens {rows['n_tokens'].sum() / max(drawn['n_tokens'].sum(), 1):.2f}x fewer\n")
     print("| score | α | coverage, 10 samples | coverage, adaptive | ratio (target >= 0.95) |")

@@ -3,6 +3,7 @@
     python infra/scripts/real_cascade_table.py [--estimator one_minus_max_prob] [--splits 100]
     python infra/scripts/real_cascade_table.py --dataset trivia_qa --cheap answer_nll_mean \
         --one-pass infra/examples/real/qwen2.5-coder-1.5b-one-pass.parquet
+    python infra/scripts/real_cascade_table.py --dataset trivia_qa --cheap answer_nll_mean --one-pass T --table T
 
 Input: the committed long tables of both models (`infra/examples/real/*.parquet`, provenance beside them), joined
 on question id, criterion option match. On the split protocol (random 50/50 splits, seed 0, delta = 0.05,
@@ -165,7 +166,7 @@ def open_ended(args: argparse.Namespace) -> None:
     its own run's greedy answer and label (how often the two agree is printed)."""
     model = "qwen2.5-coder-1.5b"
     where = {"dataset": args.dataset, "criterion": args.criterion}
-    sampled = pl.read_parquet(TABLES[model]).filter(**where)
+    sampled = pl.read_parquet(args.table or TABLES[model]).filter(**where)
     cheap = pl.read_parquet(args.one_pass).filter(**where)
     if sampled.is_empty() or cheap.is_empty():
         sys.exit(f"--dataset {args.dataset!r} --criterion {args.criterion!r}: not in both tables")
@@ -193,6 +194,8 @@ def main() -> None:
     parser.add_argument("--criterion", default="similarity[0.6]", help="with --dataset: the labels used")
     parser.add_argument("--one-pass", type=Path, help="with --dataset: the one-pass run's long table "
                         "(`cic run --config example_one_pass`, exported)")
+    parser.add_argument("--table", type=Path, help="with --dataset: the sampled scores' long table (default: the "
+                        "committed one); the same file as --one-pass when one run scored both")
     args = parser.parse_args()
     started = time.perf_counter()
     if args.dataset != "commonsense_qa":

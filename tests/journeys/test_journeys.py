@@ -253,6 +253,8 @@ def test_cic_ask_answers_or_abstains_and_exits_at_once(ran: Journey, home: tuple
     assert asked.text.startswith(("ANSWER", "ABSTAIN")) and asked.exit_gap() <= EXIT_WITHIN_S
     said = asked.stderr.splitlines()  # before a model loads (seconds): which gate serves and which model loads
     assert (said and said[0].startswith("gate ") and "loading smollm2" in said[0]) or "ABSTAIN" in asked.text, said
+    if said and said[0].startswith("gate "):  # a model was asked: the score line says what it cost
+        assert re.search(r"gate \w{12}, \d+ generation\(s\)\)", " ".join(asked.text.split())), asked.text
     readable(asked, max_lines=5)
 
 

@@ -71,7 +71,8 @@ def test_a_questions_rows_do_not_depend_on_its_batch(smollm, trivia) -> None:
 
 def test_a_round_draws_what_a_draw_of_every_row_drew_at_its_indices(smollm, trivia) -> None:
     """Adaptive rounds ask rows by index (`indices`): each row's noise is keyed by its own index, so the rounds of
-    a question together store the prefix of the rows one full draw stores."""
+    a question together store the prefix of the rows one full draw stores — the later round decoding from the
+    first round's kept prefill."""
     q, prompts = trivia[0].head(4), trivia[1][:4]
     config = GenerationConfig(n_samples=6, max_new_tokens=8, seed=0)
     columns = ["question_id", "sample_index", "text", "n_tokens", "is_greedy"]
@@ -83,6 +84,7 @@ def test_a_round_draws_what_a_draw_of_every_row_drew_at_its_indices(smollm, triv
                          & (pl.col("sample_index") <= 4))
     assert rounds.sort("question_id", "sample_index").select(columns).equals(
         prefix.sort("question_id", "sample_index").select(columns))
+    assert generator.prefills_reused == 1  # the second round decoded from the first round's prefill, not its own
 
 
 def test_rows_stop_at_newline_or_run_to_the_token_budget(smollm, trivia) -> None:

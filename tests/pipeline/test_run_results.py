@@ -15,3 +15,18 @@ def test_a_stage_without_a_threshold_reads_never_on_every_surface_that_prints_st
     assert (row.shown(), row.shown(live=True), row.unattainable) == ("0.25 / never", "0.3 / 0.9", False)
     nothing = CandidateRow(place, "h" * 16, "candidate", None, 400, None, [])
     assert (nothing.shown(), nothing.shown(live=True), nothing.unattainable) == ("unattainable", None, True)
+
+
+def test_the_digest_says_what_each_question_cost_in_generations() -> None:
+    """The run digest's cost line reads generations a question from what the answer stage counted: 11 with ten
+    samples, fewer under adaptive rounds; a model that only re-scored stored answers is not named."""
+    from cic.pipeline.run.run_digest import generated_line
+    from cic.pipeline.run.run_results import AnswerStats, PipelineSummary
+
+    summary = PipelineSummary(db="x.duckdb", tracking_uri="", report_dir="r", experiment_prefix="p")
+    summary.answer = [AnswerStats("full", generated=20, generations=220, tokens=681),
+                      AnswerStats("adaptive", generated=20, generations=134, tokens=406),
+                      AnswerStats("rescored", questions=20)]
+    assert generated_line(summary) == ("Generated this run: full 20 question(s), 11.00 generations a question, 681 "
+                                       "tokens; adaptive 20 question(s), 6.70 generations a question, 406 tokens.")
+    assert AnswerStats("none").generations_per_question == 0.0
