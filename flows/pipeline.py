@@ -129,7 +129,8 @@ def plan_models(config: PipelineConfig, db_path: str, questions: dict[str, Any],
                                          experiment_prefix=config.mlflow.experiment_prefix)
                 summary.run_keys.append(key)
                 work = missing_work(store, key, frame.get_column("question_id").to_list(),
-                                    n_samples=config.generation.n_samples, estimators=score_names, criteria=criteria)
+                                    n_samples=config.generation.n_samples, estimators=score_names, criteria=criteria,
+                                    adaptive=config.generation.adaptive)
                 runs.append(RunJob(key, dataset.name, prompt_id, criteria, frame, work))
             share = model.max_failed_share
             try:

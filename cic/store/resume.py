@@ -28,10 +28,13 @@ class RunWork:
 
 
 def missing_work(store: Store, run_key: str, question_ids: Sequence[str], *, n_samples: int,
-                 estimators: Sequence[str], criteria: Sequence[str]) -> RunWork:
+                 estimators: Sequence[str], criteria: Sequence[str],
+                 adaptive: Sequence[int] | None = None) -> RunWork:
     """Split the run's questions into done, to score/label only, and to generate; `estimators` are the stored
-    score names (a score of each is needed), `criteria` the label names."""
-    ungenerated = store.missing_questions(run_key, question_ids, table="generations", min_rows=n_samples + 1)
+    score names (a score of each is needed), `criteria` the label names. Under adaptive rounds a question is
+    generated once it has its first round's rows: a batch stores only questions whose rounds ended, all at once."""
+    fewest = (adaptive[0] if adaptive else n_samples) + 1
+    ungenerated = store.missing_questions(run_key, question_ids, table="generations", min_rows=fewest)
     unscored: set[str] = set()
     for estimator in estimators:
         unscored |= set(store.missing_questions(run_key, question_ids, table="scores", estimator=estimator))

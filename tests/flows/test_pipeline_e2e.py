@@ -392,3 +392,31 @@ def test_a_calibration_runs_while_the_answer_stage_is_writing(tmp_path: Path, pr
     assert max(answered) == 8 and min(a for a in answered if a) < 8  # it happened mid-stage
     with Store.open(db, read_only=True) as store:
         assert store.count("generations") == 8 * (1 + K) and store.count("calibrations") > 0
+
+
+def test_adaptive_rounds_run_on_the_ray_workers_and_say_what_each_question_cost(demo_run: DemoRun,
+                                                                                 tmp_path: Path) -> None:
+    """`generation.adaptive` through the real flow (Ray workers, DuckDB): each question stores the greedy answer
+    and the samples of the rounds it needed, in order; every sampled score is named by the rule; the digest and
+    the summary say generations a question; a rerun generates nothing."""
+    from cic.pipeline.run.run_digest import generated_line
+
+    config = write_config(tmp_path / "a.yaml", tmp_path, datasets=[{"name": "trivia_qa", "limit": 6}], per_batch=3)
+    spec = yaml.safe_load(config.read_text())
+    spec["generation"].update(n_samples=6, adaptive=[2, 4, 6])
+    spec["uncertainty"]["estimators"] = ["semantic_entropy", "eigv", "answer_nll"]
+    config.write_text(yaml.safe_dump(spec))
+    summary = pipeline(config_path=str(config), log_to_mlflow=False)
+    stats = summary.answer[0]
+    with Store.open(summary.db, read_only=True) as store:
+        rows = store.read("generations")
+        names = set(store.read("scores").get_column("estimator"))
+    drawn = rows.group_by("question_id").agg(pl.col("sample_index").sort())
+    assert all(indices == list(range(len(indices))) and len(indices) in (3, 5, 7)
+               for indices in drawn.get_column("sample_index").to_list())
+    assert stats.generated == 6 and stats.generations == rows.height
+    assert f"{rows.height / 6:.2f} generations a question" in generated_line(summary)
+    assert names == {"semantic_entropy[embedding:0.9][adaptive:2-6]", "eigv[embedding:0.9][adaptive:2-6]",
+                     "answer_nll"}
+    again = pipeline(config_path=str(config), log_to_mlflow=False)
+    assert again.answer[0].generated == 0 and again.answer[0].batches == 0  # every question done: no worker asked
