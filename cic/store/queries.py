@@ -186,15 +186,16 @@ def generations_per_question(store: Store, run_key: str) -> float | None:
     return (row[1] + row[2]) / row[0] if row[0] else None
 
 
-def free_text_generations(store: Store) -> pl.DataFrame:
-    """Every stored free-text answer (the most likely ones and the samples), in drawn order per question."""
-    return store.sql_frame("SELECT * FROM generations WHERE option_probs IS NULL "
-                           "ORDER BY run_key, question_id, sample_index")
+def generations_in_order(store: Store) -> pl.DataFrame:
+    """Every stored answer (the most likely ones and the samples), in drawn order per question."""
+    return store.sql_frame("SELECT * FROM generations ORDER BY run_key, question_id, sample_index")
 
 
 def greedy_errors(store: Store, criterion: str) -> pl.DataFrame:
-    """question_id, wrong (the most likely answer not aligned under `criterion`) of every labelled question."""
-    return store.sql_frame("SELECT question_id, NOT aligned AS wrong FROM labels WHERE criterion = ?", [criterion])
+    """run_key, question_id, wrong (the most likely answer not aligned under `criterion`) of every labelled
+    question."""
+    return store.sql_frame("SELECT run_key, question_id, NOT aligned AS wrong FROM labels WHERE criterion = ?",
+                           [criterion])
 
 
 def newest_anytime_state(store: Store, run_key: str, estimator: str, criterion: str, alpha: float,

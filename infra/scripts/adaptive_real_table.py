@@ -1,4 +1,4 @@
-"""Adaptive rounds replayed on a real run's stored samples: every free-text question's ten samples in drawn order
+"""Adaptive rounds replayed on a real run's stored samples: every question's ten samples in drawn order
 (a run with generation.adaptive off stores them all), scored with all ten and with the rule's prefix
 (`cic.llm.uncertainty.scorer`, rounds 2-4-6-10: what a run with adaptive rounds on would have stored and scored),
 each certified by the paper's protocol (100 random 50/50 splits, Clopper–Pearson, δ = 0.05, fallback search).
@@ -26,17 +26,22 @@ from cic.llm.uncertainty import UncertaintyScorer, make_equivalence  # noqa: E40
 from cic.llm.uncertainty.adaptive import ROUNDS, stop_in  # noqa: E402
 from cic.stats.protocol import evaluate_splits  # noqa: E402
 from cic.store import Store  # noqa: E402
-from cic.store.queries import free_text_generations, greedy_errors  # noqa: E402
+from cic.store.queries import generations_in_order, greedy_errors  # noqa: E402
 
 ALPHAS = (0.2, 0.25)
 ESTIMATORS = ("semantic_entropy", "eigv")
 COVERAGE_TARGET, GENERATIONS_TARGET = 0.95, 4.0
 
 
-def stored(db: str, criterion: str) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Free-text generations of every question with all eleven rows, and its greedy answer's error."""
+def stored(db: str, criterion: str, run_key: str | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The answers of every question of one run with all eleven rows, and its greedy answer's error."""
     with Store.open(db, read_only=True, wait_s=600) as store:
-        rows, labels = free_text_generations(store), greedy_errors(store, criterion)
+        rows, labels = generations_in_order(store), greedy_errors(store, criterion)
+    keys = sorted(set(rows.get_column("run_key")))
+    if run_key is None and len(keys) != 1:
+        sys.exit(f"--db {db}: {len(keys)} runs stored ({', '.join(keys) or 'none'}); name one with --run-key")
+    rows = rows.filter(run_key=run_key or keys[0])
+    labels = labels.filter(run_key=run_key or keys[0]).drop("run_key")
     whole = rows.group_by("question_id").len().filter(pl.col("len") == ROUNDS[-1] + 1).get_column("question_id")
     return rows.filter(pl.col("question_id").is_in(whole.to_list())), labels
 
@@ -62,11 +67,12 @@ def coverage(scores: pl.DataFrame, labels: pl.DataFrame, estimator: str) -> dict
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", required=True)
-    parser.add_argument("--criterion", default="similarity[0.5]")
+    parser.add_argument("--criterion", default="similarity[0.5]", help="option_match for CommonsenseQA")
+    parser.add_argument("--run-key", help="the run, where the store holds more than one")
     parser.add_argument("--rounds", default=",".join(map(str, ROUNDS)), help="cumulative sample counts, last 10")
     args = parser.parse_args()
     rounds = tuple(int(r) for r in args.rounds.split(","))
-    rows, labels = stored(args.db, args.criterion)
+    rows, labels = stored(args.db, args.criterion, args.run_key)
     n = rows.get_column("question_id").n_unique()
     equivalence = make_equivalence("embedding", embedder=SentenceEmbedder(), threshold=0.9)
     full = UncertaintyScorer(equivalence, ESTIMATORS)
@@ -74,7 +80,7 @@ def main() -> None:
     drawn = prefix(rows, full, rounds)
     full_scores, adaptive_scores = full.score(rows, run_key="r"), adaptive.score(drawn, run_key="r")
     per_question = generations_drawn(drawn) / n
-    print(f"{args.db}: {n} free-text questions with ten samples stored, criterion {args.criterion}; rounds "
+    print(f"{args.db}: {n} questions with ten samples stored, criterion {args.criterion}; rounds "
           f"{'-'.join(map(str, rounds))}: {per_question:.2f} generations a question against 11 "
           f"(target <= {GENERATIONS_TARGET:g}: {'met' if per_question <= GENERATIONS_TARGET else 'not met'}), "
           f"tokens {rows['n_tokens'].sum() / max(drawn['n_tokens'].sum(), 1):.2f}x fewer\n")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -420,3 +421,14 @@ def test_adaptive_rounds_run_on_the_ray_workers_and_say_what_each_question_cost(
                      "answer_nll"}
     again = pipeline(config_path=str(config), log_to_mlflow=False)
     assert again.answer[0].generated == 0 and again.answer[0].batches == 0  # every question done: no worker asked
+    from typer.testing import CliRunner
+
+    from cic.cli import app
+
+    for estimator, cost in (("semantic_entropy", r"\d+"), ("answer_nll", "1")):  # sampled: its rounds; one pass: 1
+        asked = CliRunner().invoke(app, ["ask", "What is the capital of France?", "--config", str(config),
+                                         "--alpha", "0.9", "--estimator", estimator])
+        text = " ".join(asked.output.split())
+        assert asked.exit_code == 0, asked.output
+        if "not computed" not in text:  # the gate serves: the model answered, and the line says what it cost
+            assert re.search(rf"gate \w{{12}}, {cost} generation\(s\)\)", text), text

@@ -100,3 +100,25 @@ def test_a_bad_worker_count_is_one_line_naming_the_variable(monkeypatch: pytest.
         group_reports.report_workers()
     monkeypatch.setenv("CIC_REPORT_WORKERS", "1")
     assert group_reports.report_workers() == 1
+
+
+def test_a_groups_report_says_what_its_score_cost_in_generations(tmp_path: Path) -> None:
+    """A run whose answers are stored: its group reports end with generations a question (an adaptive run's fewer
+    than 11); a run of imported scores, with no answer stored, says nothing of the kind."""
+    import polars as pl
+
+    from tests.store.test_queries import rows
+
+    db = tmp_path / "cic.duckdb"
+    with Store.open(db) as store:
+        key = store_run(store, n=200)
+        ids = store.read("labels", run_key=key).get_column("question_id").to_list()
+        store.upsert_batches("generations", [rows(key, {q: 5 if i % 2 else 11 for i, q in enumerate(ids)})])
+        bare = store_run(store, dataset="other", n=200, seed=1)
+    calibrate_store(str(db), [key, bare], CalibrationConfig(alphas=(0.3,), bounds=("cp",), n_splits=5))
+    written = group_reports.write_group_reports(str(db), str(tmp_path / "reports"))
+    said = {p.name: (p / "README.md").read_text() for p in written}
+    costed = [text for name, text in said.items() if name.startswith("m_d_")]
+    assert costed and all(f"run {key}): 8.00." in " ".join(t.split()) for t in costed)
+    assert not [t for name, t in said.items() if name.startswith("m_other_") and "Generations a question" in t]
+    assert pl.Series(list(said)).str.starts_with("m_other_").any()

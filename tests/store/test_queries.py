@@ -1,5 +1,5 @@
 """What a run's generating cost, read back from the store: generations a question (free text: one per row; multiple
-choice: one forward pass a question) and the free-text rows in drawn order, against `generations_drawn`."""
+choice: one forward pass a question) and the rows in drawn order, against `generations_drawn`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import polars as pl
 from cic import schema
 from cic.llm.answering import generations_drawn
 from cic.store.database import Store
-from cic.store.queries import free_text_generations, generations_per_question, greedy_errors
+from cic.store.queries import generations_in_order, generations_per_question, greedy_errors
 
 
 def rows(run_key: str, drawn: dict[str, int], option: bool = False) -> pl.DataFrame:
@@ -29,10 +29,10 @@ def test_generations_a_question_counts_rows_of_free_text_and_one_pass_a_choice(t
         assert generations_per_question(store, "r") == (3 + 11 + 5) / 3 == generations_drawn(adaptive) / 3
         assert generations_per_question(store, "m") == 1.0 == generations_drawn(choices) / 2
         assert generations_per_question(store, "none") is None
-        ordered = free_text_generations(store)
+        ordered = generations_in_order(store).filter(run_key="r")
         store.upsert_batches("labels", [pl.DataFrame({"run_key": "r", "question_id": ["a", "b"], "criterion": "c",
                                                       "aligned": [True, False], "value": [1.0, 0.0]})])
-        wrong = dict(greedy_errors(store, "c").iter_rows())
+        wrong = dict(greedy_errors(store, "c").drop("run_key").iter_rows())
     assert ordered.height == 19 and set(ordered.get_column("run_key")) == {"r"}
     for _, own in ordered.group_by("question_id", maintain_order=True):
         assert own.get_column("sample_index").to_list() == list(range(own.height))

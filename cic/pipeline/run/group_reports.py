@@ -22,8 +22,8 @@ from cic.reports.report import ReportConfig, file_slug, write_report
 from cic.reports.report_index import write_report_index
 from cic.stats.searches import get_search
 from cic.store import Store
-from cic.store.outputs import guard_output_dir, write_frame
-from cic.store.queries import loggable_units
+from cic.store.outputs import guard_output_dir, write_frame, write_text
+from cic.store.queries import generations_per_question, loggable_units
 
 PARALLEL_FROM = 6  # groups: from this many on, reports render in worker processes
 log = logging.getLogger("cic.reports")
@@ -43,6 +43,7 @@ class UnitReport:
     searches: tuple[str, ...]
     frame: pl.DataFrame         # the (score, error) table the report is drawn from
     config: ReportConfig
+    generations: float | None = None  # answers generated a question for the run (fewer under adaptive rounds)
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,8 @@ def read_unit(store: Store, unit: StoredUnit, report_root: Path) -> UnitReport:
                           searches=tuple(s for s in searches if not get_search(s).needs_grid) or ("paper",),
                           delta=first["delta"], n_splits=first["n_splits"], cal_fraction=first["cal_fraction"],
                           seed=first["seed"], sensitivity_fractions=(), baselines=())
-    return UnitReport(out, key, run, calibrations, evaluations, pairs, searches, frame, config)
+    return UnitReport(out, key, run, calibrations, evaluations, pairs, searches, frame, config,
+                      generations_per_question(store, group.run_key))
 
 
 def render_unit(report: UnitReport) -> UnitReport:
@@ -103,6 +105,10 @@ def render_unit(report: UnitReport) -> UnitReport:
     protocol is not run again). A module-level function of picklable data: it runs in a worker process too."""
     write_report(report.frame, report.out, report.config, stored=report.evaluations)
     write_frame(report.evaluations, report.out / "tables" / "evaluations.csv", "--report-dir")
+    if report.generations is not None:  # what the score cost, beside what it certifies
+        index = report.out / "README.md"
+        write_text(index, index.read_text() + f"\nGenerations a question (the most likely answer and the samples "
+                   f"drawn, run {report.run['run_key']}): {report.generations:.2f}.\n", "report file")
     return report
 
 
