@@ -653,7 +653,7 @@ llama.cpp server ignores `n` and returns one choice: the check's count catches t
 
     caplog.set_level(logging.INFO, logger="cic.endpoint")
     config = GenerationConfig(n_samples=3, max_new_tokens=4)
-    requests = {}
+    requests, rounds = {}, {}
     with gateway(server.url, [], n_mode="fan") as fan, gateway(server.url, [], n_mode="copies") as copies:
         for name, url in (("refused", server.url), ("fan", fan), ("copies", copies)):
             client = EndpointClient(EndpointSpec(urls=(url,), model=server.model))
@@ -661,10 +661,15 @@ llama.cpp server ignores `n` and returns one choice: the check's count catches t
             frame = EndpointGenerator(client, config).generate_open(["q1"], ["Name a colour."], run_key="r")
             assert frame.height == 4 and frame.get_column("sample_index").to_list() == [0, 1, 2, 3]
             requests[name] = (client.server_n, client.stats.requests)
+            later = EndpointGenerator(client, config).generate_open(["q1"], ["Name a colour."], run_key="r",
+                                                                   indices=[2, 3])  # an adaptive round
+            assert later.get_column("sample_index").to_list() == [2, 3]
+            rounds[name] = client.stats.requests - requests[name][1]  # (the texts: as the server's seeding goes)
         insisted = EndpointClient(EndpointSpec(urls=(copies,), model=server.model, server_n="on"))
         with pytest.raises(UserError, match="endpoint.server_n = 'on', but .* does not honour n: all 3 completions"):
             EndpointGenerator(insisted, config).generate_open(["q1"], ["Name a colour."], run_key="r")
     assert requests == {"refused": (False, 4), "fan": (True, 2), "copies": (False, 4)}
+    assert rounds == {"refused": 2, "fan": 1, "copies": 2}  # a round's samples: one request asking n where honoured
     said = [r.getMessage() for r in caplog.records if "samples come" in r.getMessage()]
     assert any("n not honoured: all 3 completions are the same text" in m for m in said), said
     assert any(fan in m and "the server honours n" in m for m in said), said
