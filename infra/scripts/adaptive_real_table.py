@@ -51,6 +51,9 @@ def prefix(rows: pl.DataFrame, scorer: UncertaintyScorer, rounds: tuple[int, ...
     kept = []
     for _, own in rows.sort("question_id", "sample_index").group_by("question_id", maintain_order=True):
         stats = scorer.question_stats(own)
+        if stats.is_multiple_choice:  # letters drawn from one forward pass: free, all kept (as the scorer reads)
+            kept.append(own)
+            continue
         count = stop_in(stats.clusters.tolist(), rounds)
         kept.append(own.filter(pl.col("sample_index") <= count))
     return pl.concat(kept)

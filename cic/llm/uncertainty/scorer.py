@@ -25,7 +25,8 @@ class UncertaintyScorer:
 
     With `adaptive` rounds every estimator that reads samples scores the samples the adaptive rule uses
     (`adaptive.stop_in`, replayed on the stored samples in drawn order; null where they end before it stops) and
-    its name says so; one-pass estimators read the most likely answer as ever."""
+    its name says so; one-pass estimators read the most likely answer as ever, and a multiple-choice question
+    every letter drawn (they cost no generation)."""
 
     def __init__(self, equivalence: Any, estimators: Sequence[str], adaptive: Sequence[int] | None = None) -> None:
         self.estimators = [get_estimator(name) for name in estimators]
@@ -79,8 +80,9 @@ class UncertaintyScorer:
 
     def drawn(self, stats: QuestionStats) -> QuestionStats | None:
         """The samples the estimators read: all of them, or under the adaptive rule those it uses (None: the
-        stored samples end before the rule stops)."""
-        if self.adaptive is None:
+        stored samples end before the rule stops). A multiple-choice question's letters are draws from its one
+        forward pass — free — so it reads them all."""
+        if self.adaptive is None or stats.is_multiple_choice:
             return stats
         count = stop_in(stats.clusters.tolist(), self.adaptive)
         return None if count is None else stats.first(count)
