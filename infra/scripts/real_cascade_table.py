@@ -176,8 +176,9 @@ def open_ended(args: argparse.Namespace) -> None:
     print(f"{args.dataset}, {args.criterion}: {greedy.height:,} questions in both runs; their greedy answers' "
           f"labels agree on {agree:,} ({agree / greedy.height:.1%}); base error rate "
           f"{greedy.get_column('error').mean():.3f} (one-pass run) / {greedy.get_column('error_sampled').mean():.3f}")
+    both = (cheap,) if args.table is not None and args.table.resolve() == args.one_pass.resolve() else (cheap, sampled)
     table = pl.concat([t.select("estimator", "question_id", pl.col("score").alias(f"score_{model}"),
-                                pl.col("error").alias(f"error_{model}")) for t in (cheap, sampled)])
+                                pl.col("error").alias(f"error_{model}")) for t in both])
     masks = splits(greedy.height, args.splits)
     score_cascade(table.filter(pl.col("question_id").is_in(greedy.get_column("question_id").to_list())).sort(
         "estimator", "question_id"), model, args.cheap, args.expensive, args.samples, masks)
