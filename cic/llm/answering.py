@@ -51,7 +51,6 @@ class Answerer:
                                        threshold=settings.embedding_threshold, nli_model=settings.nli_model,
                                        variant=settings.nli_variant, device=device)
         self.scorer = UncertaintyScorer(equivalence, settings.estimators, adaptive=settings.generation.adaptive)
-        self.rounds_asked: list[int] = []  # questions per round of the last adaptive batch (one engine call each)
 
     @property
     def llm_loaded(self) -> bool:
@@ -85,10 +84,8 @@ class Answerer:
             return generate_for_questions(self.engine, questions, prompts, run_key=run_key)
 
         def in_rounds(ids: list[str], open_prompts: list[Any]) -> pl.DataFrame:
-            drawn = draw_in_rounds(self.engine, ids, open_prompts, run_key=run_key, rounds=rounds,
-                                   equivalence=self.scorer.equivalence)
-            self.rounds_asked = drawn.asked
-            return drawn.rows
+            return draw_in_rounds(self.engine, ids, open_prompts, run_key=run_key, rounds=rounds,
+                                  equivalence=self.scorer.equivalence).rows
 
         return generate_for_questions(self.engine, questions, prompts, run_key=run_key, open_rows=in_rounds)
 
@@ -133,7 +130,6 @@ class Answerer:
 def generations_drawn(rows: pl.DataFrame) -> int:
     """Generations a batch cost: every free-text row (the most likely answer and each sample is one decode), and
     one forward pass per multiple-choice question (its sampled letters are draws from that one distribution)."""
-
     if rows.height == 0:
         return 0
     mc = rows.get_column("option_probs").is_not_null()

@@ -54,3 +54,18 @@ def test_the_score_is_named_by_its_rule() -> None:
     assert adaptive_name("semantic_entropy") == "semantic_entropy[adaptive:2-10]"
     with pytest.raises(ValueError, match="samples given"):
         samples_drawn([0, 1, 2], (2, 4))
+
+
+def test_meaning_sets_are_found_online_so_a_prefix_keeps_its_sets() -> None:
+    """The replay of the rule on a full draw equals a run that stopped early only because an answer's meaning set
+    depends on the answers before it: the sets of every prefix are the prefix of the sets."""
+    from cic.llm.uncertainty import make_equivalence
+    from cic.llm.uncertainty.equivalence import cluster_many
+
+    rng = np.random.default_rng(0)
+    words = ["Paris", "paris.", "Lyon", "The Paris", "Nice", "lyon"]
+    draws = [[str(w) for w in rng.choice(words, 10)] for _ in range(50)]
+    exact = make_equivalence("exact")
+    whole = cluster_many(draws, exact)
+    for k in (2, 4, 6):
+        assert all((a[:k] == b).all() for a, b in zip(whole, cluster_many([d[:k] for d in draws], exact), strict=True))
