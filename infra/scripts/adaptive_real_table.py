@@ -92,9 +92,12 @@ def main() -> None:
     for name, adaptive_name in zip(full.stored_names(), adaptive.stored_names(), strict=True):
         ten, few = coverage(full_scores, labels, name), coverage(adaptive_scores, labels, adaptive_name)
         for alpha in ALPHAS:
-            ratio = few[alpha] / ten[alpha] if ten[alpha] else float("nan")
-            verdict = "met" if ratio >= COVERAGE_TARGET else "not met"
-            print(f"| {name} | {alpha:g} | {ten[alpha]:.3f} | {few[alpha]:.3f} | {ratio:.2f} ({verdict}) |")
+            if not ten[alpha]:
+                shown = "— (ten samples certify nothing here: too few questions, or α out of reach)"
+            else:
+                ratio = few[alpha] / ten[alpha]
+                shown = f"{ratio:.2f} ({'met' if ratio >= COVERAGE_TARGET else 'not met'})"
+            print(f"| {name} | {alpha:g} | {ten[alpha]:.3f} | {few[alpha]:.3f} | {shown} |")
 
 
 if __name__ == "__main__":
