@@ -122,16 +122,16 @@ def test_a_multiple_choice_question_reads_every_letter_drawn_they_cost_no_genera
     """Its letters are draws from one forward pass: the adaptive score of a choice question is the full one (the
     rule would only throw free samples away), and its cost is one generation."""
     worker, full = answerer(replay), answerer(replay, adaptive=None)
-    letters = ["A", "B", "C", "D", "A", "A", "A", "A", "A", "A"]  # four that all differ: a free-text stop
+    letters = ["A", "B", "C", "D", "E", "A", "A", "A", "A", "A"]  # four that all differ: a free-text stop
     rows = pl.DataFrame([{"run_key": "k", "question_id": "mc", "sample_index": i, "text": (["A"] + letters)[i],
                           "n_tokens": 1, "logprob_sum": -1.0, "logprob_mean": -1.0, "is_greedy": i == 0,
-                          "option_probs": [0.7, 0.1, 0.1, 0.1], "flags": []} for i in range(11)])
+                          "option_probs": [0.6, 0.1, 0.1, 0.1, 0.1], "flags": []} for i in range(11)])
     from cic import schema
 
     rows = schema.conform(rows, schema.GENERATIONS)
     adaptive_sets = worker.scorer.score(rows, run_key="k").filter(estimator="num_semantic_sets[exact][adaptive:2-10]")
     assert adaptive_sets["value"].to_list() == full.scorer.score(rows, run_key="k").filter(
-        estimator="num_semantic_sets[exact]")["value"].to_list() == [4]
+        estimator="num_semantic_sets[exact]")["value"].to_list() == [5]  # the fifth letter: not cut at four
     assert generations_drawn(rows) == 1
 
 
