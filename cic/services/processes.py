@@ -18,6 +18,9 @@ from typing import Any
 
 from cic import schema
 from cic.llm.paths import cache_root
+from cic.services.watchdog import stop
+
+WATCHDOG_READY_S = 30.0  # how long a command waits for its watchdog to hold it (seconds; a loaded machine is slow)
 
 
 def record_path(db: str | Path, state_dir: str | Path | None = None, command: str = "run") -> Path:
@@ -41,20 +44,6 @@ def _alive(entry: dict[str, Any]) -> Any:
         return proc if abs(proc.create_time() - entry["started"]) < 0.01 and proc.is_running() else None
     except (psutil.NoSuchProcess, psutil.AccessDenied, KeyError, TypeError):
         return None
-
-
-def stop(processes: list[Any], grace_s: float = 5.0) -> None:
-    """SIGTERM, then SIGKILL whatever is still there after `grace_s` (Ray agents ignore SIGTERM)."""
-    import psutil
-
-    for proc in processes:
-        with contextlib.suppress(psutil.Error):
-            proc.terminate()
-    _, left = psutil.wait_procs(processes, timeout=grace_s)
-    for proc in left:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    psutil.wait_procs(left, timeout=grace_s)
 
 
 class OwnedProcesses:
@@ -85,13 +74,20 @@ class OwnedProcesses:
 
     def start_watchdog(self) -> Any:
         """The supervisor that stops our descendants when we die (its own session: a signal to our process
-        group does not reach it)."""
+        group does not reach it). Returns once it holds us (its READY line), or after WATCHDOG_READY_S."""
+        import select
         import subprocess
         import sys
 
-        return subprocess.Popen([sys.executable, "-m", "cic.services.watchdog", str(self.me.pid),
-                                 repr(self.me.create_time())], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+        from cic.services import watchdog
+
+        proc = subprocess.Popen([sys.executable, "-P", watchdog.__file__, str(self.me.pid),
+                                 repr(self.me.create_time())], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True, text=True)
+        with proc.stdout:
+            if select.select([proc.stdout], [], [], WATCHDOG_READY_S)[0]:
+                proc.stdout.readline()  # READY, or nothing if it could not start: the record is the second net
+        return proc
 
     def record(self) -> None:
         """Write our PID and our descendants' (call again as services start)."""

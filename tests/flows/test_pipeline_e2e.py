@@ -117,7 +117,9 @@ def test_stage_progress_reaches_the_flow_run_log(demo_run: DemoRun) -> None:
     assert f"answer smollm2: {N}/{N} (100.0%)" in " ".join(messages)
     # the tasks' own lines reach the run's log too (the UI shows what each stage did)
     tokens = summary.answer[0].tokens  # what generating cost, in the run's log and its summary alike
-    assert tokens > 0 and any(m.startswith(f"smollm2: {N} questions ({N} generated, {tokens} tokens)")
+    per_question = summary.answer[0].generations_per_question
+    assert tokens > 0 and any(m.startswith(f"smollm2: {N} questions ({N} generated, {per_question:.2f} generations "
+                                           f"a question, {tokens} tokens)")
                               for m in messages), messages[-20:]
     assert any(m.startswith("calibrated ") and " groups: " in m for m in messages), messages[-20:]
 

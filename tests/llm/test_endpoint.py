@@ -346,7 +346,8 @@ def _served_run_and_ask(config: Path, server: ServedModel, tmp_path: Path, prefe
     lost = [line for line in (proc.stdout + proc.stderr).splitlines() if "got no answer from the endpoint" in line]
     assert lost and "1 of 4 questions" in lost[0] and "replica overloaded" in lost[0], lost
     assert any("1 of 4 questions got no answer" in m for m in _prefect_warnings(prefect_api, "replica overloaded"))
-    tokens = f"smol-served 3 question(s), {generations.get_column('n_tokens').sum()} tokens"
+    tokens = (f"smol-served 3 question(s), 3.00 generations a question, "  # greedy + 2 samples
+              f"{generations.get_column('n_tokens').sum()} tokens")
     assert tokens in proc.stdout
     console = " ".join(proc.stdout.split())  # the console wraps long lines
     assert console.count("model 'smol-served': serves ") == 1  # what the probe found, once per run

@@ -102,7 +102,6 @@ def _gone(pids: list[int], within_s: float) -> list[int]:
         time.sleep(0.2)
 
 
-@pytest.mark.faults
 def _command_line(proc: psutil.Process) -> str | None:
     """A process's command line, or None when it has ended since it was listed."""
     try:
@@ -111,6 +110,28 @@ def _command_line(proc: psutil.Process) -> str | None:
         return None
 
 
+@pytest.mark.faults
+def test_a_command_killed_the_moment_it_owns_its_processes_still_has_them_stopped(tmp_path: Path) -> None:
+    """`owned_processes` returns only once the watchdog holds the command: a SIGKILL right after it (no poll in
+    between) still stops the child the command had."""
+    code = (
+        "import os, signal, subprocess, sys\n"
+        "from cic.services.processes import owned_processes\n"
+        f"kid = subprocess.Popen([sys.executable, '-c', {SLEEPER!r}])\n"
+        f"with owned_processes({str(tmp_path / 's.duckdb')!r}, {str(tmp_path)!r}):\n"
+        "    print(kid.pid, flush=True); os.kill(os.getpid(), signal.SIGKILL)\n")
+    run = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    kid = int(run.stdout.readline())
+    try:
+        assert run.wait(timeout=30) == -signal.SIGKILL
+        assert _gone([kid], within_s=10) == []
+    finally:
+        with contextlib.suppress(psutil.Error):
+            psutil.Process(kid).kill()
+
+
+@pytest.mark.faults
 def test_after_kill_9_the_watchdog_stops_every_child_within_seconds(tmp_path: Path) -> None:
     """No later command needed: the supervisor outlives the killed command and stops its process tree,
     grandchildren and a child that ignores SIGTERM included."""
@@ -133,7 +154,7 @@ def test_after_kill_9_the_watchdog_stops_every_child_within_seconds(tmp_path: Pa
         time.sleep(2.0)  # the grandchild starts and the watchdog's next look finds it
         lines = {p.pid: _command_line(p) for p in psutil.Process(run.pid).children(recursive=True)}
         tree = [pid for pid, line in lines.items() if line is not None]  # not one that ended as it was listed
-        watchdogs = [p for p in tree if "cic.services.watchdog" in lines[p]]
+        watchdogs = [p for p in tree if "cic/services/watchdog.py" in lines[p]]
         assert len(watchdogs) == 1 and set(kids) < set(tree) and len(tree) >= 4
         run.send_signal(signal.SIGKILL)
         run.wait(timeout=10)
