@@ -104,12 +104,14 @@ def run_arena(frame: pl.DataFrame, *, alphas: Sequence[float], deltas: Sequence[
               methods: Sequence[str] | None = None, n_splits: int = 500, cal_fraction: float = 0.5,
               seed: int = 0) -> pl.DataFrame:
     """One row per (group, method, α, δ) of a long (score, error) frame: coverage, mean FDR, P(FDR > α), the share
-    of splits accepting nothing, seconds per calibration and the guarantee kind."""
+    of splits accepting nothing, seconds per calibration, the guarantee kind, and — when the frame has the
+    `generations` column — what the score cost, in generations a question (every question is scored, whatever
+    the method then accepts; null without the column)."""
     import polars as pl
 
     from cic.stats._validation import check_open_unit
     from cic.stats.protocol import split_masks
-    from cic.store.score_files import GROUP_KEYS, check_long_frame
+    from cic.store.score_files import COST_COLUMN, GROUP_KEYS, check_long_frame
 
     chosen = [METHODS.lookup(m) for m in (methods or list(METHODS))]
     for a in alphas:
@@ -125,6 +127,7 @@ def run_arena(frame: pl.DataFrame, *, alphas: Sequence[float], deltas: Sequence[
         u = part.get_column("score").to_numpy()
         e = part.get_column("error").to_numpy().astype(np.int64)
         masks = split_masks(u.shape[0], n_splits, cal_fraction, seed)
+        cost = float(part.get_column(COST_COLUMN).mean()) if COST_COLUMN in part.columns else None
         for alpha in alphas:
             for delta in deltas:
                 for method in chosen:
@@ -132,8 +135,9 @@ def run_arena(frame: pl.DataFrame, *, alphas: Sequence[float], deltas: Sequence[
                         continue
                     rows.append({**dict(zip(GROUP_KEYS, key, strict=True)), "method": method.name,
                                  "guarantee": method.guarantee, "alpha": float(alpha), "delta": float(delta),
-                                 **_judge(method, u, e, masks, float(alpha), float(delta))})
-    return pl.DataFrame(rows)
+                                 **_judge(method, u, e, masks, float(alpha), float(delta)),
+                                 "generations_per_question": cost})
+    return pl.DataFrame(rows, schema_overrides={"generations_per_question": pl.Float64})
 
 
 def _judge(method: Method, u: np.ndarray, e: np.ndarray, masks: np.ndarray, alpha: float,
@@ -153,11 +157,12 @@ def _judge(method: Method, u: np.ndarray, e: np.ndarray, masks: np.ndarray, alph
 def arena_markdown(rows: pl.DataFrame) -> str:
     """The arena as one Markdown table: a row per group, α, δ and method."""
     lines = ["| model | dataset | estimator | criterion | α | δ | method | guarantee | coverage | mean FDR | "
-             "P(FDR > α) | accepts nothing | ms per calibration |", "|---" * 13 + "|"]
+             "P(FDR > α) | accepts nothing | ms per calibration | generations / question |", "|---" * 14 + "|"]
     for r in rows.iter_rows(named=True):
+        cost = "—" if r.get("generations_per_question") is None else f"{r['generations_per_question']:.2f}"
         lines.append(f"| {r['model']} | {r['dataset']} | {r['estimator']} | {r['criterion']} | {r['alpha']:g} | "
                      f"{r['delta']:g} | {r['method']} | {r['guarantee']} | {r['coverage']:.3f} | {r['mean_fdr']:.3f} | "
-                     f"{r['p_fdr_above_alpha']:.3f} | {r['accepts_nothing']:.3f} | {r['seconds'] * 1e3:.1f} |")
+                     f"{r['p_fdr_above_alpha']:.3f} | {r['accepts_nothing']:.3f} | {r['seconds'] * 1e3:.1f} | {cost} |")
     return "\n".join(lines) + "\n"
 
 

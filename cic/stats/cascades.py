@@ -164,14 +164,15 @@ def _thresholds(scores: Sequence[np.ndarray], path: Sequence[float], q: float) -
 @checked
 def calibrate_cascade(scores: Sequence[Any], errors: Sequence[Any], *, alpha: float, delta: float = 0.05,
                       bound: str = "cp", search: str = DEFAULT_SEARCH, models: Sequence[str] | None = None,
-                      costs: Sequence[float] | None = None, paths: Sequence[Sequence[float]] | None = None,
+                      costs: Sequence[Any] | None = None, paths: Sequence[Sequence[float]] | None = None,
                       min_coverage: float | None = None) -> CascadeResult:
     """Certify a cascade of models (cost order) on the same calibration questions.
 
     `scores[i]`, `errors[i]`: model i's uncertainty and 0/1 error on question j (aligned by question). Each path
     is searched at its share of delta (`default_paths`; paths given here share it equally); the result is the
     certified path with the most coverage, or, with `min_coverage`, the cheapest (by `costs`: model i's cost per
-    call, every model up to the answering one called) among those answering at least that share.
+    call — one number, or one per question where it varies, e.g. generations an adaptive score drew — every model
+    up to the answering one called) among those answering at least that share.
     """
     us = [np.asarray(u, dtype=float) for u in scores]
     es = [np.asarray(e) for e in errors]
@@ -195,7 +196,7 @@ def calibrate_cascade(scores: Sequence[Any], errors: Sequence[Any], *, alpha: fl
 
 
 def _check_cascade(us: list[np.ndarray], es: list[np.ndarray], models: Sequence[str] | None,
-                   costs: Sequence[float] | None) -> None:
+                   costs: Sequence[Any] | None) -> None:
     if len(us) < 2 or len(us) != len(es):
         raise UserError(f"a cascade needs scores and errors for at least two models (got {len(us)} score and "
                         f"{len(es)} error columns)")
@@ -210,11 +211,13 @@ def _check_cascade(us: list[np.ndarray], es: list[np.ndarray], models: Sequence[
     for name, given in (("models", models), ("costs", costs)):
         if given is not None and len(given) != len(us):
             raise UserError(f"{name} = {list(given)!r}: one per model ({len(us)})")
-    if costs is not None and not all(math.isfinite(c) and c >= 0 for c in costs):
-        raise UserError(f"costs = {list(costs)!r}: must be finite and >= 0")
+    for i, c in enumerate(costs if costs is not None else ()):
+        each = np.asarray(c, dtype=float)
+        if each.shape not in ((), (n,)) or not (np.isfinite(each).all() and (each >= 0).all()):
+            raise UserError(f"costs[{i}]: must be one number or one per question ({n}), finite and >= 0")
 
 
-def _result(us: list[np.ndarray], es: list[np.ndarray], names: tuple[str, ...], costs: Sequence[float] | None,
+def _result(us: list[np.ndarray], es: list[np.ndarray], names: tuple[str, ...], costs: Sequence[Any] | None,
             path: tuple[float, ...], values: np.ndarray, accepted: np.ndarray, wrong: np.ndarray, index: int,
             gamma: float, alpha: float, delta: float, bound: str, search: str) -> CascadeResult:
     n = us[0].shape[0]
@@ -232,7 +235,7 @@ def _result(us: list[np.ndarray], es: list[np.ndarray], names: tuple[str, ...], 
         undecided, total = np.ones(n, dtype=bool), 0.0
         for i, c in enumerate(costs):
             if thresholds[i] is not None:
-                total += c * float(undecided.mean())
+                total += float(np.mean(np.asarray(c, dtype=float) * undecided))
                 undecided &= answering != i
         cost = total
     guarantee = (f"P(system error among answered <= {alpha:g}) >= {1 - delta:g}: {len(us)}-model cascade, "

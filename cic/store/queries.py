@@ -186,6 +186,14 @@ def generations_per_question(store: Store, run_key: str) -> float | None:
     return (row[1] + row[2]) / row[0] if row[0] else None
 
 
+def generations_by_question(store: Store, run_key: str) -> pl.DataFrame:
+    """question_id, generations: what answering each stored question of a run cost, counted as
+    `generations_per_question` counts (its mean over the questions)."""
+    return store.sql_frame("SELECT question_id, CASE WHEN bool_or(option_probs IS NOT NULL) THEN 1 ELSE count(*) "
+                           "END::BIGINT AS generations FROM generations WHERE run_key = ? GROUP BY question_id "
+                           "ORDER BY question_id", [run_key])
+
+
 def generations_in_order(store: Store) -> pl.DataFrame:
     """Every stored answer (the most likely ones and the samples), in drawn order per question."""
     return store.sql_frame("SELECT * FROM generations ORDER BY run_key, question_id, sample_index")

@@ -124,6 +124,23 @@ GROUP_KEYS: tuple[str, ...] = ("model", "dataset", "estimator", "criterion")
 
 
 OPTIONAL_COLUMNS = ("question_id", "source")  # a long frame keeps them when a file has them
+#: What the score cost on its question, in generations (the most likely answer included: 1 for a one-pass score,
+#: 11 for one with ten samples, the drawn count for an adaptive one); kept, as a whole number >= 1, when present.
+COST_COLUMN = "generations"
+
+
+def _costs(frame: pl.DataFrame, source: str) -> np.ndarray:
+    """The cost column as whole numbers >= 1; the error names the first row that is not."""
+    import polars as pl
+
+    raw = _column(frame, COST_COLUMN, source)
+    values = pl.Series(raw).cast(pl.Float64, strict=False).to_numpy()
+    bad = ~(np.isfinite(values) & (values >= 1) & (values == np.round(values)))
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise UserError(f"column {COST_COLUMN!r} in {source} has {raw.tolist()[row]!r} at row {row}: generations a "
+                        "question must be a whole number >= 1 (the most likely answer counts)")
+    return values.astype(np.int64)
 
 
 def check_long_frame(frame: pl.DataFrame, source: str = "table") -> pl.DataFrame:
@@ -131,8 +148,8 @@ def check_long_frame(frame: pl.DataFrame, source: str = "table") -> pl.DataFrame
 
     Columns: model, dataset, estimator, criterion (strings naming the group), score (finite), error (0/1,
     1 = wrong), question_id optional (unique within a group when present), source optional (who evaluated the
-    answers, e.g. "lm-eval 0.4.13": kept so reports and MLflow say where the table came from). Errors name
-    column, row, value.
+    answers, e.g. "lm-eval 0.4.13": kept so reports and MLflow say where the table came from), generations
+    optional (`COST_COLUMN`). Errors name column, row, value.
     """
     import polars as pl
 
@@ -151,6 +168,8 @@ def check_long_frame(frame: pl.DataFrame, source: str = "table") -> pl.DataFrame
     out = frame.select([pl.col(k).cast(pl.String) for k in keep if k not in ("score", "error")]).with_columns(
         score=pl.Series(scores), error=pl.Series(errors, dtype=pl.Int8))
     out = out.select(keep)
+    if COST_COLUMN in frame.columns:
+        out = out.with_columns(pl.Series(COST_COLUMN, _costs(frame, source)))
     if "question_id" in keep:
         dup = out.filter(pl.struct(*GROUP_KEYS, "question_id").is_duplicated())
         if dup.height:
@@ -247,5 +266,7 @@ def read_long_table(path: str | Path, *, labels: dict[str, str | None] | None = 
     for optional in OPTIONAL_COLUMNS:
         if optional in frame.columns:
             columns[optional] = frame.get_column(optional).cast(pl.String)
+    if COST_COLUMN in frame.columns:
+        columns[COST_COLUMN] = frame.get_column(COST_COLUMN)
     long = pl.DataFrame({**columns, "score": scores, "error": errors})
     return check_long_frame(long, source)

@@ -3,10 +3,12 @@
     python infra/scripts/export_example.py --db cic-example.duckdb --out infra/examples/real \
         --model-file ~/.cache/cic/models/qwen2.5-coder-1.5b-instruct.gguf --commit <sha of the run's checkout>
 
-Writes OUT/<model>.parquet with columns model, dataset, estimator, criterion, question_id, score, error (one
-row per question and group, every stored group of every run of the config) and OUT/PROVENANCE.md (or the file
-`--provenance` names: model file sha256, config, run keys, commit, dates, machine, wall time from the store's own
-timestamps). Prints the per-dataset counts and base error rates it wrote.
+Writes OUT/<model>.parquet with columns model, dataset, estimator, criterion, question_id, score, error,
+generations (one row per question and group, every stored group of every run of the config; generations: what
+the score cost on that question — 1 for a one-pass score, else every stored free-text answer of it, the most
+likely one included, and 1 for a multiple-choice question, whose letters come from one forward pass) and
+OUT/PROVENANCE.md (or the file `--provenance` names: model file sha256, config, run keys, commit, dates,
+machine, wall time from the store's own timestamps). Prints the per-dataset counts and base error rates it wrote.
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ from pathlib import Path
 
 import polars as pl
 
+from cic.llm.uncertainty.estimators import get_estimator
 from cic.pipeline.config import SHIPPED_CONFIGS, load_config
 from cic.pipeline.run.stored_calibration import groups_of_run
 from cic.store import Store
-from cic.store.queries import last_label_time
+from cic.store.queries import generations_by_question, last_label_time
 
 
 def sha256(path: Path) -> str:
@@ -31,15 +34,25 @@ def sha256(path: Path) -> str:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
+def one_pass(estimator: str) -> bool:
+    """Whether a stored estimator name reads the most likely answer alone (cost 1)."""
+    return get_estimator(estimator.split("[", 1)[0]).one_pass
+
+
 def long_table(store: Store, run_keys: list[str]) -> pl.DataFrame:
     parts = []
     for run in store.read("runs", run_key=run_keys).iter_rows(named=True):
+        cost = generations_by_question(store, run["run_key"])
         for group in groups_of_run(store, run):
             pairs = store.calibration_frame(group.model, group.dataset, group.estimator, group.criterion,
                                             run_key=group.run_key, allow_partial=True)
+            pairs = pairs.join(cost, on="question_id", how="left").with_columns(
+                generations=pl.lit(1, dtype=pl.Int64) if one_pass(group.estimator)
+                else pl.col("generations").cast(pl.Int64))
             parts.append(pairs.select(pl.lit(group.model).alias("model"), pl.lit(group.dataset).alias("dataset"),
                                       pl.lit(group.estimator).alias("estimator"),
-                                      pl.lit(group.criterion).alias("criterion"), "question_id", "score", "error"))
+                                      pl.lit(group.criterion).alias("criterion"), "question_id", "score", "error",
+                                      "generations"))
     return pl.concat(parts).sort("dataset", "estimator", "criterion", "question_id")
 
 

@@ -103,10 +103,11 @@ def cell(values: list[tuple[float, float | None, np.ndarray]], alpha: float) -> 
 
 
 def score_split(u: list[np.ndarray], e: list[np.ndarray], alpha: float, cal: np.ndarray,
-                samples: int) -> dict[str, tuple[float, float | None, float]]:
+                samples: np.ndarray) -> dict[str, tuple[float, float | None, float]]:
     """The score rules calibrated on `cal`, measured on the rest: (coverage, FDR or None, generations per question).
-    The greedy pass is always run; the samples only where the expensive score is asked. `e`: each stage's errors
-    (the same array when both stages answer with one greedy answer)."""
+    The greedy pass is always run; the samples (`samples`: how many each question's expensive score drew) only
+    where the expensive score is asked. `e`: each stage's errors (the same array when both stages answer with one
+    greedy answer)."""
     test = ~cal
     alone = [cic.calibrate(x[cal], y[cal], alpha=alpha, delta=DELTA, bound="cp", keep_table=False).threshold
              for x, y in zip(u, e, strict=True)]
@@ -115,10 +116,10 @@ def score_split(u: list[np.ndarray], e: list[np.ndarray], alpha: float, cal: np.
     for rule, thresholds in zip(SCORE_RULES, ((alone[0], None), (None, alone[1]), cascade.thresholds), strict=True):
         answering = answering_model([x[test] for x in u], thresholds)
         answered = answering < 2
-        sampled = 0.0 if thresholds[1] is None else float(np.mean(answering != 0))
+        sampled = 0.0 if thresholds[1] is None else float(np.mean(np.where(answering != 0, samples[test], 0)))
         wrong = np.choose(np.minimum(answering, 1), [y[test] for y in e])
         fdr = float(wrong[answered].mean()) if answered.any() else None
-        out[rule] = (float(answered.mean()), fdr, 1.0 + samples * sampled)
+        out[rule] = (float(answered.mean()), fdr, 1.0 + sampled)
     return out
 
 
@@ -139,12 +140,16 @@ def score_cascade(table: pl.DataFrame, model: str, cheap: str, expensive: str, s
         sys.exit(f"--cheap {cheap!r} / --expensive {expensive!r}: not both in the tables")
     u = [pair.get_column(f"score_{model}").to_numpy(), pair.get_column(f"score_{model}_x").to_numpy()]
     e = [pair.get_column(f"error_{model}").to_numpy(), pair.get_column(f"error_{model}_x").to_numpy()]
-    print(f"\nScore cascade, {model}: {cheap} (the greedy pass, cost 1) first, {expensive} ({samples} samples, "
-          f"cost +{samples}) only where the first declines; same splits, δ = {DELTA}, Clopper–Pearson, default "
-          "search. Coverage · generations per question · mean test FDR · P(test FDR > α) · fails:\n")
+    counted = "generations_x" in pair.columns and pair.get_column("generations_x").null_count() == 0
+    drawn = (pair.get_column("generations_x").to_numpy() - 1 if counted
+             else np.full(pair.height, samples))  # the table's own count (an adaptive score's varies), greedy aside
+    print(f"\nScore cascade, {model}: {cheap} (the greedy pass, cost 1) first, {expensive} ({drawn.mean():.2f} "
+          f"samples a question, {'as the table counts' if counted else '--samples'}) only "
+          f"where the first declines; same splits, δ = {DELTA}, Clopper–Pearson, default search. Coverage · "
+          "generations per question · mean test FDR · P(test FDR > α) · fails:\n")
     print("| rule | " + " | ".join(f"α = {a:g}" for a in ALPHAS) + " |")
     print("|---|" + "---|" * len(ALPHAS))
-    per_alpha = {a: [score_split(u, e, a, cal, samples) for cal in masks] for a in ALPHAS}
+    per_alpha = {a: [score_split(u, e, a, cal, drawn) for cal in masks] for a in ALPHAS}
     for rule in SCORE_RULES:
         print(f"| {rule} | " + " | ".join(score_cell([s[rule] for s in per_alpha[a]], a) for a in ALPHAS) + " |")
 
@@ -178,7 +183,9 @@ def open_ended(args: argparse.Namespace) -> None:
           f"{greedy.get_column('error').mean():.3f} (one-pass run) / {greedy.get_column('error_sampled').mean():.3f}")
     both = (cheap,) if args.table is not None and args.table.resolve() == args.one_pass.resolve() else (cheap, sampled)
     table = pl.concat([t.select("estimator", "question_id", pl.col("score").alias(f"score_{model}"),
-                                pl.col("error").alias(f"error_{model}")) for t in both])
+                                pl.col("error").alias(f"error_{model}"),
+                                pl.col("generations") if "generations" in t.columns else pl.lit(None, pl.Int64)
+                                .alias("generations")) for t in both])
     masks = splits(greedy.height, args.splits)
     score_cascade(table.filter(pl.col("question_id").is_in(greedy.get_column("question_id").to_list())).sort(
         "estimator", "question_id"), model, args.cheap, args.expensive, args.samples, masks)

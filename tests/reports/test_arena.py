@@ -99,6 +99,29 @@ def test_cic_bench_prints_the_table_and_writes_it_with_its_figure(tmp_path: Path
     assert inside.exit_code == 2 and (tmp_path / "scores.parquet").exists()
 
 
+def test_cic_bench_says_what_each_score_cost_in_generations_where_the_table_says(tmp_path: Path) -> None:
+    """A `generations` column (one-pass 1, ten samples 11, an adaptive score its drawn counts) becomes the
+    arena's generations a question, per group; a table without it prints a dash, not a made-up cost."""
+    cheap, adaptive = table(), table(seed=2).with_columns(estimator=pl.lit("s[adaptive:4-10]"))
+    drawn = np.where(np.arange(adaptive.height) % 3 == 0, 11, 5)
+    data = tmp_path / "scores.parquet"
+    pl.concat([cheap.with_columns(generations=pl.lit(1, dtype=pl.Int64)),
+               adaptive.with_columns(generations=pl.Series(drawn))]).write_parquet(data)
+    rows = run_arena(pl.read_parquet(data), alphas=[0.2], methods=["cic"], n_splits=5)
+    assert dict(zip(rows.get_column("estimator"), rows.get_column("generations_per_question"), strict=True)) == \
+        pytest.approx({"s": 1.0, "s[adaptive:4-10]": float(drawn.mean())})
+    done = runner.invoke(app, ["bench", str(data), "--alphas", "0.2", "--n-splits", "5", "--methods", "cic"])
+    assert done.exit_code == 0 and f"| {drawn.mean():.2f} |" in done.output and "| 1.00 |" in done.output
+    bare = tmp_path / "bare.parquet"
+    cheap.write_parquet(bare)
+    plain = runner.invoke(app, ["bench", str(bare), "--alphas", "0.2", "--n-splits", "5", "--methods", "cic"])
+    assert plain.exit_code == 0 and "generations / question" in plain.output and plain.output.count("| — |") == 1
+    bad = tmp_path / "bad.parquet"
+    cheap.with_columns(generations=pl.lit(0)).write_parquet(bad)
+    refused = runner.invoke(app, ["bench", str(bad)])
+    assert refused.exit_code == 2 and "column 'generations'" in refused.output and "has 0 at row 0" in refused.output
+
+
 def test_mapies_controllers_join_the_arena_exactly_where_mapie_is_installed() -> None:
     from cic.reports import arena_mapie
 

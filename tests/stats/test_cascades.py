@@ -107,12 +107,29 @@ def test_choose_estimator_certifies_each_at_its_share_and_picks_the_widest() -> 
     assert chosen.estimator == best and "delta / 2" in chosen.guarantee
 
 
+def test_a_cost_per_question_counts_only_the_questions_that_reach_the_stage() -> None:
+    """An adaptive second stage costs what it drew on each question it is asked: the cascade's cost is the mean
+    over questions of that, and a constant array costs what the same number does."""
+    rng = np.random.default_rng(5)
+    scores, errors = two_models(rng, 2000)
+    drawn = rng.integers(3, 12, 2000).astype(float)
+    result = calibrate_cascade(scores, errors, alpha=0.1, costs=(1.0, drawn), paths=[(1.0, 1.0)])
+    asked = answering_model(scores, result.thresholds) != 0
+    assert result.certified and 0 < asked.mean() < 1
+    assert result.cost_per_question == pytest.approx(1.0 + float(np.mean(np.where(asked, drawn, 0.0))))
+    flat = calibrate_cascade(scores, errors, alpha=0.1, costs=(1.0, np.full(2000, 10.0)), paths=[(1.0, 1.0)])
+    same = calibrate_cascade(scores, errors, alpha=0.1, costs=(1.0, 10.0), paths=[(1.0, 1.0)])
+    assert flat.cost_per_question == pytest.approx(same.cost_per_question)
+
+
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"scores": [np.zeros(5)], "errors": [np.zeros(5)]}, "at least two models"),
     ({"scores": [np.zeros(5), np.zeros(4)], "errors": [np.zeros(5), np.zeros(4)]}, "model 2: scores and errors"),
     ({"scores": [np.zeros(5), np.zeros(5)], "errors": [np.zeros(5), np.full(5, 2)]}, "model 2: errors must be"),
     ({"scores": [np.zeros(5), np.full(5, np.nan)], "errors": [np.zeros(5)] * 2}, "model 2: scores must be finite"),
     ({"scores": [np.zeros(5)] * 2, "errors": [np.zeros(5)] * 2, "costs": [1.0]}, "costs = \\[1.0\\]: one per model"),
+    ({"scores": [np.zeros(5)] * 2, "errors": [np.zeros(5)] * 2, "costs": [1.0, np.ones(4)]}, "costs\\[1\\]: must be"),
+    ({"scores": [np.zeros(5)] * 2, "errors": [np.zeros(5)] * 2, "costs": [-1.0, 2.0]}, "costs\\[0\\]: must be"),
 ])
 def test_bad_input_is_one_line_naming_the_model_or_field(kwargs: dict, message: str) -> None:
     with pytest.raises(UserError, match=message):

@@ -10,7 +10,7 @@ import polars as pl
 from cic import schema
 from cic.llm.answering import generations_drawn
 from cic.store.database import Store
-from cic.store.queries import generations_in_order, generations_per_question, greedy_errors
+from cic.store.queries import generations_by_question, generations_in_order, generations_per_question, greedy_errors
 
 
 def rows(run_key: str, drawn: dict[str, int], option: bool = False) -> pl.DataFrame:
@@ -29,6 +29,7 @@ def test_generations_a_question_counts_rows_of_free_text_and_one_pass_a_choice(t
         assert generations_per_question(store, "r") == (3 + 11 + 5) / 3 == generations_drawn(adaptive) / 3
         assert generations_per_question(store, "m") == 1.0 == generations_drawn(choices) / 2
         assert generations_per_question(store, "none") is None
+        each = {r: dict(generations_by_question(store, r).iter_rows()) for r in ("r", "m")}
         ordered = generations_in_order(store).filter(run_key="r")
         store.upsert_batches("labels", [pl.DataFrame({"run_key": "r", "question_id": ["a", "b"], "criterion": "c",
                                                       "aligned": [True, False], "value": [1.0, 0.0]})])
@@ -37,3 +38,4 @@ def test_generations_a_question_counts_rows_of_free_text_and_one_pass_a_choice(t
     for _, own in ordered.group_by("question_id", maintain_order=True):
         assert own.get_column("sample_index").to_list() == list(range(own.height))
     assert wrong == {"a": False, "b": True}
+    assert each == {"r": {"a": 3, "b": 11, "c": 5}, "m": {"x": 1, "y": 1}}  # per question, what the mean averages
