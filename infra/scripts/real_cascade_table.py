@@ -152,6 +152,22 @@ def score_cascade(table: pl.DataFrame, model: str, cheap: str, expensive: str, s
     per_alpha = {a: [score_split(u, e, a, cal, drawn) for cal in masks] for a in ALPHAS}
     for rule in SCORE_RULES:
         print(f"| {rule} | " + " | ".join(score_cell([s[rule] for s in per_alpha[a]], a) for a in ALPHAS) + " |")
+    print(target_line(per_alpha[TARGET_ALPHA], 1.0 + float(drawn.mean())))
+
+
+TARGET_ALPHA = 0.25
+
+
+def target_line(splits_at: list[dict[str, tuple[float, float | None, float]]], sampled_cost: float) -> str:
+    """The target at α = 0.25: the cascade answers at least what the expensive score alone does, at no more than
+    half the expensive score's cost (every question sampled: 1 + its samples)."""
+    cover = {rule: float(np.mean([s[rule][0] for s in splits_at])) for rule in SCORE_RULES}
+    cost = float(np.mean([s[SCORE_RULES[2]][2] for s in splits_at]))
+    more, cheaper = cover[SCORE_RULES[2]] >= cover[SCORE_RULES[1]], cost <= sampled_cost / 2
+    return (f"\nTarget at α = {TARGET_ALPHA:g}: the cascade answers {cover[SCORE_RULES[2]]:.3f} against "
+            f"{cover[SCORE_RULES[1]]:.3f} for the expensive score alone ({'met' if more else 'not met'}), at "
+            f"{cost:.2f} generations a question against {sampled_cost:.2f} ({'met' if cheaper else 'not met'}: "
+            f"<= half); the cheap score alone answers {cover[SCORE_RULES[0]]:.3f} at 1.")
 
 
 def splits(n: int, count: int) -> list[np.ndarray]:
