@@ -1,0 +1,188 @@
+"""Why a gate answers what it does: the three limits on coverage at error <= alpha, and the labels that would help.
+
+- **Ceiling** (any rule, even one that knew every label): accepting every right answer and wrong ones up to the
+  rate alpha covers at most (1 - mu) / (1 - alpha) of the questions, mu the base error rate (capped at 1).
+- **The score's limit**: the most a threshold on this score covers with in-sample error <= alpha (the best
+  threshold chosen knowing the labels; 0 when none reaches alpha — more labels cannot fix the score).
+- **Certified**: what `cic.calibrate` promises at 1 - delta (a `CalibrationResult`'s coverage).
+
+**Labels needed** (`label_budget`, `labels_needed`): the calibration table read as a law of its own
+(`EmpiricalLaw`: questions drawn with replacement, so its risk at a threshold is the table's), CIC's own search
+run on `draws` sets of each size; the estimate is the smallest size certifying in at least half of them. It reads
+the labels, so it is advice, not a certificate: it never changes a gate. How close it lands is measured on laws
+whose answer is known (`infra/scripts/labels_needed_table.py`, docs/statistics.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from cic.errors import UserError
+from cic.stats._validation import as_errors, as_scores, check_open_unit
+from cic.stats.searches import DEFAULT_SEARCH
+
+#: Calibration sizes tried, as multiples of the table's (then refined between the last two by bisection).
+GROWTH = (1, 2, 4, 8, 16, 32, 64)
+CERTIFY_SHARE = 0.5  # "reaches alpha": certifies in at least half of the draws of that size
+
+
+def ceiling(base_error: float, alpha: float) -> float:
+    """(1 - mu) / (1 - alpha), at most 1: the most any rule covers with error <= alpha at base error mu."""
+    return min(1.0, (1.0 - base_error) / (1.0 - alpha))
+
+
+@dataclass(frozen=True, repr=False)
+class EmpiricalLaw:
+    """A (score, error) table as a law (`cic.stats.simulation.RiskModel`): draws are its rows with replacement,
+    its selection risk and acceptance at t those of the table."""
+
+    scores: np.ndarray
+    errors: np.ndarray
+
+    def __post_init__(self) -> None:
+        order = np.argsort(self.scores, kind="stable")
+        object.__setattr__(self, "scores", np.asarray(self.scores, dtype=float)[order])
+        object.__setattr__(self, "errors", np.asarray(self.errors, dtype=np.int8)[order])
+
+    def __repr__(self) -> str:
+        return f"EmpiricalLaw({self.scores.shape[0]} rows, base error {self.errors.mean():.3f})"
+
+    def sample(self, rng: np.random.Generator, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+        rows = np.sort(rng.integers(0, self.scores.shape[0], size=shape), axis=-1)  # sorted rows: sorted scores
+        return self.scores[rows], self.errors[rows]
+
+    def _accepted(self, t: Any) -> np.ndarray:
+        return np.searchsorted(self.scores, np.asarray(t, dtype=float), side="right")
+
+    def selection_risk(self, t: Any) -> np.ndarray:
+        k = self._accepted(t)
+        wrong = np.concatenate([[0], np.cumsum(self.errors)])[k]
+        return np.where(k > 0, wrong / np.maximum(k, 1), 0.0)
+
+    def acceptance(self, t: Any) -> np.ndarray:
+        return self._accepted(t) / self.scores.shape[0]
+
+    def oracle_threshold(self, alpha: float) -> float | None:
+        """The largest score whose in-sample error rate among the accepted is <= alpha (ties accepted together)."""
+        ends = np.r_[np.flatnonzero(np.diff(self.scores)), self.scores.shape[0] - 1]  # last row of each score
+        rate = np.cumsum(self.errors)[ends] / (ends + 1)
+        ok = np.flatnonzero(rate <= alpha)
+        return float(self.scores[ends[ok[-1]]]) if ok.size else None
+
+
+def score_limit(scores: Any, errors: Any, alpha: float) -> float:
+    """The most a threshold on this score covers with in-sample error <= alpha (0 when none does)."""
+    law = EmpiricalLaw(as_scores(scores), as_errors(errors))
+    check_open_unit(alpha, "alpha")
+    best = law.oracle_threshold(alpha)
+    return 0.0 if best is None else float(law.acceptance(best))
+
+
+@dataclass(frozen=True)
+class BudgetPoint:
+    """Calibration size, the share of draws certifying something, and their mean coverage of the table."""
+
+    size: int
+    certified_share: float
+    mean_coverage: float
+
+
+def label_budget(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05, bound: str = "cp",
+                 search: str = DEFAULT_SEARCH, sizes: Any = None, draws: int = 200,
+                 seed: int = 0) -> list[BudgetPoint]:
+    """Certified coverage against calibration size on the table read as a law (`EmpiricalLaw`): for each size
+    (default: the table's times `GROWTH`), `draws` sets drawn with replacement, calibrated by CIC's search."""
+    from cic.stats.simulation import simulate
+
+    law = EmpiricalLaw(as_scores(scores), as_errors(errors))
+    n = law.scores.shape[0]
+    chosen = [n * g for g in GROWTH] if sizes is None else [int(s) for s in sizes]
+    if any(s < 1 for s in chosen):
+        raise UserError(f"sizes = {chosen!r}: calibration sizes must be >= 1")
+    out = []
+    for size in chosen:
+        run = simulate(law, n=size, alpha=alpha, delta=delta, bound=bound, search=search, n_trials=draws, seed=seed)
+        out.append(BudgetPoint(size, 1.0 - run.fails / draws, run.mean_coverage))
+    return out
+
+
+def labels_needed(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05, bound: str = "cp",
+                  search: str = DEFAULT_SEARCH, draws: int = 200, seed: int = 0) -> int | None:
+    """About how many labelled answers, at this score's quality, certify alpha (`CERTIFY_SHARE` of draws); None
+    when no threshold on the score reaches alpha in-sample or not even 64 times the table does."""
+    if score_limit(scores, errors, alpha) == 0.0:
+        return None
+    n = as_scores(scores).shape[0]
+
+    def certifies(size: int) -> bool:
+        point = label_budget(scores, errors, alpha=alpha, delta=delta, bound=bound, search=search, sizes=[size],
+                             draws=draws, seed=seed)[0]
+        return point.certified_share >= CERTIFY_SHARE
+
+    below = 0
+    for g in GROWTH:
+        if certifies(n * g):
+            break
+        below = n * g
+    else:
+        return None
+    above = n * g
+    while above - below > max(1, above // 20):  # within 5%: the estimate is advice, not a count
+        mid = int(math.sqrt(max(below, 1) * above))
+        mid = min(max(mid, below + 1), above - 1)
+        if certifies(mid):
+            above = mid
+        else:
+            below = mid
+    return above
+
+
+@dataclass(frozen=True)
+class CoverageLimits:
+    """The three limits side by side for one table and alpha, and — when alpha is not certified — the labels
+    that would reach it (None: no threshold on the score reaches alpha in-sample, or not within 64× the table)."""
+
+    alpha: float
+    n: int
+    base_error: float
+    ceiling: float
+    score_limit: float
+    certified: float
+    labels_needed: int | None
+
+    def sentence(self) -> str:
+        """The verdict in words: what is certified against what the score and any rule could reach, and why."""
+        limits = (f"certified {self.certified:.3f} of questions; this score's limit {self.score_limit:.3f} "
+                  f"(best threshold in-sample); any rule's ceiling {self.ceiling:.3f} (base error "
+                  f"{self.base_error:.3f})")
+        if self.certified > 0:
+            return limits
+        if self.score_limit == 0:
+            why = (f"no threshold on this score reaches alpha = {self.alpha:g} even in-sample: more labels will "
+                   "not help; a better score or a looser alpha will")
+        elif self.labels_needed is None:
+            why = (f"too few labels: even {GROWTH[-1]}x these {self.n:,} would not reach alpha = {self.alpha:g} "
+                   "at this score's quality")
+        else:
+            more = max(self.labels_needed - self.n, 0)
+            why = (f"too few labels: about {more:,} more labelled answers at this score's quality reach alpha = "
+                   f"{self.alpha:g} ({self.labels_needed:,} in all; an estimate from these labels, not a promise)")
+        return f"{limits}; {why}"
+
+
+def coverage_limits(scores: Any, errors: Any, *, alpha: float, certified: float, delta: float = 0.05,
+                    bound: str = "cp", search: str = DEFAULT_SEARCH, draws: int = 200,
+                    seed: int = 0) -> CoverageLimits:
+    """`CoverageLimits` of a table whose gate covers `certified` (its coverage; 0 when alpha is unattainable);
+    the labels needed are estimated only when nothing is certified."""
+    u, e = as_scores(scores), as_errors(errors)
+    check_open_unit(alpha, "alpha")
+    base = float(e.mean())
+    limit = score_limit(u, e, alpha)
+    needed = (labels_needed(u, e, alpha=alpha, delta=delta, bound=bound, search=search, draws=draws, seed=seed)
+              if certified <= 0 and limit > 0 else None)
+    return CoverageLimits(float(alpha), int(u.shape[0]), base, ceiling(base, alpha), limit, float(certified), needed)
