@@ -91,23 +91,54 @@ class BudgetPoint:
     mean_coverage: float
 
 
+def _groups(law: EmpiricalLaw) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The table's distinct scores, how many rows hold each, and how many of those are wrong."""
+    values, first, size = np.unique(law.scores, return_index=True, return_counts=True)
+    wrong = np.add.reduceat(law.errors.astype(np.int64), first)
+    return values, size, wrong
+
+
+def _budget_point(law: EmpiricalLaw, size: int, *, alpha: float, delta: float, bound: str, search: str, draws: int,
+                  rng: np.random.Generator) -> BudgetPoint:
+    """`draws` sets of `size` rows drawn with replacement, as counts per distinct score (a multinomial, and the
+    wrong ones among each score's picks a binomial: the same law as drawing rows, at the cost of the table's width,
+    not the set's), calibrated by `search`."""
+    from cic.stats.searches import FeasibilityTables, Setting, get_search, run_search
+
+    values, rows, wrong = _groups(law)
+    plan, table = get_search(search), FeasibilityTables(bound, alpha, size)
+    share = rows / rows.sum()
+    found, coverage = 0, 0.0
+    block = max(1, 2_000_000 // values.shape[0])
+    for b0 in range(0, draws, block):
+        picks = rng.multinomial(size, share, size=min(block, draws - b0))
+        errs = rng.binomial(picks, wrong / rows)
+        n, fd = np.cumsum(picks, axis=1), np.cumsum(errs, axis=1)
+        idx = run_search(plan, np.broadcast_to(values, n.shape), n, fd, setting=Setting(size, bound, alpha),
+                         delta=delta, candidate=picks > 0, k=size, table=table).index
+        ok = idx >= 0
+        found += int(ok.sum())
+        coverage += float(np.cumsum(rows)[idx[ok]].sum() / rows.sum())
+    return BudgetPoint(size, found / draws, coverage / draws)
+
+
 def label_budget(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05, bound: str = "cp",
                  search: str = DEFAULT_SEARCH, sizes: Any = None, draws: int = 200,
                  seed: int = 0) -> list[BudgetPoint]:
     """Certified coverage against calibration size on the table read as a law (`EmpiricalLaw`): for each size
     (default: the table's times `GROWTH`), `draws` sets drawn with replacement, calibrated by CIC's search."""
-    from cic.stats.simulation import simulate
+    from cic.stats import bounds as _bounds
 
     law = EmpiricalLaw(as_scores(scores), as_errors(errors))
+    check_open_unit(alpha, "alpha")
+    check_open_unit(delta, "delta")
     n = law.scores.shape[0]
     chosen = [n * g for g in GROWTH] if sizes is None else [int(s) for s in sizes]
     if any(s < 1 for s in chosen):
         raise UserError(f"sizes = {chosen!r}: calibration sizes must be >= 1")
-    out = []
-    for size in chosen:
-        run = simulate(law, n=size, alpha=alpha, delta=delta, bound=bound, search=search, n_trials=draws, seed=seed)
-        out.append(BudgetPoint(size, 1.0 - run.fails / draws, run.mean_coverage))
-    return out
+    bound = _bounds.resolve_bound(bound)
+    return [_budget_point(law, size, alpha=alpha, delta=delta, bound=bound, search=search, draws=draws,
+                          rng=np.random.default_rng([seed, size])) for size in chosen]
 
 
 def labels_needed(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05, bound: str = "cp",

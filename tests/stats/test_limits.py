@@ -57,6 +57,7 @@ def test_the_empirical_law_is_the_table() -> None:
     assert all((s, x) in pairs for s, x in zip(scores.ravel().tolist(), errors.ravel().tolist(), strict=True))
 
 
+@pytest.mark.slow  # a few dozen calibrations of up to 64x the table, twice
 def test_labels_needed_reads_the_law_not_the_tables_size() -> None:
     """A table repeated twice is the same law: the estimate stays (within the bisection's 5% and the draws'
     noise); a table already certifying at its size needs no more than it has."""
@@ -67,6 +68,19 @@ def test_labels_needed_reads_the_law_not_the_tables_size() -> None:
     strong_u, strong_e = table(600, 8, high=0.15)
     assert cic.calibrate(strong_u, strong_e, alpha=0.1).threshold is not None
     assert labels_needed(strong_u, strong_e, alpha=0.1, draws=60) <= 600
+
+
+def test_the_budget_draws_the_same_law_as_drawing_rows() -> None:
+    """Counts per distinct score (multinomial, binomial errors) against whole rows drawn and calibrated by the
+    simulator: the share certifying and the coverage agree within their noise."""
+    from cic.stats.simulation import simulate
+
+    u, e = table(300, 2, high=0.4)
+    fast = label_budget(u, e, alpha=0.07, sizes=[400], draws=400)[0]
+    rows = simulate(EmpiricalLaw(u, e), n=400, alpha=0.07, n_trials=400, seed=5)
+    share = 1 - rows.fails / 400
+    assert 0.1 < share < 0.9 and abs(fast.certified_share - share) < 4 * np.sqrt(share * (1 - share) / 200)
+    assert fast.mean_coverage == pytest.approx(rows.mean_coverage, rel=0.25)
 
 
 def test_more_labels_certify_more_on_the_budget_curve() -> None:
