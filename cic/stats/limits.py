@@ -143,33 +143,44 @@ def label_budget(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05,
 
 def labels_needed(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05, bound: str = "cp",
                   search: str = DEFAULT_SEARCH, draws: int = 200, seed: int = 0) -> int | None:
-    """About how many labelled answers, at this score's quality, certify alpha (`CERTIFY_SHARE` of draws); None
-    when no threshold on the score reaches alpha in-sample or not even 64 times the table does."""
+    """About how many labelled answers, at this score's quality, certify alpha in `CERTIFY_SHARE` of draws; None
+    when no threshold on the score reaches alpha in-sample or not even `GROWTH[-1]` times the table does.
+
+    Sizes double from the table's (halve below it) until the share certifying crosses `CERTIFY_SHARE`; the size
+    is then read off the line between the two sizes around the crossing (share against log size): one calibration
+    batch per doubling, and an estimate that is advice, not a count."""
     if score_limit(scores, errors, alpha) == 0.0:
         return None
     n = as_scores(scores).shape[0]
 
-    def certifies(size: int) -> bool:
-        point = label_budget(scores, errors, alpha=alpha, delta=delta, bound=bound, search=search, sizes=[size],
-                             draws=draws, seed=seed)[0]
-        return point.certified_share >= CERTIFY_SHARE
+    def share(size: int) -> float:
+        return label_budget(scores, errors, alpha=alpha, delta=delta, bound=bound, search=search, sizes=[size],
+                            draws=draws, seed=seed)[0].certified_share
 
-    below = 0
-    for g in GROWTH:
-        if certifies(n * g):
-            break
-        below = n * g
-    else:
-        return None
-    above = n * g
-    while above - below > max(1, above // 20):  # within 5%: the estimate is advice, not a count
-        mid = int(math.sqrt(max(below, 1) * above))
-        mid = min(max(mid, below + 1), above - 1)
-        if certifies(mid):
-            above = mid
-        else:
-            below = mid
-    return above
+    here = share(n)
+    if here >= CERTIFY_SHARE:  # already enough: how far could the table shrink?
+        big, s_big = n, here
+        while big > 1:
+            small = big // 2
+            s_small = share(small)
+            if s_small < CERTIFY_SHARE:
+                return _crossing(small, s_small, big, s_big)
+            big, s_big = small, s_small
+        return 1
+    small, s_small = n, here
+    for g in GROWTH[1:]:
+        big = n * g
+        s_big = share(big)
+        if s_big >= CERTIFY_SHARE:
+            return _crossing(small, s_small, big, s_big)
+        small, s_small = big, s_big
+    return None
+
+
+def _crossing(small: int, s_small: float, big: int, s_big: float) -> int:
+    """The size where the share certifying reaches `CERTIFY_SHARE`, on the line through the two (log size)."""
+    weight = (CERTIFY_SHARE - s_small) / (s_big - s_small)
+    return max(small + 1, min(big, round(math.exp(math.log(small) + weight * math.log(big / small)))))
 
 
 @dataclass(frozen=True)
