@@ -124,9 +124,11 @@ def _calibrate_one(file: Path, columns: Columns, stored: StoredRun, where: Grid,
     chosen: dict[str, str] = {}
     scores, errors = load_pairs(file, columns.score_col, columns.error_col, columns.correct_col, stored.filters(),
                                 chosen=chosen)
-    result = run_calibration(scores, errors, grid=where.points(columns.score_col), n_min=where.n_min,
-                             start=where.start, **settings)
+    grid = where.points(columns.score_col)
+    result = run_calibration(scores, errors, grid=grid, n_min=where.n_min, start=where.start, **settings)
     console.print(result.summary(), highlight=False)
+    console.print(_limits_line(scores, errors, result, plain=grid is None and where.n_min is None
+                               and where.start is None), highlight=False)
     console.print(printable(guarantee_line(result.guarantee, chosen.get("estimator"), explain)), style="dim",
                   highlight=False)
     if show_table:
@@ -137,6 +139,19 @@ def _calibrate_one(file: Path, columns: Columns, stored: StoredRun, where: Grid,
     if gate_out is not None:
         write_text(gate_out, result.gate().to_json() + "\n", "--gate")
         console.print(f"gate written to {gate_out}", style="dim")
+
+
+def _limits_line(scores: Any, errors: Any, result: Any, *, plain: bool) -> str:
+    """Why the gate answers what it does (`cic.stats.limits`): certified against the score's limit and any rule's
+    ceiling, and for an unattainable alpha whether labels (about how many) or the score stand in the way. The
+    label estimate runs the same search unless a grid or a first test was given (then the default)."""
+    from cic.stats.limits import coverage_limits
+    from cic.stats.searches import DEFAULT_SEARCH
+
+    certified = result.n_accepted / result.n_calibration if result.n_calibration else 0.0
+    limits = coverage_limits(scores, errors, alpha=result.alpha, certified=certified, delta=result.delta,
+                             bound=result.bound, search=result.search if plain else DEFAULT_SEARCH, draws=100)
+    return f"limits: {limits.sentence()}"
 
 
 def _group_table(file: Path, group_col: str, columns: Columns) -> tuple[Any, Any, Any]:

@@ -212,7 +212,8 @@ class CoverageLimits:
         else:
             more = max(self.labels_needed - self.n, 0)
             why = (f"too few labels: about {more:,} more labelled answers at this score's quality reach alpha = "
-                   f"{self.alpha:g} ({self.labels_needed:,} in all; an estimate from these labels, not a promise)")
+                   f"{self.alpha:g} ({self.labels_needed:,} in all; an estimate from these labels, often optimistic: "
+                   "docs/statistics.md, 'Why a gate answers what it does')")
         return f"{limits}; {why}"
 
 

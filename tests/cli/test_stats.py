@@ -257,8 +257,34 @@ def test_calibrate_says_its_guarantee_in_one_line_naming_the_score_and_whole_wit
     short = runner.invoke(app, args, env={"COLUMNS": "300"})
     assert short.exit_code == 0, short.output
     lines = short.output.strip().splitlines()
-    assert len(lines) == 2 and lines[1].startswith("guarantee: score 'uncertainty'; ")
-    assert lines[1].endswith("(`--explain`: the whole statement)")
+    assert len(lines) == 3 and lines[1].startswith("limits: certified ")  # why it answers what it does
+    assert lines[2].startswith("guarantee: score 'uncertainty'; ")
+    assert lines[2].endswith("(`--explain`: the whole statement)")
     whole = runner.invoke(app, [*args, "--explain"], env={"COLUMNS": "300"})
     assert whole.exit_code == 0 and "guarantee (score 'uncertainty'): " in whole.output
     assert len(whole.output) > len(short.output) + 200  # the search's whole statement
+
+
+def test_calibrate_says_why_it_answers_what_it_does(tmp_path: Path) -> None:
+    """The limits line: certified against the score's limit and any rule's ceiling (read back from
+    `cic.stats.limits`); for an unattainable alpha, labels (about how many more) or the score."""
+    from cic.stats.limits import ceiling, coverage_limits, score_limit
+
+    rng = np.random.default_rng(4)
+    u = np.round(rng.random(300), 2)
+    e = (rng.random(300) < 0.4 * u).astype(int)
+    data = tmp_path / "t.parquet"
+    pl.DataFrame({"score": u, "error": e}).write_parquet(data)
+    fine = runner.invoke(app, ["calibrate", str(data), "--alpha", "0.2"])
+    expected = cic.calibrate(u, e, alpha=0.2)
+    assert fine.exit_code == 0 and (f"limits: certified {expected.n_accepted / 300:.3f} of questions; this score's "
+                                    f"limit {score_limit(u, e, 0.2):.3f}") in " ".join(fine.output.split())
+    assert f"any rule's ceiling {ceiling(e.mean(), 0.2):.3f}" in " ".join(fine.output.split())
+    short = runner.invoke(app, ["calibrate", str(data), "--alpha", "0.05"])
+    needed = coverage_limits(u, e, alpha=0.05, certified=0.0, draws=100).labels_needed
+    assert short.exit_code == 0 and "unattainable" in short.output and needed is not None and needed > 300
+    assert f"about {needed - 300:,} more labelled answers" in " ".join(short.output.split())
+    hopeless = tmp_path / "h.parquet"
+    pl.DataFrame({"score": u, "error": np.where(u <= 0.05, 1, e)}).write_parquet(hopeless)
+    stuck = runner.invoke(app, ["calibrate", str(hopeless), "--alpha", "0.05"])
+    assert stuck.exit_code == 0 and "more labels will not help" in " ".join(stuck.output.split())
