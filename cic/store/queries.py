@@ -177,21 +177,20 @@ def generated_tokens(store: Store, run_key: str) -> int:
     return int(store.sql("SELECT coalesce(sum(n_tokens), 0) FROM generations WHERE run_key = ?", [run_key])[0][0])
 
 
-def generations_per_question(store: Store, run_key: str) -> float | None:
-    """Answers generated per stored question of a run (`cic.llm.answering.generations_drawn`: a free-text row is
-    one generation, a multiple-choice question one forward pass); None before any is stored."""
-    row = store.sql("SELECT count(DISTINCT question_id), count(*) FILTER (WHERE option_probs IS NULL), "
-                    "count(DISTINCT question_id) FILTER (WHERE option_probs IS NOT NULL) FROM generations "
-                    "WHERE run_key = ?", [run_key])[0]
-    return (row[1] + row[2]) / row[0] if row[0] else None
-
-
 def generations_by_question(store: Store, run_key: str) -> pl.DataFrame:
-    """question_id, generations: what answering each stored question of a run cost, counted as
-    `generations_per_question` counts (its mean over the questions)."""
+    """question_id, generations: what answering each stored question of a run cost
+    (`cic.llm.answering.generations_drawn`: a free-text row is one generation, a multiple-choice question one
+    forward pass)."""
     return store.sql_frame("SELECT question_id, CASE WHEN bool_or(option_probs IS NOT NULL) THEN 1 ELSE count(*) "
                            "END::BIGINT AS generations FROM generations WHERE run_key = ? GROUP BY question_id "
                            "ORDER BY question_id", [run_key])
+
+
+def generations_per_question(store: Store, run_key: str) -> float | None:
+    """Answers generated per stored question of a run: the mean of `generations_by_question`; None before any is
+    stored."""
+    each = generations_by_question(store, run_key)
+    return float(each.get_column("generations").mean()) if each.height else None
 
 
 def generations_in_order(store: Store) -> pl.DataFrame:
