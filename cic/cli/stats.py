@@ -70,11 +70,17 @@ def calibrate(
     force: ForceOpt = False,
     cascade: Annotated[str | None, typer.Option("--cascade", help="Models in cost order, comma-separated (a long "
                                                 "table): certify the cascade's system error at once.")] = None,
+    min_coverage: Annotated[float | None, typer.Option("--min-coverage", help="Refuse a gate (abstain on everything) "
+                                                       "unless it answers at least this share of questions with "
+                                                       "probability >= 1 - delta (one table's gate).")] = None,
 ) -> None:
     """Certify the largest threshold whose error rate among accepted answers is <= ALPHA (per group with --group;
     a cascade of models with --cascade; the estimator chosen with one guarantee with --estimator auto)."""
     json_out, gate_out = _json_outputs(json_out, gate_out, inputs=[file, where.pilot], force=force)
     settings = {"alpha": alpha, "delta": delta, "bound": bound, "search": search}
+    if min_coverage is not None and (cascade is not None or stored.estimator == "auto" or group_col is not None):
+        raise UserError(f"--min-coverage {min_coverage:g}: applies to one table's gate, not with --cascade, --group "
+                        "or --estimator auto")
     if cascade is not None or stored.estimator == "auto":
         _refuse_unused(gate_out=gate_out, group_col=group_col, where=where, stored=stored, show_table=show_table)
         _calibrate_system(file, cascade, {k: v for k, v in stored.filters().items() if k != "run_key"},
@@ -84,8 +90,8 @@ def calibrate(
                           start=where.start, pooled_fallback=pooled_fallback, json_out=json_out, gate_out=gate_out,
                           **settings)
     else:
-        _calibrate_one(file, columns, stored, where, settings, json_out=json_out, gate_out=gate_out,
-                       show_table=show_table, explain=explain)
+        _calibrate_one(file, columns, stored, where, {**settings, "min_coverage": min_coverage}, json_out=json_out,
+                       gate_out=gate_out, show_table=show_table, explain=explain)
 
 
 def _json_outputs(json_out: Path | None, gate_out: Path | None, *, inputs: list[Path | None],
@@ -127,10 +133,12 @@ def _calibrate_one(file: Path, columns: Columns, stored: StoredRun, where: Grid,
     grid = where.points(columns.score_col)
     result = run_calibration(scores, errors, grid=grid, n_min=where.n_min, start=where.start, **settings)
     console.print(result.summary(), highlight=False)
-    console.print(_limits_line(scores, errors, result, plain=grid is None and where.n_min is None
+    unrefused = result if not result.refused else run_calibration(
+        scores, errors, grid=grid, n_min=where.n_min, start=where.start, **{**settings, "min_coverage": None})
+    console.print(_limits_line(scores, errors, unrefused, plain=grid is None and where.n_min is None
                                and where.start is None), highlight=False)
-    console.print(printable(guarantee_line(result.guarantee, chosen.get("estimator"), explain)), style="dim",
-                  highlight=False)
+    console.print(printable(guarantee_line(result.guarantee, chosen.get("estimator"), explain,
+                                           coverage=result)), style="dim", highlight=False)
     if show_table:
         console.print(result.table())
     if json_out is not None:
@@ -531,10 +539,15 @@ COMMANDS = {"calibrate": calibrate, "evaluate": evaluate, "simulate": simulate, 
             "validity": validity}
 
 
-def guarantee_line(guarantee: str, score: str | None, explain: bool) -> str:
+def guarantee_line(guarantee: str, score: str | None, explain: bool, coverage: Any = None) -> str:
     """What a calibration's guarantee rests on, in one line by default (the score and the guarantee's headline);
-    the search's whole statement with --explain."""
+    the search's whole statement with --explain, and then the coverage certificate's (`cic.stats.coverage`) where
+    the result `coverage` carries one."""
     named = f"score {score!r}; " if score else ""
     if explain:
+        if coverage is not None and coverage.coverage_lcb is not None:
+            from cic.stats.coverage import coverage_claim
+
+            guarantee = f"{guarantee.rstrip('. ')}. Coverage: {coverage_claim(coverage.coverage_lcb, coverage.delta)}."
         return f"guarantee ({named.rstrip('; ')}): {guarantee}" if named else f"guarantee: {guarantee}"
     return f"guarantee: {named}{guarantee.split(':', 1)[0].strip()} (`--explain`: the whole statement)"

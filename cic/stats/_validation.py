@@ -146,6 +146,8 @@ PARAMETERS: Registry[Constraint] = Registry("parameter", (
     Constraint("n_splits", "the number of random calibration/test splits, an integer >= 1", check_positive_int),
     Constraint("n_trials", "the number of simulated calibration sets, an integer >= 1", check_positive_int),
     Constraint("n_min", "the first accepted count tested, an integer >= 1", check_positive_int),
+    Constraint("min_coverage", "the share of questions a gate must promise to answer, strictly between 0 and 1",
+               check_open_unit),
     Constraint("grid", "thresholds fixed in advance: finite and strictly increasing", lambda v, n: as_grid(v, n)),
 ))
 

@@ -26,6 +26,7 @@ from cic.stats._validation import (
     checked,
     parse_document,
 )
+from cic.stats.coverage import coverage_lcb
 from cic.stats.gate import Gate
 from cic.stats.searches import (
     DEFAULT_SEARCH,
@@ -128,6 +129,11 @@ class CalibrationResult:
         Candidates (None for the paper search: every unique score) and tests fixed-sequence ran before stopping.
     guarantee : str
         What the search guarantees, from its registry entry.
+    coverage_lcb : float or None
+        The share of questions the gate answers, certified from below (`cic.stats.coverage`: DKW, probability
+        >= 1 - delta); for a gate refused by `min_coverage`, what the best certified threshold would have promised.
+    min_coverage : float or None
+        The coverage a gate had to promise (None: any); below it the result abstains on everything.
 
     Examples
     --------
@@ -154,6 +160,8 @@ class CalibrationResult:
     n_min: int | None = None
     start: float | None = None
     guarantee: str = ""
+    coverage_lcb: float | None = None
+    min_coverage: float | None = None
     _thresholds: np.ndarray | None = field(default=None, compare=False, repr=False)
     _n: np.ndarray | None = field(default=None, compare=False, repr=False)
     _fd: np.ndarray | None = field(default=None, compare=False, repr=False)
@@ -167,6 +175,11 @@ class CalibrationResult:
         return self.threshold is not None
 
     @property
+    def refused(self) -> bool:
+        """True when a threshold was certified for alpha but could not promise `min_coverage`."""
+        return self.threshold is None and self.min_coverage is not None and self.coverage_lcb is not None
+
+    @property
     def empirical_risk(self) -> float | None:
         """FD / n at the threshold on the calibration set."""
         return self.n_errors / self.n_accepted if self.n_accepted else None
@@ -176,7 +189,7 @@ class CalibrationResult:
         return Gate(self.threshold, metadata={
             "alpha": self.alpha, "delta": self.delta, "bound": self.bound, "search": self.search,
             "bound_value": self.bound_value, "n_calibration": self.n_calibration,
-            "n_accepted": self.n_accepted, "n_errors": self.n_errors,
+            "n_accepted": self.n_accepted, "n_errors": self.n_errors, "coverage_lcb": self.coverage_lcb,
         })
 
     def table(self) -> pl.DataFrame:
@@ -228,6 +241,10 @@ class CalibrationResult:
     def summary(self) -> str:
         """One human sentence: the certified threshold (printed exactly: `exact`), or that alpha is unattainable."""
         name = _bounds.get_bound(self.bound).label
+        if self.refused:
+            return (f"alpha = {self.alpha:g} is certified only by a gate that answers >= {self.coverage_lcb:.3f} of "
+                    f"questions with probability >= {1 - self.delta:g}, below min coverage {self.min_coverage:g}: "
+                    f"refused, abstain on everything")
         if self.threshold is None:
             return (f"alpha = {self.alpha:g} is unattainable at delta = {self.delta:g} ({name} bound, "
                     f"{self.search} search over {self.n_candidates or 'every unique score as'} candidates, "
@@ -236,10 +253,16 @@ class CalibrationResult:
             return (f"answer when score <= {self.printed_threshold}: error among accepted <= {self.alpha:g} in "
                     f"expectation over calibration sets, not with probability {1 - self.delta:g} (FD + 1 <= alpha·n "
                     f"at n = {self.n_accepted}, FD = {self.n_errors}; {name} UCB {self.bound_value:.4f}; "
-                    f"{self.search} search)")
+                    f"{self.search} search){self._coverage_clause()}")
         return (f"answer when score <= {self.printed_threshold}: error among accepted <= {self.alpha:g} with "
                 f"probability >= {1 - self.delta:g} ({name} UCB {self.bound_value:.4f} at n = {self.n_accepted}, "
-                f"FD = {self.n_errors}; {self.search} search)")
+                f"FD = {self.n_errors}; {self.search} search){self._coverage_clause()}")
+
+    def _coverage_clause(self) -> str:
+        """'; answers >= c of questions with probability >= 1 - delta' where the result carries its bound."""
+        if self.coverage_lcb is None:
+            return ""
+        return f"; answers >= {self.coverage_lcb:.3f} of questions with probability >= {1 - self.delta:g}"
 
     def __str__(self) -> str:
         return self.summary()
@@ -338,7 +361,8 @@ def quantile_grid(pilot_scores: Any, k: int) -> np.ndarray:
 @checked
 def calibrate(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05, bound: str = "cp",
               search: str | Search = DEFAULT_SEARCH, grid: Any = None, n_min: int | None = None,
-              start: float | None = None, keep_table: bool = True) -> CalibrationResult:
+              start: float | None = None, keep_table: bool = True,
+              min_coverage: float | None = None) -> CalibrationResult:
     """Learn the largest threshold t with P(error | U <= t) <= alpha certified at confidence 1 - delta.
 
     Parameters
@@ -367,6 +391,9 @@ def calibrate(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05, bo
         Search arguments, fixed before the labels are seen.
     keep_table : bool
         Keep the candidates so `result.table()` works.
+    min_coverage : float, optional
+        Refuse a gate (abstain on everything) unless it answers at least this share of questions with probability
+        >= 1 - delta (`cic.stats.coverage`); every result carries its coverage bound either way.
 
     Returns
     -------
@@ -392,7 +419,7 @@ def calibrate(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05, bo
     if plan.bins_large_inputs and s.shape[0] >= _BINNED_MIN_ITEMS:
         level = plan.level(delta, 1)  # one level for every candidate (the paper's: delta)
         hit = paper_search_binned(s, e, bound=bound, alpha=alpha, gamma=level)
-        return _result(hit, gamma=level, **common, _score_above=_score_above(s, hit),
+        return _result(hit, gamma=level, min_coverage=min_coverage, **common, _score_above=_score_above(s, hit),
                        _data=(s.copy(), e.copy()) if keep_table else None)  # type: ignore[arg-type]
 
     data = SortedCalibration.build(s, e)
@@ -403,7 +430,8 @@ def calibrate(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05, bo
     best, gamma, n_min_v, n_tested = int(outcome.index[0]), float(outcome.level[0]), outcome.n_min, outcome.n_tested
     hit = (float(thresholds[best]), int(n[best]), int(fd[best])) if best >= 0 else None
     kept = dict(_thresholds=thresholds, _n=n, _fd=fd) if keep_table else {}
-    return _result(hit, gamma=gamma, n_candidates=None if not plan.takes_grid else k, n_tested=n_tested,
+    return _result(hit, gamma=gamma, min_coverage=min_coverage,
+                   n_candidates=None if not plan.takes_grid else k, n_tested=n_tested,
                    n_min=n_min_v, start=start_v, **common, **kept,
                    _score_above=_score_above(s, hit))  # type: ignore[arg-type]
 
@@ -417,12 +445,18 @@ def _score_above(scores: np.ndarray, hit: tuple[float, int, int] | None) -> floa
 
 
 def _result(hit: tuple[float, int, int] | None, **fields_: Any) -> CalibrationResult:
-    """Assemble the result from the selected (threshold, n, FD), or from no threshold at all."""
+    """Assemble the result from the selected (threshold, n, FD), or from no threshold at all; a threshold whose
+    coverage bound falls short of `min_coverage` is refused (no threshold, its bound kept to say why)."""
     if hit is None:
         return CalibrationResult(threshold=None, bound_value=None, n_accepted=0, n_errors=0, **fields_)
     threshold, n_at, fd_at = hit
+    lcb = coverage_lcb(n_at, fields_["n_calibration"], fields_["delta"])
+    if fields_.get("min_coverage") is not None and lcb < fields_["min_coverage"]:
+        return CalibrationResult(threshold=None, bound_value=None, n_accepted=0, n_errors=0, coverage_lcb=lcb,
+                                 **fields_)
     value = float(_bounds.ucb(fields_["bound"], fd_at, n_at, fields_["gamma"]))
-    return CalibrationResult(threshold=threshold, bound_value=value, n_accepted=n_at, n_errors=fd_at, **fields_)
+    return CalibrationResult(threshold=threshold, bound_value=value, n_accepted=n_at, n_errors=fd_at,
+                             coverage_lcb=lcb, **fields_)
 
 
 #: From this many calibration items on, the paper search bins the scores instead of sorting them all.

@@ -209,8 +209,12 @@ class CoverageLimits:
         elif self.labels_needed is None:
             why = (f"too few labels: even {GROWTH[-1]}x these {self.n:,} would not reach alpha = {self.alpha:g} "
                    "at this score's quality")
+        elif self.labels_needed <= self.n:
+            why = (f"an unlucky draw: at this score's quality about {self.labels_needed:,} labels reach alpha = "
+                   f"{self.alpha:g} half the time or more (an estimate from these labels: docs/statistics.md, 'Why a "
+                   "gate answers what it does'); a larger calibration set likely will")
         else:
-            more = max(self.labels_needed - self.n, 0)
+            more = self.labels_needed - self.n
             why = (f"too few labels: about {more:,} more labelled answers at this score's quality reach alpha = "
                    f"{self.alpha:g} ({self.labels_needed:,} in all; an estimate from these labels, often optimistic: "
                    "docs/statistics.md, 'Why a gate answers what it does')")

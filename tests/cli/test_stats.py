@@ -288,3 +288,30 @@ def test_calibrate_says_why_it_answers_what_it_does(tmp_path: Path) -> None:
     pl.DataFrame({"score": u, "error": np.where(u <= 0.05, 1, e)}).write_parquet(hopeless)
     stuck = runner.invoke(app, ["calibrate", str(hopeless), "--alpha", "0.05"])
     assert stuck.exit_code == 0 and "more labels will not help" in " ".join(stuck.output.split())
+
+
+def test_calibrate_min_coverage_refuses_a_gate_that_cannot_promise_it(tmp_path: Path) -> None:
+    """Two-sided: the summary says the coverage bound (read back from `cic.stats.coverage`); below --min-coverage
+    the gate written abstains on everything and the limits line still shows what the refused threshold certified."""
+    rng = np.random.default_rng(4)
+    u = np.round(rng.random(600), 3)
+    e = (rng.random(600) < 0.4 * u).astype(int)
+    data = tmp_path / "t.parquet"
+    pl.DataFrame({"score": u, "error": e}).write_parquet(data)
+    expected = cic.calibrate(u, e, alpha=0.15)
+    assert expected.coverage_lcb is not None and expected.coverage_lcb > 0.1
+    kept = runner.invoke(app, ["calibrate", str(data), "--alpha", "0.15", "--min-coverage", "0.1", "--explain"])
+    flat = " ".join(kept.output.split())
+    assert kept.exit_code == 0 and f"answers >= {expected.coverage_lcb:.3f} of questions with probability >= 0.95" \
+        in flat, kept.output
+    assert "Coverage: answers >=" in flat and "both hold with probability >= 0.9" in flat
+    refused = runner.invoke(app, ["calibrate", str(data), "--alpha", "0.15", "--min-coverage", "0.9", "--gate",
+                                  str(tmp_path / "g.json")])
+    flat = " ".join(refused.output.split())
+    assert refused.exit_code == 0 and "below min coverage 0.9: refused, abstain on everything" in flat, flat
+    assert f"limits: certified {expected.n_accepted / 600:.3f} of questions" in flat
+    assert cic.Gate.from_json((tmp_path / "g.json").read_text()).threshold is None
+    for bad, says in ((["--min-coverage", "1.5"], "min_coverage = 1.5: must lie strictly between 0 and 1"),
+                      (["--min-coverage", "0.2", "--group", "g"], "--min-coverage 0.2: applies to one table's gate")):
+        wrong = runner.invoke(app, ["calibrate", str(data), "--alpha", "0.15", *bad])
+        assert wrong.exit_code == 2 and says in " ".join(wrong.output.split()), wrong.output

@@ -103,3 +103,12 @@ def test_the_verdict_says_why_in_words() -> None:
     assert hopeless.labels_needed is None and "more labels will not help" in hopeless.sentence()
     fine = coverage_limits(u, e, alpha=0.2, certified=0.4, draws=100)
     assert fine.labels_needed is None and fine.sentence().startswith("certified 0.400 of questions")
+
+
+def test_an_estimate_below_the_tables_size_says_unlucky_not_zero_more() -> None:
+    from cic.stats.limits import CoverageLimits
+
+    verdict = CoverageLimits(alpha=0.1, n=1000, base_error=0.2, ceiling=0.9, score_limit=0.3, certified=0.0,
+                             labels_needed=800).sentence()
+    assert "an unlucky draw" in verdict and "about 800 labels reach alpha = 0.1" in verdict
+    assert "more labelled answers" not in verdict
