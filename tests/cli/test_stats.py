@@ -84,6 +84,33 @@ def test_evaluate_prints_the_protocol_table_and_writes_it(table_files, tmp_path:
     assert f"evaluate {parquet.name}: 200/200 (100.0%)" in watched.stderr and "evaluate" not in watched.stdout
 
 
+def test_evaluate_shows_the_limits_beside_coverage_and_says_why_an_alpha_never_certifies(tmp_path: Path) -> None:
+    """Each row's limit and ceiling read back from `cic.stats.limits`; an alpha no split certified gets its cause:
+    the score (no threshold reaches it in-sample) or the labels."""
+    from cic.stats.limits import ceiling, score_limit
+
+    rng = np.random.default_rng(4)
+    u = np.round(rng.random(300), 2)
+    e = np.where(u <= 0.03, 1, (rng.random(300) < 0.4 * u).astype(int))
+    data = tmp_path / "t.parquet"
+    pl.DataFrame({"score": u, "error": e}).write_parquet(data)
+    done = runner.invoke(app, ["evaluate", str(data), "--alphas", "0.02,0.1,0.3", "--n-splits", "10", "--bounds", "cp"],
+                         env={"COLUMNS": "250"})
+    assert done.exit_code == 0, done.output
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[1:-1]]
+            for line in done.output.splitlines() if line.startswith("│") and line.split("│")[1].strip()[:1].isdigit()}
+    for alpha in (0.02, 0.1, 0.3):
+        assert rows[f"{alpha:g}"][-2:] == [f"{score_limit(u, e, alpha):.3f}", f"{ceiling(e.mean(), alpha):.3f}"]
+    flat = " ".join(done.output.split())
+    assert score_limit(u, e, 0.02) == 0 and "alpha = 0.02: never certified; no threshold on this score" in flat
+    assert "alpha = 0.3: never" not in flat
+    small = tmp_path / "small.parquet"
+    pl.DataFrame({"score": u[:40], "error": e[:40]}).write_parquet(small)
+    few = runner.invoke(app, ["evaluate", str(small), "--alphas", "0.1", "--n-splits", "5"], env={"COLUMNS": "250"})
+    assert score_limit(u[:40], e[:40], 0.1) > 0 and "alpha = 0.1: never certified; this score reaches it in-sample, " \
+        "so too few labels: `cic calibrate --alpha 0.1` estimates about how many more" in " ".join(few.output.split())
+
+
 @pytest.mark.parametrize("args,message", [
     (["calibrate", "missing.parquet", "--alpha", "0.1"], "does not exist"),
     (["calibrate", "{csv}", "--alpha", "0.1", "--score-col", "nope"], "column 'nope' not found"),
