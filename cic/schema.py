@@ -139,7 +139,9 @@ EVALUATIONS = TableSpec("evaluations", {
     "threshold_std": pl.Float64(), "n_cal": pl.Int64(), "n_test": pl.Int64(),
     "data_fingerprint": pl.String(),
     "created_at": pl.Datetime("us", "UTC"),
-}, ("evaluation_id", "alpha", "bound", "search"))
+    "score_limit": pl.Float64(),             # the best threshold on this score in-sample covers this much at alpha
+    "ceiling": pl.Float64(),                 # any rule's coverage at alpha: (1 - base error) / (1 - alpha)
+}, ("evaluation_id", "alpha", "bound", "search"), added_later=("score_limit", "ceiling"))
 
 OBSERVATIONS = TableSpec("observations", {
     "run_key": pl.String(), "question_id": pl.String(),

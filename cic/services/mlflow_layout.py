@@ -43,7 +43,8 @@ UNATTAINABLE = "unattainable: no threshold certifies this α"
 UNDEFINED = "undefined: no split accepted anything"
 E_PROCESS = "none: certified by an e-process crossing 1/δ (anytime-valid), not a batch bound"
 SPLIT_COLUMNS = ("fdr_mean", "fdr_std", "fdr_above_alpha", "coverage_mean", "coverage_std", "correct_coverage_mean",
-                 "fails", "threshold_mean", "base_error_rate")
+                 "fails", "threshold_mean", "base_error_rate", "score_limit", "ceiling")
+LIMIT_COLUMNS = ("score_limit", "ceiling")  # evaluations stored before the limits were kept have none
 
 
 def _no_bound(gate: Any) -> str:
@@ -68,8 +69,9 @@ def experiment_prefix_of(store: Store, run_key: str, explicit: str | None) -> st
 
 def alpha_series(calibrations: pl.DataFrame, evaluations: pl.DataFrame) -> dict[str, dict[int, float | None]]:
     """threshold, UCB, FDR and coverage per (bound, search) as metrics whose step is alpha x 100, named so:
-    `coverage_by_alpha_pct.cp.fixed_sequence`; and `alpha_by_alpha_pct` (α itself: the x axis of CIC's chart view
-    in MLflow, and its line y = α)."""
+    `coverage_by_alpha_pct.cp.fixed_sequence`; `alpha_by_alpha_pct` (α itself: the x axis of CIC's chart view
+    in MLflow, and its line y = α); and the two limits on coverage per α, whatever the bound and search
+    (`score_limit_by_alpha_pct`, `ceiling_by_alpha_pct`: `cic.stats.limits`)."""
     series: dict[str, dict[int, float | None]] = {
         ALPHA_SERIES: dict(alpha_points(round(a * 100) for a in calibrations.get_column("alpha").to_list()))}
     for gate in calibrations.iter_rows(named=True):
@@ -80,6 +82,9 @@ def alpha_series(calibrations: pl.DataFrame, evaluations: pl.DataFrame) -> dict[
         step, suffix = round(row["alpha"] * 100), f"{row['bound']}.{row['search']}"
         series.setdefault(f"fdr{ALPHA_STEP}.{suffix}", {})[step] = row["fdr_mean"]
         series.setdefault(f"coverage{ALPHA_STEP}.{suffix}", {})[step] = row["coverage_mean"]
+        for limit in LIMIT_COLUMNS:
+            if row.get(limit) is not None:
+                series.setdefault(f"{limit}{ALPHA_STEP}", {})[step] = row[limit]
     return series
 
 
@@ -116,7 +121,10 @@ def pipeline_rows(calibrations: pl.DataFrame, evaluations: pl.DataFrame) -> list
                      "ucb": said(gate["bound_value"], _no_bound(gate)), "n_cal": gate["n_cal"],
                      "n_accepted": gate["n_accepted"], "n_errors": gate["n_errors"],
                      "feasible": gate["threshold"] is not None,
-                     **{m: said(split.get(m), UNDEFINED) for m in SPLIT_COLUMNS},
+                     **{m: said(split.get(m), "not recorded" if m in LIMIT_COLUMNS else UNDEFINED)
+                        for m in SPLIT_COLUMNS},
+                     "coverage_lcb": said(result.coverage_lcb, UNATTAINABLE if result.threshold is None else
+                                          "not recorded"),
                      "n_candidates": said(result.n_candidates, "not recorded"),
                      "calibration_id": gate["calibration_id"], "_gate": _gate_entry(GateRow.of(gate))})
     return rows

@@ -191,7 +191,7 @@ SPLIT_TABLE: dict[str, str] = {
     "fdr_std": "Float64", "fdr_above_alpha": "Float64", "coverage_mean": "Float64", "coverage_std": "Float64",
     "correct_coverage_mean": "Float64", "correct_coverage_std": "Float64", "fails": "Int64", "n_splits": "Int64",
     "base_error_rate": "Float64", "threshold_mean": "Float64", "threshold_std": "Float64", "n_cal": "Int64",
-    "n_test": "Int64"}
+    "n_test": "Int64", "score_limit": "Float64", "ceiling": "Float64"}
 
 
 def _as_names(value: Any, name: str) -> list[str]:
@@ -370,7 +370,9 @@ def evaluate_splits(scores: Any, errors: Any, *, alphas: Sequence[float] = DEFAU
     is not the guarantee's violation rate; `cic.simulate` measures that). Over all splits, a fail abstaining
     on everything: coverage_mean/std (accepted / test size, the paper's power) and correct_coverage_mean/std
     (accepted-and-correct / correct). Also fails, n_splits, base_error_rate (of the whole table), n_cal,
-    n_test, delta. Standard deviations are population (ddof = 0); means are null where every split failed.
+    n_test, delta, and the two limits on coverage at alpha (`cic.stats.limits`, of the whole table): score_limit
+    (the best threshold on this score in-sample) and ceiling (any rule's). Standard deviations are population
+    (ddof = 0); means are null where every split failed.
 
     Parameters
     ----------
@@ -395,7 +397,9 @@ def evaluate_splits(scores: Any, errors: Any, *, alphas: Sequence[float] = DEFAU
     """
     import polars as pl
 
-    rows = []
+    from cic.stats.limits import ceiling, score_limit
+
+    rows, limits = [], {}
     for alpha, bound, name, out in _iter_outcomes(scores, errors, alphas=alphas, bounds=bounds, search=search,
                                                   delta=delta, n_splits=n_splits, cal_fraction=cal_fraction,
                                                   seed=seed, grid=grid, n_min=n_min, start=start,
@@ -406,4 +410,7 @@ def evaluate_splits(scores: Any, errors: Any, *, alphas: Sequence[float] = DEFAU
                      "threshold_mean": _mean(out["threshold"][out["found"]]),
                      "threshold_std": _std(out["threshold"][out["found"]]),
                      "n_cal": int(out["n_cal"][0]), "n_test": int(out["n_test"][0])})
+        if alpha not in limits:
+            limits[alpha] = score_limit(scores, errors, alpha)
+        rows[-1].update(score_limit=limits[alpha], ceiling=ceiling(rows[-1]["base_error_rate"], alpha))
     return pl.DataFrame(rows, schema={name: getattr(pl, kind) for name, kind in SPLIT_TABLE.items()})

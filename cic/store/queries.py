@@ -20,7 +20,8 @@ def latest_results(store: Store, run_keys: Sequence[str]) -> pl.DataFrame:
     criterion, alpha, bound, search), ordered by that key."""
     return store.sql_frame(
         "SELECT e.model, e.dataset, e.estimator, e.criterion, e.alpha, e.bound, e.search, e.fdr_mean, e.fdr_std, "
-        "e.coverage_mean, e.fails, e.n_splits, e.delta, e.n_cal, e.base_error_rate FROM evaluations e JOIN "
+        "e.coverage_mean, e.fails, e.n_splits, e.delta, e.n_cal, e.base_error_rate, e.score_limit, e.ceiling "
+        "FROM evaluations e JOIN "
         "(SELECT DISTINCT model, dataset FROM runs WHERE list_contains(?, run_key)) r USING (model, dataset) "
         "QUALIFY row_number() OVER (PARTITION BY e.model, e.dataset, e.estimator, e.criterion, e.alpha, e.bound, "
         "e.search ORDER BY e.created_at DESC) = 1 ORDER BY 1, 2, 3, 4, 5, 6, 7", [list(run_keys)])

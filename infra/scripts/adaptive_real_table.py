@@ -4,6 +4,11 @@
 each certified by the paper's protocol (100 random 50/50 splits, Clopper–Pearson, δ = 0.05, fallback search).
 
     .venv/bin/python infra/scripts/adaptive_real_table.py --db cic-example.duckdb [--criterion C] [--rounds 4,10]
+    .venv/bin/python infra/scripts/adaptive_real_table.py \
+        --samples infra/examples/real/samples/qwen2.5-coder-1.5b-samples.parquet [--rounds 4,10]
+
+(`--samples`: the committed answers in drawn order, written by `export_example.py --samples`; the greedy answers'
+errors come from the long table beside it, `<model>.parquet`.)
 
 Prints per score and α: mean certified coverage with ten samples and adaptive, their ratio against the target
 (>= 0.95x), and generations a question (greedy answer included) against the target (<= 4), each met or why not.
@@ -33,13 +38,29 @@ ESTIMATORS = ("semantic_entropy", "eigv")
 COVERAGE_TARGET, GENERATIONS_TARGET = 0.95, 4.0
 
 
-def stored(db: str, criterion: str, run_key: str | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+def committed(samples: Path, criterion: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """A committed samples file and the long table beside it, keyed like a store's rows (run key = dataset)."""
+    table = samples.with_name(samples.name.replace("-samples.parquet", ".parquet"))
+    rows = pl.read_parquet(samples).rename({"dataset": "run_key"})
+    wrong = pl.col("error").cast(pl.Boolean).alias("wrong")
+    labels = (pl.read_parquet(table).filter(criterion=criterion)
+              .select(pl.col("dataset").alias("run_key"), "question_id", wrong).unique(["run_key", "question_id"]))
+    if labels.height == 0:
+        sys.exit(f"--criterion {criterion}: not in {table}")
+    return rows, labels
+
+
+def stored(db: str | None, samples: Path | None, criterion: str,
+           run_key: str | None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The answers of every question of one run with all eleven rows, and its greedy answer's error."""
-    with Store.open(db, read_only=True, wait_s=600) as store:
-        rows, labels = generations_in_order(store), greedy_errors(store, criterion)
+    if samples is not None:
+        rows, labels = committed(samples, criterion)
+    else:
+        with Store.open(db, read_only=True, wait_s=600) as store:
+            rows, labels = generations_in_order(store), greedy_errors(store, criterion)
     keys = sorted(set(rows.get_column("run_key")))
     if run_key is None and len(keys) != 1:
-        sys.exit(f"--db {db}: {len(keys)} runs stored ({', '.join(keys) or 'none'}); name one with --run-key")
+        sys.exit(f"{db or samples}: {len(keys)} runs stored ({', '.join(keys) or 'none'}); name one with --run-key")
     rows = rows.filter(run_key=run_key or keys[0])
     labels = labels.filter(run_key=run_key or keys[0]).drop("run_key")
     whole = rows.group_by("question_id").len().filter(pl.col("len") == ROUNDS[-1] + 1).get_column("question_id")
@@ -69,13 +90,15 @@ def coverage(scores: pl.DataFrame, labels: pl.DataFrame, estimator: str) -> dict
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", required=True)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--db", help="a store whose run kept every sample")
+    source.add_argument("--samples", type=Path, help="a committed samples file (export_example.py --samples)")
     parser.add_argument("--criterion", default="similarity[0.5]", help="option_match for CommonsenseQA")
-    parser.add_argument("--run-key", help="the run, where the store holds more than one")
+    parser.add_argument("--run-key", help="the run, where the store holds more than one (with --samples: a dataset)")
     parser.add_argument("--rounds", default=",".join(map(str, ROUNDS)), help="cumulative sample counts, last 10")
     args = parser.parse_args()
     rounds = tuple(int(r) for r in args.rounds.split(","))
-    rows, labels = stored(args.db, args.criterion, args.run_key)
+    rows, labels = stored(args.db, args.samples, args.criterion, args.run_key)
     n = rows.get_column("question_id").n_unique()
     equivalence = make_equivalence("embedding", embedder=SentenceEmbedder(), threshold=0.9)
     full = UncertaintyScorer(equivalence, ESTIMATORS)
@@ -83,7 +106,7 @@ def main() -> None:
     drawn = prefix(rows, full, rounds)
     full_scores, adaptive_scores = full.score(rows, run_key="r"), adaptive.score(drawn, run_key="r")
     per_question = generations_drawn(drawn) / n
-    print(f"{args.db}: {n} questions with ten samples stored, criterion {args.criterion}; rounds "
+    print(f"{args.db or args.samples}: {n} questions with ten samples stored, criterion {args.criterion}; rounds "
           f"{'-'.join(map(str, rounds))}: {per_question:.2f} generations a question against 11 "
           f"(target <= {GENERATIONS_TARGET:g}: {'met' if per_question <= GENERATIONS_TARGET else 'not met'}), "
           f"tokens {rows['n_tokens'].sum() / max(drawn['n_tokens'].sum(), 1):.2f}x fewer\n")

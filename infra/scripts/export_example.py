@@ -9,6 +9,9 @@ the score cost on that question — 1 for a one-pass score, else every stored fr
 likely one included, and 1 for a multiple-choice question, whose letters come from one forward pass) and
 OUT/PROVENANCE.md (or the file `--provenance` names: model file sha256, config, run keys, commit, dates,
 machine, wall time from the store's own timestamps). Prints the per-dataset counts and base error rates it wrote.
+With `--samples`, also OUT/<model>-samples.parquet: every stored answer in drawn order (dataset, question_id,
+sample_index 0 = the most likely answer, text, tokens, log-probabilities), so a stopping rule can be replayed from
+the committed files (`infra/scripts/adaptive_real_table.py --samples`).
 """
 
 from __future__ import annotations
@@ -26,7 +29,17 @@ from cic.llm.uncertainty.estimators import get_estimator
 from cic.pipeline.config import SHIPPED_CONFIGS, load_config
 from cic.pipeline.run.stored_calibration import groups_of_run
 from cic.store import Store
-from cic.store.queries import generations_by_question, last_label_time
+from cic.store.queries import generations_by_question, generations_in_order, last_label_time
+
+SAMPLE_COLUMNS = ("dataset", "question_id", "sample_index", "text", "n_tokens", "logprob_sum", "logprob_mean",
+                  "option_probs")
+
+
+def samples_table(store: Store, runs: pl.DataFrame) -> pl.DataFrame:
+    """Every stored answer of these runs in drawn order, named by dataset instead of run key."""
+    datasets = runs.select("run_key", "dataset")
+    return (generations_in_order(store).join(datasets, on="run_key").select(SAMPLE_COLUMNS)
+            .sort("dataset", "question_id", "sample_index"))
 
 
 def sha256(path: Path) -> str:
@@ -67,6 +80,9 @@ def main() -> None:
     parser.add_argument("--provenance", default="PROVENANCE.md", help="file name of the provenance under --out")
     parser.add_argument("--model-source", default="assembled by `infra/scripts/fetch_example_model.py`",
                         help="where the model file came from, in words")
+    parser.add_argument("--samples", action="store_true", help="also write every stored answer in drawn order")
+    parser.add_argument("--resumed", action="store_true",
+                        help="the run was stopped and resumed: its wall time is not a measure of speed")
     args = parser.parse_args()
 
     config = load_config(args.config)
@@ -78,9 +94,12 @@ def main() -> None:
         started = runs.get_column("created_at").min()
         finished = last_label_time(store, keys)
         questions = {r["dataset"]: store.count("questions", dataset=r["dataset"]) for r in runs.iter_rows(named=True)}
+        samples = samples_table(store, runs) if args.samples else None
     args.out.mkdir(parents=True, exist_ok=True)
     model = config.models[0].name
     table.write_parquet(args.out / f"{model}.parquet", compression="zstd")
+    if samples is not None:
+        samples.write_parquet(args.out / f"{model}-samples.parquet", compression="zstd")
     summary = table.filter(pl.col("estimator").str.starts_with("semantic_entropy[")).group_by(
         "dataset", "criterion").agg(pl.len().alias("questions"), pl.col("error").mean().alias("base_error_rate")
                                     ).sort("dataset", "criterion")
@@ -96,7 +115,10 @@ def main() -> None:
         f"- questions stored: {', '.join(f'{d} {n:,}' for d, n in questions.items())}; "
         f"rows in the table: {table.height:,} ({table.select('estimator').n_unique()} estimators)",
         f"- run registered {started:%Y-%m-%d %H:%M} UTC, last label stored {finished:%Y-%m-%d %H:%M} UTC"
-        + (f" ({wall.total_seconds() / 3600:.2f} h wall, one 2-core machine)" if wall is not None else ""),
+        + (" (stopped and resumed across sessions: not a measure of speed)" if args.resumed else
+           f" ({wall.total_seconds() / 3600:.2f} h wall, one 2-core machine)" if wall is not None else ""),
+        *([f"- `{model}-samples.parquet`: {samples.height:,} stored answers in drawn order (sample_index 0: the most "
+           "likely answer), for replaying a stopping rule"] if samples is not None else []),
         f"- machine: {args.machine}",
         f"- exported {datetime.now(UTC):%Y-%m-%d %H:%M} UTC by `infra/scripts/export_example.py`", "",
         "| dataset | criterion | questions | base error rate |", "|---|---|---|---|",

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from cic.cli import app
 from cic.services.mlflow_layout import UNATTAINABLE
+from cic.stats.limits import ceiling, score_limit
 from tests.support.mlflow_reading import per_alpha
 
 runner = CliRunner()
@@ -50,6 +51,13 @@ def test_a_table_is_logged_like_the_pipeline_and_only_once(tmp_path: Path, monke
         certified = [r for r in rows if r["feasible"]]
         assert certified and all(isinstance(r["threshold"], float) for r in certified)
         assert all(r["threshold"] == UNATTAINABLE and r["fails"] >= 0 for r in rows if not r["feasible"])
+        assert all(r["coverage_lcb"] <= r["n_accepted"] / r["n_cal"] for r in certified)  # the two-sided bound
+        pairs = pl.read_parquet(table).filter(dataset=dataset)
+        for r in rows:  # each row's limits, as `cic.stats.limits` computes them on the group's table
+            assert r["score_limit"] == pytest.approx(score_limit(pairs["score"], pairs["error"], r["alpha"]))
+            assert r["ceiling"] == pytest.approx(ceiling(pairs["error"].mean(), r["alpha"]))
+        history = client.get_metric_history(runs[0].info.run_id, "score_limit_by_alpha_pct")
+        assert sorted(m.step for m in history) == [5, 10, 15, 20, 25]
     again = runner.invoke(app, args)
     assert again.exit_code == 0 and "0 group(s) logged, 2 already in MLflow" in again.output.replace("\n", "")
     assert "calibrate:" not in again.output  # found by the table's key: nothing calibrated again

@@ -30,3 +30,24 @@ def test_the_digest_says_what_each_question_cost_in_generations() -> None:
     assert generated_line(summary) == ("Generated this run: full 20 question(s), 11.00 generations a question, 681 "
                                        "tokens; adaptive 20 question(s), 6.70 generations a question, 406 tokens.")
     assert AnswerStats("none").generations_per_question == 0.0
+
+
+def test_the_digest_says_whether_the_score_or_the_labels_keep_an_alpha_out_of_reach() -> None:
+    """An unattainable cell's digest line carries the score's limit and any rule's ceiling stored with its
+    evaluation, and the cause they imply; a row stored before limits were kept says nothing of them."""
+    from cic.pipeline.run.run_digest import digest_lines
+    from cic.pipeline.run.run_results import PipelineSummary, ResultRow
+
+    def row(dataset: str, limit: float | None) -> ResultRow:
+        return ResultRow("m", dataset, "se", "match", 0.05, "cp", "fallback", None, None, 0.0, 100, 100, 0.05, 150,
+                         0.3, limit, None if limit is None else 0.737)
+
+    summary = PipelineSummary(db="x.duckdb", tracking_uri="", report_dir="r", experiment_prefix="p")
+    summary.results = [row("hopeless", 0.0), row("short", 0.12), row("old", None)]
+    lines = {line.split(":")[0]: line for line in digest_lines(summary) if line.startswith("- ")}
+    assert lines["- m · hopeless"].endswith("This score's limit 0.000, any rule's ceiling 0.737: no threshold on this "
+                                            "score reaches it even in-sample: a better score or a looser α, not more "
+                                            "labels.")
+    assert "This score's limit 0.120, any rule's ceiling 0.737: the score reaches it in-sample, so too few labels" \
+        in lines["- m · short"]
+    assert "limit" not in lines["- m · old"]

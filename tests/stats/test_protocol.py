@@ -69,6 +69,17 @@ def test_summary_table_columns_and_aggregates() -> None:
         assert row["coverage_mean"] == pytest.approx(sub["coverage"].mean())
 
 
+def test_each_row_carries_the_whole_tables_limits_at_its_alpha() -> None:
+    from cic.stats.limits import ceiling, score_limit
+
+    scores, errors = make_table(np.random.default_rng(22), 2000)
+    table = cic.evaluate_splits(scores, errors, n_splits=5, alphas=[0.05, 0.2])
+    for row in table.iter_rows(named=True):
+        assert row["score_limit"] == score_limit(scores, errors, row["alpha"])
+        assert row["ceiling"] == ceiling(errors.mean(), row["alpha"])
+    assert table["score_limit"].n_unique() == 2
+
+
 def test_correct_coverage_counts_accepted_correct_over_all_correct() -> None:
     scores = np.arange(400) / 400
     errors = (scores > 0.7).astype(int)

@@ -45,6 +45,17 @@ def generated_line(summary: PipelineSummary) -> str | None:
                                                   else "") for a in spent) + ".") if spent else None
 
 
+def limits_clause(row: ResultRow) -> str:
+    """Why an unattainable cell is (`cic.stats.limits`): the score, when no threshold on it reaches alpha even
+    in-sample; else too few labels (`cic calibrate` estimates how many). Empty for rows stored without limits."""
+    if row.score_limit is None or row.ceiling is None:
+        return ""
+    cause = ("no threshold on this score reaches it even in-sample: a better score or a looser α, not more labels"
+             if row.score_limit == 0 else "the score reaches it in-sample, so too few labels (`cic calibrate` "
+             "estimates how many)")
+    return f" This score's limit {row.score_limit:.3f}, any rule's ceiling {row.ceiling:.3f}: {cause}."
+
+
 def digest_lines(summary: PipelineSummary) -> list[str]:
     """The run in a few sentences: models × datasets, how many result cells certify, why the others do not,
     where the MLflow runs are."""
@@ -70,7 +81,7 @@ def digest_lines(summary: PipelineSummary) -> list[str]:
             lines.append(f"- {model} · {dataset}: {sum(not c.certified for c in cells)} of {len(cells)} cells "
                          f"unattainable, up to α = {r.alpha:g} ({r.estimator}, {r.bound}, {r.search}): base error "
                          f"rate {r.base_error_rate:.2f}, {r.n_cal} answers per calibration split, and "
-                         f"{zero_errors_need(r.alpha, r.delta)}.")
+                         f"{zero_errors_need(r.alpha, r.delta)}.{limits_clause(r)}")
     if summary.log is not None:
         experiments = ", ".join(f"{summary.experiment_prefix}-{d}" for d in datasets)
         lines.append(f"MLflow: {summary.tracking_uri}, experiments {experiments} "

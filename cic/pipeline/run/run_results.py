@@ -167,6 +167,8 @@ class ResultRow(GroupPlace):
     delta: float
     n_cal: int
     base_error_rate: float
+    score_limit: float | None = None   # the best threshold on the score in-sample (None: stored before it was kept)
+    ceiling: float | None = None       # any rule's coverage at alpha
 
     @property
     def certified(self) -> bool:
