@@ -393,6 +393,10 @@ def simulate(
     console.print(result.summary(), highlight=False)
 
 
+RANKING_TITLE = ("How each score ranks its errors, whatever the method (descriptive, no guarantee): PRR, AUARC, and "
+                 "ECE where the score is one minus a probability")
+
+
 def _bench_table(path: Path) -> Any:
     """A long table, or a harness's evaluation output (it names its own groups); a file without model or dataset
     columns is labelled "model" and its file name."""
@@ -443,6 +447,8 @@ def bench(
     import polars as pl
 
     from cic.reports.arena import arena_figure, arena_markdown, run_arena
+    from cic.reports.report import prr_study
+    from cic.reports.tables import prr_markdown
     from cic.store.outputs import guard_output_dir, write_frame, write_text
 
     if out is not None:
@@ -454,12 +460,18 @@ def bench(
                      cal_fraction=cal_fraction, seed=seed)
     table = arena_markdown(rows)
     console.print(table, highlight=False, markup=False, soft_wrap=True)
+    ranking = prr_study(frame)
+    ranked = f"{RANKING_TITLE}\n\n{prr_markdown(ranking)}"
+    console.print(ranked, highlight=False, markup=False, soft_wrap=True)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         write_text(out / "arena.md", table, "arena table")
         write_frame(rows, out / "arena.csv", "arena table")
+        write_text(out / "ranking.md", ranked, "ranking table")
+        write_frame(ranking, out / "ranking.csv", "ranking table")
         arena_figure(rows, out / "arena.png")
-        console.print(f"arena written to {out}/ (arena.md, arena.csv, arena.png)", highlight=False)
+        console.print(f"arena written to {out}/ (arena.md, arena.csv, arena.png, ranking.md, ranking.csv)",
+                      highlight=False)
 
 
 @friendly_errors

@@ -23,7 +23,7 @@ from cic.stats import baselines as _baselines
 from cic.stats._validation import PARAMETERS, check_open_unit
 from cic.stats.bounds import resolve_bound
 from cic.stats.calibration import calibrate
-from cic.stats.curves import rejection_curve, risk_coverage_curve
+from cic.stats.curves import confidence_of, expected_calibration_error, rejection_curve, risk_coverage_curve
 from cic.stats.protocol import DEFAULT_ALPHAS, SPLIT_TABLE, evaluate_splits
 from cic.stats.searches import DEFAULT_SEARCH, get_search
 from cic.store.outputs import write_frame, write_text
@@ -219,19 +219,23 @@ def per_group_study(frame: pl.DataFrame, config: ReportConfig = ReportConfig()) 
 
 
 def prr_study(frame: pl.DataFrame) -> pl.DataFrame:
-    """Prediction rejection ratio and the rejection-curve areas per group (`cic.stats.curves`)."""
+    """Prediction rejection ratio, the rejection-curve areas, AUARC and — for a score that is one minus a
+    probability — ECE per group (`cic.stats.curves`; null ECE for other scores)."""
     import polars as pl
 
     frame = check_long_frame(frame)
     rows = []
     for key, scores, errors in iter_groups(frame):
         curve = rejection_curve(scores, errors)
+        confidence = confidence_of(key["estimator"], scores)
         rows.append({**key, "prr": curve.prr, "auc_uncertainty": float(curve.uncertainty.mean()),
                      "auc_oracle": float(curve.oracle.mean()), "auc_random": curve.random,
-                     "n_items": int(scores.shape[0])})
+                     "n_items": int(scores.shape[0]), "auarc": curve.auarc,
+                     "ece": None if confidence is None else expected_calibration_error(confidence, 1 - errors)})
     return pl.DataFrame(rows, schema={**{k: pl.String for k in GROUP_KEYS}, "prr": pl.Float64,
                                       "auc_uncertainty": pl.Float64, "auc_oracle": pl.Float64,
-                                      "auc_random": pl.Float64, "n_items": pl.Int64})
+                                      "auc_random": pl.Float64, "n_items": pl.Int64, "auarc": pl.Float64,
+                                      "ece": pl.Float64})
 
 
 # ----------------------------------------------------------------------------------------------------------

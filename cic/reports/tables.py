@@ -290,11 +290,12 @@ def per_group_markdown(frame: pl.DataFrame) -> str:
 
 
 def prr_markdown(frame: pl.DataFrame) -> str:
-    """Prediction rejection ratio per group (1 = ranks every error last, 0 = random)."""
+    """Prediction rejection ratio per group (1 = ranks every error last, 0 = random), AUARC (accuracy of the kept
+    answers over rejection rates) and ECE ("—" where the score is not one minus a probability)."""
     keys = varying_keys(frame)
-    headers = ["group", "PRR", "AUC (uncertainty)", "AUC (oracle)", "AUC (random)", "items"]
-    rows = [[r["_g"], fmt(r["prr"]), f"{r['auc_uncertainty']:.4f}", f"{r['auc_oracle']:.4f}",
-             f"{r['auc_random']:.4f}", r["n_items"]]
+    headers = ["group", "PRR", "AUARC", "ECE", "AUC (uncertainty)", "AUC (oracle)", "AUC (random)", "items"]
+    rows = [[r["_g"], fmt(r["prr"]), f"{r['auarc']:.4f}", fmt(r["ece"]), f"{r['auc_uncertainty']:.4f}",
+             f"{r['auc_oracle']:.4f}", f"{r['auc_random']:.4f}", r["n_items"]]
             for r in frame.with_columns(_g=_group_expr(keys)).iter_rows(named=True)]
     return markdown_table(headers, rows) + "\n"
 

@@ -1,6 +1,8 @@
-"""How well a score ranks errors: the risk–coverage curve and the prediction rejection ratio (PRR).
+"""How well a score ranks errors: the risk–coverage curve, the prediction rejection ratio (PRR), the area under
+the accuracy–rejection curve (AUARC) and, for a score that is one minus a probability, the expected calibration
+error (ECE) — what harness users read.
 
-Both are descriptive (no guarantee): they tell a user which uncertainty estimator leaves the fewest errors
+All are descriptive (no guarantee): they tell a user which uncertainty estimator leaves the fewest errors
 among the answers it keeps, i.e. which one lets the certified threshold accept the most.
 """
 
@@ -11,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from cic.errors import UserError
 from cic.stats._validation import as_pair
 from cic.stats.calibration import SortedCalibration
 
@@ -46,6 +49,12 @@ class RejectionCurve:
     random: float  # rejecting at random: the base error rate at every k
     prr: float | None  # None when every answer is right or every answer is wrong (the ratio is 0 / 0)
 
+    @property
+    def auarc(self) -> float:
+        """Area under the accuracy–rejection curve: the accuracy of the kept answers averaged over the rejection
+        rates k / N (1 − the uncertainty curve's area; the oracle's is the most any score reaches)."""
+        return 1.0 - float(self.uncertainty.mean())
+
 
 def rejection_curve(scores: Any, errors: Any) -> RejectionCurve:
     """The prediction rejection curve and its ratio (PRR), as in LM-Polygraph (Fadeeva et al. 2023).
@@ -78,3 +87,30 @@ def rejection_curve(scores: Any, errors: Any) -> RejectionCurve:
 def prediction_rejection_ratio(scores: Any, errors: Any) -> float | None:
     """PRR of `scores` as an error detector (see `rejection_curve`); None when all answers agree."""
     return rejection_curve(scores, errors).prr
+
+
+#: Bins of the expected calibration error: 15 equal-width bins of confidence (Guo et al. 2017's choice).
+ECE_BINS = 15
+PROBABILITY_PREFIX = "one_minus_"  # estimators scoring 1 - a probability: their confidence is 1 - score
+
+
+def expected_calibration_error(confidence: Any, correct: Any, bins: int = ECE_BINS) -> float:
+    """ECE = Σ_b |B_b| / N · |accuracy(B_b) − mean confidence(B_b)| over equal-width confidence bins in [0, 1]
+    (the last bin closed): 0 for a confidence that is the probability of being right."""
+    c, right = as_pair(confidence, correct)
+    if ((c < 0) | (c > 1)).any():
+        raise UserError("confidence must lie in [0, 1] for the calibration error")
+    which = np.minimum((c * bins).astype(np.int64), bins - 1)
+    size = np.bincount(which, minlength=bins)
+    gap = np.abs(np.bincount(which, weights=right, minlength=bins) - np.bincount(which, weights=c, minlength=bins))
+    return float(gap.sum() / size.sum())
+
+
+def confidence_of(estimator: str, scores: Any) -> np.ndarray | None:
+    """The confidence an estimator's scores state, 1 − score, where the score is one minus a probability (its
+    name starts with `one_minus_` and every score lies in [0, 1]); None for other scores, which have no
+    calibration error to measure (an entropy is not a probability)."""
+    s = np.asarray(scores, dtype=np.float64)
+    if not estimator.split("[", 1)[0].startswith(PROBABILITY_PREFIX) or ((s < 0) | (s > 1)).any():
+        return None
+    return 1.0 - s

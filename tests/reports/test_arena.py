@@ -15,6 +15,7 @@ import cic
 from cic.cli import app
 from cic.errors import UserError
 from cic.reports.arena import EXPECTATION, METHODS, PAC, run_arena, score_select
+from cic.stats.curves import rejection_curve
 
 runner = CliRunner()
 
@@ -93,6 +94,12 @@ def test_cic_bench_prints_the_table_and_writes_it_with_its_figure(tmp_path: Path
     written = pl.read_csv(tmp_path / "arena" / "arena.csv")
     assert written.height == 2 * len(applicable()) and (tmp_path / "arena" / "arena.png").stat().st_size > 10_000
     assert (tmp_path / "arena" / "arena.md").read_text().count("\n") == 2 + 2 * len(applicable())
+    ranking = pl.read_csv(tmp_path / "arena" / "ranking.csv")  # how the score ranks, read back from the curves
+    u, e = pl.read_parquet(data).filter(dataset="d").select("score", "error")
+    curve = rejection_curve(u.to_numpy(), e.to_numpy())
+    assert ranking.height == 1 and ranking["auarc"][0] == pytest.approx(curve.auarc)
+    assert ranking["prr"][0] == pytest.approx(curve.prr) and ranking["ece"][0] is None  # 's' is no probability
+    assert f"| {curve.prr:.3f} | {curve.auarc:.4f} | — |" in done.output
     unknown = runner.invoke(app, ["bench", str(data), "--dataset", "nope"])
     assert unknown.exit_code == 2 and "--dataset = 'nope': not in the tables" in unknown.output
     inside = runner.invoke(app, ["bench", str(data), "--out", str(tmp_path)])  # the input lies in --out
@@ -115,7 +122,8 @@ def test_cic_bench_says_what_each_score_cost_in_generations_where_the_table_says
     bare = tmp_path / "bare.parquet"
     cheap.write_parquet(bare)
     plain = runner.invoke(app, ["bench", str(bare), "--alphas", "0.2", "--n-splits", "5", "--methods", "cic"])
-    assert plain.exit_code == 0 and "generations / question" in plain.output and plain.output.count("| — |") == 1
+    arena_part = plain.output.split("How each score ranks")[0]
+    assert plain.exit_code == 0 and "generations / question" in arena_part and arena_part.count("| — |") == 1
     bad = tmp_path / "bad.parquet"
     cheap.with_columns(generations=pl.lit(0)).write_parquet(bad)
     refused = runner.invoke(app, ["bench", str(bad)])

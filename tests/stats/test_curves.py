@@ -46,3 +46,34 @@ def test_better_ranking_gives_higher_prr() -> None:
     sharp = errors + rng.normal(0, 0.3, 3000)
     blunt = errors + rng.normal(0, 1.5, 3000)
     assert prediction_rejection_ratio(sharp, errors) > prediction_rejection_ratio(blunt, errors) > 0
+
+
+def test_auarc_is_the_kept_answers_accuracy_over_rejection_rates() -> None:
+    # errors first: kept-error rates 2/4, 2/3, 1, 1 -> kept accuracy 1/2, 1/3, 0, 0 -> AUARC 5/24
+    assert rejection_curve([1, 2, 3, 4], [1, 1, 0, 0]).auarc == pytest.approx(5 / 24)
+    assert rejection_curve([1, 2, 3, 4], [0, 0, 1, 1]).auarc == pytest.approx((2 / 4 + 2 / 3 + 1 + 1) / 4)
+
+
+def test_ece_by_hand_and_zero_for_a_confidence_that_is_the_chance_of_being_right() -> None:
+    from cic.errors import UserError
+    from cic.stats.curves import expected_calibration_error
+
+    # bin [0.8667, 0.9333): confidence 0.9, accuracy 1 (two answers); bin [0.0667, 0.1333): 0.1 vs 0 (one)
+    assert expected_calibration_error([0.9, 0.9, 0.1], [1, 1, 0]) == pytest.approx(0.1)
+    assert expected_calibration_error([0.5, 0.5, 0.5, 0.5], [1, 0, 1, 0]) == pytest.approx(0.0)
+    assert expected_calibration_error([1.0, 0.0], [1, 0]) == 0.0  # the ends fall in the first and last bins
+    rng = np.random.default_rng(0)
+    confidence = rng.random(200_000)
+    assert expected_calibration_error(confidence, rng.random(200_000) < confidence) < 0.01
+    assert expected_calibration_error(confidence, rng.random(200_000) < confidence ** 2) > 0.1
+    with pytest.raises(UserError, match=r"\[0, 1\]"):
+        expected_calibration_error([1.5], [1])
+
+
+def test_only_one_minus_a_probability_has_a_confidence() -> None:
+    from cic.stats.curves import confidence_of
+
+    assert confidence_of("one_minus_max_prob", [0.25, 1.0]).tolist() == [0.75, 0.0]
+    assert confidence_of("one_minus_answer_prob[x]", [0.5]).tolist() == [0.5]
+    assert confidence_of("semantic_entropy[embedding:0.9]", [0.5]) is None  # an entropy is not a probability
+    assert confidence_of("one_minus_max_prob", [1.5]) is None  # not a probability after all
