@@ -105,7 +105,7 @@ FileLabels = make_dataclass("FileLabels", [(name, LabelOpt, None) for name in LA
 
 @dataclass(frozen=True)
 class Study:
-    """The report's split-ratio study and its baselines."""
+    """The report's split-ratio study, its baselines and its label-budget curve."""
 
     fractions: Annotated[str, typer.Option("--fractions", help="Calibration fractions of the split-ratio study "
                                                                "('' skips it).")] = "0.5,0.4,0.3,0.2,0.1"
@@ -116,6 +116,9 @@ class Study:
         "naive,coin_binary,conformal_alignment,lec")
     baseline_bound: Annotated[str, typer.Option("--baseline-bound", help="Bound of CIC and COIN in the baselines "
                                                                          "table.")] = "cp"
+    budget_sizes: Annotated[str, typer.Option("--budget-sizes", help="The label-budget curve's calibration sizes, as "
+                                                                     "multiples of each group's table ('' skips "
+                                                                     "it).")] = "0.25,0.5,1,2,4,8"
 
 
 def grouped(command: Any) -> Any:

@@ -40,6 +40,11 @@ from cic.cli.option_groups import Columns, FileLabels, Grid, Splits, StoredRun, 
 from cic.errors import UserError
 from cic.stats.searches import DEFAULT_SEARCH, SEARCH_NAMES
 
+MinCoverageOpt = Annotated[float | None, typer.Option("--min-coverage", help="Refuse a gate (abstain on everything) "
+                                                   "unless it answers at least this share of questions with "
+                                                   "probability >= 1 - delta (one table's gate).")]
+PooledFallbackOpt = Annotated[bool, typer.Option("--pooled-fallback", help="With --group: serve a group too small to "
+                                                 "certify the pooled gate (no per-group guarantee).")]
 ExplainOpt = Annotated[bool, typer.Option("--explain", help="Print the search's whole guarantee statement (by default "
                                          "one line: the score and what the search guarantees).")]
 
@@ -64,31 +69,25 @@ def calibrate(
     stored: StoredRun,
     group_col: Annotated[str | None, typer.Option("--group", help="One threshold per value of this column, all "
                                                   "certified at once (each group at delta / G).")] = None,
-    pooled_fallback: Annotated[bool, typer.Option("--pooled-fallback", help="With --group: serve a group too "
-                                                  "small to certify the pooled gate (no per-group guarantee).")]
-    = False,
+    pooled_fallback: PooledFallbackOpt = False,
     force: ForceOpt = False,
     cascade: Annotated[str | None, typer.Option("--cascade", help="Models in cost order, comma-separated (a long "
                                                 "table): certify the cascade's system error at once.")] = None,
-    min_coverage: Annotated[float | None, typer.Option("--min-coverage", help="Refuse a gate (abstain on everything) "
-                                                       "unless it answers at least this share of questions with "
-                                                       "probability >= 1 - delta (one table's gate).")] = None,
+    min_coverage: MinCoverageOpt = None,
 ) -> None:
     """Certify the largest threshold whose error rate among accepted answers is <= ALPHA (per group with --group;
     a cascade of models with --cascade; the estimator chosen with one guarantee with --estimator auto)."""
     json_out, gate_out = _json_outputs(json_out, gate_out, inputs=[file, where.pilot], force=force)
     settings = {"alpha": alpha, "delta": delta, "bound": bound, "search": search}
-    if min_coverage is not None and (cascade is not None or stored.estimator == "auto" or group_col is not None):
-        raise UserError(f"--min-coverage {min_coverage:g}: applies to one table's gate, not with --cascade, --group "
-                        "or --estimator auto")
     if cascade is not None or stored.estimator == "auto":
-        _refuse_unused(gate_out=gate_out, group_col=group_col, where=where, stored=stored, show_table=show_table)
+        _refuse_unused(gate_out=gate_out, group_col=group_col, where=where, stored=stored, show_table=show_table,
+                       min_coverage=min_coverage)
         _calibrate_system(file, cascade, {k: v for k, v in stored.filters().items() if k != "run_key"},
                           json_out=json_out, **settings)
     elif group_col is not None:
         _calibrate_groups(file, group_col, columns, grid=where.points(columns.score_col), n_min=where.n_min,
                           start=where.start, pooled_fallback=pooled_fallback, json_out=json_out, gate_out=gate_out,
-                          **settings)
+                          min_coverage=min_coverage, **settings)
     else:
         _calibrate_one(file, columns, stored, where, {**settings, "min_coverage": min_coverage}, json_out=json_out,
                        gate_out=gate_out, show_table=show_table, explain=explain)
@@ -108,12 +107,12 @@ def _json_outputs(json_out: Path | None, gate_out: Path | None, *, inputs: list[
 
 
 def _refuse_unused(*, gate_out: Path | None, group_col: str | None, where: Grid, stored: StoredRun,
-                   show_table: bool) -> None:
+                   show_table: bool, min_coverage: float | None) -> None:
     """--cascade / --estimator auto take a score table and write --json only: name every option that would be
     ignored."""
     unused = {"--gate": gate_out, "--group": group_col, "--grid": where.grid, "--pilot": where.pilot,
               "--n-min": where.n_min, "--start": where.start, "--run-key": stored.run_key,
-              "--table": show_table or None}
+              "--table": show_table or None, "--min-coverage": min_coverage}
     given = [name for name, value in unused.items() if value is not None]
     if given:
         raise UserError(f"{', '.join(given)} do not apply with --cascade / --estimator auto (a system of "
@@ -228,9 +227,12 @@ def _calibrate_system(file: Path, cascade: str | None, filters: dict[str, str | 
 
 
 def _calibrate_groups(file: Path, group_col: str, columns: Columns, *, pooled_fallback: bool, json_out: Path | None,
-                      gate_out: Path | None, **settings: Any) -> None:
+                      gate_out: Path | None, min_coverage: float | None, **settings: Any) -> None:
     """`cic calibrate --group COL`: per-group gates with a simultaneous guarantee, their table, JSON and gates."""
     import json
+
+    if min_coverage is not None:
+        raise UserError(f"--min-coverage {min_coverage:g}: applies to one table's gate, not with --group")
 
     from cic.stats.gate import Gate
     from cic.stats.groups import calibrate_groups
@@ -397,6 +399,26 @@ RANKING_TITLE = ("How each score ranks its errors, whatever the method (descript
                  "ECE where the score is one minus a probability")
 
 
+def _ranking(frame: Any) -> tuple[str, Any]:
+    """How each group's score ranks its errors (PRR, AUARC, ECE: `cic.reports.report.prr_study`), as printed and
+    as a frame."""
+    from cic.reports.report import prr_study
+    from cic.reports.tables import prr_markdown
+
+    ranking = prr_study(frame)
+    return f"{RANKING_TITLE}\n\n{prr_markdown(ranking)}", ranking
+
+
+def _write_bench(out: Path, tables: dict[str, tuple[str, Any]]) -> None:
+    """Each of the bench's tables as NAME.md (as printed) and NAME.csv."""
+    from cic.store.outputs import write_frame, write_text
+
+    out.mkdir(parents=True, exist_ok=True)
+    for name, (text, frame) in tables.items():
+        write_text(out / f"{name}.md", text, f"{name} table")
+        write_frame(frame, out / f"{name}.csv", f"{name} table")
+
+
 def _bench_table(path: Path) -> Any:
     """A long table, or a harness's evaluation output (it names its own groups); a file without model or dataset
     columns is labelled "model" and its file name."""
@@ -447,9 +469,7 @@ def bench(
     import polars as pl
 
     from cic.reports.arena import arena_figure, arena_markdown, run_arena
-    from cic.reports.report import prr_study
-    from cic.reports.tables import prr_markdown
-    from cic.store.outputs import guard_output_dir, write_frame, write_text
+    from cic.store.outputs import guard_output_dir
 
     if out is not None:
         guard_output_dir(out, "--out", inputs=files)
@@ -458,17 +478,11 @@ def bench(
     rows = run_arena(frame, alphas=parse_floats(alphas, "--alphas"), deltas=parse_floats(deltas, "--deltas"),
                      methods=parse_names(methods) if methods else None, n_splits=n_splits,
                      cal_fraction=cal_fraction, seed=seed)
-    table = arena_markdown(rows)
-    console.print(table, highlight=False, markup=False, soft_wrap=True)
-    ranking = prr_study(frame)
-    ranked = f"{RANKING_TITLE}\n\n{prr_markdown(ranking)}"
-    console.print(ranked, highlight=False, markup=False, soft_wrap=True)
+    tables = {"arena": (arena_markdown(rows), rows), "ranking": _ranking(frame)}
+    for text, _ in tables.values():
+        console.print(text, highlight=False, markup=False, soft_wrap=True)
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        write_text(out / "arena.md", table, "arena table")
-        write_frame(rows, out / "arena.csv", "arena table")
-        write_text(out / "ranking.md", ranked, "ranking table")
-        write_frame(ranking, out / "ranking.csv", "ranking table")
+        _write_bench(out, tables)
         arena_figure(rows, out / "arena.png")
         console.print(f"arena written to {out}/ (arena.md, arena.csv, arena.png, ranking.md, ranking.csv)",
                       highlight=False)
@@ -532,6 +546,7 @@ def _report_config(splits: Splits, study: Study, *, grid: str | None, score_col:
         sensitivity_fractions=tuple(parse_floats(study.fractions, "--fractions")),
         sensitivity_alphas=tuple(parse_floats(study.sensitivity_alphas, "--sensitivity-alphas")),
         baselines=tuple(parse_names(study.baselines)), baseline_bound=study.baseline_bound, figures=figures,
+        budget_sizes=tuple(parse_floats(study.budget_sizes, "--budget-sizes")),
         group_by=group_by)
 
 

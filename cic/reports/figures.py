@@ -218,6 +218,33 @@ def sensitivity_figure(frame: pl.DataFrame, path: Path) -> Path:
     return _save(fig, path)
 
 
+def budget_figure(frame: pl.DataFrame, path: Path) -> Path:
+    """The label-budget curve: certified coverage against calibration size (log scale), a line per alpha and its
+    score's limit dashed in the same colour — one panel per group."""
+    from matplotlib.lines import Line2D
+
+    keys = varying_keys(frame)
+    groups = list(dict.fromkeys(tuple(r[k] for k in keys) for r in frame.iter_rows(named=True)))
+    fig, axes = _figure(len(groups), panel_size=(3.8, 3.0), max_cols=3, top_in=0.9, min_width=6.5,
+                        labels=("labelled calibration answers", "certified coverage"))
+    alphas = sorted(set(frame.get_column("alpha").to_list()))
+    colors = dict(zip(alphas, _palette(len(alphas)), strict=True))
+    for ax, group in zip(axes, groups, strict=True):
+        rows = [r for r in frame.iter_rows(named=True) if tuple(r[k] for k in keys) == group]
+        for alpha in alphas:
+            pts = sorted((r["labels"], r["coverage"], r["score_limit"]) for r in rows if r["alpha"] == alpha)
+            if pts:
+                ax.plot([x for x, _, _ in pts], [y for _, y, _ in pts], marker="o", ms=3, lw=1.2,
+                        color=colors[alpha])
+                ax.axhline(pts[0][2], color=colors[alpha], ls="--", lw=0.8)
+        ax.set_xscale("log", base=2)
+        _title(ax, " / ".join(group) or "all")
+    handles = [Line2D([], [], color=colors[a], marker="o") for a in alphas] + [Line2D([], [], color="k", ls="--")]
+    labels = [f"α = {a:g}" for a in alphas] + ["the score's limit (in-sample)"]
+    _shared_legend(fig, handles, labels, "Label budget: certified coverage against labels (the table read as a law)")
+    return _save(fig, path)
+
+
 def prr_figure(frame: pl.DataFrame, path: Path) -> Path:
     """Prediction rejection ratio per estimator (bars), grouped by the other group columns."""
     others = [k for k in varying_keys(frame) if k != "estimator"]

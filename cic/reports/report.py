@@ -35,13 +35,17 @@ if TYPE_CHECKING:
 SENSITIVITY_FRACTIONS: tuple[float, ...] = (0.5, 0.4, 0.3, 0.2, 0.1)
 
 
+#: The label-budget curve's calibration sizes, as multiples of each group's table.
+BUDGET_SIZES = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
+
+
 @dataclass(frozen=True)
 class ReportConfig:
     """What a report computes. Defaults reproduce the paper: 100 splits 50/50, five alphas, HFD and CP.
 
     `searches` may hold any name of `cic.stats.searches.SEARCHES` ("holm" and "bonferroni" need `grid`,
-    fixed in advance); the paper's tables use "paper". Empty `sensitivity_fractions` or `baselines` skip those
-    parts; `figures=False` skips the PNGs.
+    fixed in advance); the paper's tables use "paper". Empty `sensitivity_fractions`, `baselines` or
+    `budget_sizes` skip those parts; `figures=False` skips the PNGs.
     Risk–coverage marks use `curve_bound` with the first search, calibrated on each group's full table
     (what `cic calibrate` would deploy). Baselines use `baseline_bound` for COIN and CIC's rows.
     """
@@ -61,6 +65,8 @@ class ReportConfig:
     curve_bound: str = "cp"
     figures: bool = True
     group_by: str | None = None  # "dataset": the per-dataset table (per-dataset gates at delta / G vs pooled)
+    budget_sizes: tuple[float, ...] = BUDGET_SIZES  # the label-budget curve's sizes, as multiples of a group's
+    budget_draws: int = 60                          # tables drawn per size (empty sizes: no curve)
 
     def __post_init__(self) -> None:
         for name in ("alphas", "bounds", "searches"):
@@ -72,6 +78,11 @@ class ReportConfig:
             check_open_unit(a, f"sensitivity_alphas[{i}]")
         for i, f in enumerate(self.sensitivity_fractions):
             check_open_unit(f, f"sensitivity_fractions[{i}]")
+        for i, m in enumerate(self.budget_sizes):
+            if not (isinstance(m, int | float) and 0 < m <= 64):
+                raise UserError(f"budget_sizes[{i}] = {m!r}: a multiple of the table's size in (0, 64]")
+        if not (isinstance(self.budget_draws, int) and 1 <= self.budget_draws <= 10_000):
+            raise UserError(f"budget_draws = {self.budget_draws!r}: an integer from 1 to 10,000")
         for b in (*self.bounds, self.baseline_bound, self.curve_bound):
             resolve_bound(b)
         for s in self.searches:
@@ -218,6 +229,37 @@ def per_group_study(frame: pl.DataFrame, config: ReportConfig = ReportConfig()) 
     return pl.DataFrame(rows) if rows else None
 
 
+def budget_study(frame: pl.DataFrame, config: ReportConfig) -> pl.DataFrame:
+    """The label-budget curve per group and alpha (`cic.stats.limits.label_budget`): the group's table read as a
+    law, `budget_draws` tables drawn at each size (multiples of its own), certified by the first search (the
+    default where it needs a grid) with `curve_bound`: the share of draws certifying, the mean coverage, and the
+    score's in-sample limit the curve climbs towards."""
+    import polars as pl
+
+    from cic.stats.limits import label_budget, score_limit
+
+    search = config.searches[0] if not get_search(config.searches[0]).needs_grid else DEFAULT_SEARCH
+    rows = []
+    for key, scores, errors in iter_groups(check_long_frame(frame)):
+        n = scores.shape[0]
+        multiples = sorted(set(config.budget_sizes))
+        sizes = [max(1, round(m * n)) for m in multiples]
+        for alpha in config.alphas:
+            limit = score_limit(scores, errors, alpha)
+            points = label_budget(scores, errors, alpha=alpha, delta=config.delta, bound=config.curve_bound,
+                                  search=search, sizes=sizes, draws=config.budget_draws, seed=config.seed)
+            for multiple, point in zip(multiples, points, strict=True):
+                rows.append({**key, "alpha": alpha, "search": search, "bound": config.curve_bound,
+                             "multiple": float(multiple), "labels": point.size,
+                             "certified_share": point.certified_share, "coverage": point.mean_coverage,
+                             "score_limit": limit})
+    return pl.DataFrame(rows, schema={**{k: pl.String for k in GROUP_KEYS}, "alpha": pl.Float64,
+                                      "search": pl.String, "bound": pl.String, "multiple": pl.Float64,
+                                      "labels": pl.Int64,
+                                      "certified_share": pl.Float64, "coverage": pl.Float64,
+                                      "score_limit": pl.Float64})
+
+
 def prr_study(frame: pl.DataFrame) -> pl.DataFrame:
     """Prediction rejection ratio, the rejection-curve areas, AUARC and — for a score that is one minus a
     probability — ECE per group (`cic.stats.curves`; null ECE for other scores)."""
@@ -344,6 +386,11 @@ def write_report(frame: pl.DataFrame, out_dir: str | Path, config: ReportConfig 
         write_frame(per_group, tables / "per_group.csv", "report file")
         files.tables.append(Path("tables/per_group.csv"))
         _write(tables / "per_group.md", rt.per_group_markdown(per_group), files.tables, out)
+    budget = budget_study(frame, config) if config.budget_sizes else None
+    if budget is not None:
+        write_frame(budget, tables / "budget.csv", "report file")
+        files.tables.append(Path("tables/budget.csv"))
+        _write(tables / "budget.md", rt.budget_markdown(budget), files.tables, out)
     prr = prr_study(frame)
     write_frame(prr, tables / "prr.csv", "report file")
     files.tables.append(Path("tables/prr.csv"))
@@ -359,6 +406,8 @@ def write_report(frame: pl.DataFrame, out_dir: str | Path, config: ReportConfig 
         if sensitivity is not None:
             files.figures.append(rf.sensitivity_figure(sensitivity, figures / "sensitivity.png").relative_to(out))
         files.figures.append(rf.prr_figure(prr, figures / "prr.png").relative_to(out))
+        if budget is not None:
+            files.figures.append(rf.budget_figure(budget, figures / "budget.png").relative_to(out))
 
     index = out / "README.md"
     write_text(index, _index(frame, config, results, files), "report file")
@@ -399,7 +448,9 @@ def _index(frame: pl.DataFrame, config: ReportConfig, results: pl.DataFrame, fil
                  "sensitivity": "split-ratio sensitivity (paper Figure 2)",
                  "baselines": "CIC against naive, COIN-style, Conformal Alignment and LEC-style rules, same splits",
                  "per_group": "per dataset: per-dataset gates certified at once (δ / G each) beside the pooled gate",
-                 "prr": "prediction rejection ratio per estimator", "results": "every protocol row (CSV)"}
+                 "budget": "label budget: certified coverage against labelled answers, and where more stop paying",
+                 "prr": "prediction rejection ratio, AUARC and ECE per estimator",
+                 "results": "every protocol row (CSV)"}
     stems = list(dict.fromkeys(p.stem for p in files.tables))
     for stem in stems:
         links = ", ".join(f"[{p.suffix[1:]}]({p.as_posix()})" for p in files.tables if p.stem == stem)
@@ -409,7 +460,8 @@ def _index(frame: pl.DataFrame, config: ReportConfig, results: pl.DataFrame, fil
         captions = {"fdr_vs_alpha": "Empirical test FDR against α (dashed: y = α)",
                     "sensitivity": "Split-ratio sensitivity: alignment 1 − FDR against calibration:test (paper "
                                    "Figure 2)",
-                    "prr": "Prediction rejection ratio per estimator"}
+                    "prr": "Prediction rejection ratio per estimator",
+                    "budget": "Label budget: certified coverage against labelled answers (dashed: the score's limit)"}
         for p in files.figures:
             caption = captions.get(p.stem, f"Risk–coverage with certified thresholds: "
                                            f"{p.stem.removeprefix('risk_coverage_')}")

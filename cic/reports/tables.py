@@ -289,6 +289,36 @@ def per_group_markdown(frame: pl.DataFrame) -> str:
             "where it was served none (α unattainable for it).\n")
 
 
+def budget_markdown(frame: pl.DataFrame) -> str:
+    """The label-budget curve: one row per group and alpha, a column per calibration size as a multiple of the
+    group's table (mean certified coverage, the share of draws certifying), the score's limit, and where more
+    labels stop paying."""
+    from cic.stats.limits import BUDGET_FLAT, stops_paying
+
+    keys = varying_keys(frame)
+    marked = frame.with_columns(_g=_group_expr(keys))
+    multiples = sorted(set(frame.get_column("multiple").to_list()))
+    headers = ["group", "labels", "α", *[f"{m:g}×" for m in multiples], "score's limit", "more labels stop paying"]
+    rows = []
+    for (group, alpha), part in marked.group_by("_g", "alpha", maintain_order=True):
+        part = part.sort("labels")
+        cells = {r["multiple"]: f"{r['coverage']:.3f} ({r['certified_share']:.0%})" for r in part.iter_rows(named=True)}
+        stop = stops_paying(part.get_column("labels").to_list(), part.get_column("coverage").to_list())
+        limit = part["score_limit"][0]
+        own = part.filter(part["multiple"] == 1.0)["labels"]
+        said = "never: no threshold reaches α in-sample" if limit == 0 else DASH if stop is None else f"~{stop:,}"
+        rows.append([group, f"{own[0]:,}" if own.len() else DASH, f"{alpha:g}",
+                     *[cells.get(m, "n/a") for m in multiples], f"{limit:.3f}", said])
+    first = frame.row(0, named=True) if frame.height else {"search": "", "bound": ""}
+    note = (f"Cells: mean certified coverage over the tables drawn at that multiple of the group's labels from its "
+            f"own table (read as a law), and the share of them certifying anything ({first['search']} search, "
+            f"{first['bound']} bound). More labels stop paying at the first size whose doubling adds less than "
+            f"{BUDGET_FLAT:g} coverage (— : every doubling shown still pays, or nothing certifies); the curve climbs "
+            "towards the score's limit. Where that limit is 0 no size helps: what a small draw certifies there is "
+            "the δ it is allowed to be wrong. An estimate from the labels at hand (`cic.stats.limits`).")
+    return markdown_table(headers, rows) + "\n\n" + note + "\n"
+
+
 def prr_markdown(frame: pl.DataFrame) -> str:
     """Prediction rejection ratio per group (1 = ranks every error last, 0 = random), AUARC (accuracy of the kept
     answers over rejection rates) and ECE ("—" where the score is not one minus a probability)."""

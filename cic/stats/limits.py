@@ -28,6 +28,7 @@ from cic.stats.searches import DEFAULT_SEARCH
 #: Calibration sizes tried, as multiples of the table's (then refined between the last two by bisection).
 GROWTH = (1, 2, 4, 8, 16, 32, 64)
 CERTIFY_SHARE = 0.5  # "reaches alpha": certifies in at least half of the draws of that size
+BUDGET_FLAT = 0.01  # "more labels stop paying": doubling them adds less than this much certified coverage
 
 
 def ceiling(base_error: float, alpha: float) -> float:
@@ -139,6 +140,17 @@ def label_budget(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05,
     bound = _bounds.resolve_bound(bound)
     return [_budget_point(law, size, alpha=alpha, delta=delta, bound=bound, search=search, draws=draws,
                           rng=np.random.default_rng([seed, size])) for size in chosen]
+
+
+def stops_paying(labels: list[int], coverage: list[float]) -> int | None:
+    """The first size from which doubling the labels adds less than `BUDGET_FLAT` coverage (sizes ascending,
+    doubling apart); None when every doubling shown still pays — or when nothing is certified at any size."""
+    if not any(c > 0 for c in coverage):
+        return None
+    for i in range(len(labels) - 1):
+        if coverage[i] > 0 and coverage[i + 1] - coverage[i] < BUDGET_FLAT:
+            return labels[i]
+    return None
 
 
 def labels_needed(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05, bound: str = "cp",

@@ -17,6 +17,7 @@ from cic.errors import UserError
 from cic.reports.report import (
     ReportConfig,
     baselines_study,
+    budget_study,
     evaluate_groups,
     prr_study,
     sensitivity_study,
@@ -28,7 +29,8 @@ from cic.stats import bounds
 from cic.store.score_files import check_long_frame
 
 N_SPLITS = 10
-FAST = dict(n_splits=N_SPLITS, sensitivity_fractions=(), baselines=(), figures=False, searches=("paper",))
+FAST = dict(n_splits=N_SPLITS, sensitivity_fractions=(), baselines=(), figures=False, searches=("paper",),
+            budget_sizes=())
 
 
 def _group(model: str, dataset: str, scores: np.ndarray, errors: np.ndarray, estimator: str = "se") -> pl.DataFrame:
@@ -213,6 +215,37 @@ def test_sensitivity_study_runs_each_fraction_on_its_own_splits() -> None:
     assert [ratio_label(f) for f in (0.5, 0.4, 0.3, 0.2, 0.1, 0.25)] == ["1:1", "2:3", "3:7", "1:4", "1:9", "1:3"]
 
 
+def test_the_budget_curve_is_label_budget_per_group_and_alpha_and_says_where_labels_stop_paying() -> None:
+    """Each row read back from `cic.stats.limits.label_budget` on the group's own table (sizes as multiples of
+    it); the table names where more labels stop paying, and 'never' where the score cannot reach alpha."""
+    from cic.reports.tables import budget_markdown
+    from cic.stats.limits import label_budget, score_limit, stops_paying
+
+    rng = np.random.default_rng(3)
+    s = rng.random(400)
+    wrong = (rng.random(400) < 0.03 + 0.4 * s).astype(int)
+    wrong[np.argsort(s)[:10:2]] = 1  # half the ten surest wrong: no threshold reaches 0.02 in-sample
+    frame = _group("m", "d", s, wrong)
+    config = ReportConfig(alphas=(0.02, 0.15), budget_sizes=(0.5, 1, 2, 4), budget_draws=30)
+    budget = budget_study(frame, config)
+    assert budget.height == 2 * 4 and budget["labels"].unique().sort().to_list() == [200, 400, 800, 1600]
+    u, e = frame["score"].to_numpy(), frame["error"].to_numpy()
+    for alpha in (0.02, 0.15):
+        expected = label_budget(u, e, alpha=alpha, sizes=[200, 400, 800, 1600], draws=30, seed=0)
+        part = budget.filter(alpha=alpha).sort("labels")
+        assert part["coverage"].to_list() == pytest.approx([p.mean_coverage for p in expected])
+        assert part["certified_share"].to_list() == pytest.approx([p.certified_share for p in expected])
+        assert part["score_limit"].to_list() == [score_limit(u, e, alpha)] * 4
+    md = budget_markdown(budget)
+    stop = stops_paying([200, 400, 800, 1600], budget.filter(alpha=0.15).sort("labels")["coverage"].to_list())
+    row = next(line for line in md.splitlines() if line.startswith("| m | 400 | 0.15 |"))
+    assert "| 0.5× | 1× | 2× | 4× |" in md and budget["multiple"].unique().sort().to_list() == [0.5, 1, 2, 4]
+    assert row.endswith(f"| {'—' if stop is None else f'~{stop:,}'} |")
+    assert score_limit(u, e, 0.02) == 0 and "| never: no threshold reaches α in-sample |" in md
+    with pytest.raises(UserError, match=r"budget_sizes\[0\] = 0"):
+        ReportConfig(budget_sizes=(0,))
+
+
 def test_prr_study_one_row_per_group() -> None:
     frame = pl.concat([_group("m", "d", np.array([1.0, 2, 3, 4]), np.array([0, 0, 1, 1])),
                        _group("m", "d", np.array([1.0, 2, 3, 4]), np.array([1, 1, 0, 0]), estimator="bad")])
@@ -261,8 +294,9 @@ def test_write_report_writes_every_table_figure_and_an_index_that_links_them(tmp
     for name in ("README.md", "tables/fdr.md", "tables/fdr.tex", "tables/coverage.md", "tables/coverage.tex",
                  "tables/correct_coverage.md", "tables/results.csv", "tables/sensitivity.md", "tables/sensitivity.csv",
                  "tables/baselines.md", "tables/baselines.csv", "tables/prr.md", "tables/prr.csv",
+                 "tables/budget.md", "tables/budget.csv",
                  "figures/fdr_vs_alpha.png", "figures/coverage_vs_alpha.png", "figures/sensitivity.png",
-                 "figures/prr.png",
+                 "figures/prr.png", "figures/budget.png",
                  "figures/risk_coverage_se_match.png"):
         assert name in names
         assert (out / name).stat().st_size > 0

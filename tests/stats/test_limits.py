@@ -112,3 +112,11 @@ def test_an_estimate_below_the_tables_size_says_unlucky_not_zero_more() -> None:
                              labels_needed=800).sentence()
     assert "an unlucky draw" in verdict and "about 800 labels reach alpha = 0.1" in verdict
     assert "more labelled answers" not in verdict
+
+
+def test_labels_stop_paying_where_a_doubling_adds_under_a_hundredth() -> None:
+    from cic.stats.limits import stops_paying
+
+    assert stops_paying([100, 200, 400, 800], [0.0, 0.2, 0.205, 0.3]) == 200  # the first flat doubling, once certified
+    assert stops_paying([100, 200, 400], [0.0, 0.0, 0.0]) is None  # nothing certified at any size
+    assert stops_paying([100, 200, 400], [0.1, 0.2, 0.3]) is None  # every doubling still pays

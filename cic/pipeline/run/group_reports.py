@@ -95,7 +95,7 @@ def read_unit(store: Store, unit: StoredUnit, report_root: Path) -> UnitReport:
                           bounds=tuple(dict.fromkeys(evaluations.get_column("bound").to_list())),
                           searches=tuple(s for s in searches if not get_search(s).needs_grid) or ("paper",),
                           delta=first["delta"], n_splits=first["n_splits"], cal_fraction=first["cal_fraction"],
-                          seed=first["seed"], sensitivity_fractions=(), baselines=())
+                          seed=first["seed"], sensitivity_fractions=(), baselines=(), budget_sizes=())
     return UnitReport(out, key, run, calibrations, evaluations, pairs, searches, frame, config,
                       generations_per_question(store, group.run_key))
 
