@@ -36,5 +36,6 @@ def coverage_lcb(n_accepted: int, n_calibration: int, delta: float) -> float:
 
 def coverage_claim(lcb: float, delta: float) -> str:
     """The coverage certificate in words, as every surface that shows it says it."""
-    return (f"answers >= {lcb:.3f} of questions with probability >= {1 - delta:g} (DKW bound, scores exchangeable "
-            f"with served questions; with the error claim both hold with probability >= {max(0.0, 1 - 2 * delta):g})")
+    return (f"answers >= {lcb:.3f} of questions with probability >= {1 - delta:g} (DKW bound; the labelled "
+            "calibration questions exchangeable with served ones: labels missing, if at all, independently of the "
+            f"score; with the error claim both hold with probability >= {max(0.0, 1 - 2 * delta):g})")
