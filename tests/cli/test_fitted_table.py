@@ -62,10 +62,11 @@ def test_a_message_breaks_between_words_and_keeps_a_long_path_whole(
     assert all(len(line) <= columns for line in lines) or sum(line == path for line in lines) == 3
 
 
-@pytest.mark.parametrize("columns", [70, 100, 160])
+@pytest.mark.parametrize("columns", [70, 100, 120, 160])
 def test_any_table_a_command_prints_keeps_its_values_whole(columns: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`cic evaluate`'s bordered table (ten columns): drawn with every column at least its longest word where that
-    fits, else a block per row — no "…", no word folded, no line past the width."""
+    """`cic evaluate`'s bordered table (twelve columns, the two limits included): drawn with every column at least
+    its longest word where that fits (from 120 columns), else a block per row — no "…", no word folded, no line past
+    the width."""
     from pathlib import Path
 
     from typer.testing import CliRunner
@@ -81,7 +82,7 @@ def test_any_table_a_command_prints_keeps_its_values_whole(columns: int, monkeyp
     assert max(map(len, lines)) <= columns and "…" not in done.output, done.output
     words = set(re.split(r"[\s│┃:]+", done.output))
     assert {"hoeffding", "fallback", "guarantee", "coverage", "threshold"} <= words, done.output
-    assert any("┃" in line for line in lines) == (columns >= 100)  # a table where it fits, else blocks
+    assert any("┃" in line for line in lines) == (columns >= 120)  # a table where it fits, else blocks
 
 
 def test_a_table_without_rows_prints_its_header(capsys: pytest.CaptureFixture[str],
