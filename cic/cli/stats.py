@@ -305,8 +305,8 @@ def evaluate(
                                 seed=splits.seed, grid=where.points(columns.score_col), n_min=where.n_min,
                                 start=where.start, progress=lambda done, total: report(f"evaluate {file.name}", done,
                                                                                        total))
-    console.print(_splits_table(file.name, splits, frame, scores, errors))
-    for line in _never_certified(frame, scores, errors):
+    console.print(_splits_table(file.name, splits, frame))
+    for line in _never_certified(frame):
         console.print(line, highlight=False)
     if out is not None:
         write_frame(frame, out, "--out", force=force)
@@ -324,12 +324,10 @@ def _frame_out(out: Path | None, inputs: list[Path | None], force: bool) -> Path
     return guard_output(out, "--out", inputs=inputs, force=force, writes="frame")
 
 
-def _splits_table(name: str, splits: Splits, frame: Any, scores: Any, errors: Any) -> Table:
-    """The protocol's results, one row per (alpha, bound, search), with the two limits beside the coverage
-    (`cic.stats.limits`, on the whole table): the most a threshold on this score covers in-sample, any rule's
-    ceiling."""
+def _splits_table(name: str, splits: Splits, frame: Any) -> Table:
+    """The protocol's results, one row per (alpha, bound, search), with the two limits the protocol's table carries
+    beside the coverage: the most a threshold on this score covers in-sample, any rule's ceiling."""
     from cic.reports.tables import mean_std
-    from cic.stats.limits import ceiling, score_limit
     from cic.stats.searches import get_search
 
     table = Table(title=f"{name}: {splits.n_splits} splits, cal_fraction {splits.cal_fraction:g}, delta "
@@ -339,28 +337,25 @@ def _splits_table(name: str, splits: Splits, frame: Any, scores: Any, errors: An
         table.add_column(col, justify="right" if col not in ("bound", "search", "guarantee") else "left")
     table.caption = ("limit: the most a threshold on this score covers at error <= alpha in-sample; ceiling: any "
                      "rule's, (1 - base error) / (1 - alpha)")
-    base = float(errors.mean())
-    limits = {a: score_limit(scores, errors, a) for a in set(frame["alpha"].to_list())}
     for row in frame.iter_rows(named=True):
         table.add_row(f"{row['alpha']:g}", row["bound"], row["search"], get_search(row["search"]).short_guarantee,
                       mean_std(row["fdr_mean"], row["fdr_std"]),
                       fmt(row["fdr_above_alpha"], ".2f"),
                       mean_std(row["coverage_mean"], row["coverage_std"]),
                       fmt(row["correct_coverage_mean"]), str(row["fails"]), fmt(row["threshold_mean"], ".4g"),
-                      f"{limits[row['alpha']]:.3f}", f"{ceiling(base, row['alpha']):.3f}")
+                      f"{row['score_limit']:.3f}", f"{row['ceiling']:.3f}")
     return table
 
 
-def _never_certified(frame: Any, scores: Any, errors: Any) -> list[str]:
+def _never_certified(frame: Any) -> list[str]:
     """For each alpha no split certified (every bound and search): why — the score (no threshold reaches it even
     in-sample) or the labels (how many: `cic calibrate` estimates it, which takes a while)."""
-    from cic.stats.limits import score_limit
-
     lines = []
     for alpha in sorted(set(frame["alpha"].to_list())):
-        if frame.filter(alpha=alpha)["coverage_mean"].max() > 0:
+        rows = frame.filter(alpha=alpha)
+        if rows["coverage_mean"].max() > 0:
             continue
-        if score_limit(scores, errors, alpha) == 0:
+        if rows["score_limit"][0] == 0:
             lines.append(f"alpha = {alpha:g}: never certified; no threshold on this score reaches it even in-sample: "
                          "more labels will not help; a better score or a looser alpha will")
         else:

@@ -332,6 +332,7 @@ def test_calibrate_min_coverage_refuses_a_gate_that_cannot_promise_it(tmp_path: 
     assert kept.exit_code == 0 and f"answers >= {expected.coverage_lcb:.3f} of questions with probability >= 0.95" \
         in flat, kept.output
     assert "Coverage: answers >=" in flat and "both hold with probability >= 0.9" in flat
+    assert "labels missing, if at all, independently of the score" in flat.split("Coverage:")[1]  # its assumption
     refused = runner.invoke(app, ["calibrate", str(data), "--alpha", "0.15", "--min-coverage", "0.9", "--gate",
                                   str(tmp_path / "g.json")])
     flat = " ".join(refused.output.split())
