@@ -5,7 +5,7 @@ accepted answers is certified <= alpha with probability >= 1 - delta, or report 
 This package root imports numpy and scipy only, so `from cic import calibrate` is cheap in any process.
 """
 
-from cic.stats.calibration import CalibrationResult, calibrate, quantile_grid, uniform_grid
+from cic.stats.calibration import CalibrationResult, calibrate, calibrate_judged, quantile_grid, uniform_grid
 from cic.stats.gate import Gate
 from cic.stats.protocol import evaluate_splits, split_masks, split_outcomes
 from cic.stats.simulation import PowerRisk, SimulationResult, simulate
@@ -18,6 +18,7 @@ __all__ = [
     "PowerRisk",
     "SimulationResult",
     "calibrate",
+    "calibrate_judged",
     "evaluate_splits",
     "quantile_grid",
     "simulate",

@@ -38,9 +38,10 @@ from cic.cli.common import (
     parse_grid,
     per_file,
 )
+from cic.errors import UserError
 from cic.stats.searches import DEFAULT_SEARCH
 
-__all__ = ["Columns", "FileLabels", "Grid", "Splits", "StoredRun", "Study", "grouped"]
+__all__ = ["Columns", "FileLabels", "Grid", "Judged", "Splits", "StoredRun", "Study", "grouped"]
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,30 @@ class Grid:
     def points(self, score_col: str) -> Any:
         """The grid as the searches take it (None where no grid was asked for)."""
         return parse_grid(self.grid, self.pilot, self.grid_size, score_col)
+
+
+@dataclass(frozen=True)
+class Judged:
+    """Certify with a judge's labels on every question corrected by people's on a random subset
+    (`cic.calibrate_judged`): the two label columns of a plain table."""
+
+    judge_col: Annotated[str | None, typer.Option("--judge-col", help="Column of a judge's verdict on every question "
+                                                                      "(1/true = wrong); with --human-col.")] = None
+    human_col: Annotated[str | None, typer.Option("--human-col", help="Column of people's verdict (1/true = wrong), "
+                                                                      "empty where no person labelled; people label "
+                                                                      "a random subset.")] = None
+
+    def check(self, **others: Any) -> bool:
+        """Whether a judge-plus-people calibration was asked for; both columns or neither, and no option it
+        cannot serve (`others`: option name -> value, None when not given)."""
+        if (self.judge_col is None) != (self.human_col is None):
+            given, missing = (("--judge-col", "--human-col") if self.human_col is None
+                              else ("--human-col", "--judge-col"))
+            raise UserError(f"{given} needs {missing}: a judge's labels are certified only with people's correction")
+        clash = [name for name, value in others.items() if value not in (None, False)]
+        if self.judge_col is not None and clash:
+            raise UserError(f"--judge-col/--human-col certify one table's gate; drop {', '.join(clash)}")
+        return self.judge_col is not None
 
 
 def _labels_of(self: Any, files: list[Path]) -> list[dict[str, str | None]]:

@@ -7,6 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
 
+import numpy as np
 import typer
 from rich.table import Table
 
@@ -36,7 +37,7 @@ from cic.cli.common import (
     printable,
     search_choices,
 )
-from cic.cli.option_groups import Columns, FileLabels, Grid, Splits, StoredRun, Study, grouped
+from cic.cli.option_groups import Columns, FileLabels, Grid, Judged, Splits, StoredRun, Study, grouped
 from cic.errors import UserError
 from cic.stats.searches import DEFAULT_SEARCH, SEARCH_NAMES
 
@@ -74,23 +75,50 @@ def calibrate(
     cascade: Annotated[str | None, typer.Option("--cascade", help="Models in cost order, comma-separated (a long "
                                                 "table): certify the cascade's system error at once.")] = None,
     min_coverage: MinCoverageOpt = None,
+    judged: Judged,
 ) -> None:
     """Certify the largest threshold whose error rate among accepted answers is <= ALPHA (per group with --group;
-    a cascade of models with --cascade; the estimator chosen with one guarantee with --estimator auto)."""
+    a cascade with --cascade; one estimator chosen with --estimator auto; a judge corrected by people: --judge-col)."""
     json_out, gate_out = _json_outputs(json_out, gate_out, inputs=[file, where.pilot], force=force)
     settings = {"alpha": alpha, "delta": delta, "bound": bound, "search": search}
+    judged.check(**{"--group": group_col, "--cascade": cascade, "--estimator auto": stored.estimator == "auto"})
     if cascade is not None or stored.estimator == "auto":
-        _refuse_unused(gate_out=gate_out, group_col=group_col, where=where, stored=stored, show_table=show_table,
-                       min_coverage=min_coverage)
-        _calibrate_system(file, cascade, {k: v for k, v in stored.filters().items() if k != "run_key"},
-                          json_out=json_out, **settings)
+        _refuse_unused(gate_out, group_col, where, stored, show_table, min_coverage)
+        _calibrate_system(file, cascade, stored, json_out=json_out, **settings)
     elif group_col is not None:
         _calibrate_groups(file, group_col, columns, grid=where.points(columns.score_col), n_min=where.n_min,
                           start=where.start, pooled_fallback=pooled_fallback, json_out=json_out, gate_out=gate_out,
                           min_coverage=min_coverage, **settings)
     else:
         _calibrate_one(file, columns, stored, where, {**settings, "min_coverage": min_coverage}, json_out=json_out,
-                       gate_out=gate_out, show_table=show_table, explain=explain)
+                       gate_out=gate_out, show_table=show_table, explain=explain, judged=judged)
+
+
+def _calibrate_judged(file: Path, score_col: str, judged: Judged, stored: StoredRun, settings: dict[str, Any], *,
+                      json_out: Path | None, gate_out: Path | None, explain: bool, n_min: int | None) -> None:
+    """One threshold certified from a judge's labels corrected by people's (`cic.calibrate_judged`): the result, the
+    people-only result for comparison, the guarantee with its label assumption, and --json / --gate as asked."""
+    from cic.stats.calibration import calibrate, calibrate_judged
+    from cic.store.outputs import write_text
+    from cic.store.score_files import judged_columns
+
+    scores, judge, human = judged_columns(file, score_col, judged.judge_col, judged.human_col, stored.filters())
+    settings = {k: v for k, v in settings.items() if k != "bound"}
+    result = calibrate_judged(scores, judge, human, n_min=n_min, **settings)
+    console.print(result.summary(), highlight=False)
+    people = ~np.isnan(human)
+    alone = calibrate(scores[people], human[people].astype(int), **settings)
+    console.print(f"people's labels alone ({int(people.sum())}): answer {alone.n_accepted / people.sum():.3f} of "
+                  f"their questions" if alone.feasible else f"people's labels alone ({int(people.sum())}): "
+                  f"alpha = {alone.alpha:g} unattainable", highlight=False)
+    console.print(printable(guarantee_line(result.guarantee, stored.estimator, explain, coverage=result)), style="dim",
+                  highlight=False)
+    if json_out is not None:
+        write_text(json_out, result.to_json() + "\n", "--json")
+        console.print(f"result written to {json_out}", style="dim")
+    if gate_out is not None:
+        write_text(gate_out, result.gate().to_json() + "\n", "--gate")
+        console.print(f"gate written to {gate_out}", style="dim")
 
 
 def _json_outputs(json_out: Path | None, gate_out: Path | None, *, inputs: list[Path | None],
@@ -106,7 +134,7 @@ def _json_outputs(json_out: Path | None, gate_out: Path | None, *, inputs: list[
     return json_out, gate_out
 
 
-def _refuse_unused(*, gate_out: Path | None, group_col: str | None, where: Grid, stored: StoredRun,
+def _refuse_unused(gate_out: Path | None, group_col: str | None, where: Grid, stored: StoredRun,
                    show_table: bool, min_coverage: float | None) -> None:
     """--cascade / --estimator auto take a score table and write --json only: name every option that would be
     ignored."""
@@ -120,11 +148,17 @@ def _refuse_unused(*, gate_out: Path | None, group_col: str | None, where: Grid,
 
 
 def _calibrate_one(file: Path, columns: Columns, stored: StoredRun, where: Grid, settings: dict[str, Any], *,
-                   json_out: Path | None, gate_out: Path | None, show_table: bool, explain: bool = False) -> None:
+                   json_out: Path | None, gate_out: Path | None, show_table: bool, explain: bool = False,
+                   judged: Judged | None = None) -> None:
     """One threshold for one table: the result, its guarantee (one line naming the score; whole with --explain),
-    and --json / --gate / --table as asked."""
+    and --json / --gate / --table as asked (from a judge corrected by people with `judged`)."""
     from cic.stats.calibration import calibrate as run_calibration
     from cic.store.outputs import write_text
+
+    if judged is not None and judged.check(**{"--grid": where.grid, "--pilot": where.pilot, "--start": where.start,
+                                              "--table": show_table, "--bound": settings["bound"] != "cp"}):
+        return _calibrate_judged(file, columns.score_col, judged, stored, settings, json_out=json_out,
+                                 gate_out=gate_out, explain=explain, n_min=where.n_min)
 
     chosen: dict[str, str] = {}
     scores, errors = load_pairs(file, columns.score_col, columns.error_col, columns.correct_col, stored.filters(),
@@ -214,9 +248,11 @@ def _evaluate_groups(file: Path, group_col: str, columns: Columns, splits: Split
         console.print(f"table written to {out}", style="dim")
 
 
-def _calibrate_system(file: Path, cascade: str | None, filters: dict[str, str | None], **kwargs: Any) -> None:
+def _calibrate_system(file: Path, cascade: str | None, stored: StoredRun, **kwargs: Any) -> None:
     """--cascade or --estimator auto (not both: a cascade names each model's estimator)."""
     from cic.cli.system_gates import run_cascade, run_estimator_choice
+
+    filters = {k: v for k, v in stored.filters().items() if k != "run_key"}
 
     if cascade is not None and filters["estimator"] == "auto":
         raise UserError("--cascade with --estimator auto: name the one estimator the models use (--estimator NAME)")

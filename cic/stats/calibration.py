@@ -28,6 +28,7 @@ from cic.stats._validation import (
 )
 from cic.stats.coverage import coverage_lcb
 from cic.stats.gate import Gate
+from cic.stats.judged import JudgedOracle, Rectifier, check_judge_share, judged_scores
 from cic.stats.searches import (
     DEFAULT_SEARCH,
     SEARCHES,
@@ -39,6 +40,10 @@ from cic.stats.searches import (
     run_search,
     search_paper,
 )
+
+#: The label assumption of a judge-plus-people certificate, as every surface that shows one says it.
+JUDGED_ASSUMPTION = ("the judge labelled every calibration question, people a subset chosen at random, independently "
+                     "of the scores and the labels")
 
 if TYPE_CHECKING:
     import polars as pl
@@ -134,6 +139,9 @@ class CalibrationResult:
         >= 1 - delta); for a gate refused by `min_coverage`, what the best certified threshold would have promised.
     min_coverage : float or None
         The coverage a gate had to promise (None: any); below it the result abstains on everything.
+    n_human, n_human_accepted : int or None
+        For a judge-plus-people certificate (`calibrate_judged`): the people-labelled questions, and those the
+        threshold accepts; None where one kind of label certified (n_accepted, n_errors are then the judge's).
 
     Examples
     --------
@@ -162,6 +170,8 @@ class CalibrationResult:
     guarantee: str = ""
     coverage_lcb: float | None = None
     min_coverage: float | None = None
+    n_human: int | None = None
+    n_human_accepted: int | None = None
     _thresholds: np.ndarray | None = field(default=None, compare=False, repr=False)
     _n: np.ndarray | None = field(default=None, compare=False, repr=False)
     _fd: np.ndarray | None = field(default=None, compare=False, repr=False)
@@ -190,6 +200,8 @@ class CalibrationResult:
             "alpha": self.alpha, "delta": self.delta, "bound": self.bound, "search": self.search,
             "bound_value": self.bound_value, "n_calibration": self.n_calibration,
             "n_accepted": self.n_accepted, "n_errors": self.n_errors, "coverage_lcb": self.coverage_lcb,
+            **({"labels": "judge+people", "n_human": self.n_human, "n_human_accepted": self.n_human_accepted}
+               if self.n_human is not None else {}),
         })
 
     def table(self) -> pl.DataFrame:
@@ -213,6 +225,9 @@ class CalibrationResult:
         """Candidate thresholds with n and FD: kept by the search, or rebuilt from the calibration data."""
         if self._thresholds is not None and self._n is not None and self._fd is not None:
             return self._thresholds, self._n, self._fd
+        if self.n_human is not None:
+            raise UserError("table() lists binomial certificates; a judge-plus-people result has none (its tests "
+                             "combine two bounds): read threshold, bound_value and n_human_accepted")
         if self._data is None:
             raise UserError("table() is unavailable: this result was loaded from JSON written without "
                              "include_table=True (or calibrated with keep_table=False)")
@@ -245,6 +260,10 @@ class CalibrationResult:
             return (f"alpha = {self.alpha:g} is certified only by a gate that answers >= {self.coverage_lcb:.3f} of "
                     f"questions with probability >= {1 - self.delta:g}, below min coverage {self.min_coverage:g}: "
                     f"refused, abstain on everything")
+        if self.threshold is None and self.n_human is not None:
+            return (f"alpha = {self.alpha:g} is unattainable at delta = {self.delta:g} (prediction-powered: judge "
+                    f"{name} + people's correction, {self.search} search, {self.n_calibration} judged questions, "
+                    f"{self.n_human} labelled by people): abstain on everything")
         if self.threshold is None:
             return (f"alpha = {self.alpha:g} is unattainable at delta = {self.delta:g} ({name} bound, "
                     f"{self.search} search over {self.n_candidates or 'every unique score as'} candidates, "
@@ -254,6 +273,11 @@ class CalibrationResult:
                     f"expectation over calibration sets, not with probability {1 - self.delta:g} (FD + 1 <= alpha·n "
                     f"at n = {self.n_accepted}, FD = {self.n_errors}; {name} UCB {self.bound_value:.4f}; "
                     f"{self.search} search){self._coverage_clause()}")
+        if self.n_human is not None:
+            return (f"answer when score <= {self.printed_threshold}: error among accepted <= {self.alpha:g} with "
+                    f"probability >= {1 - self.delta:g} (prediction-powered: judge {name} + people's correction, UCB "
+                    f"{self.bound_value:.4f} at n = {self.n_accepted} judged, {self.n_human_accepted} of them labelled "
+                    f"by people; {self.search} search; {JUDGED_ASSUMPTION}){self._coverage_clause()}")
         return (f"answer when score <= {self.printed_threshold}: error among accepted <= {self.alpha:g} with "
                 f"probability >= {1 - self.delta:g} ({name} UCB {self.bound_value:.4f} at n = {self.n_accepted}, "
                 f"FD = {self.n_errors}; {self.search} search){self._coverage_clause()}")
@@ -434,6 +458,60 @@ def calibrate(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05, bo
                    n_candidates=None if not plan.takes_grid else k, n_tested=n_tested,
                    n_min=n_min_v, start=start_v, **common, **kept,
                    _score_above=_score_above(s, hit))  # type: ignore[arg-type]
+
+
+def calibrate_judged(scores: Any, judge: Any, human: Any, *, alpha: float, delta: float = 0.05,
+                     search: str | Search = DEFAULT_SEARCH, judge_share: float = 0.5, n_min: int | None = None,
+                     min_coverage: float | None = None) -> CalibrationResult:
+    """Certify with a judge's labels on every question corrected by people's on a random subset (`cic.stats.judged`).
+
+    `judge`: 1 where the judge calls the answer wrong, for every question; `human`: 1 / 0 where a person labelled it,
+    NaN where none did. The guarantee is about the people's verdict: P(person says wrong | U <= t) <= alpha with
+    probability >= 1 - delta, whatever the judge does — provided the people's questions are a random subset.
+    `judge_share` of each test's level goes to the judge's bound, the rest to the people's correction. Any search
+    with a high-probability guarantee runs on these tests: every judged score a candidate, the entries and `n_min`
+    read in the people's accepted counts (fixed by the scores and by who labelled, never by a label).
+
+    Examples
+    --------
+    >>> import numpy as np, cic
+    >>> rng = np.random.default_rng(0); s = rng.random(3000); wrong = rng.random(3000) < 0.25 * s
+    >>> judge = np.where(rng.random(3000) < 0.9, wrong, ~wrong); human = np.where(np.arange(3000) < 600, wrong, np.nan)
+    >>> r = cic.calibrate_judged(s, judge, human, alpha=0.15); r.feasible, r.n_human
+    (True, 600)
+    """
+    s, j, h = judged_scores(scores, judge, human)
+    share = check_judge_share(judge_share)
+    plan = get_search(search)
+    if plan.guarantee_kind != "high-probability":
+        raise UserError(f"search = {plan.name!r}: a judge-plus-people certificate needs a search with a "
+                        "high-probability guarantee (fallback, geometric, fixed_sequence, multistart)")
+    if plan.needs_grid:
+        raise UserError(f"search = {plan.name!r} needs a grid; a judge-plus-people certificate searches the scores")
+    n_min_v = check_positive_int(n_min, "n_min") if n_min is not None else None
+    data = SortedCalibration.build(s, j)
+    thresholds, n, fd = compact_candidates(data.scores, data.errors_through)
+    rectifier = Rectifier.build(s, j, h)
+    oracle = JudgedOracle(thresholds, n, fd, rectifier, alpha=alpha, judge_share=share)
+    # the search's entries and first test read the people's accepted counts (label-free: who labelled is chosen
+    # at random), since the people's correction, not the judge's bound, is what needs enough accepted answers
+    people = oracle.people.astype(np.int64)
+    outcome = run_search(plan, thresholds, people, fd, setting=Setting(int(rectifier.x.shape[0]), "cp", alpha),
+                         delta=delta, n_min=n_min_v, oracle=oracle)
+    best, gamma = int(outcome.index[0]), float(outcome.level[0])
+    common = dict(alpha=alpha, delta=delta, bound="cp", search=plan.name, n_calibration=int(s.shape[0]),
+                  guarantee=f"{plan.guarantee}; prediction-powered tests ({JUDGED_ASSUMPTION})", gamma=gamma,
+                  n_min=outcome.n_min, min_coverage=min_coverage, n_human=int(rectifier.x.shape[0]))
+    if best < 0:
+        return CalibrationResult(threshold=None, bound_value=None, n_accepted=0, n_errors=0, **common)
+    lcb = coverage_lcb(int(n[best]), int(s.shape[0]), delta)
+    if min_coverage is not None and lcb < min_coverage:
+        return CalibrationResult(threshold=None, bound_value=None, n_accepted=0, n_errors=0, coverage_lcb=lcb,
+                                 **common)
+    hit = (float(thresholds[best]), int(n[best]), int(fd[best]))
+    return CalibrationResult(threshold=hit[0], bound_value=float(oracle.bound(gamma, [best])[0]), n_accepted=hit[1],
+                             n_errors=hit[2], coverage_lcb=lcb, n_human_accepted=int(oracle.people[best]), **common,
+                             _score_above=_score_above(s, hit))  # type: ignore[arg-type]
 
 
 def _score_above(scores: np.ndarray, hit: tuple[float, int, int] | None) -> float | None:

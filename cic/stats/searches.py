@@ -752,7 +752,8 @@ class SearchOutcome:
 def run_search(search: Search, values: np.ndarray, n: np.ndarray, fd: np.ndarray, *, setting: Setting,
                delta: float, n_min: int | None = None, start: float | None = None,
                candidate: np.ndarray | None = None, k: int | None = None,
-               table: FeasibilityTables | None = None, lazy: bool = False) -> SearchOutcome:
+               table: FeasibilityTables | None = None, lazy: bool = False,
+               oracle: FeasibleAt | None = None) -> SearchOutcome:
     """Run `search` on candidates (one row per calibration set, or a 1-D single set): resolve its first test
     (`n_min`, `start`, else the search's default), mark the eligible candidates and select.
 
@@ -760,6 +761,8 @@ def run_search(search: Search, values: np.ndarray, n: np.ndarray, fd: np.ndarray
     per accepted count and level, over the spans asked for (default: kept for this call only, up to the largest
     count; a caller running many calibration sets of one size passes one to share). `lazy` runs a single
     set through the search's exact fast path where it has one (few exact tests on a million candidates).
+    `oracle` replaces the binomial tests by a feasibility oracle of the caller's (`cic.stats.judged`: judge labels
+    corrected by people's); the candidates, entries and levels are the same.
     """
     values, n, fd = np.atleast_2d(values), np.atleast_2d(n), np.atleast_2d(fd)
     k = int(values.shape[1]) if k is None else int(k)
@@ -772,7 +775,7 @@ def run_search(search: Search, values: np.ndarray, n: np.ndarray, fd: np.ndarray
         if start is not None:
             eligible &= values >= start
     unattained = search.level(delta, k)
-    if lazy and values.shape[0] == 1:
+    if lazy and values.shape[0] == 1 and oracle is None:
         scanned = search.scan_one(fd[0], n[0], eligible[0], delta=delta, k=k, setting=setting)
         if scanned is not None:
             index, level, tested = scanned
@@ -780,8 +783,9 @@ def run_search(search: Search, values: np.ndarray, n: np.ndarray, fd: np.ndarray
     if table is None:
         table = FeasibilityTables(setting.bound, setting.alpha, int(n.max(initial=0)))
     first = int(n_min) if search.first_test and n_min is not None and start is None else 0
-    index, level = search.select(eligible, feasibility_oracle(table, n, fd, first), delta, k, counts=n, errors=fd,
-                                 setting=setting)
+    if oracle is None:
+        oracle = feasibility_oracle(table, n, fd, first)
+    index, level = search.select(eligible, oracle, delta, k, counts=n, errors=fd, setting=setting)
     return SearchOutcome(index, np.where(index >= 0, level, unattained), n_min, None)
 
 

@@ -270,3 +270,25 @@ def read_long_table(path: str | Path, *, labels: dict[str, str | None] | None = 
         columns[COST_COLUMN] = frame.get_column(COST_COLUMN)
     long = pl.DataFrame({**columns, "score": scores, "error": errors})
     return check_long_frame(long, source)
+
+
+def judged_columns(path: str | Path, score_col: str, judge_col: str, human_col: str,
+                   wanted: dict[str, str | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(scores, judge errors, people's errors with NaN where no person labelled) of a plain table: one row per
+    question, the judge's verdict on every row, people's on some (empty elsewhere); 0/1 or booleans, 1 = wrong."""
+    p, source = Path(path), repr(str(path))
+    given = [f"--{key} {value!r}" for key, value in wanted.items() if value is not None]
+    if given:
+        raise UserError(f"{', '.join(given)}: --judge-col/--human-col read one plain table (a row per question); "
+                        "leave the option out")
+    frame = read_table(p)
+    scores, judge = score_error_arrays(frame, one_group=True, score_col=score_col, error_col=judge_col, source=source)
+    if human_col not in frame.columns:
+        raise UserError(f"--human-col = {human_col!r}: no such column in {source}; columns are: "
+                        f"{', '.join(frame.columns)}")
+    people = frame.get_column(human_col)
+    labelled = people.is_not_null().to_numpy()
+    human = np.full(frame.height, np.nan)
+    if labelled.any():
+        human[labelled] = as_errors(people.filter(people.is_not_null()), f"column {human_col!r}")
+    return scores, judge, human

@@ -343,3 +343,33 @@ def test_calibrate_min_coverage_refuses_a_gate_that_cannot_promise_it(tmp_path: 
                       (["--min-coverage", "0.2", "--group", "g"], "--min-coverage 0.2: applies to one table's gate")):
         wrong = runner.invoke(app, ["calibrate", str(data), "--alpha", "0.15", *bad])
         assert wrong.exit_code == 2 and says in " ".join(wrong.output.split()), wrong.output
+
+
+def test_calibrate_with_a_judge_and_people(tmp_path: Path) -> None:
+    """--judge-col/--human-col certify as `cic.calibrate_judged` does (read back), say people's labels alone beside
+    it and the label assumption, write a gate marked judge+people; half a pair or a clashing option exits 2."""
+    rng = np.random.default_rng(5)
+    u = rng.random(2000)
+    wrong = rng.random(2000) < 0.25 * u
+    judge = np.where(rng.random(2000) < 0.99, wrong, ~wrong)
+    human = [bool(w) if i < 800 else None for i, w in enumerate(wrong)]
+    data = tmp_path / "judged.parquet"
+    pl.DataFrame({"score": u, "judge": judge, "human": human}).write_parquet(data)
+    expected = cic.calibrate_judged(u, judge, np.array([np.nan if h is None else h for h in human], dtype=float),
+                                    alpha=0.15)
+    assert expected.feasible
+    exe = Path(sys.executable).with_name("cic")
+    proc = subprocess.run([str(exe), "calibrate", str(data), "--alpha", "0.15", "--judge-col", "judge", "--human-col",
+                           "human", "--gate", str(tmp_path / "g.json")], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "COLUMNS": "120"}, cwd=tmp_path)
+    flat = " ".join(proc.stdout.split())
+    assert proc.returncode == 0, proc.stderr
+    assert f"answer when score <= {expected.printed_threshold}" in flat and "prediction-powered" in flat
+    assert "people a subset chosen at random" in flat and "people's labels alone (800)" in flat
+    gate = cic.Gate.from_json((tmp_path / "g.json").read_text())
+    assert gate.threshold == expected.threshold and gate.metadata["labels"] == "judge+people"
+    for bad, says in ((["--judge-col", "judge"], "--judge-col needs --human-col"),
+                      (["--judge-col", "judge", "--human-col", "human", "--group", "g"], "drop --group"),
+                      (["--judge-col", "judge", "--human-col", "nope"], "--human-col = 'nope': no such column")):
+        wrong_run = runner.invoke(app, ["calibrate", str(data), "--alpha", "0.15", *bad])
+        assert wrong_run.exit_code == 2 and says in " ".join(wrong_run.output.split()), wrong_run.output
