@@ -251,6 +251,27 @@ def load_stored_pairs(db: Path, stored: dict[str, str | None]) -> tuple[Any, Any
     return pairs.get_column("score").to_numpy(), pairs.get_column("error").to_numpy()
 
 
+def load_stored_judged(db: Path, stored: dict[str, str | None], judge: str, human: str) -> tuple[Any, ...]:
+    """(scores, judge errors, people's errors, NaN where none labelled, ids) of one stored group, the criteria `judge`
+    (e.g. ingested `correct:judge`) and `human` naming the two labellers."""
+    from cic.store import Store
+    from cic.store.score_files import judged_pairs
+
+    missing = [f"--{k.replace('_', '-')}" for k in ("model", "dataset", "estimator") if not stored.get(k)]
+    if missing:
+        raise UserError(f"{str(db)!r} is a DuckDB store: name the group with {', '.join(missing)}")
+    if stored.get("criterion"):
+        raise UserError(f"--criterion {stored['criterion']!r}: --judge-col and --human-col name the two criteria; "
+                        "leave --criterion out")
+    if not db.exists():
+        raise UserError(f"FILE = {str(db)!r}: no such file")
+    with Store.open(db, read_only=True, wait_s=READ_WAIT_S, waiting=say_waiting) as store:
+        frames = [store.calibration_frame(stored["model"], stored["dataset"], stored["estimator"], criterion,
+                                          run_key=stored.get("run_key"), allow_partial=True)
+                  for criterion in (judge, human)]
+    return judged_pairs(*frames)
+
+
 ModelOpt = Annotated[str | None, typer.Option("--model", help="The group to read from a long table, an evaluation "
                                                             "output or stored results (FILE.duckdb): its model.")]
 DatasetOpt = Annotated[str | None, typer.Option("--dataset", help="The group to read: its dataset.")]

@@ -98,13 +98,16 @@ def _calibrate_judged(file: Path, score_col: str, judged: Judged, stored: Stored
                       json_out: Path | None, gate_out: Path | None, explain: bool, n_min: int | None) -> None:
     """One threshold certified from a judge's labels corrected by people's (`cic.calibrate_judged`): the result, the
     people-only result for comparison, the guarantee with its label assumption, and --json / --gate as asked."""
+    from cic.cli.common import load_stored_judged
     from cic.stats.calibration import calibrate, calibrate_judged
     from cic.store.outputs import write_text
     from cic.store.score_files import judged_columns
 
-    scores, judge, human = judged_columns(file, score_col, judged.judge_col, judged.human_col, stored.filters())
+    scores, judge, human, ids = (load_stored_judged(file, stored.filters(), judged.judge_col, judged.human_col)
+                                 if file.suffix == ".duckdb" else
+                                 judged_columns(file, score_col, judged.judge_col, judged.human_col, stored.filters()))
     settings = {k: v for k, v in settings.items() if k != "bound"}
-    result = calibrate_judged(scores, judge, human, n_min=n_min, **settings)
+    result = calibrate_judged(scores, judge, human, n_min=n_min, ids=ids, **settings)
     console.print(result.summary(), highlight=False)
     people = ~np.isnan(human)
     alone = calibrate(scores[people], human[people].astype(int), **settings)

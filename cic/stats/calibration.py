@@ -462,12 +462,14 @@ def calibrate(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05, bo
 
 def calibrate_judged(scores: Any, judge: Any, human: Any, *, alpha: float, delta: float = 0.05,
                      search: str | Search = DEFAULT_SEARCH, judge_share: float = 0.5, n_min: int | None = None,
-                     min_coverage: float | None = None) -> CalibrationResult:
+                     min_coverage: float | None = None, ids: Any = None) -> CalibrationResult:
     """Certify with a judge's labels on every question corrected by people's on a random subset (`cic.stats.judged`).
 
     `judge`: 1 where the judge calls the answer wrong, for every question; `human`: 1 / 0 where a person labelled it,
     NaN where none did. The guarantee is about the people's verdict: P(person says wrong | U <= t) <= alpha with
     probability >= 1 - delta, whatever the judge does — provided the people's questions are a random subset.
+    `ids` (question ids, one per question) fix the order the people's labels are bet on — by their hashes, so any
+    row order gives the same result; without them the rows must not be sorted by score or label.
     `judge_share` of each test's level goes to the judge's bound, the rest to the people's correction. Any search
     with a high-probability guarantee runs on these tests: every judged score a candidate, the entries and `n_min`
     read in the people's accepted counts (fixed by the scores and by who labelled, never by a label).
@@ -491,7 +493,9 @@ def calibrate_judged(scores: Any, judge: Any, human: Any, *, alpha: float, delta
     n_min_v = check_positive_int(n_min, "n_min") if n_min is not None else None
     data = SortedCalibration.build(s, j)
     thresholds, n, fd = compact_candidates(data.scores, data.errors_through)
-    rectifier = Rectifier.build(s, j, h)
+    if ids is not None and len(ids) != s.shape[0]:
+        raise UserError(f"ids: {len(ids)} for {s.shape[0]} scores; give one per question")
+    rectifier = Rectifier.build(s, j, h, ids)
     oracle = JudgedOracle(thresholds, n, fd, rectifier, alpha=alpha, judge_share=share)
     # the search's entries and first test read the people's accepted counts (label-free: who labelled is chosen
     # at random), since the people's correction, not the judge's bound, is what needs enough accepted answers

@@ -12,11 +12,13 @@ costs power, never validity. The threshold search runs on these tests exactly as
 
 Label assumption: the judge labelled every calibration question; people labelled a subset chosen independently of
 the scores and of every label (at random), so their accepted questions are a random sample of the accepted ones.
-The people's questions enter the betting in a fixed pseudo-random order (seed `ORDER_SEED`), never in score order.
+The people's questions enter the betting in the order of their ids' hashes (or, without ids, a fixed pseudo-random
+order of the rows, seed `ORDER_SEED`): an order that does not follow the scores or the labels.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -62,13 +64,21 @@ class Rectifier:
     rank: np.ndarray  # per betting position, the position in score order
 
     @classmethod
-    def build(cls, scores: np.ndarray, judge: np.ndarray, human: np.ndarray) -> Rectifier:
+    def build(cls, scores: np.ndarray, judge: np.ndarray, human: np.ndarray, keys: Any = None) -> Rectifier:
+        """`keys`: one id per question (e.g. question ids), independent of scores and labels; the bets take the
+        people's questions in the order of their ids' hashes, so the same questions in any row order give the
+        same bound. Without ids, in a fixed pseudo-random order of the rows (the rows must then not be sorted by
+        score or label)."""
         given = ~np.isnan(human)
         s, x = scores[given], (human[given] - judge[given] + 1.0) / 2.0
         by_score = np.argsort(s, kind="stable")
         rank_of = np.empty_like(by_score)
         rank_of[by_score] = np.arange(by_score.shape[0])
-        order = np.random.default_rng(ORDER_SEED).permutation(s.shape[0])
+        if keys is None:
+            order = np.random.default_rng(ORDER_SEED).permutation(s.shape[0])
+        else:
+            ids = [str(k) for k, g in zip(keys, given, strict=True) if g]
+            order = np.argsort([hashlib.blake2b(i.encode(), digest_size=8).hexdigest() for i in ids], kind="stable")
         return cls(s[by_score], x[order], rank_of[order])
 
     def accepted(self, thresholds: np.ndarray) -> np.ndarray:

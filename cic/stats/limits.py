@@ -9,8 +9,11 @@
 **Labels needed** (`label_budget`, `labels_needed`): the calibration table read as a law of its own
 (`EmpiricalLaw`: questions drawn with replacement, so its risk at a threshold is the table's), CIC's own search
 run on `draws` sets of each size; the estimate is the smallest size certifying in at least half of them. It reads
-the labels, so it is advice, not a certificate: it never changes a gate. How close it lands is measured on laws
-whose answer is known (`infra/scripts/labels_needed_table.py`, docs/statistics.md).
+the labels, so it is advice, not a certificate: it never changes a gate. A number is given only up to `RELIABLE`
+times the table: beyond, the table's best region looks better in-sample than it is and the gap to alpha it would
+need cannot be read from it, so the verdict says "more than RELIABLE× these labels" instead. How close both kinds
+of claim land is measured on laws whose answer is known (`infra/scripts/labels_needed_table.py`,
+docs/statistics.md).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from cic.stats.searches import DEFAULT_SEARCH
 #: Calibration sizes tried, as multiples of the table's (then refined between the last two by bisection).
 GROWTH = (1, 2, 4, 8, 16, 32, 64)
 CERTIFY_SHARE = 0.5  # "reaches alpha": certifies in at least half of the draws of that size
+RELIABLE = 4  # labels needed are estimated as a number up to this many times the table; beyond, a lower bound
 BUDGET_FLAT = 0.01  # "more labels stop paying": doubling them adds less than this much certified coverage
 
 
@@ -81,6 +85,21 @@ def score_limit(scores: Any, errors: Any, alpha: float) -> float:
     check_open_unit(alpha, "alpha")
     best = law.oracle_threshold(alpha)
     return 0.0 if best is None else float(law.acceptance(best))
+
+
+def cause_clause(limit: float, top: float) -> str:
+    """Why alpha is unattainable, in one clause, from the score's limit and any rule's ceiling (the pipeline's
+    surfaces, which do not run the slow labels estimate): the score, or too few labels."""
+    cause = ("no threshold on this score reaches it even in-sample: a better score or a looser α, not more labels"
+             if limit == 0 else "the score reaches it in-sample, so too few labels (`cic calibrate` estimates how "
+             "many)")
+    return f"this score's limit {limit:.3f}, any rule's ceiling {top:.3f}: {cause}"
+
+
+def window_limits(scores: Any, errors: Any, alpha: float) -> str:
+    """`cause_clause` of one table at alpha."""
+    e = as_errors(errors)
+    return cause_clause(score_limit(scores, e, alpha), ceiling(float(e.mean()), alpha))
 
 
 @dataclass(frozen=True)
@@ -156,7 +175,8 @@ def stops_paying(labels: list[int], coverage: list[float]) -> int | None:
 def labels_needed(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05, bound: str = "cp",
                   search: str = DEFAULT_SEARCH, draws: int = 200, seed: int = 0) -> int | None:
     """About how many labelled answers, at this score's quality, certify alpha in `CERTIFY_SHARE` of draws; None
-    when no threshold on the score reaches alpha in-sample or not even `GROWTH[-1]` times the table does.
+    when no threshold on the score reaches alpha in-sample or `RELIABLE` times the table does not (then only "more
+    than that" is known: the estimate past it is measured to be mostly optimistic).
 
     Sizes double from the table's (halve below it) until the share certifying crosses `CERTIFY_SHARE`; the size
     is then read off the line between the two sizes around the crossing (share against log size): one calibration
@@ -180,7 +200,7 @@ def labels_needed(scores: Any, errors: Any, *, alpha: float, delta: float = 0.05
             big, s_big = small, s_small
         return 1
     small, s_small = n, here
-    for g in GROWTH[1:]:
+    for g in sorted({*(g for g in GROWTH[1:] if g < RELIABLE), RELIABLE}):
         big = n * g
         s_big = share(big)
         if s_big >= CERTIFY_SHARE:
@@ -198,7 +218,8 @@ def _crossing(small: int, s_small: float, big: int, s_big: float) -> int:
 @dataclass(frozen=True)
 class CoverageLimits:
     """The three limits side by side for one table and alpha, and — when alpha is not certified — the labels
-    that would reach it (None: no threshold on the score reaches alpha in-sample, or not within 64× the table)."""
+    that would reach it (None: no threshold on the score reaches alpha in-sample, or not within `RELIABLE`× the
+    table — then the sentence says "more than" that)."""
 
     alpha: float
     n: int
@@ -219,8 +240,9 @@ class CoverageLimits:
             why = (f"no threshold on this score reaches alpha = {self.alpha:g} even in-sample: more labels will "
                    "not help; a better score or a looser alpha will")
         elif self.labels_needed is None:
-            why = (f"too few labels: even {GROWTH[-1]}x these {self.n:,} would not reach alpha = {self.alpha:g} "
-                   "at this score's quality")
+            why = (f"too few labels: more than {(RELIABLE - 1) * self.n:,} more (over {RELIABLE}x these {self.n:,}) "
+                   f"at this score's quality to reach alpha = {self.alpha:g} — how many more cannot be read from "
+                   "these labels (docs/statistics.md, 'Why a gate answers what it does')")
         elif self.labels_needed <= self.n:
             why = (f"an unlucky draw: at this score's quality about {self.labels_needed:,} labels reach alpha = "
                    f"{self.alpha:g} half the time or more (an estimate from these labels: docs/statistics.md, 'Why a "
@@ -228,8 +250,8 @@ class CoverageLimits:
         else:
             more = self.labels_needed - self.n
             why = (f"too few labels: about {more:,} more labelled answers at this score's quality reach alpha = "
-                   f"{self.alpha:g} ({self.labels_needed:,} in all; an estimate from these labels, often optimistic: "
-                   "docs/statistics.md, 'Why a gate answers what it does')")
+                   f"{self.alpha:g} ({self.labels_needed:,} in all; an estimate from these labels: docs/statistics.md, "
+                   "'Why a gate answers what it does')")
         return f"{limits}; {why}"
 
 

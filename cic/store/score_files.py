@@ -272,16 +272,45 @@ def read_long_table(path: str | Path, *, labels: dict[str, str | None] | None = 
     return check_long_frame(long, source)
 
 
+Judged = tuple[np.ndarray, np.ndarray, np.ndarray, list[str] | None]
+
+
+def judged_pairs(judge: pl.DataFrame, human: pl.DataFrame) -> Judged:
+    """(scores, judge errors, people's errors with NaN where none labelled, question ids) from two (question_id,
+    score, error) frames of one group: the judge's questions are the calibration set, people's joined on id."""
+    import polars as pl
+
+    joined = judge.join(human.select("question_id", pl.col("error").alias("human")), on="question_id", how="left")
+    human_errors = joined.get_column("human").cast(pl.Float64).fill_null(float("nan")).to_numpy()
+    return (joined.get_column("score").to_numpy(), joined.get_column("error").to_numpy(), human_errors,
+            joined.get_column("question_id").cast(pl.String).to_list())
+
+
 def judged_columns(path: str | Path, score_col: str, judge_col: str, human_col: str,
-                   wanted: dict[str, str | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(scores, judge errors, people's errors with NaN where no person labelled) of a plain table: one row per
-    question, the judge's verdict on every row, people's on some (empty elsewhere); 0/1 or booleans, 1 = wrong."""
+                   wanted: dict[str, str | None]) -> Judged:
+    """(scores, judge errors, people's errors with NaN where no person labelled, question ids or None): of a plain
+    table (its question_id column, when it has one, fixes the people's betting order), the columns
+    `judge_col` (every row) and `human_col` (empty where nobody labelled), 0/1 or booleans, 1 = wrong; of a long
+    table, the criteria of those names in the one (model, dataset, estimator) group `wanted` leaves."""
     p, source = Path(path), repr(str(path))
+    frame = read_table(p)
+    if set(GROUP_KEYS) <= set(frame.columns):
+        if wanted.get("criterion") is not None:
+            raise UserError(f"--criterion {wanted['criterion']!r}: --judge-col and --human-col name the two criteria "
+                            "of a long table; leave --criterion out")
+        long = check_long_frame(frame, source)
+        held = sorted(set(long.get_column("criterion")))
+        for criterion in (judge_col, human_col):
+            if criterion not in held:
+                raise UserError(f"criterion {criterion!r}: not in {source} (it holds {', '.join(held)})")
+        if "question_id" not in long.columns:
+            raise UserError(f"{source}: a long table needs question_id to join the judge's and people's labels")
+        groups = [select_group(long, {**wanted, "criterion": c}, source) for c in (judge_col, human_col)]
+        return judged_pairs(*(g.select("question_id", "score", "error") for g in groups))
     given = [f"--{key} {value!r}" for key, value in wanted.items() if value is not None]
     if given:
-        raise UserError(f"{', '.join(given)}: --judge-col/--human-col read one plain table (a row per question); "
+        raise UserError(f"{', '.join(given)}: {source} is one table (a row per question) with nothing to choose; "
                         "leave the option out")
-    frame = read_table(p)
     scores, judge = score_error_arrays(frame, one_group=True, score_col=score_col, error_col=judge_col, source=source)
     if human_col not in frame.columns:
         raise UserError(f"--human-col = {human_col!r}: no such column in {source}; columns are: "
@@ -291,4 +320,5 @@ def judged_columns(path: str | Path, score_col: str, judge_col: str, human_col: 
     human = np.full(frame.height, np.nan)
     if labelled.any():
         human[labelled] = as_errors(people.filter(people.is_not_null()), f"column {human_col!r}")
-    return scores, judge, human
+    ids = frame.get_column("question_id").cast(str).to_list() if "question_id" in frame.columns else None
+    return scores, judge, human, ids

@@ -46,6 +46,7 @@ def main() -> None:
                 .pivot(on="criterion", index=["question_id", "score"], values="error").sort("question_id"))
         s = wide.get_column("score").to_numpy()
         judge, truth = wide.get_column(JUDGE).to_numpy(), wide.get_column(PEOPLE).to_numpy()
+        ids = wide.get_column("question_id").cast(pl.String).to_list()  # the betting order, as the CLI passes it
         for alpha in ALPHAS:
             rng = np.random.default_rng(0)
             full = cic.calibrate(s, truth, alpha=alpha)
@@ -54,7 +55,7 @@ def main() -> None:
                 chosen = rng.permutation(s.shape[0])[:args.people]
                 human = np.full(s.shape[0], np.nan)
                 human[chosen] = truth[chosen]
-                r = cic.calibrate_judged(s, judge, human, alpha=alpha)
+                r = cic.calibrate_judged(s, judge, human, alpha=alpha, ids=ids)
                 judged.append(0.0 if r.threshold is None else float(np.mean(s <= r.threshold)))
                 bad += r.threshold is not None and float(truth[s <= r.threshold].mean()) > alpha
                 a = cic.calibrate(s[chosen], truth[chosen], alpha=alpha)

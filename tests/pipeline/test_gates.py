@@ -259,6 +259,7 @@ def test_a_first_gate_that_certifies_nothing_is_unattainable_not_live_until_one_
     from cic.pipeline.gates.lifecycle import gates, promote, promote_first_gates
     from cic.pipeline.gates.serving import served_entries
     from cic.pipeline.run.stored_calibration import calibration_rows, groups_of_run
+    from cic.stats.limits import ceiling, score_limit, window_limits
 
     db = tmp_path / "u.duckdb"
     with Store.open(db) as store:
@@ -274,6 +275,10 @@ def test_a_first_gate_that_certifies_nothing_is_unattainable_not_live_until_one_
         (entry,) = served_entries(store)
         assert entry["serve"] == "nothing" and entry["unattainable_gate_id"] == first
         assert entry["reason"].startswith("alpha = 0.001 is unattainable") and "(300 labelled" in entry["reason"]
+        scores, errors = pairs["score"].to_numpy(), pairs["error"].to_numpy()  # the limits, read back
+        assert entry["score_limit"] == score_limit(scores, errors, 0.001)
+        assert entry["ceiling"] == ceiling(float(errors.mean()), 0.001)
+        assert entry["reason"].endswith(f"; {window_limits(scores, errors, 0.001)}")
     key = dict(model=group.model, dataset=group.dataset, estimator=group.estimator, criterion=group.criterion,
                alpha=0.001, bound="cp", search="fallback")
     assert serving_gate(str(db), **key)["withheld"].startswith("alpha = 0.001 is unattainable")

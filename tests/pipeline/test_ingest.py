@@ -218,3 +218,46 @@ def test_a_csv_score_written_as_nan_is_refused_as_the_readme_says(tmp_path: Path
         with pytest.raises(UserError, match=f"record 2 .*score:semantic_entropy = '{text}': expected a finite number"):
             ingest_file(store, path)
         assert store.read("scores").height == 0
+
+
+def test_a_judge_on_every_record_and_people_on_a_few_certify_together_from_the_store(tmp_path: Path) -> None:
+    """`correct:judge` on every record and `correct:human` on a few are stored as two criteria; the installed
+    `cic calibrate STORE --judge-col judge --human-col human` certifies as `cic.calibrate_judged` does on them
+    (read back); a labeller named like a criterion, or twice, is refused in one line."""
+    import os
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    import cic
+
+    n = 2000
+    rng = np.random.default_rng(3)
+    score = rng.random(n)
+    wrong = rng.random(n) < 0.3 * score
+    judge = np.where(rng.random(n) < 0.98, wrong, ~wrong)
+    human = [None if i % 4 else not bool(w) for i, w in enumerate(wrong)]  # people labelled every fourth record
+    frame = records(n).drop("correct").with_columns(pl.Series("score:semantic_entropy", score),
+                                                    pl.Series("correct:judge", ~judge),
+                                                    pl.Series("correct: human", human))
+    db = tmp_path / "s.duckdb"
+    with Store.open(db) as store:
+        stats = ingest_file(store, write(frame, tmp_path / "traffic.parquet"))
+        stored = store.read("labels").group_by("criterion").len()
+    assert stats.records == n and dict(stored.iter_rows()) == {"judge": n, "human": n // 4}
+    people = np.array([np.nan if h is None else not h for h in human], dtype=float)
+    expected = cic.calibrate_judged(score, judge, people, alpha=0.2, ids=[f"r{i}" for i in range(n)])
+    assert expected.feasible and expected.n_human == n // 4
+    proc = subprocess.run([str(Path(sys.executable).with_name("cic")), "calibrate", str(db), "--alpha", "0.2",
+                           "--model", "qwen", "--dataset", "support-bot", "--estimator", "semantic_entropy",
+                           "--judge-col", "judge", "--human-col", "human"], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "COLUMNS": "200"}, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"answer when score <= {expected.printed_threshold}" in " ".join(proc.stdout.split())
+    for bad, says in (({"correct:similarity[0.6]": [True] * 6}, r"'similarity\[0.6\]' is a criterion's name"),
+                      ({"correct:judge": [True] * 6, "correct: judge": [True] * 6}, "two columns name labeller"),
+                      ({"correct:human": [True] * 6}, "label under one name")):
+        spoiled = records().with_columns(**{k: pl.Series(v) for k, v in bad.items()})
+        with Store.open(tmp_path / "bad.duckdb") as store, pytest.raises(UserError, match=says):
+            ingest_file(store, write(spoiled, tmp_path / "bad.parquet"))

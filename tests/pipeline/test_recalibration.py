@@ -25,6 +25,7 @@ from cic.pipeline.production.recalibration import (
     span,
 )
 from cic.pipeline.run.stored_calibration import GroupKey, calibration_rows, groups_of_run
+from cic.stats.limits import window_limits
 from cic.store import Store
 from tests.support.pipeline_data import simulated_pairs, store_run
 
@@ -261,6 +262,9 @@ def test_auto_promotion_is_held_back_by_a_page_not_by_an_unreachable_alpha_besid
     first = recalibrate_store(store, [group.run_key], config, 0.01, WindowRule(), auto_promote=True)
     by_alpha = {c.row["alpha"]: c for c in first.candidates}
     assert by_alpha[0.001].alerts[0].startswith("alpha is unattainable")  # a warning: holds back only itself
+    pairs = labelled_pairs(store, group)  # why, read back from `cic.stats.limits` on the window's pairs
+    assert by_alpha[0.001].alerts[0].endswith(window_limits(pairs["score"].to_numpy(), pairs["error"].to_numpy(),
+                                                            0.001))
     assert first.promoted == [by_alpha[0.3].row["calibration_id"]]
     store_run(store, n=300, labelled_at=START + timedelta(days=7), id_offset=1000, base=1.0, seed=1,
               estimators=("semantic_entropy",))

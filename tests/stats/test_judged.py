@@ -47,6 +47,22 @@ def test_betting_order_is_not_the_score_order() -> None:
     assert sorted(rect.rank.tolist()) == list(range(200)) and not np.all(np.diff(rect.rank) > 0)
 
 
+def test_with_ids_the_result_does_not_depend_on_the_row_order() -> None:
+    """The people's labels are bet on in the order of their ids' hashes: the same questions sorted by score, by id
+    or shuffled certify the same threshold (a store and a file of the same table agree)."""
+    rng = np.random.default_rng(4)
+    s = rng.random(1500)
+    wrong = (rng.random(1500) < 0.3 * s).astype(int)
+    judge = np.where(rng.random(1500) < 0.95, wrong, 1 - wrong)
+    human = np.where(rng.random(1500) < 0.3, wrong, np.nan)
+    ids = np.array([f"q{i}" for i in range(1500)])
+    results = set()
+    for order in (np.arange(1500), np.argsort(s), rng.permutation(1500)):
+        r = cic.calibrate_judged(s[order], judge[order], human[order], alpha=0.2, ids=ids[order].tolist())
+        results.add((r.threshold, r.bound_value))
+    assert len(results) == 1 and next(iter(results))[0] is not None
+
+
 def test_a_judge_that_misses_every_error_is_corrected_not_trusted() -> None:
     """A judge calling every answer right, errors at 30% everywhere: certified on the judge alone alpha = 0.1
     would accept everything; with people's correction nothing is certified."""

@@ -65,6 +65,27 @@ def rebuilt_pairs(row: GateRow, group: pl.DataFrame) -> pl.DataFrame:
     return pairs.select("question_id", "score", "error")
 
 
+def unattainable_limits(store: Store, row: GateRow) -> dict[str, Any]:
+    """For a single gate that certifies nothing, its pairs' limits (`cic.stats.limits`): the score's limit, any
+    rule's ceiling and why in words; {} for a system or anytime gate, or one whose pairs are gone."""
+    from cic.pipeline.gates.anytime_gates import is_anytime
+    from cic.pipeline.run.stored_calibration import pilot_split
+    from cic.stats.limits import ceiling, score_limit, window_limits
+    from cic.store.queries import certified_pairs_of_runs
+
+    if row.is_system or is_anytime(row) or row["threshold"] is not None:
+        return {}
+    pairs = certified_pairs_of_runs(store, [row["run_key"]], missing=True)
+    group = pairs.filter((pl.col("estimator") == row["estimator"]) & (pl.col("criterion") == row["criterion"]))
+    used, _ = pilot_split(rebuilt_pairs(row, group), plan_of(row)["pilot"])
+    if used.height == 0:
+        return {}
+    scores, errors = used.get_column("score").to_numpy(), used.get_column("error").to_numpy()
+    alpha = row["alpha"]
+    return {"score_limit": score_limit(scores, errors, alpha), "ceiling": ceiling(float(np.mean(errors)), alpha),
+            "why": window_limits(scores, errors, alpha)}
+
+
 def _refuse(row: GateRow, why: str) -> UserError:
     return UserError(f"stored gate {row['calibration_id'][:12]}: {why}; refusing to serve it (recalibrate to "
                      "replace it)")

@@ -15,6 +15,7 @@ import polars as pl
 
 from cic import schema
 from cic.errors import UserError
+from cic.pipeline.gates.certificates import unattainable_limits
 from cic.pipeline.gates.event_log import HOLDS_KEY
 from cic.pipeline.gates.gate_rows import GateRow, gate_rows
 from cic.pipeline.gates.lifecycle import (
@@ -180,10 +181,13 @@ def _served(store: Store, kind: GateKind, equals: dict[str, Any]) -> list[dict[s
                 serving.append((len(out), row))
                 out.append(None)  # filled below
                 continue
+            limits: dict[str, Any] = {}
             if flag_of(row) is None:  # (a flagged gate is out of service whatever its row says)
-                why = _unverified(store, row) or why
+                unverified = _unverified(store, row)
+                limits = {} if unverified else unattainable_limits(store, row)
+                why = unverified or why + (f"; {limits.pop('why')}" if limits else "")
             out.append({"serve": "nothing", "gate_id": None, **key, **serving_state(row).fields(),
-                        null: None, "reason": why, **_withheld_fields(row)})
+                        null: None, "reason": why, **_withheld_fields(row), **limits})
             continue
         retired = key_rows.filter(state="retired").sort("state_at")
         if retired.height:

@@ -10,8 +10,12 @@ A file (Parquet, CSV or JSONL) holds one record a row:
 | `question`, `answer`, `timestamp` | what was asked, what the model answered, when (windows by time use it) |
 | `score:<estimator>` | one column per uncertainty score, e.g. `score:semantic_entropy` (higher = less sure) |
 | `correct` | optional: true/false (1/0), stored under the criterion named by `label_name` (default `human`) |
+| `correct:<name>` | optional, one per labeller: true/false (1/0) stored under criterion `<name>` |
 | `gold` | optional: the right answer, labelled with a named criterion (`exact_match`, `token_f1[0.5]`, ...) |
 | the column `group` names | optional: the record's group (user segment, tier); stored in stream `<stream>/<group>` |
+
+A judge on every record and people on a few: `correct:judge` and `correct:human` (empty where nobody labelled),
+then `cic calibrate STORE --judge-col judge --human-col human` certifies with both (`cic.calibrate_judged`).
 
 Grouped records get gates of their own per group, certified at once with `calibration.group_by: dataset`.
 
@@ -41,7 +45,7 @@ commit: recalibration refuses to run on a store with an unfinished ingest, and r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,6 +60,7 @@ from cic.pipeline.production.ingest_options import (
     COMMIT_RECORDS,
     DEFAULT_OPTIONS,
     KEY_COLUMNS,
+    LABEL_PREFIX,
     MEMORY_LIMIT,
     PROMPT_ID,
     RECORD_COLUMNS,
@@ -64,6 +69,7 @@ from cic.pipeline.production.ingest_options import (
     IngestOptions,
     IngestStats,
     estimator_name,
+    labeller_name,
     run_key_of,
 )
 from cic.pipeline.production.ingest_records import (
@@ -114,11 +120,13 @@ class Layout:
     scores: dict[str, str]
     labels_only: bool
     group: str | None = None
+    labellers: dict[str, str] = field(default_factory=dict)  # `correct:<name>` column -> criterion <name>
 
     @classmethod
     def of(cls, columns: list[str], source: str, group: str | None = None) -> Layout:
         if group is not None:
-            if group in (*KEY_COLUMNS, *RECORD_COLUMNS, "correct", "gold") or group.startswith(SCORE_PREFIX):
+            if group in (*KEY_COLUMNS, *RECORD_COLUMNS, "correct", "gold") or group.startswith(
+                    (SCORE_PREFIX, LABEL_PREFIX)):
                 raise UserError(f"group = {group!r}: that column already has a role in a records file; name the "
                                  "column that holds each record's group (e.g. tier, segment)")
             if group not in columns:
@@ -129,13 +137,15 @@ class Layout:
             raise UserError(f"{source} lacks column(s) {', '.join(missing)}; every record needs model, stream, "
                              f"question_id (columns are: {', '.join(columns)})")
         raw_scores = [c for c in columns if c.startswith(SCORE_PREFIX)]
+        labellers = _labellers([c for c in columns if c.startswith(LABEL_PREFIX)], source)
         labels_only = not raw_scores and not any(c in columns for c in RECORD_COLUMNS)
-        known = {*KEY_COLUMNS, *RECORD_COLUMNS, "correct", "gold", *raw_scores, *([group] if group else [])}
+        known = {*KEY_COLUMNS, *RECORD_COLUMNS, "correct", "gold", *raw_scores, *labellers, *([group] if group else [])}
         unknown = [c for c in columns if c not in known]
         if unknown:
             raise UserError(f"{source}: unknown column(s) {', '.join(map(repr, unknown))}; columns are model, stream, "
-                             f"question_id, question, answer, timestamp, {SCORE_PREFIX}<estimator>, correct, gold")
-        if labels_only and "correct" not in columns and "gold" not in columns:
+                             f"question_id, question, answer, timestamp, {SCORE_PREFIX}<estimator>, correct, "
+                             f"{LABEL_PREFIX}<labeller>, gold")
+        if labels_only and "correct" not in columns and "gold" not in columns and not labellers:
             raise UserError(f"{source} has neither records (question, answer, timestamp, {SCORE_PREFIX}<estimator>) "
                              "nor labels (correct or gold)")
         if not labels_only:
@@ -154,7 +164,7 @@ class Layout:
                 raise UserError(f"{source}: columns {clash[0]!r} and {column!r} both name estimator {name!r} "
                                  "(names are compared without spaces); keep one")
             scores[column] = name
-        return cls(tuple(columns), scores, labels_only, group)
+        return cls(tuple(columns), scores, labels_only, group, labellers)
 
     def conform(self, frame: pl.DataFrame, first: int, source: str) -> pl.DataFrame:
         """A batch with exactly the file's columns (a JSONL line may omit a key: null)."""
@@ -198,6 +208,9 @@ def ingest_file(store: Store, path: str | Path, options: IngestOptions = DEFAULT
                                      "it (--criterion exact_match, token_f1[0.5], similarity[0.6])")
                 if criterion is not None and "gold" not in layout.columns:
                     raise UserError(f"criterion = {criterion!r}: {source} has no gold column to label against")
+                if "correct" in layout.columns and label_name in layout.labellers.values():
+                    raise UserError(f"{source}: columns 'correct' (label name {label_name!r}) and "
+                                    f"'{LABEL_PREFIX}{label_name}' label under one name; keep one")
             batch = Batch(layout.conform(frame, first, source), first, source)
             embedder = _stage_batch(store, stage, batch, layout, checks, label_name, criterion, embedder)
             stats.records += 0 if layout.labels_only else batch.frame.height
@@ -216,8 +229,28 @@ def ingest_file(store: Store, path: str | Path, options: IngestOptions = DEFAULT
     return stats
 
 
+def _labellers(columns: list[str], source: str) -> dict[str, str]:
+    """`correct:<name>` column -> criterion <name>, each named once."""
+    out: dict[str, str] = {}
+    for column in columns:
+        name = labeller_name(column)
+        if not name:
+            raise UserError(f"{source}: column {column!r} names no labeller (e.g. {LABEL_PREFIX}judge)")
+        if name.startswith(RESERVED_CRITERIA):
+            raise UserError(f"{source}: column {column!r}: {name!r} is a criterion's name; give the labeller a name "
+                            "of its own (judge, human, ...)")
+        if name in out.values():
+            raise UserError(f"{source}: two columns name labeller {name!r} (names are compared without spaces); "
+                            "keep one")
+        out[column] = name
+    return out
+
+
+RESERVED_CRITERIA = ("option_match", "similarity", "exact_match", "token_f1")
+
+
 def _checked_options(label_name: str, criterion: str | None, timezone: str | None, max_skew: timedelta) -> str | None:
-    if not label_name.strip() or label_name.startswith(("option_match", "similarity", "exact_match", "token_f1")):
+    if not label_name.strip() or label_name.startswith(RESERVED_CRITERIA):
         raise UserError(f"label_name = {label_name!r}: give a name of your own (criteria's names are reserved)")
     if max_skew < timedelta(0):
         raise UserError(f"max_skew = {max_skew}: must not be negative")
@@ -277,10 +310,12 @@ def _stage_batch(store: Store, stage: Stage, batch: Batch, layout: Layout, check
                                                      "value": values}, schema=schema.SCORES.schema)
                                        for name, values in scores.items()]))
     labels = []
-    if correct is not None:
-        given = correct.is_not_null()
-        labels.append(keys.filter(given).with_columns(criterion=pl.lit(label_name), aligned=correct.filter(given),
-                                                      value=correct.filter(given).cast(pl.Float64)))
+    for name, verdicts in ((label_name, correct), *((n, bool_column(batch, c)) for c, n in layout.labellers.items())):
+        if verdicts is None:
+            continue
+        given = verdicts.is_not_null()
+        labels.append(keys.filter(given).with_columns(criterion=pl.lit(name), aligned=verdicts.filter(given),
+                                                      value=verdicts.filter(given).cast(pl.Float64)))
     if gold is not None and criterion is not None:
         judged, embedder = _judge(keys, answers, gold, criterion, embedder)
         labels.append(judged)

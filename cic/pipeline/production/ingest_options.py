@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 
 SCORE_PREFIX = "score:"
+LABEL_PREFIX = "correct:"  # `correct:<labeller>`: one labeller's verdicts (a judge's, people's), stored as criterion
 SPLIT = "production"
 PROMPT_ID = "ingest"
 KEY_COLUMNS = ("model", "stream", "question_id")
@@ -76,6 +77,11 @@ DEFAULT_OPTIONS = IngestOptions()
 def run_key_of(model: str, stream: str) -> str:
     """The run key of a (model, stream): what every ingest of that pair writes under."""
     return schema.run_key(model, stream, SPLIT, PROMPT_ID, {"source": "ingest"})
+
+
+def labeller_name(column: str) -> str:
+    """The criterion a `correct:` column is stored under, whitespace removed (`correct: judge` → judge)."""
+    return re.sub(r"\s+", "", column[len(LABEL_PREFIX):])
 
 
 def estimator_name(column: str) -> str:

@@ -67,6 +67,7 @@ class GroupRecalibration:
     checks: list[Check] = field(default_factory=list)
     skipped: str | None = None
     missing: Alert | None = None  # its new window's share of missing labels is above the limit: a page
+    limits: dict[float, str] = field(default_factory=dict)  # alpha -> why it is unattainable on the new window
 
     def alerts_of(self, row: ColumnReader) -> list[Alert]:
         """The alerts of one candidate row: missing labels above the limit, unattainable alpha, and every rejected
@@ -74,13 +75,23 @@ class GroupRecalibration:
         out = [self.missing] if self.missing is not None else []
         live = self.live.get(slot_of(row))
         if row["threshold"] is None:
-            out.append(unattainable_alert(live is not None and live["threshold"] is not None, row["n_cal"]))
+            out.append(unattainable_alert(live is not None and live["threshold"] is not None, row["n_cal"],
+                                          self.limits.get(round(float(row["alpha"]), 12))))
         out.extend(c.candidate_alert() for c in self.checks if c.rejected and row["calibration_id"] in c.gate_ids)
         return out + changed_under(live)
 
     def live_of(self, row: ColumnReader) -> GateRow | None:
         """The live gate a candidate row is compared with: its slot's."""
         return self.live.get(slot_of(row))
+
+
+def _limits(recent: pl.DataFrame, unattainable: pl.DataFrame) -> dict[float, str]:
+    """Per alpha no candidate certifies, why (`cic.stats.limits.window_limits`) on the window's pairs."""
+    from cic.stats.limits import window_limits
+
+    scores, errors = recent.get_column("score").to_numpy(), recent.get_column("error").to_numpy()
+    return {round(float(a), 12): window_limits(scores, errors, float(a))
+            for a in unattainable.get_column("alpha").unique().to_list()}
 
 
 def slot_of(row: ColumnReader) -> tuple[float, float, str, str]:
@@ -133,7 +144,8 @@ def recalibrate_pairs(key: GroupKey, pairs: pl.DataFrame, live_rows: list[GateRo
                                   skipped=too_few(recent.height, since, rule, waiting), missing=missing)
     rows = calibration_rows(key, recent.select("question_id", "score", "error"), config, kind="recalibration",
                             window=span(recent), groups=groups, now=now)
-    out = GroupRecalibration(key, rows, live, span(recent), reference, missing=missing)
+    out = GroupRecalibration(key, rows, live, span(recent), reference, missing=missing,
+                             limits=_limits(recent, rows.filter(pl.col("threshold").is_null())))
     ids_by_slot: dict[tuple[float, float, str, str], list[str]] = {}
     for row in rows.iter_rows(named=True):
         ids_by_slot.setdefault(slot_of(row), []).append(row["calibration_id"])

@@ -101,9 +101,12 @@ def changed_under(live: ColumnReader | None) -> list[Alert]:
             for a in live["alerts"] if kind_of(a) in paged]
 
 
-def unattainable_alert(was_reached: bool, n_cal: int) -> Alert:
-    """Alpha unattainable on a new window: a page when the gate speaking for the key reached it, else a warning."""
+def unattainable_alert(was_reached: bool, n_cal: int, why: str | None = None) -> Alert:
+    """Alpha unattainable on a new window: a page when the gate speaking for the key reached it, else a warning;
+    `why`: the window's limits (`cic.stats.limits.window_limits`), said after it."""
+    because = f"; {why}" if why else ""
     if was_reached:
-        return Alert(BECAME_UNATTAINABLE, "alpha has become unattainable: the new gate would abstain on everything")
+        return Alert(BECAME_UNATTAINABLE, "alpha has become unattainable: the new gate would abstain on "
+                                          f"everything{because}")
     return Alert(UNATTAINABLE, f"alpha is unattainable on the new window ({n_cal} labelled questions): the gate "
-                               "would abstain on everything")
+                               f"would abstain on everything{because}")

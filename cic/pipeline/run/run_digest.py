@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from cic.pipeline.run.run_results import PipelineSummary, ResultRow, SystemResultRow
 from cic.stats.bounds import min_certifiable_n
+from cic.stats.limits import cause_clause
 
 RESULTS_ARTIFACT = "cic-pipeline-results"
 REAL_EXAMPLE = "infra/examples/real/README.md"
@@ -50,10 +51,8 @@ def limits_clause(row: ResultRow) -> str:
     in-sample; else too few labels (`cic calibrate` estimates how many). Empty for rows stored without limits."""
     if row.score_limit is None or row.ceiling is None:
         return ""
-    cause = ("no threshold on this score reaches it even in-sample: a better score or a looser α, not more labels"
-             if row.score_limit == 0 else "the score reaches it in-sample, so too few labels (`cic calibrate` "
-             "estimates how many)")
-    return f" This score's limit {row.score_limit:.3f}, any rule's ceiling {row.ceiling:.3f}: {cause}."
+    clause = cause_clause(row.score_limit, row.ceiling)
+    return f" {clause[0].upper()}{clause[1:]}."
 
 
 def digest_lines(summary: PipelineSummary) -> list[str]:
