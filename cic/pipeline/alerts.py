@@ -54,7 +54,7 @@ ALERT_KINDS: Registry[AlertKind] = Registry("alert kind", (
     REPLACED := AlertKind("records replaced under this gate", WARNING, 16),
     # an alert stored before kinds were stored: it pages (an alert of unknown kind is never silenced)
     UNCLASSIFIED := AlertKind("unclassified", PAGE, 99),
-))
+), base=AlertKind, group="cic.alerts")
 
 
 

@@ -392,9 +392,9 @@ BOUNDS: Registry[Bound] = Registry("bound", (
     Bound("hoeffding_bentkus", "Hoeffding–Bentkus", hoeffding_bentkus_ucb, hoeffding_bentkus_feasible,
           _bisect_table("hoeffding_bentkus"), aliases=("hb",),
           description="min of Hoeffding-KL and Bentkus (Bates et al. 2021, RCPS)"),
-))
-BOUND_NAMES: tuple[str, ...] = tuple(BOUNDS)
-for _bound in tuple(BOUNDS.values()):
+), base=Bound, group="cic.bounds")
+BOUND_NAMES: tuple[str, ...] = BOUNDS.names(plugins=False)  # the built-in bounds (plug-ins: BOUNDS.names())
+for _bound in (BOUNDS[name] for name in BOUND_NAMES):
     BOUNDS.alias(*_bound.aliases, to=_bound.name)
 
 

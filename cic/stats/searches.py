@@ -636,8 +636,8 @@ SEARCHES: Registry[Search] = Registry("search", (
         "maximum, whose violation rate can exceed delta (cic validity)",
         "none", short_guarantee="none simultaneous", takes_grid=False,
         claim="none for the chosen threshold: P(R(t) <= alpha) >= 1 - delta holds for each fixed t only"),
-), hint="or multistart[S]")
-SEARCH_NAMES: tuple[str, ...] = tuple(SEARCHES)
+), hint="or multistart[S]", base=Search, group="cic.searches")
+SEARCH_NAMES: tuple[str, ...] = SEARCHES.names(plugins=False)  # the built-in searches (plug-ins: SEARCHES.names())
 DEFAULT_SEARCH = "fallback"  # why: docs/statistics.md, "The default search"
 
 _MULTISTART = re.compile(r"^multistart\[(\d+)\]$")

@@ -37,7 +37,7 @@ def replay(tmp_path: Path) -> Iterator[Path]:
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     ENGINES.register("tests.support.replay_engine:ReplayEngine", name="replay")
     yield path
-    ENGINES._entries.pop("replay")
+    ENGINES.unregister("replay")
 
 
 def answerer(path: Path, adaptive: tuple[int, ...] | None = ROUNDS) -> Answerer:

@@ -13,10 +13,11 @@ if TYPE_CHECKING:
     from cic.llm.engines.base import Engine
     from cic.llm.settings import AnswererSettings
 
-ENGINES: Registry[str] = Registry("engine", {
+#: name -> "module:Class" (imported when used) or the Engine class itself (a plug-in's, or `@ENGINES.register(name=…)`)
+ENGINES: Registry[str | type] = Registry("engine", {
     "local": "cic.llm.engines.local:LocalEngine",          # weights CIC loads (transformers, GGUF)
     "endpoint": "cic.llm.engines.endpoint:EndpointEngine",  # an OpenAI-compatible server
-})
+}, name_of=lambda entry: entry.name, base=(str, type), group="cic.engines")
 
 
 def engine_class(name: str) -> type[Engine]:
@@ -25,8 +26,11 @@ def engine_class(name: str) -> type[Engine]:
     from cic.llm.engines.base import Engine
 
     entry = ENGINES.lookup(name)
-    module, _, attribute = entry.partition(":")
-    found = getattr(import_module(module), attribute, None)
+    if isinstance(entry, type):
+        found: object = entry
+    else:
+        module, _, attribute = entry.partition(":")
+        found = getattr(import_module(module), attribute, None)
     key = name.strip().lower()
     if not (isinstance(found, type) and issubclass(found, Engine)) or getattr(found, "name", None) != key:
         raise UserError(f"engine {key!r}: the registry names {entry!r}, which is not a cic.llm.engines.base.Engine "

@@ -178,7 +178,7 @@ ESTIMATORS: Registry[Estimator] = Registry("estimator", (
     Estimator("answer_nll", answer_nll, _needs("answer_logprobs")),
     Estimator("answer_nll_mean", answer_nll_mean, _needs("answer_logprobs")),
     Estimator("one_minus_answer_prob", one_minus_answer_prob, _needs("answer_logprobs")),
-))
+), base=Estimator, group="cic.estimators")
 
 
 def unmet_by(names: Sequence[str], offered: set[str]) -> list[str]:

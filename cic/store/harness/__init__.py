@@ -61,7 +61,8 @@ def _lighteval() -> Harness:
     return Harness("lighteval", label, lighteval.looks_like, guarded(lighteval.read, label), lighteval.claims)
 
 
-HARNESSES: Registry[Harness] = Registry("harness", (_lm_eval(), _inspect_ai(), _helm(), _lighteval()))
+HARNESSES: Registry[Harness] = Registry("harness", (_lm_eval(), _inspect_ai(), _helm(), _lighteval()),
+                                        base=Harness, group="cic.harnesses")
 
 
 def which_harness(record: dict[str, Any]) -> Harness | None:
