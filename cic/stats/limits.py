@@ -31,7 +31,7 @@ from cic.stats.searches import DEFAULT_SEARCH
 #: Calibration sizes tried, as multiples of the table's (then refined between the last two by bisection).
 GROWTH = (1, 2, 4, 8, 16, 32, 64)
 CERTIFY_SHARE = 0.5  # "reaches alpha": certifies in at least half of the draws of that size
-RELIABLE = 4  # labels needed are estimated as a number up to this many times the table; beyond, a lower bound
+RELIABLE = 3  # labels needed as a number up to this many times the table; beyond, a lower bound (measured: docs)
 BUDGET_FLAT = 0.01  # "more labels stop paying": doubling them adds less than this much certified coverage
 
 
