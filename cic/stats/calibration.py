@@ -478,7 +478,7 @@ def calibrate_judged(scores: Any, judge: Any, human: Any, *, alpha: float, delta
     --------
     >>> import numpy as np, cic
     >>> rng = np.random.default_rng(0); s = rng.random(3000); wrong = rng.random(3000) < 0.25 * s
-    >>> judge = np.where(rng.random(3000) < 0.9, wrong, ~wrong); human = np.where(np.arange(3000) < 600, wrong, np.nan)
+    >>> judge = np.where(rng.random(3000) < 0.97, wrong, ~wrong); human = np.where(np.arange(3000) < 600, wrong, np.nan)
     >>> r = cic.calibrate_judged(s, judge, human, alpha=0.15); r.feasible, r.n_human
     (True, 600)
     """
