@@ -114,18 +114,20 @@ CALIBRATIONS = TableSpec("calibrations", {
     "run_keys": pl.List(pl.String()),        # each stage's generation run, joined on question id
     "question_ids": pl.List(pl.String()),    # the questions it was certified on: re-certified on exactly these
     "guarantee": pl.String(),                # the statement, in words
+    "favour": pl.String(),                   # a cascade's favoured model (alone at most of delta), or "scores"
 }, ("calibration_id",), added_later=("groups", "plan_json", "system", "system_kind", "models", "estimators",
                                      "estimator_rule", "costs", "thresholds", "certified", "shares",
-                                     "cost_per_question", "candidates", "run_keys", "question_ids", "guarantee"))
+                                     "cost_per_question", "candidates", "run_keys", "question_ids", "guarantee",
+                                     "favour"))
 
 #: the columns a single gate fills (a system gate's are `SYSTEM_GATE_COLUMNS`); the rest of its row is null
 SINGLE_GATE_COLUMNS = tuple(CALIBRATIONS.columns)[:list(CALIBRATIONS.columns).index("system")]
-#: the columns a system gate fills (the stored `system_calibrations` rows of schema version 4 had exactly these,
-#: `system_kind` named `kind`)
+#: the columns a system gate fills (the stored `system_calibrations` rows of schema version 4 had exactly these but
+#: `favour`, `system_kind` named `kind`)
 SYSTEM_GATE_COLUMNS = ("calibration_id", "system", "system_kind", "models", "estimators", "estimator_rule", "costs",
                        "dataset", "criterion", "alpha", "delta", "bound", "search", "thresholds", "certified",
                        "bound_value", "n_accepted", "n_errors", "n_cal", "shares", "cost_per_question", "candidates",
-                       "run_keys", "question_ids", "data_fingerprint", "guarantee", "created_at")
+                       "run_keys", "question_ids", "data_fingerprint", "guarantee", "created_at", "favour")
 
 EVALUATIONS = TableSpec("evaluations", {
     "evaluation_id": pl.String(),

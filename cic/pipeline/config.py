@@ -337,6 +337,9 @@ class CascadeConfig(_Strict):
     estimator: str = Field("semantic_entropy", min_length=1)
     costs: tuple[Annotated[float, Field(ge=0)], ...] | None = Field(None, description="cost per call of each model, "
                                                                     "in cost order: the cost per question is shown")
+    favour: str | None = Field(None, description="a model of the cascade to certify alone at most of delta (the "
+                               "default paths share the rest), or 'scores': the one whose calibration scores have "
+                               "the lowest median (label-free; for models scored alike)")
 
 
 MISSING_LABELS_HELP = MISSING_HELP
@@ -539,6 +542,9 @@ class PipelineConfig(_Strict):
             if cascade.estimator != "auto" and cascade.estimator not in self.uncertainty.estimators:
                 raise UserError(f"{where}.estimator = {cascade.estimator!r}: not among uncertainty.estimators "
                                 f"({', '.join(self.uncertainty.estimators)}) or auto")
+            if cascade.favour is not None and cascade.favour != "scores" and cascade.favour not in cascade.models:
+                raise UserError(f"{where}.favour = {cascade.favour!r}: not one of its models "
+                                f"({', '.join(cascade.models)}), nor 'scores'")
             if cascade.costs is not None and len(cascade.costs) != len(cascade.models):
                 raise UserError(f"{where}.costs = {list(cascade.costs)!r}: one per model ({len(cascade.models)})")
 

@@ -42,6 +42,8 @@ SINGLE_SHARE = 0.6
 #: Two models' mixtures: per model, the weight of its score quantile (model i answers at level q when
 #: F_i(u_i) <= w_i·q; weight 0: it never answers).
 TWO_MODEL_MIXTURES: tuple[tuple[float, ...], ...] = ((0.25, 1.0), (0.5, 1.0), (1.0, 1.0), (1.0, 0.5))
+#: With a favoured model (`favour=`): its share of delta, alone; the default paths share the rest.
+FAVOUR_SHARE = 0.9
 
 
 def default_paths(k: int, delta: float) -> tuple[tuple[tuple[float, ...], float], ...]:
@@ -61,6 +63,52 @@ def default_paths(k: int, delta: float) -> tuple[tuple[tuple[float, ...], float]
         mixed += [(1.0,) * k, tuple(0.5 ** (k - 1 - m) for m in range(k))]
     return (tuple((p, delta * SINGLE_SHARE / k) for p in alone)
             + tuple((p, delta * (1 - SINGLE_SHARE) / len(mixed)) for p in mixed))
+
+
+def given_paths(paths: Sequence[Any], delta: float) -> tuple[tuple[tuple[float, ...], float], ...]:
+    """A caller's paths with their shares: bare weights share delta equally; (weights, share) pairs keep their
+    shares, which must be positive and sum to at most delta (else the union bound would not hold)."""
+    if not paths:
+        raise UserError("paths = []: give at least one path (weights per model)")
+    pairs = [p for p in paths if len(p) == 2 and isinstance(p[0], Sequence) and not isinstance(p[0], str)]
+    if pairs and len(pairs) != len(paths):
+        raise UserError("paths: give every path as weights, or every one as (weights, share), not a mixture")
+    if not pairs:
+        return tuple((tuple(float(w) for w in p), delta / len(paths)) for p in paths)
+    shares = [float(share) for _, share in pairs]
+    if not all(share > 0 and math.isfinite(share) for share in shares):
+        raise UserError(f"paths: shares = {shares!r}: each must be a positive number")
+    if sum(shares) > delta * (1 + 1e-12):
+        raise UserError(f"paths: shares sum to {sum(shares):g} > delta = {delta:g}; the union bound needs them to "
+                        "sum to at most delta")
+    return tuple((tuple(float(w) for w in weights), share) for (weights, _), share in zip(pairs, shares, strict=True))
+
+
+def favourite(favour: int | str, us: Sequence[np.ndarray], names: Sequence[str]) -> int:
+    """The favoured model's index: given by index or name, or "scores" — the lowest median calibration score (reads
+    scores only, never a label; meaningful where the models' scores are on one scale, e.g. the same estimator)."""
+    if isinstance(favour, str) and favour.strip().lower() == "scores":
+        return int(np.argmin([float(np.median(u)) for u in us]))
+    if isinstance(favour, str):
+        if favour not in names:
+            raise UserError(f"favour = {favour!r}: not one of the cascade's models ({', '.join(names)}), nor 'scores'")
+        return list(names).index(favour)
+    if not 0 <= int(favour) < len(us):
+        raise UserError(f"favour = {favour!r}: a model index from 0 to {len(us) - 1}")
+    return int(favour)
+
+
+def favoured_paths(k: int, delta: float, favoured: int,
+                   share: float = FAVOUR_SHARE) -> tuple[tuple[tuple[float, ...], float], ...]:
+    """The favoured model alone at `share` of delta, the default paths at the rest (each scaled): they sum to
+    delta. Where one model dominates, its gate certified nearly at delta is what the system keeps; where the
+    models complement, the mixtures still get their share."""
+    if not 0 < share < 1:
+        raise UserError(f"favour_share = {share!r}: must lie strictly between 0 and 1")
+    alone = tuple(1.0 if j == favoured else 0.0 for j in range(k))
+    rest = [(path, part * (1 - share)) for path, part in default_paths(k, delta)]
+    return ((alone, delta * share + sum(part for path, part in rest if path == alone)),
+            *((path, part) for path, part in rest if path != alone))
 
 
 @dataclass(frozen=True)
@@ -164,12 +212,16 @@ def _thresholds(scores: Sequence[np.ndarray], path: Sequence[float], q: float) -
 @checked
 def calibrate_cascade(scores: Sequence[Any], errors: Sequence[Any], *, alpha: float, delta: float = 0.05,
                       bound: str = "cp", search: str = DEFAULT_SEARCH, models: Sequence[str] | None = None,
-                      costs: Sequence[Any] | None = None, paths: Sequence[Sequence[float]] | None = None,
-                      min_coverage: float | None = None) -> CascadeResult:
+                      costs: Sequence[Any] | None = None, paths: Sequence[Any] | None = None,
+                      min_coverage: float | None = None, favour: int | str | None = None,
+                      favour_share: float = FAVOUR_SHARE) -> CascadeResult:
     """Certify a cascade of models (cost order) on the same calibration questions.
 
     `scores[i]`, `errors[i]`: model i's uncertainty and 0/1 error on question j (aligned by question). Each path
-    is searched at its share of delta (`default_paths`; paths given here share it equally); the result is the
+    is searched at its share of delta (`default_paths`); `paths` given here are weights sharing delta equally, or
+    (weights, share) pairs whose shares sum to at most delta. `favour` (a model's index or name, or "scores": the
+    model whose calibration scores have the lowest median — label-free, for models scored alike) puts that model
+    alone at `favour_share` of delta and the default paths at the rest (`favoured_paths`). The result is the
     certified path with the most coverage, or, with `min_coverage`, the cheapest (by `costs`: model i's cost per
     call — one number, or one per question where it varies, e.g. generations an adaptive score drew — every model
     up to the answering one called) among those answering at least that share.
@@ -181,8 +233,11 @@ def calibrate_cascade(scores: Sequence[Any], errors: Sequence[Any], *, alpha: fl
     bound = _bounds.resolve_bound(bound)
     plan = get_search(search)
     n = us[0].shape[0]
-    shared = (default_paths(len(us), float(delta)) if paths is None
-              else tuple((tuple(float(w) for w in p), float(delta) / len(paths)) for p in paths))
+    if favour is not None and paths is not None:
+        raise UserError("give either paths= or favour=, not both: favour builds its paths")
+    shared = (given_paths(paths, float(delta)) if paths is not None else
+              favoured_paths(len(us), float(delta), favourite(favour, us, names), favour_share)
+              if favour is not None else default_paths(len(us), float(delta)))
     found = []
     for raw, share in shared:
         path = (tuple(raw) + (raw[-1],) * max(0, len(us) - len(raw)))[:len(us)]  # more models: the last weight
@@ -317,11 +372,12 @@ class SystemChoice:
 
 def certify_system(tables: Mapping[str, tuple[Sequence[Any], Sequence[Any]]], *, alpha: float, delta: float = 0.05,
                    bound: str = "cp", search: str = DEFAULT_SEARCH, models: Sequence[str] | None = None,
-                   costs: Sequence[float] | None = None) -> SystemChoice:
+                   costs: Sequence[float] | None = None, favour: int | str | None = None) -> SystemChoice:
     """Certify a system of one stage (a gate) or several (a cascade) for each candidate estimator at delta / K
     and keep the one answering the most (a tie: the first in `tables` order): P(the kept system's risk > alpha)
     <= delta (union bound over the K).
-    `tables[name]` = (per stage scores, per stage errors) on the same questions."""
+    `tables[name]` = (per stage scores, per stage errors) on the same questions; `favour`: a cascade's favoured
+    model (`calibrate_cascade`)."""
     from cic.stats.calibration import calibrate
 
     if not tables:
@@ -334,7 +390,7 @@ def certify_system(tables: Mapping[str, tuple[Sequence[Any], Sequence[Any]]], *,
             found.append((name, (result.threshold,), result, result.n_accepted))
         else:
             result = calibrate_cascade(us, es, alpha=alpha, delta=share, bound=bound, search=search, models=models,
-                                       costs=costs)
+                                       costs=costs, favour=favour)
             found.append((name, result.thresholds, result, result.n_accepted))
     results = {f[0]: f[2] for f in found}
     certified = [f for f in found if any(t is not None for t in f[1])]

@@ -90,6 +90,7 @@ def test_the_store_holds_every_system_once_and_a_rerun_adds_nothing(store: Store
     ({"name": "c", "models": ["m", "n"], "costs": [1]}, "costs = \\[1.0\\]: one per model \\(2\\)"),
     ({"name": "c", "models": ["m", "n"], "estimator": "eigv"}, "estimator = 'eigv': not among uncertainty"),
     ({"name": "c", "models": ["m"]}, "calibration.cascades.0.models"),
+    ({"name": "c", "models": ["m", "n"], "favour": "x"}, "calibration.cascades.0.favour = 'x': not one of its"),
 ])
 def test_a_cascade_that_cannot_be_built_is_refused_naming_the_field(cascade: dict, message: str) -> None:
     data = {"models": [{"name": "m", "spec": "org/m"}, {"name": "n", "spec": "org/n"}],
@@ -424,3 +425,30 @@ def test_an_event_log_state_no_cic_writes_stops_the_export_for_a_system_gate_as_
         with pytest.raises(UserError, match=f"gate {gate_id[:12]}: its newest event has state 'paused'"):
             served_entries(store)
         assert all("system" not in e for e in served_entries(store, model="nobody"))  # a filter that leaves it out
+
+
+def test_a_favoured_cascade_is_certified_with_its_favourite_and_re_certifies_from_its_own_row(store: Store) -> None:
+    """`favour: big` stores the favoured model with the gate (in its id, its guarantee and its row), certifies as
+    `calibrate_cascade(favour="big")` does on the joined pairs, and re-certifies from the stored row alone."""
+    from cic.pipeline.gates.gate_rows import gate_rows
+    from cic.pipeline.gates.system_gates import recertify_system, spec_of
+    from cic.stats.cascades import FAVOUR_SHARE
+
+    keys = two_models(store)
+    spec = SystemSpec("small-big", "cascade", ("small", "big"), "semantic_entropy", (1.0, 5.0), favour="big")
+    (data,) = list(iter_system_data(store, keys, spec))
+    rows = system_calibration_rows(data, CONFIG)
+    unfavoured = system_calibration_rows(next(iter(iter_system_data(store, keys, SystemSpec(
+        "small-big", "cascade", ("small", "big"), "semantic_entropy", (1.0, 5.0))))), CONFIG)
+    pairs = [store.calibration_frame(m, "d", ESTIMATORS[0], "similarity[0.6]") for m in ("small", "big")]
+    for row, other in zip(rows.iter_rows(named=True), unfavoured.iter_rows(named=True), strict=True):
+        direct = calibrate_cascade([p.get_column("score").to_numpy() for p in pairs],
+                                   [p.get_column("error").to_numpy() for p in pairs], alpha=row["alpha"],
+                                   delta=0.05, bound="cp", costs=(1.0, 5.0), favour="big", models=("small", "big"))
+        assert row["thresholds"] == list(direct.thresholds) and row["favour"] == "big"
+        assert row["calibration_id"] != other["calibration_id"] and other["favour"] is None
+        assert f"big alone at {FAVOUR_SHARE:g} of delta" in row["guarantee"]
+    store.upsert("calibrations", rows)
+    (stored,) = gate_rows(stored_system_rows(store).filter(calibration_id=rows["calibration_id"][0]))
+    assert spec_of(stored).favour == "big"
+    recertify_system(store, stored)  # from its own row: no config

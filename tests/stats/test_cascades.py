@@ -187,3 +187,44 @@ def test_paths_a_caller_gives_are_each_searched_at_delta_over_their_number(paths
     e1, e2 = (rng.random(2000) < 0.3 * u1).astype(int), (rng.random(2000) < 0.25 * u2).astype(int)
     picked = calibrate_cascade([u1, u2], [e1, e2], alpha=0.1, delta=0.05, paths=paths)
     assert picked.path_delta == pytest.approx(0.05 / len(paths))
+
+
+def test_paths_with_their_own_shares_are_searched_at_them_and_may_not_sum_past_delta() -> None:
+    """(weights, share) pairs: each path certified at its own share; shares summing past delta are refused (the
+    union bound would not hold), as are a mixture of the two forms and a share that is not positive."""
+    rng = np.random.default_rng(6)
+    u1, u2 = rng.random(2000), rng.random(2000)
+    e1, e2 = (rng.random(2000) < 0.3 * u1).astype(int), (rng.random(2000) < 0.25 * u2).astype(int)
+    picked = calibrate_cascade([u1, u2], [e1, e2], alpha=0.1, paths=[((0.0, 1.0), 0.04), ((1.0, 1.0), 0.01)])
+    alone = calibrate_cascade([u1, u2], [e1, e2], alpha=0.1, delta=dict([((0.0, 1.0), 0.04), ((1.0, 1.0), 0.01)])[
+        picked.path], paths=[picked.path])
+    assert picked.certified and (picked.thresholds, picked.n_accepted) == (alone.thresholds, alone.n_accepted)
+    for paths, says in (([((0.0, 1.0), 0.04), ((1.0, 1.0), 0.02)], "shares sum to 0.06 > delta = 0.05"),
+                        ([((0.0, 1.0), 0.04), (1.0, 1.0)], "not a mixture"),
+                        ([((0.0, 1.0), 0.0)], "each must be a positive number")):
+        with pytest.raises(UserError, match=says):
+            calibrate_cascade([u1, u2], [e1, e2], alpha=0.1, paths=paths)
+
+
+def test_a_favoured_model_gets_most_of_delta_alone_and_the_shares_still_sum_to_delta() -> None:
+    """favour= puts that model alone at FAVOUR_SHARE of delta and the default paths at the rest (summing to delta,
+    for any number of models); "scores" favours the lowest median calibration score without reading a label."""
+    from cic.stats.cascades import FAVOUR_SHARE, favoured_paths, favourite
+
+    for k in (2, 3, 4):
+        for i in range(k):
+            shares = dict(favoured_paths(k, 0.05, i))
+            alone = tuple(1.0 if j == i else 0.0 for j in range(k))
+            assert math.isclose(sum(shares.values()), 0.05) and shares[alone] >= 0.05 * FAVOUR_SHARE
+    rng = np.random.default_rng(8)
+    u1, u2 = rng.random(3000) + 0.5, rng.random(3000)  # the big model's scores lie lower: "scores" favours it
+    e1, e2 = (rng.random(3000) < 0.5).astype(int), (rng.random(3000) < 0.02 + 0.2 * u2).astype(int)
+    assert favourite("scores", [u1, u2], ("small", "big")) == 1 == favourite("big", [u1, u2], ("small", "big"))
+    favoured = calibrate_cascade([u1, u2], [e1, e2], alpha=0.1, models=("small", "big"), favour="scores")
+    alone = cic.calibrate(u2, e2, alpha=0.1, delta=dict(favoured_paths(2, 0.05, 1))[(0.0, 1.0)])
+    assert favoured.path == (0.0, 1.0) and favoured.thresholds[1] == alone.threshold
+    assert favoured.n_accepted >= calibrate_cascade([u1, u2], [e1, e2], alpha=0.1).n_accepted
+    for kwargs, says in (({"favour": "huge"}, "favour = 'huge': not one of"), ({"favour": 5}, "a model index"),
+                         ({"favour": 0, "paths": [(1.0, 0.0)]}, "either paths= or favour=")):
+        with pytest.raises(UserError, match=says):
+            calibrate_cascade([u1, u2], [e1, e2], alpha=0.1, models=("small", "big"), **kwargs)

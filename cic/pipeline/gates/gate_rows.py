@@ -74,6 +74,7 @@ class GateRow:
     question_ids: list[str] | None = None
     guarantee: str | None = None
     created_at: datetime | None = None
+    favour: str | None = None         # a cascade's favoured model ("scores": the lowest median score), None: none
     # what its event log says of it when it was read
     state: str | None = None          # its state (live, candidate, ...)
     alerts: tuple[str, ...] = ()      # what was said about it

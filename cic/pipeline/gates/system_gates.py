@@ -24,7 +24,7 @@ from cic.pipeline.gates.event_log import HOLDS_KEY, current_states
 from cic.pipeline.gates.gate_rows import ColumnReader, GateRow
 from cic.pipeline.run.run_results import SystemResultRow
 from cic.pipeline.run.stored_calibration import data_fingerprint, settled
-from cic.stats.cascades import certify_system, evaluate_system_splits
+from cic.stats.cascades import FAVOUR_SHARE, certify_system, evaluate_system_splits
 from cic.stats.searches import DEFAULT_SEARCH
 from cic.store.queries import labelled_criteria, labelled_pairs_of_runs, scored_estimators, system_gate_frame
 
@@ -43,6 +43,7 @@ class SystemSpec:
     models: tuple[str, ...]
     estimator: str  # an estimator's base name, or "auto"
     costs: tuple[float, ...] | None = None
+    favour: str | None = None  # a cascade's favoured model, or "scores" (`cic.stats.cascades.favourite`)
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def calibrate_systems(store: Store, run_keys: list[str], config: CalibrationConf
 
 def system_specs(config: CalibrationConfig, models: list[str]) -> list[SystemSpec]:
     """The config's cascades, then one estimator choice per model when `estimator` is auto."""
-    specs = [SystemSpec(c.name, "cascade", c.models, c.estimator, c.costs) for c in config.cascades]
+    specs = [SystemSpec(c.name, "cascade", c.models, c.estimator, c.costs, c.favour) for c in config.cascades]
     if config.estimator == "auto":
         specs += [SystemSpec(f"{m}:auto", "estimator", (m,), "auto") for m in models]
     return specs
@@ -168,12 +169,14 @@ def system_calibration_rows(data: SystemData, config: CalibrationConfig) -> pl.D
     for alpha in config.alphas:
         for bound in config.bounds:
             choice = certify_system(data.tables, alpha=alpha, delta=config.delta, bound=bound,
-                                    search=DEFAULT_SEARCH, models=spec.models, costs=spec.costs)
+                                    search=DEFAULT_SEARCH, models=spec.models, costs=spec.costs, favour=spec.favour)
             result, kept = choice.result, choice.estimator is not None
+            favoured = (spec.favour,) if spec.favour is not None else ()  # ids of unfavoured gates as they were
             rows.append({
                 "calibration_id": schema.value_hash("system", spec.name, spec.kind, spec.models, spec.estimator,
                                                     spec.costs, data.dataset, data.criterion, alpha, config.delta,
-                                                    bound, DEFAULT_SEARCH, data.fingerprint),
+                                                    bound, DEFAULT_SEARCH, data.fingerprint, *favoured),
+                "favour": spec.favour,
                 "system": spec.name, "system_kind": spec.kind, "models": list(spec.models),
                 "estimators": [choice.estimator] * len(spec.models) if kept else [],
                 "estimator_rule": spec.estimator, "costs": list(spec.costs) if spec.costs is not None else None,
@@ -190,8 +193,10 @@ def system_calibration_rows(data: SystemData, config: CalibrationConfig) -> pl.D
 
 
 def _guarantee(spec: SystemSpec, k: int, alpha: float, delta: float) -> str:
+    favoured = (f"; {spec.favour if spec.favour != 'scores' else 'the model with the lowest median score'} alone "
+                f"at {FAVOUR_SHARE:g} of delta" if spec.favour is not None else "")
     what = (f"the {len(spec.models)}-model cascade {' -> '.join(spec.models)} (thresholds along label-free paths "
-            "of score quantiles)" if spec.kind == "cascade" else f"{spec.models[0]}'s gate")
+            f"of score quantiles{favoured})" if spec.kind == "cascade" else f"{spec.models[0]}'s gate")
     return (f"P(error among answered <= {alpha:g}) >= {1 - delta:g} for {what}, {k} estimator(s) tried at "
             f"delta / {k} and the one answering the most kept; {DEFAULT_SEARCH} search; exchangeable questions")
 
@@ -240,7 +245,7 @@ def spec_of(row: GateRow) -> SystemSpec:
     """The system a stored gate was certified for, from its own row (no config needed to re-certify it)."""
     costs = row.get("costs")
     return SystemSpec(row["system"], row["system_kind"], tuple(row["models"]), row["estimator_rule"],
-                      tuple(costs) if costs is not None else None)
+                      tuple(costs) if costs is not None else None, row.get("favour"))
 
 
 #: every column of a stored system gate that a serving surface serves or states: each is re-certified
