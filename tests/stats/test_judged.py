@@ -38,6 +38,8 @@ def test_rectifier_bound_is_tight_when_judge_and_people_agree() -> None:
     rect = _rectifier(np.zeros(400, dtype=int))
     bound = rect.upper(np.array([0, 400]), 0.05)
     assert bound[0] == 1.0 and 0 < bound[1] < 0.03
+    # on the scale of H - J: a judge missing every error the people saw leaves a correction of 1, bounded by 1
+    assert _rectifier(np.ones(50, dtype=int)).upper(np.array([50]), 0.05)[0] >= 0.999
 
 
 def test_betting_order_is_not_the_score_order() -> None:
