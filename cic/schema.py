@@ -268,6 +268,20 @@ TABLES: dict[str, TableSpec] = {t.name: t for t in (QUESTIONS, RUNS, GENERATIONS
                                                      ANYTIME_STATES, ANYTIME_COUNTED)}
 
 
+JUDGED_JOIN = "+"  # joins a judge's criterion and the people's: the criterion a judge-plus-people gate certifies
+
+
+def judged_criterion(judge: str, people: str) -> str:
+    """The criterion of a gate certified with a judge's labels corrected by people's: `judge+people`."""
+    return f"{judge}{JUDGED_JOIN}{people}"
+
+
+def judged_parts(criterion: str) -> tuple[str, str] | None:
+    """(judge, people) of a judge-plus-people criterion (`judged_criterion`); None for one labeller's criterion."""
+    judge, sep, people = criterion.partition(JUDGED_JOIN)
+    return (judge, people) if sep and judge and people and JUDGED_JOIN not in people else None
+
+
 def estimator_base(name: str) -> str:
     """An estimator's registry name without the settings a stored score name carries in brackets
     (`semantic_entropy[embedding:0.9]` -> `semantic_entropy`)."""

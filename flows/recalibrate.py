@@ -207,14 +207,18 @@ def recalibrate_flow(config_path: str = DEMO_CONFIG, db: str | None = None, trac
 
 
 def labels_assumed(summary: RecalibrationSummary) -> str:
-    """The state message's clause for served gates whose certificate assumes labels go missing at random
-    ("" when every served gate counts missing labels as errors)."""
-    from cic.pipeline.run.missing_labels import ASSUMPTIONS, WORST_CASE
+    """The state message's clauses for served gates whose certificate assumes labels go missing at random, and
+    for those a judge and people certified ("" when every served gate counts missing labels as errors alone)."""
+    from cic.pipeline.run.missing_labels import ASSUMPTIONS, AT_RANDOM
+    from cic.stats.calibration import JUDGED_ASSUMPTION
 
-    weaker = [r for r in summary.serving if r.serves and r.labels and r.labels != ASSUMPTIONS[WORST_CASE]]
-    if not weaker:
-        return ""
-    return f"; {len(weaker)} serving gate(s) {ASSUMPTIONS['at_random']} ({', '.join(r.key for r in weaker[:3])})"
+    out = ""
+    for words, said in ((ASSUMPTIONS[AT_RANDOM], ASSUMPTIONS[AT_RANDOM]),
+                        (JUDGED_ASSUMPTION, f"certified with a judge and people: {JUDGED_ASSUMPTION}")):
+        resting = [r for r in summary.serving if r.serves and words in r.labels]
+        if resting:
+            out += f"; {len(resting)} serving gate(s) {said} ({', '.join(r.key for r in resting[:3])})"
+    return out
 
 
 def log_and_register(result: RecalibrationPass, summary: RecalibrationSummary, config: Any, log_to_mlflow: bool,

@@ -342,6 +342,31 @@ class CascadeConfig(_Strict):
                                "the lowest median (label-free; for models scored alike)")
 
 
+class JudgedConfig(_Strict):
+    """A judge's labels on every question corrected by people's on a random subset (`cic.calibrate_judged`): each
+    run labelled by both gets gates under criterion `judge+people`, certifying the people's verdict."""
+
+    judge: str = Field(min_length=1, pattern=r"^[^+\s]+$", description="the judge's criterion (e.g. an ingested "
+                       "`correct:judge` column, or similarity[0.5])")
+    people: str = Field(min_length=1, pattern=r"^[^+\s]+$", description="the people's criterion, labelled on a "
+                        "random subset of the questions")
+    judge_share: float = Field(0.5, gt=0, lt=1, description="the share of each test's level spent on the judge's "
+                               "bound; the people's correction gets the rest")
+
+    @model_validator(mode="after")
+    def _two_labellers(self) -> JudgedConfig:
+        if self.judge == self.people:
+            raise ValueError(f"judge and people are both {self.judge!r}: name two criteria")
+        return self
+
+    @property
+    def criterion(self) -> str:
+        """The criterion its gates are stored under."""
+        from cic.schema import judged_criterion
+
+        return judged_criterion(self.judge, self.people)
+
+
 MISSING_LABELS_HELP = MISSING_HELP
 
 
@@ -363,6 +388,8 @@ class CalibrationConfig(_Strict):
                                               "delta / K (choosing among K gates spends up to K·delta otherwise)")
     cascades: tuple[CascadeConfig, ...] = ()
     missing_labels: Literal["worst_case", "at_random"] = Field("worst_case", description=MISSING_LABELS_HELP)
+    judged: tuple[JudgedConfig, ...] = Field((), description="judge-plus-people gates beside the others: a judge's "
+                                            "labels corrected by people's on a random subset")
     group_by: Literal["dataset"] | None = Field(None, description="dataset: the gates of a model's datasets "
                                                 "(production streams) certified at once, each at delta / G for the "
                                                 "G datasets of that model, so with probability >= 1 - delta every "
@@ -381,6 +408,19 @@ class CalibrationConfig(_Strict):
         from cic.stats.searches import get_search
 
         return tuple(get_search(s).name for s in value)
+
+    def sampled(self, criterion: str) -> bool:
+        """Whether a criterion is a `judged` entry's people: they label a random subset by design, so its records
+        without their label are left out (never counted as errors, never paged as labels not arriving)."""
+        return any(j.people == criterion for j in self.judged)
+
+    def label_policy(self, criterion: str) -> str:
+        """How a group's records without a label count: `missing_labels`, or at_random for a sampled criterion."""
+        return "at_random" if self.sampled(criterion) else self.missing_labels
+
+    def judge_share(self, criterion: str) -> float:
+        """The judge's share of a judge-plus-people criterion's tests (0.5 where none is configured)."""
+        return next((j.judge_share for j in self.judged if j.criterion == criterion), 0.5)
 
     @cached_property
     def plans(self) -> tuple[Search, ...]:

@@ -32,6 +32,7 @@ from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
 from cic.pipeline.gates.gate_rows import ColumnReader, GateRow
 from cic.pipeline.gates.lifecycle import SERVING_KEY, gate_of
 from cic.pipeline.gates.system_gates import ROUTE
+from cic.pipeline.run.missing_labels import gate_assumption
 from cic.services.mlflow_tracking import experiment_id
 
 LIVE_ALIAS = "live"           # the alias of the per-key registered models earlier versions wrote (cleared)
@@ -148,10 +149,11 @@ def _check_group(model: Any, group: str, name: str) -> None:
 
 
 def _version_tags(row: GateRow) -> dict[str, str]:
-    """What a version says of its gate, readable in the registry UI and checked before an alias moves."""
+    """What a version says of its gate (with the label assumption its certificate rests on), readable in the
+    registry UI and checked before an alias moves."""
     return {GATE_ID_TAG: row["calibration_id"], KEY_TAG: serving_key_json(row), "cic.alpha": f"{row['alpha']:g}",
             "cic.delta": f"{row['delta']:g}", "cic.bound": row["bound"], "cic.search": row["search"],
-            "cic.threshold": f"{row['threshold']:.6g}"}
+            "cic.threshold": f"{row['threshold']:.6g}", "cic.labels": gate_assumption(row)}
 
 
 @dataclass(frozen=True)
@@ -215,7 +217,7 @@ def _system_version_tags(row: GateRow) -> dict[str, str]:
     return {GATE_ID_TAG: row["calibration_id"], KEY_TAG: system_key_json(row), "cic.alpha": f"{row['alpha']:g}",
             "cic.delta": f"{row['delta']:g}", "cic.bound": row["bound"], "cic.search": row["search"],
             "cic.models": " -> ".join(row["models"]), "cic.estimators": " / ".join(row["estimators"] or []),
-            "cic.thresholds": _thresholds(row)}
+            "cic.thresholds": _thresholds(row), "cic.labels": gate_assumption(row)}
 
 
 def _system_files(row: GateRow) -> dict[str, str]:

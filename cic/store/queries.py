@@ -94,6 +94,27 @@ def certified_pairs_of_runs(store: Store, run_keys: Sequence[str], *, estimator:
     return _pairs(store, run_keys, estimator, criterion, missing)
 
 
+_PEOPLE = ("SELECT run_key, question_id, CAST(NOT aligned AS DOUBLE) AS human, created_at AS human_at FROM labels "
+           "WHERE run_key IN (SELECT unnest(?)) AND criterion = ?")
+
+
+def judged_pairs_of_runs(store: Store, run_keys: Sequence[str], *, judge: str, people: str,
+                         estimator: str | None = None, missing: bool = False, certified: bool = False
+                         ) -> pl.DataFrame:
+    """The judge's pairs of these runs (`labelled_pairs_of_runs` of criterion `judge`; `certified_pairs_of_runs`
+    with `certified`) under criterion `judge+people`, with the people's verdict beside each: `human` 1 / 0 where a
+    person labelled the question, null where none did, and `human_at`, when that label was stored (with
+    `certified` only). A question people labelled but the judge did not is left out (the judge labels all)."""
+    import polars as pl
+
+    keys = list(run_keys)
+    pairs = _pairs(store, keys, estimator, judge, missing)
+    verdicts = store.sql_frame(_PEOPLE, [keys, people])
+    out = pairs.join(verdicts, on=["run_key", "question_id"], how="left", maintain_order="left") \
+        .with_columns(criterion=pl.lit(schema.judged_criterion(judge, people)))
+    return out if certified else out.drop("labelled_at", "stored_at", "human_at")
+
+
 def ingested_without_labels(store: Store, run_keys: Sequence[str]) -> bool:
     """Whether any record of these runs was ingested without its label (none yet, or one stored by a later
     ingest): its labels come later, so a label window applies by default."""

@@ -359,3 +359,63 @@ def test_on_call_a_warning_completes_a_page_fails_and_the_rejected_gate_serves_n
     assert advised and all("--db" in c for c in advised), withdrawn
     followed = run_cic(advised[0][1:], user, env)
     assert followed.code == 0, (advised[0], followed.text + followed.stderr)
+
+
+def _judged_week(path: Path, start: datetime, n: int = 1200) -> None:
+    """`n` records from `start`, 5 minutes apart: a judge's verdict on every one (97% agreeing with the truth) and
+    a person's on every third (an empty cell elsewhere)."""
+    import random
+
+    rng = random.Random(7)
+    with path.open("w", newline="") as handle:
+        out = csv.writer(handle)
+        out.writerow(["model", "stream", "question_id", "question", "answer", "timestamp",
+                      "score:semantic_entropy", "correct:judge", "correct:human"])
+        for i in range(n):
+            score = rng.random()
+            correct = rng.random() >= 0.02 + 0.4 * score
+            judge = correct if rng.random() < 0.97 else not correct
+            out.writerow(["judged", "web", f"j{i}", f"question {i}", f"answer {i}",
+                          (start + timedelta(minutes=5 * i)).isoformat(), f"{score:.4f}", str(judge).lower(),
+                          str(correct).lower() if i % 3 == 0 else ""])
+
+
+def test_the_nightly_job_certifies_with_a_judge_and_people_and_says_so_where_on_call_reads(
+        home: tuple[Path, dict[str, str]]) -> None:
+    """`calibration.judged` in the nightly job's config: the installed `cic recalibrate` certifies the judge's
+    labels corrected by the people's, serves that gate under criterion judge+human, and its label assumption is
+    read back from the run's state message in Prefect, the serving lines, the export and the MLflow run's tags."""
+    import json
+
+    import yaml
+    from mlflow import MlflowClient
+
+    from cic.stats.calibration import JUDGED_ASSUMPTION
+
+    user, env = home
+    config = yaml.safe_load((user / "small.yaml").read_text())
+    config["calibration"] = {"alphas": [0.2], "bounds": ["cp"], "searches": ["fallback"], "n_splits": 10,
+                             "judged": [{"judge": "judge", "people": "human"}]}
+    config["recalibration"] = {"promotion": "auto"}
+    config["storage"]["db"] = "judged.duckdb"
+    (user / "judged.yaml").write_text(yaml.safe_dump(config))
+    _judged_week(user / "judged.csv", datetime.now(UTC) - timedelta(days=5))
+    assert run_cic(["ingest", "judged.csv", "--db", "judged.duckdb"], user, env).code == 0
+    done = run_cic(["recalibrate", "--config", "judged.yaml"], user, env)
+    assert done.code == 0, done.text + done.stderr
+    readable(done, max_lines=40)
+    said = " ".join(done.text.split())
+    assert "judge+human" in said and JUDGED_ASSUMPTION in said, done.text
+    state = subprocess.run([sys.executable, "-c", STATE_OF_NEWEST_RUN, "judged.yaml"], env=env, cwd=user,
+                           capture_output=True, text=True, timeout=60)
+    assert state.stdout.startswith("COMPLETED ") and f"certified with a judge and people: {JUDGED_ASSUMPTION}" \
+        in state.stdout, state.stdout + state.stderr
+    assert run_cic(["gate", "export", "--db", "judged.duckdb", "--out", "judged.json"], user, env).code == 0
+    (entry,) = [e for e in json.loads((user / "judged.json").read_text()) if e.get("criterion") == "judge+human"]
+    assert entry["serve"] == "gate" and JUDGED_ASSUMPTION in entry["labels"], entry
+    mlflow = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
+    runs = mlflow.search_runs([e.experiment_id for e in mlflow.search_experiments()],
+                              filter_string="tags.`cic.criterion` = 'judge+human'")
+    assert runs and all(JUDGED_ASSUMPTION in r.data.tags["cic.labels"] for r in runs)
+    (version,) = mlflow.search_model_versions(f"tags.`cic.gate_id` = '{entry['gate_id']}'")
+    assert version.tags["cic.state"] == "serving" and JUDGED_ASSUMPTION in version.tags["cic.labels"]

@@ -257,7 +257,8 @@ def test_a_judge_on_every_record_and_people_on_a_few_certify_together_from_the_s
     assert f"answer when score <= {expected.printed_threshold}" in " ".join(proc.stdout.split())
     for bad, says in (({"correct:similarity[0.6]": [True] * 6}, r"'similarity\[0.6\]' is a criterion's name"),
                       ({"correct:judge": [True] * 6, "correct: judge": [True] * 6}, "two columns name labeller"),
-                      ({"correct:human": [True] * 6}, "label under one name")):
+                      ({"correct:human": [True] * 6}, "label under one name"),
+                      ({"correct:judge+human": [True] * 6}, r"'\+' joins a judge's criterion and the people's")):
         spoiled = records().with_columns(**{k: pl.Series(v) for k, v in bad.items()})
         with Store.open(tmp_path / "bad.duckdb") as store, pytest.raises(UserError, match=says):
             ingest_file(store, write(spoiled, tmp_path / "bad.parquet"))

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import polars as pl
 
+from cic import schema
 from cic.pipeline.config import CalibrationConfig
 from cic.pipeline.gates.lifecycle import promote_first_gates
 from cic.pipeline.gates.system_gates import calibrate_systems
@@ -20,6 +21,7 @@ from cic.pipeline.run.stored_calibration import (
     group_evaluation_rows,
     groups_of_run,
     iter_group_pairs,
+    pair_columns,
     span,
 )
 from cic.store import Store
@@ -32,25 +34,27 @@ def calibrate_store(db: str, run_keys: Sequence[str], calibration: CalibrationCo
     stats = CalibrateStats()
     with Store.open(db, wait_s=60) as store:
         runs = [r for r in store.read("runs").iter_rows(named=True) if r["run_key"] in set(run_keys)]
-        groups = [g for run in runs for g in groups_of_run(store, run, estimators, criteria)]
+        groups = [g for run in runs for g in groups_of_run(store, run, estimators, criteria, calibration.judged)]
         together = group_counts(runs, calibration)  # G per model with `group_by: dataset`, else 1
         by_family: dict[tuple[str, str, str], list[tuple[GroupKey, pl.DataFrame]]] = {}
-        for key, timed in iter_group_pairs(store, groups, calibration.missing_labels):
-            pairs = timed.select("question_id", "score", "error")
-            if calibration.group_by == "dataset":
+        for key, timed in iter_group_pairs(store, groups, calibration.label_policy):
+            pairs = timed.select(pair_columns(timed))
+            judged = schema.judged_parts(key.criterion) is not None  # no split protocol on judge-plus-people pairs
+            if calibration.group_by == "dataset" and not judged:
                 by_family.setdefault((key.model, key.estimator, key.criterion), []).append((key, pairs))
             # the window the gates cover (when production saw / labels came): recalibration starts after it
             calibrations = calibration_rows(key, pairs, calibration, window=span(timed), groups=together[key.model])
-            evaluations = evaluation_rows(key, pairs, calibration)
+            evaluations = evaluation_rows(key, pairs, calibration) if not judged else None
             with store.transaction():
                 store.upsert("calibrations", calibrations)
-                store.upsert("evaluations", evaluations)
+                if evaluations is not None:
+                    store.upsert("evaluations", evaluations)
                 made = promote_first_gates(store, calibrations.get_column("calibration_id"),
                                            reason="pipeline: the first gate of its key")
             stats.promoted += len(made)
             stats.groups += 1
             stats.calibrations += calibrations.height
-            stats.evaluations += evaluations.height
+            stats.evaluations += evaluations.height if evaluations is not None else 0
             stats.unattainable += calibrations.get_column("threshold").null_count()
             progress.report("calibrate", stats.groups, len(groups))
         for parts in by_family.values():

@@ -23,6 +23,7 @@ import polars as pl
 from cic import schema
 from cic.errors import UserError
 from cic.pipeline.gates.gate_rows import GateRow
+from cic.pipeline.run.stored_calibration import pair_columns
 
 if TYPE_CHECKING:
     from cic.store import Store
@@ -62,22 +63,35 @@ def rebuilt_pairs(row: GateRow, group: pl.DataFrame) -> pl.DataFrame:
     window = plan_of(row)["window"]
     if isinstance(window, int) and pairs.height > window:
         pairs = pairs.tail(window)
-    return pairs.select("question_id", "score", "error")
+    if "human_at" in pairs.columns:  # a person's verdict stored after the gate was not among its labels
+        pairs = pairs.with_columns(human=pl.when(pl.col("human_at") <= created).then(pl.col("human")))
+    return pairs.select(pair_columns(pairs))
+
+
+def group_pairs(store: Store, row: GateRow) -> pl.DataFrame:
+    """The stored pairs of a single gate's group (`certified_pairs_of_runs`, unlabelled records included); for a
+    judge-plus-people gate the judge's pairs with the people's verdicts beside (`judged_pairs_of_runs`)."""
+    from cic.store.queries import certified_pairs_of_runs, judged_pairs_of_runs
+
+    parts = schema.judged_parts(row["criterion"])
+    if parts is not None:
+        return judged_pairs_of_runs(store, [row["run_key"]], judge=parts[0], people=parts[1],
+                                    estimator=row["estimator"], missing=True, certified=True)
+    pairs = certified_pairs_of_runs(store, [row["run_key"]], missing=True)
+    return pairs.filter((pl.col("estimator") == row["estimator"]) & (pl.col("criterion") == row["criterion"]))
 
 
 def unattainable_limits(store: Store, row: GateRow) -> dict[str, Any]:
     """For a single gate that certifies nothing, its pairs' limits (`cic.stats.limits`): the score's limit, any
     rule's ceiling and why in words; {} for a system or anytime gate, or one whose pairs are gone."""
     from cic.pipeline.gates.anytime_gates import is_anytime
-    from cic.pipeline.run.stored_calibration import pilot_split
+    from cic.pipeline.run.stored_calibration import pilot_split, truth_of
     from cic.stats.limits import ceiling, score_limit, window_limits
-    from cic.store.queries import certified_pairs_of_runs
 
     if row.is_system or is_anytime(row) or row["threshold"] is not None:
         return {}
-    pairs = certified_pairs_of_runs(store, [row["run_key"]], missing=True)
-    group = pairs.filter((pl.col("estimator") == row["estimator"]) & (pl.col("criterion") == row["criterion"]))
-    used, _ = pilot_split(rebuilt_pairs(row, group), plan_of(row)["pilot"])
+    used, _ = pilot_split(rebuilt_pairs(row, group_pairs(store, row)), plan_of(row)["pilot"])
+    used = truth_of(used)  # a judge-plus-people gate's limits: on the people's verdicts
     if used.height == 0:
         return {}
     scores, errors = used.get_column("score").to_numpy(), used.get_column("error").to_numpy()
@@ -94,7 +108,7 @@ def _refuse(row: GateRow, why: str) -> UserError:
 def recertify(row: GateRow, group: pl.DataFrame) -> None:
     """Raise unless the gate's certificate is what its rebuilt pairs give (see the module docstring)."""
     from cic.pipeline.run.stored_calibration import data_fingerprint, pilot_split
-    from cic.stats.calibration import calibrate, quantile_grid
+    from cic.stats.calibration import quantile_grid
 
     plan, pairs = plan_of(row), rebuilt_pairs(row, group)
     if data_fingerprint(pairs) != row["data_fingerprint"]:
@@ -107,10 +121,8 @@ def recertify(row: GateRow, group: pl.DataFrame) -> None:
         raise _refuse(row, "its stored grid is not the quantiles of its pilot split")
     groups = row.get("groups") or 1
     try:
-        result = calibrate(used.get_column("score").to_numpy(), used.get_column("error").to_numpy(),
-                           alpha=row["alpha"], delta=row["delta"] / groups, bound=row["bound"], search=row["search"],
-                           **args)
-    except (ValueError, TypeError) as exc:
+        result = _certify_again(row, used, groups, args)
+    except (ValueError, TypeError, UserError) as exc:
         raise _refuse(row, f"its search does not re-run on its stored plan ({exc})") from None
     for column, again in (("threshold", result.threshold), ("n_accepted", result.n_accepted),
                           ("n_errors", result.n_errors), ("n_cal", result.n_calibration),
@@ -126,6 +138,20 @@ def recertify(row: GateRow, group: pl.DataFrame) -> None:
                                  schema.canonical_json(plan["args"]), *together)
     if expected != row["calibration_id"]:
         raise _refuse(row, "its id is not the hash of its run, level, search and data (a field was edited)")
+
+
+def _certify_again(row: GateRow, used: pl.DataFrame, groups: int, args: dict[str, Any]) -> Any:
+    """The gate's search re-run on its rebuilt pairs at its level: the binomial tests, or a judge-plus-people
+    gate's prediction-powered ones (`cic.calibrate_judged`)."""
+    from cic.stats.calibration import calibrate, calibrate_judged
+
+    scores, errors = used.get_column("score").to_numpy(), used.get_column("error").to_numpy()
+    level = row["delta"] / groups
+    if "human" in used.columns:
+        return calibrate_judged(scores, errors, used.get_column("human").to_numpy(), alpha=row["alpha"], delta=level,
+                                search=row["search"], ids=used.get_column("question_id").to_list(), **args)
+    return calibrate(scores, errors, alpha=row["alpha"], delta=level, bound=row["bound"], search=row["search"],
+                     **args)
 
 
 def recertify_keys(store: Store, rows: Sequence[GateRow]) -> None:
@@ -162,4 +188,5 @@ def recertify_all(store: Store, rows: Sequence[GateRow]) -> None:
     groups = pairs.partition_by(list(GROUP_COLUMNS), as_dict=True) if pairs.height else {}
     empty = pairs.clear()
     for row in rows:
-        recertify(row, groups.get(tuple(row[c] for c in GROUP_COLUMNS), empty))
+        judged = schema.judged_parts(row["criterion"]) is not None  # read on their own: two criteria joined
+        recertify(row, group_pairs(store, row) if judged else groups.get(tuple(row[c] for c in GROUP_COLUMNS), empty))

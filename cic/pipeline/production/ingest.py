@@ -239,6 +239,9 @@ def _labellers(columns: list[str], source: str) -> dict[str, str]:
         if name.startswith(RESERVED_CRITERIA):
             raise UserError(f"{source}: column {column!r}: {name!r} is a criterion's name; give the labeller a name "
                             "of its own (judge, human, ...)")
+        if schema.JUDGED_JOIN in name:
+            raise UserError(f"{source}: column {column!r}: {schema.JUDGED_JOIN!r} joins a judge's criterion and "
+                            "the people's (calibration.judged); name the labeller without it")
         if name in out.values():
             raise UserError(f"{source}: two columns name labeller {name!r} (names are compared without spaces); "
                             "keep one")

@@ -17,7 +17,7 @@ unattainable on the new window, into alerts attached to the candidates they conc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -43,7 +43,14 @@ from cic.pipeline.production.windows import (
     unattainable_alert,
 )
 from cic.pipeline.run.missing_labels import counted, missing_share, observable
-from cic.pipeline.run.stored_calibration import GroupKey, calibration_rows, group_counts, labelled_pairs
+from cic.pipeline.run.stored_calibration import (
+    GroupKey,
+    calibration_rows,
+    group_counts,
+    labelled_pairs,
+    pair_columns,
+    truth_of,
+)
 from cic.stats.drift import error_rate_test, holm, score_shift_test
 from cic.store.queries import labelled_pairs_of_runs
 
@@ -133,7 +140,8 @@ def recalibrate_pairs(key: GroupKey, pairs: pl.DataFrame, live_rows: list[GateRo
     live = {slot_of(r): r for r in live_rows}
     reference = reference_window(live_rows)
     everything = new_window(pairs, reference[1] if reference else None, rule)
-    recent = new_window(counted(pairs, None, config.missing_labels), reference[1] if reference else None, rule)
+    recent = new_window(counted(pairs, None, config.label_policy(key.criterion)), reference[1] if reference else None,
+                        rule)
     share = missing_share(everything)
     missing = Alert(MISSING_LABELS, f"{share:.0%} of the {everything.height} records of its new window have no label "
                                     f"after their label window closed (limit {missing_limit:.0%}): labels are not "
@@ -142,10 +150,11 @@ def recalibrate_pairs(key: GroupKey, pairs: pl.DataFrame, live_rows: list[GateRo
         since = f" since the live gate's window (to {reference[1]})" if reference else ""
         return GroupRecalibration(key, pl.DataFrame(schema=schema.CALIBRATIONS.schema), live, span(recent), reference,
                                   skipped=too_few(recent.height, since, rule, waiting), missing=missing)
-    rows = calibration_rows(key, recent.select("question_id", "score", "error"), config, kind="recalibration",
+    rows = calibration_rows(key, recent.select(pair_columns(recent)), config, kind="recalibration",
                             window=span(recent), groups=groups, now=now)
+    truth = truth_of(recent)  # a judge-plus-people group's limits and error tests read the people's verdicts
     out = GroupRecalibration(key, rows, live, span(recent), reference, missing=missing,
-                             limits=_limits(recent, rows.filter(pl.col("threshold").is_null())))
+                             limits=_limits(truth, rows.filter(pl.col("threshold").is_null())))
     ids_by_slot: dict[tuple[float, float, str, str], list[str]] = {}
     for row in rows.iter_rows(named=True):
         ids_by_slot.setdefault(slot_of(row), []).append(row["calibration_id"])
@@ -167,8 +176,8 @@ def recalibrate_pairs(key: GroupKey, pairs: pl.DataFrame, live_rows: list[GateRo
     for slot, gate in live.items():
         if gate["threshold"] is None:
             continue
-        test = error_rate_test(new_scores, recent.get_column("error").to_numpy(), threshold=gate["threshold"],
-                               alpha=gate["alpha"])
+        test = error_rate_test(truth.get_column("score").to_numpy(), truth.get_column("error").to_numpy(),
+                               threshold=gate["threshold"], alpha=gate["alpha"])
         out.checks.append(Check(test, ids_by_slot.get(slot, []), live_gate_id=gate["calibration_id"]))
     return out
 
@@ -400,7 +409,8 @@ def _anytime_pass(store: Store, seen: list[tuple[GroupKey, pl.DataFrame, int]], 
     for key, pairs, groups in seen:
         for alpha in config.alphas:
             update = update_key(store, key, pairs, alpha=alpha, delta=config.delta, groups=groups,
-                                grid_size=grid_size, now=now, through=through, policy=config.missing_labels)
+                                grid_size=grid_size, now=now, through=through,
+                                policy=config.label_policy(key.criterion))
             place = (key.run_key, key.estimator, key.criterion, round(alpha, 12))
             if update.missing_share > missing_limit:
                 update.missing = Alert(MISSING_LABELS, f"{update.missing_share:.0%} of the records settled this pass "
@@ -491,27 +501,43 @@ def _recalibrate_groups(store: Store, run_keys: Sequence[str], config: Calibrati
     keys = sorted(runs)
     together = group_counts(runs.values(), config)
     with store.memory_limit(MEMORY_LIMIT):
-        for start in range(0, len(keys), chunk_runs):
-            pairs = pairs_of_runs(store, keys[start:start + chunk_runs], missing=True)
+        for pairs in _chunks(store, keys, chunk_runs, config):
             bounds = pairs.select("run_key", "estimator", "criterion").with_row_index("first") \
                 .group_by("run_key", "estimator", "criterion", maintain_order=True) \
                 .agg(pl.col("first").first(), pl.len().alias("rows"))
-            values = pairs.select("question_id", "score", "error", "at", "labelled")
+            values = pairs.select(*pair_columns(pairs), "at", "labelled")
+            judged = "human" in pairs.columns  # judge-plus-people pairs: no anytime states on them
             for run_key, estimator, criterion, first, length in bounds.iter_rows():
                 run = runs[run_key]
                 key = GroupKey(run_key, run["model"], run["dataset"], estimator, criterion)
                 group, live = values.slice(first, length), live_by_group.get((run_key, estimator, criterion), [])
+                if config.sampled(criterion):  # people who label a random subset: the rest is not missing
+                    group = group.filter(pl.col("labelled"))
                 closed = settled(group, through)
                 if windows:
                     results.append(recalibrate_pairs(key, closed, live, config, rule, shared,
                                                      groups=together[run["model"]],
                                                      waiting=group.height - closed.height,
                                                      missing_limit=missing_limit, now=now))
-                else:
+                elif not judged:
                     seen.append((key, group, together[run["model"]]))
-                updates.extend(monitoring.monitor_group(key, observable(group, through), live, previous, now))
+                updates.extend(monitoring.monitor_group(key, truth_of(observable(group, through)), live, previous,
+                                                        now))
             del pairs, values
     return results, updates, live_rows, seen
+
+
+def _chunks(store: Store, keys: Sequence[str], chunk_runs: int, config: CalibrationConfig) -> Iterator[pl.DataFrame]:
+    """The pairs of every group of `chunk_runs` runs at a time (one query), then of each judge-plus-people pair of
+    criteria the config names (`calibration.judged`)."""
+    from cic.store.queries import judged_pairs_of_runs
+
+    for start in range(0, len(keys), chunk_runs):
+        chunk = keys[start:start + chunk_runs]
+        yield pairs_of_runs(store, chunk, missing=True)
+        for judged in config.judged:
+            pairs = judged_pairs_of_runs(store, chunk, judge=judged.judge, people=judged.people, missing=True)
+            yield pairs.filter(pl.col("human").is_not_null().any().over("run_key"))  # runs people labelled
 
 
 def _collect(store: Store, out: RecalibrationPass, results: Sequence[GroupRecalibration], systems: Sequence[Any],

@@ -55,10 +55,15 @@ def assumption(policy: str | None) -> str:
 
 def gate_assumption(row: Any) -> str:
     """The label assumption of a stored gate (a row with `plan_json`; a system gate — a cascade, an estimator
-    chosen — leaves questions without a label out, so it assumes they go missing at random)."""
+    chosen — leaves questions without a label out, so it assumes they go missing at random; a judge-plus-people
+    gate adds that people labelled a random subset)."""
+    from cic.schema import judged_parts
+    from cic.stats.calibration import JUDGED_ASSUMPTION
+
     if row.get("system") is not None:
         return ASSUMPTIONS[AT_RANDOM] + " (a system gate leaves unlabelled questions out)"
-    return assumption(policy_of(row.get("plan_json")))
+    judged = judged_parts(row.get("criterion") or "") is not None  # a judge's labels corrected by people's
+    return assumption(policy_of(row.get("plan_json"))) + (f"; {JUDGED_ASSUMPTION}" if judged else "")
 
 
 def keeps_missing(policy: str | None) -> bool:

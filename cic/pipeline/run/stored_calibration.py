@@ -12,7 +12,7 @@ seeded pilot share of the group, takes score quantiles from it and calibrates/ev
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -22,13 +22,13 @@ import polars as pl
 
 from cic import schema
 from cic.errors import UserError
-from cic.stats.calibration import calibrate, quantile_grid, uniform_grid
+from cic.stats.calibration import calibrate, calibrate_judged, quantile_grid, uniform_grid
 from cic.stats.protocol import evaluate_splits
 from cic.stats.searches import Search
 from cic.store.queries import labelled_criteria, labelled_pairs_of_runs, scored_estimators
 
 if TYPE_CHECKING:
-    from cic.pipeline.config import CalibrationConfig
+    from cic.pipeline.config import CalibrationConfig, JudgedConfig
     from cic.store import Store
 
 
@@ -48,11 +48,26 @@ class GroupKey:
 
 
 def data_fingerprint(pairs: pl.DataFrame) -> str:
-    """A hash of the (question_id, score, error) rows: equal data, equal fingerprint."""
+    """A hash of the (question_id, score, error) rows — and the people's verdicts of a judge-plus-people group:
+    equal data, equal fingerprint."""
     ordered = pairs.sort("question_id")
+    people = (ordered.get_column("human").to_list(),) if "human" in ordered.columns else ()
     return schema.value_hash(ordered.get_column("question_id").to_list(),
                               np.round(ordered.get_column("score").to_numpy(), 12).tolist(),
-                              ordered.get_column("error").to_list())
+                              ordered.get_column("error").to_list(), *people)
+
+
+def pair_columns(pairs: pl.DataFrame) -> list[str]:
+    """The columns a certificate reads: (question_id, score, error), and `human` in a judge-plus-people group."""
+    return ["question_id", "score", "error", *(["human"] if "human" in pairs.columns else [])]
+
+
+def truth_of(pairs: pl.DataFrame) -> pl.DataFrame:
+    """The pairs as the certified criterion labels them: in a judge-plus-people group the questions people
+    labelled, with their verdict as the error (what limits, drift tests and monitors read); else unchanged."""
+    if "human" not in pairs.columns:
+        return pairs
+    return pairs.filter(pl.col("human").is_not_null()).with_columns(error=pl.col("human").cast(pl.Int8))
 
 
 def stored_run_keys(store: Store, models: Sequence[str], datasets: Sequence[str]) -> list[str]:
@@ -65,12 +80,16 @@ def stored_run_keys(store: Store, models: Sequence[str], datasets: Sequence[str]
 
 
 def groups_of_run(store: Store, run: dict[str, Any], estimators: Sequence[str] | None = None,
-                  criteria: Sequence[str] | None = None) -> list[GroupKey]:
+                  criteria: Sequence[str] | None = None, judged: Sequence[JudgedConfig] = ()) -> list[GroupKey]:
     """The (estimator, criterion) groups a run can calibrate: estimators with at least two non-null scores,
-    criteria with labels; optionally only those whose base name is in `estimators` / listed in `criteria`."""
+    criteria with labels; optionally only those whose base name is in `estimators` / listed in `criteria`. Each
+    of `judged` whose two criteria the run has labels for adds a `judge+people` group."""
     key = run["run_key"]
     names = [e for e in scored_estimators(store, key) if estimators is None or schema.estimator_base(e) in estimators]
-    crits = [c for c in labelled_criteria(store, key) if criteria is None or c in criteria]
+    labelled = labelled_criteria(store, key)
+    crits = [c for c in labelled if criteria is None or c in criteria]
+    crits += [j.criterion for j in judged if j.judge in labelled and j.people in labelled
+              and (criteria is None or j.criterion in criteria or {j.judge, j.people} <= set(criteria))]
     return [GroupKey(key, run["model"], run["dataset"], e, c) for e in names for c in crits]
 
 
@@ -131,29 +150,49 @@ def calibration_rows(key: GroupKey, pairs: pl.DataFrame, config: CalibrationConf
     share = config.delta / groups
     together = (groups,) if groups > 1 else ()  # ids of gates certified alone stay what they always were
     rows = []
+    for plan, alpha, bound, extra, result in _certificates(key, pairs, config, share):
+        search = plan.name
+        rows.append({
+            "calibration_id": schema.value_hash(kind, key.run_key, key.estimator, key.criterion, alpha,
+                                                 config.delta, bound, search, fingerprint,
+                                                 schema.canonical_json(extra_json(extra)), *together),
+            **{k: v for k, v in key.as_dict().items() if k != "run_key"},
+            "alpha": alpha, "delta": config.delta, "bound": bound, "search": search,
+            "threshold": result.threshold, "bound_value": result.bound_value,
+            "n_accepted": result.n_accepted, "n_errors": result.n_errors, "n_cal": result.n_calibration,
+            "data_fingerprint": fingerprint, "result_json": result.to_json(indent=None),
+            "created_at": now or datetime.now(UTC), "run_key": key.run_key, "window_from": window[0],
+            "window_to": window[1], "kind": kind, "groups": groups if groups > 1 else None,
+            "plan_json": schema.canonical_json({"window": pairs.height, "pilot": pilot_of(plan, config),
+                                                "args": extra_json(extra),
+                                                "missing_labels": config.label_policy(key.criterion)}),
+        })
+    return schema.conform(pl.DataFrame(rows, schema=schema.CALIBRATIONS.schema), schema.CALIBRATIONS)
+
+
+def _certificates(key: GroupKey, pairs: pl.DataFrame, config: CalibrationConfig, share: float
+                  ) -> Iterator[tuple[Search, float, str, dict[str, Any], Any]]:
+    """(search, alpha, bound, search arguments, result) of each gate a group gets at level `share`: one
+    per (search, alpha, bound); in a judge-plus-people group one per (search, alpha) with the prediction-powered
+    tests (`cic.calibrate_judged`; bound "cp"), for the searches that run on them (no grid, high probability)."""
     for plan in config.plans:
         used, extra = search_plan(pairs, plan, config)
         scores, errors = used.get_column("score").to_numpy(), used.get_column("error").to_numpy()
-        search = plan.name
         for alpha in config.alphas:
-            for bound in config.bounds:
-                result = calibrate(scores, errors, alpha=alpha, delta=share, bound=bound, search=plan, **extra)
-                rows.append({
-                    "calibration_id": schema.value_hash(kind, key.run_key, key.estimator, key.criterion, alpha,
-                                                         config.delta, bound, search, fingerprint,
-                                                         schema.canonical_json(extra_json(extra)), *together),
-                    **{k: v for k, v in key.as_dict().items() if k != "run_key"},
-                    "alpha": alpha, "delta": config.delta, "bound": bound, "search": search,
-                    "threshold": result.threshold, "bound_value": result.bound_value,
-                    "n_accepted": result.n_accepted, "n_errors": result.n_errors, "n_cal": result.n_calibration,
-                    "data_fingerprint": fingerprint, "result_json": result.to_json(indent=None),
-                    "created_at": now or datetime.now(UTC), "run_key": key.run_key, "window_from": window[0],
-                    "window_to": window[1], "kind": kind, "groups": groups if groups > 1 else None,
-                    "plan_json": schema.canonical_json({"window": pairs.height, "pilot": pilot_of(plan, config),
-                                                        "args": extra_json(extra),
-                                                        "missing_labels": config.missing_labels}),
-                })
-    return schema.conform(pl.DataFrame(rows, schema=schema.CALIBRATIONS.schema), schema.CALIBRATIONS)
+            if "human" not in used.columns:
+                for bound in config.bounds:
+                    yield plan, alpha, bound, extra, calibrate(scores, errors, alpha=alpha, delta=share, bound=bound,
+                                                               search=plan, **extra)
+            elif judges(plan):
+                judged = {**extra, "judge_share": config.judge_share(key.criterion)}
+                yield plan, alpha, "cp", judged, calibrate_judged(
+                    scores, errors, used.get_column("human").to_numpy(), alpha=alpha, delta=share, search=plan,
+                    ids=used.get_column("question_id").to_list(), **judged)
+
+
+def judges(plan: Search) -> bool:
+    """Whether a search runs on judge-plus-people tests: no grid, a high-probability guarantee."""
+    return not plan.needs_grid and plan.guarantee_kind == "high-probability"
 
 
 def extra_json(extra: dict[str, Any]) -> dict[str, Any]:
@@ -217,13 +256,13 @@ def _dataset_named(row: dict[str, Any]) -> dict[str, Any]:
     return {("dataset" if k == "group" else k): v for k, v in row.items()}
 
 
-def iter_group_pairs(store: Store, groups: Sequence[GroupKey], policy: str | None = None
+def iter_group_pairs(store: Store, groups: Sequence[GroupKey], policy: str | None | Callable[[str], str | None] = None
                      ) -> Iterator[tuple[GroupKey, pl.DataFrame]]:
     """(group, its (question_id, score, error, at) pairs in question order) for groups with at least two; a scored
     question without a label counts as an error under `missing_labels: worst_case` (`policy`), else is left
-    out; a label without a score is always left out."""
+    out (`policy` may be chosen per criterion); a label without a score is always left out."""
     for key in groups:
-        pairs = labelled_pairs(store, key, policy).sort("question_id")
+        pairs = labelled_pairs(store, key, policy(key.criterion) if callable(policy) else policy).sort("question_id")
         if pairs.height >= 2:
             yield key, pairs
 
@@ -233,7 +272,13 @@ def labelled_pairs(store: Store, key: GroupKey, policy: str | None = None) -> pl
     (ingested records) or when its label was stored; scored records without a label as errors under
     `missing_labels: worst_case` (`policy`; seen when observed, else when the run was made)."""
     from cic.pipeline.run.missing_labels import keeps_missing
+    from cic.store.queries import judged_pairs_of_runs
 
+    parts = schema.judged_parts(key.criterion)
+    if parts is not None:  # the judge's pairs with the people's verdicts beside
+        return judged_pairs_of_runs(store, [key.run_key], judge=parts[0], people=parts[1], estimator=key.estimator,
+                                    missing=keeps_missing(policy)).select("question_id", "score", "error", "human",
+                                                                          "at")
     return labelled_pairs_of_runs(store, [key.run_key], estimator=key.estimator, criterion=key.criterion,
                                   missing=keeps_missing(policy)).select("question_id", "score", "error", "at")
 
