@@ -409,6 +409,15 @@ class CalibrationConfig(_Strict):
 
         return tuple(get_search(s).name for s in value)
 
+    @field_validator("judged")
+    @classmethod
+    def _judged_once(cls, value: tuple[JudgedConfig, ...]) -> tuple[JudgedConfig, ...]:
+        names = [j.criterion for j in value]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"judge+people {twice[0]!r} is listed twice; keep one entry")
+        return value
+
     def sampled(self, criterion: str) -> bool:
         """Whether a criterion is a `judged` entry's people: they label a random subset by design, so its records
         without their label are left out (never counted as errors, never paged as labels not arriving)."""

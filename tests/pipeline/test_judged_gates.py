@@ -194,7 +194,9 @@ def test_unattainable_limits_of_a_judged_gate_read_the_people(tmp_path: Path) ->
     ({"judge": "judge", "people": "judge"}, "both 'judge'"),
     ({"judge": "judge+x", "people": "human"}, "judge"),
     ({"judge": "judge", "people": "human", "judge_share": 1.0}, "judge_share"),
+    ([JUDGED, {**JUDGED, "judge_share": 0.3}], "'judge\\+human' is listed twice"),
 ])
-def test_a_judged_entry_that_cannot_certify_is_refused(entry: dict[str, object], says: str) -> None:
+def test_a_judged_entry_that_cannot_certify_is_refused(entry: dict[str, object] | list[dict[str, object]],
+                                                      says: str) -> None:
     with pytest.raises(ValidationError, match=says):
-        CalibrationConfig(judged=[entry])
+        CalibrationConfig(judged=entry if isinstance(entry, list) else [entry])
