@@ -18,8 +18,9 @@ assuming calibration and future questions are exchangeable and each model's answ
 (what the store holds). Not covered: a model whose behaviour changes after calibration (the monitor's job).
 
 **Estimator choice.** Picking the best of K gates certified at delta each on the same data can be wrong with
-probability up to K·delta. `choose_estimator` certifies each estimator at delta / K and returns the one with the
-most coverage: P(the chosen gate has risk > alpha) <= P(some estimator's gate has) <= delta.
+probability up to K·delta. `choose_estimator` certifies each estimator at delta / K (or at shares from a prior
+measured on other data: `cic.stats.estimator_prior`) and returns the one with the most coverage: P(the chosen gate
+has risk > alpha) <= P(some estimator's gate has) <= sum of the shares = delta.
 """
 
 from __future__ import annotations
