@@ -115,19 +115,20 @@ CALIBRATIONS = TableSpec("calibrations", {
     "question_ids": pl.List(pl.String()),    # the questions it was certified on: re-certified on exactly these
     "guarantee": pl.String(),                # the statement, in words
     "favour": pl.String(),                   # a cascade's favoured model (alone at most of delta), or "scores"
+    "prior": pl.String(),                    # an estimator choice's prior from other data: JSON {estimator: value}
 }, ("calibration_id",), added_later=("groups", "plan_json", "system", "system_kind", "models", "estimators",
                                      "estimator_rule", "costs", "thresholds", "certified", "shares",
                                      "cost_per_question", "candidates", "run_keys", "question_ids", "guarantee",
-                                     "favour"))
+                                     "favour", "prior"))
 
 #: the columns a single gate fills (a system gate's are `SYSTEM_GATE_COLUMNS`); the rest of its row is null
 SINGLE_GATE_COLUMNS = tuple(CALIBRATIONS.columns)[:list(CALIBRATIONS.columns).index("system")]
 #: the columns a system gate fills (the stored `system_calibrations` rows of schema version 4 had exactly these but
-#: `favour`, `system_kind` named `kind`)
+#: `favour` and `prior`, `system_kind` named `kind`)
 SYSTEM_GATE_COLUMNS = ("calibration_id", "system", "system_kind", "models", "estimators", "estimator_rule", "costs",
                        "dataset", "criterion", "alpha", "delta", "bound", "search", "thresholds", "certified",
                        "bound_value", "n_accepted", "n_errors", "n_cal", "shares", "cost_per_question", "candidates",
-                       "run_keys", "question_ids", "data_fingerprint", "guarantee", "created_at", "favour")
+                       "run_keys", "question_ids", "data_fingerprint", "guarantee", "created_at", "favour", "prior")
 
 EVALUATIONS = TableSpec("evaluations", {
     "evaluation_id": pl.String(),

@@ -386,6 +386,11 @@ class CalibrationConfig(_Strict):
     estimator: Literal["auto"] | None = Field(None, description="auto: beside each estimator's gates, per model "
                                               "the estimator answering the most with every estimator certified at "
                                               "delta / K (choosing among K gates spends up to K·delta otherwise)")
+    estimator_prior: Literal["other_datasets"] | None = Field(None, description="other_datasets: with estimator "
+                                                              "auto, the estimators that answered most on the model's "
+                                                              "other datasets get most of delta (0.7, 0.2, the rest "
+                                                              "equally); assumes those datasets are independent of "
+                                                              "this one's calibration questions")
     cascades: tuple[CascadeConfig, ...] = ()
     missing_labels: Literal["worst_case", "at_random"] = Field("worst_case", description=MISSING_LABELS_HELP)
     judged: tuple[JudgedConfig, ...] = Field((), description="judge-plus-people gates beside the others: a judge's "

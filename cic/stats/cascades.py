@@ -18,8 +18,9 @@ assuming calibration and future questions are exchangeable and each model's answ
 (what the store holds). Not covered: a model whose behaviour changes after calibration (the monitor's job).
 
 **Estimator choice.** Picking the best of K gates certified at delta each on the same data can be wrong with
-probability up to K·delta. `choose_estimator` certifies each estimator at delta / K and returns the one with the
-most coverage: P(the chosen gate has risk > alpha) <= P(some estimator's gate has) <= delta.
+probability up to K·delta. `choose_estimator` certifies each estimator at delta / K (or at shares from a prior
+measured on other data: `cic.stats.estimator_prior`) and returns the one with the most coverage: P(the chosen gate
+has risk > alpha) <= P(some estimator's gate has) <= sum of the shares = delta.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import numpy as np
 from cic.errors import UserError
 from cic.stats import bounds as _bounds
 from cic.stats._validation import checked
+from cic.stats.estimator_prior import checked_shares, prior_shares, uniform_shares
 from cic.stats.searches import DEFAULT_SEARCH, Setting, get_search, run_search
 
 #: The share of delta the paths with one model alone get together (why: docs/statistics.md, "Which paths"): a
@@ -335,17 +337,19 @@ class EstimatorChoice:
 
 
 def choose_estimator(tables: Mapping[str, tuple[Any, Any]], *, alpha: float, delta: float = 0.05,
-                     bound: str = "cp", search: str = DEFAULT_SEARCH) -> EstimatorChoice:
-    """Certify every estimator's (scores, errors) at delta / K and choose the one accepting the most calibration
-    answers: the chosen gate has risk <= alpha with probability >= 1 - delta (union bound over the K). One model's
-    `certify_system`, with every estimator's result kept."""
+                     bound: str = "cp", search: str = DEFAULT_SEARCH,
+                     prior: Mapping[str, float] | None = None) -> EstimatorChoice:
+    """Certify every estimator's (scores, errors) at its share of delta and choose the one accepting the most
+    calibration answers: the chosen gate has risk <= alpha with probability >= 1 - delta (union bound over the K).
+    Shares are delta / K, or with a `prior` (one number per estimator from other data, larger = better) the
+    best-ranked at most of delta (`cic.stats.estimator_prior`). One model's `certify_system`, every result kept."""
     if not tables:
         raise UserError("choose_estimator needs at least one estimator's (scores, errors)")
+    shares = prior_shares(list(tables), prior, delta)
     choice = certify_system({name: ([s], [e]) for name, (s, e) in tables.items()}, alpha=alpha, delta=delta,
-                            bound=bound, search=search)
+                            bound=bound, search=search, shares=shares)
     guarantee = (f"P(the chosen gate's error among accepted <= {alpha:g}) >= {1 - delta:g}: each of {len(tables)} "
-                 f"estimators certified at delta / {len(tables)} = {delta / len(tables):.4g}, the largest coverage "
-                 "chosen")
+                 f"estimators certified at {shares_clause(shares, delta, prior)}, the largest coverage chosen")
     return EstimatorChoice(choice.estimator, choice.result if choice.estimator else None, choice.results,
                            float(delta), guarantee)
 
@@ -370,21 +374,35 @@ class SystemChoice:
         return (self.result.n_accepted / n if n else 0.0,)
 
 
+def shares_clause(shares: Mapping[str, float], delta: float, prior: Mapping[str, float] | None) -> str:
+    """How delta was split, in the guarantee's words."""
+    if not prior:
+        return f"delta / {len(shares)} = {delta / len(shares):.4g}"
+    ranked = sorted(shares, key=lambda n: -shares[n])
+    top = ", ".join(f"{n} {shares[n]:.4g}" for n in ranked[:2])
+    rest = f", the others {shares[ranked[-1]]:.4g} each" if len(ranked) > 2 else ""
+    return (f"its share of delta ranked on other data ({top}{rest}; the prior is assumed independent of these "
+            "calibration questions)")
+
+
 def certify_system(tables: Mapping[str, tuple[Sequence[Any], Sequence[Any]]], *, alpha: float, delta: float = 0.05,
                    bound: str = "cp", search: str = DEFAULT_SEARCH, models: Sequence[str] | None = None,
-                   costs: Sequence[float] | None = None, favour: int | str | None = None) -> SystemChoice:
+                   costs: Sequence[float] | None = None, favour: int | str | None = None,
+                   shares: Mapping[str, float] | None = None) -> SystemChoice:
     """Certify a system of one stage (a gate) or several (a cascade) for each candidate estimator at delta / K
     and keep the one answering the most (a tie: the first in `tables` order): P(the kept system's risk > alpha)
     <= delta (union bound over the K).
     `tables[name]` = (per stage scores, per stage errors) on the same questions; `favour`: a cascade's favoured
-    model (`calibrate_cascade`)."""
+    model (`calibrate_cascade`); `shares`: each candidate's own share of delta instead of delta / K (positive,
+    summing to at most delta: `cic.stats.estimator_prior`)."""
     from cic.stats.calibration import calibrate
 
     if not tables:
         raise UserError("certify_system needs at least one estimator's scores and errors")
-    share = delta / len(tables)
+    levels = checked_shares(list(tables), shares, delta) if shares is not None else uniform_shares(list(tables), delta)
     found: list[tuple[str, tuple[float | None, ...], Any, int]] = []
     for name, (us, es) in tables.items():
+        share = levels[name]
         if len(us) == 1:
             result = calibrate(us[0], es[0], alpha=alpha, delta=share, bound=bound, search=search, keep_table=False)
             found.append((name, (result.threshold,), result, result.n_accepted))

@@ -296,7 +296,7 @@ def _migrate_to_4(con: duckdb.DuckDBPyConnection) -> None:
 
 
 #: each system gate of version 4's `system_calibrations` table into `calibrations` (its `kind` is `system_kind`)
-_V4_COLUMNS = tuple(c for c in schema.SYSTEM_GATE_COLUMNS if c != "favour")  # version 4 had no favoured model
+_V4_COLUMNS = tuple(c for c in schema.SYSTEM_GATE_COLUMNS if c not in ("favour", "prior"))  # version 4 had neither
 _V4_SYSTEM_GATES_MOVE = ("INSERT INTO calibrations (" + ", ".join(_V4_COLUMNS) + ") SELECT "
                          + ", ".join("kind" if c == "system_kind" else c for c in _V4_COLUMNS)
                          + " FROM system_calibrations ON CONFLICT DO NOTHING")

@@ -115,6 +115,21 @@ def judged_pairs_of_runs(store: Store, run_keys: Sequence[str], *, judge: str, p
     return out if certified else out.drop("labelled_at", "stored_at", "human_at")
 
 
+def past_coverage(store: Store, model: str, dataset: str, criterion: str, estimators: Sequence[str], search: str
+                  ) -> dict[str, float]:
+    """Per estimator (stored name) among `estimators`: the mean share of calibration questions its newest
+    single-model pipeline gates of `model` answered on every dataset but `dataset` (same criterion and search,
+    every alpha and bound; an unattainable gate answers 0) — how each did on other data; an estimator with no such
+    gate is left out."""
+    rows = store.sql(
+        "SELECT estimator, avg(answered) FROM (SELECT estimator, coalesce(n_accepted, 0) / n_cal AS answered "
+        "FROM calibrations WHERE system IS NULL AND coalesce(kind, 'pipeline') = 'pipeline' AND model = ? "
+        "AND dataset <> ? AND criterion = ? AND search = ? AND n_cal > 0 AND list_contains(?, estimator) "
+        "QUALIFY row_number() OVER (PARTITION BY dataset, estimator, alpha, bound ORDER BY created_at DESC) = 1) "
+        "GROUP BY estimator ORDER BY estimator", [model, dataset, criterion, search, list(estimators)])
+    return {name: float(value) for name, value in rows}
+
+
 def ingested_without_labels(store: Store, run_keys: Sequence[str]) -> bool:
     """Whether any record of these runs was ingested without its label (none yet, or one stored by a later
     ingest): its labels come later, so a label window applies by default."""

@@ -452,3 +452,55 @@ def test_a_favoured_cascade_is_certified_with_its_favourite_and_re_certifies_fro
     (stored,) = gate_rows(stored_system_rows(store).filter(calibration_id=rows["calibration_id"][0]))
     assert spec_of(stored).favour == "big"
     recertify_system(store, stored)  # from its own row: no config
+
+
+def test_an_estimator_choice_with_a_prior_from_other_datasets_shares_delta_by_it_and_re_certifies_from_its_row(
+        tmp_path: Path) -> None:
+    """`estimator_prior: other_datasets`: big:auto on d ranks its estimators by their gates on `other` (and the
+    reverse), certifies each at its share (0.7, 0.3 of delta for two), says so in the guarantee, and re-certifies
+    from its own row even after the other dataset's gates change; without the key, the gates are as before."""
+    import json
+
+    import numpy as np
+    import polars as pl
+
+    from cic.pipeline.gates.gate_rows import gate_rows
+    from cic.pipeline.gates.system_gates import recertify_system
+    from cic.stats.estimator_prior import prior_shares
+    from cic.store.queries import past_coverage
+
+    db = tmp_path / "p.duckdb"
+    with Store.open(db) as store:
+        keys = [store_run(store, model="big", n=600, seed=2, error_slope=0.4, base=0.01),
+                store_run(store, model="big", dataset="other", n=600, seed=3, error_slope=0.4, base=0.01)]
+        noise = store.read("scores", run_key=keys[1], estimator="predictive_entropy")  # uninformative on other
+        store.upsert("scores", noise.with_columns(value=pl.Series(np.random.default_rng(0).random(noise.height))))
+    config = CalibrationConfig(alphas=(0.1, 0.2), bounds=("cp",), searches=("fallback",), n_splits=4,
+                               estimator="auto", estimator_prior="other_datasets")
+    calibrate_store(str(db), keys, config)
+    with Store.open(db) as store:
+        rows = stored_system_rows(store).filter(system="big:auto", dataset="d")
+        past = past_coverage(store, "big", "d", "similarity[0.6]", sorted(ESTIMATORS), "fallback")
+        assert set(past) == set(ESTIMATORS) and len(set(past.values())) == 2  # other's gates rank the two
+        shares = prior_shares(sorted(ESTIMATORS), past, 0.05)
+        pairs = {e: store.calibration_frame("big", "d", e, "similarity[0.6]") for e in sorted(ESTIMATORS)}
+        for row in rows.iter_rows(named=True):
+            assert json.loads(row["prior"]) == pytest.approx(past)
+            each = {e: calibrate(p.get_column("score").to_numpy(), p.get_column("error").to_numpy(),
+                                 alpha=row["alpha"], delta=shares[e], bound="cp") for e, p in pairs.items()}
+            best = max(each, key=lambda e: each[e].n_accepted)
+            assert row["estimators"] == [best] and row["thresholds"] == [each[best].threshold]
+            assert "ranked on other data" in row["guarantee"] and "independent of these" in row["guarantee"]
+        store.upsert("labels", store.read("labels", run_key=keys[1]).with_columns(aligned=False))  # other changes
+        for stored in gate_rows(rows):
+            recertify_system(store, stored)  # the prior is the row's, not the store's today
+    plain = CalibrationConfig(alphas=(0.1, 0.2), bounds=("cp",), searches=("fallback",), n_splits=4,
+                              estimator="auto")
+    with Store.open(db) as store:
+        (data,) = [d for d in iter_system_data(store, keys, SystemSpec("big:auto", "estimator", ("big",), "auto"))
+                   if d.dataset == "d"]
+    before = system_calibration_rows(data, plain)
+    assert before["prior"].null_count() == before.height
+    assert set(before["calibration_id"]).isdisjoint(rows["calibration_id"])
+    assert all(g.endswith("2 estimator(s) tried at delta / 2 and the one answering the most kept; fallback search; "
+                          "exchangeable questions") for g in before["guarantee"])

@@ -75,6 +75,7 @@ class GateRow:
     guarantee: str | None = None
     created_at: datetime | None = None
     favour: str | None = None         # a cascade's favoured model ("scores": the lowest median score), None: none
+    prior: str | None = None          # an estimator choice's prior from other data (JSON), None: delta / K each
     # what its event log says of it when it was read
     state: str | None = None          # its state (live, candidate, ...)
     alerts: tuple[str, ...] = ()      # what was said about it

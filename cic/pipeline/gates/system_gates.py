@@ -10,9 +10,10 @@ keyed by hashes of everything that shaped them.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Collection, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -24,9 +25,16 @@ from cic.pipeline.gates.event_log import HOLDS_KEY, current_states
 from cic.pipeline.gates.gate_rows import ColumnReader, GateRow
 from cic.pipeline.run.run_results import SystemResultRow
 from cic.pipeline.run.stored_calibration import data_fingerprint, settled
-from cic.stats.cascades import FAVOUR_SHARE, certify_system, evaluate_system_splits
+from cic.stats.cascades import FAVOUR_SHARE, certify_system, evaluate_system_splits, shares_clause
+from cic.stats.estimator_prior import prior_shares
 from cic.stats.searches import DEFAULT_SEARCH
-from cic.store.queries import labelled_criteria, labelled_pairs_of_runs, scored_estimators, system_gate_frame
+from cic.store.queries import (
+    labelled_criteria,
+    labelled_pairs_of_runs,
+    past_coverage,
+    scored_estimators,
+    system_gate_frame,
+)
 
 if TYPE_CHECKING:
     from cic.pipeline.config import CalibrationConfig
@@ -44,6 +52,7 @@ class SystemSpec:
     estimator: str  # an estimator's base name, or "auto"
     costs: tuple[float, ...] | None = None
     favour: str | None = None  # a cascade's favoured model, or "scores" (`cic.stats.cascades.favourite`)
+    prior: str | None = None  # an estimator choice's prior from other data, JSON {estimator: value} (None: uniform)
 
 
 @dataclass(frozen=True)
@@ -70,7 +79,8 @@ def calibrate_systems(store: Store, run_keys: list[str], config: CalibrationConf
     models = sorted(set(store.read("runs", run_key=run_keys).get_column("model").to_list()))
     specs = system_specs(config, models)
     for done, spec in enumerate(specs, 1):
-        for data in iter_system_data(store, run_keys, spec):
+        for found in iter_system_data(store, run_keys, spec):
+            data = with_prior(store, found, config)
             calibrations = system_calibration_rows(data, config)
             evaluations = system_evaluation_rows(data, config)
             with store.transaction():
@@ -165,18 +175,22 @@ def system_calibration_rows(data: SystemData, config: CalibrationConfig) -> pl.D
     """One `calibrations` row per (alpha, bound): the system certified on all its joined pairs, each
     candidate estimator at delta / K (`cic.stats.cascades.certify_system`)."""
     spec, k = data.spec, len(data.tables)
+    prior = json.loads(spec.prior) if spec.prior else None
+    shares = prior_shares(list(data.tables), prior, config.delta)
     rows = []
     for alpha in config.alphas:
         for bound in config.bounds:
             choice = certify_system(data.tables, alpha=alpha, delta=config.delta, bound=bound,
-                                    search=DEFAULT_SEARCH, models=spec.models, costs=spec.costs, favour=spec.favour)
+                                    search=DEFAULT_SEARCH, models=spec.models, costs=spec.costs, favour=spec.favour,
+                                    shares=shares)
             result, kept = choice.result, choice.estimator is not None
             favoured = (spec.favour,) if spec.favour is not None else ()  # ids of unfavoured gates as they were
+            ranked = (spec.prior,) if spec.prior is not None else ()  # and of choices without a prior
             rows.append({
                 "calibration_id": schema.value_hash("system", spec.name, spec.kind, spec.models, spec.estimator,
                                                     spec.costs, data.dataset, data.criterion, alpha, config.delta,
-                                                    bound, DEFAULT_SEARCH, data.fingerprint, *favoured),
-                "favour": spec.favour,
+                                                    bound, DEFAULT_SEARCH, data.fingerprint, *favoured, *ranked),
+                "favour": spec.favour, "prior": spec.prior,
                 "system": spec.name, "system_kind": spec.kind, "models": list(spec.models),
                 "estimators": [choice.estimator] * len(spec.models) if kept else [],
                 "estimator_rule": spec.estimator, "costs": list(spec.costs) if spec.costs is not None else None,
@@ -188,17 +202,30 @@ def system_calibration_rows(data: SystemData, config: CalibrationConfig) -> pl.D
                 "cost_per_question": getattr(result, "cost_per_question", None) if kept else None,
                 "candidates": k, "run_keys": list(data.run_keys), "question_ids": data.question_ids,
                 "data_fingerprint": data.fingerprint,
-                "guarantee": _guarantee(spec, k, alpha, config.delta), "created_at": datetime.now(UTC)})
+                "guarantee": _guarantee(spec, k, alpha, config.delta, shares, prior),
+                "created_at": datetime.now(UTC)})
     return schema.conform(pl.DataFrame(rows, schema=schema.CALIBRATIONS.schema), schema.CALIBRATIONS)
 
 
-def _guarantee(spec: SystemSpec, k: int, alpha: float, delta: float) -> str:
+def _guarantee(spec: SystemSpec, k: int, alpha: float, delta: float, shares: dict[str, float],
+               prior: dict[str, float] | None) -> str:
     favoured = (f"; {spec.favour if spec.favour != 'scores' else 'the model with the lowest median score'} alone "
                 f"at {FAVOUR_SHARE:g} of delta" if spec.favour is not None else "")
     what = (f"the {len(spec.models)}-model cascade {' -> '.join(spec.models)} (thresholds along label-free paths "
             f"of score quantiles{favoured})" if spec.kind == "cascade" else f"{spec.models[0]}'s gate")
-    return (f"P(error among answered <= {alpha:g}) >= {1 - delta:g} for {what}, {k} estimator(s) tried at "
-            f"delta / {k} and the one answering the most kept; {DEFAULT_SEARCH} search; exchangeable questions")
+    tried = f"delta / {k}" if not prior else shares_clause(shares, delta, prior)  # uniform: the words gates kept
+    return (f"P(error among answered <= {alpha:g}) >= {1 - delta:g} for {what}, {k} estimator(s) tried at {tried} "
+            f"and the one answering the most kept; {DEFAULT_SEARCH} search; exchangeable questions")
+
+
+def with_prior(store: Store, data: SystemData, config: CalibrationConfig) -> SystemData:
+    """An estimator choice with `calibration.estimator_prior: other_datasets` gets its prior: each candidate's mean
+    certified coverage in the model's stored gates on its *other* datasets (`cic.store.queries.past_coverage`) —
+    questions not among these, so the shares are fixed before these labels are read; none there: unchanged."""
+    if data.spec.kind != "estimator" or config.estimator_prior != "other_datasets" or data.spec.prior is not None:
+        return data
+    past = past_coverage(store, data.spec.models[0], data.dataset, data.criterion, list(data.tables), DEFAULT_SEARCH)
+    return replace(data, spec=replace(data.spec, prior=schema.canonical_json(past))) if past else data
 
 
 def system_evaluation_rows(data: SystemData, config: CalibrationConfig) -> pl.DataFrame:
@@ -245,7 +272,7 @@ def spec_of(row: GateRow) -> SystemSpec:
     """The system a stored gate was certified for, from its own row (no config needed to re-certify it)."""
     costs = row.get("costs")
     return SystemSpec(row["system"], row["system_kind"], tuple(row["models"]), row["estimator_rule"],
-                      tuple(costs) if costs is not None else None, row.get("favour"))
+                      tuple(costs) if costs is not None else None, row.get("favour"), row.get("prior"))
 
 
 #: every column of a stored system gate that a serving surface serves or states: each is re-certified

@@ -34,6 +34,7 @@ from cic.pipeline.gates.system_gates import (
     speaking_system_gates,
     spec_of,
     system_calibration_rows,
+    with_prior,
 )
 from cic.pipeline.production.monitoring import MonitorUpdate, update_of
 from cic.pipeline.production.windows import (
@@ -128,7 +129,7 @@ def _first_candidates(store: Store, run_keys: list[str], config: CalibrationConf
         done = {(dataset, criterion) for name, dataset, criterion in spoken if name == spec.name}
         found = list(iter_system_data(store, run_keys, spec, through=through, skip=done))  # spoken keys: not joined
         for data in found:
-            rows = system_calibration_rows(data, config)  # idempotent: a waiting candidate is itself again
+            rows = system_calibration_rows(with_prior(store, data, config), config)  # a waiting candidate: itself
             out.extend(SystemRecalibration(system_group(GateRow.of(row)), None, rows.slice(i, 1))
                        for i, row in enumerate(rows.iter_rows(named=True)))  # one system key each
         if not found and not done:
