@@ -242,6 +242,7 @@ def main() -> None:
                         help="the best-alone table's laws ('' skips it)")
     parser.add_argument("--only-best-alone", action="store_true", help="print only the best-alone table")
     parser.add_argument("--pilot-share", type=float, default=PILOT, help="the pilot alternative's share of questions")
+    parser.add_argument("--draws", type=int, default=200, help="draws per cell of the best-alone table")
     args = parser.parse_args()
     start = time.perf_counter()
     rng = np.random.default_rng(2026)
@@ -258,7 +259,7 @@ def main() -> None:
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for seed, (name, k, alpha, n) in enumerate(itertools.product(args.laws.split(","), (2, 3), (0.1, 0.15),
                                                                      (500, 1_000, 2_000))):
-            best_alone_cell(name, k, alpha, n, max(20, 200 // scale), 500 + seed, args.pilot_share)
+            best_alone_cell(name, k, alpha, n, max(20, args.draws // scale), 500 + seed, args.pilot_share)
         print()
     if args.only_best_alone:
         print(f"({time.perf_counter() - start:.0f} s)")
