@@ -414,6 +414,13 @@ class CalibrationConfig(_Strict):
 
         return tuple(get_search(s).name for s in value)
 
+    @model_validator(mode="after")
+    def _prior_needs_auto(self) -> CalibrationConfig:
+        if self.estimator_prior is not None and self.estimator != "auto":
+            raise ValueError(f"estimator_prior = {self.estimator_prior!r} ranks the estimators `estimator: auto` "
+                             "chooses among; set estimator: auto or remove it")
+        return self
+
     @field_validator("judged")
     @classmethod
     def _judged_once(cls, value: tuple[JudgedConfig, ...]) -> tuple[JudgedConfig, ...]:

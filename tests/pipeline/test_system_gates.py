@@ -504,3 +504,9 @@ def test_an_estimator_choice_with_a_prior_from_other_datasets_shares_delta_by_it
     assert set(before["calibration_id"]).isdisjoint(rows["calibration_id"])
     assert all(g.endswith("2 estimator(s) tried at delta / 2 and the one answering the most kept; fallback search; "
                           "exchangeable questions") for g in before["guarantee"])
+
+
+def test_a_prior_without_an_estimator_choice_is_refused_naming_the_field() -> None:
+    with pytest.raises(ValueError, match="estimator_prior = 'other_datasets' ranks the estimators"):
+        CalibrationConfig(estimator_prior="other_datasets")
+    assert CalibrationConfig(estimator="auto", estimator_prior="other_datasets").estimator_prior == "other_datasets"
