@@ -482,6 +482,10 @@ def test_an_estimator_choice_with_a_prior_from_other_datasets_shares_delta_by_it
         rows = stored_system_rows(store).filter(system="big:auto", dataset="d")
         past = past_coverage(store, "big", "d", "similarity[0.6]", sorted(ESTIMATORS), "fallback")
         assert set(past) == set(ESTIMATORS) and len(set(past.values())) == 2  # other's gates rank the two
+        others = store.read("calibrations").filter(pl.col("system").is_null() & (pl.col("dataset") == "other")
+                                                   & (pl.col("search") == "fallback"))
+        assert past == pytest.approx({e: float((g["n_accepted"] / g["n_cal"]).mean())  # never d's own labels
+                                      for (e,), g in others.group_by("estimator")})
         shares = prior_shares(sorted(ESTIMATORS), past, 0.05)
         pairs = {e: store.calibration_frame("big", "d", e, "similarity[0.6]") for e in sorted(ESTIMATORS)}
         for row in rows.iter_rows(named=True):

@@ -173,7 +173,7 @@ def question_times(store: Store, run_keys: Sequence[str], criterion: str) -> pl.
 
 def system_calibration_rows(data: SystemData, config: CalibrationConfig) -> pl.DataFrame:
     """One `calibrations` row per (alpha, bound): the system certified on all its joined pairs, each
-    candidate estimator at delta / K (`cic.stats.cascades.certify_system`)."""
+    candidate estimator at delta / K, or at its share under the spec's prior (`cic.stats.estimator_prior`)."""
     spec, k = data.spec, len(data.tables)
     prior = json.loads(spec.prior) if spec.prior else None
     shares = prior_shares(list(data.tables), prior, config.delta)
