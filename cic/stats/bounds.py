@@ -339,10 +339,29 @@ def half_alpha_n(bound: str, alpha: float, gamma: float) -> int:
     a threshold whose true risk is about alpha/2 has an even chance to pass instead of almost none. Cached: a
     split protocol asks it once per split with the same arguments.
     """
+    return _certified_at_rate(bound, alpha, gamma, alpha / 2.0)
+
+
+def margin_rate(alpha: float) -> float:
+    """alpha less half its distance to the nearer end of [0, 1]: alpha/2 up to alpha = 1/2, (3·alpha - 1)/2 above,
+    so that the margin shrinks as 1 - alpha does where the binomial's spread does (symmetric in errors and hits)."""
+    return alpha - min(alpha, 1.0 - alpha) / 2.0
+
+
+@functools.lru_cache(maxsize=4096)
+def margin_n(bound: str, alpha: float, gamma: float) -> int:
+    """The smallest accepted count at which an empirical risk of `margin_rate(alpha)` is certified: `half_alpha_n`
+    for alpha <= 1/2; near alpha = 1 it grows with alpha instead of falling to a count of 2 (where a threshold whose
+    risk is just under alpha has almost no chance to pass). Label-free, like half_alpha_n."""
+    return _certified_at_rate(bound, alpha, gamma, margin_rate(alpha))
+
+
+def _certified_at_rate(bound: str, alpha: float, gamma: float, rate: float) -> int:
+    """The smallest n at which floor(rate·n) errors among n accepted answers certify alpha at gamma."""
     size = 1024
     while True:
         n = np.arange(1, size + 1, dtype=np.int64)
-        ok = np.asarray(feasible(bound, np.floor(alpha * n / 2.0).astype(np.int64), n, alpha, gamma), dtype=bool)
+        ok = np.asarray(feasible(bound, np.floor(rate * n).astype(np.int64), n, alpha, gamma), dtype=bool)
         if ok.any():
             return int(n[np.argmax(ok)])
         if size > 2**26:

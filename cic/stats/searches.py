@@ -338,14 +338,15 @@ BOTTOM_SHARE = 0.9  # of delta, for the chain from the first count that can cert
 
 @functools.lru_cache(maxsize=4096)
 def geometric_chains(n_calibration: int, bound: str, alpha: float, delta: float,
-                     bottom: float | None = None) -> tuple[tuple[int, float], ...]:
+                     bottom: float | None = None, scaled: bool = False) -> tuple[tuple[int, float], ...]:
     """The (first accepted count, level) of each chain of the geometric search.
 
     A bottom chain at delta·BOTTOM_SHARE from `half_alpha_n` (fixed_sequence's first test at its level: where a
     small certifiable region lies), then chains from ceil(n / 2^k), k = 1..J, sharing the rest as rest·(1/k)/H_J,
-    J the most chains whose last one starts where its own level can certify an empirical risk of alpha/2.
+    J the most chains whose last one starts where its own level can certify an empirical risk of alpha/2
+    (`scaled`: of `bounds.margin_rate(alpha)`, the same below alpha = 1/2).
     """
-
+    floor_of = bounds.margin_n if scaled else bounds.half_alpha_n
     bottom = delta * BOTTOM_SHARE if bottom is None else bottom
     rest = delta - bottom
     chains: tuple[tuple[int, float], ...] = ()
@@ -353,12 +354,12 @@ def geometric_chains(n_calibration: int, bound: str, alpha: float, delta: float,
     for j in range(1, 64):
         harmonic += 1.0 / j
         first = -(-n_calibration // 2**j)
-        if first < 1 or first < bounds.half_alpha_n(bound, alpha, rest / (j * harmonic)):
+        if first < 1 or first < floor_of(bound, alpha, rest / (j * harmonic)):
             break
         chains = tuple((-(-n_calibration // 2**i), rest / (i * harmonic)) for i in range(1, j + 1))
     if not chains:  # too few answers for any geometric chain: the bottom chain alone, at delta
-        return ((bounds.half_alpha_n(bound, alpha, delta), delta),)
-    return ((bounds.half_alpha_n(bound, alpha, bottom), bottom), *chains)
+        return ((floor_of(bound, alpha, delta), delta),)
+    return ((floor_of(bound, alpha, bottom), bottom), *chains)
 
 
 def lec_feasible(fd: np.ndarray, n: np.ndarray, alpha: float) -> np.ndarray:
@@ -399,8 +400,9 @@ class Fallback(Search):
     with its own share of delta; a rejected hypothesis hands its whole level on to the next candidate (a
     graphical procedure whose graph is the line t_1 -> t_2 -> ...).
 
-    Entry points (`fallback_entries`): the first count that can certify (as fixed_sequence, 0.6·delta), the
-    geometric starts n/2, n/4, ... (0.1·delta) and an equal-count grid n·i/K (0.3·delta). The scan goes upward
+    Entry points (`fallback_entries`): the first count at which an empirical risk of alpha - min(alpha, 1 - alpha)/2
+    certifies (`bounds.margin_n`: fixed_sequence's start for alpha <= 1/2, growing with alpha above; 0.6·delta),
+    the geometric starts n/2, n/4, ... (0.1·delta) and an equal-count grid n·i/K (0.3·delta). The scan goes upward
     carrying a level: at an entry the entry's share is added; a candidate that passes at the carried level is
     rejected and the level moves on; one that fails keeps the level (it is stuck there) and the scan waits for
     the next entry. Where `geometric` runs the same kind of chains side by side (a union bound), here a chain
@@ -411,12 +413,14 @@ class Fallback(Search):
     the scores like fixed_sequence. The shares are chosen by measurement: docs/statistics.md.
     """
 
-    shares: tuple[float, float, float] = (0.6, 0.1, 0.3)  # of delta: bottom entry, geometric starts, grid
+    shares: tuple[float, ...] = (0.6, 0.1, 0.3)  # of delta: bottom entry, geometric starts, grid[, coarse grid]
     grid_entries: int = 20  # at most: grid entries at n·i/K, i = 1..K-1 (K adapted to n, `fallback_entries`)
+    coarse_entries: int = 4  # at most, the coarse grid's K (with a fourth share)
+    scaled: bool = True  # the bottom entry at `bounds.margin_n` (False: `half_alpha_n`; equal for alpha <= 1/2)
 
     def entries(self, setting: Setting, delta: float) -> tuple[tuple[int, float], ...]:
         return fallback_entries(setting.n_calibration, setting.bound, setting.alpha, delta, self.shares,
-                                self.grid_entries)
+                                self.grid_entries, self.coarse_entries, self.scaled)
 
     def entries_on(self, setting: Setting, delta: float, counts: np.ndarray) -> tuple[tuple[int, float], ...]:
         """The entries on one calibration set's candidates (`counts`: their accepted counts, ascending), ties
@@ -542,39 +546,52 @@ def _row_of(feasible_at: FeasibleAt, gamma: float, cols: Any, row: int) -> np.nd
 
 @functools.lru_cache(maxsize=4096)
 def fallback_entries(n_calibration: int, bound: str, alpha: float, delta: float,
-                     shares: tuple[float, float, float] = (0.6, 0.1, 0.3),
-                     grid_entries: int = 20) -> tuple[tuple[int, float], ...]:
+                     shares: tuple[float, ...] = (0.6, 0.1, 0.3), grid_entries: int = 20, coarse_entries: int = 4,
+                     scaled: bool = True) -> tuple[tuple[int, float], ...]:
     """The (first accepted count, share of delta) of each entry of the fallback search, ascending by count,
     shares at equal counts summed; they sum to delta at most.
 
-    The bottom entry at half_alpha_n (shares[0]·delta); the geometric starts ceil(n / 2^j) sharing
-    shares[1]·delta as `geometric_chains` does; grid entries ceil(n·i/K) sharing shares[2]·delta equally, K the
-    largest K <= grid_entries whose middle entry (n/2) can certify an empirical risk of alpha/2 on its own share
-    (small n: a coarse grid with larger shares), each entry kept only where its share can; a share no entry
-    can use is given to the bottom entry. A function of (n, bound, alpha, delta) alone.
+    The bottom entry at `bounds.margin_n` (`half_alpha_n` when not `scaled`; the same for alpha <= 1/2) with
+    shares[0]·delta; the geometric starts ceil(n / 2^j) sharing shares[1]·delta as `geometric_chains` does; grid
+    entries ceil(n·i/K) sharing shares[2]·delta equally, K the largest K <= grid_entries whose middle entry (n/2)
+    can certify on its own share (small n: a coarse grid with larger shares), each entry kept only where its share
+    can; with a fourth share, a coarse grid ceil(n·i/coarse_entries) sharing it the same way. A share no entry can
+    use is given to the bottom entry. A function of (n, bound, alpha, delta) alone.
     """
-    bottom_share, geometric_share, grid_share = (delta * s for s in shares)
-    geometric = geometric_chains(n_calibration, bound, alpha, delta, bottom=delta - geometric_share)[1:]
-    kept = sum(w for _, w in geometric)
-    grid: list[tuple[int, float]] = []
-    for k in range(grid_entries, 1, -1):  # the finest grid whose middle entry can certify on its own share
-        each = grid_share / (k - 1)
-        floor = bounds.half_alpha_n(bound, alpha, each)
-        if -(-n_calibration // 2) >= floor:
-            grid = [(c, each) for i in range(1, k) if (c := -(-n_calibration * i // k)) >= floor]
-            break
-    bottom = delta - kept - sum(w for _, w in grid)
+    if len(shares) not in (3, 4) or min(shares) < 0 or sum(shares) > 1.0 + 1e-9:
+        raise UserError(f"fallback shares = {shares!r}: three or four non-negative shares of delta summing to 1 at most")
+    floor_of = bounds.margin_n if scaled else bounds.half_alpha_n
+    bottom_share, geometric_share, *grid_shares = (delta * s for s in shares)
+    geometric = geometric_chains(n_calibration, bound, alpha, delta, bottom=delta - geometric_share,
+                                 scaled=scaled)[1:]
+    grids = [_grid_entries(n_calibration, bound, alpha, share, k, floor_of)
+             for share, k in zip(grid_shares, (grid_entries, coarse_entries), strict=False)]
+    entries = [*geometric, *(entry for grid in grids for entry in grid)]
+    bottom = delta - sum(w for _, w in entries)
     merged: dict[int, float] = {}
-    for count, share in ((bounds.half_alpha_n(bound, alpha, bottom), bottom), *geometric, *grid):
+    for count, share in ((floor_of(bound, alpha, bottom), bottom), *entries):
         merged[count] = merged.get(count, 0.0) + share
     return tuple(sorted(merged.items()))
+
+
+def _grid_entries(n_calibration: int, bound: str, alpha: float, share: float, most: int,
+                  floor_of: Callable[[str, float, float], int]) -> list[tuple[int, float]]:
+    """Entries ceil(n·i/K), i = 1..K-1, sharing `share` equally: K the largest K <= most whose middle entry (n/2)
+    can certify on its own share, each entry kept only where its share can (none: [])."""
+    for k in range(most, 1, -1):
+        each = share / (k - 1)
+        floor = floor_of(bound, alpha, each)
+        if -(-n_calibration // 2) >= floor:
+            return [(c, each) for i in range(1, k) if (c := -(-n_calibration * i // k)) >= floor]
+    return []
 
 
 SEARCHES: Registry[Search] = Registry("search", (
     Fallback(
         "fallback", "fixed sequence, fallback entries",
         "FWER <= delta: one fixed-sequence line through every calibration score, entered at points fixed by "
-        "(n, bound, alpha, delta) before the labels — the first count that can certify (0.6·delta), the geometric "
+        "(n, bound, alpha, delta) before the labels — the first count where an empirical risk of "
+        "alpha - min(alpha, 1 - alpha)/2 can certify (0.6·delta), the geometric "
         "starts n/2, n/4, ... (0.1·delta) and an equal-count grid n·i/K, K <= 20 (0.3·delta) —; a threshold "
         "that passes hands its level on to the next score, so a chain reaching an entry adds that entry's level to "
         "its own (a graphical procedure, Bretz et al. 2009: the levels sum to delta). The largest threshold passed is "

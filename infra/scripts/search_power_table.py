@@ -52,16 +52,21 @@ RULES: tuple[Any, ...] = (*dict.fromkeys(VALID), "lec")
 
 
 def variants(spec: str) -> tuple[Any, ...]:
-    """Fallback searches with other shares, 'bottom:geometric:grid/K,...' (the measurements behind the default)."""
+    """Fallback searches with other shares, 'bottom:geometric:grid[:coarse]/K[/Kc][/half],...' (the measurements
+    behind the default; 'half': the bottom entry where alpha/2 certifies, as before issue 73)."""
     from cic.stats.searches import Fallback, get_search
 
     out = []
     for item in filter(None, spec.split(",")):
-        shares, k = item.split("/")
+        shares, k, *rest = item.split("/")
         base = get_search("fallback")
+        coarse = next((int(x) for x in rest if x.isdigit()), base.coarse_entries)
         out.append(Fallback(f"fallback[{item}]", base.label, base.guarantee, base.guarantee_kind, takes_grid=False,
-                            first_test=True, shares=tuple(float(x) for x in shares.split(":")), grid_entries=int(k)))
+                            first_test=True, shares=tuple(float(x) for x in shares.split(":")), grid_entries=int(k),
+                            coarse_entries=coarse, scaled="half" not in rest))
     return tuple(out)
+
+
 GRIDS = {"holm": 100, "bonferroni": 20}
 
 
@@ -171,7 +176,13 @@ def models() -> dict[str, tuple[Any, tuple[float, ...], tuple[int, ...]]]:
         "ties": (CurveRisk(((0, 0.02), (1, 0.32)), levels=10), (0.04, 0.08, 0.15), small),
         "ties4": (CurveRisk(((0, 0.03), (0.2, 0.03), (0.25, 0.25), (1, 0.3)), levels=4), (0.06, 0.08, 0.1), tied),
         "se10": (semantic_entropy_like(), (0.08, 0.1, 0.15), tied),
-        "step-mid": (CurveRisk(((0, 0.04), (0.5, 0.04), (0.5, 0.4), (1, 0.4))), (0.06, 0.1), tied),
+        "step-mid": (CurveRisk(((0, 0.04), (0.5, 0.04), (0.5, 0.4), (1, 0.4))), (0.06, 0.08, 0.1), tied),
+        "alpha-high": (CurveRisk(((0, 0.8), (1, 1.0))), (0.82, 0.85, 0.88), (500, 1_000, 2_000, 10_000)),
+        "dips": (CurveRisk(((0, 0.3), (0.05, 0.3), (0.05, 0.03), (0.25, 0.03), (0.25, 0.3), (0.32, 0.3), (0.32, 0.03),
+                            (0.55, 0.03), (0.55, 0.3), (0.62, 0.3), (0.62, 0.03), (0.85, 0.03), (0.85, 0.5), (1, 0.5))),
+                 (0.095, 0.1, 0.11), (500, 1_000, 2_000, 10_000)),
+        "bump": (CurveRisk(((0, 0.03), (0.15, 0.03), (0.15, 0.25), (0.45, 0.25), (0.45, 0.03), (0.8, 0.03), (0.8, 0.5),
+                            (1, 0.5))), (0.12, 0.125, 0.13), (2_000, 10_000, 100_000)),
         "csqa-maxprob": (real_table("commonsense_qa", "one_minus_max_prob", "option_match"), (0.15, 0.20, 0.25),
                          small),
         "csqa-eigv": (real_table("commonsense_qa", "eigv[embedding:0.9]", "option_match"), (0.2, 0.25, 0.3), small),
@@ -232,6 +243,9 @@ def targets(results: list[dict[str, Any]], names: list[str]) -> dict[str, dict[s
     for rule in names:
         worst_rate, worst_high = 0.0, 0.0
         t2_ratios, t2_collapse, t3_cells, t4_ratios, t5_cells = [], 0.0, [], [], []
+        t5_sighted: list[str] = []  # blind in > 15% of draws where some valid rule is blind in <= 15%
+        a1_ratios: list[float] = []  # issue 73: every n where the best valid rule answers >= 5%
+        a1_cells: list[str] = []
         for r in results:
             if r["tight"]:
                 worst_rate = max(worst_rate, r["violations"][rule] / r["draws"])
@@ -248,9 +262,17 @@ def targets(results: list[dict[str, Any]], names: list[str]) -> dict[str, dict[s
                 t4_ratios.append(ratio)
             if r["nothing"][rule] > 0.15 and best >= 0.15:  # blind here while a valid rule answers
                 t5_cells.append(f"{r['model']} α={r['alpha']:g} n={r['n']:,}")
+            if r["nothing"][rule] > 0.15 and min(r["nothing"][v] for v in VALID) <= 0.15:
+                t5_sighted.append(f"{r['model']} α={r['alpha']:g} n={r['n']:,}")
+            if best >= 0.05:
+                a1_ratios.append(ratio)
+                if ratio < 0.8:
+                    a1_cells.append(f"{r['model']} α={r['alpha']:g} n={r['n']:,} ({ratio:.2f})")
         out[rule] = {"worst_rate": worst_rate, "worst_high": worst_high,
                      "t2_mean": float(np.mean(t2_ratios)) if t2_ratios else math.nan, "t2_collapse": t2_collapse,
-                     "t3": t3_cells, "t4_worst": float(min(t4_ratios)) if t4_ratios else math.nan, "t5": t5_cells}
+                     "t3": t3_cells, "t4_worst": float(min(t4_ratios)) if t4_ratios else math.nan, "t5": t5_cells,
+                     "t5_sighted": t5_sighted, "a1_worst": float(min(a1_ratios)) if a1_ratios else math.nan,
+                     "a1": a1_cells}
     return out
 
 
@@ -291,7 +313,26 @@ def main() -> None:
               f"{t['t2_collapse']:.0%} {t2} | {len(t['t3'])} {'pass' if not t['t3'] else 'FAIL: ' + '; '.join(t['t3'])}"
               f" | {t['t4_worst']:.3f} {t4} | {len(t['t5'])} "
               f"{'pass' if not t['t5'] else 'FAIL: ' + '; '.join(t['t5'])} |")
+    aims(results, names)
     print(f"\n({time.perf_counter() - start:.0f} s)")
+
+
+def aims(results: list[dict[str, Any]], names: list[str]) -> None:
+    """Issue 73's aims per rule, met or not and where: (A1) worst ratio to the best valid rule >= 0.8 in every
+    cell where that rule answers >= 5%; (A2) no cell where the rule certifies nothing in > 15% of draws while the
+    best valid rule answers > 15% (T5), and the same where some valid rule certifies something in >= 85% of draws
+    (the part a search can fix: where every rule is blind that often, the data are); (A3) FWER <= delta in
+    every tight cell (T1, 3,000 draws each)."""
+    print("\n| rule | A1: worst ratio where the best answers ≥ 5% (cells under 0.8) | A2: blind > 15% while "
+          "the best answers > 15% · while another rule is blind ≤ 15% | A3: FWER ≤ δ |")
+    print("|---|---|---|---|")
+    for rule, t in targets(results, [n for n in names if n != "lec"]).items():
+        a1 = "met" if not t["a1"] else "not met: " + "; ".join(t["a1"])
+        a2 = (f"{len(t['t5'])} · {len(t['t5_sighted'])} "
+              + ("met" if not t["t5_sighted"] else "not met: " + "; ".join(t["t5_sighted"])))
+        a3 = "met" if t["worst_rate"] <= DELTA and t["worst_high"] <= DELTA + 0.005 else (
+            f"not met: worst {t['worst_rate']:.4f}, upper {t['worst_high']:.4f}")
+        print(f"| {rule} | {t['a1_worst']:.3f} {a1} | {a2} | {a3} |")
 
 
 if __name__ == "__main__":

@@ -215,3 +215,17 @@ def test_the_coverage_check_fails_a_bound_that_is_too_small() -> None:
     too_small = lambda k, n, gamma: bounds.clopper_pearson_ucb(k, n, 2 * gamma)  # noqa: E731
     grid = np.linspace(0.005, 0.995, 199)
     assert max(_miss_probability(too_small, 57, 0.05, p) for p in grid) > 0.05
+
+
+@pytest.mark.parametrize("bound", ["cp", "hoeffding"])
+def test_the_margin_entry_is_half_alpha_up_to_one_half_and_grows_with_alpha_above(bound: str) -> None:
+    """`margin_n` is `half_alpha_n` for every alpha <= 1/2 (the default search's entries, and every table measured
+    before issue 73, are unchanged there); above, the margin alpha - rate shrinks with 1 - alpha, so the count grows."""
+    from cic.stats.bounds import half_alpha_n, margin_n, margin_rate
+
+    for alpha in (0.01, 0.05, 0.1, 0.2, 0.3, 0.45, 0.5):
+        for gamma in (0.05, 0.03, 0.003, 1e-4):
+            assert margin_n(bound, alpha, gamma) == half_alpha_n(bound, alpha, gamma), (alpha, gamma)
+    assert margin_rate(0.5) == 0.25 and margin_rate(0.9) == pytest.approx(0.85)
+    above = [margin_n(bound, alpha, 0.03) for alpha in (0.6, 0.75, 0.88, 0.95)]
+    assert above == sorted(above) and above[0] > half_alpha_n(bound, 0.6, 0.03)

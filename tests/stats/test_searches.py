@@ -91,17 +91,17 @@ def test_geometric_chains_start_at_halves_with_harmonic_levels_and_equal_the_lit
 def test_fallback_equals_the_literal_graphical_procedure_in_any_order(rng: np.random.Generator, bound: str) -> None:
     """calibrate's lazy scan and the split protocol's matrix path both equal the graphical procedure written out
     (levels handed on, rejections in a random order), on smooth, tied and clustered tables."""
-    from cic.stats.searches import fallback_entries, tied_entries
+    from cic.stats.searches import Setting
 
     for trial in range(20):
         n = int(rng.integers(150, 900))
         scores, errors = make_table(rng, n, decimals=int(rng.choice([1, 2, 3])), slope=0.4, base=0.02)
         if trial % 3 == 0:  # a confident-but-wrong cluster among the lowest scores
             errors[np.argsort(scores, kind="stable")[: n // 20]] = 1
-        alpha = float(rng.choice([0.1, 0.15, 0.2]))
+        alpha = float(rng.choice([0.1, 0.15, 0.2, 0.45]))
         ordered = np.sort(scores)
         counts = np.searchsorted(ordered, np.unique(ordered), side="right")  # each candidate's accepted count
-        entries = list(tied_entries(fallback_entries(n, bound, alpha, 0.05), counts, bound, alpha))
+        entries = list(get_search("fallback").entries_on(Setting(n, bound, alpha), 0.05, counts))
         assert sum(share for _, share in entries) == pytest.approx(0.05)
         got = cic.calibrate(scores, errors, alpha=alpha, bound=bound, search="fallback")
         assert got.threshold == reference.fallback(scores, errors, alpha, 0.05, bound, entries, seed=trial), trial
@@ -338,3 +338,52 @@ def test_the_registry_check_fails_a_search_without_a_multiplicity_correction() -
 
     uncorrected = replace(get_search("paper"), name="uncorrected", guarantee_kind="high-probability")
     assert _violations(uncorrected) > 2 * FWER_LIMIT
+
+
+@pytest.mark.parametrize("shares", [(0.6, 0.1, 0.3), (0.4, 0.1, 0.2, 0.3), None])
+@pytest.mark.parametrize("alpha", [0.05, 0.3, 0.6, 0.88, 0.97])
+def test_the_fallback_entries_share_exactly_delta_whatever_the_shares_n_and_alpha(shares: tuple[float, ...] | None,
+                                                                                  alpha: float) -> None:
+    """The FWER bound is the sum of the entries' shares: it is delta (never more, none lost) for three or four
+    shares (None: the default search's own), at every n from a handful of answers to 10^6 and alpha near 0 or 1."""
+    from cic.stats.searches import Setting, fallback_entries
+
+    search = get_search("fallback")
+    for n in (30, 300, 2_000, 10_000, 1_000_000):
+        for bound in ("cp", "hoeffding"):
+            entries = (search.entries(Setting(n, bound, alpha), 0.05) if shares is None
+                       else fallback_entries(n, bound, alpha, 0.05, shares))
+            assert sum(w for _, w in entries) == pytest.approx(0.05, abs=1e-12), (n, bound, entries)
+            assert all(w > 0 for _, w in entries) and [c for c, _ in entries] == sorted({c for c, _ in entries})
+
+
+@pytest.mark.parametrize("shares", [(0.7, 0.2, 0.2), (0.5, 0.1, 0.2, 0.3), (0.6, 0.4), (0.6, -0.1, 0.5)])
+def test_fallback_shares_past_delta_or_malformed_are_refused(shares: tuple[float, ...]) -> None:
+    from cic.stats.searches import fallback_entries
+
+    with pytest.raises(UserError, match="fallback shares"):
+        fallback_entries(1_000, "cp", 0.1, 0.05, shares)
+
+
+def test_the_bottom_entry_scales_with_alpha_near_one() -> None:
+    """Below alpha = 1/2 the bottom entry is where an empirical risk of alpha/2 certifies; near alpha = 1 it is
+    where alpha - (1 - alpha)/2 does, so its share is not spent on a 2-answer test that a threshold whose risk is
+    just under alpha almost never passes. On 300 answers wrong 78% of the time at the lowest score rising to 90% at
+    the highest (84% overall; the two most confident wrong), alpha = 0.88, the entry at 2 answers fails at once and
+    what is left of delta certifies nothing; the scaled entry certifies every answer."""
+    from cic.stats import bounds
+    from cic.stats.searches import Fallback, Setting
+
+    assert bounds.margin_n("cp", 0.1, 0.03) == bounds.half_alpha_n("cp", 0.1, 0.03)
+    assert bounds.half_alpha_n("cp", 0.88, 0.03) <= 2 < 50 < bounds.margin_n("cp", 0.88, 0.03)
+    search = get_search("fallback")
+    first, share = search.entries(Setting(1_000, "cp", 0.88), 0.05)[0]
+    assert first >= 50 and share >= 0.5 * 0.05
+    scores = np.linspace(0.0, 1.0, 300)
+    errors = ((np.arange(300) * 0.6180339887) % 1 < 0.78 + 0.12 * scores).astype(int)  # evenly spread
+    errors[:2] = 1
+    unscaled = Fallback("fallback[half]", search.label, search.guarantee, search.guarantee_kind, takes_grid=False,
+                        first_test=True, shares=search.shares, grid_entries=search.grid_entries,
+                        coarse_entries=search.coarse_entries, scaled=False)
+    assert cic.calibrate(scores, errors, alpha=0.88, search=unscaled).threshold is None
+    assert cic.calibrate(scores, errors, alpha=0.88).threshold == 1.0
