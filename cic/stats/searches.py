@@ -559,7 +559,7 @@ def fallback_entries(n_calibration: int, bound: str, alpha: float, delta: float,
     use is given to the bottom entry. A function of (n, bound, alpha, delta) alone.
     """
     if len(shares) not in (3, 4) or min(shares) < 0 or sum(shares) > 1.0 + 1e-9:
-        raise UserError(f"fallback shares = {shares!r}: three or four non-negative shares of delta summing to 1 at most")
+        raise UserError(f"fallback shares = {shares!r}: three or four non-negative shares of delta, 1 in all at most")
     floor_of = bounds.margin_n if scaled else bounds.half_alpha_n
     bottom_share, geometric_share, *grid_shares = (delta * s for s in shares)
     geometric = geometric_chains(n_calibration, bound, alpha, delta, bottom=delta - geometric_share,
