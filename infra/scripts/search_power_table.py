@@ -191,9 +191,10 @@ def models() -> dict[str, tuple[Any, tuple[float, ...], tuple[int, ...]]]:
     }
 
 
-def cells(quick: bool, small: bool = False, only: str = "") -> list[tuple[str, float, int, int, bool]]:
+def cells(quick: bool, small: bool = False, only: str = "", tight_draws: int = 3_000
+          ) -> list[tuple[str, float, int, int, bool]]:
     """(model name, alpha, n, draws, tight): the tight cells (every alpha at n <= 2,000, where a threshold near
-    the boundary is certified often enough for violations to show) get 3,000 draws."""
+    the boundary is certified often enough for violations to show) get `tight_draws` (3,000)."""
     draws = {10_000: 150, 100_000: 30, 1_000_000: 6}
     out = []
     for name, (_, alphas, sizes) in models().items():
@@ -204,7 +205,7 @@ def cells(quick: bool, small: bool = False, only: str = "") -> list[tuple[str, f
                 if (quick and n > 10_000) or (small and n > 2_000):
                     continue
                 tight = n <= 2_000
-                count = 3_000 if tight else draws[n]
+                count = tight_draws if tight else draws[n]
                 out.append((name, alpha, n, count // (10 if quick else 1), tight))
     return out
 
@@ -283,6 +284,7 @@ def main() -> None:
     parser.add_argument("--small", action="store_true", help="n <= 2,000 only (the cells T4 reads)")
     parser.add_argument("--variants", default="", help="extra fallback shares to measure, e.g. 0.7:0.1:0.2/10")
     parser.add_argument("--models", default="", help="only these models, e.g. ties4,se10,step-mid")
+    parser.add_argument("--draws", type=int, default=3_000, help="draws in each tight cell (n <= 2,000)")
     args = parser.parse_args()
     start = time.perf_counter()
     names = [*RULES, *(v.name for v in variants(args.variants))]
@@ -292,7 +294,8 @@ def main() -> None:
     print("|" + "---|" * (len(names) + 8))
     results = []
     with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:  # polars: no fork
-        for r in pool.map(run_cell, [(*c, args.variants) for c in cells(args.quick, args.small, args.models)]):
+        todo = [(*c, args.variants) for c in cells(args.quick, args.small, args.models, args.draws)]
+        for r in pool.map(run_cell, todo):
             results.append(r)
             best_rule = max(VALID, key=lambda v: r["coverage"][v])
             best = r["coverage"][best_rule]
