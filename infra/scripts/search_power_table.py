@@ -21,7 +21,10 @@ in >= 50% of draws while some valid rule collapses in <= 15%; (T4) for n <= 2,00
 >= 5% of answers on average, worst ratio >= 0.80; (T5, issue 56) no cell where the rule certifies nothing in more
 than 15% of draws while the best valid rule answers >= 15% on average. Tied-score models (four equal blocks; six
 values with unequal masses, as semantic entropy over 10 samples gives) and a mid-score step run at n = 300 .. 2,000
-(`--models ties4,se10,step-mid` runs them alone). docs/statistics.md quotes the output.
+(`--models ties4,se10,step-mid` runs them alone). Issue 73's laws: alpha-high (α near 1), dips (R(t) under α in
+three bands), bump (R(t) over α and back under) and the mid step at α = 0.08; after T1–T5 the script prints issue
+73's aims A1–A3 per rule, met or the cells that miss; `--fwer-only` measures the default's violation rate alone in
+every tight cell. docs/statistics.md quotes the output.
 """
 
 from __future__ import annotations
@@ -210,10 +213,10 @@ def cells(quick: bool, small: bool = False, only: str = "", tight_draws: int = 3
     return out
 
 
-def run_cell(cell: tuple[str, float, int, int, bool, str]) -> dict[str, Any]:
+def run_cell(cell: tuple[str, float, int, int, bool, str, bool]) -> dict[str, Any]:
     """Coverage and violation of each rule on the cell's draws (the same draws for every rule)."""
-    name, alpha, n, draws, tight, extra = cell
-    rules = (*RULES, *variants(extra))
+    name, alpha, n, draws, tight, extra, fwer_only = cell
+    rules = (DEFAULT_SEARCH,) if fwer_only else (*RULES, *variants(extra))
     model = models()[name][0]
     rng = np.random.default_rng(zlib.crc32(f"{name}|{alpha}|{n}".encode()))
     coverage = {rule: np.zeros(draws) for rule in rules}
@@ -285,8 +288,12 @@ def main() -> None:
     parser.add_argument("--variants", default="", help="extra fallback shares to measure, e.g. 0.7:0.1:0.2/10")
     parser.add_argument("--models", default="", help="only these models, e.g. ties4,se10,step-mid")
     parser.add_argument("--draws", type=int, default=3_000, help="draws in each tight cell (n <= 2,000)")
+    parser.add_argument("--fwer-only", action="store_true",
+                        help="the default search alone: its violation rate per tight cell (the FWER check, A3)")
     args = parser.parse_args()
     start = time.perf_counter()
+    if args.fwer_only:
+        return fwer_only(args, start)
     names = [*RULES, *(v.name for v in variants(args.variants))]
     header = " | ".join(f"{r}{' (default)' if r == DEFAULT_SEARCH else ''}" for r in names)
     print(f"| model | α | n | draws | oracle cov. | {header} | default / best valid | collapses: default · best | "
@@ -294,7 +301,7 @@ def main() -> None:
     print("|" + "---|" * (len(names) + 8))
     results = []
     with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:  # polars: no fork
-        todo = [(*c, args.variants) for c in cells(args.quick, args.small, args.models, args.draws)]
+        todo = [(*c, args.variants, False) for c in cells(args.quick, args.small, args.models, args.draws)]
         for r in pool.map(run_cell, todo):
             results.append(r)
             best_rule = max(VALID, key=lambda v: r["coverage"][v])
@@ -317,6 +324,22 @@ def main() -> None:
               f" | {t['t4_worst']:.3f} {t4} | {len(t['t5'])} "
               f"{'pass' if not t['t5'] else 'FAIL: ' + '; '.join(t['t5'])} |")
     aims(results, names)
+    print(f"\n({time.perf_counter() - start:.0f} s)")
+
+
+def fwer_only(args: argparse.Namespace, start: float) -> None:
+    """The default search's violation rate P(R(t_hat) > alpha) in each tight cell, with its 95% Clopper–Pearson
+    upper bound: A3 / T1 at full draws in minutes, where the whole table takes hours."""
+    print(f"| model | α | n | draws | {DEFAULT_SEARCH} coverage | violations | rate · 95% upper | ≤ δ |")
+    print("|---|---|---|---|---|---|---|---|")
+    todo = [(*c, "", True) for c in cells(args.quick, True, args.models, args.draws) if c[4]]
+    with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for r in pool.map(run_cell, todo):
+            k = r["violations"][DEFAULT_SEARCH]
+            high = binomial_ci(k, r["draws"])[1]
+            ok = "met" if k / r["draws"] <= DELTA and high <= DELTA + 0.005 else "not met"
+            print(f"| {r['model']} | {r['alpha']:g} | {r['n']:,} | {r['draws']:,} | "
+                  f"{r['coverage'][DEFAULT_SEARCH]:.3f} | {k} | {k / r['draws']:.4f} · {high:.4f} | {ok} |", flush=True)
     print(f"\n({time.perf_counter() - start:.0f} s)")
 
 
