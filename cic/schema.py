@@ -262,11 +262,20 @@ ANYTIME_COUNTED = TableSpec("anytime_counted", {
     "counted_at": pl.Datetime("us", "UTC"),
 }, ("state_id", "question_id"))
 
+LAKE_FILES = TableSpec("lake_files", {
+    "table_uri": pl.String(),                # the Delta table as deltalake names it (file:///…, s3://…)
+    "path": pl.String(),                     # a data file of it, relative to the table: loaded once, ever
+    "version": pl.Int64(),                   # the table version the load read
+    "rows": pl.Int64(),
+    "purpose": pl.String(),                  # landing (workers' rows) | ingest (production records)
+    "loaded_at": pl.Datetime("us", "UTC"),
+}, ("table_uri", "path"))
+
 TABLES: dict[str, TableSpec] = {t.name: t for t in (QUESTIONS, RUNS, GENERATIONS, SCORES, LABELS, CALIBRATIONS,
                                                      EVALUATIONS, OBSERVATIONS, GATE_EVENTS, LABEL_EVENTS,
                                                      RECORD_EVENTS,
                                                      INGESTS, GATE_MONITOR, GROUP_EVALUATIONS, SYSTEM_EVALUATIONS,
-                                                     ANYTIME_STATES, ANYTIME_COUNTED)}
+                                                     ANYTIME_STATES, ANYTIME_COUNTED, LAKE_FILES)}
 
 
 JUDGED_JOIN = "+"  # joins a judge's criterion and the people's: the criterion a judge-plus-people gate certifies

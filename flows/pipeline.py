@@ -1,6 +1,7 @@
 """The main job: every model × dataset at once, generate → score → label → store, then calibrate, evaluate, log.
 
     questions ──► answer (a Ray pool per model, all at once) ──► DuckDB ──► calibrate + split protocol ──► MLflow
+                          └──(storage.landing) Delta table ──load once──┘
 
 A model that fails (cannot be placed, cannot load, keeps failing batches) is reported with its error while the
 others finish, are calibrated and logged; the run then ends Failed naming it, and a rerun retries only it.
@@ -37,6 +38,7 @@ from cic.services.prefect_limits import store_slot
 from cic.services.prefect_runs import flow_run_name, run_logger
 from cic.services.registry_sync import registry_sync
 from cic.store import Store
+from cic.store.landing import load_landing
 from cic.store.queries import latest_group_results, latest_results
 from cic.store.resume import missing_work
 from tasks.answer import answer_questions
@@ -114,6 +116,8 @@ def plan_models(config: PipelineConfig, db_path: str, questions: dict[str, Any],
     jobs = []
     score_names = config.uncertainty.score_names(config.generation.adaptive)
     with Store.open(db_path, wait_s=60) as store:
+        if config.storage.landing:  # what an earlier, killed run's workers landed is not answered again
+            load_landing(store, config.storage.landing)
         for index, model in enumerate(config.models):
             settings = replace(config.answerer_settings(index), probe=probes[model.name])
             runs = []
@@ -203,7 +207,8 @@ def answer_stage(config: PipelineConfig, questions: dict[str, Any], summary: Pip
         summary.answer = answer_questions(config.storage.db, jobs,
                                           questions_per_batch=config.generation.questions_per_batch,
                                           ready_timeout_s=config.ray.ready_timeout_s,
-                                          batch_timeout_s=config.ray.batch_timeout_s)
+                                          batch_timeout_s=config.ray.batch_timeout_s,
+                                          landing=config.storage.landing)
     finally:  # the answers are in DuckDB: leave Ray (an in-process one stops) while its processes still answer
         ray_pool.shutdown(cluster)
     return jobs

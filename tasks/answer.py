@@ -22,9 +22,11 @@ def answer_run_name() -> str:
 
 @task(name="answer", task_run_name=answer_run_name, timeout_seconds=7 * 24 * 3600)
 def answer_questions(db: str, models: list[ModelJob], *, questions_per_batch: int = 8,
-                     ready_timeout_s: float = 900.0, batch_timeout_s: float = 3600.0) -> list[AnswerStats]:
+                     ready_timeout_s: float = 900.0, batch_timeout_s: float = 3600.0,
+                     landing: str | None = None) -> list[AnswerStats]:
     """Generate → score → label every unfinished question of every model at once: one pool of replicas per model,
     batches stored as they land from any pool. A model that fails is reported in its stats (`error`); the
-    others finish. Call inside `ray_pool.connect` (the flow does)."""
+    others finish. With `landing` (a Delta table) workers append there and the flow loads it. Call inside
+    `ray_pool.connect` (the flow does)."""
     return answer_all(db, models, questions_per_batch=questions_per_batch, ready_timeout_s=ready_timeout_s,
-                      batch_timeout_s=batch_timeout_s, logger=run_logger())
+                      batch_timeout_s=batch_timeout_s, logger=run_logger(), landing=landing)

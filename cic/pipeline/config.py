@@ -491,6 +491,17 @@ class StorageConfig(_Strict):
                                           "writing this store hold while they run (`prefect gcl create cic-store "
                                           "--limit 1` queues them); null: none")
     queue_timeout_s: float = Field(24 * 3600.0, gt=0, le=MAX_WAIT_S, description="longest wait for that limit's slot")
+    landing: str | None = Field(None, description="path or URI (s3://, gs://, abfss://, file://) of a Delta table "
+                                "the Ray workers append their generations, scores and labels to, from any node; "
+                                "the flow loads what landed into the store exactly once. Null: workers hand "
+                                "their batches to the flow")
+
+    @field_validator("landing")
+    @classmethod
+    def _landing_uri(cls, value: str | None) -> str | None:
+        from cic.store.landing import check_landing_uri
+
+        return None if value is None else check_landing_uri(value)
 
 
 LABEL_WINDOW_HELP = ("how late a label may arrive after its record was seen, e.g. 14d: certificates count a record "

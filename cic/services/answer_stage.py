@@ -22,6 +22,7 @@ from cic.pipeline.run.run_results import AnswerStats
 from cic.services import ray_pool
 from cic.services.answer_worker import RayAnswerWorker
 from cic.store import Store
+from cic.store.landing import load_landing
 from cic.store.resume import RunWork, stored_generations
 
 #: How long a batch write waits for another process to release the store before the task fails.
@@ -40,8 +41,10 @@ class RunJob:
     work: RunWork
 
 
-def make_jobs(store: Store, runs: list[RunJob], questions_per_batch: int) -> list[dict[str, Any]]:
-    """Shard every run's unfinished questions into batches for the workers."""
+def make_jobs(store: Store, runs: list[RunJob], questions_per_batch: int,
+              landing: str | None = None) -> list[dict[str, Any]]:
+    """Shard every run's unfinished questions into batches for the workers (who append them to `landing`, a
+    Delta table, where given)."""
     jobs = []
     for run in runs:
         for ids, generate in ((run.work.to_generate, True), (run.work.to_score, False)):
@@ -50,12 +53,17 @@ def make_jobs(store: Store, runs: list[RunJob], questions_per_batch: int) -> lis
                 batch = run.questions.filter(pl.col("question_id").is_in(chunk))
                 stored = None if generate else stored_generations(store, run.run_key, chunk).to_arrow()
                 jobs.append({"batch_id": len(jobs), "run_key": run.run_key, "criteria": list(run.criteria),
-                             "prompt_id": run.prompt_id, "questions": batch.to_arrow(), "generations": stored})
+                             "prompt_id": run.prompt_id, "questions": batch.to_arrow(), "generations": stored,
+                             "landing": landing})
     return jobs
 
 
-def store_batch(store: Store, result: dict[str, Any]) -> None:
-    """Write one worker batch atomically: all three tables or nothing."""
+def store_batch(store: Store, result: dict[str, Any], landing: str | None = None) -> None:
+    """Write one worker batch atomically: all three tables or nothing; a batch the worker appended to the
+    landing table is loaded from there, with whatever else landed (`cic.store.landing`)."""
+    if result.get("landed") is not None and landing:
+        load_landing(store, landing)
+        return
     with store.transaction():
         store.upsert("generations", result["generations"])
         store.upsert("scores", result["scores"])
@@ -102,16 +110,18 @@ def plan_placement(model: Any, cluster: ray_pool.ClusterInfo, *, n_models: int, 
 
 
 def answer_all(db: str, models: list[ModelJob], *, questions_per_batch: int, ready_timeout_s: float,
-               batch_timeout_s: float, logger: logging.Logger | logging.LoggerAdapter) -> list[AnswerStats]:
+               batch_timeout_s: float, logger: logging.Logger | logging.LoggerAdapter,
+               landing: str | None = None) -> list[AnswerStats]:
     """Generate → score → label every unfinished question of every model at once; a model that fails is reported
-    in its stats (`error`), the others finish. Call inside `ray_pool.connect` (the flow does)."""
+    in its stats (`error`), the others finish. Call inside `ray_pool.connect` (the flow does). With `landing`,
+    workers append their batches to that Delta table and the flow loads them from it."""
     started = time.perf_counter()
     stats = {m.model: AnswerStats(model=m.model) for m in models}
-    jobs = plan_batches(db, models, stats, questions_per_batch)
+    jobs = plan_batches(db, models, stats, questions_per_batch, landing)
     pools = [pool for m in models if (pool := start_pool(m, jobs[m.model], stats[m.model], ready_timeout_s,
                                                          logger)) is not None]
     moved: dict[str, int] = {}
-    done, first = store_as_they_land(db, pools, jobs, stats, started, batch_timeout_s, moved)
+    done, first = store_as_they_land(db, pools, jobs, stats, started, batch_timeout_s, moved, landing)
     record_unanswered(db, models, moved)
     for pool in pools:
         job = next(m for m in models if m.model == pool.name)
@@ -120,12 +130,12 @@ def answer_all(db: str, models: list[ModelJob], *, questions_per_batch: int, rea
 
 
 def plan_batches(db: str, models: list[ModelJob], stats: dict[str, AnswerStats],
-                 questions_per_batch: int) -> dict[str, list[dict[str, Any]]]:
+                 questions_per_batch: int, landing: str | None = None) -> dict[str, list[dict[str, Any]]]:
     """Every model's batches, read from the store in one pass; each model's question count in its stats."""
     jobs: dict[str, list[dict[str, Any]]] = {}
     with Store.open(db, read_only=True, wait_s=WRITE_WAIT_S) as store:
         for m in models:
-            jobs[m.model] = make_jobs(store, m.runs, questions_per_batch)
+            jobs[m.model] = make_jobs(store, m.runs, questions_per_batch, landing)
             stats[m.model].questions = sum(j["questions"].num_rows for j in jobs[m.model])
     return jobs
 
@@ -153,7 +163,7 @@ def start_pool(m: ModelJob, jobs: list[dict[str, Any]], item: AnswerStats, ready
 
 def store_as_they_land(db: str, pools: list[ray_pool.WorkerPool], jobs: dict[str, list[dict[str, Any]]],
                        stats: dict[str, AnswerStats], started: float, batch_timeout_s: float,
-                       moved: dict[str, int]) -> tuple[dict[str, int], dict[str, float]]:
+                       moved: dict[str, int], landing: str | None = None) -> tuple[dict[str, int], dict[str, float]]:
     """Drain every pool at once, storing each batch as it lands; returns questions done and the seconds to each
     model's first batch; `moved` gathers, per run, the requests handed to another replica."""
     done = {pool.name: 0 for pool in pools}
@@ -165,7 +175,7 @@ def store_as_they_land(db: str, pools: list[ray_pool.WorkerPool], jobs: dict[str
         # the file is held only while one batch is written: readers (cic ask, a calibration, the nightly
         # recalibration) get it between batches, and a reader holding it makes this wait, not fail
         with Store.open(db, wait_s=WRITE_WAIT_S) as store:
-            store_batch(store, result)
+            store_batch(store, result, landing)
         done[pool.name] += int(result["stats"]["questions"])
         item.failed += len(result.get("failures") or {})
         item.failure = item.failure or next(iter((result.get("failures") or {}).values()), None)

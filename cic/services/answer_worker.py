@@ -2,7 +2,7 @@
 
 It wraps `cic.llm.answering.Answerer`; torch uses as many threads as the actor was given CPUs (or fewer, where
 OMP_NUM_THREADS says so), so two CPU actors on a two-core node do not fight over cores. It never writes DuckDB:
-the flow does.
+the flow does — from the batches it returns, or from the landing table it appended them to (`storage.landing`).
 """
 
 from __future__ import annotations
@@ -41,16 +41,23 @@ class AnswerWorker:
 
     def process(self, job: dict[str, Any]) -> dict[str, Any]:
         """`job`: batch_id, run_key, criteria, prompt_id, questions (Arrow) and stored generations (Arrow or
-        None). Returns the batch id, the three tables as Arrow, timing stats and the questions a served model
-        gave no answer to (id -> why)."""
+        None), and `landing` (a Delta table's URI, or None). Returns the batch id, the three tables as Arrow (None
+        when they were appended to the landing table: `landed` is its version), timing stats and the questions a
+        served model gave no answer to (id -> why)."""
         import polars as pl
 
         questions = pl.from_arrow(job["questions"])
         stored = pl.from_arrow(job["generations"]) if job.get("generations") is not None else None
         batch = self.answerer.process(questions, run_key=job["run_key"], criteria=job["criteria"],
                                       generations=stored, prompt_id=job.get("prompt_id"))
-        return {"batch_id": job["batch_id"], "run_key": job["run_key"], "generations": batch.generations.to_arrow(),
-                "scores": batch.scores.to_arrow(), "labels": batch.labels.to_arrow(),
+        tables = {"generations": batch.generations.to_arrow(), "scores": batch.scores.to_arrow(),
+                  "labels": batch.labels.to_arrow()}
+        landed = None
+        if job.get("landing"):  # appended from this node in one commit; the flow loads it from the table
+            from cic.store.landing import land
+
+            landed, tables = land(job["landing"], tables), dict.fromkeys(tables)
+        return {"batch_id": job["batch_id"], "run_key": job["run_key"], **tables, "landed": landed,
                 "stats": {**batch.stats, "llm_loaded": float(self.answerer.llm_loaded)}, "failures": batch.failures}
 
 

@@ -1,0 +1,155 @@
+"""Delta Lake tables (`deltalake`, no DuckDB extension): open one with a one-line error, check its layout, append
+with retried commits, and list and read the data files a store has not loaded yet.
+
+A Delta commit is atomic: a writer killed before its commit leaves at most an orphan data file the log never
+names, so a reader sees each appended batch whole or not at all. What a store has loaded is kept as the set of
+data files it read (`lake_files`), so a load is exactly once whatever was compacted, retried or rerun.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cic.errors import UserError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+#: commit attempts of one append before it fails (concurrent writers: each conflict backs off and retries)
+COMMIT_ATTEMPTS = 12
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One data file of a table's current version: its path (relative to the table), when it was written, rows."""
+
+    path: str
+    modified_ms: int
+    rows: int
+
+
+def _short(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:200]
+
+
+def table_uri(uri: str | Path) -> str:
+    """A local path made absolute (a relative path would name another table from another directory); a URI
+    with a scheme (s3://, abfss://, gs://, file://) as given."""
+    text = str(uri)
+    if not text.strip():
+        raise UserError("table = '': give the path or URI of a Delta table")
+    return text if "://" in text else str(Path(text).expanduser().resolve())
+
+
+def open_table(uri: str | Path, field: str, *, version: int | None = None) -> DeltaTable:
+    """The Delta table at `uri` (at `version`, else the newest), or one line naming `field` and what is wrong."""
+    table = find_table(uri, field, version=version)
+    if table is None:
+        raise UserError(f"{field} = {str(uri)!r}: no Delta table there")
+    return table
+
+
+def find_table(uri: str | Path, field: str, *, version: int | None = None) -> DeltaTable | None:
+    """The Delta table at `uri`, None where there is none, or one line naming `field` when it cannot be read."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    where = table_uri(uri)
+    if "://" not in where and Path(where).exists() and not Path(where).is_dir():
+        raise UserError(f"{field} = {str(uri)!r}: is a file, not a Delta table (a directory with _delta_log)")
+    try:
+        return DeltaTable(where, version=version)
+    except TableNotFoundError:
+        return None
+    except Exception as exc:  # an unreachable store, a version the log no longer holds, a damaged log
+        what = f"version {version} cannot be read" if version is not None else "cannot be read"
+        raise UserError(f"{field} = {str(uri)!r}: {what} ({type(exc).__name__}: {_short(exc)})") from None
+
+
+def arrow_schema(table: DeltaTable) -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema(table.schema().to_arrow())
+
+
+def check_layout(table: DeltaTable, expected: pa.Schema, field: str, uri: str | Path, what: str) -> None:
+    """Refuse a table whose columns differ from `expected` (name and type), naming the first difference."""
+    found = arrow_schema(table)
+    for column in expected:
+        if column.name not in found.names:
+            raise UserError(f"{field} = {str(uri)!r}: not {what}: it lacks column {column.name!r} (it has "
+                            f"{', '.join(found.names[:12])})")
+        have = found.field(column.name).type
+        if not _same_type(have, column.type):
+            raise UserError(f"{field} = {str(uri)!r}: not {what}: column {column.name!r} is {have}, not {column.type}")
+    extra = [name for name in found.names if name not in expected.names]
+    if extra:
+        raise UserError(f"{field} = {str(uri)!r}: not {what}: unknown column(s) {', '.join(map(repr, extra[:5]))}")
+
+
+def _same_type(a: pa.DataType, b: pa.DataType) -> bool:
+    """Equal types, counting string and large_string (and list element names) as one: Delta stores both alike."""
+    import pyarrow as pa
+
+    def norm(t: pa.DataType) -> Any:
+        if pa.types.is_large_string(t) or pa.types.is_string_view(t):
+            return pa.string()
+        if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t):
+            return ("list", norm(t.value_type))
+        return t
+
+    return bool(norm(a) == norm(b))
+
+
+def append(uri: str | Path, data: pa.Table, field: str, *, attempts: int = COMMIT_ATTEMPTS,
+           backoff_s: float = 0.05) -> int:
+    """Append `data` in one commit (the table is created on the first append); a commit that conflicts with
+    another writer's is retried with jittered exponential backoff. Returns the version committed."""
+    from deltalake import write_deltalake
+    from deltalake.exceptions import CommitFailedError, SchemaMismatchError
+
+    where = table_uri(uri)
+    for attempt in range(attempts):
+        try:
+            write_deltalake(where, data, mode="append")
+            return int(open_table(where, field).version())
+        except CommitFailedError as exc:
+            if attempt == attempts - 1:
+                raise UserError(f"{field} = {str(uri)!r}: commit failed {attempts} times ({_short(exc)})") from None
+            time.sleep(backoff_s * 2 ** attempt * (0.5 + random.random()))
+        except SchemaMismatchError as exc:
+            raise UserError(f"{field} = {str(uri)!r}: holds another layout ({_short(exc)})") from None
+        except OSError as exc:
+            raise UserError(f"{field} = {str(uri)!r}: cannot be written ({_short(exc)})") from None
+    raise AssertionError("unreachable")
+
+
+def data_files(table: DeltaTable) -> list[DataFile]:
+    """The data files of the table's loaded version, oldest first (by write time, then path: a retried
+    batch lands after the attempt it repeats)."""
+    import pyarrow as pa
+
+    actions = pa.table(table.get_add_actions(flatten=True)).select(["path", "modification_time", "num_records"])
+    files = [DataFile(str(p), int(m), int(n or 0)) for p, m, n in zip(*actions.to_pydict().values(), strict=True)]
+    return sorted(files, key=lambda f: (f.modified_ms, f.path))
+
+
+def read_files(table: DeltaTable, files: Sequence[DataFile]) -> pa.Table:
+    """The rows of these data files of the table, in the given order, with the table's columns and types
+    (partition columns filled from each file's partition values; deltalake refuses a table it cannot read
+    exactly, e.g. one with deletion vectors)."""
+    import pyarrow.dataset as ds
+
+    dataset = table.to_pyarrow_dataset()
+    order = {f.path: i for i, f in enumerate(files)}
+    fragments = sorted((f for f in dataset.get_fragments() if f.path in order), key=lambda f: order[f.path])
+    if len(fragments) != len(order):
+        raise UserError(f"table = {table.table_uri!r}: {len(order) - len(fragments)} data file(s) of its log are "
+                        "not readable")
+    return ds.FileSystemDataset(fragments, dataset.schema, dataset.format, dataset.filesystem).to_table()

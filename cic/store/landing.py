@@ -1,0 +1,143 @@
+"""The landing table: workers on any node append the generations, scores and labels of a batch to one Delta table
+(one commit per batch: a batch lands whole or not at all), and the store loads what landed exactly once.
+
+    workers ──append──► landing (Delta) ──load_landing──► DuckDB (generations, scores, labels) ──► calibrate
+
+Each landing row says which store table it belongs to (`cic_table`) and carries that table's columns (the others
+null). A load reads the data files the store has not loaded yet and upserts their rows with their file names into
+`lake_files`, in one DuckDB transaction: a load killed midway stores nothing, a rerun or a second load adds
+nothing, and a batch a retried worker landed twice keeps one row per key (the later file wins).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from cic import schema
+from cic.errors import UserError
+from cic.store import lake
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    from cic.store import Store
+
+LANDED_TABLES = ("generations", "scores", "labels")
+TABLE_COLUMN = "cic_table"
+FIELD = "storage.landing"
+#: data files read per step of a load (memory stays bounded; every step is in the load's one transaction)
+FILES_PER_STEP = 256
+
+
+#: URI schemes deltalake writes to (object stores and the local file system)
+SCHEMES = ("file", "s3", "s3a", "gs", "gcs", "az", "azure", "abfs", "abfss", "adl", "hdfs", "memory")
+
+
+def check_landing_uri(value: str) -> str:
+    """A landing place as given: a local path whose parent directory exists, or a URI of a known scheme;
+    otherwise one line naming the field and value."""
+    text = value.strip()
+    if not text:
+        raise UserError(f"{FIELD} = {value!r}: give a path or URI of a Delta table")
+    if "://" in text:
+        scheme = text.split("://", 1)[0].lower()
+        if scheme not in SCHEMES or not text.split("://", 1)[1].strip("/"):
+            raise UserError(f"{FIELD} = {value!r}: not a Delta table URI (schemes: {', '.join(SCHEMES)})")
+        return text
+    path = Path(text).expanduser()
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{FIELD} = {value!r}: is a file; give a directory for the Delta table")
+    if not path.exists() and not path.parent.exists():
+        raise UserError(f"{FIELD} = {value!r}: directory {str(path.parent)!r} does not exist")
+    return text
+
+
+def landed_table(uri: str | Path) -> DeltaTable | None:
+    """The landing table, its layout checked, or None where nothing has landed yet (a local directory that is
+    absent or empty); anything else there is refused in one line."""
+    where = lake.table_uri(uri)
+    if "://" not in where:
+        path = Path(where)
+        if not path.exists() or (path.is_dir() and not any(path.iterdir())):
+            return None
+        if path.is_dir() and not (path / "_delta_log").is_dir():
+            raise UserError(f"{FIELD} = {str(uri)!r}: a directory that holds no Delta table (no _delta_log); give "
+                            "an empty or new directory")
+    table = lake.find_table(uri, FIELD)
+    if table is not None:
+        lake.check_layout(table, landing_arrow_schema(), FIELD, uri, "a CIC landing table")
+    return table
+
+
+def landing_schema() -> pl.Schema:
+    """`cic_table` and the union of the three tables' columns (a column two tables share has one type)."""
+    columns: dict[str, pl.DataType] = {TABLE_COLUMN: pl.String()}
+    for name in LANDED_TABLES:
+        for column, dtype in schema.TABLES[name].columns.items():
+            if columns.setdefault(column, dtype) != dtype:
+                raise TypeError(f"{name}.{column}: {dtype} clashes with {columns[column]}")
+    return pl.Schema(columns)
+
+
+def landing_arrow_schema() -> pa.Schema:
+    return pl.DataFrame(schema=landing_schema()).to_arrow().schema
+
+
+def landing_batch(tables: dict[str, Any]) -> pa.Table:
+    """One worker batch (store table -> polars or Arrow rows) as landing rows, checked like a store write."""
+    from cic.store.database import as_table_frame
+
+    parts = [as_table_frame(name, tables[name]).with_columns(pl.lit(name).alias(TABLE_COLUMN))
+             for name in LANDED_TABLES if tables.get(name) is not None]
+    frame = pl.concat(parts, how="diagonal_relaxed") if parts else pl.DataFrame()
+    full = landing_schema()
+    frame = frame.with_columns(pl.lit(None, dtype=d).alias(c) for c, d in full.items() if c not in frame.columns)
+    return frame.select([pl.col(c).cast(d) for c, d in full.items()]).to_arrow()
+
+
+def land(uri: str | Path, tables: dict[str, Any]) -> int:
+    """Append one batch to the landing table in one commit (created on first use); returns its version."""
+    return lake.append(uri, landing_batch(tables), FIELD)
+
+
+@dataclass(frozen=True)
+class LandingLoad:
+    """What one load took in: the table version it read, the data files new to the store, rows per table."""
+
+    uri: str
+    version: int
+    files: int
+    rows: dict[str, int]
+
+
+def load_landing(store: Store, uri: str | Path) -> LandingLoad:
+    """Upsert every landed row the store has not loaded (by data file) into its table, exactly once (nothing
+    where nothing has landed yet: version -1)."""
+    table = landed_table(uri)
+    if table is None:
+        return LandingLoad(lake.table_uri(uri), -1, 0, dict.fromkeys(LANDED_TABLES, 0))
+    key = table.table_uri
+    loaded = {p for (p,) in store.sql("SELECT path FROM lake_files WHERE table_uri = ?", [key])}
+    new = [f for f in lake.data_files(table) if f.path not in loaded]
+    rows = dict.fromkeys(LANDED_TABLES, 0)
+    version = int(table.version())
+    if new:
+        now = datetime.now(UTC)
+        with store.transaction():
+            for start in range(0, len(new), FILES_PER_STEP):
+                step = new[start:start + FILES_PER_STEP]
+                frame = pl.from_arrow(lake.read_files(table, step))
+                for name in LANDED_TABLES:
+                    part = frame.filter(pl.col(TABLE_COLUMN) == name).select(list(schema.TABLES[name].columns))
+                    rows[name] += store.upsert(name, part)
+                store.upsert("lake_files", pl.DataFrame({
+                    "table_uri": key, "path": [f.path for f in step], "version": version,
+                    "rows": [f.rows for f in step], "purpose": "landing", "loaded_at": now},
+                    schema=schema.LAKE_FILES.schema))
+    return LandingLoad(key, version, len(new), rows)
