@@ -78,8 +78,10 @@ class IngestFlags:
 @friendly_errors
 @grouped
 def ingest(
-    file: Annotated[Path | None, typer.Argument(help="Parquet, CSV or JSONL of production records (or of labels "
-                                                "alone).")] = None,
+    file: Annotated[str | None, typer.Argument(help="Parquet, CSV or JSONL of production records (or of labels "
+                                               "alone), or a Delta table (a directory with _delta_log, or an "
+                                               "s3://, gs://, abfss:// URI): only what it gained since the last "
+                                               "ingest is read.", metavar="FILE|TABLE")] = None,
     *,
     db: StoreOpt = Path("cic.duckdb"),
     flags: IngestFlags,
@@ -103,30 +105,34 @@ def ingest(
         with side_progress():
             _journal_command(_existing(db), complete, abandon, relabel=flags.relabel, replace=flags.replace)
         return
-    stats = _ingest_file(file, db, flags.options())
-    _say_ingested(file, db, stats)
-    if stats.flagged_gates and not no_mlflow:  # flagged live gates serve nothing: their aliases go too
-        _sync(db, stats.flagged_gates, tracking_uri, flags.experiment_prefix)
+    parts = _ingest_file(file, db, flags.options())
+    if not parts:
+        console.print(printable(f"{file}: nothing new since the last ingest of this table into {db}"))
+    for stats in parts:
+        _say_ingested(stats.file, db, stats)
+        if stats.flagged_gates and not no_mlflow:  # flagged live gates serve nothing: their aliases go too
+            _sync(db, stats.flagged_gates, tracking_uri, flags.experiment_prefix)
 
 
-def _ingest_file(file: Path, db: Path, options: Any) -> Any:
-    """Check the file and the store's place, then store the file's records (`IngestStats`)."""
+def _ingest_file(file: str, db: Path, options: Any) -> Any:
+    """Check the file (or table) and the store's place, then store its records: one `IngestStats` per part."""
     from cic.cli.progress_view import side_progress
-    from cic.pipeline.production.ingest import ingest_file
+    from cic.pipeline.production.lake_ingest import ingest_source, is_table
     from cic.pipeline.production.record_batches import SUFFIXES
     from cic.store import Store
     from cic.store.score_files import input_file
 
-    input_file(file, SUFFIXES)
+    if not is_table(file):
+        input_file(file, SUFFIXES)
     if not db.parent.is_dir():
         raise UserError(f"--db = {str(db)!r}: directory {str(db.parent)!r} does not exist")
-    if db.exists() and file.exists() and db.resolve() == file.resolve():
+    if db.exists() and Path(file).exists() and db.resolve() == Path(file).resolve():
         raise UserError(f"FILE = {str(file)!r} is the store itself; give the records file")
     with Store.open(db, wait_s=300) as store, side_progress():
-        return ingest_file(store, file, options)
+        return ingest_source(store, file, options)
 
 
-def _say_ingested(file: Path, db: Path, stats: Any) -> None:
+def _say_ingested(file: str, db: Path, stats: Any) -> None:
     """What an ingest stored, then its notes and the stored labels or records it changed (stderr)."""
     streams = ", ".join(f"{r['model']}/{r['stream']}" for r in stats.runs)
     again = stats.records - (stats.new or 0)

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from deltalake import DeltaTable
 
+    from cic.store import Store
+
 #: commit attempts of one append before it fails (concurrent writers: each conflict backs off and retries)
 COMMIT_ATTEMPTS = 12
 
@@ -35,16 +37,29 @@ class DataFile:
 
 
 def _short(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:200]
+    """The error's text on one line, without the terminal colours and arrows deltalake chains its causes with."""
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).replace("↳", ";")
+    return " ".join(text.split())[:240]
 
 
-def table_uri(uri: str | Path) -> str:
+#: URI schemes deltalake reads and writes (object stores and the local file system)
+SCHEMES = ("file", "s3", "s3a", "gs", "gcs", "az", "azure", "abfs", "abfss", "adl", "hdfs", "memory")
+
+
+def table_uri(uri: str | Path, field: str = "table") -> str:
     """A local path made absolute (a relative path would name another table from another directory); a URI
-    with a scheme (s3://, abfss://, gs://, file://) as given."""
-    text = str(uri)
-    if not text.strip():
-        raise UserError("table = '': give the path or URI of a Delta table")
-    return text if "://" in text else str(Path(text).expanduser().resolve())
+    with a known scheme (s3://, abfss://, gs://, file://) as given; anything else refused naming `field`."""
+    text = str(uri).strip()
+    if not text:
+        raise UserError(f"{field} = {str(uri)!r}: give the path or URI of a Delta table")
+    if "://" not in text:
+        return str(Path(text).expanduser().resolve())
+    scheme, _, rest = text.partition("://")
+    if scheme.lower() not in SCHEMES or not rest.strip("/"):
+        raise UserError(f"{field} = {str(uri)!r}: not a Delta table URI (schemes: {', '.join(SCHEMES)})")
+    return text
 
 
 def open_table(uri: str | Path, field: str, *, version: int | None = None) -> DeltaTable:
@@ -60,7 +75,7 @@ def find_table(uri: str | Path, field: str, *, version: int | None = None) -> De
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
-    where = table_uri(uri)
+    where = table_uri(uri, field)
     if "://" not in where and Path(where).exists() and not Path(where).is_dir():
         raise UserError(f"{field} = {str(uri)!r}: is a file, not a Delta table (a directory with _delta_log)")
     try:
@@ -114,7 +129,7 @@ def append(uri: str | Path, data: pa.Table, field: str, *, attempts: int = COMMI
     from deltalake import write_deltalake
     from deltalake.exceptions import CommitFailedError, SchemaMismatchError
 
-    where = table_uri(uri)
+    where = table_uri(uri, field)
     for attempt in range(attempts):
         try:
             write_deltalake(where, data, mode="append")
@@ -138,6 +153,20 @@ def data_files(table: DeltaTable) -> list[DataFile]:
     actions = pa.table(table.get_add_actions(flatten=True)).select(["path", "modification_time", "num_records"])
     files = [DataFile(str(p), int(m), int(n or 0)) for p, m, n in zip(*actions.to_pydict().values(), strict=True)]
     return sorted(files, key=lambda f: (f.modified_ms, f.path))
+
+
+def unloaded_files(store: Store, table: DeltaTable, field: str, uri: str | Path) -> list[DataFile]:
+    """The table's data files the store has not loaded (`lake_files`), oldest first; a table older than the
+    version the store last read (recreated, or replaced by another) is refused in one line."""
+    key = table.table_uri
+    loaded = store.sql("SELECT path, version FROM lake_files WHERE table_uri = ?", [key])
+    newest = max((int(v) for _, v in loaded), default=-1)
+    if newest > table.version():
+        raise UserError(f"{field} = {str(uri)!r}: the table is at version {table.version()}, but this store read its "
+                        f"version {newest}; it was recreated or replaced — load it into a new store, or delete its "
+                        "rows of lake_files to read it from the start (re-sent rows change nothing)")
+    paths = {p for p, _ in loaded}
+    return [f for f in data_files(table) if f.path not in paths]
 
 
 def read_files(table: DeltaTable, files: Sequence[DataFile]) -> pa.Table:

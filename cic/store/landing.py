@@ -35,20 +35,12 @@ FIELD = "storage.landing"
 FILES_PER_STEP = 256
 
 
-#: URI schemes deltalake writes to (object stores and the local file system)
-SCHEMES = ("file", "s3", "s3a", "gs", "gcs", "az", "azure", "abfs", "abfss", "adl", "hdfs", "memory")
-
-
 def check_landing_uri(value: str) -> str:
     """A landing place as given: a local path whose parent directory exists, or a URI of a known scheme;
     otherwise one line naming the field and value."""
     text = value.strip()
-    if not text:
-        raise UserError(f"{FIELD} = {value!r}: give a path or URI of a Delta table")
+    lake.table_uri(text, FIELD)
     if "://" in text:
-        scheme = text.split("://", 1)[0].lower()
-        if scheme not in SCHEMES or not text.split("://", 1)[1].strip("/"):
-            raise UserError(f"{FIELD} = {value!r}: not a Delta table URI (schemes: {', '.join(SCHEMES)})")
         return text
     path = Path(text).expanduser()
     if path.exists() and not path.is_dir():
@@ -61,7 +53,7 @@ def check_landing_uri(value: str) -> str:
 def landed_table(uri: str | Path) -> DeltaTable | None:
     """The landing table, its layout checked, or None where nothing has landed yet (a local directory that is
     absent or empty); anything else there is refused in one line."""
-    where = lake.table_uri(uri)
+    where = lake.table_uri(uri, FIELD)
     if "://" not in where:
         path = Path(where)
         if not path.exists() or (path.is_dir() and not any(path.iterdir())):
@@ -123,8 +115,7 @@ def load_landing(store: Store, uri: str | Path) -> LandingLoad:
     if table is None:
         return LandingLoad(lake.table_uri(uri), -1, 0, dict.fromkeys(LANDED_TABLES, 0))
     key = table.table_uri
-    loaded = {p for (p,) in store.sql("SELECT path FROM lake_files WHERE table_uri = ?", [key])}
-    new = [f for f in lake.data_files(table) if f.path not in loaded]
+    new = lake.unloaded_files(store, table, FIELD, uri)
     rows = dict.fromkeys(LANDED_TABLES, 0)
     version = int(table.version())
     if new:
