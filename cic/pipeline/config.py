@@ -499,9 +499,17 @@ class StorageConfig(_Strict):
     @field_validator("landing")
     @classmethod
     def _landing_uri(cls, value: str | None) -> str | None:
-        from cic.store.landing import check_landing_uri
+        from cic.store.landing import FIELD, check_landing_uri, landed_table
 
-        return None if value is None else check_landing_uri(value)
+        if value is None:
+            return None
+        try:  # a local table's layout is checked here, before any model loads (a remote one when the flow starts)
+            checked = check_landing_uri(value)
+            if "://" not in checked:
+                landed_table(checked)
+            return checked
+        except UserError as exc:  # the loader names the field and value
+            raise ValueError(str(exc).removeprefix(f"{FIELD} = {value!r}: ")) from None
 
 
 LABEL_WINDOW_HELP = ("how late a label may arrive after its record was seen, e.g. 14d: certificates count a record "

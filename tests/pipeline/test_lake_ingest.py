@@ -21,6 +21,8 @@ from cic.pipeline.production.lake_ingest import ingest_table, staging_place
 from cic.store import Store
 from tests.pipeline.test_ingest import records
 
+pytestmark = pytest.mark.faults
+
 
 def append(table: Path, frame: pl.DataFrame) -> None:
     write_deltalake(str(table), frame.to_arrow(), mode="append")

@@ -20,6 +20,8 @@ from cic.errors import UserError
 from cic.store import Store, lake
 from cic.store.landing import FIELD, check_landing_uri, land, landed_table, load_landing
 
+pytestmark = pytest.mark.faults
+
 
 def batch(run: str, first: int, n: int, *, value: float = 0.5) -> dict[str, pl.DataFrame]:
     """One worker batch of `n` questions: a greedy generation, a score and a label each."""
