@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,10 +29,11 @@ COMMIT_ATTEMPTS = 12
 
 @dataclass(frozen=True)
 class DataFile:
-    """One data file of a table's current version: its path (relative to the table), when it was written, rows."""
+    """One data file of a table's current version: its path (Delta: relative to the table), its place in the
+    table's history (Delta: when it was written, in ms; Iceberg: the sequence number that added it), rows."""
 
     path: str
-    modified_ms: int
+    order: int
     rows: int
 
 
@@ -125,7 +126,8 @@ def _same_type(a: pa.DataType, b: pa.DataType) -> bool:
 def append(uri: str | Path, data: pa.Table, field: str, *, attempts: int = COMMIT_ATTEMPTS,
            backoff_s: float = 0.05) -> int:
     """Append `data` in one commit (the table is created on the first append); a commit that conflicts with
-    another writer's is retried with jittered exponential backoff. Returns the version committed."""
+    another writer's is retried with jittered exponential backoff. Returns the table's version just after the
+    commit (its own, or a concurrent writer's later one)."""
     from deltalake import write_deltalake
     from deltalake.exceptions import CommitFailedError, SchemaMismatchError
 
@@ -152,21 +154,52 @@ def data_files(table: DeltaTable) -> list[DataFile]:
 
     actions = pa.table(table.get_add_actions(flatten=True)).select(["path", "modification_time", "num_records"])
     files = [DataFile(str(p), int(m), int(n or 0)) for p, m, n in zip(*actions.to_pydict().values(), strict=True)]
-    return sorted(files, key=lambda f: (f.modified_ms, f.path))
+    return sorted(files, key=lambda f: (f.order, f.path))
 
 
-def unloaded_files(store: Store, table: DeltaTable, field: str, uri: str | Path) -> list[DataFile]:
+@dataclass(frozen=True)
+class LakeSource:
+    """A table a store reads file by file (Delta here, Iceberg in `cic.store.iceberg`): the name `lake_files`
+    knows it by, its current version, its columns, its data files and a reader of some of them."""
+
+    key: str
+    version: int
+    columns: list[str]
+    files: Callable[[], list[DataFile]]
+    read: Callable[[Sequence[DataFile]], pa.Table]
+    family: str = ""   # a name all its incarnations share (Iceberg: without the table's uuid); "" = the key
+
+
+def delta_source(table: DeltaTable) -> LakeSource:
+    """An open Delta table as a source."""
+    return LakeSource(table.table_uri, int(table.version()), list(arrow_schema(table).names),
+                      lambda: data_files(table), lambda files: read_files(table, files))
+
+
+def open_source(uri: str | Path, field: str) -> LakeSource:
+    """A Delta table (a path or URI) or an Iceberg table (`iceberg://CATALOG/NAMESPACE.TABLE`)."""
+    if str(uri).startswith("iceberg://"):
+        from cic.store.iceberg import iceberg_source
+
+        return iceberg_source(str(uri), field)
+    return delta_source(open_table(uri, field))
+
+
+def unloaded_files(store: Store, source: LakeSource, field: str, uri: str | Path) -> list[DataFile]:
     """The table's data files the store has not loaded (`lake_files`), oldest first; a table older than the
-    version the store last read (recreated, or replaced by another) is refused in one line."""
-    key = table.table_uri
-    loaded = store.sql("SELECT path, version FROM lake_files WHERE table_uri = ?", [key])
+    version the store last read, or another incarnation of one it read (recreated, or replaced by another), is
+    refused in one line."""
+    loaded = store.sql("SELECT path, version FROM lake_files WHERE table_uri = ?", [source.key])
     newest = max((int(v) for _, v in loaded), default=-1)
-    if newest > table.version():
-        raise UserError(f"{field} = {str(uri)!r}: the table is at version {table.version()}, but this store read its "
-                        f"version {newest}; it was recreated or replaced — load it into a new store, or delete its "
-                        "rows of lake_files to read it from the start (re-sent rows change nothing)")
+    other = store.sql("SELECT table_uri FROM lake_files WHERE starts_with(table_uri, ?) AND table_uri <> ? LIMIT 1",
+                      [source.family + "#", source.key]) if source.family else []
+    if newest > source.version or other:
+        seen = f"version {newest}" if newest > source.version else f"another table of that name ({other[0][0]})"
+        raise UserError(f"{field} = {str(uri)!r}: the table is at version {source.version}, but this store read "
+                        f"{seen}; it was recreated or replaced — load it into a new store, or delete its rows of "
+                        "lake_files to read it from the start (re-sent rows change nothing)")
     paths = {p for p, _ in loaded}
-    return [f for f in data_files(table) if f.path not in paths]
+    return [f for f in source.files() if f.path not in paths]
 
 
 def read_files(table: DeltaTable, files: Sequence[DataFile]) -> pa.Table:

@@ -115,7 +115,7 @@ def load_landing(store: Store, uri: str | Path) -> LandingLoad:
     if table is None:
         return LandingLoad(lake.table_uri(uri), -1, 0, dict.fromkeys(LANDED_TABLES, 0))
     key = table.table_uri
-    new = lake.unloaded_files(store, table, FIELD, uri)
+    new = lake.unloaded_files(store, lake.delta_source(table), FIELD, uri)
     rows = dict.fromkeys(LANDED_TABLES, 0)
     version = int(table.version())
     if new:

@@ -98,7 +98,7 @@ def test_a_recreated_table_is_refused_and_the_store_is_unchanged(tmp_path: Path)
     before = stored(db)
     shutil.rmtree(table)
     append(table, records(2))  # version 0 again
-    with Store.open(db) as store, pytest.raises(UserError, match="is at version 0, but this store read its "
+    with Store.open(db) as store, pytest.raises(UserError, match="is at version 0, but this store read "
                                                                   "version 2; it was recreated") as info:
         ingest_table(store, table)
     assert "\n" not in str(info.value) and stored(db) == before
@@ -135,3 +135,44 @@ def test_the_installed_cic_ingests_a_table_from_a_fresh_directory(tmp_path: Path
                           text=True, timeout=120, env={"AWS_EC2_METADATA_DISABLED": "true", "PATH": "/usr/bin"})
     assert down.returncode == 2 and len(down.stderr.strip().splitlines()) == 1, down.stderr
     assert "s3://cic-no-such-bucket/t" in down.stderr and "\\x1b" not in down.stderr and "\x1b" not in down.stderr
+
+
+@pytest.fixture
+def iceberg_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> object:
+    """A SQL catalog (SQLite) named `lake`, configured as a user would: pyiceberg's environment variables."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    uri, warehouse = f"sqlite:///{tmp_path}/catalog.db", f"file://{tmp_path}/warehouse"
+    for key, value in (("URI", uri), ("WAREHOUSE", warehouse), ("TYPE", "sql")):
+        monkeypatch.setenv(f"PYICEBERG_CATALOG__LAKE__{key}", value)
+    catalog = SqlCatalog("lake", uri=uri, warehouse=warehouse)
+    catalog.create_namespace("prod")
+    return catalog
+
+
+def test_an_iceberg_table_is_read_file_by_file_and_a_recreated_one_refused(tmp_path: Path,
+                                                                          iceberg_catalog: object) -> None:
+    catalog: object = iceberg_catalog
+    frame = records(8).to_arrow()
+    table = catalog.create_table("prod.traffic", schema=frame.schema)  # type: ignore[attr-defined]
+    table.append(frame.slice(0, 5))
+    db, name = tmp_path / "s.duckdb", "iceberg://lake/prod.traffic"
+    with Store.open(db) as store:
+        first = ingest_table(store, name)
+        assert [p.records for p in first.parts] == [5]
+        assert first.uri.startswith(name + "#") and first.version == 1
+        table.append(frame.slice(5, 3))
+        later = ingest_table(store, name)
+        assert (later.version, later.files, [p.records for p in later.parts]) == (2, 1, [3])
+        assert ingest_table(store, name).parts == []
+    before = stored(db)
+    catalog.drop_table("prod.traffic")  # type: ignore[attr-defined]
+    catalog.create_table("prod.traffic", schema=frame.schema).append(frame)  # type: ignore[attr-defined]
+    with Store.open(db) as store, pytest.raises(UserError, match="another table of that name"):
+        ingest_table(store, name)
+    assert stored(db) == before
+    for bad, words in (("iceberg://lake", "give iceberg://CATALOG/NAMESPACE.TABLE"),
+                       ("iceberg://lake/prod.none", "has no table 'prod.none'"),
+                       ("iceberg://elsewhere/prod.traffic", "catalog 'elsewhere' cannot be reached")):
+        with Store.open(db) as store, pytest.raises(UserError, match=words):
+            ingest_table(store, bad)

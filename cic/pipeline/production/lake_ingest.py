@@ -45,7 +45,8 @@ class TableIngest:
 
 
 def is_table(source: str | Path) -> bool:
-    """A URI of an object store, or a local directory holding a Delta log: a table, not a records file."""
+    """A URI (an object store's, or `iceberg://`), or a local directory holding a Delta log: a table, not a
+    records file."""
     text = str(source)
     return "://" in text or (Path(text).expanduser() / "_delta_log").is_dir()
 
@@ -60,10 +61,10 @@ def ingest_table(store: Store, uri: str | Path, options: IngestOptions = DEFAULT
                  **file_options: Any) -> TableIngest:
     """Ingest the records the table gained since this store last read it (a staged part cut off earlier first);
     `file_options` go to `ingest_file` (`now`, `batch_rows`, `commit_records`)."""
-    table = lake.open_table(uri, FIELD)
-    Layout.of(list(lake.arrow_schema(table).names), f"table {str(uri)!r}", options.group)  # before any staging
-    place = staging_place(store, table.table_uri)
-    done = TableIngest(table.table_uri, int(table.version()))
+    table = lake.open_source(uri, FIELD)
+    Layout.of(table.columns, f"table {str(uri)!r}", options.group)  # before any staging
+    place = staging_place(store, table.key)
+    done = TableIngest(table.key, table.version)
     if (place / MANIFEST).exists():
         done.parts.append(_ingest_staged(store, place, options, file_options))
     new = lake.unloaded_files(store, table, FIELD, uri)
@@ -74,13 +75,13 @@ def ingest_table(store: Store, uri: str | Path, options: IngestOptions = DEFAULT
     return done
 
 
-def _stage(table: Any, files: list[lake.DataFile], place: Path) -> None:
+def _stage(table: lake.LakeSource, files: list[lake.DataFile], place: Path) -> None:
     """The files' rows as one Parquet file, then the manifest naming them (last: a manifest means complete)."""
     shutil.rmtree(place, ignore_errors=True)
     place.mkdir()
-    rows = lake.read_files(table, files)
+    rows = table.read(files)
     pl.from_arrow(rows).write_parquet(place / RECORDS)  # type: ignore[union-attr]
-    manifest = {"table_uri": table.table_uri, "version": int(table.version()), "rows": rows.num_rows,
+    manifest = {"table_uri": table.key, "version": table.version, "rows": rows.num_rows,
                 "files": [[f.path, f.rows] for f in files]}
     (place / f"{MANIFEST}.tmp").write_text(json.dumps(manifest))
     (place / f"{MANIFEST}.tmp").replace(place / MANIFEST)
