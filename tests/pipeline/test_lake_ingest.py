@@ -176,3 +176,36 @@ def test_an_iceberg_table_is_read_file_by_file_and_a_recreated_one_refused(tmp_p
                        ("iceberg://elsewhere/prod.traffic", "catalog 'elsewhere' cannot be reached")):
         with Store.open(db) as store, pytest.raises(UserError, match=words):
             ingest_table(store, bad)
+
+
+@pytest.mark.slow
+def test_the_installed_cic_ingest_of_a_table_killed_midway_completes_on_the_next_run(tmp_path: Path) -> None:
+    """SIGKILL of `cic ingest TABLE` while it stores the staged part; the next run stores it whole, once."""
+    import os
+    import signal
+    import time
+    from datetime import UTC, datetime, timedelta
+
+    n = 300_000
+    now = datetime.now(UTC)
+    frame = pl.DataFrame({"model": "m", "stream": "s", "question_id": [f"q{i}" for i in range(n)], "question": "?",
+                          "answer": "a", "timestamp": now - timedelta(days=1), "score:predictive_entropy": 0.5,
+                          "correct": True})
+    table = tmp_path / "traffic"
+    append(table, frame)
+    cic = str(Path(sys.executable).with_name("cic"))
+    proc = subprocess.Popen([cic, "ingest", str(table), "--db", "s.duckdb"], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(tmp_path.glob(f".cic-lake-*/{lake_ingest.MANIFEST}")):
+        time.sleep(0.02)
+    time.sleep(0.5)  # inside the ingest of the staged part
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert list(tmp_path.glob(f".cic-lake-*/{lake_ingest.MANIFEST}"))  # cut off before the part was recorded
+    again = subprocess.run([cic, "ingest", str(table), "--db", "s.duckdb"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert stored(tmp_path / "s.duckdb")["generations"] == n and not list(tmp_path.glob(".cic-lake-*"))
+    with Store.open(tmp_path / "s.duckdb") as store:
+        assert store.sql("SELECT count(*) FROM ingests WHERE state <> 'done'")[0][0] == 0
