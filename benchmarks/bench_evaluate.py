@@ -64,21 +64,22 @@ def run_cli(path: Path, splits: int) -> tuple[float, float | None, float, int]:
 def in_process(n: int, splits: int, *, before: bool) -> float:
     """Seconds of the split protocol on n pairs; `before`: one table over every count per level, read whole."""
     import cic.stats.searches as searches
+    import cic.stats.sequential as sequential
     from cic.stats.protocol import evaluate_splits
 
     rng = np.random.default_rng(1)
     score = rng.random(n)
     error = (rng.random(n) < 0.05 + 0.4 * score).astype(np.int8)
-    saved = searches.SCAN_CHUNK, searches.FeasibilityTables.BLOCK
+    saved = sequential.SCAN_CHUNK, searches.FeasibilityTables.BLOCK
     if before:
-        searches.SCAN_CHUNK, searches.FeasibilityTables.BLOCK = 1 << 62, 1 << 62
+        sequential.SCAN_CHUNK, searches.FeasibilityTables.BLOCK = 1 << 62, 1 << 62
     try:
         started = time.perf_counter()
         evaluate_splits(score, error, alphas=[0.05, 0.1, 0.15, 0.2, 0.25], bounds=["hoeffding", "cp"],
                         n_splits=splits)
         return time.perf_counter() - started
     finally:
-        searches.SCAN_CHUNK, searches.FeasibilityTables.BLOCK = saved
+        sequential.SCAN_CHUNK, searches.FeasibilityTables.BLOCK = saved
 
 
 def main() -> None:

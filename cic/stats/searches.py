@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,11 +25,7 @@ from cic.errors import UserError
 from cic.registry import Registry
 from cic.stats import bounds
 from cic.stats._validation import as_grid, check_positive_int
-
-FeasibleAt = Callable[..., np.ndarray]  # (gamma, cols=None, lo=None, hi=None) -> feasible cells
-
-
-SCAN_CHUNK = 1 << 14  # candidates a one-set scan reads at a time before it looks for the first failure
+from cic.stats.sequential import Chain, FeasibleAt, SequentialHooks, Setting
 
 
 class FeasibilityTables:
@@ -78,15 +74,6 @@ def feasibility_oracle(table: FeasibilityTables, n: np.ndarray, fd: np.ndarray, 
         inside = counts >= start
         return inside & (errors <= span[np.clip(counts - start, 0, span.shape[0] - 1)])
     return feasible_at
-
-
-@dataclass(frozen=True)
-class Setting:
-    """What a search may know besides the counts: the calibration size, the bound and alpha (never labels)."""
-
-    n_calibration: int
-    bound: str
-    alpha: float
 
 
 def last_true(mask: np.ndarray) -> np.ndarray:
@@ -229,11 +216,12 @@ class Holm(Search):
 
 
 @dataclass(frozen=True)
-class FixedSequence(Search):
+class FixedSequence(SequentialHooks, Search):
     """Fixed-sequence testing upward from S starts, each chain at delta / S, stopping at its first failure.
 
     S = 1 is classic fixed-sequence testing; S > 1 starts chains at S equally spaced eligible candidates
-    (LTT's multi-start), so a bump in R(t) stops one chain, not the search.
+    (LTT's multi-start: the candidate of rank floor(i·m / S) among the m eligible ones), so a bump in R(t) stops
+    one chain, not the search.
     """
 
     n_starts: int = 1
@@ -244,54 +232,17 @@ class FixedSequence(Search):
     def default_n_min(self, bound: str, alpha: float, delta: float) -> int | None:
         return bounds.half_alpha_n(bound, alpha, self.level(delta, 1))
 
-    def scan_one(self, fd: np.ndarray, n: np.ndarray, eligible: np.ndarray, *, delta: float, k: int,
-                 setting: Setting) -> tuple[int, float, int | None] | None:
-        if self.n_starts != 1:
-            return None
-        gamma = self.level(delta, k)
-        index, tested = search_fixed_sequence(fd, n, eligible, bound=setting.bound, alpha=setting.alpha, gamma=gamma)
-        return index, gamma, tested
+    def chains(self, setting: Setting | None, delta: float, counts: np.ndarray | None = None) -> tuple[Chain, ...]:
+        return tuple(Chain(i, delta / self.n_starts) for i in range(self.n_starts))
 
-    def select(self, eligible: np.ndarray, feasible_at: FeasibleAt, delta: float, k: int, *,
-               counts: np.ndarray | None = None, errors: np.ndarray | None = None,
-               setting: Setting | None = None) -> tuple[np.ndarray, np.ndarray]:
-        gamma = self.level(delta, k)
-        feasible = feasible_at(gamma)
-        rows, cols = eligible.shape
-        col = np.arange(cols)
-        if self.n_starts == 1:
-            failed = eligible & ~feasible
-            first_fail = np.where(failed.any(axis=1), np.argmax(failed, axis=1), cols)
-            return last_true(eligible & (col[None, :] < first_fail[:, None])), np.full(rows, gamma)
-        # next failure at or after each column; last eligible column at or before each column
-        failed = eligible & ~feasible
-        next_fail = np.where(failed, col[None, :], cols)
-        next_fail = np.minimum.accumulate(next_fail[:, ::-1], axis=1)[:, ::-1]
-        last_eligible = np.maximum.accumulate(np.where(eligible, col[None, :], -1), axis=1)
-        rank = np.cumsum(eligible, axis=1) - 1  # 0-based rank among eligible columns
-        m = eligible.sum(axis=1, keepdims=True)
-        s = self.n_starts
-        # a start is the eligible column of rank floor(i m / S), i = 0..S-1
-        i = -(-rank * s // np.maximum(m, 1))
-        is_start = eligible & (i < s) & ((i * m) // s == rank)
-        stop = np.where(is_start, next_fail, -1)  # chain from a start passes columns [start, next_fail)
-        end = np.where(stop > col[None, :], np.take_along_axis(last_eligible, np.maximum(stop - 1, 0), axis=1), -1)
-        return end.max(axis=1, initial=-1), np.full(rows, gamma)
-
-
-def _chain_frame(name: str, eligible: np.ndarray, counts: np.ndarray | None,
-                 setting: Setting | None) -> tuple[np.ndarray, Setting, np.ndarray, np.ndarray]:
-    """What chain searches scan with: the counts per cell, the setting, column indices and, per cell, the last
-    eligible column at or before it."""
-    if counts is None or setting is None:
-        raise ValueError(f"search = {name!r} needs the accepted counts and the calibration setting")
-    col = np.arange(eligible.shape[1])
-    last_eligible = np.maximum.accumulate(np.where(eligible, col[None, :], -1), axis=1)
-    return np.broadcast_to(counts, eligible.shape), setting, col, last_eligible
+    def entry_positions(self, chains: Sequence[Chain], eligible: np.ndarray, counts: np.ndarray | None) -> np.ndarray:
+        """By rank: chain i enters at the eligible candidate of rank floor(i·m / S)."""
+        m = eligible.sum(axis=1)
+        return np.stack([(c.first * m) // self.n_starts for c in chains]).reshape(len(chains), -1)
 
 
 @dataclass(frozen=True)
-class GeometricStarts(Search):
+class GeometricStarts(SequentialHooks, Search):
     """fixed_sequence's chain at 0.9·delta plus chains started at n/2, n/4, ... accepted answers sharing 0.1·delta.
 
     One early unlucky step can end a chain that starts among the first few accepted answers (where the bound is
@@ -304,33 +255,11 @@ class GeometricStarts(Search):
     is `infra/scripts/search_power_table.py` and docs/statistics.md.
     """
 
-    def select(self, eligible: np.ndarray, feasible_at: FeasibleAt, delta: float, k: int, *,
-               counts: np.ndarray | None = None, errors: np.ndarray | None = None,
-               setting: Setting | None = None) -> tuple[np.ndarray, np.ndarray]:
-        counts, setting, col, last_eligible = _chain_frame(self.name, eligible, counts, setting)
-        rows, cols = eligible.shape
-        best, level = np.full(rows, -1, dtype=np.int64), np.full(rows, np.nan)
-        for start_count, gamma in geometric_chains(setting.n_calibration, setting.bound, setting.alpha, delta):
-            tested = eligible & (counts >= start_count)
-            start = np.where(tested.any(axis=1), np.argmax(tested, axis=1), cols)
-            failed = eligible & ~feasible_at(gamma) & (col[None, :] >= start[:, None])
-            stop = np.where(failed.any(axis=1), np.argmax(failed, axis=1), cols)
-            end = np.where(stop > start, last_eligible[np.arange(rows), np.maximum(stop - 1, 0)], -1)
-            better = end > best
-            best, level = np.where(better, end, best), np.where(better, gamma, level)
-        return best, level
-
-    def scan_one(self, fd: np.ndarray, n: np.ndarray, eligible: np.ndarray, *, delta: float, k: int,
-                 setting: Setting) -> tuple[int, float, int | None] | None:
-        """Each chain scanned lazily from its first count to its first failure."""
-        best, level, tested = -1, math.nan, 0
-        for first, gamma in geometric_chains(setting.n_calibration, setting.bound, setting.alpha, delta):
-            end, count = search_fixed_sequence(fd, n, eligible & (n >= first), bound=setting.bound,
-                                               alpha=setting.alpha, gamma=gamma)
-            tested += count
-            if end > best:
-                best, level = end, gamma
-        return best, level, tested
+    def chains(self, setting: Setting | None, delta: float, counts: np.ndarray | None = None) -> tuple[Chain, ...]:
+        if setting is None:
+            raise ValueError(f"search = {self.name!r} needs the calibration setting")
+        return tuple(Chain(first, gamma) for first, gamma in
+                     geometric_chains(setting.n_calibration, setting.bound, setting.alpha, delta))
 
 
 BOTTOM_SHARE = 0.9  # of delta, for the chain from the first count that can certify (the rest: geometric starts)
@@ -395,7 +324,7 @@ class Marginal(Search):
 
 
 @dataclass(frozen=True)
-class Fallback(Search):
+class Fallback(SequentialHooks, Search):
     """One fixed-sequence line through every candidate, entered at several points fixed before the labels, each
     with its own share of delta; a rejected hypothesis hands its whole level on to the next candidate (a
     graphical procedure whose graph is the line t_1 -> t_2 -> ...).
@@ -427,88 +356,14 @@ class Fallback(Search):
         considered (`tied_entries`)."""
         return tied_entries(self.entries(setting, delta), counts, setting.bound, setting.alpha)
 
-    def select(self, eligible: np.ndarray, feasible_at: FeasibleAt, delta: float, k: int, *,
-               counts: np.ndarray | None = None, errors: np.ndarray | None = None,
-               setting: Setting | None = None) -> tuple[np.ndarray, np.ndarray]:
-        if counts is not None and setting is not None:
-            per_row = np.broadcast_to(counts, eligible.shape)
-            plain = self.entries(setting, delta)
-            own = [self.entries_on(setting, delta, per_row[r][eligible[r]]) for r in range(eligible.shape[0])]
-            if eligible.shape[0] == 1 or any(entries != plain for entries in own):  # ties: one set at a time
-                picks = [self._select_one(eligible[r], lambda g, cols=None, r=r: _row_of(feasible_at, g, cols, r),
-                                          per_row[r], own[r]) for r in range(eligible.shape[0])]
-                return np.concatenate([b for b, _ in picks]), np.concatenate([lv for _, lv in picks])
-        counts, setting, col, last_eligible = _chain_frame(self.name, eligible, counts, setting)
-        rows, cols = eligible.shape
-        row = np.arange(rows)
-        entries = self.entries(setting, delta)
-        starts = [np.where((tested := eligible & (counts >= c)).any(axis=1), np.argmax(tested, axis=1), cols)
-                  for c, _ in entries]
-        best, level = np.full(rows, -1, dtype=np.int64), np.full(rows, np.nan)
-        carry = np.zeros(rows)
-        tables: dict[float, np.ndarray] = {}
-        for e, (_, share) in enumerate(entries):
-            start, stop = starts[e], (starts[e + 1] if e + 1 < len(entries) else np.full(rows, cols))
-            held = carry + share
-            fail_at = np.full(rows, cols)
-            lo, hi = int(start.min()), int(stop.max())  # only the segment's columns are tested
-            for w in (np.unique(held) if rows > 1 and lo < hi else held[:1] if lo < hi else ()):
-                these = held == w
-                if w not in tables:
-                    tables[w] = feasible_at(float(w))
-                window = slice(lo, hi)
-                failed = (eligible[these, window] & ~tables[w][these, window]
-                          & (col[None, window] >= start[these, None]))
-                fail_at[these] = np.where(failed.any(axis=1), lo + np.argmax(failed, axis=1), cols)
-            end = np.minimum(fail_at, stop)  # the segment [start, stop) passes up to (not including) end
-            reached = np.where(end > start, last_eligible[row, np.maximum(end - 1, 0)], -1)
-            better = reached > best
-            best, level = np.where(better, reached, best), np.where(better, held, level)
-            carry = np.where(fail_at >= stop, held, 0.0)  # a whole segment passed: its level enters the next
-        return best, level
+    ties_matter = True  # a tied block below an entry gets half its share (`tied_entries`)
 
-    @staticmethod
-    def _select_one(eligible: np.ndarray, feasible_at: FeasibleAt, counts: np.ndarray,
-                    entries: tuple[tuple[int, float], ...]) -> tuple[np.ndarray, np.ndarray]:
-        """`select` for one calibration set (what the split protocol asks split by split): the same scan on the
-        eligible columns' slices, without per-row bookkeeping; each segment is read in chunks up to its first
-        failure (on millions of candidates the feasibility of the counts past it is never needed)."""
-        idx = np.flatnonzero(eligible)
-        bounds_at = np.searchsorted(counts[idx], [c for c, _ in entries], side="left")
-        best, level, carry = -1, math.nan, 0.0
-        for e, (_, share) in enumerate(entries):
-            a, b = int(bounds_at[e]), int(bounds_at[e + 1]) if e + 1 < len(entries) else idx.shape[0]
-            held = carry + share
-            if a >= b:  # no candidate in this segment: the level passes on
-                carry = held
-                continue
-            passed = 0
-            for c0 in range(a, b, SCAN_CHUNK):
-                ok = feasible_at(held, idx[c0:min(c0 + SCAN_CHUNK, b)])[0]
-                if not ok.all():
-                    passed += int(np.argmin(ok))
-                    break
-                passed += ok.shape[0]
-            if passed > 0 and idx[a + passed - 1] > best:
-                best, level = int(idx[a + passed - 1]), held
-            carry = held if passed == b - a else 0.0
-        return np.array([best]), np.array([level])
-
-    def scan_one(self, fd: np.ndarray, n: np.ndarray, eligible: np.ndarray, *, delta: float, k: int,
-                 setting: Setting) -> tuple[int, float, int | None] | None:
-        """The same scan on one calibration set, each segment tested lazily up to its first failure."""
-        entries = self.entries_on(setting, delta, n[eligible])
-        best, level, tested, carry = -1, math.nan, 0, 0.0
-        for e, (first, share) in enumerate(entries):
-            upper = entries[e + 1][0] if e + 1 < len(entries) else None
-            segment = eligible & (n >= first) & (n < upper if upper is not None else True)
-            held = carry + share
-            end, count = search_fixed_sequence(fd, n, segment, bound=setting.bound, alpha=setting.alpha, gamma=held)
-            tested += count
-            if end > best:
-                best, level = end, held
-            carry = held if end == _last_true(segment) else 0.0  # an empty segment passes its level on too
-        return best, level, tested
+    def chains(self, setting: Setting | None, delta: float, counts: np.ndarray | None = None) -> tuple[Chain, ...]:
+        """The entries as segments of one line, each inheriting the level of a segment passed whole."""
+        if setting is None:
+            raise ValueError(f"search = {self.name!r} needs the calibration setting")
+        entries = self.entries(setting, delta) if counts is None else self.entries_on(setting, delta, counts)
+        return tuple(Chain(first, share, inherits=True, segment=True) for first, share in entries)
 
 
 def tied_entries(entries: tuple[tuple[int, float], ...], counts: np.ndarray, bound: str,
@@ -536,12 +391,6 @@ def tied_entries(entries: tuple[tuple[int, float], ...], counts: np.ndarray, bou
 
 
 _certifiable_from = functools.lru_cache(maxsize=4096)(bounds.min_certifiable_n)
-
-
-def _row_of(feasible_at: FeasibleAt, gamma: float, cols: Any, row: int) -> np.ndarray:
-    """Row `row` of a feasibility table over every calibration set (as a table of one set: shape (1, ...))."""
-    table = feasible_at(gamma) if cols is None else feasible_at(gamma, cols)
-    return table[row:row + 1] if table.shape[0] > 1 else table
 
 
 @functools.lru_cache(maxsize=4096)
@@ -839,32 +688,3 @@ def search_paper(fd: np.ndarray, n: np.ndarray, *, bound: str, alpha: float, gam
             return int(part[last])
         hi, chunk = hi - part.shape[0], chunk * 2
     return -1
-
-
-def search_fixed_sequence(fd: np.ndarray, n: np.ndarray, eligible: np.ndarray, *, bound: str, alpha: float,
-                          gamma: float) -> tuple[int, int]:
-    """Test eligible candidates upwards at level gamma = delta, stop at the first failure; return (index, tests).
-
-    Guarantee carried: fixed-sequence testing controls the family-wise error of the hypotheses
-    H_t: R(t) > alpha at delta, whatever the shape of R(t) (Learn-then-Test, Angelopoulos et al. 2021), so
-    P(R(t_hat) > alpha) <= delta. The candidates are the calibration scores themselves (or a grid): the
-    sequence, and the first test (a `start` threshold, or the n_min-th smallest score), depend on the scores
-    and never on the labels, so the guarantee holds conditionally on the scores — given the scores, the errors
-    are independent draws and the ordering is fixed. With a grid and a start fixed in advance it holds
-    unconditionally. Not carried: power when R(t) is far from monotone — the search stops at the first
-    failure, even if larger thresholds would pass (`multistart` restarts further up).
-    """
-    idx = np.flatnonzero(eligible)
-    tested, chunk, pos = 0, 256, 0
-    last_ok = -1
-    while pos < idx.shape[0]:
-        part = idx[pos:pos + chunk]
-        ok = np.asarray(bounds.feasible(bound, fd[part], n[part], alpha, gamma), dtype=bool)
-        if not ok.all():
-            first_fail = int(np.argmin(ok))
-            tested += first_fail + 1
-            return (int(part[first_fail - 1]) if first_fail > 0 else last_ok), tested
-        tested += part.shape[0]
-        last_ok = int(part[-1])
-        pos, chunk = pos + chunk, chunk * 2
-    return last_ok, tested

@@ -37,7 +37,6 @@ def iceberg_source(uri: str, field: str) -> LakeSource:
         raise UserError(f"{field} = {uri!r}: reading Iceberg tables needs pyiceberg: pip install 'cic[iceberg]'") \
             from None
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
-
     from pyiceberg.utils.config import Config
 
     try:  # the configuration read now, not when pyiceberg was first imported: a long-lived worker sees changes

@@ -176,15 +176,6 @@ def delta_source(table: DeltaTable) -> LakeSource:
                       lambda: data_files(table), lambda files: read_files(table, files))
 
 
-def open_source(uri: str | Path, field: str) -> LakeSource:
-    """A Delta table (a path or URI) or an Iceberg table (`iceberg://CATALOG/NAMESPACE.TABLE`)."""
-    if str(uri).startswith("iceberg://"):
-        from cic.store.iceberg import iceberg_source
-
-        return iceberg_source(str(uri), field)
-    return delta_source(open_table(uri, field))
-
-
 def unloaded_files(store: Store, source: LakeSource, field: str, uri: str | Path) -> list[DataFile]:
     """The table's data files the store has not loaded (`lake_files`), oldest first; a table older than the
     version the store last read, or another incarnation of one it read (recreated, or replaced by another), is

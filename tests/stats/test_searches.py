@@ -262,12 +262,13 @@ def test_a_one_set_scan_read_in_chunks_selects_what_one_read_selects(search: str
     """The default search reads a calibration set in chunks and stops at the first failure; with chunks of 7
     candidates and tables in blocks of 13 counts it selects exactly what one read of everything selects."""
     import cic.stats.searches as searches_module
+    import cic.stats.sequential as sequential_module
     from tests.support.tables import make_table
 
     sizes = np.random.default_rng(5).integers(200, 900, size=12)
     chosen = {}
     for chunk, block in ((10**9, 10**9), (7, 13)):
-        monkeypatch.setattr(searches_module, "SCAN_CHUNK", chunk)
+        monkeypatch.setattr(sequential_module, "SCAN_CHUNK", chunk)
         monkeypatch.setattr(searches_module.FeasibilityTables, "BLOCK", block)
         picks = []
         for trial in range(12):

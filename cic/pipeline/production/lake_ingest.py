@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from cic.store import Store
 
 FIELD = "table"
+ICEBERG = "iceberg://"
 RECORDS, MANIFEST = "records.parquet", "files.json"
 
 
@@ -57,11 +58,20 @@ def staging_place(store: Store, table_uri: str) -> Path:
     return store.path.parent / f".cic-lake-{store.path.name}-{digest}"
 
 
+def open_source(uri: str | Path, field: str) -> lake.LakeSource:
+    """A Delta table (a path or URI) or an Iceberg table (`iceberg://CATALOG/NAMESPACE.TABLE`)."""
+    if str(uri).startswith(ICEBERG):
+        from cic.store.iceberg import iceberg_source
+
+        return iceberg_source(str(uri), field)
+    return lake.delta_source(lake.open_table(uri, field))
+
+
 def ingest_table(store: Store, uri: str | Path, options: IngestOptions = DEFAULT_OPTIONS,
                  **file_options: Any) -> TableIngest:
     """Ingest the records the table gained since this store last read it (a staged part cut off earlier first);
     `file_options` go to `ingest_file` (`now`, `batch_rows`, `commit_records`)."""
-    table = lake.open_source(uri, FIELD)
+    table = open_source(uri, FIELD)
     Layout.of(table.columns, f"table {str(uri)!r}", options.group)  # before any staging
     place = staging_place(store, table.key)
     done = TableIngest(table.key, table.version)
