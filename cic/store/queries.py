@@ -139,7 +139,7 @@ def ingested_without_labels(store: Store, run_keys: Sequence[str]) -> bool:
         "AND l.created_at <= o.created_at))", [list(run_keys)])[0][0])
 
 
-#: the schema version since which gates are certified by today's rules (`cic.store.database._migrate_to_6`)
+#: the schema version since which gates are certified by today's rules (`cic.store.migrations._migrate_to_6`)
 RULES_VERSION = 6
 
 
