@@ -28,13 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from cic.data import build_messages, load_questions  # noqa: E402
-from cic.llm.endpoint import (  # noqa: E402
-    CANARY_EVERY,  # noqa: E402
-    EndpointClient,
-    EndpointGenerator,
-    EndpointSpec,
-    sample_seed,
-)
+from cic.llm.endpoint import CANARY_EVERY, EndpointClient  # noqa: E402
+from cic.llm.endpoint_generator import EndpointGenerator  # noqa: E402
+from cic.llm.endpoint_spec import EndpointSpec, sample_seed  # noqa: E402
 from cic.llm.generation import GenerationConfig  # noqa: E402
 from cic.llm.paths import cache_dir  # noqa: E402
 

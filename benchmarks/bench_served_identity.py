@@ -45,7 +45,9 @@ def spread(found: list[dict]) -> str:
 
 def storm(url: str, model: str, requests: int, timeout_s: float, retries: int) -> str:
     """`requests` answers asked with a timeout the server cannot meet: the requests sent, the questions lost."""
-    from cic.llm.endpoint import EndpointClient, EndpointGenerator, EndpointSpec
+    from cic.llm.endpoint import EndpointClient
+    from cic.llm.endpoint_generator import EndpointGenerator
+    from cic.llm.endpoint_spec import EndpointSpec
     from cic.llm.generation import GenerationConfig
 
     client = EndpointClient(EndpointSpec(urls=(url,), model=model, timeout_s=timeout_s, retries=retries,
@@ -74,7 +76,8 @@ def main() -> None:
     parser.add_argument("--storm-retries", type=int, default=4)
     args = parser.parse_args()
 
-    from cic.llm.endpoint import CANARY_LOGPROB_TOLERANCE, EndpointClient, EndpointSpec
+    from cic.llm.endpoint import CANARY_LOGPROB_TOLERANCE, EndpointClient
+    from cic.llm.endpoint_spec import EndpointSpec
 
     client = EndpointClient(EndpointSpec(urls=(args.url,), model=args.model))
     client.probe(n_samples=3, temperature=args.temperature)

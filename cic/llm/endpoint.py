@@ -18,26 +18,34 @@ The API key is read from the environment variable named in the config and never 
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import logging
-import math
-import os
 import random
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cic import schema
 from cic.errors import UserError
+from cic.llm.endpoint_replies import (
+    EndpointError,
+    RequestOutcome,
+    incomplete_reply,
+    parse_choices,
+    parse_response,
+    usage_tokens,
+)
+from cic.llm.endpoint_spec import (
+    EndpointSpec,
+    api_key,
+    backoff_s,
+    redact,
+    retry_after_s,
+)
 from cic.llm.served_engine import VERSION_ROUTES, engine_name, logprob_semantics, server_root
 from cic.llm.served_identity import listed_identity, n_choices_problem
 
 if TYPE_CHECKING:
     import httpx
-    import polars as pl
 
-    from cic.llm.generation import GenerationConfig
 
 log = logging.getLogger("cic.endpoint")
 
@@ -45,8 +53,6 @@ Prompt = str | list[dict[str, str]]  # a text prompt, or chat messages (the serv
 
 SAMPLER = "endpoint-seeded-v1"  # how samples are drawn: part of the run key
 CONNECT_TIMEOUT_S = 5.0
-BACKOFF_BASE_S = 0.5
-BACKOFF_CAP_S = 30.0
 IDENTITY_TIMEOUT_S = 30.0  # the least an identity read waits, whatever endpoint.timeout_s says
 IDENTITY_READS = 3  # tries of a replica's `/models` after a batch before it counts as failed
 # identity by behaviour: a fixed prompt answered greedily at the probe and again after the first batch and then
@@ -57,49 +63,6 @@ CANARY_EVERY = 50
 SEMANTICS_PROMPT = "Name one colour."  # many likely first tokens: their gaps show how temperature acts
 SEMANTICS_TOP = 5
 CANARY_LOGPROB_TOLERANCE = 0.05  # |difference| of the summed log-probabilities two reads of one model may show
-MAX_RETRY_AFTER_S = 300.0
-
-
-@dataclass(frozen=True)
-class EndpointSpec:
-    """Where a served model answers and how to talk to it (picklable: it crosses into Ray actors)."""
-
-    urls: tuple[str, ...]
-    model: str
-    api: str = "chat"                 # "chat" (/chat/completions) or "completions" (/completions)
-    api_key_env: str | None = None    # the NAME of the environment variable holding the key
-    timeout_s: float = 120.0
-    retries: int = 4
-    max_in_flight: int = 8            # per replica URL
-    max_requests: int | None = None   # a budget: no request beyond it in one call
-    max_tokens: int | None = None     # a budget of completion tokens: no request once they are spent
-    logprobs: str = "auto"            # "auto" | "on" | "off"
-    top_logprobs: int = 0
-    server_n: str = "auto"            # samples in one request with `n`: "auto" (where honoured) | "on" | "off"
-    option_logprobs: str = "auto"     # option letters' own log-probabilities where the server takes token ids
-
-    def base(self, url: str) -> str:
-        return url.rstrip("/")
-
-
-class EndpointError(RuntimeError):
-    """A request that failed for good (after its retries) or a response that cannot be read."""
-
-
-@dataclass
-class RequestOutcome:
-    """One completion: its text, token log-probabilities (None when the server gave none) and why it stopped."""
-
-    text: str
-    token_logprobs: list[float] | None
-    finish_reason: str | None
-    completion_tokens: int | None
-    prompt_tokens: int | None
-    model: str
-    first_top: dict[str, float] | None = None  # the first token's top log-probabilities (token -> logprob)
-    index: int | None = None                   # the choice's index (several when a request asks for n)
-    fingerprint: str | None = None             # the reply's system_fingerprint, where the server gives one
-    tokens: list[str] | None = None            # the generated tokens' texts, where the server lists them
 
 
 @dataclass
@@ -113,203 +76,6 @@ class EndpointStats:
     failed_questions: dict[str, str] = field(default_factory=dict)
     prompt_tokens: int = 0
     completion_tokens: int = 0
-
-
-def api_key(spec: EndpointSpec) -> str | None:
-    """The key from the environment variable the config names (an unset variable is an error naming it)."""
-    if spec.api_key_env is None:
-        return None
-    value = os.environ.get(spec.api_key_env)
-    if not value:
-        raise UserError(f"endpoint.api_key_env = {spec.api_key_env!r}: that environment variable is not set")
-    return value
-
-
-def redact(text: str, secret: str | None) -> str:
-    """`text` with the key replaced (a server may echo request headers into an error body)."""
-    return text.replace(secret, "***") if secret else text
-
-
-def retry_after_s(value: str | None) -> float | None:
-    """Seconds from a Retry-After header (delta-seconds or an HTTP date), capped; None if absent or unreadable."""
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
-        except (TypeError, ValueError):
-            return None
-    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S) if math.isfinite(seconds) else None
-
-
-def backoff_s(attempt: int, rng: random.Random) -> float:
-    """Full-jitter exponential backoff: uniform in [0, min(cap, base * 2^attempt)]."""
-    return rng.uniform(0.0, min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** attempt))
-
-
-def sample_seed(seed: int, question_id: str, sample_index: int) -> int:
-    """The request seed of one row: stable across runs and machines, distinct per question and sample."""
-    return int(schema.value_hash(f"{seed}|{question_id}|{sample_index}")[:8], 16)
-
-
-def parse_response(body: Any, api: str, url: str) -> RequestOutcome:
-    """The first choice of a chat or completions response; a malformed one is an EndpointError naming the gap."""
-    return parse_choices(body, api, url)[0]
-
-
-def parse_choices(body: Any, api: str, url: str) -> list[RequestOutcome]:
-    """Every choice of a response, in the order given (a request for `n` completions has n). Usage counts are the
-    reply's: on the only choice, or on none when there are several (they are summed over all of them)."""
-    if not isinstance(body, dict) or not isinstance(body.get("choices"), list) or not body["choices"]:
-        raise EndpointError(f"malformed response from {url}: no choices")
-    usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
-    single = len(body["choices"]) == 1
-    fingerprint = body.get("system_fingerprint")
-    outcomes = []
-    for i, choice in enumerate(body["choices"]):
-        if not isinstance(choice, dict):
-            raise EndpointError(f"malformed response from {url}: choices[{i}] is not an object")
-        if api == "chat":
-            message = choice.get("message")
-            text = message.get("content") if isinstance(message, dict) else None
-            where = f"choices[{i}].message.content"
-        else:
-            text = choice.get("text")
-            where = f"choices[{i}].text"
-        if not isinstance(text, str):
-            raise EndpointError(f"malformed response from {url}: no {where}")
-        outcomes.append(RequestOutcome(
-            text=text, token_logprobs=_token_logprobs(choice.get("logprobs"), api),
-            finish_reason=choice.get("finish_reason"),
-            completion_tokens=_int_or_none(usage.get("completion_tokens")) if single else None,
-            prompt_tokens=_int_or_none(usage.get("prompt_tokens")) if single else None,
-            model=str(body.get("model", "")), first_top=_first_top(choice.get("logprobs"), api),
-            index=choice.get("index") if isinstance(choice.get("index"), int) else None,
-            fingerprint=fingerprint if isinstance(fingerprint, str) and fingerprint else None,
-            tokens=_listed_tokens(choice.get("logprobs"), api)))
-    return outcomes
-
-
-def incomplete_reply(outcomes: Sequence[RequestOutcome], body: Any, asked: dict[str, Any]) -> str | None:
-    """Why a reply cannot be stored as it is (None: it can): fewer or more choices than the request's `n`, or token
-    log-probabilities that do not cover the tokens the reply says it generated (`usage.completion_tokens`, over
-    every choice), or listed tokens that do not spell the choice's text. A choice that stopped on its own
-    (finish_reason "stop") may list one entry fewer, or one more than its text spells: servers differ on whether
-    the end-of-sequence token they count is listed — but that slack never lets a content token go missing, since
-    where the server lists the tokens they must spell the text. A reply without log-probabilities, or without a
-    count, is not judged here (a null log-probability is flagged where the row is made)."""
-    wanted = int(asked.get("n", 1))
-    if len(outcomes) != wanted:
-        return f"{len(outcomes)} choice(s) for n = {wanted}"
-    usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
-    generated = _int_or_none(usage.get("completion_tokens"))
-    if generated is None or not asked.get("logprobs") or any(o.token_logprobs is None for o in outcomes):
-        return None
-    listed = sum(len(o.token_logprobs or []) for o in outcomes)
-    slack = sum(o.finish_reason == "stop" for o in outcomes)
-    if not generated - slack <= listed <= generated:
-        return f"{listed} token log-probabilities for {generated} generated token(s)"
-    for i, outcome in enumerate(outcomes):
-        if outcome.tokens is not None and not spells(outcome.tokens, outcome.text, outcome.finish_reason == "stop"):
-            return (f"choice {i}: its {len(outcome.tokens)} listed token(s) spell {''.join(outcome.tokens)[:80]!r}, "
-                    f"not its text {outcome.text[:80]!r}")
-    return None
-
-
-def spells(tokens: Sequence[str], text: str, stopped: bool) -> bool:
-    """Whether listed tokens spell a reply's text (ends' whitespace aside, which some servers trim); a reply that
-    stopped on its own may list one more entry, its end-of-sequence token."""
-    return "".join(tokens).strip() == text.strip() or (stopped and "".join(tokens[:-1]).strip() == text.strip())
-
-
-def _listed_tokens(block: Any, api: str) -> list[str] | None:
-    """The generated tokens' texts a choice's `logprobs` lists (chat: content[].token, from its `bytes` where every
-    entry has them — a token may be part of a character; completions: tokens[]); None where it lists none."""
-    if not isinstance(block, dict):
-        return None
-    if api != "chat":
-        tokens = block.get("tokens")
-        return [str(t) for t in tokens] if isinstance(tokens, list) and tokens and all(
-            isinstance(t, str) for t in tokens) else None
-    entries = [t for t in block.get("content") or [] if isinstance(t, dict)]
-    if not entries:
-        return None
-    if all(isinstance(t.get("bytes"), list) and all(isinstance(b, int) and 0 <= b < 256 for b in t["bytes"])
-           for t in entries):
-        # a character split over tokens has no text of its own: decode all but the last entry (a possible
-        # end-of-sequence token) together
-        head = b"".join(bytes(t["bytes"]) for t in entries[:-1]).decode("utf-8", errors="replace")
-        return [head, bytes(entries[-1]["bytes"]).decode("utf-8", errors="replace")]
-    if not all(isinstance(t.get("token"), str) for t in entries):
-        return None
-    return [t["token"] for t in entries]
-
-
-def usage_tokens(body: Any) -> tuple[int, int]:
-    """(prompt, completion) tokens a reply's `usage` counts (0 where it gives none)."""
-    usage = body.get("usage") if isinstance(body, dict) and isinstance(body.get("usage"), dict) else {}
-    return _int_or_none(usage.get("prompt_tokens")) or 0, _int_or_none(usage.get("completion_tokens")) or 0
-
-
-def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and value >= 0 else None
-
-
-def _first_top(block: Any, api: str) -> dict[str, float] | None:
-    """The first generated token's top log-probabilities (chat: content[0].top_logprobs; completions:
-    top_logprobs[0]); None when the server gave none."""
-    if not isinstance(block, dict):
-        return None
-    if api == "chat":
-        content = block.get("content") or []
-        first = content[0].get("top_logprobs") if content and isinstance(content[0], dict) else None
-        pairs = [(t.get("token"), t.get("logprob")) for t in first or [] if isinstance(t, dict)]
-    else:
-        tops = block.get("top_logprobs") or []
-        pairs = list(tops[0].items()) if tops and isinstance(tops[0], dict) else []
-    top = {str(token): float(lp) for token, lp in pairs
-           if isinstance(token, str) and isinstance(lp, int | float) and math.isfinite(lp)}
-    return top or None
-
-
-def option_probs_from_top(top: dict[str, float] | None, labels: Sequence[str]) -> list[float] | None:
-    """Option probabilities from the first token's top log-probabilities: each label's best-matching token
-    (" B", "B", "(B" ...), renormalised over the labels; None when no label is among them."""
-    if not top:
-        return None
-    best: dict[str, float] = {}
-    for token, logprob in top.items():
-        label = token.strip().lstrip("(").rstrip(").:").upper()
-        if label in labels:
-            best[label] = max(best.get(label, -math.inf), logprob)
-    if not best:
-        return None
-    peak = max(best.values())
-    weights = [math.exp(best[label] - peak) if label in best else 0.0 for label in labels]
-    total = sum(weights)
-    return [w / total for w in weights]
-
-
-def option_letter(text: str, labels: Sequence[str]) -> str:
-    """The option a free-text answer names: its first word without brackets or punctuation, when that is a label
-    ("B", "(B)", "B." -> "B"); otherwise the text as it is (the criterion then counts it as not the answer)."""
-    words = text.strip().split()
-    head = words[0].strip("().:,").upper() if words else ""
-    return head if head in labels else text.strip()
-
-
-def _token_logprobs(block: Any, api: str) -> list[float] | None:
-    """Per-token log-probabilities from a choice's `logprobs` (chat: content[].logprob; completions:
-    token_logprobs[]); None when absent or not numbers."""
-    if not isinstance(block, dict):
-        return None
-    values = ([t.get("logprob") for t in block.get("content") or [] if isinstance(t, dict)] if api == "chat"
-              else list(block.get("token_logprobs") or []))
-    if not values or not all(isinstance(v, int | float) and math.isfinite(v) for v in values):
-        return None
-    return [float(v) for v in values]
 
 
 class EndpointClient:
@@ -805,121 +571,3 @@ class _HttpStatus(Exception):
     def __init__(self, status: int, retry_after: float | None, message: str) -> None:
         super().__init__(message)
         self.status, self.retry_after = status, retry_after
-
-
-class EndpointGenerator:
-    """GENERATIONS rows from a served model, with the contract of `cic.llm.generation.AnswerGenerator`
-    (`generate_open`, `choose`); a question whose requests failed for good gets no rows (`stats.failed_questions`
-    says why), so a rerun asks it again."""
-
-    def __init__(self, client: EndpointClient, config: GenerationConfig) -> None:
-        self.client = client
-        self.config = config
-
-    @property
-    def stats(self) -> EndpointStats:
-        return self.client.stats
-
-    def generate_open(self, question_ids: Sequence[str], prompts: Sequence[Prompt], *, run_key: str,
-                      indices: Sequence[int] | None = None) -> pl.DataFrame:
-        """Most-likely answer plus n_samples samples of free text per question; `indices`: only those rows."""
-        return self._frame(question_ids, prompts, None, run_key, indices)
-
-    def choose(self, question_ids: Sequence[str], prompts: Sequence[Prompt], choice_labels: Sequence[Sequence[str]],
-               *, run_key: str) -> pl.DataFrame:
-        """The option each answer names; option probabilities from the greedy answer's first-token top
-        log-probabilities where the server returns them (`endpoint.top_logprobs`), else null."""
-        if not len(question_ids) == len(prompts) == len(choice_labels):
-            raise ValueError("question_ids, prompts and choice_labels differ in length")
-        return self._frame(question_ids, prompts, [list(labels) for labels in choice_labels], run_key)
-
-    def _frame(self, question_ids: Sequence[str], prompts: Sequence[Prompt], labels: list[list[str]] | None,
-               run_key: str, indices: Sequence[int] | None = None) -> pl.DataFrame:
-        import polars as pl
-
-        if self.client.served_model is None:
-            self.client.probe()
-        rows = list(range(self.config.n_samples + 1)) if indices is None else list(indices)
-        records = asyncio.run(self._all(question_ids, prompts, labels, run_key, rows))
-        return schema.conform(pl.DataFrame(records, schema=schema.GENERATIONS.schema), schema.GENERATIONS)
-
-    def _rows_of(self, question_id: str, outcomes: list[RequestOutcome], labels: list[str] | None,
-                 run_key: str, indices: Sequence[int]) -> list[dict[str, Any]]:
-        rows = []
-        read = labels and (self.client.spec.top_logprobs > 0 or self.client.named_tokens)  # not from the 1 asked
-        probs = option_probs_from_top(outcomes[0].first_top, labels) if read else None
-        for index, outcome in zip(indices, outcomes, strict=True):
-            text = outcome.text.strip()
-            if self.config.stop_at_newline:
-                text = text.split("\n", 1)[0].strip()
-            if labels:
-                text = option_letter(text, labels)
-            lps = outcome.token_logprobs
-            n_tokens = len(lps) if lps is not None else outcome.completion_tokens or 0
-            total = float(sum(lps)) if lps is not None else None
-            flags = [flag for flag, on in (("empty", not text), ("max_tokens", outcome.finish_reason == "length"),
-                                           ("no_logprobs", lps is None)) if on]
-            rows.append({"run_key": run_key, "question_id": str(question_id), "sample_index": index, "text": text,
-                         "n_tokens": n_tokens, "logprob_sum": total,
-                         "logprob_mean": total / len(lps) if lps else None, "is_greedy": index == 0,
-                         "option_probs": probs, "flags": flags})
-        return rows
-
-    async def _question(self, client: Any, url: str, gate: asyncio.Semaphore, question_id: str,
-                        prompt: Prompt, labels: list[str] | None, indices: Sequence[int]) -> list[RequestOutcome]:
-        """The rows `indices` of one question (0 the most-likely answer, s ≥ 1 sample s): the samples in one request
-        asking for `n` where the server honours it (checked: count and indices; seeded by the first sample's
-        index), else one seeded request each. For a multiple-choice question on a server that takes named token
-        ids, the greedy request names the option letters'."""
-        cfg = self.config
-        stop = ("\n",) if cfg.stop_at_newline else ()
-        named = await self.client.label_token_ids(client, url, labels) if labels and self.client.named_tokens else []
-
-        async def ask(index: int, n: int = 1) -> list[RequestOutcome]:
-            temperature = cfg.most_likely_temperature if index == 0 else cfg.temperature
-            body = self.client._body(prompt, temperature=temperature, top_p=cfg.top_p,
-                                     max_tokens=cfg.max_new_tokens, seed=sample_seed(cfg.seed, question_id, index),
-                                     stop=stop, logprobs=self.client.logprobs)
-            if index == 0 and named:
-                body["logprob_token_ids"] = named
-            async with gate:
-                return await self.client.post(client, url, {**body, "n": n} if n > 1 else body)
-
-        wanted = [i for i in indices if i > 0]
-        if self.client.server_n and len(wanted) > 1:
-            *greedy, samples = await asyncio.gather(*([ask(0)] if 0 in indices else []), ask(wanted[0], len(wanted)))
-            head = [g[0] for g in greedy]
-            problem = n_choices_problem([o.index for o in samples], [o.text for o in samples], len(wanted),
-                                        distinct=False)
-            if problem is None:
-                return [*head, *sorted(samples, key=lambda o: o.index or 0)]
-            self.client.server_n = False  # the server stopped honouring n: seeded single requests from here on
-            log.warning("%s: %s; samples now come one seeded request each", url, problem)
-            return [*head, *[r[0] for r in await asyncio.gather(*(ask(i) for i in wanted))]]
-        return [r[0] for r in await asyncio.gather(*(ask(i) for i in indices))]
-
-    async def _all(self, question_ids: Sequence[str], prompts: Sequence[Prompt], labels: list[list[str]] | None,
-                   run_key: str, indices: Sequence[int]) -> list[dict[str, Any]]:
-        urls = self.client.spec.urls
-        gates = {url: asyncio.Semaphore(self.client.spec.max_in_flight) for url in urls}
-        async with self.client._client() as client:
-            if labels and self.client.named_tokens and (live := self.client._replica(urls[0])):
-                await self.client.label_token_ids(client, live, sorted({x for row in labels for x in row}))
-            if not self.client.n_checked and self.config.n_samples > 1 and (live := self.client._replica(urls[0])):
-                await self.client.check_server_n(client, live)
-            tasks = [self._question(client, urls[i % len(urls)], gates[urls[i % len(urls)]], str(qid), prompt,
-                                    labels[i] if labels else None, indices)
-                     for i, (qid, prompt) in enumerate(zip(question_ids, prompts, strict=True))]
-            results = await asyncio.gather(*tasks, return_exceptions=True)
-            await self.client.still_serving(client, [o for r in results if isinstance(r, list) for o in r])
-        rows = []
-        for i, (qid, result) in enumerate(zip(question_ids, results, strict=True)):
-            if isinstance(result, UserError):
-                raise result
-            if isinstance(result, BaseException):
-                if not isinstance(result, EndpointError):
-                    raise result
-                self.client.stats.failed_questions[str(qid)] = str(result)
-                continue
-            rows.extend(self._rows_of(str(qid), result, labels[i] if labels else None, run_key, indices))
-        return rows

@@ -18,7 +18,9 @@ import pytest
 import yaml
 
 from cic.errors import UserError
-from cic.llm.endpoint import EndpointClient, EndpointSpec, option_letter, option_probs_from_top
+from cic.llm.endpoint import EndpointClient
+from cic.llm.endpoint_replies import option_letter, option_probs_from_top
+from cic.llm.endpoint_spec import EndpointSpec
 from cic.pipeline.config import load_config
 from tests.support.gateway import gateway
 from tests.support.local_servers import free_port
@@ -70,7 +72,7 @@ def test_option_letters_and_probabilities_read_from_what_a_server_returns() -> N
 
 
 def test_replies_in_the_openai_schema_give_text_log_probabilities_and_usage_and_malformed_ones_name_the_gap() -> None:
-    from cic.llm.endpoint import EndpointError, parse_response
+    from cic.llm.endpoint_replies import EndpointError, parse_response
 
     chat = {"model": "m@1", "usage": {"prompt_tokens": 9, "completion_tokens": 2}, "choices": [{
         "message": {"role": "assistant", "content": " B"}, "finish_reason": "stop", "logprobs": {"content": [
@@ -100,7 +102,7 @@ def test_replies_in_the_openai_schema_give_text_log_probabilities_and_usage_and_
 def test_a_reply_whose_listed_tokens_leave_a_content_token_out_is_incomplete_whatever_its_finish_reason() -> None:
     """The one-entry slack for an end-of-sequence token never lets a content token go missing: where the server
     lists the tokens, they must spell the text (an end-of-sequence entry aside); bytes spell it where given."""
-    from cic.llm.endpoint import incomplete_reply, parse_choices
+    from cic.llm.endpoint_replies import incomplete_reply, parse_choices
 
     def reply(text: str, tokens: list[str], generated: int, finish: str = "stop", api: str = "chat",
               raw: bool = False) -> str | None:
@@ -127,7 +129,7 @@ def test_retry_after_reads_seconds_and_dates_capped_and_backoff_stays_in_its_jit
     import email.utils
     import random
 
-    from cic.llm.endpoint import BACKOFF_CAP_S, MAX_RETRY_AFTER_S, backoff_s, retry_after_s
+    from cic.llm.endpoint_spec import BACKOFF_CAP_S, MAX_RETRY_AFTER_S, backoff_s, retry_after_s
 
     assert retry_after_s("3") == 3 and retry_after_s("-5") == 0 and retry_after_s("1e9") == MAX_RETRY_AFTER_S
     assert retry_after_s(None) is None and retry_after_s("soon") is None and retry_after_s("nan") is None
@@ -146,7 +148,7 @@ def test_an_unset_key_variable_is_refused_by_name_before_any_request(monkeypatch
     monkeypatch.setenv("CIC_TEST_UNSET_KEY", SECRET)
     client = EndpointClient(EndpointSpec(urls=("http://127.0.0.1:9/v1",), model="m", api_key_env="CIC_TEST_UNSET_KEY"))
     assert client._headers() == {"Authorization": f"Bearer {SECRET}"} and SECRET not in repr(client.spec)
-    from cic.llm.endpoint import redact
+    from cic.llm.endpoint_spec import redact
 
     assert redact(f"upstream said: bad key {SECRET}", SECRET) == "upstream said: bad key ***"
 
@@ -173,7 +175,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedModel]:
 
 @pytest.mark.slow
 def test_a_token_budget_stops_requests_once_spent_and_fails_the_rest_naming_it(server: ServedModel) -> None:
-    from cic.llm.endpoint import EndpointGenerator
+    from cic.llm.endpoint_generator import EndpointGenerator
     from cic.llm.generation import GenerationConfig
 
     client = EndpointClient(EndpointSpec(urls=(server.url,), model=server.model, max_tokens=3, max_in_flight=1))
@@ -188,7 +190,7 @@ def test_a_token_budget_stops_requests_once_spent_and_fails_the_rest_naming_it(s
 @pytest.mark.slow
 @pytest.mark.faults
 def test_a_429_waits_for_retry_after_and_a_5xx_backs_off_then_the_answer_comes_through(server: ServedModel) -> None:
-    from cic.llm.endpoint import EndpointGenerator
+    from cic.llm.endpoint_generator import EndpointGenerator
     from cic.llm.generation import GenerationConfig
 
     refusals = [(429, {"retry-after": "2"}, b'{"error": "rate limited"}'), (503, {}, b'{"error": "overloaded"}')]
@@ -218,7 +220,7 @@ def test_the_probe_waits_out_a_rate_limit_and_a_wrong_path_names_the_usual_fix(s
 @pytest.mark.slow
 @pytest.mark.faults
 def test_a_5xx_past_its_retries_and_a_malformed_reply_fail_their_question_in_one_line(server: ServedModel) -> None:
-    from cic.llm.endpoint import EndpointGenerator
+    from cic.llm.endpoint_generator import EndpointGenerator
     from cic.llm.generation import GenerationConfig
 
     generation = GenerationConfig(n_samples=1, max_new_tokens=4)
@@ -246,7 +248,7 @@ def test_a_reply_whose_log_probabilities_leave_tokens_out_is_asked_again_and_nev
     """A proxy that drops the last entries of the token log-probabilities: the reply is asked again, and stored
     only whole (one entry per token it generated); one that always drops them fails the question with the reason,
     and nothing of it is stored as a number."""
-    from cic.llm.endpoint import EndpointGenerator
+    from cic.llm.endpoint_generator import EndpointGenerator
     from cic.llm.generation import GenerationConfig
 
     generation = GenerationConfig(n_samples=1, max_new_tokens=6, stop_at_newline=False)
@@ -445,7 +447,7 @@ def test_a_replica_that_dies_mid_run_hands_its_questions_to_the_live_one(server:
                                                                          caplog: pytest.LogCaptureFixture) -> None:
     """Two replicas; the second dies (connections dropped, then refused) after two requests: every question is
     answered, the moved requests counted, one warning names the dead replica."""
-    from cic.llm.endpoint import EndpointGenerator
+    from cic.llm.endpoint_generator import EndpointGenerator
     from cic.llm.generation import GenerationConfig
 
     questions = [f"q{i}" for i in range(6)]
@@ -465,7 +467,7 @@ def test_a_replica_that_dies_mid_run_hands_its_questions_to_the_live_one(server:
 @pytest.mark.faults
 def test_one_replica_dead_at_start_is_a_warning_while_another_answers(server: ServedModel,
                                                                       caplog: pytest.LogCaptureFixture) -> None:
-    from cic.llm.endpoint import EndpointGenerator
+    from cic.llm.endpoint_generator import EndpointGenerator
     from cic.llm.generation import GenerationConfig
 
     dead = "http://127.0.0.1:9/v1"  # discard port: nothing listens
@@ -506,7 +508,7 @@ def test_a_model_switched_behind_a_server_that_echoes_the_requested_name_is_refu
     """llama.cpp's server answers in whatever name the request gave; the gateway makes the real server behind it do
     the same and list one model in /models, as llama.cpp lists the file it loaded. Between two batches the listed
     model changes: the second batch is refused, naming both, and a new probe keys a new run on the new model."""
-    from cic.llm.endpoint import EndpointGenerator
+    from cic.llm.endpoint_generator import EndpointGenerator
     from cic.llm.generation import GenerationConfig
 
     listing = [{"id": "/models/smollm2-135m.Q4_1.gguf", "object": "model", "owned_by": "me"}]
@@ -533,7 +535,7 @@ def test_a_model_listing_that_cannot_be_read_after_a_batch_fails_its_replica_not
     the other one alone."""
     import threading
 
-    from cic.llm.endpoint import EndpointGenerator
+    from cic.llm.endpoint_generator import EndpointGenerator
     from cic.llm.generation import GenerationConfig
 
     listing = [{"id": "/models/smollm2-135m.Q4_1.gguf", "object": "model", "owned_by": "me"}]
@@ -559,7 +561,7 @@ def test_a_model_listing_that_cannot_be_read_after_a_batch_fails_its_replica_not
 def test_a_short_answer_timeout_does_not_fail_a_replica_whose_listing_answers_slowly(server: ServedModel) -> None:
     """The identity reads after a batch wait at least IDENTITY_TIMEOUT_S whatever `endpoint.timeout_s` says: a
     listing that takes longer than the answers' timeout (a server still busy) is read, not taken for a failure."""
-    from cic.llm.endpoint import EndpointGenerator
+    from cic.llm.endpoint_generator import EndpointGenerator
     from cic.llm.generation import GenerationConfig
 
     listing = [{"id": server.model, "object": "model", "owned_by": "me"}]
@@ -580,7 +582,7 @@ def test_other_weights_behind_the_same_name_and_listing_are_refused_by_the_ident
     import threading
 
     import cic.llm.endpoint as endpoint
-    from cic.llm.endpoint import EndpointGenerator
+    from cic.llm.endpoint_generator import EndpointGenerator
     from cic.llm.generation import GenerationConfig
 
     monkeypatch.setattr(endpoint, "CANARY_EVERY", 1)  # check after every batch (a run: about every 50 requests)
@@ -621,7 +623,7 @@ def test_a_served_model_whose_canary_log_probabilities_move_beyond_the_tolerance
     canary's text stays; its summed log-probabilities moving by less than 0.05 is the same model, by 0.2 a token
     another one, and that batch is refused."""
     import cic.llm.endpoint as endpoint
-    from cic.llm.endpoint import EndpointGenerator
+    from cic.llm.endpoint_generator import EndpointGenerator
     from cic.llm.generation import GenerationConfig
 
     def top_shifted(by: float) -> list[float]:  # logits [a, 0] whose top log-probability is -log 2 + by
@@ -649,7 +651,7 @@ def test_samples_come_n_to_a_request_where_the_server_honours_n_and_seeded_one_b
 llama.cpp server ignores `n` and returns one choice: the check's count catches that.)"""
     import logging
 
-    from cic.llm.endpoint import EndpointGenerator
+    from cic.llm.endpoint_generator import EndpointGenerator
     from cic.llm.generation import GenerationConfig
 
     caplog.set_level(logging.INFO, logger="cic.endpoint")
@@ -723,7 +725,7 @@ def test_option_probabilities_come_from_the_letters_own_log_probabilities_where_
     """A gateway speaking as vLLM (its /version, /tokenize and `logprob_token_ids`) in front of a real server whose
     top-2 log-probabilities hold no option letter: with top-k alone the options get no probabilities; with named
     token ids each letter's own log-probability is read ("B" and " B" both), and the run key says which."""
-    from cic.llm.endpoint import EndpointGenerator
+    from cic.llm.endpoint_generator import EndpointGenerator
     from cic.llm.engines.endpoint import EndpointEngine
     from cic.llm.engines.probe import EngineProbe
     from cic.llm.generation import GenerationConfig

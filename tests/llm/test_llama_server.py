@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from cic.errors import UserError
-from cic.llm.endpoint import EndpointClient, EndpointGenerator, EndpointSpec
+from cic.llm.endpoint import EndpointClient
+from cic.llm.endpoint_generator import EndpointGenerator
+from cic.llm.endpoint_spec import EndpointSpec
 from cic.llm.generation import GenerationConfig
 from tests.support.gateway import gateway
 from tests.support.llama_server import PYTHON_ENV, LlamaServer, llama_python

@@ -14,13 +14,13 @@ from cic.llm.engines.base import Capabilities, Engine, EngineProbe
 if TYPE_CHECKING:
     import polars as pl
 
-    from cic.llm.endpoint import EndpointSpec
+    from cic.llm.endpoint_spec import EndpointSpec
     from cic.llm.settings import AnswererSettings
 
 
 def endpoint_spec(settings: AnswererSettings) -> EndpointSpec:
     """The client's spec from the model's `endpoint` config (its fields that the client reads)."""
-    from cic.llm.endpoint import EndpointSpec
+    from cic.llm.endpoint_spec import EndpointSpec
 
     options = dict(settings.engine_options or {})
     names = {f.name for f in dataclasses.fields(EndpointSpec)}
@@ -75,9 +75,10 @@ class EndpointEngine(Engine):
 
     @property
     def generator(self) -> Any:
-        """The client and its row builder (`cic.llm.endpoint.EndpointGenerator`)."""
+        """The client and its row builder (`cic.llm.endpoint_generator.EndpointGenerator`)."""
         if self._generator is None:
-            from cic.llm.endpoint import EndpointClient, EndpointGenerator
+            from cic.llm.endpoint import EndpointClient
+            from cic.llm.endpoint_generator import EndpointGenerator
 
             client = EndpointClient(self.spec, seed=self.settings.generation.seed)
             self._generator = EndpointGenerator(client, self.settings.generation)
