@@ -1,7 +1,7 @@
 """The `cic` command line: one Typer app, its commands in one module per group.
 
-`stats` works on precomputed (score, error) tables, `store` on datasets and the DuckDB store, `pipeline`
-runs and serves the batch pipeline,
+`stats` works on precomputed (score, error) tables (`studies`: simulate, report, bench, validity), `store` on
+datasets and the DuckDB store, `pipeline` runs and serves the batch pipeline,
 `gates` takes production traffic in and moves gates between states, `mlflow_store` looks after the local
 MLflow store; `runner` is how every command runs a flow. Each module lists its commands in
 `COMMANDS` (and sub-apps in `GROUPS`); this module registers them.
@@ -13,13 +13,13 @@ from typing import Annotated
 
 import typer
 
-from cic.cli import gates, mlflow_store, pipeline, stats, store
+from cic.cli import gates, mlflow_store, pipeline, stats, store, studies
 from cic.cli.help_format import ReadableCommand, ReadableGroup
 from cic.cli.services import service_defaults
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, cls=ReadableGroup,
                   help="CIC: certified abstention thresholds for LLM answers.")
-for group in (stats, store, pipeline, gates):
+for group in (stats, studies, store, pipeline, gates):
     for command_name, command in group.COMMANDS.items():
         app.command(command_name, cls=ReadableCommand)(command)
 for group_name, sub_app in {**gates.GROUPS, **mlflow_store.GROUPS}.items():

@@ -33,11 +33,11 @@ def _no_type(ctx: Any) -> None:
 def readable(params: list[Any]) -> list[Any]:
     """Give each parameter without a metavar a readable one (a flag: none); returns the same list."""
     for param in params:
-        if param.metavar is not None:
-            continue
         if isinstance(param, typer.core.TyperArgument):
-            param.metavar = param.name.upper()
+            param.metavar = param.metavar or param.name.upper()
             param.display_type_rich = _no_type  # its name column already says FILE; no `<path>` beside it
+        elif param.metavar is not None:
+            continue
         elif getattr(param, "is_flag", False):
             param.metavar = ""
         elif hasattr(param, "type_descriptor"):
