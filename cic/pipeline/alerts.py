@@ -7,7 +7,9 @@ its guarantee still holds (drift at a live threshold, a monitor alarm, labels ch
 live gate reached that the new window cannot, labels missing in a share above the limit). A *warning* completes it
 with a note: a configured alpha this data never reaches, a candidate's own relabel, candidates held for a person
 (family over delta), records whose label window closed without a label. Adding a kind is one
-`ALERT_KINDS.register(AlertKind(...))`.
+`ALERT_KINDS.register(AlertKind(...))` (or a `cic.alerts` entry point); a drift test's kind names the test
+(`AlertKind.test`), and the recalibration's MLflow run logs every kind's count (`AlertKind.metric`) and each drift
+test's statistic and p-value with no edit elsewhere.
 """
 
 from __future__ import annotations
@@ -25,23 +27,32 @@ PAGE, WARNING = "page", "warning"
 @dataclass(frozen=True)
 class AlertKind:
     """One kind of alert: its name (what tables count), severity, rank (0 most severe: a summary shows the worst
-    first) and the withdrawal rule (`withdraws`: a live gate whose test raises it stops serving)."""
+    first), the withdrawal rule (`withdraws`: a live gate whose test raises it stops serving), the drift test whose
+    rejection raises it (`test`: `cic.stats.drift.DriftTest.name`; None: raised otherwise) and its MLflow metric: a
+    recalibration run logs `metric` (how many alerts of the kind it raised) and, for a test's kind, the test's
+    `<test>_statistic` and smallest `<test>_p_value`."""
 
     name: str
     severity: str
     rank: int
     withdraws: bool = False
+    test: str | None = None
+
+    @property
+    def metric(self) -> str:
+        """`alerts_<name in snake case>`: the MLflow metric counting this kind (MLflow keys: letters, digits, _)."""
+        return "alerts_" + "_".join("".join(c if c.isalnum() else " " for c in self.name.lower()).split())
 
     def __reduce__(self) -> tuple[Any, ...]:  # unpickles as the registered kind of its name (Ray, Prefect)
-        return _kind, (self.name, self.severity, self.rank, self.withdraws)
+        return _kind, (self.name, self.severity, self.rank, self.withdraws, self.test)
 
 
 ALERT_KINDS: Registry[AlertKind] = Registry("alert kind", (
-    ERROR_RATE := AlertKind("error rate above alpha", PAGE, 0, withdraws=True),
+    ERROR_RATE := AlertKind("error rate above alpha", PAGE, 0, withdraws=True, test="error_rate"),
     MONITOR_ALARM := AlertKind("monitor alarm", PAGE, 1, withdraws=True),
     LIVE_RELABELLED := AlertKind("labels changed under the live gate", PAGE, 2),
     BECAME_UNATTAINABLE := AlertKind("alpha became unattainable", PAGE, 3),
-    SCORE_SHIFT := AlertKind("score shift", PAGE, 4),
+    SCORE_SHIFT := AlertKind("score shift", PAGE, 4, test="score_shift"),
     STATE_BROKEN := AlertKind("certificate state cannot be replayed", PAGE, 5, withdraws=True),
     LIVE_REPLACED := AlertKind("records replaced under the live gate", PAGE, 6),
     MISSING_LABELS := AlertKind("labels missing above the limit", PAGE, 7, withdraws=True),
@@ -58,14 +69,16 @@ ALERT_KINDS: Registry[AlertKind] = Registry("alert kind", (
 
 
 
-def _kind(name: str, severity: str, rank: int, withdraws: bool) -> AlertKind:
-    made = AlertKind(name, severity, rank, withdraws)
+def _kind(name: str, severity: str, rank: int, withdraws: bool, test: str | None = None) -> AlertKind:
+    made = AlertKind(name, severity, rank, withdraws, test)
     known = ALERT_KINDS.find(name)
     return known if known == made else made
 
 
-#: a drift test's name (`cic.stats.drift.DriftTest.name`) -> the kind of alert its rejection raises
-TEST_KINDS = {"score_shift": SCORE_SHIFT, "error_rate": ERROR_RATE}
+def test_kind(test: str) -> AlertKind:
+    """The kind of alert a drift test's rejection raises (`AlertKind.test`; a test no kind names pages as
+    `UNCLASSIFIED`: never silenced)."""
+    return next((k for k in ALERT_KINDS.values() if k.test == test), UNCLASSIFIED)
 
 
 class Alert(str):

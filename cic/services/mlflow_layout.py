@@ -21,6 +21,7 @@ from typing import Any
 import polars as pl
 
 from cic import schema
+from cic.pipeline.alerts import ALERT_KINDS, MONITOR_ALARM, counts_by_kind
 from cic.pipeline.config import DEFAULT_EXPERIMENT_PREFIX
 from cic.pipeline.gates.gate_rows import GateRow
 from cic.pipeline.gates.lifecycle import gate_of, kind_of
@@ -230,6 +231,24 @@ def recalibration_groups(result: RecalibrationPass, experiment_prefix: str,
                                  experiment_prefix, flow_run_id) for key, items in by_group.items()]
 
 
+def alert_metrics(alerts: Sequence[str], alarms: int, checks: Sequence[Any]) -> dict[str, float]:
+    """Every alert kind's count (`AlertKind.metric`: zeros too, so runs compare) and each drift test's statistic
+    and smallest p-value (`<test>_statistic`, `<test>_p_value`; the score shift also as `ks_statistic` /
+    `ks_p_value`, the error rate's as `min_error_rate_p_value`, the names runs logged before)."""
+    counts = dict(counts_by_kind(alerts))
+    out = {kind.metric: float(counts.get(kind.name, 0)) for kind in ALERT_KINDS.values()}
+    out[MONITOR_ALARM.metric] += float(alarms)
+    for test in dict.fromkeys(c.test.name for c in checks):
+        ran = [c.test for c in checks if c.test.name == test]
+        out[f"{test}_statistic"] = ran[0].statistic
+        out[f"{test}_p_value"] = min(t.p_value for t in ran)
+    if "score_shift_p_value" in out:
+        out.update(ks_statistic=out["score_shift_statistic"], ks_p_value=out["score_shift_p_value"])
+    if "error_rate_p_value" in out:
+        out["min_error_rate_p_value"] = out["error_rate_p_value"]
+    return out
+
+
 def _recalibration_group(key: GroupKey, items: Sequence[Candidate], checks: Sequence[Any], alarms: int,
                          monitor_of: Mapping[str, Mapping[str, Any]], experiment_prefix: str,
                          flow_run_id: str | None) -> GroupLog:
@@ -239,12 +258,7 @@ def _recalibration_group(key: GroupKey, items: Sequence[Candidate], checks: Sequ
         "n_window": float(first.n_cal), "alerts": float(sum(len(i.alerts) for i in items) + alarms),
         "monitor_alarms": float(alarms), "unattainable_gates": float(len(items) - certified),
         "certified_gates": float(certified)}
-    shift = [c for c in checks if c.test.name == "score_shift"]
-    if shift:
-        metrics.update(ks_statistic=shift[0].test.statistic, ks_p_value=shift[0].test.p_value)
-    errors = [c for c in checks if c.test.name == "error_rate"]
-    if errors:
-        metrics["min_error_rate_p_value"] = min(c.test.p_value for c in errors)
+    metrics.update(alert_metrics([a for i in items for a in i.alerts], alarms, checks))
     tags = {**_group_tags(key, first.data_fingerprint, kind="recalibration"),
             "cic.alpha_unattainable": str(metrics["unattainable_gates"] > 0).lower(),
             "cic.shift_detected": str(any(c.rejected for c in checks) or alarms > 0).lower(),

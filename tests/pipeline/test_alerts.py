@@ -100,3 +100,31 @@ def test_every_drift_test_raises_an_alert_of_its_kind() -> None:
             answered_error_test(np.ones(10, bool), np.ones(10), alpha=0.1, where="x")]
     kinds = [alerts.kind_of(Check(test, []).alert()) for test in made]
     assert kinds == [alerts.SCORE_SHIFT, alerts.ERROR_RATE, alerts.ERROR_RATE]
+
+
+def test_a_new_drift_kind_gets_its_mlflow_metrics_from_its_registry_entry_alone() -> None:
+    """A kind naming its drift test (`AlertKind.test`) is what its rejection raises, and the recalibration run logs
+    its count and the test's statistic and p-value — no edit of the logging code (cic.services.mlflow_layout)."""
+    from cic.pipeline.production.windows import Check
+    from cic.services.mlflow_layout import alert_metrics
+    from cic.stats.drift import DriftTest, score_shift_test
+
+    kind = AlertKind("length shift", alerts.WARNING, 17, test="length_shift")
+    assert kind.metric == "alerts_length_shift" and alerts.SCORE_SHIFT.metric == "alerts_score_shift"
+    alerts.ALERT_KINDS.register(kind)
+    try:
+        tests = [DriftTest("length_shift", 0.4, 0.002, 50, 60, "answers got longer"),
+                 DriftTest("length_shift", 0.1, 0.3, 50, 60, "answers of another slot"),
+                 score_shift_test(np.arange(10.0), np.arange(10.0) + 5)]
+        checks = [Check(t, [], rejected=t.p_value < 0.01) for t in tests]
+        raised = [c.alert() for c in checks if c.rejected]
+        assert [alerts.kind_of(a) for a in raised] == [kind]
+        metrics = alert_metrics([*raised, DRIFT], alarms=2, checks=checks)
+        assert metrics["alerts_length_shift"] == 1 and metrics["alerts_error_rate_above_alpha"] == 1
+        assert metrics["alerts_monitor_alarm"] == 2 and metrics["alerts_alpha_unattainable"] == 0
+        assert metrics["length_shift_statistic"] == 0.4 and metrics["length_shift_p_value"] == 0.002
+        assert metrics["ks_p_value"] == metrics["score_shift_p_value"] == tests[2].p_value
+        assert sum(v for k, v in metrics.items() if k.startswith("alerts_")) == 1 + 1 + 2
+    finally:
+        alerts.ALERT_KINDS.unregister("length shift")
+    assert alerts.kind_of(Check(tests[0], []).alert()) is alerts.UNCLASSIFIED  # a test no kind names still pages

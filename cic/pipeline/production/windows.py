@@ -15,10 +15,10 @@ from cic.pipeline.alerts import (
     LIVE_REPLACED,
     RELABELLED,
     REPLACED,
-    TEST_KINDS,
     UNATTAINABLE,
     Alert,
     kind_of,
+    test_kind,
 )
 from cic.pipeline.gates.gate_rows import ColumnReader
 from cic.pipeline.run.durations import parse_duration
@@ -63,7 +63,7 @@ class Check:
 
     def alert(self) -> Alert:
         """The alert its rejection raises, of the kind its test names."""
-        return Alert(TEST_KINDS[self.test.name], self.test.detail)
+        return Alert(test_kind(self.test.name), self.test.detail)
 
     def candidate_alert(self) -> Alert:
         """The alert a candidate of the tested slot carries: the test's, naming the live gate whose threshold an
