@@ -15,6 +15,7 @@ from typing import Any
 
 import polars as pl
 
+from cic.errors import UserError
 from cic.llm.answering import AnswererSettings
 from cic.llm.uncertainty.estimators import DATA_NEEDS, get_estimator, unmet_by
 from cic.pipeline.run import progress
@@ -62,7 +63,11 @@ def store_batch(store: Store, result: dict[str, Any], landing: str | None = None
     """Write one worker batch atomically: all three tables or nothing; a batch the worker appended to the
     landing table is loaded from there, with whatever else landed (`cic.store.landing`)."""
     if result.get("landed") is not None and landing:
-        load_landing(store, landing)
+        loaded = load_landing(store, landing)
+        if loaded.version < int(result["landed"]):  # the worker's table is not the one the flow reads
+            raise UserError(f"storage.landing = {landing!r}: a worker committed version {result['landed']} but this "
+                            f"process sees {'no table' if loaded.version < 0 else f'version {loaded.version}'} "
+                            "there; give a path every Ray node shares (a shared disk) or an object store URI")
         return
     with store.transaction():
         store.upsert("generations", result["generations"])

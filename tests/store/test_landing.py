@@ -203,3 +203,21 @@ def test_a_column_of_another_type_is_named(tmp_path: Path) -> None:
     write_deltalake(str(tmp_path / "t"), wrong.empty_table(), mode="append")
     with pytest.raises(UserError, match="column 'value' is string"):
         landed_table(tmp_path / "t")
+
+
+def test_a_batch_landed_where_the_flow_cannot_see_it_is_refused_not_lost(tmp_path: Path) -> None:
+    """A landing path that is not shared: the worker committed on its node's disk, the flow's table is older (or
+    absent) — the answer stage stops naming the path instead of counting the batch as stored."""
+    from cic.services.answer_stage import store_batch
+
+    seen, elsewhere = tmp_path / "here", tmp_path / "another-node"
+    land(seen, batch("r", 0, 2))
+    for _ in range(3):
+        version = land(elsewhere, batch("r", 0, 2))
+    with Store.open(tmp_path / "cic.duckdb") as store:
+        with pytest.raises(UserError, match="a worker committed version 2 but this process sees version 0"):
+            store_batch(store, {"landed": version}, str(seen))
+        with pytest.raises(UserError, match="sees no table there; give a path every Ray node shares"):
+            store_batch(store, {"landed": 0}, str(tmp_path / "absent"))
+        store_batch(store, {"landed": version}, str(elsewhere))  # the same table: loaded
+        assert store.count("scores") == 2
