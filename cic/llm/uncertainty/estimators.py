@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cic.llm.text import rouge_l
+from cic.llm.uncertainty.calculators import CALCULATORS, closure
 from cic.llm.uncertainty.statistics import QuestionStats
 from cic.registry import Registry
 
@@ -108,7 +109,8 @@ def one_minus_answer_prob(s: QuestionStats) -> float | None:
     return None if s.greedy_logprob_sum is None else float(1.0 - math.exp(s.greedy_logprob_sum))
 
 
-NEEDS = {  # what an estimator may read, beyond the sampled texts every one gets
+NEEDS = {  # what an estimator may read, beyond the sampled texts every one gets (and any registered statistic:
+    # `cic.llm.uncertainty.calculators.CALCULATORS`)
     "clusters": "meaning classes of the samples (the equivalence: its name enters the stored estimator name)",
     "similarity": "pairwise similarity of the samples (the equivalence's, or its embeddings')",
     "token_logprobs": "token log-probabilities of every sample (null for answers that came without them)",
@@ -130,13 +132,14 @@ class Estimator:
     needs: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
-        if unknown := sorted(self.needs - set(NEEDS)):
-            raise ValueError(f"estimator {self.name!r}: unknown need(s) {unknown}; one of {sorted(NEEDS)}")
+        if unknown := sorted(n for n in self.needs if n not in NEEDS and CALCULATORS.find(n) is None):
+            raise ValueError(f"estimator {self.name!r}: unknown need(s) {unknown}; one of "
+                             f"{sorted({*NEEDS, *CALCULATORS.names()})} (a new statistic: a Calculator)")
 
     @property
     def uses_equivalence(self) -> bool:
         """Whether the equivalence shapes its value (then its stored name says which)."""
-        return bool(self.needs & {"clusters", "similarity"})
+        return bool(closure(self.needs) & {"clusters", "similarity"})
 
     def lacking(self, stats: QuestionStats) -> str | None:
         """The data need this question's answers do not meet, or None."""

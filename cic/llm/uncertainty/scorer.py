@@ -15,6 +15,7 @@ import polars as pl
 from cic import schema
 from cic.errors import UserError
 from cic.llm.uncertainty.adaptive import stop_in
+from cic.llm.uncertainty.calculators import closure
 from cic.llm.uncertainty.equivalence import cluster_many
 from cic.llm.uncertainty.estimators import finite_or_none, get_estimator, stored_name
 from cic.llm.uncertainty.statistics import QuestionStats
@@ -63,8 +64,8 @@ class UncertaintyScorer:
         names = self.stored_names()
         every = [self.question_stats(rows) for _, rows in generations.group_by("question_id", maintain_order=True)]
         graded = getattr(self.equivalence, "similarities", None) is not None
-        needs_clusters = self.adaptive is not None or any(
-            "clusters" in e.needs or ("similarity" in e.needs and not graded) for e in self.estimators)
+        needs_clusters = self.adaptive is not None or any(  # a graded equivalence's similarity clusters nothing
+            "clusters" in e.needs or (not graded and "clusters" in closure(e.needs)) for e in self.estimators)
         open_ended = [stats for stats in every if not stats.is_multiple_choice and needs_clusters]
         for stats, ids in zip(open_ended, cluster_many([s.texts for s in open_ended], self.equivalence), strict=True):
             stats.set_clusters(ids)

@@ -1,5 +1,6 @@
-"""The shared, expensive statistics of one question (LM-Polygraph's "stat calculators"): computed once, read
-by every estimator. Samples are the K sampled answers (sample_index ≥ 1), as in Kuhn et al. (2023)."""
+"""One question's generations and its shared, expensive statistics: each computed once by its calculator
+(`cic.llm.uncertainty.calculators`, after what it depends on) and read by every estimator. Samples are the K sampled
+answers (sample_index ≥ 1), as in Kuhn et al. (2023)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
-from cic.llm.uncertainty.equivalence import cluster_answers
 
 
 @dataclass
@@ -30,16 +29,21 @@ class QuestionStats:
     def is_multiple_choice(self) -> bool:
         return self.option_probs is not None
 
+    def stat(self, name: str) -> Any:
+        """A statistic (`cic.llm.uncertainty.calculators`), computed once; what it depends on is computed when its
+        calculator reads it (`depends_on` is checked — known names, no cycle — before anything runs), so a graded
+        equivalence's similarity never clusters."""
+        if name not in self._cache:
+            from cic.llm.uncertainty.calculators import CALCULATORS, calculation_order
+
+            calculation_order([name])
+            self._cache[name] = CALCULATORS[name].compute(self)
+        return self._cache[name]
+
     @property
     def clusters(self) -> np.ndarray:
         """Meaning classes of the samples (letters are compared exactly for multiple choice)."""
-        if "clusters" not in self._cache:
-            if self.is_multiple_choice:
-                _, ids = np.unique(np.array(self.texts, dtype=object), return_inverse=True)
-                self._cache["clusters"] = ids.astype(np.int64)
-            else:
-                self._cache["clusters"] = cluster_answers(self.texts, self.equivalence)
-        return self._cache["clusters"]
+        return self.stat("clusters")
 
     def first(self, count: int) -> QuestionStats:
         """The same question with its first `count` samples only (the adaptive rule's stop): its meaning sets are
@@ -58,25 +62,10 @@ class QuestionStats:
 
     @property
     def similarity(self) -> np.ndarray:
-        """Symmetric [K, K] similarity in [0, 1] for the graph estimators: clipped cosine of embeddings with
-        embedding equivalence, else the 0/1 same-cluster adjacency."""
-        if "similarity" not in self._cache:
-            own = getattr(self.equivalence, "similarities", None)  # an equivalence that grades, not only classes
-            if own is not None and not self.is_multiple_choice:
-                sim = own(self.texts)
-            else:
-                c = self.clusters
-                sim = (c[:, None] == c[None, :]).astype(np.float64)
-            self._cache["similarity"] = sim
-        return self._cache["similarity"]
+        """Symmetric [K, K] similarity in [0, 1] for the graph estimators."""
+        return self.stat("similarity")
 
     @property
     def laplacian_eigen(self) -> tuple[np.ndarray, np.ndarray]:
         """Eigenvalues (ascending) and eigenvectors of L = I − D^{-1/2} W D^{-1/2}."""
-        if "eigen" not in self._cache:
-            w = self.similarity
-            d = w.sum(axis=1)
-            inv = 1.0 / np.sqrt(d)
-            lap = np.eye(len(w)) - inv[:, None] * w * inv[None, :]
-            self._cache["eigen"] = np.linalg.eigh((lap + lap.T) / 2)
-        return self._cache["eigen"]
+        return self.stat("laplacian_eigen")
