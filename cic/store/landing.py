@@ -3,14 +3,17 @@
 
     workers ──append──► landing (Delta) ──load_landing──► DuckDB (generations, scores, labels) ──► calibrate
 
-Each landing row says which store table it belongs to (`cic_table`) and carries that table's columns (the others
-null). A load reads the data files the store has not loaded yet and upserts their rows with their file names into
-`lake_files`, in one DuckDB transaction: a load killed midway stores nothing, a rerun or a second load adds
-nothing, and a batch a retried worker landed twice keeps one row per key (the later file wins).
+Each landing row says which store table it belongs to (`cic_table`), which append brought it (`cic_batch`, landed
+at `cic_landed_at`) and carries that table's columns (the others null). A load reads the data files the store has
+not loaded yet and upserts their rows with their file names into `lake_files`, in one DuckDB transaction: a load
+killed midway stores nothing, a rerun or a second load adds nothing, and a question a retried worker landed twice
+takes all its rows — generations, scores, labels — from the later append, also when compaction put both appends
+in one file.
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,6 +33,7 @@ if TYPE_CHECKING:
 
 LANDED_TABLES = ("generations", "scores", "labels")
 TABLE_COLUMN = "cic_table"
+BATCH, LANDED_AT = "cic_batch", "cic_landed_at"  # which append a row came in, and when it was landed
 FIELD = "storage.landing"
 #: data files read per step of a load (memory stays bounded; every step is in the load's one transaction)
 FILES_PER_STEP = 256
@@ -68,8 +72,10 @@ def landed_table(uri: str | Path) -> DeltaTable | None:
 
 
 def landing_schema() -> pl.Schema:
-    """`cic_table` and the union of the three tables' columns (a column two tables share has one type)."""
-    columns: dict[str, pl.DataType] = {TABLE_COLUMN: pl.String()}
+    """`cic_table`, the batch (`cic_batch`, `cic_landed_at`) and the union of the three tables' columns (a column
+    two tables share has one type)."""
+    columns: dict[str, pl.DataType] = {TABLE_COLUMN: pl.String(), BATCH: pl.String(),
+                                       LANDED_AT: pl.Datetime("us", "UTC")}
     for name in LANDED_TABLES:
         for column, dtype in schema.TABLES[name].columns.items():
             if columns.setdefault(column, dtype) != dtype:
@@ -88,6 +94,8 @@ def landing_batch(tables: dict[str, Any]) -> pa.Table:
     parts = [as_table_frame(name, tables[name]).with_columns(pl.lit(name).alias(TABLE_COLUMN))
              for name in LANDED_TABLES if tables.get(name) is not None]
     frame = pl.concat(parts, how="diagonal_relaxed") if parts else pl.DataFrame()
+    frame = frame.with_columns(pl.lit(uuid.uuid4().hex).alias(BATCH),
+                               pl.lit(datetime.now(UTC), dtype=pl.Datetime("us", "UTC")).alias(LANDED_AT))
     full = landing_schema()
     frame = frame.with_columns(pl.lit(None, dtype=d).alias(c) for c, d in full.items() if c not in frame.columns)
     return frame.select([pl.col(c).cast(d) for c, d in full.items()]).to_arrow()
@@ -108,6 +116,15 @@ class LandingLoad:
     rows: dict[str, int]
 
 
+def latest_attempts(frame: pl.DataFrame) -> pl.DataFrame:
+    """Per question, the rows of the latest append that landed it (a retried batch lands a question again; a
+    compacted file holds both attempts): its generations, scores and labels come from one attempt, never mixed."""
+    question = ["run_key", "question_id"]
+    winners = (frame.select(*question, LANDED_AT, BATCH).unique()
+               .sort([LANDED_AT, BATCH]).group_by(question, maintain_order=True).last())
+    return frame.join(winners.select(*question, BATCH), on=[*question, BATCH], how="semi", nulls_equal=True)
+
+
 def load_landing(store: Store, uri: str | Path) -> LandingLoad:
     """Upsert every landed row the store has not loaded (by data file) into its table, exactly once (nothing
     where nothing has landed yet: version -1)."""
@@ -123,7 +140,7 @@ def load_landing(store: Store, uri: str | Path) -> LandingLoad:
         with store.transaction():
             for start in range(0, len(new), FILES_PER_STEP):
                 step = new[start:start + FILES_PER_STEP]
-                frame = pl.from_arrow(lake.read_files(table, step))
+                frame = latest_attempts(pl.from_arrow(lake.read_files(table, step)))
                 for name in LANDED_TABLES:
                     part = frame.filter(pl.col(TABLE_COLUMN) == name).select(list(schema.TABLES[name].columns))
                     rows[name] += store.upsert(name, part)

@@ -57,7 +57,7 @@ def test_a_load_takes_each_landed_row_once_and_a_second_load_adds_nothing(tmp_pa
 
 
 def test_a_batch_landed_twice_keeps_one_row_per_key_the_later_one(tmp_path: Path) -> None:
-    """A retried batch (its first worker died after landing) lands again; the later file wins."""
+    """A retried batch (its first worker died after landing) lands again; the later append wins."""
     table = tmp_path / "landing"
     land(table, batch("r", 0, 3, value=0.1))
     time.sleep(0.01)  # the retry lands later
@@ -221,3 +221,28 @@ def test_a_batch_landed_where_the_flow_cannot_see_it_is_refused_not_lost(tmp_pat
             store_batch(store, {"landed": 0}, str(tmp_path / "absent"))
         store_batch(store, {"landed": version}, str(elsewhere))  # the same table: loaded
         assert store.count("scores") == 2
+
+
+def test_compaction_mixes_no_two_attempts_of_a_question(tmp_path: Path) -> None:
+    """Both attempts of a retried batch in one compacted file: a fresh store and one that loaded them before both end
+    with the later attempt's generation, score and label together — never a generation of one and a score of the
+    other."""
+    from deltalake import DeltaTable
+
+    table = tmp_path / "landing"
+    first, second = batch("r", 0, 3, value=0.1), batch("r", 0, 3, value=0.9)
+    second["generations"] = second["generations"].with_columns(pl.lit("second attempt").alias("text"))
+    second["labels"] = second["labels"].with_columns(pl.col("aligned").not_())
+    land(table, first)
+    time.sleep(0.01)
+    land(table, second)
+    with Store.open(tmp_path / "before.duckdb") as store:
+        load_landing(store, table)
+    DeltaTable(str(table)).optimize.compact()  # one new file holding both attempts, added by an OPTIMIZE commit
+    for name in ("before", "fresh"):
+        with Store.open(tmp_path / f"{name}.duckdb") as store:
+            again = load_landing(store, table)
+            assert again.files == 1  # the compacted file: its rows are the same facts
+            assert store.read("scores").get_column("value").to_list() == [0.9] * 3, name
+            assert store.read("generations").get_column("text").to_list() == ["second attempt"] * 3, name
+            assert store.read("labels").get_column("aligned").to_list() == [False, True, False], name
