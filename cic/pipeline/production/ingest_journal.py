@@ -191,7 +191,7 @@ def abandon_ingest(store: Store, ingest_id: str) -> dict[str, int]:
     journal entry is marked abandoned and its staged data removed. Returns rows removed per table."""
     import shutil
 
-    from cic.store.database import delete_ingest_rows
+    from cic.store.abandon import delete_ingest_rows
 
     journal = find_ingest(store, ingest_id, "--abandon")
     digest = journal["digest"]
