@@ -124,6 +124,9 @@ def _ingest_file(file: str, db: Path, options: Any) -> Any:
 
     if not is_table(file):
         input_file(file, SUFFIXES)
+    elif "://" not in file and db.resolve().is_relative_to(Path(file).expanduser().resolve()):
+        raise UserError(f"--db = {str(db)!r} lies inside the table {file!r}; keep the store (and what it stages) "
+                        "outside the table it reads")
     if not db.parent.is_dir():
         raise UserError(f"--db = {str(db)!r}: directory {str(db.parent)!r} does not exist")
     if db.exists() and Path(file).exists() and db.resolve() == Path(file).resolve():

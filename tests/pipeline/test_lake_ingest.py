@@ -122,6 +122,9 @@ def test_cic_ingest_of_a_table_says_what_it_read_and_refuses_in_one_line(tmp_pat
         bad = runner.invoke(app, ["ingest", source, "--db", str(db)])
         assert bad.exit_code == 2 and words in " ".join(bad.output.split()), bad.output
         assert len(bad.output.strip().splitlines()) == 1
+    inside = runner.invoke(app, ["ingest", str(table), "--db", str(table / "_delta_log" / "s.duckdb")])
+    assert inside.exit_code == 2 and "lies inside the table" in inside.output
+    assert not (table / "_delta_log" / "s.duckdb").exists()
     assert stored(db)["generations"] == 5
 
 
