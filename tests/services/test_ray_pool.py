@@ -26,11 +26,12 @@ class Doubler:
     """A stand-in worker with the pool's protocol (ready + a batch method); real workers hold a model."""
 
     def __init__(self, crash_marker: str | None = None, broken: bool = False, slow_on: int | None = None,
-                 pause_s: float = 0.0) -> None:
+                 pause_s: float = 0.0, go_marker: str | None = None) -> None:
         if broken:
             raise ValueError("this model does not fit")
         self.crash_marker, self.slow_on = crash_marker, slow_on  # the marker also records a hang, once
         self.pause_s = pause_s  # seconds each batch takes, as a model's would
+        self.go_marker = go_marker  # the crash waits for this file: the test decides when the worker is lost
 
     def ready(self) -> bool:
         return True
@@ -39,6 +40,9 @@ class Doubler:
         if 666 in batch:
             os._exit(1)  # a batch that kills its worker every time (a poison input, an OOM)
         if self.crash_marker and 13 in batch and not Path(self.crash_marker).exists():
+            deadline = time.monotonic() + 120
+            while self.go_marker and not Path(self.go_marker).exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
             Path(self.crash_marker).write_text("crashed once")
             os._exit(1)  # the worker process dies, as on a lost node
         if self.slow_on is not None and self.slow_on in batch and not Path(self.crash_marker).exists():
@@ -109,18 +113,25 @@ def test_a_batch_whose_worker_died_is_retried(cluster: ClusterInfo, tmp_path: Pa
 
 def test_a_lost_worker_waits_out_its_backoff_while_the_other_models_batches_keep_landing(
         cluster: ClusterInfo, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """The backoff before a replacement starts must not stall the drain: another model's batches land meanwhile."""
-    lost = WorkerPool("lost", Doubler, (str(tmp_path / "crash"),), n_actors=1, placement=CPU, backoff_s=6)
+    """The backoff before a replacement starts must not stall the drain: another model's batches land meanwhile.
+
+    The worker is lost only once the other model has landed a batch (its actor is up, however slowly Ray started it),
+    so what lands during the backoff measures the drain, not the machine's load."""
+    go = tmp_path / "go"
+    lost = WorkerPool("lost", Doubler, (str(tmp_path / "crash"), False, None, 0.0, str(go)), n_actors=1,
+                      placement=CPU, backoff_s=6)
     busy = WorkerPool("busy", Doubler, (None, False, None, 0.25), n_actors=1, placement=CPU)
     landed: dict[str, list[float]] = {"lost": [], "busy": []}
     with caplog.at_level(logging.WARNING, logger="cic.ray"):
         for pool, _, _ in ray_pool.drain_pools([lost, busy], {"lost": [[13], [5]],
-                                                              "busy": [[i] for i in range(12)]}, "run"):
+                                                              "busy": [[i] for i in range(24)]}, "run"):
             landed[pool.name].append(time.time())
+            go.touch()
     assert (tmp_path / "crash").exists() and lost.error is None and len(landed["lost"]) == 2
     lost_at = next(r.created for r in caplog.records if "model lost: worker 0 lost on batch 0" in r.getMessage())
     during_backoff = [t for t in landed["busy"] if lost_at < t < lost_at + 5.5]
-    assert len(landed["busy"]) == 12 and during_backoff, (lost_at, landed)
+    assert landed["busy"][0] < lost_at, (lost_at, landed)
+    assert len(landed["busy"]) == 24 and during_backoff, (lost_at, landed)
 
 
 def test_a_batch_that_kills_every_worker_fails_its_model_after_its_retries_and_the_other_finishes(
