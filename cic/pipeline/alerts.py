@@ -8,8 +8,9 @@ live gate reached that the new window cannot, labels missing in a share above th
 with a note: a configured alpha this data never reaches, a candidate's own relabel, candidates held for a person
 (family over delta), records whose label window closed without a label. Adding a kind is one
 `ALERT_KINDS.register(AlertKind(...))` (or a `cic.alerts` entry point); a drift test's kind names the test
-(`AlertKind.test`), and the recalibration's MLflow run logs every kind's count (`AlertKind.metric`) and each drift
-test's statistic and p-value with no edit elsewhere.
+(`AlertKind.test`), the test itself is a `cic.stats.drift.DriftRule` in `DRIFT_TESTS` (group `cic.drift_tests`)
+that every recalibration pass runs, and the pass's MLflow run logs every kind's count (`AlertKind.metric`) and each
+drift test's statistic and p-value with no edit elsewhere.
 """
 
 from __future__ import annotations

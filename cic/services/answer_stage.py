@@ -195,6 +195,16 @@ def store_as_they_land(db: str, pools: list[ray_pool.WorkerPool], jobs: dict[str
     return done, first
 
 
+def _source(job: ModelJob) -> str:
+    """What answers the model, as its failure lines name it: the endpoint, or the engine the config names."""
+    return "the endpoint" if job.settings.engine == "endpoint" else f"its engine ({job.settings.engine})"
+
+
+def _share_field(job: ModelJob) -> str:
+    """The setting that allows unanswered questions: `endpoint.max_failed_share` or the engine's options'."""
+    return "endpoint.max_failed_share" if job.settings.engine == "endpoint" else "options.max_failed_share"
+
+
 def judge(pool: ray_pool.WorkerPool, job: ModelJob, item: AnswerStats, done: int, first_s: float, started: float,
           logger: logging.Logger | logging.LoggerAdapter) -> None:
     """A model's verdict once its pool is drained: failed (an error, or more unanswered questions than its
@@ -207,15 +217,15 @@ def judge(pool: ray_pool.WorkerPool, job: ModelJob, item: AnswerStats, done: int
         logger.warning("%s: the server returns no %s, so %s store null and are not calibrated", pool.name,
                        " or ".join(lacking), ", ".join(unread))
     if not item.error and item.failed and item.failed > job.max_failed_share * item.questions:
-        item.error = (f"{item.failed} of {item.questions} questions got no answer from the endpoint (more than "
-                      f"endpoint.max_failed_share = {job.max_failed_share:g}); first: {item.failure}; the answers "
+        item.error = (f"{item.failed} of {item.questions} questions got no answer from {_source(job)} (more than "
+                      f"{_share_field(job)} = {job.max_failed_share:g}); first: {item.failure}; the answers "
                       "it gave are stored, a rerun asks only the others")
     if item.error:
         logger.error("%s FAILED after %d of %d questions: %s", pool.name, done, item.questions, item.error)
-    elif item.failed:  # within endpoint.max_failed_share: the run goes on, and says what it lost
-        logger.warning("%s: %d of %d questions got no answer from the endpoint (within endpoint."
-                       "max_failed_share = %g); first: %s; a rerun asks only them", pool.name, item.failed,
-                       item.questions, job.max_failed_share, item.failure)
+    elif item.failed:  # within its max_failed_share: the run goes on, and says what it lost
+        logger.warning("%s: %d of %d questions got no answer from %s (within %s = %g); first: %s; a rerun asks "
+                       "only them", pool.name, item.failed, item.questions, _source(job), _share_field(job),
+                       job.max_failed_share, item.failure)
     if item.moved:  # a replica stopped answering: its requests were answered by the others
         logger.warning("%s: %d request(s) moved to another replica after theirs stopped answering (answered there; "
                        "the replica's reason is in the services log)", pool.name, item.moved)

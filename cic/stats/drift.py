@@ -10,16 +10,22 @@ window — disjoint from the data the live gate was calibrated on — with that 
 
 A recalibration runs many of them (models × datasets × estimators, and every live gate): `holm` controls the
 family-wise error across all of them, so a quiet week raises an alarm with probability ≤ the level.
+
+Every test a recalibration runs is an entry of `DRIFT_TESTS` (entry-point group `cic.drift_tests`): a new one is a
+`DriftRule` — on the scores or on the questions a live gate answers — and the alert kind naming it
+(`cic.pipeline.alerts.AlertKind.test`); single gates and cascades run it, Holm counts it, MLflow logs it.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from cic.errors import UserError
+from cic.registry import Registry
 from cic.stats._validation import as_errors, as_scores, check_open_unit
 
 
@@ -91,3 +97,41 @@ def holm(p_values: Any, level: float) -> np.ndarray:
             break
         rejected[index] = True
     return rejected
+
+
+ON_SCORES, ON_ANSWERED = "scores", "answered"
+
+
+@dataclass(frozen=True)
+class DriftRule:
+    """One test every recalibration runs. `on = "scores"`: `run(reference_scores, new_scores)`, once per model,
+    dataset and estimator (per stage of a cascade); `on = "answered"`: `run(answered, errors, alpha=, where=)`, once
+    per live gate on the new window's labelled questions (`answered`: those the gate answers; `where`: its
+    thresholds, for the sentence). `run` returns a `DriftTest`; its rejection raises the alert kind whose `test` is
+    this rule's name."""
+
+    name: str
+    on: str
+    run: Callable[..., DriftTest]
+
+    def __post_init__(self) -> None:
+        if self.on not in (ON_SCORES, ON_ANSWERED):
+            raise UserError(f"drift test {self.name!r}: on = {self.on!r}; use {ON_SCORES!r} or {ON_ANSWERED!r}")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> DriftTest:
+        """The rule's test, named after the rule (the alert kind and the MLflow metrics are found by it)."""
+        test = self.run(*args, **kwargs)
+        if not isinstance(test, DriftTest):
+            raise UserError(f"drift test {self.name!r} returned {type(test).__name__}, not a DriftTest")
+        return test if test.name == self.name else replace(test, name=self.name)
+
+
+DRIFT_TESTS: Registry[DriftRule] = Registry("drift test", (
+    DriftRule("score_shift", ON_SCORES, score_shift_test),
+    DriftRule("error_rate", ON_ANSWERED, answered_error_test),
+), base=DriftRule, group="cic.drift_tests")
+
+
+def drift_rules(on: str) -> list[DriftRule]:
+    """The registered tests on `on` ("scores" or "answered"), built-in ones first."""
+    return [rule for rule in DRIFT_TESTS.values() if rule.on == on]

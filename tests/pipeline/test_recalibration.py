@@ -290,3 +290,36 @@ def test_the_window_rule_takes_only_records_whose_label_window_has_closed(store:
         "; 300 more wait for their label window to close") for _, why in waiting.skipped)
     counted = recalibrate_store(store, keys, CONFIG, 0.01, WindowRule(), now=night)
     assert [c.row.n_cal for c in counted.candidates] == [300]
+
+
+def test_a_registered_drift_test_runs_in_every_pass_and_raises_its_own_kind(store: Store) -> None:
+    """A team's own drift test is a `DriftRule` and the alert kind naming it — no edit of the recalibration: the
+    pass runs it on every live gate, Holm counts it, it withdraws the gate as its kind says and MLflow gets its
+    metrics; unregistered, it is not run."""
+    from cic.pipeline import alerts
+    from cic.services.mlflow_layout import alert_metrics
+    from cic.stats.drift import DRIFT_TESTS, DriftRule, answered_error_test
+
+    def strict(answered: object, errors: object, *, alpha: float, where: str) -> object:
+        return answered_error_test(answered, errors, alpha=alpha / 2, where=where + " (half alpha)")
+
+    kind = alerts.AlertKind("error rate above half alpha", alerts.PAGE, 8, withdraws=True, test="strict_error_rate")
+    DRIFT_TESTS.register(DriftRule("strict_error_rate", "answered", strict))
+    alerts.ALERT_KINDS.register(kind)
+    try:
+        group, live_id = _drifted_live_gate(store)
+        out = recalibrate_store(store, [group.run_key], CONFIG, 0.01, WindowRule())
+        names = sorted(check.test.name for _, check in out.checks)
+        assert names == ["error_rate", "score_shift", "strict_error_rate"]
+        (mine,) = [check for _, check in out.checks if check.test.name == "strict_error_rate"]
+        assert mine.rejected and mine.live_gate_id == live_id and "(half alpha)" in mine.test.detail
+        raised = [a for _, a in out.alerts if alerts.kind_of(a) is kind]
+        assert raised and raised[0].startswith(f"live gate {live_id[:12]}: error rate at the live threshold")
+        assert live_id in out.withdrawn
+        metrics = alert_metrics([a for _, a in out.alerts], alarms=0, checks=[c for _, c in out.checks])
+        assert metrics["alerts_error_rate_above_half_alpha"] == 1 and metrics["strict_error_rate_p_value"] < 0.01
+    finally:
+        alerts.ALERT_KINDS.unregister(kind.name)
+        DRIFT_TESTS.unregister("strict_error_rate")
+    with pytest.raises(UserError, match="drift test 'x': on = 'labels'; use 'scores' or 'answered'"):
+        DriftRule("x", "labels", strict)

@@ -216,3 +216,29 @@ def test_the_nightly_pass_gives_a_configured_cascade_its_first_gate_or_says_why_
     with Store.open(db) as store:  # a key with a gate speaking for it gets no "first" candidate again
         after = recalibrate_store(store, keys, config, 0.05, WindowRule())
     assert not [s for s in after.systems if s.live is None]
+
+
+def test_a_registered_drift_test_runs_on_every_stage_and_on_the_system(live: tuple) -> None:
+    """A team's drift tests (`DRIFT_TESTS`) run on cascades as on single gates: one on the scores per stage, one on
+    the questions the live system answers, each named in its sentence."""
+    import numpy as np
+
+    from cic.stats.drift import DRIFT_TESTS, DriftRule, DriftTest, answered_error_test
+
+    def mean_up(before: np.ndarray, after: np.ndarray) -> DriftTest:
+        return DriftTest("ignored", float(after.mean() - before.mean()), 0.5, before.size, after.size, "mean moved")
+
+    db, keys, _ = live
+    more_traffic(db, big_base=0.01)
+    DRIFT_TESTS.register(DriftRule("mean_up", "scores", mean_up))
+    DRIFT_TESTS.register(DriftRule("strict", "answered", lambda a, e, **k: answered_error_test(a, e, **k)))
+    try:
+        result = one_pass(db, keys)
+    finally:
+        DRIFT_TESTS.unregister("mean_up")
+        DRIFT_TESTS.unregister("strict")
+    tests = [c.test for k, c in result.checks if k.model == "small -> big"]
+    names = [t.name for t in tests]
+    assert names.count("mean_up") == 2 and names.count("strict") == 1 and names.count("score_shift") == 2
+    assert {t.detail for t in tests if t.name == "mean_up"} == {"mean moved — stage 1, small",
+                                                               "mean moved — stage 2, big"}

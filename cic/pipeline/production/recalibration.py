@@ -51,7 +51,7 @@ from cic.pipeline.run.stored_calibration import (
     pair_columns,
     truth_of,
 )
-from cic.stats.drift import error_rate_test, holm, score_shift_test
+from cic.stats.drift import ON_ANSWERED, ON_SCORES, drift_rules, holm
 from cic.store.queries import labelled_pairs_of_runs
 
 if TYPE_CHECKING:
@@ -165,20 +165,23 @@ def recalibrate_pairs(key: GroupKey, pairs: pl.DataFrame, live_rows: list[GateRo
         if start is not None:
             before = before.filter(pl.col("at") >= start)
         if before.height >= MIN_WINDOW:
-            cache_key = (key.run_key, key.estimator, start, end, recent.height, span(recent))
-            shared = (shift_tests or {}).get(cache_key)
-            if shared is None:
-                shared = Check(score_shift_test(before.get_column("score").to_numpy(), new_scores), [])
-                if shift_tests is not None:
-                    shift_tests[cache_key] = shared
-            out.checks.append(shared)
-            shared.gate_ids.extend(rows.get_column("calibration_id").to_list())
+            for rule in drift_rules(ON_SCORES):  # shared by the key's bounds and criteria: run once a pass
+                cache_key = (rule.name, key.run_key, key.estimator, start, end, recent.height, span(recent))
+                shared = (shift_tests or {}).get(cache_key)
+                if shared is None:
+                    shared = Check(rule(before.get_column("score").to_numpy(), new_scores), [])
+                    if shift_tests is not None:
+                        shift_tests[cache_key] = shared
+                out.checks.append(shared)
+                shared.gate_ids.extend(rows.get_column("calibration_id").to_list())
+    scores, errors = truth.get_column("score").to_numpy(), truth.get_column("error").to_numpy()
     for slot, gate in live.items():
         if gate["threshold"] is None:
             continue
-        test = error_rate_test(truth.get_column("score").to_numpy(), truth.get_column("error").to_numpy(),
-                               threshold=gate["threshold"], alpha=gate["alpha"])
-        out.checks.append(Check(test, ids_by_slot.get(slot, []), live_gate_id=gate["calibration_id"]))
+        for rule in drift_rules(ON_ANSWERED):
+            test = rule(scores <= gate["threshold"], errors, alpha=gate["alpha"],
+                        where=f"at the live threshold {gate['threshold']:.4g}")
+            out.checks.append(Check(test, ids_by_slot.get(slot, []), live_gate_id=gate["calibration_id"]))
     return out
 
 

@@ -50,7 +50,7 @@ from cic.pipeline.production.windows import (
 from cic.pipeline.run.run_results import stage_thresholds
 from cic.pipeline.run.stored_calibration import GroupKey
 from cic.stats.cascades import answering_model
-from cic.stats.drift import answered_error_test, score_shift_test
+from cic.stats.drift import ON_ANSWERED, ON_SCORES, drift_rules
 from cic.store.queries import labelled_pairs_of_runs
 
 if TYPE_CHECKING:
@@ -226,12 +226,11 @@ def _checks(stages: pl.DataFrame, live: GateRow, window: pl.DataFrame) -> list[C
     for i, model in enumerate(live["models"]):
         before, after = certified.get_column(f"s{i}").to_numpy(), recent.get_column(f"s{i}").to_numpy()
         if before.size >= MIN_WINDOW and after.size >= MIN_WINDOW:
-            test = score_shift_test(before, after)
-            checks.append(Check(_for_stage(test, i, model), []))
+            checks.extend(Check(_for_stage(rule(before, after), i, model), []) for rule in drift_rules(ON_SCORES))
     answered, errors, _ = _routed(stages, live, window)
     where = "at the live thresholds " + stage_thresholds(live["thresholds"])
-    checks.append(Check(answered_error_test(answered, errors, alpha=live["alpha"], where=where), [],
-                        live_gate_id=live["calibration_id"]))
+    checks.extend(Check(rule(answered, errors, alpha=live["alpha"], where=where), [],
+                        live_gate_id=live["calibration_id"]) for rule in drift_rules(ON_ANSWERED))
     return checks
 
 
