@@ -63,7 +63,8 @@ GENERATIONS = TableSpec("generations", {
     "is_greedy": pl.Boolean(),
     "option_probs": pl.List(pl.Float64()),   # multiple choice: probability of each option; else null
     "flags": pl.List(pl.String()),           # e.g. ["empty"], ["prompt_truncated"]; empty list when clean
-}, ("run_key", "question_id", "sample_index"))
+    "hidden": pl.Binary(),                   # greedy row, `generation.keep_hidden`: float16 states (cic.llm.hidden)
+}, ("run_key", "question_id", "sample_index"), added_later=("hidden",))
 
 SCORES = TableSpec("scores", {
     "run_key": pl.String(), "question_id": pl.String(),

@@ -54,6 +54,7 @@ class GenerationConfig:
     batch_size: int | None = None
     max_context_tokens: int | None = None
     adaptive: tuple[int, ...] | None = None  # rounds of the adaptive rule (cic.llm.uncertainty.adaptive); None: at once
+    keep_hidden: tuple[int, ...] = ()  # layers whose states the greedy pass keeps (cic.llm.hidden); () keeps none
 
     def __post_init__(self) -> None:
         checks = [("n_samples", self.n_samples >= 1), ("temperature", self.temperature > 0),
@@ -76,6 +77,9 @@ class GenerationConfig:
                 raise UserError(f"adaptive = {list(rounds)}: its last round draws {rounds[-1]} samples, "
                                 f"n_samples = {self.n_samples}; make them equal")
             object.__setattr__(self, "adaptive", rounds)
+        from cic.llm.hidden import check_layers
+
+        object.__setattr__(self, "keep_hidden", check_layers(self.keep_hidden))
 
     def shaping(self) -> dict[str, Any]:
         """The fields that shape the generated rows (for the store's run key)."""
@@ -85,6 +89,10 @@ class GenerationConfig:
             values.pop("adaptive")
         else:
             values["adaptive"] = list(self.adaptive)
+        if self.keep_hidden:  # stored rows gain a column: a run that keeps states is its own run
+            values["keep_hidden"] = list(self.keep_hidden)
+        else:
+            values.pop("keep_hidden")
         values["sampler"] = SAMPLER
         return values
 
@@ -120,6 +128,12 @@ class AnswerGenerator:
         self._encoded_prompts: list[Encoded] = []  # adaptive rounds: the first round's prefills, reused by the later
         self.prefills_reused = 0  # chunks of later rounds decoded from a kept prefill (for benchmarks and tests)
         self._letter_cache: dict[str, list[int]] = {}
+        from cic.llm.hidden import check_layers
+
+        blocks = getattr(getattr(loaded.model.config, "get_text_config", lambda: loaded.model.config)(),
+                         "num_hidden_layers", None)
+        self.kept_layers = check_layers(config.keep_hidden, blocks) if config.keep_hidden else ()
+        self._prompt_states: Any = None  # the last prefill's kept layers at each prompt's last token [n, k, d]
 
     # -- prompts ---------------------------------------------------------------------------------------------
 
@@ -186,6 +200,9 @@ class AnswerGenerator:
     def _forward(self, model: Any = None, **inputs: Any) -> Any:
         import torch
 
+        if self.kept_layers:  # the states are computed anyway: ask for them back (keep_hidden)
+            inputs["output_hidden_states"] = True
+
         def run() -> Any:
             with torch.inference_mode():
                 return (self.loaded.model if model is None else model)(**inputs, use_cache=True, logits_to_keep=1)
@@ -223,6 +240,10 @@ class AnswerGenerator:
                          dim=1)
         out = self._forward(input_ids=suffix_ids, attention_mask=self._cache_mask(mask, cache),
                             position_ids=positions, past_key_values=cache)
+        if self.kept_layers:  # left padding: position -1 is every prompt's last token
+            from cic.llm.hidden import at_position
+
+            self._prompt_states = at_position(out.hidden_states, self.kept_layers)
         return out.logits[:, -1, :], cache, mask, positions[:, -1:]
 
     @staticmethod
@@ -319,6 +340,8 @@ class AnswerGenerator:
         cfg, n_rows, device = self.config, len(indices), self.loaded.device
         sampler = AdaptiveSampler(cfg.temperature, cfg.top_k, cfg.top_p)
         logits, cache, mask, last_pos = self._prefilled(encoded, question_ids, indices)
+        keep = bool(self.kept_layers) and 0 in indices
+        states = self._prompt_states.repeat_interleave(n_rows, dim=0) if keep else None
         self._repeat_cache(cache, n_rows)
         logits = logits.repeat_interleave(n_rows, dim=0)
         mask = mask.repeat_interleave(n_rows, dim=0)
@@ -353,6 +376,10 @@ class AnswerGenerator:
                                 attention_mask=self._cache_mask(mask, cache), position_ids=last_pos,
                                 past_key_values=cache)
             logits = out.logits[:, -1, :]
+            if keep:  # a row fed a token of its answer now holds that token's state
+                from cic.llm.hidden import at_position
+
+                states = torch.where(live[:, None, None], at_position(out.hidden_states, self.kept_layers), states)
         host_tokens, host_logprobs = tokens.cpu().tolist(), logprobs.cpu().tolist()
         host_lengths, host_stopped = lengths.cpu().tolist(), stopped.cpu().tolist()
         results = []
@@ -361,9 +388,16 @@ class AnswerGenerator:
             for s in range(n_rows):
                 r, n = qi * n_rows + s, host_lengths[qi * n_rows + s]
                 per_question.append({"tokens": host_tokens[r][:n], "logprobs": host_logprobs[r][:n],
-                                     "stopped": host_stopped[r]})
+                                     "stopped": host_stopped[r], "hidden": self._kept(states, qi, r)
+                                     if keep and indices[s] == 0 else None})
             results.append(per_question)
         return results
+    def _kept(self, states: Any, question: int, row: int) -> bytes:
+        """One greedy row's kept block: its prompt's last-token states and those of the last answer token fed."""
+        from cic.llm.hidden import pack
+
+        return pack(self._prompt_states[question].float().cpu().numpy(), states[row].float().cpu().numpy())
+
     def _prefilled(self, encoded: Sequence[Sequence[int]], question_ids: Sequence[str],
                    indices: Sequence[int]) -> tuple[Any, Any, Any, Any]:
         """The prefill of these prompts: a later adaptive round (no row 0) takes its questions' rows of the one the
@@ -424,7 +458,7 @@ class AnswerGenerator:
         total = float(sum(row["logprobs"]))
         return {"run_key": run_key, "question_id": str(question_id), "sample_index": sample_index, "text": text,
                 "n_tokens": n, "logprob_sum": total, "logprob_mean": total / n if n else None,
-                "is_greedy": sample_index == 0, "option_probs": None, "flags": flags}
+                "is_greedy": sample_index == 0, "option_probs": None, "flags": flags, "hidden": row.get("hidden")}
 
     # -- multiple choice -------------------------------------------------------------------------------------
 
@@ -462,6 +496,8 @@ class AnswerGenerator:
         import polars as pl
         import torch
 
+        from cic.llm.hidden import pack
+
         if not len(question_ids) == len(prompts) == len(choice_labels):
             raise ValueError("question_ids, prompts and choice_labels differ in length")
         encoded, truncated = self._encode(prompts)
@@ -470,6 +506,7 @@ class AnswerGenerator:
         def score(start: int, stop: int) -> list[dict[str, Any]]:
             logits = self._prefill(encoded[start:stop])[0]
             probs_all = torch.softmax(logits.float(), dim=-1).cpu()
+            kept = self._prompt_states.float().cpu().numpy() if self.kept_layers else None
             records = []
             for offset in range(stop - start):
                 qi = start + offset
@@ -482,7 +519,8 @@ class AnswerGenerator:
                         "run_key": run_key, "question_id": str(question_ids[qi]), "sample_index": s,
                         "text": labels[pick], "n_tokens": 1, "logprob_sum": logprob, "logprob_mean": logprob,
                         "is_greedy": s == 0, "option_probs": option_probs.tolist(),
-                        "flags": ["prompt_truncated"] if truncated[qi] else []})
+                        "flags": ["prompt_truncated"] if truncated[qi] else [],
+                        "hidden": pack(kept[offset], kept[offset]) if kept is not None and s == 0 else None})
             return records
 
         def chunk_size(start: int) -> int:

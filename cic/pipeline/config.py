@@ -379,6 +379,11 @@ class PipelineConfig(_Strict):
             if dupes:
                 raise UserError(f"{kind} name(s) used twice: {', '.join(dupes)}")
         self._check_cascades()
+        served = [m.name for m in self.models if m.kind != "local"]
+        if self.generation.keep_hidden and served:
+            raise UserError(f"generation.keep_hidden = {list(self.generation.keep_hidden)!r}: model {served[0]!r} "
+                            "is not loaded here (its engine returns text, not hidden states); keep them for local "
+                            "models only")
         return self
 
     def _check_cascades(self) -> None:

@@ -236,6 +236,8 @@ class GenerationSettings(_Strict):
     adaptive: tuple[int, ...] | None = Field(None, description="rounds as cumulative sample counts, e.g. [2, 4, 6, "
                                              "10]: a question stops once its samples share one meaning set, or "
                                              "(from 4) each has its own")
+    keep_hidden: tuple[int, ...] = Field((), description="layers whose hidden states the greedy pass keeps, at the "
+                                         "last prompt and answer token (local models; for probes), e.g. [-8, -1]")
 
     @model_validator(mode="after")
     def _rounds_fit(self) -> GenerationSettings:

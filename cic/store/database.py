@@ -395,10 +395,12 @@ class Store:
         if self.read_only:
             raise StoreError(f"{self!r} was opened read-only; open it without read_only to write")
         spec = _table_spec(table)
-        updated = [c for c in spec.columns if c not in spec.key and c != CREATED_AT]
-        action = ("DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in updated)) if updated else "DO NOTHING"
         import duckdb
 
+        given = {d[0] for d in self._con.execute(f"SELECT * FROM ({query}) LIMIT 0", list(params)).description}
+        updated = [c for c in spec.columns if c not in spec.key and c != CREATED_AT  # a column added later that
+                   and (c in given or c not in spec.added_later)]                  # the query lacks stays null
+        action = ("DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in updated)) if updated else "DO NOTHING"
         try:
             with self.transaction():
                 count = self._con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM ({query}) "

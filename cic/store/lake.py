@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -94,10 +94,14 @@ def arrow_schema(table: DeltaTable) -> pa.Schema:
     return pa.schema(table.schema().to_arrow())
 
 
-def check_layout(table: DeltaTable, expected: pa.Schema, field: str, uri: str | Path, what: str) -> None:
-    """Refuse a table whose columns differ from `expected` (name and type), naming the first difference."""
-    found = arrow_schema(table)
+def check_layout(table: DeltaTable, expected: pa.Schema, field: str, uri: str | Path, what: str,
+                 optional: Iterable[str] = ()) -> None:
+    """Refuse a table whose columns differ from `expected` (name and type), naming the first difference; it may
+    lack the `optional` columns (added to the layout later)."""
+    found, optional = arrow_schema(table), set(optional)
     for column in expected:
+        if column.name not in found.names and column.name in optional:
+            continue
         if column.name not in found.names:
             raise UserError(f"{field} = {str(uri)!r}: not {what}: it lacks column {column.name!r} (it has "
                             f"{', '.join(found.names[:12])})")
@@ -110,12 +114,15 @@ def check_layout(table: DeltaTable, expected: pa.Schema, field: str, uri: str | 
 
 
 def _same_type(a: pa.DataType, b: pa.DataType) -> bool:
-    """Equal types, counting string and large_string (and list element names) as one: Delta stores both alike."""
+    """Equal types, counting string and large_string, binary and large_binary (and list element names) as one: Delta
+    stores both alike."""
     import pyarrow as pa
 
     def norm(t: pa.DataType) -> Any:
         if pa.types.is_large_string(t) or pa.types.is_string_view(t):
             return pa.string()
+        if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+            return pa.binary()
         if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t):
             return ("list", norm(t.value_type))
         return t
@@ -124,27 +131,38 @@ def _same_type(a: pa.DataType, b: pa.DataType) -> bool:
 
 
 def append(uri: str | Path, data: pa.Table, field: str, *, attempts: int = COMMIT_ATTEMPTS,
-           backoff_s: float = 0.05) -> int:
+           backoff_s: float = 0.05, added_later: Iterable[str] = ()) -> int:
     """Append `data` in one commit (the table is created on the first append); a commit that conflicts with
-    another writer's is retried with jittered exponential backoff. Returns the table's version just after the
-    commit (its own, or a concurrent writer's later one)."""
+    another writer's is retried with jittered exponential backoff. A table that lacks only `added_later` columns
+    gains them (its older files read as null); any other difference is refused. Returns the table's version just
+    after the commit (its own, or a concurrent writer's later one)."""
     from deltalake import write_deltalake
     from deltalake.exceptions import CommitFailedError, SchemaMismatchError
 
-    where = table_uri(uri, field)
+    where, merge = table_uri(uri, field), False
     for attempt in range(attempts):
         try:
-            write_deltalake(where, data, mode="append")
+            write_deltalake(where, data, mode="append", schema_mode="merge" if merge else None)
             return int(open_table(where, field).version())
         except CommitFailedError as exc:
             if attempt == attempts - 1:
                 raise UserError(f"{field} = {str(uri)!r}: commit failed {attempts} times ({_short(exc)})") from None
             time.sleep(backoff_s * 2 ** attempt * (0.5 + random.random()))
         except SchemaMismatchError as exc:
-            raise UserError(f"{field} = {str(uri)!r}: holds another layout ({_short(exc)})") from None
+            if merge or not _lacks_only(where, data.schema, set(added_later), field):
+                raise UserError(f"{field} = {str(uri)!r}: holds another layout ({_short(exc)})") from None
+            merge = True  # the same commit again, adding the columns the table lacks
         except OSError as exc:
             raise UserError(f"{field} = {str(uri)!r}: cannot be written ({_short(exc)})") from None
     raise AssertionError("unreachable")
+
+
+def _lacks_only(where: str, wanted: pa.Schema, columns: set[str], field: str) -> bool:
+    """Whether the table at `where` has every column of `wanted` but some of `columns`, each of the same type."""
+    found = arrow_schema(open_table(where, field))
+    missing = [c.name for c in wanted if c.name not in found.names]
+    return bool(missing) and set(missing) <= columns and len(found.names) + len(missing) == len(wanted.names) and all(
+        _same_type(found.field(c.name).type, c.type) for c in wanted if c.name in found.names)
 
 
 def data_files(table: DeltaTable) -> list[DataFile]:

@@ -67,7 +67,8 @@ def landed_table(uri: str | Path) -> DeltaTable | None:
                             "an empty or new directory")
     table = lake.find_table(uri, FIELD)
     if table is not None:
-        lake.check_layout(table, landing_arrow_schema(), FIELD, uri, "a CIC landing table")
+        lake.check_layout(table, landing_arrow_schema(), FIELD, uri, "a CIC landing table",
+                          optional=added_later())
     return table
 
 
@@ -81,6 +82,12 @@ def landing_schema() -> pl.Schema:
             if columns.setdefault(column, dtype) != dtype:
                 raise TypeError(f"{name}.{column}: {dtype} clashes with {columns[column]}")
     return pl.Schema(columns)
+
+
+def added_later() -> set[str]:
+    """Columns the landed tables gained after landing tables first shipped: a table made before lacks them, and its
+    next append adds them (older files read as null)."""
+    return {column for name in LANDED_TABLES for column in schema.TABLES[name].added_later}
 
 
 def landing_arrow_schema() -> pa.Schema:
@@ -103,7 +110,7 @@ def landing_batch(tables: dict[str, Any]) -> pa.Table:
 
 def land(uri: str | Path, tables: dict[str, Any]) -> int:
     """Append one batch to the landing table in one commit (created on first use); returns its version."""
-    return lake.append(uri, landing_batch(tables), FIELD)
+    return lake.append(uri, landing_batch(tables), FIELD, added_later=added_later())
 
 
 @dataclass(frozen=True)
@@ -142,7 +149,7 @@ def load_landing(store: Store, uri: str | Path) -> LandingLoad:
                 step = new[start:start + FILES_PER_STEP]
                 frame = latest_attempts(pl.from_arrow(lake.read_files(table, step)))
                 for name in LANDED_TABLES:
-                    part = frame.filter(pl.col(TABLE_COLUMN) == name).select(list(schema.TABLES[name].columns))
+                    part = schema.conform(frame.filter(pl.col(TABLE_COLUMN) == name), schema.TABLES[name])
                     rows[name] += store.upsert(name, part)
                 store.upsert("lake_files", pl.DataFrame({
                     "table_uri": key, "path": [f.path for f in step], "version": version,

@@ -20,7 +20,7 @@ _CONNECT_CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extens
 _SIMPLE_TYPES: tuple[tuple[pl.DataType, str], ...] = (
     (pl.String(), "VARCHAR"), (pl.Boolean(), "BOOLEAN"), (pl.Int8(), "TINYINT"), (pl.Int16(), "SMALLINT"),
     (pl.Int32(), "INTEGER"), (pl.Int64(), "BIGINT"), (pl.UInt32(), "UINTEGER"), (pl.UInt64(), "UBIGINT"),
-    (pl.Float32(), "FLOAT"), (pl.Float64(), "DOUBLE"), (pl.Date(), "DATE"),
+    (pl.Float32(), "FLOAT"), (pl.Float64(), "DOUBLE"), (pl.Date(), "DATE"), (pl.Binary(), "BLOB"),
 )
 _SQL_TYPE_NAMES = {"TIMESTAMP WITH TIME ZONE": "TIMESTAMPTZ"}  # information_schema spelling -> ours
 _batch_names = itertools.count()

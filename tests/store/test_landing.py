@@ -246,3 +246,28 @@ def test_compaction_mixes_no_two_attempts_of_a_question(tmp_path: Path) -> None:
             assert store.read("scores").get_column("value").to_list() == [0.9] * 3, name
             assert store.read("generations").get_column("text").to_list() == ["second attempt"] * 3, name
             assert store.read("labels").get_column("aligned").to_list() == [False, True, False], name
+
+
+def test_a_landing_table_made_before_a_column_was_added_gains_it_and_its_older_rows_read_as_null(
+        tmp_path: Path) -> None:
+    """A table landed before `generations.hidden` existed loads, and the next batch that has the column adds it in
+    its commit; the older rows read as null. A table lacking a column that was always there stays refused."""
+    from deltalake import write_deltalake
+
+    from cic.store.landing import landing_batch
+
+    table, db = tmp_path / "landing", tmp_path / "cic.duckdb"
+    write_deltalake(str(table), landing_batch(batch("r", 0, 2)).drop_columns(["hidden"]), mode="append")
+    with Store.open(db) as store:
+        load_landing(store, table)
+    newer = batch("r", 2, 2)
+    newer["generations"] = newer["generations"].with_columns(hidden=pl.Series([b"\x01\x02", None]))
+    assert land(table, newer) == 1
+    with Store.open(db) as store:
+        load_landing(store, table)
+        hidden = dict(store.read("generations").select("question_id", "hidden").iter_rows())
+    assert hidden == {"0": None, "1": None, "2": b"\x01\x02", "3": None}
+    older = tmp_path / "older"
+    write_deltalake(str(older), landing_batch(batch("r", 0, 2)).drop_columns(["hidden", "text"]), mode="append")
+    with pytest.raises(UserError, match="holds another layout"):
+        land(older, batch("r", 2, 2))

@@ -56,6 +56,8 @@ def example_rows(spec: schema.TableSpec, n: int, seed: int = 0) -> pl.DataFrame:
                       ([f"f{i}", "g"] if inner == pl.String else [0.25, float(i)]) for i in range(n)]
         elif isinstance(dtype, pl.Datetime):
             values = [datetime(2025, 1, 1, tzinfo=UTC) + timedelta(seconds=i) for i in range(n)]
+        elif dtype == pl.Binary:
+            values = [None if i % 3 == 0 else bytes([i % 256, 0, 255]) * (i % 5) for i in range(n)]
         else:
             raise AssertionError(f"no example values for {dtype}")
         columns[name] = values
