@@ -272,11 +272,22 @@ LAKE_FILES = TableSpec("lake_files", {
     "loaded_at": pl.Datetime("us", "UTC"),
 }, ("table_uri", "path"))
 
+PROBES = TableSpec("probes", {
+    "run_key": pl.String(),
+    "estimator": pl.String(),                # the name its scores are stored under (cic.llm.probes.Probe.estimator)
+    "kind": pl.String(),                     # accuracy (fitted on labels: its fit split is never certified on)
+    "target": pl.String(),                   # | semantic_entropy (label-free); target: criterion or estimator
+    "fit_digest": pl.String(),
+    "fit_ids": pl.List(pl.String()),         # the questions it was fitted on
+    "artifact": pl.String(),                 # the probe itself, as JSON (Probe.to_json)
+    "created_at": pl.Datetime("us", "UTC"),
+}, ("run_key", "estimator"))
+
 TABLES: dict[str, TableSpec] = {t.name: t for t in (QUESTIONS, RUNS, GENERATIONS, SCORES, LABELS, CALIBRATIONS,
                                                      EVALUATIONS, OBSERVATIONS, GATE_EVENTS, LABEL_EVENTS,
                                                      RECORD_EVENTS,
                                                      INGESTS, GATE_MONITOR, GROUP_EVALUATIONS, SYSTEM_EVALUATIONS,
-                                                     ANYTIME_STATES, ANYTIME_COUNTED, LAKE_FILES)}
+                                                     ANYTIME_STATES, ANYTIME_COUNTED, LAKE_FILES, PROBES)}
 
 
 JUDGED_JOIN = "+"  # joins a judge's criterion and the people's: the criterion a judge-plus-people gate certifies

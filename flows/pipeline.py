@@ -44,6 +44,7 @@ from cic.store.resume import missing_work
 from tasks.answer import answer_questions
 from tasks.calibrate import calibrate_runs
 from tasks.log import log_results
+from tasks.probes import fit_probes
 from tasks.questions import load_and_store_questions
 
 
@@ -148,7 +149,8 @@ def plan_models(config: PipelineConfig, db_path: str, questions: dict[str, Any],
 
 def run_stages(config: PipelineConfig, log_to_mlflow: bool, *, flow_run_id: str | None = None,
                probes: dict[str, dict[str, Any]] | None = None) -> PipelineSummary:
-    """The pipeline's stages in order (the flow's body): questions → answer → calibrate → report and log."""
+    """The pipeline's stages in order (the flow's body): questions → answer → probes → calibrate → report and
+    log."""
     # every model's engine probed once before any work (a served model answers one token; a dead URL stops the run
     # here), unless `cic run` did it already: its runs are keyed on what the probe found, its workers adopt it
     found = probe_models(config, known={name: EngineProbe(**probe) for name, probe in (probes or {}).items()})
@@ -167,6 +169,9 @@ def run_stages(config: PipelineConfig, log_to_mlflow: bool, *, flow_run_id: str 
         if finished:  # the report workers start (and import) on the core calibration leaves idle
             start_report_workers()
         try:
+            if config.probes.kinds and finished:
+                with timed(seconds, "probes"):
+                    summary.probes = fit_probes(config.storage.db, finished, config.probes)
             with timed(seconds, "calibrate"):
                 summary.calibrate = calibrate_runs(config.storage.db, finished, config.calibration)
             if finished:

@@ -116,6 +116,16 @@ class Probe:
             raise UserError(f"not a CIC probe artifact ({str(exc).splitlines()[0][:120]})") from None
 
 
+def parse_estimator(name: str) -> tuple[str, str, str] | None:
+    """(kind, target, fit digest) of a probe's stored score name, or None for any other estimator."""
+    for kind in KINDS:
+        prefix = f"probe_{kind}["
+        if name.startswith(prefix) and name.endswith("]") and ":" in name:
+            target, digest = name[len(prefix):-1].rsplit(":", 1)
+            return kind, target, digest
+    return None
+
+
 def _standardised(features: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     x = np.asarray(features, dtype=np.float64)
     mean, scale = x.mean(axis=0), x.std(axis=0)

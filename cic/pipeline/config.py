@@ -39,6 +39,7 @@ from cic.pipeline.config_models import (  # noqa: F401 - re-exported: callers re
     EndpointConfig,
     GenerationSettings,
     ModelConfig,
+    ProbesConfig,
     Seed,
     _Strict,
 )
@@ -350,6 +351,7 @@ class PipelineConfig(_Strict):
     datasets: tuple[DatasetConfig, ...] = Field(min_length=1)
     generation: GenerationSettings = GenerationSettings()
     uncertainty: UncertaintyConfig = UncertaintyConfig()
+    probes: ProbesConfig = ProbesConfig()
     calibration: CalibrationConfig = CalibrationConfig()
     mlflow: MlflowConfig = MlflowConfig()
     ray: RayConfig = RayConfig()
@@ -379,6 +381,9 @@ class PipelineConfig(_Strict):
             if dupes:
                 raise UserError(f"{kind} name(s) used twice: {', '.join(dupes)}")
         self._check_cascades()
+        if self.probes.kinds and not self.generation.keep_hidden:
+            raise UserError(f"probes.kinds = {list(self.probes.kinds)!r}: probes read kept hidden states; set "
+                            "generation.keep_hidden (e.g. [-8, -1])")
         served = [m.name for m in self.models if m.kind != "local"]
         if self.generation.keep_hidden and served:
             raise UserError(f"generation.keep_hidden = {list(self.generation.keep_hidden)!r}: model {served[0]!r} "
@@ -481,7 +486,8 @@ def parse_config(data: Any, source: str = "config",
         raise UserError(f"{source}: {details}") from None
 
 
-SHIPPED_CONFIGS: tuple[str, ...] = ("demo", "paper", "example", "example_smollm2", "example_one_pass")
+SHIPPED_CONFIGS: tuple[str, ...] = ("demo", "paper", "example", "example_smollm2", "example_one_pass",
+                                    "example_probes")
 
 
 def config_path(name_or_path: str | Path) -> Path:

@@ -256,3 +256,14 @@ DEFAULT_ESTIMATORS: tuple[str, ...] = (
     "predictive_entropy_normalized", "lexical_similarity", "eigv", "deg", "ecc", "option_entropy",
     "one_minus_max_prob", "answer_nll", "answer_nll_mean", "one_minus_answer_prob",
 )
+
+
+class ProbesConfig(_Strict):
+    """Learned scores on the kept hidden states (`cic.llm.probes`), fitted after the answers are stored: `kinds`
+    to fit (none by default), the share of each run's questions drawn (by id hash) as the accuracy probe's fit
+    split — never certified on — and the positions whose states it reads."""
+
+    kinds: tuple[Literal["accuracy", "semantic_entropy"], ...] = ()
+    fit_share: float = Field(0.3, gt=0, lt=1)
+    seed: int = Field(0, ge=0)
+    positions: tuple[Literal["prompt", "answer"], ...] = Field(("prompt", "answer"), min_length=1)

@@ -447,6 +447,10 @@ class Store:
                                        params=[key]).fetchall()
                 raise UserError(f"run {key} has no {table} for {field}={value!r}; stored {field} values: "
                                  f"{[v for (v,) in stored]}")
+        from cic.llm.probes import parse_estimator
+
+        if (parse_estimator(estimator) or ("",))[0] == "accuracy":  # its fit split is labelled and never scored
+            pairs = pairs.filter(pl.col("score").is_not_null())
         incomplete = pairs.filter(pl.col("score").is_null() | pl.col("aligned").is_null())
         if incomplete.height and not allow_partial:
             no_label = incomplete.filter(pl.col("aligned").is_null()).height
@@ -455,8 +459,12 @@ class Store:
                 f"{incomplete.height - no_label} have a label but no score (e.g. "
                 f"{incomplete.get_column('question_id').head(3).to_list()}); finish the run or pass "
                 "allow_partial=True to calibrate on the complete pairs only")
-        return pairs.filter(pl.col("score").is_not_null() & pl.col("aligned").is_not_null()).select(
+        out = pairs.filter(pl.col("score").is_not_null() & pl.col("aligned").is_not_null()).select(
             "question_id", "score", (~pl.col("aligned")).cast(pl.Int8).alias("error"))
+        from cic.store.probe_queries import refuse_fit_questions
+
+        refuse_fit_questions(self, out.with_columns(run_key=pl.lit(key), estimator=pl.lit(estimator)))
+        return out
 
     # -- moving tables between machines --------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from cic import schema
+from cic.store.probe_queries import refuse_fit_questions
 
 if TYPE_CHECKING:
     import polars as pl
@@ -71,9 +72,13 @@ def _pairs(store: Store, run_keys: Sequence[str], estimator: str | None, criteri
     keys = list(run_keys)
     params: list[Any] = [keys, estimator, estimator, criterion, criterion]
     if not missing:
-        return store.sql_frame(_LABELLED_PAIRS, params).rename({"seen_at": "at"})
-    return store.sql_frame(_ALL_PAIRS, [*params, keys, keys, estimator, estimator, criterion, criterion]) \
-        .rename({"seen_at": "at"})
+        pairs = store.sql_frame(_LABELLED_PAIRS, params).rename({"seen_at": "at"})
+    else:
+        pairs = store.sql_frame(_ALL_PAIRS, [*params, keys, keys, estimator, estimator, criterion, criterion]) \
+            .rename({"seen_at": "at"})
+    refuse_fit_questions(store, pairs)
+    return pairs
+
 
 
 def labelled_pairs_of_runs(store: Store, run_keys: Sequence[str], *, estimator: str | None = None,

@@ -23,7 +23,8 @@ def questions() -> pl.DataFrame:
 def greedy(texts: dict[str, str]) -> pl.DataFrame:
     return schema.conform(pl.DataFrame({
         "run_key": "r", "question_id": list(texts), "sample_index": 0, "text": list(texts.values()), "n_tokens": 1,
-        "logprob_sum": -1.0, "logprob_mean": -1.0, "is_greedy": True, "option_probs": None, "flags": [[]] * len(texts)},
+        "logprob_sum": -1.0, "logprob_mean": -1.0, "is_greedy": True, "option_probs": None, "flags": [[]] * len(texts),
+        "hidden": None},
         schema=schema.GENERATIONS.schema), schema.GENERATIONS)
 
 

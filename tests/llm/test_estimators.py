@@ -92,7 +92,8 @@ def generation_rows(question_id: str, texts: list[str], option_probs=None) -> pl
     return schema.conform(pl.DataFrame({
         "run_key": "r", "question_id": question_id, "sample_index": list(range(n)), "text": texts,
         "n_tokens": [1] * n, "logprob_sum": [-1.0] * n, "logprob_mean": [-1.0] * n,
-        "is_greedy": [i == 0 for i in range(n)], "option_probs": [option_probs] * n, "flags": [[]] * n},
+        "is_greedy": [i == 0 for i in range(n)], "option_probs": [option_probs] * n, "flags": [[]] * n,
+        "hidden": None},
         schema=schema.GENERATIONS.schema), schema.GENERATIONS)
 
 

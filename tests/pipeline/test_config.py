@@ -35,6 +35,10 @@ def test_every_shipped_config_loads_by_name_and_the_example_pair_asks_the_same_q
     example, one_pass = configs["example"], configs["example_one_pass"]
     assert one_pass.models == example.models and one_pass.datasets == example.datasets[1:]
     assert one_pass.generation.model_copy(update={"n_samples": 10}) == example.generation
+    probes = configs["example_probes"]  # the probe study's run: the example's answers, states kept
+    assert probes.models == example.models and probes.datasets == example.datasets
+    assert probes.generation.model_copy(update={"keep_hidden": ()}) == example.generation
+    assert probes.generation.keep_hidden and probes.calibration == example.calibration
 
 
 @pytest.mark.parametrize(("change", "message"), [

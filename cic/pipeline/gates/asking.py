@@ -219,9 +219,15 @@ def default_alpha(db: str, alphas: Sequence[float], *, model: str, dataset: str,
 def askable_estimator(config: Any, stored: str, gate_id: str) -> None:
     """Refuse, before any model loads, a gate whose score this config cannot compute under the name the gate was
     certified on (an ingested `score:<name>` column is stored as written): one line with the spelling it can."""
+    from cic.llm.probes import parse_estimator
     from cic.llm.uncertainty.estimators import ESTIMATORS
     from cic.pipeline.run.score_names import computed_name
 
+    if parse_estimator(stored) is not None:  # a probe reads the states the greedy pass keeps
+        if not config.generation.keep_hidden:
+            raise UserError(f"gate {gate_id[:12]} thresholds probe score {stored!r}, which reads kept hidden "
+                            "states; ask with the config its run used (generation.keep_hidden)")
+        return
     computed = computed_name(config.uncertainty, stored, config.generation.adaptive)
     if computed is None:
         raise UserError(f"gate {gate_id[:12]} thresholds score {stored!r}, which no estimator computes "
@@ -246,19 +252,24 @@ def answer_and_score(config: Any, index: int, db: str, run_key: str, estimator: 
 
     from cic.llm.answering import Answerer, generations_drawn
     from cic.llm.engines import EngineProbe
+    from cic.llm.probes import parse_estimator
     from cic.llm.uncertainty.estimators import get_estimator
+    from cic.pipeline.run.probe_stage import probe_score
 
-    name = config.models[index].name
+    name, probed = config.models[index].name, parse_estimator(estimator) is not None
     settings = config.answerer_settings(index)
     # the gate holds only for the model it was certified on: the engine probes and refuses another
     expected = certified_identity(db, run_key, settings.engine)
-    settings = replace(settings, estimators=(schema.estimator_base(estimator),),
+    settings = replace(settings, estimators=("answer_nll",) if probed else (schema.estimator_base(estimator),),
                        probe=EngineProbe(identity=expected) if expected is not None else None)
     answerer = Answerer(settings)
-    one_pass = get_estimator(schema.estimator_base(estimator)).one_pass
+    one_pass = probed or get_estimator(schema.estimator_base(estimator)).one_pass
     generations = answerer.generate(questions, run_key="ask", only_most_likely=one_pass)
     if failures := answerer.engine.take_failures():
         raise UserError(f"model {name}: the endpoint gave no answer ({next(iter(failures.values()))})")
+    if probed:  # the probe fitted on the run's states scores the one greedy pass
+        return (generations.filter(sample_index=0).get_column("text")[0],
+                probe_score(db, run_key, estimator, generations), generations_drawn(generations))
     scores = answerer.scorer.score(generations, run_key="ask").filter(estimator=estimator)
     if scores.height == 0 or scores.get_column("value")[0] is None:
         raise UserError(f"estimator {estimator!r} gives no score for this question")

@@ -86,6 +86,7 @@ class PipelineSummary:
     experiment_prefix: str = "cic"
     run_keys: list[str] = field(default_factory=list)
     answer: list[AnswerStats] = field(default_factory=list)
+    probes: Any = None  # cic.pipeline.run.probe_stage.ProbeStats, where probes.kinds fits any
     calibrate: CalibrateStats | None = None
     log: LogStats | None = None
     log_error: str | None = None

@@ -90,7 +90,15 @@ def groups_of_run(store: Store, run: dict[str, Any], estimators: Sequence[str] |
     crits = [c for c in labelled if criteria is None or c in criteria]
     crits += [j.criterion for j in judged if j.judge in labelled and j.people in labelled
               and (criteria is None or j.criterion in criteria or {j.judge, j.people} <= set(criteria))]
-    return [GroupKey(key, run["model"], run["dataset"], e, c) for e in names for c in crits]
+    return [GroupKey(key, run["model"], run["dataset"], e, c) for e in names for c in crits if _pairs_with(e, c)]
+
+
+def _pairs_with(estimator: str, criterion: str) -> bool:
+    """An accuracy probe is certified on the criterion it was fitted to predict; every other score on all."""
+    from cic.llm.probes import parse_estimator
+
+    probe = parse_estimator(estimator)
+    return probe is None or probe[0] != "accuracy" or probe[1] == criterion
 
 
 def _pilot_split(pairs: pl.DataFrame, fraction: float, seed: int) -> tuple[pl.DataFrame, np.ndarray]:
