@@ -5,6 +5,7 @@ split."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -50,6 +51,9 @@ def test_cic_run_fits_and_certifies_both_probes_and_serving_scores_as_the_run_di
     assert set(probes.get_column("kind")) == {"accuracy", "semantic_entropy"}
     assert set(probes.get_column("estimator")) <= set(gates.get_column("estimator"))
     fit = set(accuracy["fit_ids"])
+    logged = sorted((tmp_path / "reports").rglob("probe.json"))  # each probe group's report (what MLflow logs)
+    assert len(logged) == 2 and {json.loads(p.read_text())["kind"] for p in logged} == {"accuracy",
+                                                                                         "semantic_entropy"}
     assert gates.filter(pl.col("estimator") == accuracy["estimator"]).get_column("n_cal")[0] == 60 - len(fit)
     # serving: one greedy pass, the stored probe, the score the run stored for the question (up to batching)
     questions = load_questions("trivia_qa", limit=60, seed=0)

@@ -13,6 +13,8 @@ import pytest
 from cic import schema
 from cic.errors import UserError
 from cic.llm.hidden import feature_matrix, pack
+from cic.llm.probes import Probe
+from cic.pipeline.gates.serving import served_entries
 from cic.pipeline.config import CalibrationConfig, ProbesConfig
 from cic.pipeline.gates.calibrate_store import calibrate_store
 from cic.pipeline.run.probe_stage import fit_run_probes, stored_probe
@@ -82,6 +84,9 @@ def test_a_probe_is_certified_like_any_score_and_a_fit_question_is_refused_on_ev
         mine = gates.filter(pl.col("estimator") == name)
         assert mine.height and set(mine.get_column("criterion")) == {"exact_match"}
         fit = store.read("probes").filter(pl.col("estimator") == name).get_column("fit_ids")[0]
+        served = [e for e in served_entries(store) if e.get("estimator") == name and e["serve"] == "gate"]
+        assert served and Probe(**{k: tuple(v) if isinstance(v, list) else v for k, v in served[0]["probe"].items()}
+                                ).fit_ids == tuple(fit)  # the export carries the probe a server scores with
         store.upsert("scores", pl.DataFrame({"run_key": key, "question_id": fit[:3], "estimator": name,
                                              "value": 0.0}))  # as an importer could: scores on its fit split
         with pytest.raises(UserError) as info:

@@ -222,7 +222,18 @@ def _gate_entries(store: Store, rows: Sequence[GateRow]) -> list[dict[str, Any]]
              **{k: row[k] for k in ("threshold", "bound_value", "n_accepted", "n_errors", "n_cal")},
              "certified_with": _certified_with(row, families[family_of(row)]),
              "window_from": str(row["window_from"]), "window_to": str(row["window_to"]),
-             "gate": json.loads(gate_of(row).to_json())} for row in rows]
+             "gate": json.loads(gate_of(row).to_json()), **_probe_of(store, row)} for row in rows]
+
+
+def _probe_of(store: Store, row: GateRow) -> dict[str, Any]:
+    """A gate on a probe's score carries the probe (its weights, layers, positions and fit split): a serving
+    system computes the score from the model's kept states with it, no store needed."""
+    from cic.store.probe_queries import probe_artifact
+
+    if not str(row["estimator"]).startswith("probe_"):
+        return {}
+    artifact = probe_artifact(store, row["run_key"], row["estimator"])
+    return {} if artifact is None else {"probe": json.loads(artifact)}
 
 
 def _system_entries(store: Store, rows: Sequence[GateRow]) -> list[dict[str, Any]]:

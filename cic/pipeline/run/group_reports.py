@@ -23,6 +23,7 @@ from cic.reports.report_index import write_report_index
 from cic.stats.searches import get_search
 from cic.store import Store
 from cic.store.outputs import guard_output_dir, write_frame, write_text
+from cic.store.probe_queries import probe_artifact
 from cic.store.queries import generations_per_question, loggable_units
 
 PARALLEL_FROM = 6  # groups: from this many on, reports render in worker processes
@@ -44,6 +45,7 @@ class UnitReport:
     frame: pl.DataFrame         # the (score, error) table the report is drawn from
     config: ReportConfig
     generations: float | None = None  # answers generated a question for the run (fewer under adaptive rounds)
+    probe: str | None = None  # the probe (JSON) whose score this is, logged beside its report as probe.json
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,8 @@ def read_unit(store: Store, unit: StoredUnit, report_root: Path) -> UnitReport:
                           delta=first["delta"], n_splits=first["n_splits"], cal_fraction=first["cal_fraction"],
                           seed=first["seed"], sensitivity_fractions=(), baselines=(), budget_sizes=())
     return UnitReport(out, key, run, calibrations, evaluations, pairs, searches, frame, config,
-                      generations_per_question(store, group.run_key))
+                      generations_per_question(store, group.run_key),
+                      probe_artifact(store, group.run_key, group.estimator))
 
 
 def render_unit(report: UnitReport) -> UnitReport:
@@ -109,6 +112,13 @@ def render_unit(report: UnitReport) -> UnitReport:
         index = report.out / "README.md"
         write_text(index, index.read_text() + f"\nGenerations a question (the most likely answer and the samples "
                    f"drawn, run {report.run['run_key']}): {report.generations:.2f}.\n", "report file")
+    if report.probe is not None:  # the learned score itself: weights, layers, fit split (cic.llm.probes)
+        write_text(report.out / "probe.json", report.probe, "report file")
+        index = report.out / "README.md"
+        write_text(index, index.read_text() + "\nThis score is a probe on the greedy pass's kept hidden states "
+                   "(probe.json: its layers, weights and the questions it was fitted on, none of them among "
+                   "the questions certified here): served, it costs that one generation a question.\n",
+                   "report file")
     return report
 
 
