@@ -14,9 +14,9 @@ from cic import schema
 from cic.errors import UserError
 from cic.llm.hidden import feature_matrix, pack
 from cic.llm.probes import Probe
-from cic.pipeline.gates.serving import served_entries
 from cic.pipeline.config import CalibrationConfig, ProbesConfig
 from cic.pipeline.gates.calibrate_store import calibrate_store
+from cic.pipeline.gates.serving import served_entries
 from cic.pipeline.run.probe_stage import fit_run_probes, stored_probe
 from cic.store import Store
 
