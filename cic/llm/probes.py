@@ -146,8 +146,8 @@ def fit_probe(kind: str, features: np.ndarray, target: Sequence[float], question
               layers: Sequence[int], positions: Sequence[str], target_name: str, seed: int = 0, folds: int = 5,
               grid: Sequence[float] | None = None) -> Probe:
     """Fit a probe of `kind` on these questions (for an accuracy probe: its fit split alone, `target` the errors;
-    for an entropy probe: any questions, `target` their semantic entropy), regularisation chosen by
-    `folds`-fold cross-validation on the same questions."""
+    for an entropy probe: any questions, `target` their semantic entropy), regularisation chosen on the same
+    questions: `folds`-fold cross-validated log loss (accuracy), efficient leave-one-out error (entropy)."""
     import sklearn
     from sklearn.linear_model import LogisticRegression, RidgeCV
 
@@ -161,7 +161,7 @@ def fit_probe(kind: str, features: np.ndarray, target: Sequence[float], question
         fitted = LogisticRegression(C=chosen, max_iter=5000).fit(x, y.astype(int))
         coef, intercept = fitted.coef_[0], float(fitted.intercept_[0])
     elif kind == "semantic_entropy":
-        fitted = RidgeCV(alphas=list(grid or RIDGE_ALPHAS), cv=folds).fit(x, y)
+        fitted = RidgeCV(alphas=list(grid or RIDGE_ALPHAS)).fit(x, y)  # efficient leave-one-out
         coef, intercept, chosen = fitted.coef_, float(fitted.intercept_), float(fitted.alpha_)
     else:
         raise UserError(f"probe kind = {kind!r}: use {' or '.join(KINDS)}")
