@@ -38,7 +38,7 @@ def test_every_shipped_config_loads_by_name_and_the_example_pair_asks_the_same_q
     probes = configs["example_probes"]  # the probe study's run: the example's answers, states kept
     assert probes.models == example.models and probes.datasets == example.datasets
     assert probes.generation.model_copy(update={"keep_hidden": ()}) == example.generation
-    assert probes.generation.keep_hidden and probes.calibration == example.calibration
+    assert probes.generation.keep_hidden and probes.calibration == example.calibration and probes.probes.kinds
 
 
 @pytest.mark.parametrize(("change", "message"), [
