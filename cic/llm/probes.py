@@ -28,7 +28,7 @@ from cic.schema import stable_hash
 KINDS = ("accuracy", "semantic_entropy")
 FORMAT = 1  # the artifact's layout version
 RIDGE_ALPHAS = tuple(float(a) for a in np.logspace(-1, 6, 15))
-LOGISTIC_CS = tuple(float(c) for c in np.logspace(-5, 1, 13))
+LOGISTIC_CS = tuple(float(c) for c in np.logspace(-5, 1, 7))
 
 
 def fit_split(question_ids: Sequence[str], share: float = 0.3, seed: int = 0) -> list[str]:
@@ -158,7 +158,7 @@ def fit_probe(kind: str, features: np.ndarray, target: Sequence[float], question
         if set(np.unique(y)) - {0.0, 1.0} or np.unique(y).size < 2:
             raise UserError("probe accuracy: errors must be 0/1 with both present in the fit split")
         chosen = _best_c(x, y.astype(int), grid or LOGISTIC_CS, folds, seed)
-        fitted = LogisticRegression(C=chosen, max_iter=5000).fit(x, y.astype(int))
+        fitted = LogisticRegression(C=chosen, max_iter=1000).fit(x, y.astype(int))
         coef, intercept = fitted.coef_[0], float(fitted.intercept_[0])
     elif kind == "semantic_entropy":
         fitted = RidgeCV(alphas=list(grid or RIDGE_ALPHAS)).fit(x, y)  # efficient leave-one-out
@@ -182,7 +182,7 @@ def _best_c(x: np.ndarray, y: np.ndarray, grid: Sequence[float], folds: int, see
 
     splits = list(StratifiedKFold(n_splits=min(folds, int(np.bincount(y).min())), shuffle=True,
                                   random_state=seed).split(x, y))
-    losses = [sum(log_loss(y[test], LogisticRegression(C=c, max_iter=5000).fit(x[train], y[train])
+    losses = [sum(log_loss(y[test], LogisticRegression(C=c, max_iter=1000).fit(x[train], y[train])
                            .predict_proba(x[test])[:, 1], labels=[0, 1]) for train, test in splits)
               for c in grid]
     return float(grid[int(np.argmin(losses))])

@@ -102,6 +102,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", required=True)
     parser.add_argument("--splits", type=int, default=10)
+    parser.add_argument("--datasets", nargs="*", default=None, help="only these datasets (default: both)")
     args = parser.parse_args()
     print(f"{args.splits} draws; test half never labelled; accuracy probe fitted on {FIT_SHARE:.0%} of the "
           "labelled half and certified on the rest; single estimators certified on the whole labelled half; cp, "
@@ -111,6 +112,8 @@ def main() -> None:
           "| its test error | SE (10 samples) | SE probe (1 pass) | ratio |")
     print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for dataset, criterion in GROUPS:
+        if args.datasets and dataset not in args.datasets:
+            continue
         table, x, layers = load(args.db, dataset, criterion)
         frame = pl.DataFrame([r for d in range(args.splits) for r in one_draw(table, x, layers, d)])
         for alpha in ALPHAS:

@@ -429,6 +429,9 @@ def test_a_server_killed_mid_run_loses_no_stored_answer_and_the_rerun_asks_only_
         stored = store.read("generations").get_column("question_id").n_unique()
     assert 2 <= stored < 6
 
+    # the rerun waits longer for a reply (a timeout does not key the run): the first run's 20 s made the kill fail
+    # fast, but a CPU model on a loaded machine can take longer than that for one request
+    _write(config, {"urls": [url], "model": server.model, "retries": 1, "timeout_s": 120}, limit=6)
     with gateway(server.url, [], port=port):  # the same URL again
         second = subprocess.run([str(CIC), "run", "--config", str(config), "--no-mlflow"], cwd=tmp_path, env=env,
                                 capture_output=True, text=True, timeout=900)
