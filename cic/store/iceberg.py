@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from cic.errors import UserError
-from cic.store.lake import DataFile, LakeSource
+from cic.store.lake import DataFile, LakeSource, unreadable
 
 PREFIX = "iceberg://"
 
@@ -51,7 +51,7 @@ def iceberg_source(uri: str, field: str) -> LakeSource:
     version = int(snapshot.sequence_number or 0) if snapshot is not None else -1
     return LakeSource(f"{PREFIX}{catalog_name}/{name}#{table.metadata.table_uuid}", version,
                       [f.name for f in table.schema().fields], lambda: _data_files(table),
-                      lambda files: _read(table, files), family=f"{PREFIX}{catalog_name}/{name}")
+                      lambda files: _read(table, files, field, uri, version), family=f"{PREFIX}{catalog_name}/{name}")
 
 
 def _tasks(table: Any) -> list[Any]:
@@ -69,13 +69,17 @@ def _data_files(table: Any) -> list[DataFile]:
     return sorted(files, key=lambda f: (f.order, f.path))
 
 
-def _read(table: Any, files: Sequence[DataFile]) -> Any:
-    """These data files' rows (deletes that apply to them applied), in the given order."""
+def _read(table: Any, files: Sequence[DataFile], field: str, uri: str, version: int) -> Any:
+    """These data files' rows (deletes that apply to them applied), in the given order; a file that is gone or
+    damaged refused in one line."""
     import pyarrow as pa
     from pyiceberg.io.pyarrow import ArrowScan
 
     scan = table.scan()
     by_path = {t.file.file_path: t for t in _tasks(table)}
     reader = ArrowScan(table.metadata, table.io, scan.projection(), scan.row_filter, scan.case_sensitive)
-    parts = [reader.to_table([by_path[f.path]]) for f in files]
+    try:
+        parts = [reader.to_table([by_path[f.path]]) for f in files]
+    except (OSError, pa.ArrowException) as exc:
+        raise unreadable(field, uri, version, exc) from None
     return pa.concat_tables(parts) if parts else table.schema().as_arrow().empty_table()

@@ -188,10 +188,10 @@ class LakeSource:
     family: str = ""   # a name all its incarnations share (Iceberg: without the table's uuid); "" = the key
 
 
-def delta_source(table: DeltaTable) -> LakeSource:
-    """An open Delta table as a source."""
+def delta_source(table: DeltaTable, field: str = "table") -> LakeSource:
+    """An open Delta table as a source (`field` names it in a refusal)."""
     return LakeSource(table.table_uri, int(table.version()), list(arrow_schema(table).names),
-                      lambda: data_files(table), lambda files: read_files(table, files))
+                      lambda: data_files(table), lambda files: read_files(table, files, field))
 
 
 def unloaded_files(store: Store, source: LakeSource, field: str, uri: str | Path) -> list[DataFile]:
@@ -211,16 +211,29 @@ def unloaded_files(store: Store, source: LakeSource, field: str, uri: str | Path
     return [f for f in source.files() if f.path not in paths]
 
 
-def read_files(table: DeltaTable, files: Sequence[DataFile]) -> pa.Table:
+def read_files(table: DeltaTable, files: Sequence[DataFile], field: str = "table") -> pa.Table:
     """The rows of these data files of the table, in the given order, with the table's columns and types
     (partition columns filled from each file's partition values; deltalake refuses a table it cannot read
-    exactly, e.g. one with deletion vectors)."""
+    exactly, e.g. one with deletion vectors). A file its log names but that is gone or damaged is refused in one
+    line naming `field`."""
+    import pyarrow as pa
     import pyarrow.dataset as ds
 
     dataset = table.to_pyarrow_dataset()
     order = {f.path: i for i, f in enumerate(files)}
     fragments = sorted((f for f in dataset.get_fragments() if f.path in order), key=lambda f: order[f.path])
     if len(fragments) != len(order):
-        raise UserError(f"table = {table.table_uri!r}: {len(order) - len(fragments)} data file(s) of its log are "
+        raise UserError(f"{field} = {table.table_uri!r}: {len(order) - len(fragments)} data file(s) of its log are "
                         "not readable")
-    return ds.FileSystemDataset(fragments, dataset.schema, dataset.format, dataset.filesystem).to_table()
+    try:
+        return ds.FileSystemDataset(fragments, dataset.schema, dataset.format, dataset.filesystem).to_table()
+    except (OSError, pa.ArrowException) as exc:
+        raise unreadable(field, table.table_uri, int(table.version()), exc) from None
+
+
+def unreadable(field: str, uri: str, version: int, exc: BaseException) -> UserError:
+    """The one line for a version whose log names a data file that is gone (a VACUUM, a retention rule) or
+    damaged: nothing of the read is stored."""
+    return UserError(f"{field} = {uri!r}: version {version} names a data file that cannot be read "
+                     f"({type(exc).__name__}: {_short(exc)}) — removed by a VACUUM or retention rule, or damaged; "
+                     "restore it or write its rows again (nothing was stored)")

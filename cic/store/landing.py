@@ -139,7 +139,7 @@ def load_landing(store: Store, uri: str | Path) -> LandingLoad:
     if table is None:
         return LandingLoad(lake.table_uri(uri), -1, 0, dict.fromkeys(LANDED_TABLES, 0))
     key = table.table_uri
-    new = lake.unloaded_files(store, lake.delta_source(table), FIELD, uri)
+    new = lake.unloaded_files(store, lake.delta_source(table, FIELD), FIELD, uri)
     rows = dict.fromkeys(LANDED_TABLES, 0)
     version = int(table.version())
     if new:
@@ -147,7 +147,7 @@ def load_landing(store: Store, uri: str | Path) -> LandingLoad:
         with store.transaction():
             for start in range(0, len(new), FILES_PER_STEP):
                 step = new[start:start + FILES_PER_STEP]
-                frame = latest_attempts(pl.from_arrow(lake.read_files(table, step)))
+                frame = latest_attempts(pl.from_arrow(lake.read_files(table, step, FIELD)))
                 for name in LANDED_TABLES:
                     part = schema.conform(frame.filter(pl.col(TABLE_COLUMN) == name), schema.TABLES[name])
                     rows[name] += store.upsert(name, part)

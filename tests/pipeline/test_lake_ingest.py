@@ -104,6 +104,32 @@ def test_a_recreated_table_is_refused_and_the_store_is_unchanged(tmp_path: Path)
     assert "\n" not in str(info.value) and stored(db) == before
 
 
+def test_a_version_whose_data_file_is_gone_or_a_log_gap_is_refused_in_one_line_and_stores_nothing(
+        tmp_path: Path) -> None:
+    """A VACUUM (or a retention rule) removed a data file the newest version still names, or a commit file is
+    missing from the log: exit 2, one line, the store unchanged; with the file back the same command ingests."""
+    table, db = tmp_path / "traffic", tmp_path / "s.duckdb"
+    append(table, records(9).head(4))
+    runner = CliRunner()
+    assert runner.invoke(app, ["ingest", str(table), "--db", str(db)]).exit_code == 0
+    append(table, records(9).slice(4, 3))
+    before, newest = stored(db), max(table.glob("*.parquet"), key=lambda f: f.stat().st_mtime_ns)
+    newest.rename(tmp_path / "aside.parquet")
+    gone = runner.invoke(app, ["ingest", str(table), "--db", str(db)])
+    assert gone.exit_code == 2 and len(gone.output.strip().splitlines()) == 1, gone.output
+    assert "version 1 names a data file that cannot be read" in gone.output and "VACUUM" in gone.output
+    assert stored(db) == before
+    (tmp_path / "aside.parquet").write_bytes(b"PAR1 damaged")
+    (tmp_path / "aside.parquet").rename(newest)
+    damaged = runner.invoke(app, ["ingest", str(table), "--db", str(db)])
+    assert damaged.exit_code == 2 and "cannot be read (ArrowInvalid" in damaged.output and stored(db) == before
+    append(table, records(9).tail(2))
+    (table / "_delta_log" / "00000000000000000001.json").unlink()  # a gap in the log
+    gap = runner.invoke(app, ["ingest", str(table), "--db", str(db)])
+    assert gap.exit_code == 2 and len(gap.output.strip().splitlines()) == 1 and "cannot be read" in gap.output
+    assert stored(db) == before
+
+
 def test_cic_ingest_of_a_table_says_what_it_read_and_refuses_in_one_line(tmp_path: Path) -> None:
     from cic.store.landing import land
     from tests.store.test_landing import batch
@@ -168,7 +194,13 @@ def test_an_iceberg_table_is_read_file_by_file_and_a_recreated_one_refused(tmp_p
         later = ingest_table(store, name)
         assert (later.version, later.files, [p.records for p in later.parts]) == (2, 1, [3])
         assert ingest_table(store, name).parts == []
+    table.append(frame.slice(0, 2))
+    newest = table.inspect.entries().to_pylist()[0]["data_file"]["file_path"]  # type: ignore[attr-defined]
+    Path(newest.removeprefix("file://")).unlink()  # expired by a retention rule, still named by the snapshot
     before = stored(db)
+    with Store.open(db) as store, pytest.raises(UserError, match="version 3 names a data file that cannot be read"):
+        ingest_table(store, name)
+    assert stored(db) == before
     catalog.drop_table("prod.traffic")  # type: ignore[attr-defined]
     catalog.create_table("prod.traffic", schema=frame.schema).append(frame)  # type: ignore[attr-defined]
     with Store.open(db) as store, pytest.raises(UserError, match="another table of that name"):

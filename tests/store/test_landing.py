@@ -85,11 +85,11 @@ def test_a_load_cut_off_midway_stores_nothing_and_the_next_load_stores_all(tmp_p
     real = lake.read_files
     calls: list[int] = []
 
-    def dies_on_the_second_step(t: object, files: object) -> pa.Table:
+    def dies_on_the_second_step(t: object, files: object, field: str) -> pa.Table:
         calls.append(1)
         if len(calls) == 2:
             raise KeyboardInterrupt  # the flow killed between two steps of one load
-        return real(t, files)  # type: ignore[arg-type]
+        return real(t, files, field)  # type: ignore[arg-type]
 
     monkeypatch.setattr(landing, "FILES_PER_STEP", 1)
     monkeypatch.setattr(lake, "read_files", dies_on_the_second_step)
@@ -153,6 +153,24 @@ def test_a_writer_killed_mid_append_leaves_whole_batches_only(tmp_path: Path) ->
         load_landing(store, table)
         assert store.count("scores") == 500 * (version + 1)  # whole batches: every committed one, no other rows
         assert store.count("generations") == store.count("labels") == store.count("scores")
+
+
+def test_a_landed_data_file_that_is_gone_stops_the_load_and_stores_nothing(tmp_path: Path) -> None:
+    """A VACUUM run on the landing table before the flow loaded it: the load names the field and version in one
+    line and stores nothing of the step; with the file restored the next load stores every row once."""
+    table, db = tmp_path / "landing", tmp_path / "cic.duckdb"
+    land(table, batch("r", 0, 3))
+    land(table, batch("r", 3, 4))
+    kept = sorted(table.glob("*.parquet"), key=lambda f: f.stat().st_mtime_ns)[0]
+    kept.rename(tmp_path / "aside")
+    with Store.open(db) as store, pytest.raises(UserError) as info:
+        load_landing(store, table)
+    text = str(info.value)
+    assert text.startswith(f"{FIELD} = ") and "version 1 names a data file that cannot be read" in text
+    assert "\n" not in text and counts(db) == dict.fromkeys(("generations", "scores", "labels", "lake_files"), 0)
+    (tmp_path / "aside").rename(kept)
+    with Store.open(db) as store:
+        assert load_landing(store, table).rows == {"generations": 7, "scores": 7, "labels": 7}
 
 
 @pytest.mark.parametrize(("value", "words"), [

@@ -64,7 +64,7 @@ def open_source(uri: str | Path, field: str) -> lake.LakeSource:
         from cic.store.iceberg import iceberg_source
 
         return iceberg_source(str(uri), field)
-    return lake.delta_source(lake.open_table(uri, field))
+    return lake.delta_source(lake.open_table(uri, field), field)
 
 
 def ingest_table(store: Store, uri: str | Path, options: IngestOptions = DEFAULT_OPTIONS,
