@@ -126,13 +126,19 @@ def run(
 def _say_run(summary: Any, estimator: str | None, service_log: str) -> None:
     """What `cic run` ends with: the results tables, the digest lines, where MLflow, the reports and the registry
     stand, and every model that failed (stderr)."""
-    from cic.pipeline.run.run_digest import generated_line, per_dataset_lines, stage_times, unattainable_note
+    from cic.pipeline.run.run_digest import (
+        generated_line,
+        per_dataset_lines,
+        probes_line,
+        stage_times,
+        unattainable_note,
+    )
 
     tables, shown = results_tables(summary.results, estimator)
     for table in [*tables, *system_tables(summary.systems)]:
         console.print(table)
     for line in [unattainable_note(shown), *per_dataset_lines(summary), generated_line(summary),
-                 f"stages: {stage_times(summary)}",
+                 probes_line(summary), f"stages: {stage_times(summary)}",
                  f"DuckDB: {summary.db}", f"Ray and MLflow service messages: {service_log}"]:
         if line:
             console.print(printable(line), highlight=False)

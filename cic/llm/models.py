@@ -184,6 +184,27 @@ def parameter_count(spec: str) -> int | None:
         return None
 
 
+def block_count(spec: str) -> int | None:
+    """The model's number of transformer blocks from its files' metadata, without loading weights (GGUF:
+    `<arch>.block_count`; a directory: config.json's num_hidden_layers, or its text config's); None for a hub id
+    (nothing is downloaded to check) or metadata without it."""
+    import json
+
+    resolved = resolve_source(spec)
+    if resolved.kind == "gguf":
+        import gguf
+
+        fields = gguf.GGUFReader(resolved.path).fields
+        arch = fields.get("general.architecture")
+        count = fields.get(f"{arch.contents()}.block_count") if arch is not None else None
+        return int(count.contents()) if count is not None else None
+    if resolved.kind == "dir":
+        config = json.loads((Path(resolved.path) / "config.json").read_text())
+        blocks = config.get("num_hidden_layers", (config.get("text_config") or {}).get("num_hidden_layers"))
+        return int(blocks) if isinstance(blocks, int) else None
+    return None
+
+
 def check_fits(n_params: int | None, dtype: str, budget_bytes: float | None, *, model: str) -> None:
     """Refuse, before loading, a model whose weights alone need more than `budget_bytes` (None: no limit known)."""
     if n_params is None or budget_bytes is None:

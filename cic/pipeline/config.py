@@ -384,6 +384,10 @@ class PipelineConfig(_Strict):
         if self.probes.kinds and not self.generation.keep_hidden:
             raise UserError(f"probes.kinds = {list(self.probes.kinds)!r}: probes read kept hidden states; set "
                             "generation.keep_hidden (e.g. [-8, -1])")
+        if "semantic_entropy" in self.probes.kinds and not any(
+                n.startswith("semantic_entropy") for n in self.uncertainty.score_names(self.generation.adaptive)):
+            raise UserError(f"probes.kinds = {list(self.probes.kinds)!r}: the entropy probe is fitted to the "
+                            "run's sampled semantic entropy; add semantic_entropy to uncertainty.estimators")
         served = [m.name for m in self.models if m.kind != "local"]
         if self.generation.keep_hidden and served:
             raise UserError(f"generation.keep_hidden = {list(self.generation.keep_hidden)!r}: model {served[0]!r} "

@@ -42,6 +42,7 @@ def test_cic_run_fits_and_certifies_both_probes_and_serving_scores_as_the_run_di
                          capture_output=True, timeout=900, env={**os.environ, "COLUMNS": "120"})
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert "probes " in next(line for line in run.stdout.splitlines() if line.startswith("stages:"))
+    assert "Probes: 2 fitted, 0 kept from an earlier run." in run.stdout  # what the stage did, on the console
     db = tmp_path / "probes.duckdb"
     with Store.open(db, read_only=True) as store:
         probes = store.read("probes")

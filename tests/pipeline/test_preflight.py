@@ -33,6 +33,9 @@ def _config(tmp_path: Path, **changes: object) -> Path:
     ({"datasets": [{"name": "squad"}]}, "datasets.0: dataset 'squad' is not registered"),
     ({"models": 3}, "models (line 3) = 3"),
     ({"modles": []}, "modles (line 6): unknown key"),
+    ({"generation": {"keep_hidden": [-1, 31]}},  # SmolLM2 has 30 blocks: read from its GGUF, nothing loaded
+     "models.0 (m): keep_hidden = [-1, 31]: layer 31 is not in this model (0..30, or -31..-1)"),
+    ({"generation": {"keep_hidden": [30, -1]}}, "models.0 (m): keep_hidden = [30, -1]: two entries name the same"),
 ])
 @pytest.mark.faults
 def test_preflight_names_the_key_and_value(tmp_path: Path, changes: dict, message: str) -> None:
@@ -44,6 +47,7 @@ def test_preflight_names_the_key_and_value(tmp_path: Path, changes: dict, messag
 def test_a_good_config_passes(tmp_path: Path) -> None:
     assert preflight(_config(tmp_path)).models[0].spec == GOOD_MODEL
     assert preflight("demo").name == "demo"
+    assert preflight(_config(tmp_path, generation={"keep_hidden": [0, 15, -1]})).generation.keep_hidden == (0, 15, -1)
 
 
 @pytest.mark.faults

@@ -70,6 +70,22 @@ def test_the_stage_stores_both_probes_the_accuracy_one_only_off_its_fit_split_an
         assert all(abs(by_id[q] - v) < 1e-9 for q, v in scored.select("question_id", "value").iter_rows())
     again = fit_run_probes(db, [key], BOTH)
     assert again.fitted == [] and sorted(again.kept) == sorted(probes.get_column("estimator"))
+    from cic.pipeline.run.run_digest import probes_line
+    from cic.pipeline.run.run_results import PipelineSummary
+
+    said = probes_line(PipelineSummary(db=db, tracking_uri="", report_dir="", experiment_prefix="", probes=stats))
+    assert said == "Probes: 2 fitted, 0 kept from an earlier run; skipped m · d1: no hidden states kept."
+
+
+def test_an_entropy_probe_without_semantic_entropy_to_fit_is_refused_in_the_config() -> None:
+    from cic.pipeline.config import PipelineConfig
+
+    base = {"name": "t", "models": [{"name": "m", "spec": "x/y"}], "datasets": [{"name": "trivia_qa"}],
+            "generation": {"keep_hidden": [-1]}, "probes": {"kinds": ["semantic_entropy"]}}
+    with pytest.raises(ValueError, match="the entropy probe is fitted to the run's sampled semantic entropy; add "
+                                        "semantic_entropy to uncertainty.estimators"):
+        PipelineConfig.model_validate({**base, "uncertainty": {"estimators": ["answer_nll"]}})
+    assert PipelineConfig.model_validate({**base, "uncertainty": {"estimators": ["semantic_entropy"]}}).probes.kinds
 
 
 @pytest.mark.faults  # scores written on the probe's fit split, as an importer or a hand could

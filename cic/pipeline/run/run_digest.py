@@ -46,6 +46,16 @@ def generated_line(summary: PipelineSummary) -> str | None:
                                                   else "") for a in spent) + ".") if spent else None
 
 
+def probes_line(summary: PipelineSummary) -> str | None:
+    """What the probe stage did (fitted, kept, and every run or criterion it skipped with why); None when the
+    config fits no probe."""
+    stats = summary.probes
+    if stats is None:
+        return None
+    return (f"Probes: {len(stats.fitted)} fitted, {len(stats.kept)} kept from an earlier run"
+            + "".join(f"; skipped {why}" for why in stats.skipped) + ".")
+
+
 def limits_clause(row: ResultRow) -> str:
     """Why an unattainable cell is (`cic.stats.limits`): the score, when no threshold on it reaches alpha even
     in-sample; else too few labels (`cic calibrate` estimates how many). Empty for rows stored without limits."""
@@ -64,8 +74,7 @@ def digest_lines(summary: PipelineSummary) -> list[str]:
     failed = [a.model for a in summary.failed_models]
     lines = [f"**{len(models)} model(s) × {len(datasets)} dataset(s)**: {', '.join(models) or 'none'} on "
              f"{', '.join(datasets) or 'no dataset'}" + (f"; failed: {', '.join(failed)}" if failed else "") + "."]
-    if generated_line(summary):
-        lines.append(generated_line(summary))
+    lines += [line for line in (generated_line(summary), probes_line(summary)) if line]
     if results:
         certified = [r for r in results if r.certified]
         lines.append(f"**{len(certified)} of {len(results)} result cells certify** (model × dataset × estimator × "
