@@ -63,6 +63,15 @@ def test_cic_run_fits_and_certifies_both_probes_and_serving_scores_as_the_run_di
                                        question_row(asked["question"], "trivia_qa", None))
     stored = scores.filter(pl.col("question_id") == asked["question_id"]).get_column("value")[0]
     assert drawn == 1 and abs(score - stored) < 0.02, (score, stored)
+    # the installed `cic ask`, naming the probe as a person would (its kind; the criterion picks the one probe)
+    asked_cli = subprocess.run([str(CIC), "ask", asked["question"], "--config", str(config), "--dataset",
+                                "trivia_qa", "--estimator", "probe_accuracy", "--criterion", CRITERION, "--alpha",
+                                "0.9", "--bound", "cp", "--search", "fixed_sequence"], cwd=tmp_path, text=True,
+                               capture_output=True, timeout=300,
+                               env={**os.environ, "COLUMNS": "400"})
+    said = " ".join(asked_cli.stdout.split())
+    assert asked_cli.returncode == 0 and said.startswith(("ANSWER", "ABSTAIN")), said + asked_cli.stderr[-2000:]
+    assert f"score {accuracy['estimator']} = " in said or "ABSTAIN" in said, said
     # scores on the fit split (as an importer could write them) are refused by every certificate, in one line
     with Store.open(db) as store:
         store.upsert("scores", pl.DataFrame({"run_key": accuracy["run_key"], "question_id": sorted(fit)[:3],
