@@ -164,7 +164,8 @@ def pipeline_group(store: Store, unit: StoredUnit, report: UnitReport, experimen
         tags={**_group_tags(group, unit.data_fingerprint, kind="pipeline"),
               "cic.labels": gate_assumption(GateRow.of(calibrations.row(0, named=True)))},
         params=params, metrics=metrics, series=alpha_series(calibrations, evaluations),
-        artifacts=[report.out / "tables", report.out / "figures"],  # each renders in MLflow's artifact view
+        artifacts=[report.out / "tables", report.out / "figures",  # each renders in MLflow's artifact view
+                   *[p for p in (report.out / "probe.json",) if p.is_file()]],  # a learned score: the probe itself
         table=_table(pipeline_rows(calibrations, evaluations)),
         dataset=DatasetRef(name=f"{group.dataset}/{run['split']}", digest=question_set_digest(pairs, unit),
                            source=f"{store.path.name}#run_key={group.run_key}", profile={"questions": pairs.height}))

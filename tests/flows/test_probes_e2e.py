@@ -72,6 +72,8 @@ def test_cic_run_fits_and_certifies_both_probes_and_serving_scores_as_the_run_di
     said = " ".join(asked_cli.stdout.split())
     assert asked_cli.returncode == 0 and said.startswith(("ANSWER", "ABSTAIN")), said + asked_cli.stderr[-2000:]
     assert f"score {accuracy['estimator']} = " in said or "ABSTAIN" in said, said
+    # MLflow: the installed `cic log` to a real tracking server; the probe's group run carries the probe itself
+    _probe_reaches_mlflow(tmp_path, db, accuracy)
     # scores on the fit split (as an importer could write them) are refused by every certificate, in one line
     with Store.open(db) as store:
         store.upsert("scores", pl.DataFrame({"run_key": accuracy["run_key"], "question_id": sorted(fit)[:3],
@@ -83,3 +85,23 @@ def test_cic_run_fits_and_certifies_both_probes_and_serving_scores_as_the_run_di
     out = refused.stdout + refused.stderr
     assert refused.returncode == 2 and "3 calibration question(s) the probe was fitted on" in out, out
     assert "Traceback" not in out and len(out.strip().splitlines()) <= 2
+
+
+def _probe_reaches_mlflow(tmp_path: Path, db: Path, accuracy: dict) -> None:
+    from mlflow import MlflowClient
+
+    from tests.support.mlflow_server import MlflowServer
+
+    server = MlflowServer(tmp_path / "mlflow").start()
+    try:
+        logged = subprocess.run([str(CIC), "log", "--db", str(db), "--tracking-uri", server.url, "--report-dir",
+                                 str(tmp_path / "logged")], cwd=tmp_path, text=True, capture_output=True, timeout=600)
+        assert logged.returncode == 0, logged.stdout[-2000:] + logged.stderr[-2000:]
+        client = MlflowClient(server.url)
+        [run] = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                                   f"tags.`cic.estimator` = '{accuracy['estimator']}'")
+        local = Path(client.download_artifacts(run.info.run_id, "probe.json", str(tmp_path / "down")))
+        read = json.loads(local.read_text())
+        assert read["kind"] == "accuracy" and set(read["fit_ids"]) == set(accuracy["fit_ids"])
+    finally:
+        server.kill()
