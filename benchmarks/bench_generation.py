@@ -3,6 +3,8 @@
     .venv/bin/python benchmarks/bench_generation.py                       # CPU: SmolLM2-135M, 10 TriviaQA
     python benchmarks/bench_generation.py --shape 1b --device cuda --questions 256 --new-tokens 32
     python benchmarks/bench_generation.py --shape 8b --device cuda --questions 64 --new-tokens 32
+    .venv/bin/python benchmarks/bench_generation.py --keep-hidden 8,14,18,22,26,-1 --skip-scoring  # the cost of
+                                                                                  # keeping hidden states
 
 Generation: the same prompts, (1 + K) rows per question, the same token budget and sampling settings
 (temperature 1, top-p 0.9, no top-k), the same questions per call, timed in the same process. CIC encodes
@@ -240,8 +242,32 @@ def generation(args: argparse.Namespace) -> list[Any]:
         pinned_attention(generator, ids, prompts, args, backend, rows_out, ours_s, 2 * params, peak)
     if args.alone:
         batch_invariance(loaded, config, ids[:args.alone], prompts[:args.alone], rows_out)
+    if args.keep_hidden:
+        kept_hidden(loaded, config, ids, prompts, args, ours_s, rows_out)
     samples = rows_out.filter(pl.col("sample_index") >= 1).sort("question_id", "sample_index")
     return [g.get_column("text").to_list() for _, g in samples.group_by("question_id", maintain_order=True)]
+
+
+def kept_hidden(loaded: Any, config: Any, ids: list[str], prompts: list[str], args: argparse.Namespace,
+                plain_s: float, plain_rows: Any) -> None:
+    """CIC's call again keeping `--keep-hidden` layers' states (`generation.keep_hidden`): its wall time against
+    the same call keeping none, in the same run, what the states weigh, and whether the answers are the same."""
+    from dataclasses import replace
+
+    from cic.llm.generation import AnswerGenerator
+
+    layers = tuple(int(x) for x in args.keep_hidden.split(","))
+    generator = AnswerGenerator(loaded, replace(config, keep_hidden=layers))
+    if args.warmup:
+        generator.generate_open(ids[:1], prompts[:1], run_key="warmup")
+    seconds, rows, _ = best_of(generator, ids, prompts, args)
+    key = ["question_id", "sample_index"]
+    same = rows.select(*key, "text").sort(key).equals(plain_rows.select(*key, "text").sort(key))
+    kept = [b for b in rows.get_column("hidden").to_list() if b is not None]
+    print(f"  keeping layers {list(layers)} (generation.keep_hidden): {seconds:.2f} s against {plain_s:.2f} s "
+          f"keeping none = {seconds / plain_s:.2f}x the wall time; {len(kept)} greedy rows with states, "
+          f"{sum(map(len, kept)) / max(len(kept), 1) / 1024:.1f} KiB each; answers "
+          f"{'identical' if same else 'DIFFER'} to the call keeping none")
 
 
 def compiled_decode(generator: Any, ids: list[str], prompts: list[str], args: argparse.Namespace, eager_rows: Any,
@@ -380,6 +406,8 @@ def main() -> None:
                         "comma-separated kernels (efficient, cudnn, math, flash)")
     parser.add_argument("--alone", type=int, default=0,
                         help="regenerate the first N questions one per call and compare with the batched rows")
+    parser.add_argument("--keep-hidden", default="", help="also time CIC keeping these layers' hidden states "
+                        "(comma-separated, e.g. 8,14,-1) against keeping none")
     args = parser.parse_args()
     args.dtype = args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32")
     answers = generation(args)
