@@ -23,21 +23,17 @@ def model_problem(spec: str) -> str | None:
     return None
 
 
-def kept_layer_problems(config: PipelineConfig) -> list[str]:
-    """`generation.keep_hidden` against each local model's blocks, read from its files' metadata (a hub id is
-    checked when its worker loads it): a layer the model lacks is a config error, not a failed model."""
+def kept_layer_problem(layers: tuple[int, ...], spec: str) -> str | None:
+    """Why `generation.keep_hidden` names a layer this local model lacks, read from its files' metadata (None when
+    it fits, or for a hub id: its worker checks once it has the files) — a config error, not a failed model."""
     from cic.llm.hidden import check_layers
     from cic.llm.models import block_count
 
-    problems = []
-    for i, model in enumerate(config.models):
-        if not config.generation.keep_hidden or model.spec is None or model_problem(model.spec) is not None:
-            continue
-        try:
-            check_layers(config.generation.keep_hidden, block_count(model.spec))
-        except UserError as exc:
-            problems.append(f"models.{i} ({model.name}): {exc}")
-    return problems
+    try:
+        check_layers(layers, block_count(spec))
+    except UserError as exc:
+        return str(exc)
+    return None
 
 
 def dataset_problem(name: str, source: str) -> str | None:
@@ -137,10 +133,12 @@ def preflight(config_path: str | Path, *, ray_address: str | None = None, db: st
     for i, model in enumerate(config.models):
         if model.spec is not None and (why := model_problem(model.spec)) is not None:
             problems.append(f"models.{i}.spec: {why}")
+        elif model.spec is not None and config.generation.keep_hidden and \
+                (why := kept_layer_problem(config.generation.keep_hidden, model.spec)) is not None:
+            problems.append(f"models.{i} ({model.name}): {why}")
     for i, dataset in enumerate(config.datasets):
         if (why := dataset_problem(dataset.name, dataset.source)) is not None:
             problems.append(f"datasets.{i}: {why}")
-    problems += kept_layer_problems(config)
     if config.uncertainty.embedding_model and (why := model_problem(config.uncertainty.embedding_model)) is not None:
         problems.append(f"uncertainty.embedding_model: {why}")
     if problems:
