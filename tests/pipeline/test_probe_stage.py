@@ -112,3 +112,29 @@ def test_a_probe_is_certified_like_any_score_and_a_fit_question_is_refused_on_ev
     assert "\n" not in text and text.startswith(f"{name}: 3 calibration question(s) the probe was fitted on")
     with pytest.raises(UserError, match="the probe was fitted on"):
         calibrate_store(db, [key], CONFIG)
+
+
+def test_a_probe_groups_mlflow_run_carries_the_probe_itself(tmp_path: Path) -> None:
+    """`cic log` / the report stage: the group run of a probe score has probe.json (its layers, weights, fit ids);
+    a plain score's run has none. A real local MLflow store (SQLite), not a stand-in."""
+    from mlflow import MlflowClient
+
+    from cic.services.mlflow_results import log_store
+
+    db = str(tmp_path / "t.duckdb")
+    with Store.open(db) as store:
+        key = _run(store)
+    fit_run_probes(db, [key], BOTH)
+    calibrate_store(db, [key], CONFIG)
+    tracking = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    log_store(db, tracking=tracking, report_dir=str(tmp_path / "reports"))
+    client = MlflowClient(tracking)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    files = {r.data.tags["cic.estimator"]: {a.path for a in client.list_artifacts(r.info.run_id)} for r in runs}
+    with Store.open(db, read_only=True) as store:
+        probes = store.read("probes")
+    assert {e for e, paths in files.items() if "probe.json" in paths} == set(probes.get_column("estimator"))
+    accuracy = probes.filter(pl.col("kind") == "accuracy").row(0, named=True)
+    run = next(r for r in runs if r.data.tags["cic.estimator"] == accuracy["estimator"])
+    local = client.download_artifacts(run.info.run_id, "probe.json", str(tmp_path / "down"))
+    assert Probe.from_json(Path(local).read_text()).fit_ids == tuple(accuracy["fit_ids"])
